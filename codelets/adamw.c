@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT */
+/* The optimizer ops: sumsq (partial squared gradient norm of a chunk), grad_norm (global norm and
+ * clipping coefficient from all partials) and adamw (one chunk: fp32 master, moments, gradient
+ * zeroed after use, and the next step's working copy written in the same pass).  PyTorch AdamW
+ * semantics (https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html). Kernels:
+ * codelets/cpu/adamw_ref.c.  Tests: tests/kernels/test_kernels_adamw.c, tests/e2e. */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "codelets/cl_common.h"
+#include "codelets/codelets_internal.h"
+#include "codelets/cpu/sdp_cpu_kernels.h"
+
+/* ---- sumsq ---- */
+struct sdp_sumsq_args {
+    struct sdp_shape_key key; /* n (low 31 bits, high bits) */
+};
+
+/* buffers: out (1) f64 W, g (n) f32 R */
+static void sumsq_cpu(void *buffers[], void *cl_arg)
+{
+    (void)cl_arg;
+    *(double *)STARPU_VECTOR_GET_PTR(buffers[0]) =
+        sdp_cpu_sumsq_ref(SDP_VECF(buffers[1]), STARPU_VECTOR_GET_NX(buffers[1]));
+}
+
+static struct starpu_perfmodel sdp_pm_sumsq = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_sumsq_v1",
+    .footprint = sdp_cl_footprint,
+};
+struct starpu_codelet sdp_cl_sumsq = {
+    .name = "sumsq",
+    .cpu_funcs = { sumsq_cpu },
+    .cpu_funcs_name = { "sumsq_cpu" },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_sumsq,
+};
+
+int sdp_task_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *g)
+{
+    struct sdp_sumsq_args *a = sdp_cl_args_alloc(sizeof(*a));
+    size_t n = sdp_rt_tensor_nelems(g);
+    struct sdp_cl_buf b[] = { { out, STARPU_W }, { g, STARPU_R } };
+    a->key.d[0] = (int)(n & 0x7fffffff);
+    a->key.d[1] = (int)(n >> 31);
+    return sdp_cl_submit(&sdp_cl_sumsq, o, a, sizeof(*a), 2.0 * n, b, 2);
+}
+
+/* ---- grad_norm ---- */
+struct sdp_grad_norm_args {
+    struct sdp_shape_key key; /* nparts */
+    double max_norm;
+};
+
+/* buffers: out (2) f64 W, parts[nparts] (1) f64 R.  Summed in part order: deterministic. */
+static void grad_norm_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_grad_norm_args *a = cl_arg;
+    double *out = (double *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    double s = 0.0, norm;
+    for (int i = 0; i < a->key.d[0]; i++)
+        s += *(const double *)STARPU_VECTOR_GET_PTR(buffers[1 + i]);
+    norm = sqrt(s);
+    out[0] = norm;
+    /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (total_norm + 1e-6), clamped to 1 */
+    out[1] = 1.0;
+    if (a->max_norm > 0.0) {
+        double coef = a->max_norm / (norm + 1e-6);
+        out[1] = coef < 1.0 ? coef : 1.0;
+    }
+}
+
+static struct starpu_perfmodel sdp_pm_grad_norm = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_grad_norm_v1",
+    .footprint = sdp_cl_footprint,
+};
+struct starpu_codelet sdp_cl_grad_norm = {
+    .name = "grad_norm",
+    .cpu_funcs = { grad_norm_cpu },
+    .cpu_funcs_name = { "grad_norm_cpu" },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_grad_norm,
+};
+
+int sdp_task_grad_norm(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t **parts,
+                       int nparts, double max_norm)
+{
+    struct sdp_grad_norm_args *a = sdp_cl_args_alloc(sizeof(*a));
+    struct sdp_cl_buf *b = sdp_cl_args_alloc((size_t)(nparts + 1) * sizeof(*b));
+    int rc;
+    a->key.d[0] = nparts;
+    a->max_norm = max_norm;
+    b[0] = (struct sdp_cl_buf){ out, STARPU_W };
+    for (int i = 0; i < nparts; i++)
+        b[1 + i] = (struct sdp_cl_buf){ parts[i], STARPU_R };
+    rc = sdp_cl_submit(&sdp_cl_grad_norm, o, a, sizeof(*a), (double)nparts, b, nparts + 1);
+    free(b);
+    return rc;
+}
+
+/* ---- adamw ---- */
+struct sdp_adamw_args {
+    struct sdp_shape_key key; /* n (low 31 bits, high bits), work element size, has_clip */
+    struct sdp_adamw_hp hp;
+    int nsegs;
+    struct sdp_adamw_segment segs[];
+};
+
+/* buffers: master RW, grad RW, m RW, v RW, work W, [clip (2) f64 R] */
+static void adamw_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_adamw_args *a = cl_arg;
+    struct sdp_adamw_hp hp = a->hp;
+    float *p = SDP_VECF(buffers[0]), *g = SDP_VECF(buffers[1]);
+    float *m = SDP_VECF(buffers[2]), *v = SDP_VECF(buffers[3]);
+    void *work = SDP_VEC(buffers[4]);
+    int bf16 = STARPU_VECTOR_GET_ELEMSIZE(buffers[4]) == 2;
+    if (a->key.d[3])
+        hp.gscale = (float)((const double *)STARPU_VECTOR_GET_PTR(buffers[5]))[1];
+    for (int s = 0; s < a->nsegs; s++) {
+        size_t off = a->segs[s].offset;
+        sdp_cpu_adamw_ref(p + off, g + off, m + off, v + off, bf16 ? (uint16_t *)work + off : NULL,
+                          bf16 ? NULL : (float *)work + off, a->segs[s].nelems, &hp,
+                          a->segs[s].decay, 1);
+    }
+}
+
+static struct starpu_perfmodel sdp_pm_adamw = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_adamw_v1",
+    .footprint = sdp_cl_footprint,
+};
+struct starpu_codelet sdp_cl_adamw = {
+    .name = "adamw",
+    .cpu_funcs = { adamw_cpu },
+    .cpu_funcs_name = { "adamw_cpu" },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_adamw,
+};
+
+int sdp_task_adamw(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_rt_tensor_t *grad,
+                   sdp_rt_tensor_t *m, sdp_rt_tensor_t *v, sdp_rt_tensor_t *work,
+                   sdp_rt_tensor_t *clip, double lr, double beta1, double beta2, double eps,
+                   double weight_decay, int step, const struct sdp_adamw_segment *segs, int nsegs)
+{
+    size_t argsize =
+        sizeof(struct sdp_adamw_args) + (size_t)nsegs * sizeof(struct sdp_adamw_segment);
+    struct sdp_adamw_args *a = sdp_cl_args_alloc(argsize);
+    size_t n = sdp_rt_tensor_nelems(master);
+    struct sdp_cl_buf b[] = { { master, STARPU_RW }, { grad, STARPU_RW }, { m, STARPU_RW },
+                              { v, STARPU_RW },      { work, STARPU_W },  { clip, STARPU_R } };
+    a->key.d[0] = (int)(n & 0x7fffffff);
+    a->key.d[1] = (int)(n >> 31);
+    a->key.d[2] = (int)sdp_dtype_size(sdp_rt_tensor_dtype(work));
+    a->key.d[3] = clip != NULL;
+    a->hp.lr = (float)lr;
+    a->hp.beta1 = (float)beta1;
+    a->hp.beta2 = (float)beta2;
+    a->hp.eps = (float)eps;
+    a->hp.weight_decay = (float)weight_decay;
+    a->hp.gscale = 1.0f;
+    a->hp.step = step;
+    a->nsegs = nsegs;
+    memcpy(a->segs, segs, (size_t)nsegs * sizeof(*segs));
+    return sdp_cl_submit(&sdp_cl_adamw, o, a, argsize, 12.0 * n, b, clip ? 6 : 5);
+}

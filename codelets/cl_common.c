@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+/* Task submission, footprints, scratch memory and the codelet registry shared by all codelets.
+ * SDP_SYNC=1 makes every task synchronous (for hunting dependency bugs). */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "codelets/cl_common.h"
+#include "codelets/cpu/sdp_cpu_kernels.h"
+#include "runtime/sdp_log.h"
+
+#define NSLOTS 8
+static __thread void *scratch_ptr[NSLOTS];
+static __thread size_t scratch_cap[NSLOTS];
+
+static int sync_mode = -1;
+
+void *sdp_cl_args_alloc(size_t nbytes)
+{
+    void *p = calloc(1, nbytes);
+    SDP_ASSERT(p != NULL, "out of memory for %zu bytes of task arguments", nbytes);
+    return p;
+}
+
+int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void *args,
+                  size_t argsize, double flops, const struct sdp_cl_buf *bufs, int nbufs)
+{
+    struct starpu_task *task = starpu_task_create();
+    int i, rc;
+    if (sync_mode < 0) {
+        const char *s = getenv("SDP_SYNC");
+        sync_mode = s && atoi(s) > 0;
+    }
+    task->cl = cl;
+    task->cl_arg = args;
+    task->cl_arg_size = argsize;
+    task->cl_arg_free = 1;
+    task->name = cl->name;
+    task->nbuffers = nbufs;
+    task->flops = flops;
+    task->synchronous = (unsigned)sync_mode;
+    if (o) {
+        task->priority = o->priority;
+    }
+    if (nbufs > STARPU_NMAXBUFS) {
+        task->dyn_handles = malloc((size_t)nbufs * sizeof(*task->dyn_handles));
+        task->dyn_modes = malloc((size_t)nbufs * sizeof(*task->dyn_modes));
+        SDP_ASSERT(task->dyn_handles && task->dyn_modes, "out of memory for %d task buffers",
+                   nbufs);
+    }
+    for (i = 0; i < nbufs; i++) {
+        STARPU_TASK_SET_HANDLE(task, sdp_rt_tensor_handle(bufs[i].t), i);
+        STARPU_TASK_SET_MODE(task, bufs[i].mode, i);
+    }
+    rc = starpu_task_submit(task);
+    if (rc) {
+        task->destroy = 0;
+        starpu_task_destroy(task);
+        return sdp_err(rc < 0 ? rc : -EIO, "cannot submit task %s", cl->name);
+    }
+    return 0;
+}
+
+uint32_t sdp_cl_footprint(struct starpu_task *task)
+{
+    return starpu_hash_crc32c_be_n(task->cl_arg, sizeof(struct sdp_shape_key), 0);
+}
+
+void *sdp_cl_scratch(int slot, size_t nbytes)
+{
+    SDP_ASSERT(slot >= 0 && slot < NSLOTS, "scratch slot %d out of range", slot);
+    if (scratch_cap[slot] < nbytes) {
+        free(scratch_ptr[slot]);
+        scratch_ptr[slot] = NULL;
+        if (posix_memalign(&scratch_ptr[slot], 64, nbytes) != 0)
+            scratch_ptr[slot] = NULL;
+        SDP_ASSERT(scratch_ptr[slot] != NULL, "out of memory for %zu bytes of scratch", nbytes);
+        scratch_cap[slot] = nbytes;
+    }
+    return scratch_ptr[slot];
+}
+
+const float *sdp_cl_f32_view(void *vec, size_t off, size_t n, int slot)
+{
+    size_t es = STARPU_VECTOR_GET_ELEMSIZE(vec);
+    if (es == sizeof(float))
+        return (const float *)STARPU_VECTOR_GET_PTR(vec) + off;
+    SDP_ASSERT(es == 2, "weight buffer with element size %zu", es);
+    float *dst = sdp_cl_scratch(slot, n * sizeof(float));
+    sdp_cpu_bf16_to_f32_ref(dst, (const uint16_t *)STARPU_VECTOR_GET_PTR(vec) + off, n);
+    return dst;
+}
+
+/* ---- registry, for sdp_tasks_restrict ---- */
+#define MAX_CODELETS 64
+static struct starpu_codelet *codelets[MAX_CODELETS];
+static uint32_t codelet_where[MAX_CODELETS];
+static int ncodelets;
+
+void sdp_cl_register(struct starpu_codelet *cl)
+{
+    int i;
+    for (i = 0; i < ncodelets; i++)
+        if (codelets[i] == cl)
+            return;
+    SDP_ASSERT(ncodelets < MAX_CODELETS, "more than %d codelets: raise MAX_CODELETS", MAX_CODELETS);
+    codelets[ncodelets] = cl;
+    codelet_where[ncodelets] = cl->where;
+    ncodelets++;
+}
+
+int sdp_tasks_restrict(const char *where)
+{
+    uint32_t w;
+    int i;
+    if (!strcmp(where, "cpu"))
+        w = STARPU_CPU;
+    else if (!strcmp(where, "cuda"))
+        w = STARPU_CUDA;
+    else if (!strcmp(where, "any"))
+        w = 0;
+    else
+        return sdp_err(-EINVAL, "unknown worker kind '%s' (cpu, cuda, any)", where);
+    for (i = 0; i < ncodelets; i++)
+        codelets[i]->where = w ? w : codelet_where[i];
+    return 0;
+}

@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: MIT */
+/* The codelet tables of every op, for sdp_tasks_init() and tests that restrict or inspect them. */
+#ifndef SDP_CODELETS_INTERNAL_H
+#define SDP_CODELETS_INTERNAL_H
+
+#include <starpu.h>
+
+extern struct starpu_codelet sdp_cl_cast;
+extern struct starpu_codelet sdp_cl_embedding_fwd, sdp_cl_embedding_bwd;
+extern struct starpu_codelet sdp_cl_matmul_fwd, sdp_cl_matmul_bwd_data, sdp_cl_matmul_bwd_weight;
+extern struct starpu_codelet sdp_cl_rmsnorm_fwd, sdp_cl_rmsnorm_bwd;
+extern struct starpu_codelet sdp_cl_qknorm_rope_fwd, sdp_cl_qknorm_rope_bwd;
+extern struct starpu_codelet sdp_cl_attention_fwd, sdp_cl_attention_bwd;
+extern struct starpu_codelet sdp_cl_swiglu_fwd, sdp_cl_swiglu_bwd;
+extern struct starpu_codelet sdp_cl_lmhead_ce;
+extern struct starpu_codelet sdp_cl_sumsq, sdp_cl_grad_norm, sdp_cl_adamw;
+
+#endif

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/* Pure CPU kernels of every op: scalar reference implementations (`_ref`, the oracle and the
+ * portable fallback) and the BLAS-backed GEMMs.  No StarPU, no runtime headers: these functions
+ * only compute. All tensors are row-major and contiguous unless a leading dimension is given.  fp32
+ * math with fp32 accumulation unless stated; reductions that feed the loss or norms accumulate in
+ * double. Deterministic: for the same inputs every function returns the same bits, whatever thread
+ * calls it. Tests: tests/kernels/ (each against an fp64 oracle). */
+#ifndef SDP_CPU_KERNELS_H
+#define SDP_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- bf16 ---- */
+
+/** fp32 -> bf16, round to nearest even; NaN stays NaN (quiet, sign kept). */
+uint16_t sdp_f32_to_bf16(float x);
+/** bf16 -> fp32 (exact). */
+float sdp_bf16_to_f32(uint16_t x);
+
+/** dst[i] = bf16(src[i]) for n elements. */
+void sdp_cpu_cast_bf16_ref(uint16_t *dst, const float *src, size_t n);
+/** dst[i] = float(src[i]) for n elements. */
+void sdp_cpu_bf16_to_f32_ref(float *dst, const uint16_t *src, size_t n);
+
+/* ---- GEMMs (OpenBLAS sgemm, one thread, for the codelets; _ref is a triple loop for tests) ----
+ */
+
+/** out (M, N) = (resid (M, N) if non-NULL, else 0) + x (M, K) . w (N, K)^T
+ * out may alias resid. */
+void sdp_cpu_matmul_fwd(float *out, const float *resid, const float *x, const float *w, int M,
+                        int K, int N);
+void sdp_cpu_matmul_fwd_ref(float *out, const float *resid, const float *x, const float *w, int M,
+                            int K, int N);
+
+/** dx (M, K) = dout (M, N) . w (N, K)     (overwrites dx) */
+void sdp_cpu_matmul_bwd_data(float *dx, const float *dout, const float *w, int M, int K, int N);
+void sdp_cpu_matmul_bwd_data_ref(float *dx, const float *dout, const float *w, int M, int K, int N);
+
+/** dw (N, K) += dout (M, N)^T . x (M, K)     (accumulates into dw) */
+void sdp_cpu_matmul_bwd_weight(float *dw, const float *dout, const float *x, int M, int K, int N);
+void sdp_cpu_matmul_bwd_weight_ref(float *dw, const float *dout, const float *x, int M, int K,
+                                   int N);
+
+/* ---- embedding ---- */
+
+/** out (N, C) = wte[ids[n]] for n < N.  ids in [0, V). */
+void sdp_cpu_embedding_fwd_ref(float *out, const int32_t *ids, const float *wte, int N, int C);
+/** dwte (V, C) += scatter of dout (N, C) by ids, in increasing n (deterministic). */
+void sdp_cpu_embedding_bwd_ref(float *dwte, const float *dout, const int32_t *ids, int N, int C);
+
+/* ---- RMSNorm over rows of length D: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ---- */
+
+/** out (R, D), rstd (R) written; x (R, D); w (D). */
+void sdp_cpu_rmsnorm_fwd_ref(float *out, float *rstd, const float *x, const float *w, int R, int D,
+                             float eps);
+/** dx (R, D) = (dres (R, D) if non-NULL, else 0) + d/dx; dw (D) += d/dw.  dx may alias dres.
+ * dout (R, D) is the gradient of out; x, w, rstd as in the forward. */
+void sdp_cpu_rmsnorm_bwd_ref(float *dx, float *dw, const float *dres, const float *dout,
+                             const float *x, const float *w, const float *rstd, int R, int D);
+
+/* ---- per-head q/k RMSNorm + rotary embedding, on the fused qkv activation ----
+ * qkv (N, QKV): row n holds q (NH, HD) | k (NKV, HD) | v (NKV, HD).  Token n sits at position n %
+ * T. If qnorm_w is NULL no per-head norm is applied (Llama).  RoPE is the "rotate_half" form of
+ * Hugging Face: for i < HD/2, (x_i, x_{i+HD/2}) rotates by angle pos * inv_freq[i]; inv_freq (HD/2)
+ * is given. */
+
+/** out (N, QKV) = qkv with q and k normalized per head and rotated; v copied.  rstd (N, NH+NKV)
+ * written when qnorm_w is non-NULL. */
+void sdp_cpu_qknorm_rope_fwd_ref(float *out, float *rstd, const float *qkv, const float *qnorm_w,
+                                 const float *knorm_w, const float *inv_freq, int N, int T, int NH,
+                                 int NKV, int HD, float eps);
+/** dqkv (N, QKV) from dout (N, QKV): inverse rotation, then the norm's backward; dv copied.
+ * dqnorm_w, dknorm_w (HD) accumulate (+=) when the norm is present. */
+void sdp_cpu_qknorm_rope_bwd_ref(float *dqkv, float *dqnorm_w, float *dknorm_w, const float *dout,
+                                 const float *qkv, const float *qnorm_w, const float *knorm_w,
+                                 const float *rstd, const float *inv_freq, int N, int T, int NH,
+                                 int NKV, int HD);
+/** inv_freq[i] = 1 / theta^(2i/HD), with Llama-3 scaling when factor > 0 (HF
+ * _compute_llama3_parameters). Computed in double, stored as float. */
+void sdp_cpu_rope_inv_freq(float *inv_freq, int HD, double theta, double factor,
+                           double low_freq_factor, double high_freq_factor, int original_max_pos);
+
+/* ---- causal grouped-query attention on the fused qkv activation (after norm + rope) ----
+ * qkv (B*T, QKV) as above; query head h uses kv head h / (NH/NKV); scale 1/sqrt(HD).
+ * out (B*T, NH*HD); lse (B, NH, T) the log-sum-exp of the scaled scores (natural log). */
+void sdp_cpu_attention_fwd_ref(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                               int NKV, int HD);
+/** dqkv (B*T, QKV) written (dq, dk, dv) from dout (B*T, NH*HD), using qkv, out and lse of the
+ * forward. */
+void sdp_cpu_attention_bwd_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
+                               const float *lse, int B, int T, int NH, int NKV, int HD);
+
+/* ---- SwiGLU: gu (N, 2I) holds gate | up; out (N, I) = silu(gate) * up ---- */
+void sdp_cpu_swiglu_fwd_ref(float *out, const float *gu, int N, int inter);
+/** dgu (N, 2I) written from dout (N, I). */
+void sdp_cpu_swiglu_bwd_ref(float *dgu, const float *dout, const float *gu, int N, int inter);
+
+/* ---- LM head fused with cross-entropy, chunked over tokens so (N, V) logits never exist whole
+ * ---- h (N, C) final-normed hidden states; w (V, C); targets (N), entries < 0 are ignored. Writes:
+ * *loss_sum = sum over valid n of -log softmax(h_n . w^T)[targets[n]] (double, unscaled); *nvalid =
+ * number of valid targets; dh (N, C) = scale * d(loss_sum)/dh;   dw (V, C) += scale *
+ * d(loss_sum)/dw. scratch: at least rows_per_block * V floats; rows_per_block >= 1. */
+void sdp_cpu_lmhead_ce(double *loss_sum, int *nvalid, float *dh, float *dw, const float *h,
+                       const float *w, const int32_t *targets, int N, int C, int V, float scale,
+                       float *scratch, int rows_per_block);
+/** The same with triple loops and double accumulation (test oracle, small shapes only). */
+void sdp_cpu_lmhead_ce_ref(double *loss_sum, int *nvalid, float *dh, float *dw, const float *h,
+                           const float *w, const int32_t *targets, int N, int C, int V,
+                           float scale);
+
+/* ---- optimizer ---- */
+
+/** sum of squares of g (n) in double (order: increasing index, 4 partial sums interleaved). */
+double sdp_cpu_sumsq_ref(const float *g, size_t n);
+
+/** One AdamW segment (PyTorch torch.optim.AdamW semantics, decoupled weight decay):
+ *   g' = g * gscale;  p -= lr * wd * p (when decay);  m = b1 m + (1-b1) g';  v = b2 v + (1-b2)
+ * g'^2; p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),  bc1 = 1 - b1^t, bc2 = 1 - b2^t. Then g
+ * is zeroed (ready for the next accumulation) when zero_grad is non-zero. If work_bf16 / work_f32
+ * is non-NULL the updated p is also written there (bf16 rounded or fp32). */
+struct sdp_adamw_hp {
+    float lr, beta1, beta2, eps, weight_decay;
+    float gscale; /* gradient clipping coefficient (1 when not clipping) */
+    int step;     /* t, 1-based */
+};
+void sdp_cpu_adamw_ref(float *p, float *g, float *m, float *v, uint16_t *work_bf16, float *work_f32,
+                       size_t n, const struct sdp_adamw_hp *hp, int decay, int zero_grad);
+
+#endif

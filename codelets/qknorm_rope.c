@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/* qknorm_rope_fwd / qknorm_rope_bwd: per-head RMSNorm of q and k (Qwen3; skipped for Llama)
+ * followed by the rotary embedding, on the fused (N, QKV) projection output; v passes through.
+ * Kernels: codelets/cpu/qknorm_rope_ref.c.  Tests: tests/kernels/test_kernels_qknorm_rope.c,
+ * tests/e2e. */
+#include "config.h"
+
+#include "codelets/cl_common.h"
+#include "codelets/codelets_internal.h"
+#include "codelets/cpu/sdp_cpu_kernels.h"
+
+struct sdp_qknorm_rope_args {
+    struct sdp_shape_key key; /* N, T, NH, NKV, HD, has_norm */
+    size_t qn_off, kn_off, gqn_off, gkn_off;
+    struct sdp_rope_params rope;
+    float eps;
+};
+
+static const float *inv_freq_of(const struct sdp_qknorm_rope_args *a)
+{
+    int HD = a->key.d[4];
+    float *f = sdp_cl_scratch(3, (size_t)(HD / 2) * sizeof(float));
+    sdp_cpu_rope_inv_freq(f, HD, a->rope.theta, a->rope.factor, a->rope.low_freq_factor,
+                          a->rope.high_freq_factor, a->rope.original_max_pos);
+    return f;
+}
+
+/* buffers: out (N, QKV) W, qkv (N, QKV) R, wg R, [rstd (N, NH+NKV) W] */
+static void qknorm_rope_fwd_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_qknorm_rope_args *a = cl_arg;
+    int N = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3], HD = a->key.d[4];
+    int has_norm = a->key.d[5];
+    const float *qn = has_norm ? sdp_cl_f32_view(buffers[2], a->qn_off, (size_t)HD, 0) : NULL;
+    const float *kn = has_norm ? sdp_cl_f32_view(buffers[2], a->kn_off, (size_t)HD, 1) : NULL;
+    sdp_cpu_qknorm_rope_fwd_ref(SDP_VECF(buffers[0]), has_norm ? SDP_VECF(buffers[3]) : NULL,
+                                SDP_VECF(buffers[1]), qn, kn, inv_freq_of(a), N, T, NH, NKV, HD,
+                                a->eps);
+}
+
+/* buffers: dqkv (N, QKV) W, dout (N, QKV) R, qkv (N, QKV) R, wg R, [gg RW, rstd R] */
+static void qknorm_rope_bwd_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_qknorm_rope_args *a = cl_arg;
+    int N = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3], HD = a->key.d[4];
+    int has_norm = a->key.d[5];
+    const float *qn = has_norm ? sdp_cl_f32_view(buffers[3], a->qn_off, (size_t)HD, 0) : NULL;
+    const float *kn = has_norm ? sdp_cl_f32_view(buffers[3], a->kn_off, (size_t)HD, 1) : NULL;
+    float *gg = has_norm ? SDP_VECF(buffers[4]) : NULL;
+    sdp_cpu_qknorm_rope_bwd_ref(
+        SDP_VECF(buffers[0]), gg ? gg + a->gqn_off : NULL, gg ? gg + a->gkn_off : NULL,
+        SDP_VECF(buffers[1]), SDP_VECF(buffers[2]), qn, kn, has_norm ? SDP_VECF(buffers[5]) : NULL,
+        inv_freq_of(a), N, T, NH, NKV, HD);
+}
+
+static struct starpu_perfmodel sdp_pm_qknorm_rope_fwd = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_qknorm_rope_fwd_v1",
+    .footprint = sdp_cl_footprint,
+};
+static struct starpu_perfmodel sdp_pm_qknorm_rope_bwd = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_qknorm_rope_bwd_v1",
+    .footprint = sdp_cl_footprint,
+};
+
+struct starpu_codelet sdp_cl_qknorm_rope_fwd = {
+    .name = "qknorm_rope_fwd",
+    .cpu_funcs = { qknorm_rope_fwd_cpu },
+    .cpu_funcs_name = { "qknorm_rope_fwd_cpu" },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_qknorm_rope_fwd,
+};
+struct starpu_codelet sdp_cl_qknorm_rope_bwd = {
+    .name = "qknorm_rope_bwd",
+    .cpu_funcs = { qknorm_rope_bwd_cpu },
+    .cpu_funcs_name = { "qknorm_rope_bwd_cpu" },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_qknorm_rope_bwd,
+};
+
+static struct sdp_qknorm_rope_args *qk_args(const struct sdp_rope_params *rope, int N, int T,
+                                            int NH, int NKV, int HD, int has_norm)
+{
+    struct sdp_qknorm_rope_args *a = sdp_cl_args_alloc(sizeof(*a));
+    a->key.d[0] = N;
+    a->key.d[1] = T;
+    a->key.d[2] = NH;
+    a->key.d[3] = NKV;
+    a->key.d[4] = HD;
+    a->key.d[5] = has_norm;
+    a->rope = *rope;
+    return a;
+}
+
+int sdp_task_qknorm_rope_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
+                             sdp_rt_tensor_t *rstd, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *wg,
+                             size_t qn_off, size_t kn_off, const struct sdp_rope_params *rope,
+                             int N, int T, int NH, int NKV, int HD, float eps)
+{
+    int has_norm = rstd != NULL;
+    struct sdp_qknorm_rope_args *a = qk_args(rope, N, T, NH, NKV, HD, has_norm);
+    struct sdp_cl_buf b[] = {
+        { out, STARPU_W }, { qkv, STARPU_R }, { wg, STARPU_R }, { rstd, STARPU_W }
+    };
+    a->qn_off = qn_off;
+    a->kn_off = kn_off;
+    a->eps = eps;
+    return sdp_cl_submit(&sdp_cl_qknorm_rope_fwd, o, a, sizeof(*a), 10.0 * N * (NH + NKV) * HD, b,
+                         has_norm ? 4 : 3);
+}
+
+int sdp_task_qknorm_rope_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqkv,
+                             sdp_rt_tensor_t *gg, size_t gqn_off, size_t gkn_off,
+                             sdp_rt_tensor_t *dout, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *wg,
+                             size_t qn_off, size_t kn_off, sdp_rt_tensor_t *rstd,
+                             const struct sdp_rope_params *rope, int N, int T, int NH, int NKV,
+                             int HD)
+{
+    int has_norm = rstd != NULL;
+    struct sdp_qknorm_rope_args *a = qk_args(rope, N, T, NH, NKV, HD, has_norm);
+    struct sdp_cl_buf b[] = { { dqkv, STARPU_W }, { dout, STARPU_R }, { qkv, STARPU_R },
+                              { wg, STARPU_R },   { gg, STARPU_RW },  { rstd, STARPU_R } };
+    a->qn_off = qn_off;
+    a->kn_off = kn_off;
+    a->gqn_off = gqn_off;
+    a->gkn_off = gkn_off;
+    return sdp_cl_submit(&sdp_cl_qknorm_rope_bwd, o, a, sizeof(*a), 20.0 * N * (NH + NKV) * HD, b,
+                         has_norm ? 6 : 4);
+}

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/* rmsnorm_fwd / rmsnorm_bwd over rows of length D (input/post-attention/final norms).  The backward
+ * adds into the residual gradient in place when asked, so one gradient buffer flows down the
+ * layers. Kernels: codelets/cpu/rmsnorm_ref.c.  Tests: tests/kernels/test_kernels_rmsnorm.c,
+ * tests/e2e. */
+#include "config.h"
+
+#include "codelets/cl_common.h"
+#include "codelets/codelets_internal.h"
+#include "codelets/cpu/sdp_cpu_kernels.h"
+
+struct sdp_rmsnorm_args {
+    struct sdp_shape_key key; /* R, D, accumulate */
+    size_t w_off, g_off;
+    float eps;
+};
+
+/* buffers: out (R, D) W, rstd (R) W, x (R, D) R, wg R */
+static void rmsnorm_fwd_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_rmsnorm_args *a = cl_arg;
+    int R = a->key.d[0], D = a->key.d[1];
+    const float *w = sdp_cl_f32_view(buffers[3], a->w_off, (size_t)D, 0);
+    sdp_cpu_rmsnorm_fwd_ref(SDP_VECF(buffers[0]), SDP_VECF(buffers[1]), SDP_VECF(buffers[2]), w, R,
+                            D, a->eps);
+}
+
+/* buffers: dx (R, D) W|RW, gg RW, dout (R, D) R, x (R, D) R, wg R, rstd (R) R */
+static void rmsnorm_bwd_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_rmsnorm_args *a = cl_arg;
+    int R = a->key.d[0], D = a->key.d[1], acc = a->key.d[2];
+    float *dx = SDP_VECF(buffers[0]);
+    const float *w = sdp_cl_f32_view(buffers[4], a->w_off, (size_t)D, 0);
+    sdp_cpu_rmsnorm_bwd_ref(dx, SDP_VECF(buffers[1]) + a->g_off, acc ? dx : NULL,
+                            SDP_VECF(buffers[2]), SDP_VECF(buffers[3]), w, SDP_VECF(buffers[5]), R,
+                            D);
+}
+
+static struct starpu_perfmodel sdp_pm_rmsnorm_fwd = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_rmsnorm_fwd_v1",
+    .footprint = sdp_cl_footprint,
+};
+static struct starpu_perfmodel sdp_pm_rmsnorm_bwd = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_rmsnorm_bwd_v1",
+    .footprint = sdp_cl_footprint,
+};
+
+struct starpu_codelet sdp_cl_rmsnorm_fwd = {
+    .name = "rmsnorm_fwd",
+    .cpu_funcs = { rmsnorm_fwd_cpu },
+    .cpu_funcs_name = { "rmsnorm_fwd_cpu" },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_rmsnorm_fwd,
+};
+struct starpu_codelet sdp_cl_rmsnorm_bwd = {
+    .name = "rmsnorm_bwd",
+    .cpu_funcs = { rmsnorm_bwd_cpu },
+    .cpu_funcs_name = { "rmsnorm_bwd_cpu" },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_rmsnorm_bwd,
+};
+
+int sdp_task_rmsnorm_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *rstd,
+                         sdp_rt_tensor_t *x, sdp_rt_tensor_t *wg, size_t w_off, int R, int D,
+                         float eps)
+{
+    struct sdp_rmsnorm_args *a = sdp_cl_args_alloc(sizeof(*a));
+    struct sdp_cl_buf b[] = {
+        { out, STARPU_W }, { rstd, STARPU_W }, { x, STARPU_R }, { wg, STARPU_R }
+    };
+    a->key.d[0] = R;
+    a->key.d[1] = D;
+    a->w_off = w_off;
+    a->eps = eps;
+    return sdp_cl_submit(&sdp_cl_rmsnorm_fwd, o, a, sizeof(*a), 4.0 * R * D, b, 4);
+}
+
+int sdp_task_rmsnorm_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dx, int accumulate,
+                         sdp_rt_tensor_t *gg, size_t g_off, sdp_rt_tensor_t *dout,
+                         sdp_rt_tensor_t *x, sdp_rt_tensor_t *wg, size_t w_off,
+                         sdp_rt_tensor_t *rstd, int R, int D)
+{
+    struct sdp_rmsnorm_args *a = sdp_cl_args_alloc(sizeof(*a));
+    struct sdp_cl_buf b[] = { { dx, accumulate ? STARPU_RW : STARPU_W },
+                              { gg, STARPU_RW },
+                              { dout, STARPU_R },
+                              { x, STARPU_R },
+                              { wg, STARPU_R },
+                              { rstd, STARPU_R } };
+    a->key.d[0] = R;
+    a->key.d[1] = D;
+    a->key.d[2] = accumulate;
+    a->w_off = w_off;
+    a->g_off = g_off;
+    return sdp_cl_submit(&sdp_cl_rmsnorm_bwd, o, a, sizeof(*a), 8.0 * R * D, b, 6);
+}

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT */
+/* The task-insertion API: the only way graph/ submits work.  One sdp_task_<op>() per op; each
+ * returns starpu_task_insert's code (0, or a negative errno such as -ENODEV when no worker can run
+ * the op). Tensors are passed whole; weights and gradients are addressed inside their group's flat
+ * vector by an element offset.  Layouts are given as (rows, cols) row-major; see
+ * models/sdp_models.h for the letters. StarPU-free: graph/ includes this without seeing <starpu.h>.
+ */
+#ifndef SDP_TASKS_H
+#define SDP_TASKS_H
+
+#include <stddef.h>
+
+#include "runtime/tensor.h"
+
+/* Phases of a training step, for hints, traces and priorities. */
+enum sdp_phase {
+    SDP_PH_CAST,
+    SDP_PH_FWD,
+    SDP_PH_RECOMPUTE,
+    SDP_PH_BWD,
+    SDP_PH_LOSS,
+    SDP_PH_NORM,
+    SDP_PH_UPDATE
+};
+
+/* What a policy may know about a task (read-only; attached by sdp_task_*). */
+struct sdp_hint {
+    int step;  /* optimizer step */
+    int group; /* parameter group (0 embedding, 1..L layers, L+1 head) or -1 */
+    int chunk; /* chunk within the group, or -1 */
+    int mb;    /* micro-batch, or -1 */
+    enum sdp_phase phase;
+};
+
+struct sdp_task_opts {
+    int priority;
+    struct sdp_hint hint;
+};
+
+/* Rope parameters for qknorm_rope (copied into the task). */
+struct sdp_rope_params {
+    double theta, factor, low_freq_factor, high_freq_factor;
+    int original_max_pos;
+};
+
+/* ---- parameter working copies ---- */
+/** work (n) f32|bf16 W  <-  master (n) f32 R.  bf16 rounds to nearest even. */
+int sdp_task_cast(const struct sdp_task_opts *o, sdp_rt_tensor_t *work, sdp_rt_tensor_t *master);
+
+/* ---- forward / backward ops ---- */
+/** out (N, C) f32 W = w[ids]   (w: embedding (V, C) at w_off of group tensor wg) */
+int sdp_task_embedding_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
+                           sdp_rt_tensor_t *ids, sdp_rt_tensor_t *wg, size_t w_off, int N, int C);
+/** grad group gg RW: (V, C) at g_off += scatter(dout (N, C) by ids) */
+int sdp_task_embedding_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *gg, size_t g_off,
+                           sdp_rt_tensor_t *dout, sdp_rt_tensor_t *ids, int N, int C);
+
+/** out (M, N) W = [resid (M, N) R] + x (M, K) . w (N, K)^T;  resid may be NULL */
+int sdp_task_matmul_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *resid,
+                        sdp_rt_tensor_t *x, sdp_rt_tensor_t *wg, size_t w_off, int M, int K, int N);
+/** dx (M, K) W = dout (M, N) . w (N, K) */
+int sdp_task_matmul_bwd_data(const struct sdp_task_opts *o, sdp_rt_tensor_t *dx,
+                             sdp_rt_tensor_t *dout, sdp_rt_tensor_t *wg, size_t w_off, int M, int K,
+                             int N);
+/** grad group gg RW: (N, K) at g_off += dout (M, N)^T . x (M, K) */
+int sdp_task_matmul_bwd_weight(const struct sdp_task_opts *o, sdp_rt_tensor_t *gg, size_t g_off,
+                               sdp_rt_tensor_t *dout, sdp_rt_tensor_t *x, int M, int K, int N);
+
+/** out (R, D) W, rstd (R) W = rmsnorm(x (R, D)) * w (D) */
+int sdp_task_rmsnorm_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *rstd,
+                         sdp_rt_tensor_t *x, sdp_rt_tensor_t *wg, size_t w_off, int R, int D,
+                         float eps);
+/** dx (R, D): W, or RW += when accumulate; grad group gg RW: (D) at g_off += dw */
+int sdp_task_rmsnorm_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dx, int accumulate,
+                         sdp_rt_tensor_t *gg, size_t g_off, sdp_rt_tensor_t *dout,
+                         sdp_rt_tensor_t *x, sdp_rt_tensor_t *wg, size_t w_off,
+                         sdp_rt_tensor_t *rstd, int R, int D);
+
+/** out (N, QKV) W, rstd (N, NH+NKV) W (NULL without qk-norm) = rope(qknorm(qkv (N, QKV))).
+ * qn_off/kn_off: offsets of q_norm/k_norm in wg, or (size_t)-1 without qk-norm. */
+int sdp_task_qknorm_rope_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
+                             sdp_rt_tensor_t *rstd, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *wg,
+                             size_t qn_off, size_t kn_off, const struct sdp_rope_params *rope,
+                             int N, int T, int NH, int NKV, int HD, float eps);
+/** dqkv (N, QKV) W from dout (N, QKV); grad group gg RW at gqn_off/gkn_off (qk-norm only) */
+int sdp_task_qknorm_rope_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqkv,
+                             sdp_rt_tensor_t *gg, size_t gqn_off, size_t gkn_off,
+                             sdp_rt_tensor_t *dout, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *wg,
+                             size_t qn_off, size_t kn_off, sdp_rt_tensor_t *rstd,
+                             const struct sdp_rope_params *rope, int N, int T, int NH, int NKV,
+                             int HD);
+
+/** out (B*T, NH*HD) W, lse (B, NH, T) W = causal GQA attention of qkv (B*T, QKV) */
+int sdp_task_attention_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
+                           sdp_rt_tensor_t *lse, sdp_rt_tensor_t *qkv, int B, int T, int NH,
+                           int NKV, int HD);
+/** dqkv (B*T, QKV) W from dout (B*T, NH*HD) */
+int sdp_task_attention_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqkv,
+                           sdp_rt_tensor_t *dout, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *out,
+                           sdp_rt_tensor_t *lse, int B, int T, int NH, int NKV, int HD);
+
+/** out (N, I) W = silu(gu[:, :I]) * gu[:, I:] */
+int sdp_task_swiglu_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *gu,
+                        int N, int I);
+/** dgu (N, 2I) W from dout (N, I) */
+int sdp_task_swiglu_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dgu, sdp_rt_tensor_t *dout,
+                        sdp_rt_tensor_t *gu, int N, int I);
+
+/** LM head + cross-entropy, forward and backward in one task.
+ * loss (2) f64 W = { sum of -log p(target) over valid targets, number of valid targets };
+ * dh (N, C) W = scale * dloss/dh; grad group gg RW: (V, C) at g_off += scale * dloss/dw.
+ * h (N, C) R, w (V, C) at w_off of wg, targets (N) i32 (< 0 ignored). */
+int sdp_task_lmhead_ce(const struct sdp_task_opts *o, sdp_rt_tensor_t *loss, sdp_rt_tensor_t *dh,
+                       sdp_rt_tensor_t *gg, size_t g_off, sdp_rt_tensor_t *h, sdp_rt_tensor_t *wg,
+                       size_t w_off, sdp_rt_tensor_t *targets, int N, int C, int V, float scale);
+
+/* ---- optimizer ---- */
+/** out (1) f64 W = sum of squares of g (n) f32 */
+int sdp_task_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *g);
+/** out (2) f64 W = { norm = sqrt(sum of parts), clip coefficient = min(1, max_norm / (norm + 1e-6))
+ * or 1 when max_norm <= 0 }  from nparts partial sums of squares (1) f64. */
+int sdp_task_grad_norm(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t **parts,
+                       int nparts, double max_norm);
+
+/* A contiguous range of a chunk with one weight-decay setting. */
+struct sdp_adamw_segment {
+    size_t offset, nelems;
+    int decay;
+};
+/** AdamW on one chunk: master, m, v (n) f32 RW; grad (n) f32 RW (read, then zeroed); work (n)
+ * f32|bf16 W receives the updated parameters for the next step.  clip (2) f64 R (NULL: no
+ * clipping). segs cover [0, n) in order. */
+int sdp_task_adamw(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_rt_tensor_t *grad,
+                   sdp_rt_tensor_t *m, sdp_rt_tensor_t *v, sdp_rt_tensor_t *work,
+                   sdp_rt_tensor_t *clip, double lr, double beta1, double beta2, double eps,
+                   double weight_decay, int step, const struct sdp_adamw_segment *segs, int nsegs);
+
+/* ---- setup ---- */
+/** Register the perfmodels and check the codelets (call once after StarPU starts).  @return 0 */
+int sdp_tasks_init(void);
+/** Restrict every codelet to one kind of worker ("cpu", "cuda") or all ("any"), for tests.
+ * @return 0 or -EINVAL */
+int sdp_tasks_restrict(const char *where);
+
+#endif

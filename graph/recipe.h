@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/* Training recipes in YAML (libyaml), in the convention of torchtune and axolotl.  Sections and
+ * keys:
+ *
+ *   model:     path (Hugging Face directory) | preset (qwen3-4b, ...) | arch + sizes (vocab_size,
+ *              hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
+ * rope_theta, rms_norm_eps, tie_word_embeddings, max_position_embeddings, initializer_range) data:
+ * train (token shard), seq_len, shuffle batch:     global (sequences per step), micro (sequences
+ * per micro-batch) optimizer: name (adamw), lr, beta1, beta2, eps, weight_decay, max_grad_norm (0 =
+ * no clipping) schedule:  name (cosine | linear | constant), warmup_steps, min_lr_ratio train:
+ * steps, seed, precision (fp32 | bf16), chunk_mib, activations (recompute | keep), sched (StarPU
+ * policy name), cpus (CPU workers, 0 = all), host_memory_gib (0 = auto) output:    dir, metrics
+ * (JSONL file, relative to dir unless absolute)
+ *
+ * Relative paths are resolved against the recipe file's directory.  Unknown keys, wrong types and
+ * impossible values are errors naming the file, line and key (exit code 2 from the CLI).
+ * Tests: tests/graph/test_recipe.c. */
+#ifndef SDP_RECIPE_H
+#define SDP_RECIPE_H
+
+#include "models/sdp_models.h"
+
+#define SDP_PATH_MAX 4096
+
+enum sdp_precision { SDP_PREC_FP32, SDP_PREC_BF16 };
+enum sdp_lr_schedule { SDP_LR_COSINE, SDP_LR_LINEAR, SDP_LR_CONSTANT };
+
+struct sdp_recipe {
+    char file[SDP_PATH_MAX]; /* the recipe's own path */
+
+    /* model */
+    char model_path[SDP_PATH_MAX]; /* HF directory ("" = random init from sizes/preset) */
+    char model_preset[64];
+    struct sdp_model_cfg model; /* filled from preset/sizes; from config.json by the runtime when
+                                   model_path is set (then sizes in the recipe are an error) */
+
+    /* data */
+    char data_train[SDP_PATH_MAX];
+    int seq_len; /* T */
+    int shuffle;
+
+    /* batch */
+    int global_batch; /* sequences per optimizer step */
+    int micro_batch;  /* sequences per micro-batch; divides global_batch */
+
+    /* optimizer */
+    double lr, beta1, beta2, eps, weight_decay, max_grad_norm;
+
+    /* schedule */
+    enum sdp_lr_schedule lr_schedule;
+    int warmup_steps;
+    double min_lr_ratio;
+
+    /* train */
+    int steps;
+    unsigned long long seed;
+    enum sdp_precision precision;
+    double chunk_mib;       /* parameter chunk size, MiB of fp32 master */
+    int recompute;          /* 1: recompute activations in backward (default), 0: keep */
+    char sched[64];         /* StarPU policy name ("" = runtime default) */
+    int cpus;               /* CPU workers (0 = all cores) */
+    double host_memory_gib; /* host memory budget (0 = MemAvailable / cgroup limit) */
+
+    /* output */
+    char output_dir[SDP_PATH_MAX]; /* "" = no output directory */
+    char metrics[SDP_PATH_MAX];    /* "" = none */
+};
+
+/** Defaults for every field (documented in README's recipe section). */
+void sdp_recipe_defaults(struct sdp_recipe *r);
+
+/** Parse and validate a recipe file.  Errors name the file, line and key.
+ * @return 0, -ENOENT (file missing), -EINVAL (malformed or impossible value) */
+int sdp_recipe_load(const char *path, struct sdp_recipe *r);
+
+/** Validate cross-field constraints (batch divisibility, chunk size > 0, seq_len <= max positions,
+ * ...) after the model configuration is known.  @return 0 or -EINVAL (logged) */
+int sdp_recipe_validate(const struct sdp_recipe *r);
+
+/** Learning rate for optimizer step s (0-based) of r->steps: linear warmup (s+1)/warmup, then
+ * cosine or linear decay to lr * min_lr_ratio, or constant. */
+double sdp_recipe_lr_at(const struct sdp_recipe *r, int s);
+
+#endif

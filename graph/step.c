@@ -1,0 +1,532 @@
+/* SPDX-License-Identifier: MIT */
+/* The training step graph (see step.h).  Builds tasks only; never touches StarPU directly.  Tensors
+ * that live for one micro-batch are temporaries released right after their last use is submitted,
+ * so StarPU frees (or reuses) their memory as soon as the tasks are done. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codelets/sdp_tasks.h"
+#include "graph/step.h"
+#include "runtime/sdp_log.h"
+
+struct sdp_graph {
+    struct sdp_state *st;
+    struct sdp_graph_conf c;
+    sdp_rt_tensor_t **ids, **targets; /* [2][n_micro]: alternate sets per step */
+    sdp_rt_tensor_t **loss;           /* [n_micro] (2) f64 */
+    sdp_rt_tensor_t **sumsq;          /* [nchunks_total] (1) f64 */
+    sdp_rt_tensor_t *clip;            /* (2) f64: norm, coefficient */
+    struct sdp_rope_params rope;
+    /* shorthands */
+    int C, I, NH, NKV, HD, QKV, V, L;
+    int head_group, lm_group;
+    size_t lm_off, norm_off;
+};
+
+/* Activations of one decoder layer for one micro-batch. */
+struct layer_acts {
+    sdp_rt_tensor_t *h1, *rstd1, *qkv, *qkv2, *rstdqk, *att, *lse, *xmid, *h2, *rstd2, *gu, *act;
+};
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
+static int temp(sdp_rt_tensor_t **t, enum sdp_dtype dt, size_t n, const char *what, int mb,
+                int layer)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "%s.mb%d.l%d", what, mb, layer);
+    return sdp_rt_tensor_temp(t, dt, n, name);
+}
+
+static struct sdp_task_opts opts(int step, int group, int mb, enum sdp_phase ph)
+{
+    struct sdp_task_opts o = { 0 };
+    o.hint.step = step;
+    o.hint.group = group;
+    o.hint.chunk = -1;
+    o.hint.mb = mb;
+    o.hint.phase = ph;
+    return o;
+}
+
+static void release_acts(struct layer_acts *a)
+{
+    sdp_rt_tensor_t **all[] = { &a->h1,  &a->rstd1, &a->qkv, &a->qkv2,  &a->rstdqk, &a->att,
+                                &a->lse, &a->xmid,  &a->h2,  &a->rstd2, &a->gu,     &a->act };
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        sdp_rt_tensor_release(*all[i]);
+        *all[i] = NULL;
+    }
+}
+
+/* Forward of decoder layer l (group l) on x (N, C).  Fills a with every intermediate; writes the
+ * layer output into out (N, C) unless out is NULL (recomputation needs the intermediates only). */
+static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph, sdp_rt_tensor_t *x,
+                     struct layer_acts *a, sdp_rt_tensor_t *out)
+{
+    struct sdp_state *st = g->st;
+    struct sdp_group_state *gs = &st->groups[l];
+    sdp_rt_tensor_t *W = gs->work;
+    int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
+    int qk = st->cfg.qk_norm;
+    float eps = (float)st->cfg.rms_norm_eps;
+    struct sdp_task_opts o = opts(step, l, mb, ph);
+    memset(a, 0, sizeof(*a));
+    TRY(temp(&a->h1, SDP_F32, (size_t)N * g->C, "h1", mb, l));
+    TRY(temp(&a->rstd1, SDP_F32, (size_t)N, "rstd1", mb, l));
+    TRY(temp(&a->qkv, SDP_F32, (size_t)N * g->QKV, "qkv", mb, l));
+    TRY(temp(&a->qkv2, SDP_F32, (size_t)N * g->QKV, "qkv_rope", mb, l));
+    if (qk)
+        TRY(temp(&a->rstdqk, SDP_F32, (size_t)N * (g->NH + g->NKV), "rstd_qk", mb, l));
+    TRY(temp(&a->att, SDP_F32, (size_t)N * g->NH * g->HD, "att", mb, l));
+    TRY(temp(&a->lse, SDP_F32, (size_t)B * g->NH * T, "lse", mb, l));
+    TRY(temp(&a->xmid, SDP_F32, (size_t)N * g->C, "xmid", mb, l));
+    TRY(temp(&a->h2, SDP_F32, (size_t)N * g->C, "h2", mb, l));
+    TRY(temp(&a->rstd2, SDP_F32, (size_t)N, "rstd2", mb, l));
+    TRY(temp(&a->gu, SDP_F32, (size_t)N * 2 * g->I, "gate_up", mb, l));
+    TRY(temp(&a->act, SDP_F32, (size_t)N * g->I, "swiglu", mb, l));
+
+    TRY(sdp_task_rmsnorm_fwd(&o, a->h1, a->rstd1, x, W, sdp_state_off(st, l, SDP_PT_LN1), N, g->C,
+                             eps));
+    TRY(sdp_task_matmul_fwd(&o, a->qkv, NULL, a->h1, W, sdp_state_off(st, l, SDP_PT_Q), N, g->C,
+                            g->QKV));
+    TRY(sdp_task_qknorm_rope_fwd(&o, a->qkv2, a->rstdqk, a->qkv, W,
+                                 qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1,
+                                 qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1, &g->rope, N,
+                                 T, g->NH, g->NKV, g->HD, eps));
+    TRY(sdp_task_attention_fwd(&o, a->att, a->lse, a->qkv2, B, T, g->NH, g->NKV, g->HD));
+    TRY(sdp_task_matmul_fwd(&o, a->xmid, x, a->att, W, sdp_state_off(st, l, SDP_PT_O), N,
+                            g->NH * g->HD, g->C));
+    TRY(sdp_task_rmsnorm_fwd(&o, a->h2, a->rstd2, a->xmid, W, sdp_state_off(st, l, SDP_PT_LN2), N,
+                             g->C, eps));
+    TRY(sdp_task_matmul_fwd(&o, a->gu, NULL, a->h2, W, sdp_state_off(st, l, SDP_PT_GATE), N, g->C,
+                            2 * g->I));
+    TRY(sdp_task_swiglu_fwd(&o, a->act, a->gu, N, g->I));
+    if (out)
+        TRY(sdp_task_matmul_fwd(&o, out, a->xmid, a->act, W, sdp_state_off(st, l, SDP_PT_DOWN), N,
+                                g->I, g->C));
+    return 0;
+}
+
+/* Backward of decoder layer l: dres (N, C) holds d(out) on entry and d(x) on exit (updated in
+ * place). */
+static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x,
+                     struct layer_acts *a, sdp_rt_tensor_t *dres)
+{
+    struct sdp_state *st = g->st;
+    struct sdp_group_state *gs = &st->groups[l];
+    sdp_rt_tensor_t *W = gs->work, *G = gs->grad;
+    sdp_rt_tensor_t *dact, *dgu, *dh2, *datt, *dqkv2, *dqkv, *dh1;
+    int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
+    int qk = st->cfg.qk_norm;
+    struct sdp_task_opts o = opts(step, l, mb, SDP_PH_BWD);
+    size_t off_down = sdp_state_off(st, l, SDP_PT_DOWN),
+           off_gate = sdp_state_off(st, l, SDP_PT_GATE);
+    size_t off_o = sdp_state_off(st, l, SDP_PT_O), off_q = sdp_state_off(st, l, SDP_PT_Q);
+    size_t off_ln1 = sdp_state_off(st, l, SDP_PT_LN1), off_ln2 = sdp_state_off(st, l, SDP_PT_LN2);
+    size_t off_qn = qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1;
+    size_t off_kn = qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1;
+
+    /* MLP */
+    TRY(temp(&dact, SDP_F32, (size_t)N * g->I, "d_swiglu", mb, l));
+    TRY(sdp_task_matmul_bwd_data(&o, dact, dres, W, off_down, N, g->I, g->C));
+    TRY(sdp_task_matmul_bwd_weight(&o, G, off_down, dres, a->act, N, g->I, g->C));
+    TRY(temp(&dgu, SDP_F32, (size_t)N * 2 * g->I, "d_gate_up", mb, l));
+    TRY(sdp_task_swiglu_bwd(&o, dgu, dact, a->gu, N, g->I));
+    sdp_rt_tensor_release(dact);
+    TRY(temp(&dh2, SDP_F32, (size_t)N * g->C, "d_h2", mb, l));
+    TRY(sdp_task_matmul_bwd_data(&o, dh2, dgu, W, off_gate, N, g->C, 2 * g->I));
+    TRY(sdp_task_matmul_bwd_weight(&o, G, off_gate, dgu, a->h2, N, g->C, 2 * g->I));
+    sdp_rt_tensor_release(dgu);
+    TRY(sdp_task_rmsnorm_bwd(&o, dres, 1, G, off_ln2, dh2, a->xmid, W, off_ln2, a->rstd2, N, g->C));
+    sdp_rt_tensor_release(dh2);
+
+    /* attention */
+    TRY(temp(&datt, SDP_F32, (size_t)N * g->NH * g->HD, "d_att", mb, l));
+    TRY(sdp_task_matmul_bwd_data(&o, datt, dres, W, off_o, N, g->NH * g->HD, g->C));
+    TRY(sdp_task_matmul_bwd_weight(&o, G, off_o, dres, a->att, N, g->NH * g->HD, g->C));
+    TRY(temp(&dqkv2, SDP_F32, (size_t)N * g->QKV, "d_qkv_rope", mb, l));
+    TRY(sdp_task_attention_bwd(&o, dqkv2, datt, a->qkv2, a->att, a->lse, B, T, g->NH, g->NKV,
+                               g->HD));
+    sdp_rt_tensor_release(datt);
+    TRY(temp(&dqkv, SDP_F32, (size_t)N * g->QKV, "d_qkv", mb, l));
+    TRY(sdp_task_qknorm_rope_bwd(&o, dqkv, G, off_qn, off_kn, dqkv2, a->qkv, W, off_qn, off_kn,
+                                 a->rstdqk, &g->rope, N, T, g->NH, g->NKV, g->HD));
+    sdp_rt_tensor_release(dqkv2);
+    TRY(temp(&dh1, SDP_F32, (size_t)N * g->C, "d_h1", mb, l));
+    TRY(sdp_task_matmul_bwd_data(&o, dh1, dqkv, W, off_q, N, g->C, g->QKV));
+    TRY(sdp_task_matmul_bwd_weight(&o, G, off_q, dqkv, a->h1, N, g->C, g->QKV));
+    sdp_rt_tensor_release(dqkv);
+    TRY(sdp_task_rmsnorm_bwd(&o, dres, 1, G, off_ln1, dh1, x, W, off_ln1, a->rstd1, N, g->C));
+    sdp_rt_tensor_release(dh1);
+    return 0;
+}
+
+/* Forward, loss and backward of one micro-batch. */
+static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
+                       sdp_rt_tensor_t *targets, float scale)
+{
+    struct sdp_state *st = g->st;
+    int B = g->c.micro_batch, T = g->c.seq_len, N = B * T, L = g->L;
+    float eps = (float)st->cfg.rms_norm_eps;
+    sdp_rt_tensor_t **xs = calloc((size_t)L + 1, sizeof(*xs));
+    struct layer_acts *kept = calloc((size_t)L + 1, sizeof(*kept));
+    sdp_rt_tensor_t *hN = NULL, *rstdN = NULL, *dh = NULL, *dres = NULL;
+    struct sdp_task_opts o;
+    int rc = 0, l;
+    if (!xs || !kept) {
+        free(xs);
+        free(kept);
+        return sdp_err(-ENOMEM, "micro-batch bookkeeping for %d layers", L);
+    }
+#undef TRY
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        if ((rc = (expr)) != 0)                                                                    \
+            goto fail;                                                                             \
+    } while (0)
+
+    /* forward: xs[l] is the input of layer l + 1 (xs[0] the embeddings, xs[L] the last output) */
+    o = opts(step, 0, mb, SDP_PH_FWD);
+    TRY(temp(&xs[0], SDP_F32, (size_t)N * g->C, "x", mb, 0));
+    TRY(sdp_task_embedding_fwd(&o, xs[0], ids, st->groups[0].work,
+                               sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
+    for (l = 1; l <= L; l++) {
+        TRY(temp(&xs[l], SDP_F32, (size_t)N * g->C, "x", mb, l));
+        TRY(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], &kept[l], xs[l]));
+        if (g->c.recompute)
+            release_acts(&kept[l]);
+    }
+
+    /* head: final norm, LM head + cross-entropy (forward and backward), final norm backward */
+    o = opts(step, g->head_group, mb, SDP_PH_LOSS);
+    TRY(temp(&hN, SDP_F32, (size_t)N * g->C, "h_final", mb, L + 1));
+    TRY(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", mb, L + 1));
+    TRY(temp(&dh, SDP_F32, (size_t)N * g->C, "d_h_final", mb, L + 1));
+    TRY(temp(&dres, SDP_F32, (size_t)N * g->C, "d_x", mb, L + 1));
+    TRY(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], st->groups[g->head_group].work, g->norm_off, N,
+                             g->C, eps));
+    TRY(sdp_task_lmhead_ce(&o, g->loss[mb], dh, st->groups[g->lm_group].grad, g->lm_off, hN,
+                           st->groups[g->lm_group].work, g->lm_off, targets, N, g->C, g->V, scale));
+    TRY(sdp_task_rmsnorm_bwd(&o, dres, 0, st->groups[g->head_group].grad, g->norm_off, dh, xs[L],
+                             st->groups[g->head_group].work, g->norm_off, rstdN, N, g->C));
+
+    /* backward through the layers, recomputing each layer's activations from its saved input */
+    for (l = L; l >= 1; l--) {
+        if (g->c.recompute)
+            TRY(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], &kept[l], NULL));
+        TRY(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres));
+        release_acts(&kept[l]);
+        sdp_rt_tensor_release(xs[l]);
+        xs[l] = NULL;
+    }
+    o = opts(step, 0, mb, SDP_PH_BWD);
+    TRY(sdp_task_embedding_bwd(&o, st->groups[0].grad, sdp_state_off(st, 0, SDP_PT_EMBED), dres,
+                               ids, N, g->C));
+fail:
+    for (l = 0; l <= L; l++) {
+        release_acts(&kept[l]);
+        sdp_rt_tensor_release(xs[l]);
+    }
+    sdp_rt_tensor_release(hN);
+    sdp_rt_tensor_release(rstdN);
+    sdp_rt_tensor_release(dh);
+    sdp_rt_tensor_release(dres);
+    free(xs);
+    free(kept);
+    return rc;
+}
+
+/* Squared norms per chunk, the global norm, then AdamW per chunk. */
+static int optimizer(sdp_graph_t *g, int step, double lr, int update)
+{
+    struct sdp_state *st = g->st;
+    int k = 0, rc;
+    for (int gi = 0; gi < st->ngroups; gi++) {
+        struct sdp_group_state *gs = &st->groups[gi];
+        for (int c = 0; c < gs->nchunks; c++, k++) {
+            struct sdp_task_opts o = opts(step, gi, -1, SDP_PH_NORM);
+            o.hint.chunk = c;
+            rc = sdp_task_sumsq(&o, g->sumsq[k], sdp_rt_tensor_part(gs->grad, c));
+            if (rc)
+                return rc;
+        }
+    }
+    struct sdp_task_opts on = opts(step, -1, -1, SDP_PH_NORM);
+    rc = sdp_task_grad_norm(&on, g->clip, g->sumsq, st->nchunks_total, g->c.max_grad_norm);
+    if (rc || !update)
+        return rc;
+    for (int gi = 0; gi < st->ngroups; gi++) {
+        struct sdp_group_state *gs = &st->groups[gi];
+        for (int c = 0; c < gs->nchunks; c++) {
+            size_t c0 = sdp_rt_tensor_part_offset(gs->master, c);
+            size_t c1 = c0 + sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->master, c));
+            struct sdp_adamw_segment segs[SDP_MAX_GROUP_TENSORS];
+            int nsegs = 0;
+            struct sdp_task_opts o = opts(step, gi, -1, SDP_PH_UPDATE);
+            o.hint.chunk = c;
+            /* the tensors of this chunk, cut to the chunk, one segment per tensor */
+            for (int i = 0; i < gs->ntensors; i++) {
+                const struct sdp_param_desc *d = &gs->tensors[i];
+                size_t t0 = d->offset, t1 = d->offset + (size_t)d->rows * d->cols;
+                size_t s0 = t0 > c0 ? t0 : c0, s1 = t1 < c1 ? t1 : c1;
+                if (s0 >= s1)
+                    continue;
+                if (nsegs > 0 && segs[nsegs - 1].decay == d->decay &&
+                    segs[nsegs - 1].offset + segs[nsegs - 1].nelems == s0 - c0) {
+                    segs[nsegs - 1].nelems += s1 - s0;
+                } else {
+                    segs[nsegs].offset = s0 - c0;
+                    segs[nsegs].nelems = s1 - s0;
+                    segs[nsegs].decay = d->decay;
+                    nsegs++;
+                }
+            }
+            rc = sdp_task_adamw(&o, sdp_rt_tensor_part(gs->master, c),
+                                sdp_rt_tensor_part(gs->grad, c), sdp_rt_tensor_part(gs->m, c),
+                                sdp_rt_tensor_part(gs->v, c), sdp_rt_tensor_part(gs->work, c),
+                                g->c.max_grad_norm > 0 ? g->clip : NULL, lr, g->c.beta1, g->c.beta2,
+                                g->c.eps, g->c.weight_decay, step + 1, segs, nsegs);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+static int refresh_work(sdp_graph_t *g, int step)
+{
+    struct sdp_state *st = g->st;
+    if (st->work_valid)
+        return 0;
+    for (int gi = 0; gi < st->ngroups; gi++) {
+        struct sdp_group_state *gs = &st->groups[gi];
+        for (int c = 0; c < gs->nchunks; c++) {
+            struct sdp_task_opts o = opts(step, gi, -1, SDP_PH_CAST);
+            int rc;
+            o.hint.chunk = c;
+            o.priority = 1;
+            rc = sdp_task_cast(&o, sdp_rt_tensor_part(gs->work, c),
+                               sdp_rt_tensor_part(gs->master, c));
+            if (rc)
+                return rc;
+        }
+    }
+    st->work_valid = 1;
+    return 0;
+}
+
+static int fill_i32(sdp_rt_tensor_t *t, const int32_t *src, size_t n)
+{
+    int rc = sdp_rt_tensor_acquire(t, 1);
+    if (rc)
+        return rc;
+    memcpy(sdp_rt_tensor_data(t), src, n * sizeof(int32_t));
+    sdp_rt_tensor_release_acquire(t);
+    return 0;
+}
+
+int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *targets, double lr,
+                   int update, struct sdp_step_result *res)
+{
+    int B = g->c.micro_batch, T = g->c.seq_len, nm = g->c.n_micro;
+    size_t per_mb = (size_t)B * T, total = per_mb * nm;
+    long long valid = 0;
+    double loss_sum = 0.0;
+    int set = step & 1, rc;
+
+    for (size_t i = 0; i < total; i++) {
+        if (ids[i] < 0 || ids[i] >= g->V)
+            return sdp_err(-EINVAL,
+                           "step %d: token id %d at position %zu is outside the vocabulary (V=%d)",
+                           step, ids[i], i, g->V);
+        if (targets[i] >= g->V)
+            return sdp_err(-EINVAL,
+                           "step %d: target id %d at position %zu is outside the vocabulary (V=%d)",
+                           step, targets[i], i, g->V);
+        valid += targets[i] >= 0;
+    }
+    if (valid == 0)
+        return sdp_err(-EINVAL, "step %d: every target is ignored; nothing to learn from", step);
+
+    rc = refresh_work(g, step);
+    for (int mb = 0; mb < nm && !rc; mb++) {
+        sdp_rt_tensor_t *ti = g->ids[set * nm + mb], *tt = g->targets[set * nm + mb];
+        rc = fill_i32(ti, ids + mb * per_mb, per_mb);
+        if (!rc)
+            rc = fill_i32(tt, targets + mb * per_mb, per_mb);
+        /* the gradient of the step's mean loss: every micro-batch scales by the step's valid count
+         */
+        if (!rc)
+            rc = micro_batch(g, step, mb, ti, tt, (float)(1.0 / (double)valid));
+    }
+    if (!rc)
+        rc = optimizer(g, step, lr, update);
+    if (rc)
+        return rc;
+
+    for (int mb = 0; mb < nm; mb++) {
+        rc = sdp_rt_tensor_acquire(g->loss[mb], 0);
+        if (rc)
+            return rc;
+        loss_sum += ((const double *)sdp_rt_tensor_data(g->loss[mb]))[0];
+        sdp_rt_tensor_release_acquire(g->loss[mb]);
+    }
+    rc = sdp_rt_tensor_acquire(g->clip, 0);
+    if (rc)
+        return rc;
+    res->grad_norm = ((const double *)sdp_rt_tensor_data(g->clip))[0];
+    sdp_rt_tensor_release_acquire(g->clip);
+    res->loss = loss_sum / (double)valid;
+    res->tokens = (long long)total;
+    res->valid_targets = valid;
+    return 0;
+}
+
+int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits)
+{
+    struct sdp_state *st = g->st;
+    int T = g->c.seq_len, N = nseq * T, rc = 0, l;
+    sdp_rt_tensor_t *tid = NULL, *out = NULL, *hN = NULL, *rstdN = NULL, *x = NULL, *y = NULL;
+    struct layer_acts a;
+    struct sdp_task_opts o = opts(-1, 0, 0, SDP_PH_FWD);
+    int saved_b = g->c.micro_batch;
+    if (nseq < 1 || nseq > g->c.micro_batch)
+        return sdp_err(-EINVAL, "logits for %d sequences (1..%d)", nseq, g->c.micro_batch);
+    g->c.micro_batch = nseq;
+    rc = refresh_work(g, -1);
+    if (!rc)
+        rc = sdp_rt_tensor_create(&tid, SDP_I32, (size_t)N, "logits.ids");
+    if (!rc)
+        rc = sdp_rt_tensor_create(&out, SDP_F32, (size_t)N * g->V, "logits");
+    if (rc)
+        goto done;
+    memcpy(sdp_rt_tensor_data(tid), ids, (size_t)N * sizeof(int32_t));
+    TRY(temp(&x, SDP_F32, (size_t)N * g->C, "x", 0, 0));
+    TRY(sdp_task_embedding_fwd(&o, x, tid, st->groups[0].work, sdp_state_off(st, 0, SDP_PT_EMBED),
+                               N, g->C));
+    for (l = 1; l <= g->L; l++) {
+        TRY(temp(&y, SDP_F32, (size_t)N * g->C, "x", 0, l));
+        rc = layer_fwd(g, -1, 0, l, SDP_PH_FWD, x, &a, y);
+        release_acts(&a);
+        if (rc)
+            goto fail;
+        sdp_rt_tensor_release(x);
+        x = y;
+        y = NULL;
+    }
+    TRY(temp(&hN, SDP_F32, (size_t)N * g->C, "h_final", 0, g->L + 1));
+    TRY(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", 0, g->L + 1));
+    TRY(sdp_task_rmsnorm_fwd(&o, hN, rstdN, x, st->groups[g->head_group].work, g->norm_off, N, g->C,
+                             (float)st->cfg.rms_norm_eps));
+    TRY(sdp_task_matmul_fwd(&o, out, NULL, hN, st->groups[g->lm_group].work, g->lm_off, N, g->C,
+                            g->V));
+    TRY(sdp_rt_tensor_acquire(out, 0));
+    memcpy(logits, sdp_rt_tensor_data(out), (size_t)N * g->V * sizeof(float));
+    sdp_rt_tensor_release_acquire(out);
+fail:
+    sdp_rt_tensor_release(x);
+    sdp_rt_tensor_release(y);
+    sdp_rt_tensor_release(hN);
+    sdp_rt_tensor_release(rstdN);
+done:
+    sdp_rt_tensor_release(tid);
+    sdp_rt_tensor_release(out);
+    g->c.micro_batch = saved_b;
+    return rc;
+}
+
+int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_graph_conf *c)
+{
+    sdp_graph_t *g = calloc(1, sizeof(*g));
+    const struct sdp_model_cfg *m = &st->cfg;
+    int rc = 0;
+    char name[64];
+    if (!g)
+        return sdp_err(-ENOMEM, "graph");
+    if (c->micro_batch < 1 || c->n_micro < 1 || c->seq_len < 1) {
+        free(g);
+        return sdp_err(-EINVAL, "graph: micro_batch=%d n_micro=%d seq_len=%d must be positive",
+                       c->micro_batch, c->n_micro, c->seq_len);
+    }
+    g->st = st;
+    g->c = *c;
+    g->C = m->hidden_size;
+    g->I = m->intermediate_size;
+    g->NH = m->num_heads;
+    g->NKV = m->num_kv_heads;
+    g->HD = m->head_dim;
+    g->QKV = (g->NH + 2 * g->NKV) * g->HD;
+    g->V = m->vocab_size;
+    g->L = m->num_layers;
+    g->head_group = g->L + 1;
+    g->norm_off = sdp_state_off(st, g->head_group, SDP_PT_NORM);
+    g->lm_group = m->tie_word_embeddings ? 0 : g->head_group;
+    g->lm_off =
+        sdp_state_off(st, g->lm_group, m->tie_word_embeddings ? SDP_PT_EMBED : SDP_PT_LM_HEAD);
+    g->rope.theta = m->rope_theta;
+    g->rope.factor = m->rope_scaling_factor;
+    g->rope.low_freq_factor = m->rope_low_freq_factor;
+    g->rope.high_freq_factor = m->rope_high_freq_factor;
+    g->rope.original_max_pos = m->rope_original_max_pos;
+    g->ids = calloc(2 * (size_t)c->n_micro, sizeof(*g->ids));
+    g->targets = calloc(2 * (size_t)c->n_micro, sizeof(*g->targets));
+    g->loss = calloc((size_t)c->n_micro, sizeof(*g->loss));
+    g->sumsq = calloc((size_t)st->nchunks_total, sizeof(*g->sumsq));
+    if (!g->ids || !g->targets || !g->loss || !g->sumsq) {
+        sdp_graph_destroy(g);
+        return sdp_err(-ENOMEM, "graph buffers");
+    }
+    for (int i = 0; i < 2 * c->n_micro && !rc; i++) {
+        snprintf(name, sizeof(name), "ids.%d", i);
+        rc = sdp_rt_tensor_create(&g->ids[i], SDP_I32, (size_t)c->micro_batch * c->seq_len, name);
+        snprintf(name, sizeof(name), "targets.%d", i);
+        if (!rc)
+            rc = sdp_rt_tensor_create(&g->targets[i], SDP_I32, (size_t)c->micro_batch * c->seq_len,
+                                      name);
+    }
+    for (int i = 0; i < c->n_micro && !rc; i++) {
+        snprintf(name, sizeof(name), "loss.mb%d", i);
+        rc = sdp_rt_tensor_create(&g->loss[i], SDP_F64, 2, name);
+    }
+    for (int i = 0; i < st->nchunks_total && !rc; i++) {
+        snprintf(name, sizeof(name), "sumsq.%d", i);
+        rc = sdp_rt_tensor_create(&g->sumsq[i], SDP_F64, 1, name);
+    }
+    if (!rc)
+        rc = sdp_rt_tensor_create(&g->clip, SDP_F64, 2, "clip");
+    if (rc) {
+        sdp_graph_destroy(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+void sdp_graph_destroy(sdp_graph_t *g)
+{
+    if (!g)
+        return;
+    for (int i = 0; g->ids && i < 2 * g->c.n_micro; i++) {
+        sdp_rt_tensor_release(g->ids[i]);
+        sdp_rt_tensor_release(g->targets[i]);
+    }
+    for (int i = 0; g->loss && i < g->c.n_micro; i++)
+        sdp_rt_tensor_release(g->loss[i]);
+    for (int i = 0; g->sumsq && i < g->st->nchunks_total; i++)
+        sdp_rt_tensor_release(g->sumsq[i]);
+    sdp_rt_tensor_release(g->clip);
+    free(g->ids);
+    free(g->targets);
+    free(g->loss);
+    free(g->sumsq);
+    free(g);
+}

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/* One training step as a StarPU task graph: for each micro-batch, forward through every layer on
+ * the working copies, the LM head with cross-entropy, backward (recomputing each layer's
+ * activations from its saved input by default), gradients accumulated in micro-batch order; then
+ * per chunk the squared norm, the global norm and clipping coefficient, and AdamW, which also
+ * writes the next step's working copy. Dataflow does the rest: a chunk's update starts when its
+ * gradient (and, with clipping, the global norm) is final, and the next step's use of a layer waits
+ * for that layer's update. Only sdp_task_*(), sdp_rt_tensor_*() and models/ are used here.  Tests:
+ * tests/e2e/. */
+#ifndef SDP_STEP_H
+#define SDP_STEP_H
+
+#include <stdint.h>
+
+#include "runtime/state.h"
+
+struct sdp_graph_conf {
+    int micro_batch; /* B: sequences per micro-batch */
+    int n_micro;     /* micro-batches per step */
+    int seq_len;     /* T */
+    int recompute;   /* 1: recompute activations in backward; 0: keep them from the forward */
+    double beta1, beta2, eps, weight_decay, max_grad_norm;
+};
+
+struct sdp_step_result {
+    double loss;      /* mean cross-entropy over the valid targets of the step */
+    double grad_norm; /* global gradient norm before clipping */
+    long long tokens; /* input tokens processed (B * n_micro * T) */
+    long long valid_targets;
+};
+
+typedef struct sdp_graph sdp_graph_t;
+
+/** @return 0, -ENOMEM, -EINVAL (bad configuration, logged) */
+int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_graph_conf *conf);
+void sdp_graph_destroy(sdp_graph_t *g);
+
+/** Submit step `step` (0-based) on ids/targets (n_micro * B, T) int32 and wait for its loss and
+ * gradient norm (the updates may still be running when this returns).  lr: learning rate of this
+ * step. update = 0 leaves the accumulated gradients in place and skips the optimizer (for tests).
+ * @return 0, -EINVAL (no valid target, or a token id out of range: logged), or a task error */
+int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *targets, double lr,
+                   int update, struct sdp_step_result *res);
+
+/** Forward only: logits (nseq * T, V) fp32 for nseq <= B sequences of ids.  For tests and
+ * evaluation. */
+int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits);
+
+#endif

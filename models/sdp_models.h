@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/* Transformer architectures as pure C: configuration, the parameter layout of every streamed group,
+ * and the cost model (parameter bytes, activation bytes, FLOPs).  No StarPU, no I/O: parsing
+ * config.json lives in runtime/hfconfig.c.  Tests: tests/runtime/test_model_layout.c.
+ *
+ * Dimension legend (used in comments across the project, as in llm.c):
+ *   B   sequences in a micro-batch          T   sequence length (tokens per sequence)
+ *   N   tokens in a micro-batch (B*T)       C   hidden size (channels)
+ *   NH  query heads                         NKV key/value heads (grouped-query attention)
+ *   HD  head dimension                      I   MLP intermediate size
+ *   V   vocabulary size                     L   decoder layers
+ *   QKV (NH + 2*NKV) * HD: width of the fused q/k/v projection
+ */
+#ifndef SDP_MODELS_H
+#define SDP_MODELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum sdp_arch {
+    SDP_ARCH_QWEN3, /* Qwen3ForCausalLM: Llama + per-head RMSNorm on q and k */
+    SDP_ARCH_LLAMA, /* LlamaForCausalLM (rope_scaling "llama3" supported) */
+};
+
+struct sdp_model_cfg {
+    enum sdp_arch arch;
+    int vocab_size;        /* V */
+    int hidden_size;       /* C */
+    int intermediate_size; /* I */
+    int num_layers;        /* L */
+    int num_heads;         /* NH */
+    int num_kv_heads;      /* NKV */
+    int head_dim;          /* HD */
+    int max_position_embeddings;
+    double rope_theta;
+    double rms_norm_eps;
+    int tie_word_embeddings; /* 1: lm_head shares the embedding matrix */
+    int qk_norm;             /* 1 for Qwen3 */
+    /* Llama-3 rope scaling; rope_scaling_factor == 0 means none. */
+    double rope_scaling_factor;
+    double rope_low_freq_factor;
+    double rope_high_freq_factor;
+    int rope_original_max_pos;
+    int bos_token_id; /* -1 when absent */
+    int eos_token_id; /* -1 when absent */
+    double initializer_range;
+};
+
+/* Streamed parameter groups: group 0 is the token embedding, groups 1..L the decoder layers, group
+ * L+1 the head (final norm, plus lm_head when embeddings are untied).  Each group is one flat
+ * vector; its tensors sit back to back in the order below, so q/k/v form one (QKV, C) matrix and
+ * gate/up one (2I, C) matrix. */
+enum sdp_ptensor {
+    /* group 0 */
+    SDP_PT_EMBED, /* (V, C) model.embed_tokens.weight */
+    /* decoder layer groups */
+    SDP_PT_LN1,   /* (C) input_layernorm.weight */
+    SDP_PT_Q,     /* (NH*HD, C) self_attn.q_proj.weight */
+    SDP_PT_K,     /* (NKV*HD, C) self_attn.k_proj.weight */
+    SDP_PT_V,     /* (NKV*HD, C) self_attn.v_proj.weight */
+    SDP_PT_QNORM, /* (HD) self_attn.q_norm.weight (Qwen3 only) */
+    SDP_PT_KNORM, /* (HD) self_attn.k_norm.weight (Qwen3 only) */
+    SDP_PT_O,     /* (C, NH*HD) self_attn.o_proj.weight */
+    SDP_PT_LN2,   /* (C) post_attention_layernorm.weight */
+    SDP_PT_GATE,  /* (I, C) mlp.gate_proj.weight */
+    SDP_PT_UP,    /* (I, C) mlp.up_proj.weight */
+    SDP_PT_DOWN,  /* (C, I) mlp.down_proj.weight */
+    /* head group */
+    SDP_PT_NORM,    /* (C) model.norm.weight */
+    SDP_PT_LM_HEAD, /* (V, C) lm_head.weight (untied only) */
+    SDP_PT_COUNT
+};
+
+enum sdp_group_kind { SDP_GROUP_EMBED, SDP_GROUP_LAYER, SDP_GROUP_HEAD };
+
+/* One tensor of a group: where it sits in the group's flat vector. */
+struct sdp_param_desc {
+    enum sdp_ptensor kind;
+    int layer;        /* decoder layer index (0-based) or -1 */
+    size_t offset;    /* elements from the start of the group */
+    int rows, cols;   /* row-major (rows, cols); 1-D tensors have rows == 1 */
+    int decay;        /* 1: AdamW weight decay applies (matrices), 0: norms */
+    char hf_name[96]; /* Hugging Face tensor name */
+};
+
+#define SDP_MAX_GROUP_TENSORS 12
+
+/** Check a configuration for values the runtime cannot run.
+ * @param[in] cfg  configuration to check
+ * @param[out] why  filled with a one-line reason when invalid (may be NULL)
+ * @param[in] whylen  size of why
+ * @return 0 when valid, -EINVAL otherwise */
+int sdp_model_validate(const struct sdp_model_cfg *cfg, char *why, size_t whylen);
+
+/** Number of streamed groups: L + 2. */
+int sdp_model_num_groups(const struct sdp_model_cfg *cfg);
+
+/** Kind of group g (0 <= g < num_groups). */
+enum sdp_group_kind sdp_model_group_kind(const struct sdp_model_cfg *cfg, int g);
+
+/** Tensors of group g, in layout order.
+ * @param[out] out  at least SDP_MAX_GROUP_TENSORS entries
+ * @return number of tensors written */
+int sdp_model_group_tensors(const struct sdp_model_cfg *cfg, int g, struct sdp_param_desc *out);
+
+/** Elements of group g. */
+size_t sdp_model_group_nelems(const struct sdp_model_cfg *cfg, int g);
+
+/** Offset (elements) of tensor kind k inside its group g, or (size_t)-1 if absent. */
+size_t sdp_model_offset(const struct sdp_model_cfg *cfg, int g, enum sdp_ptensor k);
+
+/** Total trainable parameters (tied embeddings counted once). */
+size_t sdp_model_num_params(const struct sdp_model_cfg *cfg);
+
+/** Parameters of the linear layers plus the LM head (BENCH.md's "matmul params"). */
+size_t sdp_model_matmul_params(const struct sdp_model_cfg *cfg);
+
+/** Forward FLOPs of one decoder layer for B sequences of T tokens (GEMMs + causal attention half).
+ */
+double sdp_model_layer_fwd_flops(const struct sdp_model_cfg *cfg, int B, int T);
+
+/** Model FLOPs per token for training as BENCH.md counts them:
+ * 6 * matmul params + 6 * L * NH * HD * T (recomputation not counted). */
+double sdp_model_train_flops_per_token(const struct sdp_model_cfg *cfg, int T);
+
+/** Bytes of the activations one decoder layer keeps between forward and backward for B*T tokens
+ * when it is recomputed (its input only) and when it is kept whole (every intermediate), in
+ * elements of elem_bytes. */
+size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, int elem_bytes,
+                                 int recompute);
+
+/** Host bytes of the training state: fp32 master + Adam m, v + fp32 gradient + working copy of
+ * work_elem_bytes per parameter. */
+size_t sdp_model_state_bytes(const struct sdp_model_cfg *cfg, int work_elem_bytes);
+
+/** Name of an architecture ("qwen3", "llama"). */
+const char *sdp_model_arch_name(enum sdp_arch arch);
+
+/** Fill cfg from a named preset of ../BENCH.md ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b",
+ * "qwen3-14b"). @return 0, or -ENOENT for an unknown name. */
+int sdp_model_preset(const char *name, struct sdp_model_cfg *cfg);
+
+/** Set the defaults of an architecture (eps, theta, head_dim from C/NH, ...) before overrides. */
+void sdp_model_defaults(struct sdp_model_cfg *cfg, enum sdp_arch arch);
+
+#endif

@@ -1,0 +1,2 @@
+# policies/: scheduling policies and their registry; included by Makefile.am
+libsdp_a_SOURCES += policies/sdp_policies.h policies/registry.c

@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: MIT */
+/* The scheduling policies a run can name: StarPU's stock policies (the baselines) and the project's
+ * own, exported as sdp_policy_<name> and named "sdp-<name>" in StarPU's style.  Tests:
+ * tests/e2e/test_e2e_policies.sh (every policy gives bit-identical fp32 losses). */
+#ifndef SDP_POLICIES_H
+#define SDP_POLICIES_H
+
+#include <stdio.h>
+
+/** Resolve a policy name.  *policy is set to our struct starpu_sched_policy for a project policy,
+ * or to NULL for one of StarPU's stock policies (which StarPU then looks up by name).
+ * @return 0, or -ENOENT for an unknown name (logged, with the list of known names) */
+int sdp_policy_resolve(const char *name, void **policy);
+
+/** Print every known policy name with its one-line description. */
+void sdp_policy_list(FILE *f);
+
+#endif

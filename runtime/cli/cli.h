@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: MIT */
+/* Subcommands of the slidedp command line.  Each returns the process exit status: 0 success, 1
+ * runtime failure, 2 usage error. */
+#ifndef SDP_CLI_H
+#define SDP_CLI_H
+
+#define SDP_EXIT_OK      0
+#define SDP_EXIT_FAILURE 1
+#define SDP_EXIT_USAGE   2
+
+int sdp_cli_train(int argc, char **argv);
+int sdp_cli_policies(int argc, char **argv);
+
+#endif

@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: MIT */
+/* `slidedp train RECIPE.yaml`: load and check everything (recipe, model config and weights, data,
+ * memory budget) before starting StarPU, then run the steps, printing one progress line per step on
+ * stdout and one JSON object per step to the metrics file, and finally write the trained model as a
+ * Hugging Face directory when the recipe names an output directory.  Tests: tests/e2e/. */
+#include "config.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codelets/sdp_tasks.h"
+#include "graph/recipe.h"
+#include "graph/step.h"
+#include "policies/sdp_policies.h"
+#include "runtime/cli/cli.h"
+#include "runtime/data.h"
+#include "runtime/hfconfig.h"
+#include "runtime/init.h"
+#include "runtime/sdp_log.h"
+#include "runtime/state.h"
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: slidedp train RECIPE.yaml [options]\n"
+        "\n"
+        "Train the model of RECIPE.yaml (see README.md, \"Recipes\").\n"
+        "\n"
+        "options:\n"
+        "  --steps N          optimizer steps (overrides train.steps)\n"
+        "  --metrics FILE     write one JSON object per step to FILE (overrides output.metrics)\n"
+        "  --sched NAME       StarPU scheduling policy (overrides train.sched; `slidedp "
+        "policies`)\n"
+        "  --cpus N           CPU workers (overrides train.cpus; 0 = all cores)\n"
+        "  --precision P      fp32 or bf16 (overrides train.precision)\n"
+        "  --output DIR       write the trained model to DIR/final (overrides output.dir)\n"
+        "  -q, --quiet        no progress lines\n"
+        "  -v, --verbose      debug logging\n"
+        "  -h, --help         this text\n"
+        "\n"
+        "exit status: 0 success, 1 runtime failure, 2 usage error\n");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void fmt_duration(char *buf, size_t len, double s)
+{
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+    else
+        snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < lo || v > 1000000000) {
+        fprintf(stderr, "slidedp train: %s expects an integer >= %d, got '%s'\n", opt, lo, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+struct overrides {
+    int steps, cpus;
+    const char *metrics, *sched, *precision, *output;
+    int quiet;
+};
+
+static int write_metrics(FILE *mf, int step, const struct sdp_step_result *r, double lr,
+                         double step_s, double elapsed)
+{
+    json_t *o =
+        json_pack("{s:i, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:f}", "step", step + 1, "loss",
+                  r->loss, "lr", lr, "grad_norm", r->grad_norm, "tokens", (json_int_t)r->tokens,
+                  "valid_targets", (json_int_t)r->valid_targets, "tokens_per_s",
+                  step_s > 0 ? r->tokens / step_s : 0.0, "step_s", step_s, "elapsed_s", elapsed);
+    char *s;
+    int rc = 0;
+    if (!o)
+        return -ENOMEM;
+    s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    json_decref(o);
+    if (!s)
+        return -ENOMEM;
+    if (fprintf(mf, "%s\n", s) < 0 || fflush(mf) != 0)
+        rc = -EIO;
+    free(s);
+    return rc;
+}
+
+static int run(struct sdp_recipe *r, const struct overrides *ov)
+{
+    struct sdp_data data = { 0 };
+    struct sdp_state st = { 0 };
+    sdp_graph_t *g = NULL;
+    struct sdp_rt_conf rc_conf = { 0 };
+    struct sdp_graph_conf gc = { 0 };
+    void *policy = NULL;
+    FILE *mf = NULL;
+    int32_t *ids = NULL, *targets = NULL;
+    enum sdp_dtype work_dt;
+    unsigned long long need, avail;
+    double t0, t_prev, elapsed;
+    int rc, started = 0, state_made = 0;
+
+    /* ---- everything that can be checked before StarPU starts ---- */
+    if (r->model_path[0]) {
+        rc = sdp_hfconfig_load(r->model_path, &r->model);
+        if (!rc)
+            rc = sdp_state_check_hf(&r->model, r->model_path);
+        if (rc)
+            return SDP_EXIT_FAILURE;
+    }
+    if (sdp_recipe_validate(r))
+        return SDP_EXIT_USAGE;
+    if (r->sched[0] && sdp_policy_resolve(r->sched, &policy))
+        return SDP_EXIT_USAGE;
+    rc = sdp_data_open(&data, r->data_train, r->seq_len, r->seed, r->shuffle);
+    if (rc)
+        return SDP_EXIT_FAILURE;
+    if (data.shard.vocab_size > (uint32_t)r->model.vocab_size) {
+        sdp_err(-EINVAL, "data %s was tokenized with a vocabulary of %u ids, the model has %d",
+                r->data_train, data.shard.vocab_size, r->model.vocab_size);
+        sdp_hint("tokenize the data with the model's tokenizer");
+        rc = SDP_EXIT_FAILURE;
+        goto out;
+    }
+    work_dt = r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32;
+    /* state + the activations of one step (recomputed: every layer input of every micro-batch
+     * alive) */
+    need = sdp_state_host_bytes(&r->model, work_dt) +
+           (unsigned long long)r->global_batch / r->micro_batch *
+               (sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, r->recompute) *
+                    (unsigned long long)(r->model.num_layers + 1) +
+                sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, 0));
+    avail = r->host_memory_gib > 0 ? (unsigned long long)(r->host_memory_gib * 1073741824.0)
+                                   : sdp_rt_host_mem_available();
+    if (avail > 0 && need > avail) {
+        sdp_err(-ENOMEM,
+                "%s: the run needs about %.2f GiB of host memory (state %.2f GiB for %zu "
+                "parameters + activations), %.2f GiB are available",
+                r->file, need / 1073741824.0,
+                sdp_state_host_bytes(&r->model, work_dt) / 1073741824.0,
+                sdp_model_num_params(&r->model), avail / 1073741824.0);
+        sdp_hint("use a smaller model, batch.micro or data.seq_len, or raise train.host_memory_gib "
+                 "if the "
+                 "limit is wrong");
+        rc = SDP_EXIT_FAILURE;
+        goto out;
+    }
+    if (ov->metrics || r->metrics[0]) {
+        const char *path = ov->metrics ? ov->metrics : r->metrics;
+        mf = fopen(path, "w");
+        if (!mf) {
+            sdp_err(-errno, "cannot open metrics file %s", path);
+            rc = SDP_EXIT_FAILURE;
+            goto out;
+        }
+    }
+    ids = malloc((size_t)r->global_batch * r->seq_len * sizeof(*ids));
+    targets = malloc((size_t)r->global_batch * r->seq_len * sizeof(*targets));
+    if (!ids || !targets) {
+        sdp_err(-ENOMEM, "batch buffers");
+        rc = SDP_EXIT_FAILURE;
+        goto out;
+    }
+
+    /* ---- StarPU, state, graph ---- */
+    rc_conf.sched_name = r->sched;
+    rc_conf.sched_policy = policy;
+    rc_conf.ncpus = r->cpus;
+    rc_conf.ncuda = 0;
+    if (sdp_rt_init(&rc_conf)) {
+        rc = SDP_EXIT_FAILURE;
+        goto out;
+    }
+    started = 1;
+    if (sdp_tasks_init() ||
+        sdp_state_create(&st, &r->model, work_dt, (size_t)(r->chunk_mib * 1048576.0))) {
+        rc = SDP_EXIT_FAILURE;
+        goto out;
+    }
+    state_made = 1;
+    if (r->model_path[0]) {
+        if (sdp_state_load_hf(&st, r->model_path)) {
+            rc = SDP_EXIT_FAILURE;
+            goto out;
+        }
+    } else {
+        sdp_state_init_random(&st, r->seed);
+    }
+    gc.micro_batch = r->micro_batch;
+    gc.n_micro = r->global_batch / r->micro_batch;
+    gc.seq_len = r->seq_len;
+    gc.recompute = r->recompute;
+    gc.beta1 = r->beta1;
+    gc.beta2 = r->beta2;
+    gc.eps = r->eps;
+    gc.weight_decay = r->weight_decay;
+    gc.max_grad_norm = r->max_grad_norm;
+    if (sdp_graph_create(&g, &st, &gc)) {
+        rc = SDP_EXIT_FAILURE;
+        goto out;
+    }
+    SDP_INFO(
+        "training %s (%zu parameters, %d layers) for %d steps: %d x %d sequences of %d tokens, %s, "
+        "lr %.3g, data %s (%llu sequences)",
+        sdp_model_arch_name(r->model.arch), sdp_model_num_params(&r->model), r->model.num_layers,
+        r->steps, gc.n_micro, r->micro_batch, r->seq_len, work_dt == SDP_BF16 ? "bf16" : "fp32",
+        r->lr, r->data_train, (unsigned long long)data.nseq);
+
+    /* ---- steps ---- */
+    t0 = t_prev = now_s();
+    rc = SDP_EXIT_OK;
+    for (int s = 0; s < r->steps; s++) {
+        struct sdp_step_result res;
+        double lr = sdp_recipe_lr_at(r, s), t, step_s;
+        char el[32], eta[32];
+        sdp_data_next(&data, r->global_batch, ids, targets);
+        if (sdp_graph_step(g, s, ids, targets, lr, 1, &res)) {
+            rc = SDP_EXIT_FAILURE;
+            break;
+        }
+        t = now_s();
+        step_s = t - t_prev;
+        t_prev = t;
+        elapsed = t - t0;
+        if (!isfinite(res.loss) || !isfinite(res.grad_norm)) {
+            sdp_err(-EINVAL, "step %d: loss %g, gradient norm %g: training diverged", s + 1,
+                    res.loss, res.grad_norm);
+            sdp_hint(
+                "lower optimizer.lr, set optimizer.max_grad_norm, or use train.precision: fp32");
+            rc = SDP_EXIT_FAILURE;
+            break;
+        }
+        fmt_duration(el, sizeof(el), elapsed);
+        fmt_duration(eta, sizeof(eta), elapsed / (s + 1) * (r->steps - s - 1));
+        if (!ov->quiet) {
+            printf("step %d/%d  loss %.4f  lr %.3e  gnorm %.3f  %.0f tok/s  elapsed %s  eta %s\n",
+                   s + 1, r->steps, res.loss, lr, res.grad_norm, res.tokens / step_s, el, eta);
+            fflush(stdout);
+        }
+        if (mf && write_metrics(mf, s, &res, lr, step_s, elapsed)) {
+            sdp_err(-EIO, "cannot write the metrics file");
+            rc = SDP_EXIT_FAILURE;
+            break;
+        }
+    }
+    if (sdp_rt_wait_all() && rc == SDP_EXIT_OK)
+        rc = SDP_EXIT_FAILURE;
+    if (rc == SDP_EXIT_OK && (ov->output || r->output_dir[0])) {
+        char dir[SDP_PATH_MAX + 16];
+        const char *base = ov->output ? ov->output : r->output_dir;
+        snprintf(dir, sizeof(dir), "%s/final", base);
+        if (sdp_state_save_hf(&st, dir, "float32"))
+            rc = SDP_EXIT_FAILURE;
+        else
+            SDP_INFO("model written to %s", dir);
+    }
+out:
+    sdp_graph_destroy(g);
+    if (state_made)
+        sdp_state_destroy(&st);
+    if (started)
+        sdp_rt_shutdown();
+    if (mf)
+        fclose(mf);
+    free(ids);
+    free(targets);
+    sdp_data_close(&data);
+    return rc;
+}
+
+int sdp_cli_train(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "steps", required_argument, NULL, 's' },
+        { "metrics", required_argument, NULL, 'm' },
+        { "sched", required_argument, NULL, 'S' },
+        { "cpus", required_argument, NULL, 'c' },
+        { "precision", required_argument, NULL, 'p' },
+        { "output", required_argument, NULL, 'o' },
+        { "quiet", no_argument, NULL, 'q' },
+        { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    struct overrides ov = { .steps = -1, .cpus = -1 };
+    struct sdp_recipe r;
+    int opt, rc;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "qvh", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 's':
+            if (parse_int("--steps", optarg, 1, &ov.steps))
+                return SDP_EXIT_USAGE;
+            break;
+        case 'c':
+            if (parse_int("--cpus", optarg, 0, &ov.cpus))
+                return SDP_EXIT_USAGE;
+            break;
+        case 'm':
+            ov.metrics = optarg;
+            break;
+        case 'S':
+            ov.sched = optarg;
+            break;
+        case 'p':
+            ov.precision = optarg;
+            break;
+        case 'o':
+            ov.output = optarg;
+            break;
+        case 'q':
+            ov.quiet = 1;
+            break;
+        case 'v':
+            sdp_log_verbosity = SDP_LOG_DEBUG;
+            break;
+        case 'h':
+            usage(stdout);
+            return SDP_EXIT_OK;
+        default:
+            usage(stderr);
+            return SDP_EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "slidedp train: expected exactly one recipe file\n\n");
+        usage(stderr);
+        return SDP_EXIT_USAGE;
+    }
+    rc = sdp_recipe_load(argv[optind], &r);
+    if (rc)
+        return rc == -ENOENT || rc == -EINVAL ? SDP_EXIT_USAGE : SDP_EXIT_FAILURE;
+    if (ov.steps > 0)
+        r.steps = ov.steps;
+    if (ov.cpus >= 0)
+        r.cpus = ov.cpus;
+    if (ov.sched)
+        snprintf(r.sched, sizeof(r.sched), "%s", ov.sched);
+    if (ov.precision) {
+        if (!strcmp(ov.precision, "fp32"))
+            r.precision = SDP_PREC_FP32;
+        else if (!strcmp(ov.precision, "bf16"))
+            r.precision = SDP_PREC_BF16;
+        else {
+            fprintf(stderr, "slidedp train: --precision expects fp32 or bf16, got '%s'\n",
+                    ov.precision);
+            return SDP_EXIT_USAGE;
+        }
+    }
+    return run(&r, &ov);
+}

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/* StarPU start/stop and host facts (memory available, peak RSS).  OpenBLAS is pinned to one thread:
+ * each StarPU CPU worker already owns a core, and a single-threaded GEMM keeps results
+ * bit-identical whatever worker runs a task. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <starpu.h>
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+#include <cblas.h>
+#endif
+
+#include "runtime/init.h"
+#include "runtime/sdp_log.h"
+
+static int started;
+
+int sdp_rt_init(const struct sdp_rt_conf *c)
+{
+    struct starpu_conf conf;
+    int rc;
+    starpu_conf_init(&conf);
+    if (c->sched_policy)
+        conf.sched_policy = c->sched_policy;
+    else if (c->sched_name && c->sched_name[0])
+        conf.sched_policy_name = c->sched_name;
+    if (c->ncpus > 0)
+        conf.ncpus = c->ncpus;
+    conf.ncuda = c->ncuda;
+    conf.nopencl = 0;
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+    openblas_set_num_threads(1);
+#endif
+    if (!getenv("STARPU_SILENT"))
+        setenv("STARPU_SILENT", "1", 0);
+    rc = starpu_init(&conf);
+    if (rc == -ENODEV) {
+        rc = sdp_err(rc, "StarPU found no worker (cpus=%d, cuda=%d)", c->ncpus, c->ncuda);
+        sdp_hint(
+            "check train.cpus in the recipe and STARPU_NCPU / STARPU_NCUDA in the environment");
+        return rc;
+    }
+    if (rc)
+        return sdp_err(rc < 0 ? rc : -EIO, "starpu_init failed");
+    started = 1;
+    SDP_INFO("StarPU %d.%d: %u CPU workers, %u CUDA workers, policy %s", STARPU_MAJOR_VERSION,
+             STARPU_MINOR_VERSION, starpu_cpu_worker_get_count(), starpu_cuda_worker_get_count(),
+             c->sched_name && c->sched_name[0] ? c->sched_name : "default");
+    return 0;
+}
+
+void sdp_rt_shutdown(void)
+{
+    if (!started)
+        return;
+    starpu_task_wait_for_all();
+    starpu_shutdown();
+    started = 0;
+}
+
+int sdp_rt_wait_all(void)
+{
+    int rc = starpu_task_wait_for_all();
+    return rc ? sdp_err(rc < 0 ? rc : -EIO, "waiting for tasks failed") : 0;
+}
+
+int sdp_rt_ncpus(void)
+{
+    return (int)starpu_cpu_worker_get_count();
+}
+
+int sdp_rt_ncuda(void)
+{
+    return (int)starpu_cuda_worker_get_count();
+}
+
+static unsigned long long read_ull_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char buf[64];
+    unsigned long long v = 0;
+    if (!f)
+        return 0;
+    if (fgets(buf, sizeof(buf), f) && strncmp(buf, "max", 3) != 0)
+        v = strtoull(buf, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+static unsigned long long proc_kb(const char *file, const char *key)
+{
+    FILE *f = fopen(file, "r");
+    char line[256];
+    unsigned long long v = 0;
+    size_t klen = strlen(key);
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (!strncmp(line, key, klen) && line[klen] == ':') {
+            v = strtoull(line + klen + 1, NULL, 10) * 1024ull;
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+unsigned long long sdp_rt_host_mem_available(void)
+{
+    unsigned long long avail = proc_kb("/proc/meminfo", "MemAvailable");
+    unsigned long long limit = read_ull_file("/sys/fs/cgroup/memory.max");
+    if (limit > 0) {
+        unsigned long long used = read_ull_file("/sys/fs/cgroup/memory.current");
+        unsigned long long room = limit > used ? limit - used : 0;
+        if (avail == 0 || room < avail)
+            avail = room;
+    }
+    return avail;
+}
+
+unsigned long long sdp_rt_host_peak_rss(void)
+{
+    return proc_kb("/proc/self/status", "VmHWM");
+}

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/* Starting and stopping StarPU for a run: policy, worker counts, one OpenBLAS thread per worker.
+ * StarPU-free header (the policy is passed as an opaque pointer from policies/). */
+#ifndef SDP_INIT_H
+#define SDP_INIT_H
+
+struct sdp_rt_conf {
+    const char *sched_name; /* StarPU stock policy name, or NULL/"" for the default */
+    void *sched_policy;     /* a struct starpu_sched_policy * of ours, or NULL */
+    int ncpus;              /* CPU workers; 0 = all cores */
+    int ncuda;              /* CUDA workers; 0 = none, -1 = all */
+};
+
+/** Start StarPU.  @return 0, -ENODEV (no worker), or StarPU's error (logged with a hint) */
+int sdp_rt_init(const struct sdp_rt_conf *conf);
+/** Wait for every task, then stop StarPU. */
+void sdp_rt_shutdown(void);
+/** Wait for every submitted task.  @return 0 or a negative errno */
+int sdp_rt_wait_all(void);
+/** Number of CPU and CUDA workers of the running instance. */
+int sdp_rt_ncpus(void);
+int sdp_rt_ncuda(void);
+/** Host memory available to this process in bytes: min(MemAvailable, cgroup limit - usage); 0 if
+ * unknown. */
+unsigned long long sdp_rt_host_mem_available(void);
+/** Peak resident set size of this process in bytes (VmHWM). */
+unsigned long long sdp_rt_host_peak_rss(void);
+
+#endif

@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: MIT */
+/* Host-resident training state (see state.h): allocation in chunks, initialisation, Hugging Face
+ * load/save.  Touches host memory directly only before tasks run or after sdp_rt acquire/wait. */
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/fsutil.h"
+#include "runtime/hfconfig.h"
+#include "runtime/safetensors.h"
+#include "runtime/sdp_log.h"
+#include "runtime/state.h"
+
+static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cfg, int g,
+                      enum sdp_dtype work_dtype, size_t chunk_elems)
+{
+    char name[64];
+    size_t *parts;
+    int rc = 0, c;
+    gs->ntensors = sdp_model_group_tensors(cfg, g, gs->tensors);
+    gs->nelems = sdp_model_group_nelems(cfg, g);
+    gs->nchunks = (int)((gs->nelems + chunk_elems - 1) / chunk_elems);
+    parts = calloc((size_t)gs->nchunks, sizeof(*parts));
+    if (!parts)
+        return sdp_err(-ENOMEM, "group %d: %d chunks", g, gs->nchunks);
+    for (c = 0; c < gs->nchunks; c++) {
+        size_t start = (size_t)c * chunk_elems;
+        parts[c] = gs->nelems - start < chunk_elems ? gs->nelems - start : chunk_elems;
+    }
+    struct {
+        sdp_rt_tensor_t **t;
+        const char *what;
+        enum sdp_dtype dt;
+    } list[] = { { &gs->master, "master", SDP_F32 },
+                 { &gs->m, "adam_m", SDP_F32 },
+                 { &gs->v, "adam_v", SDP_F32 },
+                 { &gs->grad, "grad", SDP_F32 },
+                 { &gs->work, "work", work_dtype } };
+    for (size_t i = 0; i < sizeof(list) / sizeof(list[0]) && !rc; i++) {
+        snprintf(name, sizeof(name), "g%d.%s", g, list[i].what);
+        rc = sdp_rt_tensor_create(list[i].t, list[i].dt, gs->nelems, name);
+        if (!rc)
+            rc = sdp_rt_tensor_partition(*list[i].t, gs->nchunks, parts);
+    }
+    free(parts);
+    return rc;
+}
+
+size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype)
+{
+    return sdp_model_num_params(cfg) * (16 + sdp_dtype_size(work_dtype));
+}
+
+int sdp_state_create(struct sdp_state *st, const struct sdp_model_cfg *cfg,
+                     enum sdp_dtype work_dtype, size_t chunk_bytes)
+{
+    int g, rc;
+    memset(st, 0, sizeof(*st));
+    st->cfg = *cfg;
+    st->work_dtype = work_dtype;
+    st->chunk_elems = chunk_bytes / sizeof(float);
+    if (st->chunk_elems < 1024)
+        return sdp_err(-EINVAL, "chunk of %zu bytes is too small (at least 4 KiB)", chunk_bytes);
+    st->ngroups = sdp_model_num_groups(cfg);
+    st->groups = calloc((size_t)st->ngroups, sizeof(*st->groups));
+    if (!st->groups)
+        return sdp_err(-ENOMEM, "state of %d groups", st->ngroups);
+    for (g = 0; g < st->ngroups; g++) {
+        rc = make_group(&st->groups[g], cfg, g, work_dtype, st->chunk_elems);
+        if (rc) {
+            sdp_state_destroy(st);
+            return rc;
+        }
+        st->nchunks_total += st->groups[g].nchunks;
+    }
+    SDP_INFO(
+        "state: %zu parameters in %d groups, %d chunks of up to %.1f MiB, %.2f GiB of host memory",
+        sdp_model_num_params(cfg), st->ngroups, st->nchunks_total, chunk_bytes / 1048576.0,
+        sdp_state_host_bytes(cfg, work_dtype) / 1073741824.0);
+    return 0;
+}
+
+void sdp_state_destroy(struct sdp_state *st)
+{
+    if (!st->groups)
+        return;
+    for (int g = 0; g < st->ngroups; g++) {
+        struct sdp_group_state *gs = &st->groups[g];
+        sdp_rt_tensor_release(gs->master);
+        sdp_rt_tensor_release(gs->m);
+        sdp_rt_tensor_release(gs->v);
+        sdp_rt_tensor_release(gs->grad);
+        sdp_rt_tensor_release(gs->work);
+    }
+    free(st->groups);
+    st->groups = NULL;
+}
+
+size_t sdp_state_off(const struct sdp_state *st, int g, enum sdp_ptensor k)
+{
+    const struct sdp_group_state *gs = &st->groups[g];
+    for (int i = 0; i < gs->ntensors; i++)
+        if (gs->tensors[i].kind == k)
+            return gs->tensors[i].offset;
+    SDP_ASSERT(0, "tensor kind %d is not in group %d", (int)k, g);
+    return 0;
+}
+
+/* ---- random initialisation ---- */
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t hash_name(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Element i of a tensor is a function of (seed, tensor name, i) only: a Box-Muller normal from two
+ * counter-based uniforms. */
+static void fill_normal(float *dst, size_t n, double std, uint64_t key)
+{
+    const double two_pi = 6.283185307179586;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t a = splitmix64(key + 2 * i), b = splitmix64(key + 2 * i + 1);
+        double u1 = ((a >> 11) + 1.0) * (1.0 / 9007199254740993.0); /* (0, 1] */
+        double u2 = (b >> 11) * (1.0 / 9007199254740992.0);         /* [0, 1) */
+        dst[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(two_pi * u2));
+    }
+}
+
+void sdp_state_init_random(struct sdp_state *st, unsigned long long seed)
+{
+    double std = st->cfg.initializer_range > 0 ? st->cfg.initializer_range : 0.02;
+    for (int g = 0; g < st->ngroups; g++) {
+        struct sdp_group_state *gs = &st->groups[g];
+        float *p = sdp_rt_tensor_data(gs->master);
+        for (int i = 0; i < gs->ntensors; i++) {
+            const struct sdp_param_desc *d = &gs->tensors[i];
+            size_t n = (size_t)d->rows * d->cols;
+            if (d->decay) {
+                fill_normal(p + d->offset, n, std, splitmix64(seed) ^ hash_name(d->hf_name));
+            } else {
+                for (size_t j = 0; j < n; j++)
+                    p[d->offset + j] = 1.0f;
+            }
+        }
+    }
+    st->work_valid = 0;
+}
+
+/* ---- Hugging Face load / save ---- */
+
+/* The tensor of the file that must hold d, checked for presence and shape; NULL (logged) if
+ * unusable. */
+static const struct sdp_st_tensor *find_checked(sdp_st_t *sf, const char *path,
+                                                const struct sdp_model_cfg *cfg,
+                                                const struct sdp_param_desc *d)
+{
+    const struct sdp_st_tensor *t = sdp_st_find(sf, d->hf_name);
+    int one_d = d->rows == 1 && d->kind != SDP_PT_EMBED && d->kind != SDP_PT_LM_HEAD;
+    if (!t) {
+        sdp_err(-EINVAL, "%s: tensor %s is missing", path, d->hf_name);
+        sdp_hint("the weights do not match config.json (architecture %s, %d layers, %s embeddings)",
+                 sdp_model_arch_name(cfg->arch), cfg->num_layers,
+                 cfg->tie_word_embeddings ? "tied" : "untied");
+        return NULL;
+    }
+    if (one_d ? (t->ndim != 1 || t->shape[0] != d->cols)
+              : (t->ndim != 2 || t->shape[0] != d->rows || t->shape[1] != d->cols)) {
+        sdp_err(-EINVAL, "%s: tensor %s has shape [%lld%s%lld], config.json implies [%d, %d]",
+                sdp_st_file_path(sf, t->file), d->hf_name, (long long)t->shape[0],
+                t->ndim > 1 ? ", " : "", t->ndim > 1 ? (long long)t->shape[1] : 0LL,
+                one_d ? 1 : d->rows, d->cols);
+        return NULL;
+    }
+    if (t->dtype != SDP_ST_F32 && t->dtype != SDP_ST_BF16 && t->dtype != SDP_ST_F16) {
+        sdp_err(-EINVAL, "%s: tensor %s has dtype %s (F32, BF16 or F16 expected)",
+                sdp_st_file_path(sf, t->file), d->hf_name, sdp_st_dtype_name(t->dtype));
+        return NULL;
+    }
+    return t;
+}
+
+/* Check every tensor of cfg (and, with st, read it into the masters). */
+static int visit_hf(const struct sdp_model_cfg *cfg, const char *path, struct sdp_state *st)
+{
+    sdp_st_t *sf = NULL;
+    struct sdp_param_desc descs[SDP_MAX_GROUP_TENSORS];
+    int rc = sdp_st_open(path, &sf), used = 0, n;
+    if (rc)
+        return rc;
+    for (int g = 0; g < sdp_model_num_groups(cfg) && !rc; g++) {
+        int nt = sdp_model_group_tensors(cfg, g, descs);
+        for (int i = 0; i < nt && !rc; i++) {
+            const struct sdp_st_tensor *t = find_checked(sf, path, cfg, &descs[i]);
+            if (!t) {
+                rc = -EINVAL;
+                break;
+            }
+            used++;
+            if (st)
+                rc = sdp_st_read_f32(
+                    sf, t, (float *)sdp_rt_tensor_data(st->groups[g].master) + descs[i].offset,
+                    (size_t)descs[i].rows * descs[i].cols);
+        }
+    }
+    n = sdp_st_num_tensors(sf);
+    if (!rc && cfg->tie_word_embeddings && sdp_st_find(sf, "lm_head.weight"))
+        used++; /* tied checkpoints sometimes store the shared matrix twice */
+    if (!rc && st && n > used)
+        SDP_WARN("%s: %d tensors in the file are not used by the model", path, n - used);
+    sdp_st_close(sf);
+    return rc;
+}
+
+int sdp_state_check_hf(const struct sdp_model_cfg *cfg, const char *path)
+{
+    return visit_hf(cfg, path, NULL);
+}
+
+int sdp_state_load_hf(struct sdp_state *st, const char *path)
+{
+    int rc = visit_hf(&st->cfg, path, st);
+    st->work_valid = 0;
+    return rc;
+}
+
+int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype)
+{
+    struct sdp_st_wtensor *wt;
+    int n = 0, rc;
+    char path[4200];
+    enum sdp_st_dtype sdt = !strcmp(dtype, "bfloat16") ? SDP_ST_BF16 : SDP_ST_F32;
+    rc = sdp_mkdir_p(dir);
+    if (rc)
+        return rc;
+    for (int g = 0; g < st->ngroups; g++) {
+        /* the masters are written only by CPU tasks: make the host copy current */
+        rc = sdp_rt_tensor_acquire(st->groups[g].master, 0);
+        if (rc)
+            return rc;
+        n += st->groups[g].ntensors;
+    }
+    wt = calloc((size_t)n, sizeof(*wt));
+    if (!wt) {
+        rc = sdp_err(-ENOMEM, "saving %d tensors", n);
+        goto out;
+    }
+    n = 0;
+    for (int g = 0; g < st->ngroups; g++) {
+        struct sdp_group_state *gs = &st->groups[g];
+        const float *p = sdp_rt_tensor_data(gs->master);
+        for (int i = 0; i < gs->ntensors; i++) {
+            const struct sdp_param_desc *d = &gs->tensors[i];
+            int one_d = d->rows == 1 && d->kind != SDP_PT_EMBED && d->kind != SDP_PT_LM_HEAD;
+            wt[n].name = d->hf_name;
+            wt[n].dtype = sdt;
+            wt[n].ndim = one_d ? 1 : 2;
+            wt[n].shape[0] = one_d ? d->cols : d->rows;
+            wt[n].shape[1] = d->cols;
+            wt[n].data_f32 = p + d->offset;
+            n++;
+        }
+    }
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    rc = sdp_hfconfig_write(path, &st->cfg, dtype);
+    if (!rc)
+        rc = sdp_st_write_sharded(dir, wt, n, (size_t)5 << 30);
+    free(wt);
+out:
+    for (int g = 0; g < st->ngroups; g++)
+        sdp_rt_tensor_release_acquire(st->groups[g].master);
+    return rc;
+}

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/* The training state in host RAM: per parameter group (embedding, each decoder layer, head) one
+ * flat fp32 master vector, Adam m and v, an fp32 gradient accumulator and the working copy the
+ * compute reads (bf16 or fp32), each partitioned into the same chunks.  Initialised from random
+ * (HF's init: normal(0, 0.02) for matrices, ones for norms, seeded per tensor so chunking never
+ * changes values) or from a Hugging Face directory; saved back as one.  StarPU-free header.  Tests:
+ * tests/e2e/test_e2e_hf_parity.c. */
+#ifndef SDP_STATE_H
+#define SDP_STATE_H
+
+#include <stddef.h>
+
+#include "models/sdp_models.h"
+#include "runtime/tensor.h"
+
+struct sdp_group_state {
+    size_t nelems;
+    int ntensors;
+    struct sdp_param_desc tensors[SDP_MAX_GROUP_TENSORS];
+    int nchunks;
+    sdp_rt_tensor_t *master, *m, *v; /* f32, host only */
+    sdp_rt_tensor_t *grad;           /* f32 accumulator */
+    sdp_rt_tensor_t *work;           /* working copy read by the compute (work_dtype) */
+};
+
+struct sdp_state {
+    struct sdp_model_cfg cfg;
+    enum sdp_dtype work_dtype;
+    size_t chunk_elems; /* fp32 elements per chunk (the last of a group may be shorter) */
+    int ngroups;
+    int nchunks_total;
+    struct sdp_group_state *groups;
+    int work_valid; /* working copies reflect the masters (set by the graph) */
+};
+
+/** Allocate and register the state of cfg.  chunk_bytes: bytes of fp32 master per chunk.
+ * @return 0, -ENOMEM (logged with sizes), -EINVAL */
+int sdp_state_create(struct sdp_state *st, const struct sdp_model_cfg *cfg,
+                     enum sdp_dtype work_dtype, size_t chunk_bytes);
+void sdp_state_destroy(struct sdp_state *st);
+
+/** Hugging Face initialisation from a seed (before any task touches the state). */
+void sdp_state_init_random(struct sdp_state *st, unsigned long long seed);
+
+/** Load the master weights from a Hugging Face directory (or safetensors file / index).  Every
+ * tensor of the model must be present with the right shape; dtypes F32, BF16, F16.  Before any
+ * task.
+ * @return 0, -ENOENT, -EINVAL (logged: file, tensor, expected vs found) */
+int sdp_state_load_hf(struct sdp_state *st, const char *path);
+
+/** Check that path holds every tensor of cfg with the right shape and a supported dtype, without
+ * reading the data (before anything is allocated).  @return 0, -ENOENT, -EINVAL (logged) */
+int sdp_state_check_hf(const struct sdp_model_cfg *cfg, const char *path);
+
+/** Write config.json and model.safetensors (sharded above 5 GiB) of the current masters into dir
+ * (created if missing), as dtype "float32" or "bfloat16".  Waits for pending tasks.
+ * @return 0, -EIO, -ENOSPC */
+int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype);
+
+/** Host bytes the state of cfg needs (master, m, v, grad, working copy). */
+size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype);
+
+/** Element offset of tensor kind k in group g (aborts if absent: a bug in the caller). */
+size_t sdp_state_off(const struct sdp_state *st, int g, enum sdp_ptensor k);
+
+#endif

@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: MIT */
+/* Tensors as StarPU vector handles (see tensor.h).  Owns host allocation (starpu_malloc, pinned
+ * when CUDA workers exist), registration, partition plans and unregistration.  Never submits tasks
+ * itself. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <starpu.h>
+
+#include "runtime/sdp_log.h"
+#include "runtime/tensor_starpu.h"
+
+struct sdp_rt_tensor {
+    starpu_data_handle_t handle;
+    enum sdp_dtype dtype;
+    size_t nelems;
+    void *data; /* host memory (persistent tensors only) */
+    int temporary;
+    int is_part; /* a partition child: owned by its parent */
+    char name[64];
+    int nparts;
+    struct sdp_rt_tensor *parts; /* nparts children */
+    size_t *part_offsets;
+    starpu_data_handle_t *part_handles;
+    uint32_t *part_lens;
+};
+
+size_t sdp_dtype_size(enum sdp_dtype dt)
+{
+    switch (dt) {
+    case SDP_F32:
+    case SDP_I32:
+        return 4;
+    case SDP_BF16:
+        return 2;
+    case SDP_F64:
+        return 8;
+    }
+    return 0;
+}
+
+const char *sdp_dtype_name(enum sdp_dtype dt)
+{
+    static const char *names[] = { "f32", "bf16", "i32", "f64" };
+    return (unsigned)dt < 4 ? names[dt] : "?";
+}
+
+static int check_size(size_t nelems, const char *name)
+{
+    /* StarPU's vector interface counts elements in 32 bits. */
+    if (nelems == 0 || nelems > UINT32_MAX)
+        return sdp_err(-EINVAL, "tensor %s: %zu elements (must be 1..%u)", name, nelems,
+                       UINT32_MAX);
+    return 0;
+}
+
+int sdp_rt_tensor_create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name)
+{
+    struct sdp_rt_tensor *t;
+    size_t nbytes = nelems * sdp_dtype_size(dt);
+    int rc = check_size(nelems, name);
+    if (rc)
+        return rc;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return sdp_err(-ENOMEM, "tensor %s", name);
+    if (starpu_malloc_flags(&t->data, nbytes, STARPU_MALLOC_PINNED | STARPU_MALLOC_COUNT) != 0) {
+        free(t);
+        rc = sdp_err(-ENOMEM, "tensor %s: cannot allocate %.1f MiB of host memory", name,
+                     nbytes / 1048576.0);
+        sdp_hint("lower the model size or batch, or free host memory");
+        return rc;
+    }
+    memset(t->data, 0, nbytes);
+    t->dtype = dt;
+    t->nelems = nelems;
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    starpu_vector_data_register(&t->handle, STARPU_MAIN_RAM, (uintptr_t)t->data, (uint32_t)nelems,
+                                sdp_dtype_size(dt));
+    starpu_data_set_name(t->handle, t->name);
+    *out = t;
+    return 0;
+}
+
+int sdp_rt_tensor_temp(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name)
+{
+    struct sdp_rt_tensor *t;
+    int rc = check_size(nelems, name);
+    if (rc)
+        return rc;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return sdp_err(-ENOMEM, "tensor %s", name);
+    t->dtype = dt;
+    t->nelems = nelems;
+    t->temporary = 1;
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    starpu_vector_data_register(&t->handle, -1, 0, (uint32_t)nelems, sdp_dtype_size(dt));
+    starpu_data_set_name(t->handle, t->name);
+    *out = t;
+    return 0;
+}
+
+void sdp_rt_tensor_release(sdp_rt_tensor_t *t)
+{
+    if (!t || t->is_part)
+        return;
+    if (t->temporary) {
+        starpu_data_unregister_submit(t->handle);
+        free(t);
+        return;
+    }
+    if (t->nparts) {
+        starpu_data_partition_clean(t->handle, (unsigned)t->nparts, t->part_handles);
+        free(t->parts);
+        free(t->part_offsets);
+        free(t->part_handles);
+        free(t->part_lens);
+    }
+    starpu_data_unregister(t->handle);
+    starpu_free_flags(t->data, t->nelems * sdp_dtype_size(t->dtype),
+                      STARPU_MALLOC_PINNED | STARPU_MALLOC_COUNT);
+    free(t);
+}
+
+int sdp_rt_tensor_partition(sdp_rt_tensor_t *t, int nparts, const size_t *part_nelems)
+{
+    size_t total = 0;
+    struct starpu_data_filter f;
+    int i;
+    if (t->temporary || t->nparts || nparts < 1)
+        return sdp_err(-EINVAL,
+                       "tensor %s: cannot partition (temporary, already partitioned, or %d parts)",
+                       t->name, nparts);
+    for (i = 0; i < nparts; i++)
+        total += part_nelems[i];
+    if (total != t->nelems)
+        return sdp_err(-EINVAL, "tensor %s: parts sum to %zu elements, tensor has %zu", t->name,
+                       total, t->nelems);
+    t->parts = calloc((size_t)nparts, sizeof(*t->parts));
+    t->part_offsets = calloc((size_t)nparts, sizeof(size_t));
+    t->part_handles = calloc((size_t)nparts, sizeof(starpu_data_handle_t));
+    t->part_lens = calloc((size_t)nparts, sizeof(uint32_t));
+    if (!t->parts || !t->part_offsets || !t->part_handles || !t->part_lens) {
+        free(t->parts);
+        free(t->part_offsets);
+        free(t->part_handles);
+        free(t->part_lens);
+        t->parts = NULL;
+        return sdp_err(-ENOMEM, "tensor %s: partition of %d parts", t->name, nparts);
+    }
+    total = 0;
+    for (i = 0; i < nparts; i++) {
+        t->part_lens[i] = (uint32_t)part_nelems[i];
+        t->part_offsets[i] = total;
+        total += part_nelems[i];
+    }
+    memset(&f, 0, sizeof(f));
+    f.filter_func = starpu_vector_filter_list;
+    f.nchildren = (unsigned)nparts;
+    f.filter_arg_ptr = t->part_lens;
+    starpu_data_partition_plan(t->handle, &f, t->part_handles);
+    for (i = 0; i < nparts; i++) {
+        struct sdp_rt_tensor *p = &t->parts[i];
+        p->handle = t->part_handles[i];
+        p->dtype = t->dtype;
+        p->nelems = part_nelems[i];
+        p->data = (char *)t->data + t->part_offsets[i] * sdp_dtype_size(t->dtype);
+        p->is_part = 1;
+        snprintf(p->name, sizeof(p->name), "%.48s.%d", t->name, i);
+        starpu_data_set_name(p->handle, p->name);
+    }
+    t->nparts = nparts;
+    return 0;
+}
+
+int sdp_rt_tensor_nparts(const sdp_rt_tensor_t *t)
+{
+    return t->nparts;
+}
+
+sdp_rt_tensor_t *sdp_rt_tensor_part(sdp_rt_tensor_t *t, int i)
+{
+    SDP_ASSERT(i >= 0 && i < t->nparts, "tensor %s has %d parts, part %d asked", t->name, t->nparts,
+               i);
+    return &t->parts[i];
+}
+
+size_t sdp_rt_tensor_part_offset(const sdp_rt_tensor_t *t, int i)
+{
+    SDP_ASSERT(i >= 0 && i < t->nparts, "tensor %s has %d parts, part %d asked", t->name, t->nparts,
+               i);
+    return t->part_offsets[i];
+}
+
+void *sdp_rt_tensor_data(sdp_rt_tensor_t *t)
+{
+    return t->data;
+}
+
+int sdp_rt_tensor_acquire(sdp_rt_tensor_t *t, int write)
+{
+    int rc = starpu_data_acquire(t->handle, write ? STARPU_RW : STARPU_R);
+    if (rc)
+        return sdp_err(rc < 0 ? rc : -EIO, "tensor %s: acquire failed", t->name);
+    return 0;
+}
+
+void sdp_rt_tensor_release_acquire(sdp_rt_tensor_t *t)
+{
+    starpu_data_release(t->handle);
+}
+
+void sdp_rt_tensor_wont_use(sdp_rt_tensor_t *t)
+{
+    starpu_data_wont_use(t->handle);
+}
+
+size_t sdp_rt_tensor_nelems(const sdp_rt_tensor_t *t)
+{
+    return t->nelems;
+}
+
+enum sdp_dtype sdp_rt_tensor_dtype(const sdp_rt_tensor_t *t)
+{
+    return t->dtype;
+}
+
+const char *sdp_rt_tensor_name(const sdp_rt_tensor_t *t)
+{
+    return t->name;
+}
+
+starpu_data_handle_t sdp_rt_tensor_handle(const sdp_rt_tensor_t *t)
+{
+    return t->handle;
+}

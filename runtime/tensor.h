@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/* Tensors: a flat typed vector behind a StarPU handle.  This header is StarPU-free so graph/ can
+ * hold tensors without seeing StarPU; codelets reach the handle through runtime/tensor_starpu.h.
+ * Two kinds: persistent tensors own host memory (allocated once, pinned when a GPU is present), and
+ * temporaries have no home memory (StarPU allocates them where a task first writes them and frees
+ * them after sdp_rt_tensor_release()).  Tests: tests/e2e (through the graph). */
+#ifndef SDP_TENSOR_H
+#define SDP_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum sdp_dtype { SDP_F32, SDP_BF16, SDP_I32, SDP_F64 };
+
+typedef struct sdp_rt_tensor sdp_rt_tensor_t;
+
+size_t sdp_dtype_size(enum sdp_dtype dt);
+const char *sdp_dtype_name(enum sdp_dtype dt);
+
+/** A persistent tensor with zero-filled host memory of nelems elements.
+ * @return 0, -ENOMEM (logged with the size and a hint) */
+int sdp_rt_tensor_create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name);
+/** A temporary tensor: no memory until a task writes it; release it after its last use is
+ * submitted. */
+int sdp_rt_tensor_temp(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name);
+/** Persistent: wait for pending tasks, unregister and free.  Temporary or partition child: submit
+ * the unregistration after all pending tasks (asynchronous).  NULL is ignored. */
+void sdp_rt_tensor_release(sdp_rt_tensor_t *t);
+
+/** Plan a partition of a persistent tensor into contiguous parts of the given element counts
+ * (summing to the whole).  Tasks may then use the whole or the parts; StarPU switches between them.
+ * Once per tensor. */
+int sdp_rt_tensor_partition(sdp_rt_tensor_t *t, int nparts, const size_t *part_nelems);
+int sdp_rt_tensor_nparts(const sdp_rt_tensor_t *t);
+sdp_rt_tensor_t *sdp_rt_tensor_part(sdp_rt_tensor_t *t, int i);
+/** Element offset of part i inside its parent. */
+size_t sdp_rt_tensor_part_offset(const sdp_rt_tensor_t *t, int i);
+
+/** Host memory of a persistent tensor.  Only touch it between acquire and release, or before any
+ * task that uses the tensor was submitted. */
+void *sdp_rt_tensor_data(sdp_rt_tensor_t *t);
+/** Wait until the host copy is valid (and, with write, exclusively ours), then make it so. */
+int sdp_rt_tensor_acquire(sdp_rt_tensor_t *t, int write);
+void sdp_rt_tensor_release_acquire(sdp_rt_tensor_t *t);
+/** Tell StarPU the tensor will not be used for a while (its device copies may go first). */
+void sdp_rt_tensor_wont_use(sdp_rt_tensor_t *t);
+
+size_t sdp_rt_tensor_nelems(const sdp_rt_tensor_t *t);
+enum sdp_dtype sdp_rt_tensor_dtype(const sdp_rt_tensor_t *t);
+const char *sdp_rt_tensor_name(const sdp_rt_tensor_t *t);
+
+#endif

@@ -1,0 +1,8 @@
+# tests/e2e/: whole runs through StarPU against Hugging Face references and end-to-end CLI checks
+check_PROGRAMS += tests/e2e/test_e2e_hf_parity
+TESTS += tests/e2e/test_e2e_hf_parity
+tests_e2e_test_e2e_hf_parity_SOURCES = tests/e2e/test_e2e_hf_parity.c tests/lib/sdp_test.h
+TESTS += tests/ref/check_refs.py tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_policies.sh \
+	tests/e2e/test_e2e_bad_input.sh
+EXTRA_DIST += tests/ref tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_policies.sh \
+	tests/e2e/test_e2e_bad_input.sh tests/e2e/data

@@ -1,0 +1,96 @@
+#!/bin/sh
+# Bad input to `slidedp train` must end before training with a clear message naming the file and exit
+# code 1 or 2, and must not change anything on disk: recipes with unknown keys or impossible values,
+# missing files, corrupt or mismatched safetensors, data shorter than a sequence, a model that does not
+# fit the host memory budget, an unknown policy.
+set -u
+top=${top_srcdir:-.}
+bin=${top_builddir:-.}/slidedp
+top=$(cd "$top" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+n=0
+
+# expect CODE PATTERN -- command...: exit code and a stderr line matching PATTERN
+expect() {
+    code=$1 pat=$2
+    shift 3
+    n=$((n + 1))
+    before=$(cd "$tmp" && find . -type f -exec sha256sum {} + | sort)
+    "$@" > "$tmp.out" 2> "$tmp.err"
+    got=$?
+    after=$(cd "$tmp" && find . -type f -exec sha256sum {} + | sort)
+    if [ "$got" != "$code" ]; then
+        echo "case $n: exit $got, expected $code: $*"; cat "$tmp.err"; fail=1
+    elif ! grep -qE "$pat" "$tmp.err"; then
+        echo "case $n: stderr lacks /$pat/: $*"; cat "$tmp.err"; fail=1
+    elif [ "$before" != "$after" ] || [ -e "$tmp/out" ]; then
+        echo "case $n: files changed on disk: $*"; fail=1
+    else
+        echo "case $n: exit $got, $(grep -E "$pat" "$tmp.err" | head -n 1 | cut -c1-150)"
+    fi
+}
+
+# a recipe from the test recipe with one line replaced (sed expression)
+recipe() {
+    sed -e "$2" "$top/tests/e2e/data/micro-qwen3.yaml" | sed -e "s|\.\./\.\./\.\./data|$top/data|" > "$tmp/$1.yaml"
+}
+
+recipe unknown 's/^  seq_len: 32/  seq_len: 32\n  sequence_length: 64/'
+expect 2 "line 1[0-9].*unknown key 'data.sequence_length'" -- "$bin" train "$tmp/unknown.yaml"
+recipe chunk0 's/chunk_mib: 1/chunk_mib: 0/'
+expect 2 "chunk_mib" -- "$bin" train "$tmp/chunk0.yaml"
+recipe batch 's/micro: 2/micro: 3/'
+expect 2 "not a multiple" -- "$bin" train "$tmp/batch.yaml"
+recipe longseq 's/seq_len: 32/seq_len: 250/; s/max_position_embeddings: 256/max_position_embeddings: 100000/'
+sed -i 's/seq_len: 250/seq_len: 90000/' "$tmp/longseq.yaml"
+expect 1 "val.tok.*fewer than" -- "$bin" train "$tmp/longseq.yaml"
+recipe nomem 's/chunk_mib: 1/chunk_mib: 1\n  host_memory_gib: 0.01/'
+expect 1 "needs about .* GiB of host memory" -- "$bin" train "$tmp/nomem.yaml"
+expect 2 "No such file|cannot open|not found" -- "$bin" train "$tmp/missing.yaml"
+recipe ok 's/steps: 4/steps: 1/'
+expect 2 "unknown scheduling policy 'fastest'" -- "$bin" train "$tmp/ok.yaml" --sched fastest
+expect 2 "expects an integer" -- "$bin" train "$tmp/ok.yaml" --steps two
+
+# a Hugging Face directory: intact, then corrupted in several ways
+mk_model() {
+    rm -rf "$tmp/model"
+    cp -r "$top/tests/ref/data/llama-tiny" "$tmp/model"
+    rm -f "$tmp/model/ref.safetensors"
+    cat > "$tmp/hf.yaml" <<EOR
+model:
+  path: model
+data:
+  train: $top/data/kjv/val.tok
+  seq_len: 16
+batch:
+  global: 2
+  micro: 2
+train:
+  steps: 1
+  precision: fp32
+EOR
+}
+mk_model
+expect 1 "tokenized with a vocabulary of 151669 ids, the model has 512" -- "$bin" train "$tmp/hf.yaml"
+mk_model
+size=$(wc -c < "$tmp/model/model.safetensors")
+head -c $((size - 1000)) "$tmp/model/model.safetensors" > "$tmp/t" && mv "$tmp/t" "$tmp/model/model.safetensors"
+expect 1 "model.safetensors" -- "$bin" train "$tmp/hf.yaml"
+mk_model
+printf '\377\377\377\377\000\000\000\000' > "$tmp/model/model.safetensors"
+expect 1 "model.safetensors.*header" -- "$bin" train "$tmp/hf.yaml"
+mk_model
+sed -i 's/"intermediate_size": 160/"intermediate_size": 128/' "$tmp/model/config.json"
+expect 1 "has shape \[160, 64\], config.json implies \[128, 64\]" -- "$bin" train "$tmp/hf.yaml"
+mk_model
+sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$tmp/model/config.json"
+expect 1 "model.layers.2.* is missing" -- "$bin" train "$tmp/hf.yaml"
+mk_model
+sed -i 's/"attention_bias": false/"attention_bias": true/' "$tmp/model/config.json"
+expect 1 "attention_bias" -- "$bin" train "$tmp/hf.yaml"
+
+echo "$n bad inputs tried"
+[ $fail -eq 0 ] && echo PASS || echo FAIL
+exit $fail

@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: MIT */
+/* Whole-model parity with Hugging Face transformers (the reference files of tests/ref/, written by
+ * tests/ref/gen_hf_ref.py from a tiny Qwen3 (tied) and a tiny Llama (untied, llama3 rope scaling)):
+ * logits, loss and every parameter gradient at step 0, then the losses of 10 AdamW steps with
+ * gradient clipping on a fixed batch.  fp32 mode against fp32 transformers; bf16 mode (bf16 working
+ * weights) against the same fp32 reference with bf16 tolerances.  Also checks that accumulating the
+ * batch in two micro-batches gives the same gradients.  Runs through StarPU with CPU workers. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codelets/sdp_tasks.h"
+#include "graph/step.h"
+#include "runtime/hfconfig.h"
+#include "runtime/init.h"
+#include "runtime/safetensors.h"
+#include "runtime/state.h"
+#include "tests/lib/sdp_test.h"
+
+/* ---- tolerances ----
+ * fp32 loss: both sides compute the same fp32 graph with different summation orders; the loss is a
+ * mean of log-sum-exps over V = 512 logits, each an fp32 dot product of C = 64 terms, after two
+ * layers. Forward rounding errors are O(k u32) with k <= 512 (~3e-5 worst case, ~1e-6 typical), so
+ * the 1e-5 relative bound of the issue holds with a margin; measured: see LOSS_* below. fp32
+ * gradients: compared by relative Frobenius norm ||g - ref|| / ||ref||.  Backward chains ~20 fp32
+ * ops of reductions up to k = 512 terms; a norm-wise bound of sqrt(20) * sqrt(512) * u32 ~ 6e-6 is
+ * the typical (random-walk) size.  Measured worst tensor when added: 8e-7 (q/k norms, small
+ * tensors). Threshold 1e-4 = ~16x the typical bound, so a real bug (errors ~1e-2 or more) cannot
+ * pass. fp32 10-step losses: AdamW normalises updates, so a relative gradient error e moves each
+ * weight by at most ~lr * e per step; after 10 steps at lr 1e-2 the loss moves by far less than
+ * 1e-4 relative. bf16 (working weights rounded to bf16, u_bf16 = 2^-8): each weight carries a
+ * relative error <= 2^-9, so logits and loss move by O(sqrt(C) * 2^-9) relative ~ 1.6e-2 worst; the
+ * style guide's e2e bf16 bound 5e-2 for the loss; gradients 5e-2 relative norm for the same reason.
+ * bf16 10-step losses: the trajectories separate as the model overfits the batch, because AdamW
+ * normalises every update: a parameter whose true gradient is below the bf16 noise floor still
+ * moves by ~lr per step in a noise-driven direction.  Measured when added: 8.8e-3 (qwen3-tiny)
+ * and 8.3e-2 (llama-tiny, step 9, loss 2.15 vs 1.98); threshold 2x the worst measured, as the style
+ * guide asks. */
+#define LOSS_RTOL_F32   1e-5
+#define GRAD_RTOL_F32   1e-4
+#define STEPS_RTOL_F32  1e-4
+#define LOGIT_RTOL_F32  1e-4 /* relative norm over all logits */
+#define LOSS_RTOL_BF16  5e-2
+#define GRAD_RTOL_BF16  5e-2
+#define STEPS_RTOL_BF16 1.7e-1
+#define LOGIT_RTOL_BF16 5e-2
+
+struct ref {
+    sdp_st_t *st;
+    int B, T, V;
+    int32_t *ids, *targets;
+    float loss;
+    float *logits;
+    float losses[10];
+    double lr, beta1, beta2, eps, wd, max_norm;
+};
+
+static float *read_f32(sdp_st_t *st, const char *name, size_t *n)
+{
+    const struct sdp_st_tensor *t = sdp_st_find(st, name);
+    float *p;
+    if (!t) {
+        fprintf(stderr, "reference tensor %s missing\nFAIL\n", name);
+        exit(1);
+    }
+    p = sdp_test_alloc(t->nelems * sizeof(float));
+    if (sdp_st_read_f32(st, t, p, t->nelems)) {
+        fprintf(stderr, "cannot read reference tensor %s\nFAIL\n", name);
+        exit(1);
+    }
+    if (n)
+        *n = t->nelems;
+    return p;
+}
+
+static double meta(sdp_st_t *st, const char *key)
+{
+    const char *v = sdp_st_metadata(st, key);
+    if (!v) {
+        fprintf(stderr, "reference metadata %s missing\nFAIL\n", key);
+        exit(1);
+    }
+    return atof(v);
+}
+
+static void load_ref(struct ref *r, const char *dir)
+{
+    char path[4400];
+    const struct sdp_st_tensor *t;
+    float *tmp;
+    snprintf(path, sizeof(path), "%s/ref.safetensors", dir);
+    if (sdp_st_open(path, &r->st)) {
+        fprintf(stderr, "cannot open %s\nFAIL\n", path);
+        exit(1);
+    }
+    t = sdp_st_find(r->st, "ids");
+    r->B = (int)t->shape[0];
+    r->T = (int)t->shape[1];
+    r->ids = sdp_test_alloc(t->nelems * sizeof(int32_t));
+    r->targets = sdp_test_alloc(t->nelems * sizeof(int32_t));
+    if (sdp_st_read_i32(r->st, t, r->ids, t->nelems) ||
+        sdp_st_read_i32(r->st, sdp_st_find(r->st, "targets"), r->targets, t->nelems)) {
+        fprintf(stderr, "cannot read ids/targets\nFAIL\n");
+        exit(1);
+    }
+    tmp = read_f32(r->st, "loss", NULL);
+    r->loss = tmp[0];
+    free(tmp);
+    tmp = read_f32(r->st, "losses", NULL);
+    memcpy(r->losses, tmp, sizeof(r->losses));
+    free(tmp);
+    r->logits = read_f32(r->st, "logits", NULL);
+    r->V = (int)sdp_st_find(r->st, "logits")->shape[2];
+    r->lr = meta(r->st, "lr");
+    r->beta1 = meta(r->st, "beta1");
+    r->beta2 = meta(r->st, "beta2");
+    r->eps = meta(r->st, "eps");
+    r->wd = meta(r->st, "weight_decay");
+    r->max_norm = meta(r->st, "max_grad_norm");
+}
+
+static double rel_norm_err(const float *x, const float *ref, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)x[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static int check_scalar(const char *what, double x, double ref, double rtol)
+{
+    double rel = fabs(x - ref) / fabs(ref);
+    int bad = !(rel <= rtol);
+    printf("  %-34s ours %.8f ref %.8f rel %.2e (%.0f%% of %.0e) %s\n", what, x, ref, rel,
+           100.0 * rel / rtol, rtol, bad ? "FAIL" : "ok");
+    return bad;
+}
+
+static struct sdp_graph_conf graph_conf(const struct ref *r, int micro, int nmicro)
+{
+    struct sdp_graph_conf gc = { 0 };
+    gc.micro_batch = micro;
+    gc.n_micro = nmicro;
+    gc.seq_len = r->T;
+    gc.recompute = 1;
+    gc.beta1 = r->beta1;
+    gc.beta2 = r->beta2;
+    gc.eps = r->eps;
+    gc.weight_decay = r->wd;
+    gc.max_grad_norm = r->max_norm;
+    return gc;
+}
+
+/* One configuration: logits, loss and gradients at step 0, then 10 AdamW steps. */
+static int run_case(const char *dir, const struct ref *r, const struct sdp_model_cfg *cfg, int bf16,
+                    int micro, int recompute)
+{
+    struct sdp_state st;
+    sdp_graph_t *g = NULL;
+    struct sdp_graph_conf gc = graph_conf(r, micro, r->B / micro);
+    struct sdp_step_result res;
+    double worst = 0.0;
+    const char *worst_name = "";
+    int bad = 0;
+    float *logits = NULL;
+    gc.recompute = recompute;
+    printf("%s: %s, micro-batch %d x %d, %s\n", dir, bf16 ? "bf16" : "fp32", gc.n_micro, micro,
+           recompute ? "recompute" : "keep activations");
+    if (sdp_state_create(&st, cfg, bf16 ? SDP_BF16 : SDP_F32, 16384) ||
+        sdp_state_load_hf(&st, dir) || sdp_graph_create(&g, &st, &gc)) {
+        printf("setup failed\n");
+        return 1;
+    }
+    /* logits of the first micro-batch */
+    logits = sdp_test_alloc((size_t)micro * r->T * r->V * sizeof(float));
+    if (sdp_graph_logits(g, r->ids, micro, logits)) {
+        printf("logits failed\n");
+        return 1;
+    }
+    {
+        double e = rel_norm_err(logits, r->logits, (size_t)micro * r->T * r->V);
+        double tol = bf16 ? LOGIT_RTOL_BF16 : LOGIT_RTOL_F32;
+        printf("  %-34s rel-norm err %.2e (%.0f%% of %.0e) %s\n", "logits", e, 100 * e / tol, tol,
+               e <= tol ? "ok" : "FAIL");
+        bad |= !(e <= tol);
+    }
+    free(logits);
+    /* step 0 without update: loss and gradients */
+    if (sdp_graph_step(g, 0, r->ids, r->targets, r->lr, 0, &res)) {
+        printf("step failed\n");
+        return 1;
+    }
+    bad |= check_scalar("loss", res.loss, r->loss, bf16 ? LOSS_RTOL_BF16 : LOSS_RTOL_F32);
+    for (int gi = 0; gi < st.ngroups; gi++) {
+        struct sdp_group_state *gs = &st.groups[gi];
+        const float *gp;
+        if (sdp_rt_tensor_acquire(gs->grad, 0))
+            return 1;
+        gp = sdp_rt_tensor_data(gs->grad);
+        for (int i = 0; i < gs->ntensors; i++) {
+            const struct sdp_param_desc *d = &gs->tensors[i];
+            char name[160];
+            size_t n = (size_t)d->rows * d->cols;
+            float *ref;
+            double e, tol = bf16 ? GRAD_RTOL_BF16 : GRAD_RTOL_F32;
+            snprintf(name, sizeof(name), "grad.%s", d->hf_name);
+            ref = read_f32(r->st, name, NULL);
+            e = rel_norm_err(gp + d->offset, ref, n);
+            if (e > worst) {
+                worst = e;
+                worst_name = d->hf_name;
+            }
+            if (!(e <= tol)) {
+                printf("  %-34s rel-norm err %.2e > %.0e  FAIL (first: ours %.6e ref %.6e)\n",
+                       d->hf_name, e, tol, gp[d->offset], ref[0]);
+                bad = 1;
+            }
+            free(ref);
+        }
+        sdp_rt_tensor_release_acquire(gs->grad);
+    }
+    printf("  %-34s worst rel-norm err %.2e (%s) %s\n", "gradients", worst, worst_name,
+           bad ? "" : "ok");
+    sdp_graph_destroy(g);
+    sdp_state_destroy(&st);
+
+    /* 10 AdamW steps from the same weights */
+    if (sdp_state_create(&st, cfg, bf16 ? SDP_BF16 : SDP_F32, 16384) ||
+        sdp_state_load_hf(&st, dir) || sdp_graph_create(&g, &st, &gc))
+        return 1;
+    {
+        double worst_l = 0.0, tol = bf16 ? STEPS_RTOL_BF16 : STEPS_RTOL_F32;
+        int worst_k = 0;
+        for (int k = 0; k < 10; k++) {
+            double e;
+            if (sdp_graph_step(g, k, r->ids, r->targets, r->lr, 1, &res))
+                return 1;
+            e = fabs(res.loss - r->losses[k]) / fabs(r->losses[k]);
+            if (e > worst_l) {
+                worst_l = e;
+                worst_k = k;
+            }
+        }
+        printf("  %-34s last %.6f ref %.6f, worst rel err %.2e at step %d (%.0f%% of %.0e) %s\n",
+               "10 AdamW steps", res.loss, r->losses[9], worst_l, worst_k, 100 * worst_l / tol, tol,
+               worst_l <= tol ? "ok" : "FAIL");
+        bad |= !(worst_l <= tol);
+    }
+    sdp_rt_wait_all();
+    sdp_graph_destroy(g);
+    sdp_state_destroy(&st);
+    return bad;
+}
+
+int main(void)
+{
+    const char *top = getenv("top_srcdir");
+    const char *models[] = { "qwen3-tiny", "llama-tiny" };
+    struct sdp_rt_conf rc = { 0 };
+    int nfail = 0;
+    if (!top)
+        top = ".";
+    rc.ncpus = 2;
+    if (sdp_rt_init(&rc) || sdp_tasks_init()) {
+        printf("cannot start StarPU\nFAIL\n");
+        return 1;
+    }
+    for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
+        char dir[4200];
+        struct ref r = { 0 };
+        struct sdp_model_cfg cfg;
+        snprintf(dir, sizeof(dir), "%s/tests/ref/data/%s", top, models[m]);
+        if (sdp_hfconfig_load(dir, &cfg)) {
+            printf("cannot load %s/config.json\nFAIL\n", dir);
+            return 1;
+        }
+        load_ref(&r, dir);
+        nfail += run_case(dir, &r, &cfg, 0, r.B, 1);     /* fp32, one micro-batch */
+        nfail += run_case(dir, &r, &cfg, 0, r.B / 2, 1); /* fp32, gradient accumulation */
+        nfail += run_case(dir, &r, &cfg, 0, r.B / 2, 0); /* fp32, activations kept */
+        nfail += run_case(dir, &r, &cfg, 1, r.B, 1);     /* bf16 working weights */
+        sdp_st_close(r.st);
+        free(r.ids);
+        free(r.targets);
+        free(r.logits);
+    }
+    sdp_rt_shutdown();
+    printf("%s\n", nfail ? "FAIL" : "PASS");
+    return nfail ? 1 : 0;
+}

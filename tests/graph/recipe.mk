@@ -1,0 +1,4 @@
+# tests/graph/recipe.mk: tests of YAML training recipes (included by Makefile.am)
+check_PROGRAMS += tests/graph/test_recipe
+TESTS += tests/graph/test_recipe
+tests_graph_test_recipe_SOURCES = tests/graph/test_recipe.c

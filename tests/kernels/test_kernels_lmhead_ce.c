@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/* Checks the fused LM head + cross-entropy (blocked BLAS version with several block sizes, and the
+ * fp64 triple-loop version) against an fp64 oracle written here: loss sum, valid count, dh and the
+ * accumulated dw, with ignored targets (a whole ignored block too), large logits and N = 1.  The
+ * oracle's gradient is checked against finite differences of its loss. */
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codelets/cpu/sdp_cpu_kernels.h"
+#include "tests/lib/sdp_test.h"
+
+/* Error model of the blocked fp32 kernel in units of u32 (checked with SDP_SAFETY u32), per row n
+ * with Zn = max_v sum_c |h_nc w_vc| and Mn = max_v |z_nv|:
+ *  logits: sgemm over C terms:                    C Zn (absolute)
+ *  p = expf(z - max): two logit errors, the subtraction, expf:   rho = 2 C Zn + 2 Mn + 4
+ *  loss_n = lse - z_t:                            rho + C Zn + 2
+ *  g_nv = scale (p/sum - onehot): Eg = scale (P (rho + 3) + onehot)
+ *  dh_nc = sum_v g w (sgemm, V terms):  sum_v (Eg + (V + 1) |g|) |w_vc|
+ *  dw_vc = dw0 + sum_n g h, one sgemm of <= N terms per block plus one accumulation per block:
+ *          sum_n (Eg + (N + nblocks + 1) |g|) |h_nc| + nblocks |dw0| */
+struct oracle {
+    double loss, kloss;
+    int nvalid;
+    double *dh, *kdh, *dw, *kdw;
+};
+
+static void oracle_run(struct oracle *o, const double *h, const double *w, const int32_t *tgt,
+                       int N, int C, int V, double scale, const double *dw0, int nblocks)
+{
+    double *z = sdp_test_alloc((size_t)V * 8), *Eg = sdp_test_alloc((size_t)V * 8);
+
+    o->loss = o->kloss = 0.0;
+    o->nvalid = 0;
+    for (size_t i = 0; i < (size_t)V * C; i++) {
+        o->dw[i] = dw0 ? dw0[i] : 0.0;
+        o->kdw[i] = dw0 ? nblocks * fabs(dw0[i]) : 0.0;
+    }
+    for (int n = 0; n < N; n++) {
+        const double *hn = h + (size_t)n * C;
+        for (int c = 0; c < C; c++)
+            o->dh[(size_t)n * C + c] = o->kdh[(size_t)n * C + c] = 0.0;
+        if (tgt[n] < 0)
+            continue;
+        double mx = -INFINITY, Z = 0.0, M = 0.0, sum = 0.0;
+        for (int v = 0; v < V; v++) {
+            double d = 0.0, a = 0.0;
+            for (int c = 0; c < C; c++) {
+                d += hn[c] * w[(size_t)v * C + c];
+                a += fabs(hn[c] * w[(size_t)v * C + c]);
+            }
+            z[v] = d;
+            mx = d > mx ? d : mx;
+            Z = a > Z ? a : Z;
+            M = fabs(d) > M ? fabs(d) : M;
+        }
+        for (int v = 0; v < V; v++)
+            sum += exp(z[v] - mx);
+        const double lse = mx + log(sum), rho = 2.0 * C * Z + 2 * M + 4;
+        o->loss += lse - z[tgt[n]];
+        o->kloss += rho + C * Z + 2;
+        o->nvalid++;
+        for (int v = 0; v < V; v++) {
+            const double P = exp(z[v] - lse);
+            z[v] = scale * (P - (v == tgt[n])); /* now g */
+            Eg[v] = fabs(scale) * (P * (rho + 3) + (v == tgt[n]));
+        }
+        for (int v = 0; v < V; v++)
+            for (int c = 0; c < C; c++) {
+                const double wv = w[(size_t)v * C + c];
+                o->dh[(size_t)n * C + c] += z[v] * wv;
+                o->kdh[(size_t)n * C + c] += (Eg[v] + (V + 1) * fabs(z[v])) * fabs(wv);
+                o->dw[(size_t)v * C + c] += z[v] * hn[c];
+                o->kdw[(size_t)v * C + c] += (Eg[v] + (N + nblocks + 1) * fabs(z[v])) * fabs(hn[c]);
+            }
+    }
+    free(z), free(Eg);
+}
+
+static int check_oracle_fd(void)
+{
+    enum { N = 3, C = 4, V = 5 };
+    struct sdp_rng rng = { 31 };
+    const int32_t tgt[N] = { 2, -1, 4 };
+    double h[N * C], w[V * C], dh[N * C], dw[V * C], kdh[N * C], kdw[V * C], worst = 0.0;
+    struct oracle o = { .dh = dh, .kdh = kdh, .dw = dw, .kdw = kdw };
+    double an[N * C + V * C];
+
+    for (int i = 0; i < N * C; i++)
+        h[i] = sdp_rng_normal(&rng, 1.0f);
+    for (int i = 0; i < V * C; i++)
+        w[i] = sdp_rng_normal(&rng, 1.0f);
+    oracle_run(&o, h, w, tgt, N, C, V, 1.0, NULL, 1);
+    memcpy(an, dh, sizeof(dh));
+    memcpy(an + N * C, dw, sizeof(dw));
+    for (int i = 0; i < N * C + V * C; i++) {
+        double *p = i < N * C ? &h[i] : &w[i - N * C];
+        const double step = 1e-6, save = *p;
+        *p = save + step;
+        oracle_run(&o, h, w, tgt, N, C, V, 1.0, NULL, 1);
+        const double lp = o.loss;
+        *p = save - step;
+        oracle_run(&o, h, w, tgt, N, C, V, 1.0, NULL, 1);
+        const double lm = o.loss;
+        *p = save;
+        const double e = fabs((lp - lm) / (2 * step) - an[i]) / (1.0 + fabs(an[i]));
+        worst = e > worst ? e : worst;
+    }
+    const int bad = !(worst < 1e-7); /* central differences: ~h^2 + 1e-16/h */
+    printf("oracle gradient vs finite differences: max rel err %.3g (allowed 1e-7)  %s\n", worst,
+           bad ? "BAD" : "ok");
+    return bad;
+}
+
+static int check_loss(const char *name, double loss, int nvalid, const struct oracle *o)
+{
+    const double err = fabs(loss - o->loss), allowed = SDP_SAFETY * SDP_U32 * o->kloss;
+    const int bad = !(err <= allowed) || nvalid != o->nvalid;
+    printf("%-34s loss %.12g ref %.12g |err| %.3g (%.1f%% of allowed)  nvalid %d ref %d  %s\n",
+           name, loss, o->loss, err, allowed > 0 ? 100.0 * err / allowed : 0.0, nvalid, o->nvalid,
+           bad ? "BAD" : "ok");
+    return bad;
+}
+
+static int run_case(struct sdp_rng *rng, int N, int C, int V, float hamp, const char *label)
+{
+    const size_t nh = (size_t)N * C, nw = (size_t)V * C;
+    float *h = sdp_test_alloc(nh * 4), *w = sdp_test_alloc(nw * 4), *dw0 = sdp_test_alloc(nw * 4);
+    float *dh = sdp_test_alloc(nh * 4), *dw = sdp_test_alloc(nw * 4);
+    int32_t *tgt = sdp_test_alloc((size_t)N * 4);
+    double *hd = sdp_test_alloc(nh * 8), *wd = sdp_test_alloc(nw * 8),
+           *dw0d = sdp_test_alloc(nw * 8);
+    struct oracle o = { .dh = sdp_test_alloc(nh * 8),
+                        .kdh = sdp_test_alloc(nh * 8),
+                        .dw = sdp_test_alloc(nw * 8),
+                        .kdw = sdp_test_alloc(nw * 8) };
+    static const int blocks[] = { 1, 8, 37, 64 };
+    char name[96];
+    int nfail = 0;
+
+    sdp_fill_normal(rng, h, nh, hamp);
+    sdp_fill_normal(rng, w, nw, 1.0f);
+    sdp_fill_normal(rng, dw0, nw, 0.01f);
+    int nv = 0;
+    for (int n = 0; n < N; n++) {
+        /* ignore about one in four, and all of rows 8..15 (a whole block of 8) */
+        tgt[n] = (sdp_rng_next(rng) % 4 == 0 || (n >= 8 && n < 16)) ? -1 : (int32_t)(n * 7 % V);
+        nv += tgt[n] >= 0;
+    }
+    if (N == 1)
+        tgt[0] = V - 1;
+    const float scale = 1.0f / (float)(nv > 0 ? nv : 1);
+    for (size_t i = 0; i < nh; i++)
+        hd[i] = h[i];
+    for (size_t i = 0; i < nw; i++) {
+        wd[i] = w[i];
+        dw0d[i] = dw0[i];
+    }
+    printf("-- %s: N=%d C=%d V=%d, h amp %g\n", label, N, C, V, (double)hamp);
+
+    for (size_t b = 0; b <= sizeof(blocks) / sizeof(blocks[0]); b++) {
+        const int rpb = b < sizeof(blocks) / sizeof(blocks[0]) ? blocks[b] : 0; /* 0: _ref */
+        const int nblocks = rpb ? (N + rpb - 1) / rpb : 1;
+        double loss;
+        int nvalid;
+        oracle_run(&o, hd, wd, tgt, N, C, V, scale, dw0d, nblocks);
+        memcpy(dw, dw0, nw * 4);
+        memset(dh, 0x7f, nh * 4);
+        if (rpb) {
+            float *scratch = sdp_test_alloc((size_t)rpb * V * 4);
+            sdp_cpu_lmhead_ce(&loss, &nvalid, dh, dw, h, w, tgt, N, C, V, scale, scratch, rpb);
+            free(scratch);
+            snprintf(name, sizeof(name), "lmhead_ce rows/block %d", rpb);
+        } else {
+            sdp_cpu_lmhead_ce_ref(&loss, &nvalid, dh, dw, h, w, tgt, N, C, V, scale);
+            snprintf(name, sizeof(name), "lmhead_ce_ref");
+        }
+        nfail += check_loss(name, loss, nvalid, &o);
+        nfail += sdp_check("  dh", dh, o.dh, o.kdh, nh, SDP_SAFETY * SDP_U32, 0.0);
+        nfail += sdp_check("  dw", dw, o.dw, o.kdw, nw, SDP_SAFETY * SDP_U32, 0.0);
+        /* ignored rows: exactly zero gradient */
+        int nz = 0;
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < C && tgt[n] < 0; c++)
+                nz += dh[(size_t)n * C + c] != 0.0f;
+        if (nz) {
+            printf("  %d dh elements of ignored rows are not 0  BAD\n", nz);
+            nfail++;
+        }
+    }
+    free(h), free(w), free(dw0), free(dh), free(dw), free(tgt), free(hd), free(wd), free(dw0d);
+    free(o.dh), free(o.kdh), free(o.dw), free(o.kdw);
+    return nfail;
+}
+
+int main(void)
+{
+    struct sdp_rng rng = { 37 };
+    int nfail = 0;
+
+    nfail += check_oracle_fd();
+    nfail += run_case(&rng, 37, 32, 211, 1.0f, "random");
+    nfail += run_case(&rng, 20, 16, 97, 8.0f, "large logits");
+    nfail += run_case(&rng, 1, 8, 5, 1.0f, "N=1");
+    nfail += run_case(&rng, 64, 64, 4099, 0.3f, "wide vocabulary");
+    return sdp_test_finish(nfail);
+}

@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Generate Hugging Face reference data for the forward/backward/AdamW parity tests.
+
+For each tiny model ("qwen3-tiny": Qwen3, tied embeddings; "llama-tiny": Llama with
+llama3 RoPE scaling, untied head) this writes into <out>/<name>/:
+  config.json, model.safetensors   the initial weights (transformers save_pretrained)
+  ref.safetensors                  ids, targets, logits, loss, grad.<param>, losses,
+                                   grad_norm, hyperparameters in the metadata
+Everything runs in fp32 on the CPU from a fixed seed. The runtime's parity tests load
+these files and compare their own forward, backward and optimizer steps against them.
+See tests/ref/README.md. Usage: gen_hf_ref.py [--out DIR] [--only NAME]
+"""
+
+import argparse
+import inspect
+import json
+import math
+import os
+import sys
+
+import torch
+import transformers
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+SEED = 1234
+B, T = 2, 16
+IGNORE = -100
+IGNORED_POS = (1, 3)  # labels[1, 3] = IGNORE
+HP = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
+      "max_grad_norm": 1.0, "steps": 10}
+
+COMMON = dict(vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16, rope_theta=10000.0,
+              rms_norm_eps=1e-6, max_position_embeddings=128, attn_implementation="eager")
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+
+MODELS = {
+    "qwen3-tiny": (Qwen3Config, Qwen3ForCausalLM, dict(tie_word_embeddings=True)),
+    "llama-tiny": (LlamaConfig, LlamaForCausalLM,
+                   dict(tie_word_embeddings=False, rope_scaling=LLAMA3_ROPE)),
+}
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def make_config(name):
+    cfg_cls, _, extra = MODELS[name]
+    kw = dict(COMMON)
+    kw.update(extra)
+    return cfg_cls(**kw)
+
+
+def check_rope(name, model, cfg):
+    """Print inv_freq before/after scaling; for llama3 check all three regimes occur."""
+    hd = cfg.head_dim
+    theta = COMMON["rope_theta"]
+    base = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    got = model.model.rotary_emb.inv_freq.double()
+    log("  %s inv_freq unscaled: %s" % (name, " ".join("%.6g" % v for v in base.tolist())))
+    log("  %s inv_freq model   : %s" % (name, " ".join("%.6g" % v for v in got.tolist())))
+    if name != "llama-tiny":
+        if not torch.allclose(got, base, rtol=1e-6, atol=0):
+            raise SystemExit("%s: unexpected RoPE scaling" % name)
+        return
+    # Independent llama3 formula (Meta's reference apply_scaling): wavelengths below
+    # orig/high_freq_factor keep their frequency, above orig/low_freq_factor are divided by
+    # factor, and the band in between is interpolated.
+    r = LLAMA3_ROPE
+    lo_wl = r["original_max_position_embeddings"] / r["low_freq_factor"]
+    hi_wl = r["original_max_position_embeddings"] / r["high_freq_factor"]
+    want, kinds = [], []
+    for f in base.tolist():
+        wl = 2 * math.pi / f
+        if wl < hi_wl:
+            want.append(f)
+            kinds.append("kept")
+        elif wl > lo_wl:
+            want.append(f / r["factor"])
+            kinds.append("/factor")
+        else:
+            s = (r["original_max_position_embeddings"] / wl - r["low_freq_factor"]) / (
+                r["high_freq_factor"] - r["low_freq_factor"])
+            want.append((1 - s) * f / r["factor"] + s * f)
+            kinds.append("smoothed")
+    log("  %s llama3 regimes   : %s" % (name, " ".join(kinds)))
+    if not torch.allclose(got, torch.tensor(want, dtype=torch.float64), rtol=1e-6, atol=0):
+        raise SystemExit("%s: inv_freq differs from the llama3 formula" % name)
+    if len(set(kinds)) != 3:
+        raise SystemExit("%s: RoPE scaling does not exercise all three regimes" % name)
+
+
+def build(name):
+    cfg = make_config(name)
+    _, model_cls, _ = MODELS[name]
+    torch.manual_seed(SEED)
+    model = model_cls(cfg).float()  # _init_weights: normal(0, initializer_range=0.02)
+    gen = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if p.ndim == 1:
+                if "norm" not in pname:
+                    raise SystemExit("%s: unexpected 1-D parameter %s" % (name, pname))
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+    return cfg, model
+
+
+def make_batch(cfg):
+    gen = torch.Generator().manual_seed(SEED + 2)
+    ids = torch.randint(0, cfg.vocab_size, (B, T), generator=gen, dtype=torch.int64)
+    labels = ids.clone()
+    labels[IGNORED_POS] = IGNORE
+    targets = torch.full((B, T), IGNORE, dtype=torch.int64)
+    targets[:, :T - 1] = labels[:, 1:]
+    return ids, labels, targets
+
+
+def save_model(model, outdir):
+    kw = {}
+    if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:
+        kw["safe_serialization"] = True
+    model.save_pretrained(outdir, **kw)
+    gc = os.path.join(outdir, "generation_config.json")
+    if os.path.exists(gc):
+        os.unlink(gc)  # not used by the runtime
+
+
+def generate(name, outroot):
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    outdir = os.path.join(outroot, name)
+    os.makedirs(outdir, exist_ok=True)
+    log("%s:" % name)
+    cfg, model = build(name)
+    check_rope(name, model, cfg)
+    save_model(model, outdir)
+    ids, labels, targets = make_batch(cfg)
+
+    params = [(n, p) for n, p in model.named_parameters()]  # tied params appear once
+    decay = [p for n, p in params if p.ndim >= 2]
+    no_decay = [p for n, p in params if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": HP["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=HP["lr"], betas=(HP["beta1"], HP["beta2"]), eps=HP["eps"],
+                            foreach=False)
+    model.train()
+    out = {"ids": ids.to(torch.int32), "targets": targets.to(torch.int32)}
+    losses, norms = [], []
+    for step in range(HP["steps"]):
+        opt.zero_grad(set_to_none=True)
+        res = model(input_ids=ids, labels=labels)
+        res.loss.backward()
+        if step == 0:
+            out["logits"] = res.logits.detach().float().clone()
+            out["loss"] = res.loss.detach().float().reshape(1).clone()
+            for n, p in params:
+                out["grad." + n] = p.grad.detach().float().clone()  # before clipping
+        norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], HP["max_grad_norm"])
+        losses.append(res.loss.item())
+        norms.append(float(norm))
+        opt.step()
+    out["losses"] = torch.tensor(losses, dtype=torch.float32)
+    out["grad_norm"] = torch.tensor(norms, dtype=torch.float32)
+
+    # Independent check of the shifted targets: mean CE over valid targets.
+    lp = torch.log_softmax(out["logits"].double(), dim=-1)
+    valid = targets != IGNORE
+    ce = -lp[valid, targets[valid]].mean()
+    if abs(ce.item() - out["loss"].item()) > 1e-5 * abs(ce.item()):
+        raise SystemExit("%s: loss %.8g != CE over shifted targets %.8g"
+                         % (name, out["loss"].item(), ce.item()))
+
+    meta = {k: repr(v) if isinstance(v, float) else str(v) for k, v in HP.items()}
+    meta.update({"model": name, "seed": str(SEED), "B": str(B), "T": str(T),
+                 "ignore_index": str(IGNORE), "valid_targets": str(int(valid.sum())),
+                 "torch": torch.__version__, "transformers": transformers.__version__})
+    out = {k: v.contiguous() for k, v in out.items()}
+    save_file(out, os.path.join(outdir, "ref.safetensors"), metadata=meta)
+    for f in os.listdir(outdir):
+        os.chmod(os.path.join(outdir, f), 0o644)
+    log("  loss %.7f, valid targets %d, losses[9] %.7f, grad_norm[0] %.7f"
+        % (losses[0], int(valid.sum()), losses[-1], norms[0]))
+    return outdir
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(here, "data"),
+                    help="output folder (default tests/ref/data)")
+    ap.add_argument("--only", choices=sorted(MODELS), help="generate only this model")
+    args = ap.parse_args()
+    transformers.utils.logging.disable_progress_bar()
+    log("torch %s, transformers %s" % (torch.__version__, transformers.__version__))
+    for name in MODELS:
+        if args.only in (None, name):
+            generate(name, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
