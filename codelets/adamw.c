@@ -12,6 +12,9 @@
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
+#ifdef SDP_HAVE_CUDA
+#include "codelets/cuda/sdp_cuda_kernels.h"
+#endif
 
 /* ---- sumsq ---- */
 struct sdp_sumsq_args {
@@ -26,6 +29,17 @@ static void sumsq_cpu(void *buffers[], void *cl_arg)
         sdp_cpu_sumsq_ref(SDP_VECF(buffers[1]), STARPU_VECTOR_GET_NX(buffers[1]));
 }
 
+#ifdef SDP_HAVE_CUDA
+static void sumsq_cuda(void *buffers[], void *cl_arg)
+{
+    size_t n = STARPU_VECTOR_GET_NX(buffers[1]);
+    (void)cl_arg;
+    sdp_cuda_sumsq((double *)STARPU_VECTOR_GET_PTR(buffers[0]), SDP_VECF(buffers[1]), n,
+                   sdp_cl_cuda_ws(0, sdp_cuda_sumsq_ws(n)), starpu_cuda_get_local_stream());
+    SDP_CUDA_CHECK(cudaGetLastError());
+}
+#endif
+
 static struct starpu_perfmodel sdp_pm_sumsq = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "sdp_sumsq_v1",
@@ -35,6 +49,10 @@ struct starpu_codelet sdp_cl_sumsq = {
     .name = "sumsq",
     .cpu_funcs = { sumsq_cpu },
     .cpu_funcs_name = { "sumsq_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { sumsq_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &sdp_pm_sumsq,
 };

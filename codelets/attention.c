@@ -8,36 +8,66 @@
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
+#ifdef SDP_HAVE_CUDA
+#include "codelets/cuda/sdp_cuda_kernels.h"
+#endif
 
 struct sdp_attention_args {
     struct sdp_shape_key key; /* B, T, NH, NKV, HD */
 };
 
-/* buffers: out (B*T, NH*HD) W, lse (B, NH, T) W, qkv (B*T, QKV) R */
+/* buffers: out (B*T, NH*HD) act W, lse (B, NH, T) f32 W, qkv (B*T, QKV) act R */
 static void attention_fwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_attention_args *a = cl_arg;
-    sdp_cpu_attention_fwd_ref(SDP_VECF(buffers[0]), SDP_VECF(buffers[1]), SDP_VECF(buffers[2]),
-                              a->key.d[0], a->key.d[1], a->key.d[2], a->key.d[3], a->key.d[4]);
+    float *out = sdp_cl_out(buffers[0], 0);
+    sdp_cpu_attention_fwd_ref(out, SDP_VECF(buffers[1]), sdp_cl_in(buffers[2], 1), a->key.d[0],
+                              a->key.d[1], a->key.d[2], a->key.d[3], a->key.d[4]);
+    sdp_cl_out_done(buffers[0], out);
 }
 
-/* buffers: dqkv W, dout R, qkv R, out R, lse R */
+/* buffers: dqkv act W, dout act R, qkv act R, out act R, lse f32 R */
 static void attention_bwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_attention_args *a = cl_arg;
-    sdp_cpu_attention_bwd_ref(SDP_VECF(buffers[0]), SDP_VECF(buffers[1]), SDP_VECF(buffers[2]),
-                              SDP_VECF(buffers[3]), SDP_VECF(buffers[4]), a->key.d[0], a->key.d[1],
-                              a->key.d[2], a->key.d[3], a->key.d[4]);
+    float *dqkv = sdp_cl_out(buffers[0], 0);
+    sdp_cpu_attention_bwd_ref(dqkv, sdp_cl_in(buffers[1], 1), sdp_cl_in(buffers[2], 2),
+                              sdp_cl_in(buffers[3], 3), SDP_VECF(buffers[4]), a->key.d[0],
+                              a->key.d[1], a->key.d[2], a->key.d[3], a->key.d[4]);
+    sdp_cl_out_done(buffers[0], dqkv);
 }
+
+#ifdef SDP_HAVE_CUDA
+static void attention_fwd_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_attention_args *a = cl_arg;
+    sdp_cuda_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]),
+                           a->key.d[0], a->key.d[1], a->key.d[2], a->key.d[3], a->key.d[4],
+                           SDP_CL_DT(buffers[0]), starpu_cuda_get_local_stream());
+    SDP_CUDA_CHECK(cudaGetLastError());
+}
+
+static void attention_bwd_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_attention_args *a = cl_arg;
+    int B = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3], HD = a->key.d[4];
+    sdp_cuda_attention_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]), SDP_VEC(buffers[2]),
+                           SDP_VEC(buffers[3]), SDP_VECF(buffers[4]), B, T, NH, NKV, HD,
+                           SDP_CL_DT(buffers[0]),
+                           sdp_cl_cuda_ws(0, sdp_cuda_attention_bwd_ws(B, T, NH, NKV, HD)),
+                           starpu_cuda_get_local_stream());
+    SDP_CUDA_CHECK(cudaGetLastError());
+}
+#endif
 
 static struct starpu_perfmodel sdp_pm_attention_fwd = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_attention_fwd_v1",
+    .symbol = "sdp_attention_fwd_v2",
     .footprint = sdp_cl_footprint,
 };
 static struct starpu_perfmodel sdp_pm_attention_bwd = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_attention_bwd_v1",
+    .symbol = "sdp_attention_bwd_v2",
     .footprint = sdp_cl_footprint,
 };
 
@@ -45,6 +75,10 @@ struct starpu_codelet sdp_cl_attention_fwd = {
     .name = "attention_fwd",
     .cpu_funcs = { attention_fwd_cpu },
     .cpu_funcs_name = { "attention_fwd_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { attention_fwd_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &sdp_pm_attention_fwd,
 };
@@ -52,6 +86,10 @@ struct starpu_codelet sdp_cl_attention_bwd = {
     .name = "attention_bwd",
     .cpu_funcs = { attention_bwd_cpu },
     .cpu_funcs_name = { "attention_bwd_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { attention_bwd_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &sdp_pm_attention_bwd,
 };

@@ -92,6 +92,63 @@ const float *sdp_cl_f32_view(void *vec, size_t off, size_t n, int slot)
     return dst;
 }
 
+const float *sdp_cl_in(void *vec, int slot)
+{
+    return sdp_cl_f32_view(vec, 0, STARPU_VECTOR_GET_NX(vec), slot);
+}
+
+float *sdp_cl_out(void *vec, int slot)
+{
+    if (STARPU_VECTOR_GET_ELEMSIZE(vec) == sizeof(float))
+        return (float *)STARPU_VECTOR_GET_PTR(vec);
+    return sdp_cl_scratch(slot, STARPU_VECTOR_GET_NX(vec) * sizeof(float));
+}
+
+float *sdp_cl_inout(void *vec, int slot)
+{
+    return (float *)sdp_cl_in(vec, slot);
+}
+
+void sdp_cl_out_done(void *vec, const float *p)
+{
+    if (STARPU_VECTOR_GET_ELEMSIZE(vec) == 2)
+        sdp_cpu_cast_bf16_ref((uint16_t *)STARPU_VECTOR_GET_PTR(vec), p, STARPU_VECTOR_GET_NX(vec));
+}
+
+#ifdef SDP_HAVE_CUDA
+#define NCUDA_SLOTS 4
+static __thread void *cuda_ws[NCUDA_SLOTS];
+static __thread size_t cuda_ws_cap[NCUDA_SLOTS];
+
+void *sdp_cl_cuda_ws(int slot, size_t nbytes)
+{
+    SDP_ASSERT(slot >= 0 && slot < NCUDA_SLOTS, "CUDA workspace slot %d out of range", slot);
+    if (nbytes == 0)
+        nbytes = 256;
+    if (cuda_ws_cap[slot] < nbytes) {
+        unsigned node = starpu_worker_get_memory_node(starpu_worker_get_id_check());
+        if (cuda_ws[slot]) {
+            /* kernels queued earlier may still read the old buffer */
+            SDP_CUDA_CHECK(cudaStreamSynchronize(starpu_cuda_get_local_stream()));
+            starpu_free_on_node(node, (uintptr_t)cuda_ws[slot], cuda_ws_cap[slot]);
+        }
+        nbytes = (nbytes + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
+        cuda_ws[slot] = (void *)starpu_malloc_on_node(node, nbytes);
+        SDP_ASSERT(cuda_ws[slot] != NULL,
+                   "cannot allocate a %.1f MiB GPU workspace: lower the micro-batch",
+                   nbytes / 1048576.0);
+        cuda_ws_cap[slot] = nbytes;
+    }
+    return cuda_ws[slot];
+}
+
+void *sdp_cl_cublaslt_ws(size_t *nbytes)
+{
+    *nbytes = (size_t)32 << 20;
+    return sdp_cl_cuda_ws(NCUDA_SLOTS - 1, *nbytes);
+}
+#endif
+
 /* ---- registry, for sdp_tasks_restrict ---- */
 #define MAX_CODELETS 64
 static struct starpu_codelet *codelets[MAX_CODELETS];

@@ -11,6 +11,7 @@
 #include <starpu.h>
 
 #include "codelets/sdp_tasks.h"
+#include "runtime/sdp_log.h"
 #include "runtime/tensor_starpu.h"
 
 /* The first member of every argument struct: the dimensions that decide the cost of the task.  The
@@ -40,6 +41,33 @@ void *sdp_cl_scratch(int slot, size_t nbytes);
 /** fp32 view of n elements at element offset off of a vector buffer that holds f32 or bf16: the
  * buffer itself, or a conversion into scratch slot. */
 const float *sdp_cl_f32_view(void *vec, size_t off, size_t n, int slot);
+
+/* Activations may be stored in bf16 (bf16 precision) or fp32.  The CPU kernels compute in fp32, so
+ * a wrapper reads bf16 buffers through sdp_cl_in() (a converted copy in scratch slot), writes
+ * through sdp_cl_out() and then sdp_cl_out_done(), which rounds into the buffer: the same storage
+ * rounding as the GPU.  For fp32 buffers all three work in place. */
+const float *sdp_cl_in(void *vec, int slot);
+float *sdp_cl_out(void *vec, int slot);
+/** For read-write buffers: an fp32 copy (or the buffer) to update, then sdp_cl_out_done(). */
+float *sdp_cl_inout(void *vec, int slot);
+void sdp_cl_out_done(void *vec, const float *p);
+
+/** Storage dtype of a CUDA buffer for the sdp_cuda_* launchers: 1 for bf16, 0 for fp32. */
+#define SDP_CL_DT(buf) (STARPU_VECTOR_GET_ELEMSIZE(buf) == 2 ? 1 : 0)
+
+#ifdef SDP_HAVE_CUDA
+/** A device workspace of at least nbytes for the calling CUDA worker (grown on demand, kept). */
+void *sdp_cl_cuda_ws(int slot, size_t nbytes);
+/** The calling worker's cuBLASLt workspace and its size. */
+void *sdp_cl_cublaslt_ws(size_t *nbytes);
+/** Abort with file:line and the CUDA error string when a launch failed (codelets cannot return). */
+#define SDP_CUDA_CHECK(expr)                                                                       \
+    do {                                                                                           \
+        cudaError_t e_ = (expr);                                                                   \
+        SDP_ASSERT(e_ == cudaSuccess, "CUDA error %s (%s)", cudaGetErrorName(e_),                  \
+                   cudaGetErrorString(e_));                                                        \
+    } while (0)
+#endif
 
 /** Allocate a zeroed argument struct (aborts on out-of-memory: there is no way to return from here
  * usefully inside task construction). */

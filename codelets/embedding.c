@@ -1,43 +1,73 @@
 /* SPDX-License-Identifier: MIT */
 /* embedding_fwd / embedding_bwd: token lookup in the (V, C) embedding and its scatter-add gradient.
- * Kernels: codelets/cpu/embedding_ref.c.  Tests: tests/kernels/test_kernels_embedding.c, tests/e2e.
- */
+ * Kernels: codelets/cpu/embedding_ref.c, codelets/cuda/embedding.cu.
+ * Tests: tests/kernels/test_kernels_embedding.c, tests/kernels/test_cuda_embedding.c, tests/e2e. */
 #include "config.h"
+
+#include <string.h>
 
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
+#ifdef SDP_HAVE_CUDA
+#include "codelets/cuda/sdp_cuda_kernels.h"
+#endif
 
 struct sdp_embedding_args {
     struct sdp_shape_key key; /* N, C */
     size_t off;               /* embedding offset in the group vector */
 };
 
-/* buffers: out (N, C) f32 W, ids (N) i32 R, wg f32|bf16 R */
+/* buffers: out (N, C) act W, ids (N) i32 R, wg f32|bf16 R */
 static void embedding_fwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_embedding_args *a = cl_arg;
     int N = a->key.d[0], C = a->key.d[1];
     const int32_t *ids = SDP_VEC(buffers[1]);
     void *wg = buffers[2];
-    float *out = SDP_VECF(buffers[0]);
     if (STARPU_VECTOR_GET_ELEMSIZE(wg) == 2) {
-        /* convert only the rows used, not the whole (V, C) table */
+        /* bf16 table and bf16 activations: gather the rows' bits */
         const uint16_t *w = (const uint16_t *)STARPU_VECTOR_GET_PTR(wg) + a->off;
+        uint16_t *out = SDP_VEC(buffers[0]);
+        SDP_ASSERT(STARPU_VECTOR_GET_ELEMSIZE(buffers[0]) == 2,
+                   "bf16 embedding into an fp32 output");
         for (int n = 0; n < N; n++)
-            sdp_cpu_bf16_to_f32_ref(out + (size_t)n * C, w + (size_t)ids[n] * C, (size_t)C);
+            memcpy(out + (size_t)n * C, w + (size_t)ids[n] * C, (size_t)C * sizeof(*w));
     } else {
+        float *out = sdp_cl_out(buffers[0], 0);
         sdp_cpu_embedding_fwd_ref(out, ids, SDP_VECF(wg) + a->off, N, C);
+        sdp_cl_out_done(buffers[0], out);
     }
 }
 
-/* buffers: gg f32 RW, dout (N, C) f32 R, ids (N) i32 R */
+/* buffers: gg f32 RW, dout (N, C) act R, ids (N) i32 R */
 static void embedding_bwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_embedding_args *a = cl_arg;
-    sdp_cpu_embedding_bwd_ref(SDP_VECF(buffers[0]) + a->off, SDP_VECF(buffers[1]),
+    sdp_cpu_embedding_bwd_ref(SDP_VECF(buffers[0]) + a->off, sdp_cl_in(buffers[1], 0),
                               SDP_VEC(buffers[2]), a->key.d[0], a->key.d[1]);
 }
+
+#ifdef SDP_HAVE_CUDA
+static void embedding_fwd_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_embedding_args *a = cl_arg;
+    size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[2]);
+    sdp_cuda_embedding_fwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]),
+                           (const char *)SDP_VEC(buffers[2]) + a->off * es, a->key.d[0],
+                           a->key.d[1], SDP_CL_DT(buffers[2]), starpu_cuda_get_local_stream());
+    SDP_CUDA_CHECK(cudaGetLastError());
+}
+
+static void embedding_bwd_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_embedding_args *a = cl_arg;
+    sdp_cuda_embedding_bwd(SDP_VECF(buffers[0]) + a->off, SDP_VEC(buffers[1]), SDP_VEC(buffers[2]),
+                           a->key.d[0], a->key.d[1], SDP_CL_DT(buffers[1]),
+                           starpu_cuda_get_local_stream());
+    SDP_CUDA_CHECK(cudaGetLastError());
+}
+#endif
 
 static struct starpu_perfmodel sdp_pm_embedding_fwd = {
     .type = STARPU_HISTORY_BASED,
@@ -54,6 +84,10 @@ struct starpu_codelet sdp_cl_embedding_fwd = {
     .name = "embedding_fwd",
     .cpu_funcs = { embedding_fwd_cpu },
     .cpu_funcs_name = { "embedding_fwd_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { embedding_fwd_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &sdp_pm_embedding_fwd,
 };
@@ -61,6 +95,10 @@ struct starpu_codelet sdp_cl_embedding_bwd = {
     .name = "embedding_bwd",
     .cpu_funcs = { embedding_bwd_cpu },
     .cpu_funcs_name = { "embedding_bwd_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { embedding_bwd_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &sdp_pm_embedding_bwd,
 };

@@ -7,6 +7,11 @@
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
+#ifdef SDP_HAVE_CUDA
+#include <starpu_cublasLt.h>
+
+#include "codelets/cuda/sdp_cuda_kernels.h"
+#endif
 
 /* Rows per block: about 16 MiB of fp32 logits per block, at least one row. */
 #define LMHEAD_BLOCK_FLOATS (4u << 20)
@@ -17,30 +22,57 @@ struct sdp_lmhead_ce_args {
     float scale;
 };
 
-/* buffers: loss (2) f64 W, dh (N, C) W, gg RW, h (N, C) R, wg R, targets (N) i32 R */
+static int block_rows(int N, int V, size_t budget_floats)
+{
+    int rows = (int)(budget_floats / (size_t)V);
+    if (rows < 1)
+        rows = 1;
+    return rows > N ? N : rows;
+}
+
+/* buffers: loss (2) f64 W, dh (N, C) act W, gg f32 RW, h (N, C) act R, wg R, targets (N) i32 R */
 static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_lmhead_ce_args *a = cl_arg;
     int N = a->key.d[0], C = a->key.d[1], V = a->key.d[2];
-    int rows = (int)(LMHEAD_BLOCK_FLOATS / (unsigned)V);
+    int rows = block_rows(N, V, LMHEAD_BLOCK_FLOATS);
     double *loss = (double *)STARPU_VECTOR_GET_PTR(buffers[0]);
     const float *w = sdp_cl_f32_view(buffers[4], a->w_off, (size_t)V * C, 0);
-    float *scratch;
+    float *scratch = sdp_cl_scratch(1, (size_t)rows * V * sizeof(float));
+    float *dh = sdp_cl_out(buffers[1], 2);
     int nvalid = 0;
-    if (rows < 1)
-        rows = 1;
-    if (rows > N)
-        rows = N;
-    scratch = sdp_cl_scratch(1, (size_t)rows * V * sizeof(float));
-    sdp_cpu_lmhead_ce(&loss[0], &nvalid, SDP_VECF(buffers[1]), SDP_VECF(buffers[2]) + a->g_off,
-                      SDP_VECF(buffers[3]), w, SDP_VEC(buffers[5]), N, C, V, a->scale, scratch,
+    sdp_cpu_lmhead_ce(&loss[0], &nvalid, dh, SDP_VECF(buffers[2]) + a->g_off,
+                      sdp_cl_in(buffers[3], 3), w, SDP_VEC(buffers[5]), N, C, V, a->scale, scratch,
                       rows);
+    sdp_cl_out_done(buffers[1], dh);
     loss[1] = nvalid;
 }
 
+#ifdef SDP_HAVE_CUDA
+/* GPU blocks: 2^28 fp32 logits (1 GiB) per block keeps the GEMMs large at production shapes. */
+#define LMHEAD_CUDA_BLOCK_FLOATS ((size_t)1 << 28)
+
+static void lmhead_ce_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_lmhead_ce_args *a = cl_arg;
+    int N = a->key.d[0], C = a->key.d[1], V = a->key.d[2];
+    int rows = block_rows(N, V, LMHEAD_CUDA_BLOCK_FLOATS);
+    size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[4]), ltb,
+           wsb = sdp_cuda_lmhead_ce_ws(N, C, V, rows);
+    void *lt_ws = sdp_cl_cublaslt_ws(&ltb);
+    sdp_cuda_lmhead_ce(starpu_cublasLt_get_local_handle(),
+                       (double *)STARPU_VECTOR_GET_PTR(buffers[0]), SDP_VEC(buffers[1]),
+                       SDP_VECF(buffers[2]) + a->g_off, SDP_VEC(buffers[3]),
+                       (const char *)SDP_VEC(buffers[4]) + a->w_off * es, SDP_VEC(buffers[5]), N, C,
+                       V, a->scale, rows, SDP_CL_DT(buffers[1]), sdp_cl_cuda_ws(0, wsb), wsb, lt_ws,
+                       ltb, starpu_cuda_get_local_stream());
+    SDP_CUDA_CHECK(cudaGetLastError());
+}
+#endif
+
 static struct starpu_perfmodel sdp_pm_lmhead_ce = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_lmhead_ce_v1",
+    .symbol = "sdp_lmhead_ce_v2",
     .footprint = sdp_cl_footprint,
 };
 
@@ -48,6 +80,10 @@ struct starpu_codelet sdp_cl_lmhead_ce = {
     .name = "lmhead_ce",
     .cpu_funcs = { lmhead_ce_cpu },
     .cpu_funcs_name = { "lmhead_ce_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { lmhead_ce_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &sdp_pm_lmhead_ce,
 };

@@ -5,9 +5,14 @@
  * tests/e2e. */
 #include "config.h"
 
+#include <string.h>
+
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
+#ifdef SDP_HAVE_CUDA
+#include "codelets/cuda/sdp_cuda_kernels.h"
+#endif
 
 struct sdp_qknorm_rope_args {
     struct sdp_shape_key key; /* N, T, NH, NKV, HD, has_norm */
@@ -25,7 +30,7 @@ static const float *inv_freq_of(const struct sdp_qknorm_rope_args *a)
     return f;
 }
 
-/* buffers: out (N, QKV) W, qkv (N, QKV) R, wg R, [rstd (N, NH+NKV) W] */
+/* buffers: out (N, QKV) act W, qkv (N, QKV) act R, wg R, [rstd (N, NH+NKV) f32 W] */
 static void qknorm_rope_fwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_qknorm_rope_args *a = cl_arg;
@@ -33,12 +38,15 @@ static void qknorm_rope_fwd_cpu(void *buffers[], void *cl_arg)
     int has_norm = a->key.d[5];
     const float *qn = has_norm ? sdp_cl_f32_view(buffers[2], a->qn_off, (size_t)HD, 0) : NULL;
     const float *kn = has_norm ? sdp_cl_f32_view(buffers[2], a->kn_off, (size_t)HD, 1) : NULL;
-    sdp_cpu_qknorm_rope_fwd_ref(SDP_VECF(buffers[0]), has_norm ? SDP_VECF(buffers[3]) : NULL,
-                                SDP_VECF(buffers[1]), qn, kn, inv_freq_of(a), N, T, NH, NKV, HD,
+    float *out = sdp_cl_out(buffers[0], 4);
+    sdp_cpu_qknorm_rope_fwd_ref(out, has_norm ? SDP_VECF(buffers[3]) : NULL,
+                                sdp_cl_in(buffers[1], 5), qn, kn, inv_freq_of(a), N, T, NH, NKV, HD,
                                 a->eps);
+    sdp_cl_out_done(buffers[0], out);
 }
 
-/* buffers: dqkv (N, QKV) W, dout (N, QKV) R, qkv (N, QKV) R, wg R, [gg RW, rstd R] */
+/* buffers: dqkv (N, QKV) act W, dout (N, QKV) act R, qkv (N, QKV) act R, wg R, [gg f32 RW, rstd f32
+ * R] */
 static void qknorm_rope_bwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_qknorm_rope_args *a = cl_arg;
@@ -47,20 +55,67 @@ static void qknorm_rope_bwd_cpu(void *buffers[], void *cl_arg)
     const float *qn = has_norm ? sdp_cl_f32_view(buffers[3], a->qn_off, (size_t)HD, 0) : NULL;
     const float *kn = has_norm ? sdp_cl_f32_view(buffers[3], a->kn_off, (size_t)HD, 1) : NULL;
     float *gg = has_norm ? SDP_VECF(buffers[4]) : NULL;
-    sdp_cpu_qknorm_rope_bwd_ref(
-        SDP_VECF(buffers[0]), gg ? gg + a->gqn_off : NULL, gg ? gg + a->gkn_off : NULL,
-        SDP_VECF(buffers[1]), SDP_VECF(buffers[2]), qn, kn, has_norm ? SDP_VECF(buffers[5]) : NULL,
-        inv_freq_of(a), N, T, NH, NKV, HD);
+    float *dqkv = sdp_cl_out(buffers[0], 4);
+    sdp_cpu_qknorm_rope_bwd_ref(dqkv, gg ? gg + a->gqn_off : NULL, gg ? gg + a->gkn_off : NULL,
+                                sdp_cl_in(buffers[1], 5), sdp_cl_in(buffers[2], 6), qn, kn,
+                                has_norm ? SDP_VECF(buffers[5]) : NULL, inv_freq_of(a), N, T, NH,
+                                NKV, HD);
+    sdp_cl_out_done(buffers[0], dqkv);
 }
+
+#ifdef SDP_HAVE_CUDA
+static struct sdp_cuda_inv_freq inv_freq_struct(const struct sdp_qknorm_rope_args *a)
+{
+    struct sdp_cuda_inv_freq f;
+    int HD = a->key.d[4];
+    SDP_ASSERT(HD / 2 <= SDP_CUDA_MAX_HALF_HD, "head_dim %d above the CUDA kernels' limit %d", HD,
+               2 * SDP_CUDA_MAX_HALF_HD);
+    memcpy(f.f, inv_freq_of(a), (size_t)(HD / 2) * sizeof(float));
+    return f;
+}
+
+static const void *wptr(void *wg, size_t off)
+{
+    return (const char *)SDP_VEC(wg) + off * STARPU_VECTOR_GET_ELEMSIZE(wg);
+}
+
+static void qknorm_rope_fwd_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_qknorm_rope_args *a = cl_arg;
+    int has_norm = a->key.d[5];
+    sdp_cuda_qknorm_rope_fwd(SDP_VEC(buffers[0]), has_norm ? SDP_VECF(buffers[3]) : NULL,
+                             SDP_VEC(buffers[1]), has_norm ? wptr(buffers[2], a->qn_off) : NULL,
+                             has_norm ? wptr(buffers[2], a->kn_off) : NULL, inv_freq_struct(a),
+                             a->key.d[0], a->key.d[1], a->key.d[2], a->key.d[3], a->key.d[4],
+                             a->eps, SDP_CL_DT(buffers[0]), starpu_cuda_get_local_stream());
+    SDP_CUDA_CHECK(cudaGetLastError());
+}
+
+static void qknorm_rope_bwd_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_qknorm_rope_args *a = cl_arg;
+    int N = a->key.d[0], NH = a->key.d[2], NKV = a->key.d[3], HD = a->key.d[4];
+    int has_norm = a->key.d[5];
+    float *gg = has_norm ? SDP_VECF(buffers[4]) : NULL;
+    sdp_cuda_qknorm_rope_bwd(
+        SDP_VEC(buffers[0]), gg ? gg + a->gqn_off : NULL, gg ? gg + a->gkn_off : NULL,
+        SDP_VEC(buffers[1]), SDP_VEC(buffers[2]), has_norm ? wptr(buffers[3], a->qn_off) : NULL,
+        has_norm ? wptr(buffers[3], a->kn_off) : NULL, has_norm ? SDP_VECF(buffers[5]) : NULL,
+        inv_freq_struct(a), N, a->key.d[1], NH, NKV, HD, SDP_CL_DT(buffers[0]),
+        sdp_cl_cuda_ws(0, sdp_cuda_qknorm_rope_bwd_ws(N, NH, NKV, HD)),
+        starpu_cuda_get_local_stream());
+    SDP_CUDA_CHECK(cudaGetLastError());
+}
+#endif
 
 static struct starpu_perfmodel sdp_pm_qknorm_rope_fwd = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_qknorm_rope_fwd_v1",
+    .symbol = "sdp_qknorm_rope_fwd_v2",
     .footprint = sdp_cl_footprint,
 };
 static struct starpu_perfmodel sdp_pm_qknorm_rope_bwd = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_qknorm_rope_bwd_v1",
+    .symbol = "sdp_qknorm_rope_bwd_v2",
     .footprint = sdp_cl_footprint,
 };
 
@@ -68,6 +123,10 @@ struct starpu_codelet sdp_cl_qknorm_rope_fwd = {
     .name = "qknorm_rope_fwd",
     .cpu_funcs = { qknorm_rope_fwd_cpu },
     .cpu_funcs_name = { "qknorm_rope_fwd_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { qknorm_rope_fwd_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &sdp_pm_qknorm_rope_fwd,
 };
@@ -75,6 +134,10 @@ struct starpu_codelet sdp_cl_qknorm_rope_bwd = {
     .name = "qknorm_rope_bwd",
     .cpu_funcs = { qknorm_rope_bwd_cpu },
     .cpu_funcs_name = { "qknorm_rope_bwd_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { qknorm_rope_bwd_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &sdp_pm_qknorm_rope_bwd,
 };

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /* rmsnorm_fwd / rmsnorm_bwd over rows of length D (input/post-attention/final norms).  The backward
  * adds into the residual gradient in place when asked, so one gradient buffer flows down the
- * layers. Kernels: codelets/cpu/rmsnorm_ref.c.  Tests: tests/kernels/test_kernels_rmsnorm.c,
- * tests/e2e. */
+ * layers. Kernels: codelets/cpu/rmsnorm_ref.c, codelets/cuda/rmsnorm.cu. Tests:
+ * tests/kernels/test_kernels_rmsnorm.c, tests/kernels/test_cuda_rmsnorm.c, tests/e2e. */
 #include "config.h"
 
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
+#ifdef SDP_HAVE_CUDA
+#include "codelets/cuda/sdp_cuda_kernels.h"
+#endif
 
 struct sdp_rmsnorm_args {
     struct sdp_shape_key key; /* R, D, accumulate */
@@ -15,36 +18,66 @@ struct sdp_rmsnorm_args {
     float eps;
 };
 
-/* buffers: out (R, D) W, rstd (R) W, x (R, D) R, wg R */
+/* buffers: out (R, D) act W, rstd (R) f32 W, x (R, D) act R, wg R */
 static void rmsnorm_fwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_rmsnorm_args *a = cl_arg;
     int R = a->key.d[0], D = a->key.d[1];
     const float *w = sdp_cl_f32_view(buffers[3], a->w_off, (size_t)D, 0);
-    sdp_cpu_rmsnorm_fwd_ref(SDP_VECF(buffers[0]), SDP_VECF(buffers[1]), SDP_VECF(buffers[2]), w, R,
-                            D, a->eps);
+    float *out = sdp_cl_out(buffers[0], 1);
+    sdp_cpu_rmsnorm_fwd_ref(out, SDP_VECF(buffers[1]), sdp_cl_in(buffers[2], 2), w, R, D, a->eps);
+    sdp_cl_out_done(buffers[0], out);
 }
 
-/* buffers: dx (R, D) W|RW, gg RW, dout (R, D) R, x (R, D) R, wg R, rstd (R) R */
+/* buffers: dx (R, D) act W|RW, gg f32 RW, dout (R, D) act R, x (R, D) act R, wg R, rstd (R) f32 R
+ */
 static void rmsnorm_bwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_rmsnorm_args *a = cl_arg;
     int R = a->key.d[0], D = a->key.d[1], acc = a->key.d[2];
-    float *dx = SDP_VECF(buffers[0]);
+    float *dx = acc ? sdp_cl_inout(buffers[0], 1) : sdp_cl_out(buffers[0], 1);
     const float *w = sdp_cl_f32_view(buffers[4], a->w_off, (size_t)D, 0);
     sdp_cpu_rmsnorm_bwd_ref(dx, SDP_VECF(buffers[1]) + a->g_off, acc ? dx : NULL,
-                            SDP_VECF(buffers[2]), SDP_VECF(buffers[3]), w, SDP_VECF(buffers[5]), R,
-                            D);
+                            sdp_cl_in(buffers[2], 2), sdp_cl_in(buffers[3], 3), w,
+                            SDP_VECF(buffers[5]), R, D);
+    sdp_cl_out_done(buffers[0], dx);
 }
+
+#ifdef SDP_HAVE_CUDA
+static void rmsnorm_fwd_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_rmsnorm_args *a = cl_arg;
+    size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[3]);
+    sdp_cuda_rmsnorm_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]),
+                         (const char *)SDP_VEC(buffers[3]) + a->w_off * es, a->key.d[0],
+                         a->key.d[1], a->eps, SDP_CL_DT(buffers[0]),
+                         starpu_cuda_get_local_stream());
+    SDP_CUDA_CHECK(cudaGetLastError());
+}
+
+static void rmsnorm_bwd_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_rmsnorm_args *a = cl_arg;
+    int R = a->key.d[0], D = a->key.d[1];
+    size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[4]);
+    void *dx = SDP_VEC(buffers[0]);
+    sdp_cuda_rmsnorm_bwd(dx, SDP_VECF(buffers[1]) + a->g_off, a->key.d[2] ? dx : NULL,
+                         SDP_VEC(buffers[2]), SDP_VEC(buffers[3]),
+                         (const char *)SDP_VEC(buffers[4]) + a->w_off * es, SDP_VECF(buffers[5]), R,
+                         D, SDP_CL_DT(buffers[0]), sdp_cl_cuda_ws(0, sdp_cuda_rmsnorm_bwd_ws(R, D)),
+                         starpu_cuda_get_local_stream());
+    SDP_CUDA_CHECK(cudaGetLastError());
+}
+#endif
 
 static struct starpu_perfmodel sdp_pm_rmsnorm_fwd = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_rmsnorm_fwd_v1",
+    .symbol = "sdp_rmsnorm_fwd_v2",
     .footprint = sdp_cl_footprint,
 };
 static struct starpu_perfmodel sdp_pm_rmsnorm_bwd = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_rmsnorm_bwd_v1",
+    .symbol = "sdp_rmsnorm_bwd_v2",
     .footprint = sdp_cl_footprint,
 };
 
@@ -52,6 +85,10 @@ struct starpu_codelet sdp_cl_rmsnorm_fwd = {
     .name = "rmsnorm_fwd",
     .cpu_funcs = { rmsnorm_fwd_cpu },
     .cpu_funcs_name = { "rmsnorm_fwd_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { rmsnorm_fwd_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &sdp_pm_rmsnorm_fwd,
 };
@@ -59,6 +96,10 @@ struct starpu_codelet sdp_cl_rmsnorm_bwd = {
     .name = "rmsnorm_bwd",
     .cpu_funcs = { rmsnorm_bwd_cpu },
     .cpu_funcs_name = { "rmsnorm_bwd_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { rmsnorm_bwd_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &sdp_pm_rmsnorm_bwd,
 };

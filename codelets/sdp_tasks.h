@@ -138,6 +138,16 @@ int sdp_task_adamw(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_r
 /* ---- setup ---- */
 /** Register the perfmodels and check the codelets (call once after StarPU starts).  @return 0 */
 int sdp_tasks_init(void);
+/** Place the forward/backward compute ops on the GPUs (on_gpu = 1) or let the scheduler choose
+ * (0).  The optimizer ops stay on the CPUs, next to the host-resident state.
+ * @return 0 or -ENODEV (no CUDA worker, or a CUDA-less build; logged) */
+int sdp_tasks_place_compute(int on_gpu);
+/** Check that the GPU kernels support the model's shapes (head_dim, grouped-query ratio).
+ * @return 0 or -EINVAL (logged) */
+struct sdp_model_cfg;
+int sdp_tasks_check_gpu_model(const struct sdp_model_cfg *m);
+/** Release what sdp_tasks_init() set up (call before StarPU stops). */
+void sdp_tasks_shutdown(void);
 /** Restrict every codelet to one kind of worker ("cpu", "cuda") or all ("any"), for tests.
  * @return 0 or -EINVAL */
 int sdp_tasks_restrict(const char *where);

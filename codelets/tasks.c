@@ -5,7 +5,14 @@
 
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
+#include "models/sdp_models.h"
 #include "runtime/sdp_log.h"
+
+#ifdef SDP_HAVE_CUDA
+#include <starpu_cublasLt.h>
+
+static int cublaslt_started;
+#endif
 
 int sdp_tasks_init(void)
 {
@@ -36,5 +43,52 @@ int sdp_tasks_init(void)
                            "codelet %s has only CPU implementations and StarPU has no CPU worker",
                            all[i]->name);
     }
+#ifdef SDP_HAVE_CUDA
+    if (starpu_cuda_worker_get_count() > 0) {
+        starpu_cublasLt_init();
+        cublaslt_started = 1;
+    }
+#endif
     return 0;
+}
+
+int sdp_tasks_place_compute(int on_gpu)
+{
+    struct starpu_codelet *compute[] = {
+        &sdp_cl_embedding_fwd,   &sdp_cl_embedding_bwd,     &sdp_cl_matmul_fwd,
+        &sdp_cl_matmul_bwd_data, &sdp_cl_matmul_bwd_weight, &sdp_cl_rmsnorm_fwd,
+        &sdp_cl_rmsnorm_bwd,     &sdp_cl_qknorm_rope_fwd,   &sdp_cl_qknorm_rope_bwd,
+        &sdp_cl_attention_fwd,   &sdp_cl_attention_bwd,     &sdp_cl_swiglu_fwd,
+        &sdp_cl_swiglu_bwd,      &sdp_cl_lmhead_ce,
+    };
+    if (on_gpu && starpu_cuda_worker_get_count() == 0)
+        return sdp_err(-ENODEV, "compute placed on GPUs but StarPU has no CUDA worker");
+    for (size_t i = 0; i < sizeof(compute) / sizeof(compute[0]); i++) {
+        if (on_gpu && !compute[i]->cuda_funcs[0])
+            return sdp_err(-ENODEV, "codelet %s has no CUDA implementation in this build",
+                           compute[i]->name);
+        compute[i]->where = on_gpu ? STARPU_CUDA : 0;
+    }
+    return 0;
+}
+
+int sdp_tasks_check_gpu_model(const struct sdp_model_cfg *m)
+{
+    int hd = m->head_dim;
+    if (hd != 16 && hd != 32 && hd != 64 && hd != 128)
+        return sdp_err(-EINVAL,
+                       "head_dim %d: the CUDA attention kernels support 16, 32, 64 and 128", hd);
+    if (m->num_heads % m->num_kv_heads != 0)
+        return sdp_err(-EINVAL, "num_heads %d is not a multiple of num_kv_heads %d", m->num_heads,
+                       m->num_kv_heads);
+    return 0;
+}
+
+void sdp_tasks_shutdown(void)
+{
+#ifdef SDP_HAVE_CUDA
+    if (cublaslt_started)
+        starpu_cublasLt_shutdown();
+    cublaslt_started = 0;
+#endif
 }

@@ -162,11 +162,15 @@ static const struct key train_keys[] = {
     { .name = "sched", .type = K_STR, RF(sched) },
     { .name = "cpus", RF(cpus), INT_GE(0) },
     { .name = "host_memory_gib", RF(host_memory_gib), DBL_GE(0) },
+    { .name = "gpus", RF(gpus), INT_GE(-1) },
+    { .name = "gpu_memory_gib", RF(gpu_memory_gib), DBL_GE(0) },
 };
 static const struct key output_keys[] = {
     { .name = "dir", .type = K_PATH, RF(output_dir) },
     /* metrics is resolved against dir, see resolve_paths() */
     { .name = "metrics", .type = K_STR, RF(metrics) },
+    { .name = "checkpoint_every", RF(checkpoint_every), INT_GE(0) },
+    { .name = "keep_checkpoints", RF(keep_checkpoints), INT_GE(1) },
 };
 
 #define NKEYS(a) (int)(sizeof(a) / sizeof((a)[0]))
@@ -628,6 +632,10 @@ void sdp_recipe_defaults(struct sdp_recipe *r)
     r->recompute = 1;
     r->cpus = 0;
     r->host_memory_gib = 0;
+    r->gpus = -1;
+    r->checkpoint_every = 0;
+    r->keep_checkpoints = 3;
+    r->gpu_memory_gib = 0;
 }
 
 int sdp_recipe_load(const char *path, struct sdp_recipe *r)

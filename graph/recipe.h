@@ -1,16 +1,22 @@
 /* SPDX-License-Identifier: MIT */
-/* Training recipes in YAML (libyaml), in the convention of torchtune and axolotl.  Sections and
- * keys:
+/* Training recipes in YAML (libyaml), in the convention of torchtune and axolotl.
+ * Sections and keys (README.md, "Recipes", gives the defaults):
  *
- *   model:     path (Hugging Face directory) | preset (qwen3-4b, ...) | arch + sizes (vocab_size,
- *              hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
- * rope_theta, rms_norm_eps, tie_word_embeddings, max_position_embeddings, initializer_range) data:
- * train (token shard), seq_len, shuffle batch:     global (sequences per step), micro (sequences
- * per micro-batch) optimizer: name (adamw), lr, beta1, beta2, eps, weight_decay, max_grad_norm (0 =
- * no clipping) schedule:  name (cosine | linear | constant), warmup_steps, min_lr_ratio train:
- * steps, seed, precision (fp32 | bf16), chunk_mib, activations (recompute | keep), sched (StarPU
- * policy name), cpus (CPU workers, 0 = all), host_memory_gib (0 = auto) output:    dir, metrics
- * (JSONL file, relative to dir unless absolute)
+ *   model      path (Hugging Face directory) | preset (qwen3-4b, ...) | arch + sizes
+ *              (vocab_size, hidden_size, intermediate_size, num_layers, num_heads,
+ *              num_kv_heads, head_dim, rope_theta, rms_norm_eps, tie_word_embeddings,
+ *              max_position_embeddings, initializer_range)
+ *   data       train (token shard), seq_len, shuffle
+ *   batch      global (sequences per step), micro (sequences per micro-batch)
+ *   optimizer  name (adamw), lr, beta1, beta2, eps, weight_decay, max_grad_norm (0: none)
+ *   schedule   name (cosine | linear | constant), warmup_steps, min_lr_ratio
+ *   train      steps, seed, precision (fp32 | bf16), chunk_mib, activations (recompute |
+ *              keep), sched (StarPU policy), cpus (CPU workers, 0 = all), host_memory_gib
+ *              (0 = detect), gpus (CUDA workers, -1 = all found, 0 = none), gpu_memory_gib
+ *              (memory StarPU may use per GPU, 0 = all)
+ *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
+ *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
+ *              signal), keep_checkpoints (how many to keep)
  *
  * Relative paths are resolved against the recipe file's directory.  Unknown keys, wrong types and
  * impossible values are errors naming the file, line and key (exit code 2 from the CLI).
@@ -60,10 +66,14 @@ struct sdp_recipe {
     char sched[64];         /* StarPU policy name ("" = runtime default) */
     int cpus;               /* CPU workers (0 = all cores) */
     double host_memory_gib; /* host memory budget (0 = MemAvailable / cgroup limit) */
+    int gpus;               /* CUDA workers (-1 = all found, 0 = none) */
+    double gpu_memory_gib;  /* per-GPU memory StarPU may use (0 = no limit) */
 
     /* output */
     char output_dir[SDP_PATH_MAX]; /* "" = no output directory */
     char metrics[SDP_PATH_MAX];    /* "" = none */
+    int checkpoint_every;          /* steps between checkpoints (0 = end and signals only) */
+    int keep_checkpoints;          /* checkpoints kept in output_dir/checkpoints */
 };
 
 /** Defaults for every field (documented in README's recipe section). */

@@ -23,6 +23,7 @@ struct sdp_graph {
     /* shorthands */
     int C, I, NH, NKV, HD, QKV, V, L;
     int head_group, lm_group;
+    enum sdp_dtype act_dt; /* activations: the working copy's dtype (bf16 or f32) */
     size_t lm_off, norm_off;
 };
 
@@ -80,19 +81,19 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
     float eps = (float)st->cfg.rms_norm_eps;
     struct sdp_task_opts o = opts(step, l, mb, ph);
     memset(a, 0, sizeof(*a));
-    TRY(temp(&a->h1, SDP_F32, (size_t)N * g->C, "h1", mb, l));
+    TRY(temp(&a->h1, g->act_dt, (size_t)N * g->C, "h1", mb, l));
     TRY(temp(&a->rstd1, SDP_F32, (size_t)N, "rstd1", mb, l));
-    TRY(temp(&a->qkv, SDP_F32, (size_t)N * g->QKV, "qkv", mb, l));
-    TRY(temp(&a->qkv2, SDP_F32, (size_t)N * g->QKV, "qkv_rope", mb, l));
+    TRY(temp(&a->qkv, g->act_dt, (size_t)N * g->QKV, "qkv", mb, l));
+    TRY(temp(&a->qkv2, g->act_dt, (size_t)N * g->QKV, "qkv_rope", mb, l));
     if (qk)
         TRY(temp(&a->rstdqk, SDP_F32, (size_t)N * (g->NH + g->NKV), "rstd_qk", mb, l));
-    TRY(temp(&a->att, SDP_F32, (size_t)N * g->NH * g->HD, "att", mb, l));
+    TRY(temp(&a->att, g->act_dt, (size_t)N * g->NH * g->HD, "att", mb, l));
     TRY(temp(&a->lse, SDP_F32, (size_t)B * g->NH * T, "lse", mb, l));
-    TRY(temp(&a->xmid, SDP_F32, (size_t)N * g->C, "xmid", mb, l));
-    TRY(temp(&a->h2, SDP_F32, (size_t)N * g->C, "h2", mb, l));
+    TRY(temp(&a->xmid, g->act_dt, (size_t)N * g->C, "xmid", mb, l));
+    TRY(temp(&a->h2, g->act_dt, (size_t)N * g->C, "h2", mb, l));
     TRY(temp(&a->rstd2, SDP_F32, (size_t)N, "rstd2", mb, l));
-    TRY(temp(&a->gu, SDP_F32, (size_t)N * 2 * g->I, "gate_up", mb, l));
-    TRY(temp(&a->act, SDP_F32, (size_t)N * g->I, "swiglu", mb, l));
+    TRY(temp(&a->gu, g->act_dt, (size_t)N * 2 * g->I, "gate_up", mb, l));
+    TRY(temp(&a->act, g->act_dt, (size_t)N * g->I, "swiglu", mb, l));
 
     TRY(sdp_task_rmsnorm_fwd(&o, a->h1, a->rstd1, x, W, sdp_state_off(st, l, SDP_PT_LN1), N, g->C,
                              eps));
@@ -136,13 +137,13 @@ static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x
     size_t off_kn = qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1;
 
     /* MLP */
-    TRY(temp(&dact, SDP_F32, (size_t)N * g->I, "d_swiglu", mb, l));
+    TRY(temp(&dact, g->act_dt, (size_t)N * g->I, "d_swiglu", mb, l));
     TRY(sdp_task_matmul_bwd_data(&o, dact, dres, W, off_down, N, g->I, g->C));
     TRY(sdp_task_matmul_bwd_weight(&o, G, off_down, dres, a->act, N, g->I, g->C));
-    TRY(temp(&dgu, SDP_F32, (size_t)N * 2 * g->I, "d_gate_up", mb, l));
+    TRY(temp(&dgu, g->act_dt, (size_t)N * 2 * g->I, "d_gate_up", mb, l));
     TRY(sdp_task_swiglu_bwd(&o, dgu, dact, a->gu, N, g->I));
     sdp_rt_tensor_release(dact);
-    TRY(temp(&dh2, SDP_F32, (size_t)N * g->C, "d_h2", mb, l));
+    TRY(temp(&dh2, g->act_dt, (size_t)N * g->C, "d_h2", mb, l));
     TRY(sdp_task_matmul_bwd_data(&o, dh2, dgu, W, off_gate, N, g->C, 2 * g->I));
     TRY(sdp_task_matmul_bwd_weight(&o, G, off_gate, dgu, a->h2, N, g->C, 2 * g->I));
     sdp_rt_tensor_release(dgu);
@@ -150,18 +151,18 @@ static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x
     sdp_rt_tensor_release(dh2);
 
     /* attention */
-    TRY(temp(&datt, SDP_F32, (size_t)N * g->NH * g->HD, "d_att", mb, l));
+    TRY(temp(&datt, g->act_dt, (size_t)N * g->NH * g->HD, "d_att", mb, l));
     TRY(sdp_task_matmul_bwd_data(&o, datt, dres, W, off_o, N, g->NH * g->HD, g->C));
     TRY(sdp_task_matmul_bwd_weight(&o, G, off_o, dres, a->att, N, g->NH * g->HD, g->C));
-    TRY(temp(&dqkv2, SDP_F32, (size_t)N * g->QKV, "d_qkv_rope", mb, l));
+    TRY(temp(&dqkv2, g->act_dt, (size_t)N * g->QKV, "d_qkv_rope", mb, l));
     TRY(sdp_task_attention_bwd(&o, dqkv2, datt, a->qkv2, a->att, a->lse, B, T, g->NH, g->NKV,
                                g->HD));
     sdp_rt_tensor_release(datt);
-    TRY(temp(&dqkv, SDP_F32, (size_t)N * g->QKV, "d_qkv", mb, l));
+    TRY(temp(&dqkv, g->act_dt, (size_t)N * g->QKV, "d_qkv", mb, l));
     TRY(sdp_task_qknorm_rope_bwd(&o, dqkv, G, off_qn, off_kn, dqkv2, a->qkv, W, off_qn, off_kn,
                                  a->rstdqk, &g->rope, N, T, g->NH, g->NKV, g->HD));
     sdp_rt_tensor_release(dqkv2);
-    TRY(temp(&dh1, SDP_F32, (size_t)N * g->C, "d_h1", mb, l));
+    TRY(temp(&dh1, g->act_dt, (size_t)N * g->C, "d_h1", mb, l));
     TRY(sdp_task_matmul_bwd_data(&o, dh1, dqkv, W, off_q, N, g->C, g->QKV));
     TRY(sdp_task_matmul_bwd_weight(&o, G, off_q, dqkv, a->h1, N, g->C, g->QKV));
     sdp_rt_tensor_release(dqkv);
@@ -196,11 +197,11 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
 
     /* forward: xs[l] is the input of layer l + 1 (xs[0] the embeddings, xs[L] the last output) */
     o = opts(step, 0, mb, SDP_PH_FWD);
-    TRY(temp(&xs[0], SDP_F32, (size_t)N * g->C, "x", mb, 0));
+    TRY(temp(&xs[0], g->act_dt, (size_t)N * g->C, "x", mb, 0));
     TRY(sdp_task_embedding_fwd(&o, xs[0], ids, st->groups[0].work,
                                sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
     for (l = 1; l <= L; l++) {
-        TRY(temp(&xs[l], SDP_F32, (size_t)N * g->C, "x", mb, l));
+        TRY(temp(&xs[l], g->act_dt, (size_t)N * g->C, "x", mb, l));
         TRY(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], &kept[l], xs[l]));
         if (g->c.recompute)
             release_acts(&kept[l]);
@@ -208,10 +209,10 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
 
     /* head: final norm, LM head + cross-entropy (forward and backward), final norm backward */
     o = opts(step, g->head_group, mb, SDP_PH_LOSS);
-    TRY(temp(&hN, SDP_F32, (size_t)N * g->C, "h_final", mb, L + 1));
+    TRY(temp(&hN, g->act_dt, (size_t)N * g->C, "h_final", mb, L + 1));
     TRY(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", mb, L + 1));
-    TRY(temp(&dh, SDP_F32, (size_t)N * g->C, "d_h_final", mb, L + 1));
-    TRY(temp(&dres, SDP_F32, (size_t)N * g->C, "d_x", mb, L + 1));
+    TRY(temp(&dh, g->act_dt, (size_t)N * g->C, "d_h_final", mb, L + 1));
+    TRY(temp(&dres, g->act_dt, (size_t)N * g->C, "d_x", mb, L + 1));
     TRY(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], st->groups[g->head_group].work, g->norm_off, N,
                              g->C, eps));
     TRY(sdp_task_lmhead_ce(&o, g->loss[mb], dh, st->groups[g->lm_group].grad, g->lm_off, hN,
@@ -406,15 +407,15 @@ int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits
     if (!rc)
         rc = sdp_rt_tensor_create(&tid, SDP_I32, (size_t)N, "logits.ids");
     if (!rc)
-        rc = sdp_rt_tensor_create(&out, SDP_F32, (size_t)N * g->V, "logits");
+        rc = sdp_rt_tensor_create(&out, g->act_dt, (size_t)N * g->V, "logits");
     if (rc)
         goto done;
     memcpy(sdp_rt_tensor_data(tid), ids, (size_t)N * sizeof(int32_t));
-    TRY(temp(&x, SDP_F32, (size_t)N * g->C, "x", 0, 0));
+    TRY(temp(&x, g->act_dt, (size_t)N * g->C, "x", 0, 0));
     TRY(sdp_task_embedding_fwd(&o, x, tid, st->groups[0].work, sdp_state_off(st, 0, SDP_PT_EMBED),
                                N, g->C));
     for (l = 1; l <= g->L; l++) {
-        TRY(temp(&y, SDP_F32, (size_t)N * g->C, "x", 0, l));
+        TRY(temp(&y, g->act_dt, (size_t)N * g->C, "x", 0, l));
         rc = layer_fwd(g, -1, 0, l, SDP_PH_FWD, x, &a, y);
         release_acts(&a);
         if (rc)
@@ -423,14 +424,22 @@ int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits
         x = y;
         y = NULL;
     }
-    TRY(temp(&hN, SDP_F32, (size_t)N * g->C, "h_final", 0, g->L + 1));
+    TRY(temp(&hN, g->act_dt, (size_t)N * g->C, "h_final", 0, g->L + 1));
     TRY(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", 0, g->L + 1));
     TRY(sdp_task_rmsnorm_fwd(&o, hN, rstdN, x, st->groups[g->head_group].work, g->norm_off, N, g->C,
                              (float)st->cfg.rms_norm_eps));
     TRY(sdp_task_matmul_fwd(&o, out, NULL, hN, st->groups[g->lm_group].work, g->lm_off, N, g->C,
                             g->V));
     TRY(sdp_rt_tensor_acquire(out, 0));
-    memcpy(logits, sdp_rt_tensor_data(out), (size_t)N * g->V * sizeof(float));
+    if (g->act_dt == SDP_BF16) {
+        const uint16_t *src = sdp_rt_tensor_data(out);
+        for (size_t i = 0; i < (size_t)N * g->V; i++) {
+            uint32_t bits = (uint32_t)src[i] << 16; /* bf16 -> fp32 is exact */
+            memcpy(&logits[i], &bits, sizeof(bits));
+        }
+    } else {
+        memcpy(logits, sdp_rt_tensor_data(out), (size_t)N * g->V * sizeof(float));
+    }
     sdp_rt_tensor_release_acquire(out);
 fail:
     sdp_rt_tensor_release(x);
@@ -442,6 +451,23 @@ done:
     sdp_rt_tensor_release(out);
     g->c.micro_batch = saved_b;
     return rc;
+}
+
+unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
+                                           const struct sdp_graph_conf *c)
+{
+    size_t es = sdp_dtype_size(work_dtype), group_max = 0;
+    unsigned long long n = (unsigned long long)c->micro_batch * c->seq_len, bytes;
+    for (int g = 0; g < sdp_model_num_groups(m); g++) {
+        size_t ne = sdp_model_group_nelems(m, g);
+        group_max = ne > group_max ? ne : group_max;
+    }
+    bytes = 2ull * group_max * (es + 4); /* work + fp32 grad */
+    bytes += n * (unsigned long long)m->hidden_size * es * (m->num_layers + 3); /* inputs, d_x, h */
+    bytes += 2ull * sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, 0);
+    bytes +=
+        (1ull << 30) + (64ull << 20); /* LM-head logits block, cuBLASLt and kernel workspaces */
+    return bytes;
 }
 
 int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_graph_conf *c)
@@ -467,6 +493,7 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     g->QKV = (g->NH + 2 * g->NKV) * g->HD;
     g->V = m->vocab_size;
     g->L = m->num_layers;
+    g->act_dt = st->work_dtype;
     g->head_group = g->L + 1;
     g->norm_off = sdp_state_off(st, g->head_group, SDP_PT_NORM);
     g->lm_group = m->tie_word_embeddings ? 0 : g->head_group;

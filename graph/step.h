@@ -31,6 +31,12 @@ struct sdp_step_result {
 
 typedef struct sdp_graph sdp_graph_t;
 
+/** Smallest GPU memory (bytes) a run of this configuration needs on one GPU: two parameter groups
+ * in flight (working copy + fp32 gradient), the saved layer inputs of one micro-batch, one layer's
+ * intermediates and gradients, and the LM head's logits block and workspaces. */
+unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
+                                           const struct sdp_graph_conf *c);
+
 /** @return 0, -ENOMEM, -EINVAL (bad configuration, logged) */
 int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_graph_conf *conf);
 void sdp_graph_destroy(sdp_graph_t *g);

@@ -31,6 +31,20 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
         conf.ncpus = c->ncpus;
     conf.ncuda = c->ncuda;
     conf.nopencl = 0;
+#ifndef STARPU_USE_CUDA
+    if (c->require_cuda) {
+        rc = sdp_err(-ENODEV, "the run asks for %d GPU(s) but StarPU was built without CUDA",
+                     c->ncuda);
+        sdp_hint("rebuild StarPU with CUDA (tools/setup-debian.sh on a machine with nvcc), or set "
+                 "train.gpus: 0");
+        return rc;
+    }
+#endif
+    if (c->gpu_memory_gib > 0) {
+        char mib[32];
+        snprintf(mib, sizeof(mib), "%.0f", c->gpu_memory_gib * 1024.0);
+        setenv("STARPU_LIMIT_CUDA_MEM", mib, 1);
+    }
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(1);
 #endif
@@ -46,6 +60,20 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
     if (rc)
         return sdp_err(rc < 0 ? rc : -EIO, "starpu_init failed");
     started = 1;
+    if (c->require_cuda && (starpu_cuda_worker_get_count() == 0 ||
+                            (c->ncuda > 0 && (int)starpu_cuda_worker_get_count() < c->ncuda))) {
+        if (c->ncuda > 0)
+            rc = sdp_err(-ENODEV,
+                         "the run asks for %d GPU(s), StarPU found %u usable CUDA device(s)",
+                         c->ncuda, starpu_cuda_worker_get_count());
+        else
+            rc = sdp_err(-ENODEV, "the run asks for GPUs, StarPU found no usable CUDA device");
+        sdp_hint(
+            "check nvidia-smi and CUDA_VISIBLE_DEVICES, or set train.gpus: 0 to train on CPUs");
+        starpu_shutdown();
+        started = 0;
+        return rc;
+    }
     SDP_INFO("StarPU %d.%d: %u CPU workers, %u CUDA workers, policy %s", STARPU_MAJOR_VERSION,
              STARPU_MINOR_VERSION, starpu_cpu_worker_get_count(), starpu_cuda_worker_get_count(),
              c->sched_name && c->sched_name[0] ? c->sched_name : "default");
@@ -119,6 +147,36 @@ unsigned long long sdp_rt_host_mem_available(void)
             avail = room;
     }
     return avail;
+}
+
+unsigned long long sdp_rt_gpu_mem_used(int dev)
+{
+#ifdef SDP_HAVE_CUDA
+    size_t free_b = 0, total_b = 0;
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(dev) != cudaSuccess)
+        return 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+        free_b = total_b = 0;
+    cudaSetDevice(prev);
+    return total_b - free_b;
+#else
+    (void)dev;
+    return 0;
+#endif
+}
+
+unsigned long long sdp_rt_gpu_mem_total(int dev)
+{
+#ifdef SDP_HAVE_CUDA
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess)
+        return 0;
+    return p.totalGlobalMem;
+#else
+    (void)dev;
+    return 0;
+#endif
 }
 
 unsigned long long sdp_rt_host_peak_rss(void)

@@ -8,7 +8,9 @@ struct sdp_rt_conf {
     const char *sched_name; /* StarPU stock policy name, or NULL/"" for the default */
     void *sched_policy;     /* a struct starpu_sched_policy * of ours, or NULL */
     int ncpus;              /* CPU workers; 0 = all cores */
-    int ncuda;              /* CUDA workers; 0 = none, -1 = all */
+    int ncuda;              /* CUDA workers; 0 = none, -1 = all found */
+    double gpu_memory_gib;  /* memory StarPU may use on each GPU; 0 = no limit */
+    int require_cuda;       /* 1: fail unless the CUDA workers asked for start */
 };
 
 /** Start StarPU.  @return 0, -ENODEV (no worker), or StarPU's error (logged with a hint) */
@@ -20,6 +22,11 @@ int sdp_rt_wait_all(void);
 /** Number of CPU and CUDA workers of the running instance. */
 int sdp_rt_ncpus(void);
 int sdp_rt_ncuda(void);
+/** Bytes of GPU memory in use on CUDA device dev (cudaMemGetInfo: StarPU keeps what it allocated
+ * cached, so after a step this is the step's peak reservation); 0 without CUDA. */
+unsigned long long sdp_rt_gpu_mem_used(int dev);
+/** Total memory of CUDA device dev in bytes; 0 without CUDA. */
+unsigned long long sdp_rt_gpu_mem_total(int dev);
 /** Host memory available to this process in bytes: min(MemAvailable, cgroup limit - usage); 0 if
  * unknown. */
 unsigned long long sdp_rt_host_mem_available(void);

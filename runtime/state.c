@@ -4,10 +4,12 @@
 #include "config.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/fsutil.h"
 #include "runtime/hfconfig.h"
@@ -130,10 +132,10 @@ static uint64_t hash_name(const char *s)
 
 /* Element i of a tensor is a function of (seed, tensor name, i) only: a Box-Muller normal from two
  * counter-based uniforms. */
-static void fill_normal(float *dst, size_t n, double std, uint64_t key)
+static void fill_normal(float *dst, size_t begin, size_t end, double std, uint64_t key)
 {
     const double two_pi = 6.283185307179586;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = begin; i < end; i++) {
         uint64_t a = splitmix64(key + 2 * i), b = splitmix64(key + 2 * i + 1);
         double u1 = ((a >> 11) + 1.0) * (1.0 / 9007199254740993.0); /* (0, 1] */
         double u2 = (b >> 11) * (1.0 / 9007199254740992.0);         /* [0, 1) */
@@ -141,23 +143,91 @@ static void fill_normal(float *dst, size_t n, double std, uint64_t key)
     }
 }
 
-void sdp_state_init_random(struct sdp_state *st, unsigned long long seed)
+/* One slice of the initialisation: elements [begin, end) of one tensor. */
+struct init_job {
+    float *dst;
+    size_t begin, end;
+    double std;
+    uint64_t key;
+    int normal;
+};
+
+struct init_work {
+    struct init_job *jobs;
+    int njobs;
+    int next;
+    pthread_mutex_t lock;
+};
+
+static void *init_worker(void *arg)
 {
-    double std = st->cfg.initializer_range > 0 ? st->cfg.initializer_range : 0.02;
-    for (int g = 0; g < st->ngroups; g++) {
-        struct sdp_group_state *gs = &st->groups[g];
-        float *p = sdp_rt_tensor_data(gs->master);
-        for (int i = 0; i < gs->ntensors; i++) {
-            const struct sdp_param_desc *d = &gs->tensors[i];
-            size_t n = (size_t)d->rows * d->cols;
-            if (d->decay) {
-                fill_normal(p + d->offset, n, std, splitmix64(seed) ^ hash_name(d->hf_name));
-            } else {
-                for (size_t j = 0; j < n; j++)
-                    p[d->offset + j] = 1.0f;
-            }
+    struct init_work *w = arg;
+    for (;;) {
+        int j;
+        pthread_mutex_lock(&w->lock);
+        j = w->next++;
+        pthread_mutex_unlock(&w->lock);
+        if (j >= w->njobs)
+            return NULL;
+        struct init_job *jb = &w->jobs[j];
+        if (jb->normal) {
+            fill_normal(jb->dst, jb->begin, jb->end, jb->std, jb->key);
+        } else {
+            for (size_t i = jb->begin; i < jb->end; i++)
+                jb->dst[i] = 1.0f;
         }
     }
+}
+
+void sdp_state_init_random(struct sdp_state *st, unsigned long long seed)
+{
+    const size_t slice = (size_t)1 << 22; /* elements per job */
+    double std = st->cfg.initializer_range > 0 ? st->cfg.initializer_range : 0.02;
+    struct init_work w = { 0 };
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = ncpu > 1 ? (int)(ncpu > 64 ? 64 : ncpu) : 1;
+    pthread_t th[64];
+    int cap = 0, started = 0;
+
+    /* element i of a tensor depends on (seed, name, i) only: any slicing gives the same values */
+    for (int pass = 0; pass < 2; pass++) {
+        w.njobs = 0;
+        for (int g = 0; g < st->ngroups; g++) {
+            struct sdp_group_state *gs = &st->groups[g];
+            float *p = sdp_rt_tensor_data(gs->master);
+            for (int i = 0; i < gs->ntensors; i++) {
+                const struct sdp_param_desc *d = &gs->tensors[i];
+                size_t n = (size_t)d->rows * d->cols;
+                for (size_t b = 0; b < n; b += slice) {
+                    if (pass == 1) {
+                        struct init_job *jb = &w.jobs[w.njobs];
+                        jb->dst = p + d->offset;
+                        jb->begin = b;
+                        jb->end = b + slice < n ? b + slice : n;
+                        jb->std = std;
+                        jb->key = splitmix64(seed) ^ hash_name(d->hf_name);
+                        jb->normal = d->decay;
+                    }
+                    w.njobs++;
+                }
+            }
+        }
+        if (pass == 0) {
+            cap = w.njobs;
+            w.jobs = calloc((size_t)cap, sizeof(*w.jobs));
+            SDP_ASSERT(w.jobs != NULL, "out of memory for %d initialisation jobs", cap);
+        }
+    }
+    pthread_mutex_init(&w.lock, NULL);
+    for (int t = 0; t < nthreads; t++)
+        if (pthread_create(&th[t], NULL, init_worker, &w) == 0)
+            started++;
+    if (started == 0)
+        init_worker(&w);
+    for (int t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    pthread_mutex_destroy(&w.lock);
+    free(w.jobs);
     st->work_valid = 0;
 }
 

@@ -39,6 +39,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "train"))
         return sdp_cli_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "export"))
+        return sdp_cli_export(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "bench"))
+        return sdp_cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "policies"))
         return sdp_cli_policies(argc - 1, argv + 1);
     fprintf(stderr, "slidedp: unknown command '%s'\n\n", argv[1]);

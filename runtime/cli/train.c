@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,8 +19,10 @@
 #include "graph/recipe.h"
 #include "graph/step.h"
 #include "policies/sdp_policies.h"
+#include "runtime/ckpt.h"
 #include "runtime/cli/cli.h"
 #include "runtime/data.h"
+#include "runtime/fsutil.h"
 #include "runtime/hfconfig.h"
 #include "runtime/init.h"
 #include "runtime/sdp_log.h"
@@ -40,7 +43,16 @@ static void usage(FILE *f)
         "policies`)\n"
         "  --cpus N           CPU workers (overrides train.cpus; 0 = all cores)\n"
         "  --precision P      fp32 or bf16 (overrides train.precision)\n"
-        "  --output DIR       write the trained model to DIR/final (overrides output.dir)\n"
+        "  --gpus N           CUDA workers (overrides train.gpus; -1 = all found, 0 = none)\n"
+        "  --output DIR       run directory: checkpoints, COMPLETE, the trained model in "
+        "DIR/final\n"
+        "                     (overrides output.dir)\n"
+        "  --checkpoint-every K  checkpoint every K steps (overrides output.checkpoint_every)\n"
+        "  --no-resume        start afresh even if DIR/checkpoints holds a checkpoint\n"
+        "\n"
+        "SIGUSR1 or SIGTERM: checkpoint at the next step boundary and exit 0; running the same\n"
+        "command again resumes.  Under Slurm, SLURM_JOB_ID names the default run directory\n"
+        "(runs/<recipe>-<job id>) and SLURM_CPUS_PER_TASK the CPU workers.\n"
         "  -q, --quiet        no progress lines\n"
         "  -v, --verbose      debug logging\n"
         "  -h, --help         this text\n"
@@ -77,7 +89,7 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 }
 
 struct overrides {
-    int steps, cpus;
+    int steps, cpus, gpus, checkpoint_every, no_resume;
     const char *metrics, *sched, *precision, *output;
     int quiet;
 };
@@ -104,6 +116,114 @@ static int write_metrics(FILE *mf, int step, const struct sdp_step_result *r, do
     return rc;
 }
 
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+/* SIGUSR1 (Slurm's warning before the time limit) and SIGTERM (preemption, scancel): finish the
+ * step, checkpoint, exit. */
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* The recipe fields a resumed run must share with the checkpoint's run: they decide the data order
+ * and the gradient summation order (the model configuration is compared by sdp_ckpt_load). */
+static void fingerprint(const struct sdp_recipe *r, const struct sdp_data *d, char *out, size_t len)
+{
+    snprintf(out, len, "seq_len=%d global=%d micro=%d seed=%llu shuffle=%d data_tokens=%llu",
+             r->seq_len, r->global_batch, r->micro_batch, r->seed, r->shuffle,
+             (unsigned long long)d->shard.count);
+}
+
+/* A resumed run appends to its metrics file: drop the lines of steps after the checkpoint first
+ * (the interrupted run may have gone further), atomically. */
+static int trim_metrics(const char *path, int last_step)
+{
+    FILE *f = fopen(path, "r");
+    char *buf = NULL, line[4096];
+    size_t len = 0, cap = 0;
+    int rc;
+    if (!f)
+        return 0; /* nothing written yet */
+    while (fgets(line, sizeof(line), f)) {
+        const char *p = strstr(line, "\"step\":");
+        size_t n = strlen(line);
+        if (!p || atoi(p + 7) > last_step)
+            continue;
+        if (len + n + 1 > cap) {
+            char *nb = realloc(buf, cap = 2 * (len + n + 1));
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return sdp_err(-ENOMEM, "metrics file %s", path);
+            }
+            buf = nb;
+        }
+        memcpy(buf + len, line, n);
+        len += n;
+    }
+    fclose(f);
+    rc = sdp_write_file_atomic(path, buf ? buf : "", len);
+    free(buf);
+    return rc;
+}
+
+/* Slurm: the job id names the default run directory (a requeued job keeps its id, so it resumes),
+ * and the CPUs of the task set the CPU workers. */
+static void apply_slurm(struct sdp_recipe *r)
+{
+    const char *job = getenv("SLURM_JOB_ID"), *cpus = getenv("SLURM_CPUS_PER_TASK");
+    if (!job)
+        return;
+    if (!r->output_dir[0]) {
+        const char *base = strrchr(r->file, '/');
+        char name[256];
+        snprintf(name, sizeof(name), "%.200s", base ? base + 1 : r->file);
+        if (strlen(name) > 5 && !strcmp(name + strlen(name) - 5, ".yaml"))
+            name[strlen(name) - 5] = '\0';
+        snprintf(r->output_dir, sizeof(r->output_dir), "runs/%s-%.64s", name, job);
+    }
+    if (r->cpus == 0 && cpus && atoi(cpus) > 0)
+        r->cpus = atoi(cpus);
+    SDP_INFO("Slurm job %s: run directory %s, %d CPU workers", job, r->output_dir, r->cpus);
+}
+
+/* The GPU window must fit: the configured limit within the device, the run's minimum within both.
+ */
+static int check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_dt)
+{
+    struct sdp_graph_conf gc = { .micro_batch = r->micro_batch, .seq_len = r->seq_len };
+    unsigned long long total = sdp_rt_gpu_mem_total(0);
+    unsigned long long limit =
+        r->gpu_memory_gib > 0 ? (unsigned long long)(r->gpu_memory_gib * 1073741824.0) : total;
+    unsigned long long need = sdp_graph_gpu_bytes_min(&r->model, work_dt, &gc);
+    if (total > 0 && limit > total) {
+        sdp_err(-EINVAL, "%s: train.gpu_memory_gib = %.1f GiB exceeds the GPU's %.1f GiB", r->file,
+                r->gpu_memory_gib, total / 1073741824.0);
+        sdp_hint("lower train.gpu_memory_gib, or set it to 0 for the whole GPU");
+        return -EINVAL;
+    }
+    if (limit > 0 && need > limit) {
+        sdp_err(-ENOMEM,
+                "%s: the run needs at least %.1f GiB of GPU memory (two layers of weights and "
+                "gradients, one micro-batch of activations), the %s allows %.1f GiB",
+                r->file, need / 1073741824.0, r->gpu_memory_gib > 0 ? "recipe" : "GPU",
+                limit / 1073741824.0);
+        sdp_hint("lower batch.micro or data.seq_len, or raise train.gpu_memory_gib");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 static int run(struct sdp_recipe *r, const struct overrides *ov)
 {
     struct sdp_data data = { 0 };
@@ -117,7 +237,10 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     enum sdp_dtype work_dt;
     unsigned long long need, avail;
     double t0, t_prev, elapsed;
-    int rc, started = 0, state_made = 0;
+    int rc, started = 0, state_made = 0, resuming = 0, first = 0, stopped = 0;
+    struct sdp_ckpt_info info = { 0 };
+    char ckdir[SDP_PATH_MAX + 16] = "", ckpath[SDP_PATH_MAX + 64], fp[128];
+    double last_loss = NAN;
 
     /* ---- everything that can be checked before StarPU starts ---- */
     if (r->model_path[0]) {
@@ -164,9 +287,33 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         rc = SDP_EXIT_FAILURE;
         goto out;
     }
+    /* ---- resume: the newest valid checkpoint of the run directory ---- */
+    if (r->output_dir[0]) {
+        snprintf(ckdir, sizeof(ckdir), "%s/checkpoints", r->output_dir);
+        if (!ov->no_resume && sdp_ckpt_latest(ckdir, ckpath, sizeof(ckpath)) == 0) {
+            if (sdp_ckpt_read_info(ckpath, NULL, &info)) {
+                rc = SDP_EXIT_FAILURE;
+                goto out;
+            }
+            fingerprint(r, &data, fp, sizeof(fp));
+            if (strcmp(info.fingerprint, fp) != 0) {
+                sdp_err(-EINVAL, "%s was written by a run with %s; %s has %s", ckpath,
+                        info.fingerprint, r->file, fp);
+                sdp_hint("these settings change the data order or the numerics: restore them, use "
+                         "another output directory, or pass --no-resume to start afresh");
+                rc = SDP_EXIT_FAILURE;
+                goto out;
+            }
+            resuming = 1;
+        }
+    }
     if (ov->metrics || r->metrics[0]) {
         const char *path = ov->metrics ? ov->metrics : r->metrics;
-        mf = fopen(path, "w");
+        if (resuming && trim_metrics(path, info.step)) {
+            rc = SDP_EXIT_FAILURE;
+            goto out;
+        }
+        mf = fopen(path, resuming ? "a" : "w");
         if (!mf) {
             sdp_err(-errno, "cannot open metrics file %s", path);
             rc = SDP_EXIT_FAILURE;
@@ -185,19 +332,34 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     rc_conf.sched_name = r->sched;
     rc_conf.sched_policy = policy;
     rc_conf.ncpus = r->cpus;
-    rc_conf.ncuda = 0;
+    rc_conf.ncuda = r->gpus;
+    rc_conf.require_cuda = r->gpus > 0;
+    rc_conf.gpu_memory_gib = r->gpu_memory_gib;
     if (sdp_rt_init(&rc_conf)) {
         rc = SDP_EXIT_FAILURE;
         goto out;
     }
     started = 1;
-    if (sdp_tasks_init() ||
+    if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
+        (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&r->model)) ||
         sdp_state_create(&st, &r->model, work_dt, (size_t)(r->chunk_mib * 1048576.0))) {
         rc = SDP_EXIT_FAILURE;
         goto out;
     }
     state_made = 1;
-    if (r->model_path[0]) {
+    if (sdp_rt_ncuda() > 0 && check_gpu_memory(r, work_dt)) {
+        rc = SDP_EXIT_FAILURE;
+        goto out;
+    }
+    if (resuming) {
+        if (sdp_ckpt_load(ckpath, &st, &info)) {
+            rc = SDP_EXIT_FAILURE;
+            goto out;
+        }
+        sdp_data_seek(&data, info.data_epoch, info.data_index);
+        first = info.step;
+        SDP_INFO("resuming from %s: step %d of %d", ckpath, first, r->steps);
+    } else if (r->model_path[0]) {
         if (sdp_state_load_hf(&st, r->model_path)) {
             rc = SDP_EXIT_FAILURE;
             goto out;
@@ -219,19 +381,23 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         goto out;
     }
     SDP_INFO(
-        "training %s (%zu parameters, %d layers) for %d steps: %d x %d sequences of %d tokens, %s, "
-        "lr %.3g, data %s (%llu sequences)",
+        "training %s (%zu parameters, %d layers) for %d steps: %d x %d sequences of %d tokens, "
+        "%s, lr %.3g, data %s (%llu sequences)%s%s",
         sdp_model_arch_name(r->model.arch), sdp_model_num_params(&r->model), r->model.num_layers,
         r->steps, gc.n_micro, r->micro_batch, r->seq_len, work_dt == SDP_BF16 ? "bf16" : "fp32",
-        r->lr, r->data_train, (unsigned long long)data.nseq);
+        r->lr, r->data_train, (unsigned long long)data.nseq,
+        r->output_dir[0] ? ", run directory " : "", r->output_dir);
+    install_signals();
 
     /* ---- steps ---- */
     t0 = t_prev = now_s();
     rc = SDP_EXIT_OK;
-    for (int s = 0; s < r->steps; s++) {
+    fingerprint(r, &data, fp, sizeof(fp));
+    for (int s = first; s < r->steps; s++) {
         struct sdp_step_result res;
         double lr = sdp_recipe_lr_at(r, s), t, step_s;
         char el[32], eta[32];
+        int stop;
         sdp_data_next(&data, r->global_batch, ids, targets);
         if (sdp_graph_step(g, s, ids, targets, lr, 1, &res)) {
             rc = SDP_EXIT_FAILURE;
@@ -250,7 +416,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
             break;
         }
         fmt_duration(el, sizeof(el), elapsed);
-        fmt_duration(eta, sizeof(eta), elapsed / (s + 1) * (r->steps - s - 1));
+        fmt_duration(eta, sizeof(eta), elapsed / (s + 1 - first) * (r->steps - s - 1));
         if (!ov->quiet) {
             printf("step %d/%d  loss %.4f  lr %.3e  gnorm %.3f  %.0f tok/s  elapsed %s  eta %s\n",
                    s + 1, r->steps, res.loss, lr, res.grad_norm, res.tokens / step_s, el, eta);
@@ -261,24 +427,51 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
             rc = SDP_EXIT_FAILURE;
             break;
         }
+        last_loss = res.loss;
+        stop = stop_signal != 0;
+        if (ckdir[0] && (stop || s + 1 == r->steps ||
+                         (r->checkpoint_every > 0 && (s + 1) % r->checkpoint_every == 0))) {
+            memset(&info, 0, sizeof(info));
+            info.step = s + 1;
+            info.data_epoch = data.epoch;
+            info.data_index = data.index;
+            info.seed = r->seed;
+            snprintf(info.fingerprint, sizeof(info.fingerprint), "%s", fp);
+            if (sdp_ckpt_save(ckdir, &st, &info, r->keep_checkpoints)) {
+                rc = SDP_EXIT_FAILURE;
+                break;
+            }
+        }
+        if (stop) {
+            SDP_INFO("stopped by signal %d at step %d; resume by running the same command",
+                     (int)stop_signal, s + 1);
+            stopped = 1;
+            break;
+        }
     }
     if (sdp_rt_wait_all() && rc == SDP_EXIT_OK)
         rc = SDP_EXIT_FAILURE;
-    if (rc == SDP_EXIT_OK && (ov->output || r->output_dir[0])) {
-        char dir[SDP_PATH_MAX + 16];
-        const char *base = ov->output ? ov->output : r->output_dir;
-        snprintf(dir, sizeof(dir), "%s/final", base);
-        if (sdp_state_save_hf(&st, dir, "float32"))
+    if (rc == SDP_EXIT_OK && !stopped && r->output_dir[0]) {
+        char dir[SDP_PATH_MAX + 16], line[128];
+        snprintf(dir, sizeof(dir), "%s/final", r->output_dir);
+        if (sdp_state_save_hf(&st, dir, "float32")) {
             rc = SDP_EXIT_FAILURE;
-        else
+        } else {
             SDP_INFO("model written to %s", dir);
+            snprintf(dir, sizeof(dir), "%s/COMPLETE", r->output_dir);
+            snprintf(line, sizeof(line), "step %d loss %.10g\n", r->steps, last_loss);
+            if (sdp_write_file_atomic(dir, line, strlen(line)))
+                rc = SDP_EXIT_FAILURE;
+        }
     }
 out:
     sdp_graph_destroy(g);
     if (state_made)
         sdp_state_destroy(&st);
-    if (started)
+    if (started) {
+        sdp_tasks_shutdown();
         sdp_rt_shutdown();
+    }
     if (mf)
         fclose(mf);
     free(ids);
@@ -296,12 +489,15 @@ int sdp_cli_train(int argc, char **argv)
         { "cpus", required_argument, NULL, 'c' },
         { "precision", required_argument, NULL, 'p' },
         { "output", required_argument, NULL, 'o' },
+        { "gpus", required_argument, NULL, 'g' },
+        { "checkpoint-every", required_argument, NULL, 'K' },
+        { "no-resume", no_argument, NULL, 'R' },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    struct overrides ov = { .steps = -1, .cpus = -1 };
+    struct overrides ov = { .steps = -1, .cpus = -1, .gpus = -2, .checkpoint_every = -1 };
     struct sdp_recipe r;
     int opt, rc;
     optind = 1;
@@ -314,6 +510,17 @@ int sdp_cli_train(int argc, char **argv)
         case 'c':
             if (parse_int("--cpus", optarg, 0, &ov.cpus))
                 return SDP_EXIT_USAGE;
+            break;
+        case 'g':
+            if (parse_int("--gpus", optarg, -1, &ov.gpus))
+                return SDP_EXIT_USAGE;
+            break;
+        case 'K':
+            if (parse_int("--checkpoint-every", optarg, 0, &ov.checkpoint_every))
+                return SDP_EXIT_USAGE;
+            break;
+        case 'R':
+            ov.no_resume = 1;
             break;
         case 'm':
             ov.metrics = optarg;
@@ -353,6 +560,13 @@ int sdp_cli_train(int argc, char **argv)
         r.steps = ov.steps;
     if (ov.cpus >= 0)
         r.cpus = ov.cpus;
+    if (ov.gpus >= -1)
+        r.gpus = ov.gpus;
+    if (ov.checkpoint_every >= 0)
+        r.checkpoint_every = ov.checkpoint_every;
+    if (ov.output)
+        snprintf(r.output_dir, sizeof(r.output_dir), "%s", ov.output);
+    apply_slurm(&r);
     if (ov.sched)
         snprintf(r.sched, sizeof(r.sched), "%s", ov.sched);
     if (ov.precision) {

@@ -52,6 +52,10 @@ expect 2 "No such file|cannot open|not found" -- "$bin" train "$tmp/missing.yaml
 recipe ok 's/steps: 4/steps: 1/'
 expect 2 "unknown scheduling policy 'fastest'" -- "$bin" train "$tmp/ok.yaml" --sched fastest
 expect 2 "expects an integer" -- "$bin" train "$tmp/ok.yaml" --steps two
+# GPUs asked for where there are none (this test runs on machines without a GPU; skip the case on one)
+if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L > /dev/null 2>&1; then
+    expect 1 "asks for .*GPU|without CUDA" -- "$bin" train "$tmp/ok.yaml" --gpus 1
+fi
 
 # a Hugging Face directory: intact, then corrupted in several ways
 mk_model() {

@@ -3,8 +3,9 @@
  * tests/ref/gen_hf_ref.py from a tiny Qwen3 (tied) and a tiny Llama (untied, llama3 rope scaling)):
  * logits, loss and every parameter gradient at step 0, then the losses of 10 AdamW steps with
  * gradient clipping on a fixed batch.  fp32 mode against fp32 transformers; bf16 mode (bf16 working
- * weights) against the same fp32 reference with bf16 tolerances.  Also checks that accumulating the
- * batch in two micro-batches gives the same gradients.  Runs through StarPU with CPU workers. */
+ * weights and activations, as on the GPU) against the same fp32 reference with bf16 tolerances.
+ * Also checks that accumulating the batch in two micro-batches gives the same gradients.  Runs
+ * through StarPU with CPU workers. */
 #include "config.h"
 
 #include <math.h>
@@ -267,10 +268,26 @@ int main(void)
     if (!top)
         top = ".";
     rc.ncpus = 2;
+#ifdef SDP_TEST_GPU
+    /* the same comparisons with every compute op on the GPU (bf16 tensor cores, fp32 cuBLASLt) */
+    rc.ncuda = -1;
+#endif
     if (sdp_rt_init(&rc) || sdp_tasks_init()) {
         printf("cannot start StarPU\nFAIL\n");
         return 1;
     }
+#ifdef SDP_TEST_GPU
+    if (sdp_rt_ncuda() == 0) {
+        printf("no CUDA worker: SKIP\n");
+        sdp_tasks_shutdown();
+        sdp_rt_shutdown();
+        return 77;
+    }
+    if (sdp_tasks_place_compute(1)) {
+        printf("cannot place the compute on the GPU\nFAIL\n");
+        return 1;
+    }
+#endif
     for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
         char dir[4200];
         struct ref r = { 0 };
@@ -290,6 +307,7 @@ int main(void)
         free(r.targets);
         free(r.logits);
     }
+    sdp_tasks_shutdown();
     sdp_rt_shutdown();
     printf("%s\n", nfail ? "FAIL" : "PASS");
     return nfail ? 1 : 0;

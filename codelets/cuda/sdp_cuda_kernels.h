@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/* CUDA kernels of every op, as extern "C" launchers that enqueue on the given stream and never
+ * synchronize.  No StarPU, no runtime headers (the codelets/<op>.c wrappers pass StarPU's stream
+ * and buffers).  Storage dtype `dt` of activations and weights: SDP_CUDA_F32 or SDP_CUDA_BF16
+ * (uint16 bf16 bits); every reduction and accumulation is fp32 (double where a loss is summed);
+ * rstd and lse are always fp32; weight gradients are always fp32 and accumulated (+=).  Layouts are
+ * those of codelets/cpu/sdp_cpu_kernels.h (row-major, the same letters).  Tests:
+ * tests/kernels/test_cuda_*.c (against the CPU _ref kernels, exit 77 without a GPU). */
+#ifndef SDP_CUDA_KERNELS_H
+#define SDP_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum sdp_cuda_dt { SDP_CUDA_F32 = 0, SDP_CUDA_BF16 = 1 };
+
+/* RoPE inverse frequencies passed by value (HD/2 <= 256). */
+#define SDP_CUDA_MAX_HALF_HD 256
+struct sdp_cuda_inv_freq {
+    float f[SDP_CUDA_MAX_HALF_HD];
+};
+
+/* ---- casts ---- */
+/** dst (n) dt = src (n) f32; bf16 rounds to nearest even, NaN stays NaN (bit-identical to the CPU).
+ */
+void sdp_cuda_cast(void *dst, int dt, const float *src, size_t n, cudaStream_t s);
+
+/* ---- GEMMs through cuBLASLt (fp32 compute, no TF32 for f32; bf16 tensor cores for bf16) ----
+ * ws / ws_bytes: a cuBLASLt workspace (32 MiB is enough for Hopper). */
+/** out (M, N) dt = [resid (M, N) dt] + x (M, K) dt . w (N, K)^T dt;  out may alias resid */
+void sdp_cuda_matmul_fwd(cublasLtHandle_t lt, void *out, const void *resid, const void *x,
+                         const void *w, int M, int K, int N, int dt, void *ws, size_t ws_bytes,
+                         cudaStream_t s);
+/** dx (M, K) dt = dout (M, N) dt . w (N, K) dt */
+void sdp_cuda_matmul_bwd_data(cublasLtHandle_t lt, void *dx, const void *dout, const void *w, int M,
+                              int K, int N, int dt, void *ws, size_t ws_bytes, cudaStream_t s);
+/** dw (N, K) f32 += dout (M, N)^T dt . x (M, K) dt */
+void sdp_cuda_matmul_bwd_weight(cublasLtHandle_t lt, float *dw, const void *dout, const void *x,
+                                int M, int K, int N, int dt, void *ws, size_t ws_bytes,
+                                cudaStream_t s);
+
+/* ---- embedding ---- */
+/** out (N, C) dt = wte[ids] (wte (V, C) dt) */
+void sdp_cuda_embedding_fwd(void *out, const int32_t *ids, const void *wte, int N, int C, int dt,
+                            cudaStream_t s);
+/** dwte (V, C) f32 += scatter of dout (N, C) dt by ids (atomics: not bit-reproducible) */
+void sdp_cuda_embedding_bwd(float *dwte, const void *dout, const int32_t *ids, int N, int C, int dt,
+                            cudaStream_t s);
+
+/* ---- RMSNorm over rows of length D ---- */
+/** out (R, D) dt, rstd (R) f32 = rmsnorm(x (R, D) dt) * w (D) dt */
+void sdp_cuda_rmsnorm_fwd(void *out, float *rstd, const void *x, const void *w, int R, int D,
+                          float eps, int dt, cudaStream_t s);
+/** dx (R, D) dt = [dres (R, D) dt] + d/dx;  dw (D) f32 += d/dw.  dx may alias dres.
+ * ws: at least sdp_cuda_rmsnorm_bwd_ws(R, D) bytes (per-block partial sums of dw). */
+size_t sdp_cuda_rmsnorm_bwd_ws(int R, int D);
+void sdp_cuda_rmsnorm_bwd(void *dx, float *dw, const void *dres, const void *dout, const void *x,
+                          const void *w, const float *rstd, int R, int D, int dt, void *ws,
+                          cudaStream_t s);
+
+/* ---- per-head q/k RMSNorm + RoPE on the fused qkv (N, QKV) ---- */
+/** out (N, QKV) dt; rstd (N, NH+NKV) f32 written when qnorm_w != NULL (then knorm_w != NULL too).
+ */
+void sdp_cuda_qknorm_rope_fwd(void *out, float *rstd, const void *qkv, const void *qnorm_w,
+                              const void *knorm_w, struct sdp_cuda_inv_freq inv_freq, int N, int T,
+                              int NH, int NKV, int HD, float eps, int dt, cudaStream_t s);
+/** dqkv (N, QKV) dt from dout; dqnorm_w, dknorm_w (HD) f32 += (when the norm is present).
+ * ws: at least sdp_cuda_qknorm_rope_bwd_ws(N, NH, NKV, HD) bytes. */
+size_t sdp_cuda_qknorm_rope_bwd_ws(int N, int NH, int NKV, int HD);
+void sdp_cuda_qknorm_rope_bwd(void *dqkv, float *dqnorm_w, float *dknorm_w, const void *dout,
+                              const void *qkv, const void *qnorm_w, const void *knorm_w,
+                              const float *rstd, struct sdp_cuda_inv_freq inv_freq, int N, int T,
+                              int NH, int NKV, int HD, int dt, void *ws, cudaStream_t s);
+
+/* ---- causal GQA attention, FlashAttention-style (no (T, T) matrix in memory) ---- */
+/** out (B*T, NH*HD) dt, lse (B, NH, T) f32 from qkv (B*T, QKV) dt.  HD in {64, 128} at least; any
+ * T. */
+void sdp_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV,
+                            int HD, int dt, cudaStream_t s);
+/** dqkv (B*T, QKV) dt from dout (B*T, NH*HD) dt.  ws: at least sdp_cuda_attention_bwd_ws(...)
+ * bytes. */
+size_t sdp_cuda_attention_bwd_ws(int B, int T, int NH, int NKV, int HD);
+void sdp_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
+                            const float *lse, int B, int T, int NH, int NKV, int HD, int dt,
+                            void *ws, cudaStream_t s);
+
+/* ---- SwiGLU on gu (N, 2I) = gate | up ---- */
+void sdp_cuda_swiglu_fwd(void *out, const void *gu, int N, int inter, int dt, cudaStream_t s);
+void sdp_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int inter, int dt,
+                         cudaStream_t s);
+
+/* ---- LM head + cross-entropy, in blocks of rows so (N, V) logits never exist whole ----
+ * loss (2) double, device: {sum of -log p(target) over valid rows, number of valid rows} (written).
+ * dh (N, C) dt = scale * dloss/dh; dw (V, C) f32 += scale * dloss/dw; targets (N) int32, < 0
+ * ignored. ws: at least sdp_cuda_lmhead_ce_ws(N, C, V, rows_per_block) bytes. */
+size_t sdp_cuda_lmhead_ce_ws(int N, int C, int V, int rows_per_block);
+void sdp_cuda_lmhead_ce(cublasLtHandle_t lt, double *loss, void *dh, float *dw, const void *h,
+                        const void *w, const int32_t *targets, int N, int C, int V, float scale,
+                        int rows_per_block, int dt, void *ws, size_t ws_bytes, void *gemm_ws,
+                        size_t gemm_ws_bytes, cudaStream_t s);
+
+/* ---- optimizer support on the GPU ---- */
+/** out (1) double = sum of squares of g (n) f32 (device).  ws: sdp_cuda_sumsq_ws(n) bytes. */
+size_t sdp_cuda_sumsq_ws(size_t n);
+void sdp_cuda_sumsq(double *out, const float *g, size_t n, void *ws, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

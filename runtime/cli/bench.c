@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: MIT */
+/* `slidedp bench`: the standard workload of the benchmarks (a preset model with random weights,
+ * random token ids, full-parameter AdamW), timed per step after warm-up; prints one JSON line with
+ * the figures the peers are compared on (tokens/s, model TFLOP/s, GPU and host peak memory) and the
+ * settings. */
+#include "config.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codelets/sdp_tasks.h"
+#include "graph/step.h"
+#include "policies/sdp_policies.h"
+#include "runtime/cli/cli.h"
+#include "runtime/init.h"
+#include "runtime/sdp_log.h"
+#include "runtime/state.h"
+
+struct bench_opts {
+    const char *model, *sched, *precision, *activations;
+    int batch, micro, seq, steps, warmup, gpus, cpus;
+    double chunk_mib, gpu_memory_gib;
+    unsigned long long seed;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: slidedp bench --model PRESET [options]\n"
+            "\n"
+            "Time training steps of a preset model (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,\n"
+            "qwen3-14b) with random weights and random tokens; print one JSON line.\n"
+            "\n"
+            "options:\n"
+            "  --batch N            sequences per step (16)\n"
+            "  --micro N            sequences per micro-batch (= batch)\n"
+            "  --seq N              tokens per sequence (1024)\n"
+            "  --steps N            timed steps (5)\n"
+            "  --warmup N           untimed steps first (2)\n"
+            "  --precision P        bf16 or fp32 (bf16)\n"
+            "  --activations A      recompute or keep (recompute)\n"
+            "  --chunk-mib X        parameter chunk, MiB of fp32 master (64)\n"
+            "  --gpus N             CUDA workers (-1 = all found, 0 = none; -1)\n"
+            "  --gpu-memory-gib X   memory StarPU may use per GPU (0 = all)\n"
+            "  --cpus N             CPU workers (0 = all cores)\n"
+            "  --sched NAME         StarPU scheduling policy (dmda)\n");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static int run(const struct bench_opts *b)
+{
+    struct sdp_model_cfg cfg;
+    struct sdp_state st;
+    struct sdp_rt_conf rc_conf = { 0 };
+    struct sdp_graph_conf gc = { 0 };
+    sdp_graph_t *g = NULL;
+    void *policy = NULL;
+    enum sdp_dtype dt = strcmp(b->precision, "fp32") ? SDP_BF16 : SDP_F32;
+    size_t ntok = (size_t)b->batch * b->seq;
+    int32_t *ids = NULL, *targets = NULL;
+    double *step_s = NULL, gpu_peak = 0.0, t_init;
+    int rc = SDP_EXIT_FAILURE, state_made = 0, total = b->warmup + b->steps;
+    unsigned long long need, avail;
+
+    if (sdp_model_preset(b->model, &cfg)) {
+        sdp_err(-EINVAL, "unknown model preset '%s'", b->model);
+        sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b");
+        return SDP_EXIT_USAGE;
+    }
+    if (b->batch % b->micro != 0) {
+        sdp_err(-EINVAL, "--batch %d is not a multiple of --micro %d", b->batch, b->micro);
+        return SDP_EXIT_USAGE;
+    }
+    if (b->sched && sdp_policy_resolve(b->sched, &policy))
+        return SDP_EXIT_USAGE;
+    need = sdp_state_host_bytes(&cfg, dt);
+    avail = sdp_rt_host_mem_available();
+    if (avail > 0 && need > avail) {
+        sdp_err(-ENOMEM,
+                "%s needs %.1f GiB of host memory for its training state, %.1f GiB available",
+                b->model, need / 1073741824.0, avail / 1073741824.0);
+        return SDP_EXIT_FAILURE;
+    }
+    ids = malloc(ntok * sizeof(*ids));
+    targets = malloc(ntok * sizeof(*targets));
+    step_s = calloc((size_t)total, sizeof(*step_s));
+    if (!ids || !targets || !step_s) {
+        sdp_err(-ENOMEM, "batch buffers");
+        goto out_free;
+    }
+    rc_conf.sched_name = b->sched;
+    rc_conf.sched_policy = policy;
+    rc_conf.ncpus = b->cpus;
+    rc_conf.ncuda = b->gpus;
+    rc_conf.require_cuda = b->gpus > 0;
+    rc_conf.gpu_memory_gib = b->gpu_memory_gib;
+    if (sdp_rt_init(&rc_conf))
+        goto out_free;
+    if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
+        (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&cfg)) ||
+        sdp_state_create(&st, &cfg, dt, (size_t)(b->chunk_mib * 1048576.0)))
+        goto out;
+    state_made = 1;
+    t_init = now_s();
+    sdp_state_init_random(&st, b->seed);
+    SDP_INFO("random initialisation of %zu parameters: %.1f s", sdp_model_num_params(&cfg),
+             now_s() - t_init);
+    gc.micro_batch = b->micro;
+    gc.n_micro = b->batch / b->micro;
+    gc.seq_len = b->seq;
+    gc.recompute = strcmp(b->activations, "keep") != 0;
+    gc.beta1 = 0.9;
+    gc.beta2 = 0.95;
+    gc.eps = 1e-8;
+    gc.weight_decay = 0.1;
+    gc.max_grad_norm = 1.0;
+    if (sdp_graph_create(&g, &st, &gc))
+        goto out;
+    for (int s = 0; s < total; s++) {
+        struct sdp_step_result res;
+        double t0 = now_s();
+        for (size_t i = 0; i < ntok; i++) {
+            uint64_t r = mix(b->seed ^ mix((uint64_t)s * ntok + i));
+            ids[i] = (int32_t)(r % (uint64_t)cfg.vocab_size);
+            targets[i] = (int32_t)((r >> 32) % (uint64_t)cfg.vocab_size);
+        }
+        if (sdp_graph_step(g, s, ids, targets, 1e-5, 1, &res) || sdp_rt_wait_all())
+            goto out;
+        step_s[s] = now_s() - t0;
+        for (int d = 0; d < sdp_rt_ncuda(); d++) {
+            double used = sdp_rt_gpu_mem_used(d) / 1073741824.0;
+            gpu_peak = used > gpu_peak ? used : gpu_peak;
+        }
+        SDP_INFO("step %d/%d%s: %.3f s, %.0f tokens/s, loss %.4f", s + 1, total,
+                 s < b->warmup ? " (warm-up)" : "", step_s[s], ntok / step_s[s], res.loss);
+    }
+    {
+        double *timed = step_s + b->warmup, median, tps;
+        json_t *settings, *o, *steps_arr = json_array();
+        char *line;
+        for (int s = 0; s < b->steps; s++)
+            json_array_append_new(steps_arr, json_real(timed[s]));
+        qsort(timed, (size_t)b->steps, sizeof(double), cmp_double);
+        median = timed[b->steps / 2];
+        if (b->steps % 2 == 0)
+            median = 0.5 * (timed[b->steps / 2 - 1] + timed[b->steps / 2]);
+        tps = ntok / median;
+        settings = json_pack("{s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f}", "precision", b->precision,
+                             "micro_batch", b->micro, "activations", b->activations, "chunk_mib",
+                             b->chunk_mib, "sched", b->sched ? b->sched : "default", "gpus",
+                             sdp_rt_ncuda(), "cpu_workers", sdp_rt_ncpus(), "gpu_memory_gib",
+                             b->gpu_memory_gib);
+        o = json_pack(
+            "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
+            b->model, "batch", b->batch, "seq", b->seq, "tokens_per_s", tps, "model_tflops",
+            tps * sdp_model_train_flops_per_token(&cfg, b->seq) / 1e12, "step_s_median", median,
+            "gpu_peak_gib", gpu_peak, "host_peak_gib", sdp_rt_host_peak_rss() / 1073741824.0,
+            "step_s", steps_arr, "settings", settings);
+        line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
+        printf("%s\n", line);
+        fflush(stdout);
+        free(line);
+        json_decref(o);
+    }
+    rc = SDP_EXIT_OK;
+out:
+    sdp_graph_destroy(g);
+    if (state_made)
+        sdp_state_destroy(&st);
+    sdp_tasks_shutdown();
+    sdp_rt_shutdown();
+out_free:
+    free(ids);
+    free(targets);
+    free(step_s);
+    return rc;
+}
+
+static int parse_num(const char *opt, const char *s, double lo, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= lo)) {
+        fprintf(stderr, "slidedp bench: %s expects a number >= %g, got '%s'\n", opt, lo, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int sdp_cli_bench(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "model", required_argument, NULL, 'M' },
+        { "batch", required_argument, NULL, 'b' },
+        { "micro", required_argument, NULL, 'u' },
+        { "seq", required_argument, NULL, 'T' },
+        { "steps", required_argument, NULL, 's' },
+        { "warmup", required_argument, NULL, 'w' },
+        { "precision", required_argument, NULL, 'p' },
+        { "activations", required_argument, NULL, 'a' },
+        { "chunk-mib", required_argument, NULL, 'k' },
+        { "gpus", required_argument, NULL, 'g' },
+        { "gpu-memory-gib", required_argument, NULL, 'G' },
+        { "cpus", required_argument, NULL, 'c' },
+        { "sched", required_argument, NULL, 'S' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    struct bench_opts b = { .batch = 16,
+                            .micro = 0,
+                            .seq = 1024,
+                            .steps = 5,
+                            .warmup = 2,
+                            .gpus = -1,
+                            .cpus = 0,
+                            .chunk_mib = 64,
+                            .precision = "bf16",
+                            .activations = "recompute",
+                            .sched = "dmda",
+                            .seed = 1234 };
+    int opt;
+    double v;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'M':
+            b.model = optarg;
+            break;
+        case 'p':
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
+                fprintf(stderr, "slidedp bench: --precision expects bf16 or fp32\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.precision = optarg;
+            break;
+        case 'a':
+            if (strcmp(optarg, "recompute") && strcmp(optarg, "keep")) {
+                fprintf(stderr, "slidedp bench: --activations expects recompute or keep\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.activations = optarg;
+            break;
+        case 'S':
+            b.sched = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return SDP_EXIT_OK;
+        case 'k':
+        case 'G':
+            if (parse_num(opt == 'k' ? "--chunk-mib" : "--gpu-memory-gib", optarg,
+                          opt == 'k' ? 0.004 : 0, opt == 'k' ? &b.chunk_mib : &b.gpu_memory_gib))
+                return SDP_EXIT_USAGE;
+            break;
+        case 'b':
+        case 'u':
+        case 'T':
+        case 's':
+        case 'w':
+        case 'g':
+        case 'c':
+            if (parse_num("an integer option", optarg,
+                          opt == 'g' ? -1 : (opt == 'w' || opt == 'c' ? 0 : 1), &v) ||
+                v != (int)v)
+                return SDP_EXIT_USAGE;
+            *(opt == 'b'   ? &b.batch
+              : opt == 'u' ? &b.micro
+              : opt == 'T' ? &b.seq
+              : opt == 's' ? &b.steps
+              : opt == 'w' ? &b.warmup
+              : opt == 'g' ? &b.gpus
+                           : &b.cpus) = (int)v;
+            break;
+        default:
+            usage(stderr);
+            return SDP_EXIT_USAGE;
+        }
+    }
+    if (!b.model || optind != argc) {
+        usage(stderr);
+        return SDP_EXIT_USAGE;
+    }
+    if (b.micro == 0)
+        b.micro = b.batch;
+    return run(&b);
+}

@@ -1,0 +1,4 @@
+# tests/runtime/ckpt.mk: tests of the checkpoints (included by Makefile.am)
+check_PROGRAMS += tests/runtime/test_ckpt
+TESTS += tests/runtime/test_ckpt
+tests_runtime_test_ckpt_SOURCES = tests/runtime/test_ckpt.c tests/lib/sdp_test.h

@@ -1,0 +1,57 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Stop the private Slurm cluster that start-slurm.sh DIR started: cancel its jobs and wait for them to
+# end (slurmstepd outlives slurmd otherwise), then stop slurmd, slurmctld and munged by the pids in their
+# pid files, checking each pid still names that daemon.  Safe to run twice or after a failed start.
+#   usage: stop-slurm.sh DIR
+set -u
+dir=${1:-}
+[ -n "$dir" ] && [ -d "$dir" ] || { echo "usage: $0 DIR" >&2; exit 1; }
+export PATH="$PATH:/usr/sbin:/sbin"
+SLURM_CONF="$dir/slurm.conf"
+export SLURM_CONF
+
+# the pid in DIR/$1.pid if that process is still the daemon $1
+daemon_pid()
+{
+    [ -s "$dir/$1.pid" ] || return 1
+    pid=$(cat "$dir/$1.pid")
+    case "$pid" in '' | *[!0-9]*) return 1 ;; esac
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ] || return 1
+    echo "$pid"
+}
+
+# stop daemon $1: SIGTERM, up to 10 s, then SIGKILL
+stop_daemon()
+{
+    pid=$(daemon_pid "$1") || return 0
+    kill -TERM "$pid" 2>/dev/null
+    n=0
+    while [ -d "/proc/$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ]; do
+        if [ $n -ge 100 ]; then
+            echo "slurm: $1 ($pid) ignored SIGTERM for 10 s; killing it"
+            kill -KILL "$pid" 2>/dev/null
+            break
+        fi
+        sleep 0.1
+        n=$((n + 1))
+    done
+}
+
+if [ -f "$SLURM_CONF" ] && daemon_pid slurmctld > /dev/null; then
+    jobs=$(squeue -h -o %i 2>/dev/null)
+    if [ -n "$jobs" ]; then
+        # shellcheck disable=SC2086 # one job id per word
+        scancel $jobs 2>/dev/null
+        n=0
+        while [ -n "$(squeue -h -o %i 2>/dev/null)" ] && [ $n -lt 60 ]; do
+            sleep 0.5
+            n=$((n + 1))
+        done
+        [ -z "$(squeue -h -o %i 2>/dev/null)" ] || echo "slurm: jobs still listed after 30 s: $(squeue -h -o %i)"
+    fi
+fi
+stop_daemon slurmd
+stop_daemon slurmctld
+stop_daemon munged
+exit 0
