@@ -103,8 +103,8 @@ int sdp_strmap_put(struct sdp_strmap *m, const char *key, size_t len, uint32_t v
         m->arena = p;
     }
     memcpy(m->arena + m->arena_len, key, len);
-    m->ents[m->n] = (struct sdp_strmap_ent){ .hash = h, .off = m->arena_len, .len = (uint32_t)len,
-                                             .val = val };
+    m->ents[m->n] =
+        (struct sdp_strmap_ent){ .hash = h, .off = m->arena_len, .len = (uint32_t)len, .val = val };
     m->arena_len += len;
     m->slots[i] = ++m->n;
     return 0;
@@ -223,12 +223,12 @@ void sdp_pairmap_free(struct sdp_pairmap *m)
 
 /* bytes_to_unicode(): printable Latin-1 bytes ('!'..'~', 0xA1..0xAC, 0xAE..0xFF) stand for
  * themselves; the other 68 bytes, in increasing order, take code points 256, 257, ... */
-#define BL_ROW(b) BL_CP(b), BL_CP(b + 1), BL_CP(b + 2), BL_CP(b + 3)
+#define BL_ROW(b)       BL_CP(b), BL_CP(b + 1), BL_CP(b + 2), BL_CP(b + 3)
 #define BL_PRINTABLE(b) (((b) >= 33 && (b) <= 126) || ((b) >= 161 && (b) <= 172) || (b) >= 174)
 /* rank of b among non-printable bytes: 0..32 for 0..32, 33 for 127, 34..66 for 128..160,
  * 67 for 173 */
-#define BL_OTHER(b) ((b) <= 32 ? (b) : (b) == 127 ? 33 : (b) <= 160 ? (b) - 94 : 67)
-#define BL_CP(b) (BL_PRINTABLE(b) ? (b) : 256 + BL_OTHER(b))
+#define BL_OTHER(b) ((b) <= 32 ? (b) : (b) == 127 ? 33 : (b) <= 160 ? (b)-94 : 67)
+#define BL_CP(b)    (BL_PRINTABLE(b) ? (b) : 256 + BL_OTHER(b))
 const uint16_t sdp_bytelevel_cp[256] = {
     BL_ROW(0),   BL_ROW(4),   BL_ROW(8),   BL_ROW(12),  BL_ROW(16),  BL_ROW(20),  BL_ROW(24),
     BL_ROW(28),  BL_ROW(32),  BL_ROW(36),  BL_ROW(40),  BL_ROW(44),  BL_ROW(48),  BL_ROW(52),
@@ -359,8 +359,8 @@ static int merge_piece(struct sdp_tok *t, const unsigned char *s, size_t len, st
             }
             id = t->unk_id;
         }
-        t->sym[n] = (struct sdp_bpe_sym){ .id = (uint32_t)id, .len = 1, .prev = n - 1,
-                                          .next = n + 1 };
+        t->sym[n] =
+            (struct sdp_bpe_sym){ .id = (uint32_t)id, .len = 1, .prev = n - 1, .next = n + 1 };
         n++;
     }
     if (!n)

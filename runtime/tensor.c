@@ -16,7 +16,8 @@ struct sdp_rt_tensor {
     starpu_data_handle_t handle;
     enum sdp_dtype dtype;
     size_t nelems;
-    void *data; /* host memory (persistent tensors only) */
+    void *data;       /* host memory (persistent tensors only) */
+    int malloc_flags; /* how data was allocated (pinned or pageable) */
     int temporary;
     int is_part; /* a partition child: owned by its parent */
     char name[64];
@@ -56,6 +57,9 @@ static int check_size(size_t nelems, const char *name)
     return 0;
 }
 
+/* Cleared after the first refused pinned allocation, so one warning covers the run. */
+static int pinned_ok = 1;
+
 int sdp_rt_tensor_create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name)
 {
     struct sdp_rt_tensor *t;
@@ -66,7 +70,23 @@ int sdp_rt_tensor_create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems
     t = calloc(1, sizeof(*t));
     if (!t)
         return sdp_err(-ENOMEM, "tensor %s", name);
-    if (starpu_malloc_flags(&t->data, nbytes, STARPU_MALLOC_PINNED | STARPU_MALLOC_COUNT) != 0) {
+    /* Not STARPU_MALLOC_COUNT: StarPU sizes the host node from hwloc's view of the machine, which
+     * containers can understate by an order of magnitude; the host budget is checked by the CLI
+     * against MemAvailable and the cgroup limit instead. */
+    t->malloc_flags = pinned_ok ? STARPU_MALLOC_PINNED : 0;
+    if (starpu_malloc_flags(&t->data, nbytes, t->malloc_flags) != 0 && pinned_ok) {
+        /* Pinning can be refused (driver or container limits): fall back to pageable host memory,
+         * which StarPU stages through its own pinned buffers, slower but correct. */
+        pinned_ok = 0;
+        SDP_WARN(
+            "cannot pin %.1f MiB of host memory for tensor %s; using pageable memory from now on "
+            "(host-device copies will be slower)",
+            nbytes / 1048576.0, name);
+        t->malloc_flags = 0;
+        if (starpu_malloc_flags(&t->data, nbytes, t->malloc_flags) != 0)
+            t->data = NULL;
+    }
+    if (!t->data) {
         free(t);
         rc = sdp_err(-ENOMEM, "tensor %s: cannot allocate %.1f MiB of host memory", name,
                      nbytes / 1048576.0);
@@ -120,8 +140,7 @@ void sdp_rt_tensor_release(sdp_rt_tensor_t *t)
         free(t->part_lens);
     }
     starpu_data_unregister(t->handle);
-    starpu_free_flags(t->data, t->nelems * sdp_dtype_size(t->dtype),
-                      STARPU_MALLOC_PINNED | STARPU_MALLOC_COUNT);
+    starpu_free_flags(t->data, t->nelems * sdp_dtype_size(t->dtype), t->malloc_flags);
     free(t);
 }
 

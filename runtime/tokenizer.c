@@ -116,8 +116,7 @@ static int load_vocab(struct sdp_tok *t, json_t *vocab, const char *file, const 
     json_t *val;
     if (!json_is_object(vocab))
         return sdp_err(-EINVAL, "tokenizer %s: %s is not a JSON object", file, where);
-    json_object_foreach(vocab, key, val)
-    {
+    json_object_foreach (vocab, key, val) {
         if (!json_is_integer(val))
             return sdp_err(-EINVAL, "tokenizer %s: %s[\"%s\"] is not an integer id", file, where,
                            key);
@@ -139,8 +138,10 @@ static int add_merge(struct sdp_tok *t, const char *a, size_t alen, const char *
 {
     uint32_t ia, ib, im;
     if (!lookup_spelling(t, a, alen, &ia) || !lookup_spelling(t, b, blen, &ib))
-        return sdp_err(-EINVAL, "tokenizer %s: %s: \"%.*s %.*s\" uses a token missing from the "
-                       "vocabulary", file, where, (int)alen, a, (int)blen, b);
+        return sdp_err(-EINVAL,
+                       "tokenizer %s: %s: \"%.*s %.*s\" uses a token missing from the "
+                       "vocabulary",
+                       file, where, (int)alen, a, (int)blen, b);
     if (ia >= t->n_ids || ib >= t->n_ids || t->id_len[ia] == UINT32_MAX ||
         t->id_len[ib] == UINT32_MAX)
         return sdp_err(-EINVAL, "tokenizer %s: %s: bad ids", file, where);
@@ -157,11 +158,13 @@ static int add_merge(struct sdp_tok *t, const char *a, size_t alen, const char *
         uint32_t dummy;
         /* a pair of tokens outside the byte alphabet can never be formed: tokenizers keeps it,
          * we may drop it */
-        if (sdp_strmap_get(&t->other, a, alen, &dummy) || sdp_strmap_get(&t->other, b, blen,
-                                                                           &dummy))
+        if (sdp_strmap_get(&t->other, a, alen, &dummy) ||
+            sdp_strmap_get(&t->other, b, blen, &dummy))
             return 0;
-        return sdp_err(-EINVAL, "tokenizer %s: %s: the merge of \"%.*s\" and \"%.*s\" is not in "
-                       "the vocabulary", file, where, (int)alen, a, (int)blen, b);
+        return sdp_err(-EINVAL,
+                       "tokenizer %s: %s: the merge of \"%.*s\" and \"%.*s\" is not in "
+                       "the vocabulary",
+                       file, where, (int)alen, a, (int)blen, b);
     }
     return sdp_pairmap_put(&t->merges, ia, ib, rank, im);
 }
@@ -173,26 +176,27 @@ static int load_merges_json(struct sdp_tok *t, json_t *merges, const char *file)
     char where[64];
     if (!json_is_array(merges))
         return sdp_err(-EINVAL, "tokenizer %s: model.merges is not a JSON array", file);
-    json_array_foreach(merges, i, m)
-    {
+    json_array_foreach (merges, i, m) {
         int rc;
         snprintf(where, sizeof(where), "model.merges[%zu]", i);
         if (json_is_string(m)) { /* "a b" (older files) */
             const char *s = json_string_value(m);
             const char *sp = strchr(s, ' ');
             if (!sp || strchr(sp + 1, ' '))
-                return sdp_err(-EINVAL, "tokenizer %s: %s: \"%s\" is not two tokens separated by "
-                               "one space", file, where, s);
-            rc = add_merge(t, s, (size_t)(sp - s), sp + 1, strlen(sp + 1), (uint32_t)i, file,
-                           where);
+                return sdp_err(-EINVAL,
+                               "tokenizer %s: %s: \"%s\" is not two tokens separated by "
+                               "one space",
+                               file, where, s);
+            rc =
+                add_merge(t, s, (size_t)(sp - s), sp + 1, strlen(sp + 1), (uint32_t)i, file, where);
         } else if (json_is_array(m) && json_array_size(m) == 2 &&
                    json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
             json_t *a = json_array_get(m, 0), *b = json_array_get(m, 1);
             rc = add_merge(t, json_string_value(a), json_string_length(a), json_string_value(b),
                            json_string_length(b), (uint32_t)i, file, where);
         } else {
-            return sdp_err(-EINVAL, "tokenizer %s: %s is neither \"a b\" nor [\"a\", \"b\"]",
-                           file, where);
+            return sdp_err(-EINVAL, "tokenizer %s: %s is neither \"a b\" nor [\"a\", \"b\"]", file,
+                           where);
         }
         if (rc)
             return rc;
@@ -246,13 +250,14 @@ static int load_added_json(struct sdp_tok *t, json_t *arr, const char *file)
         return 0;
     if (!json_is_array(arr))
         return sdp_err(-EINVAL, "tokenizer %s: added_tokens is not a JSON array", file);
-    json_array_foreach(arr, i, a)
-    {
+    json_array_foreach (arr, i, a) {
         json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
         if (!json_is_integer(id) || !json_is_string(content) || json_integer_value(id) < 0 ||
             json_integer_value(id) >= (json_int_t)MAX_ID)
-            return sdp_err(-EINVAL, "tokenizer %s: added_tokens[%zu] needs an integer \"id\" in "
-                           "[0, %u) and a string \"content\"", file, i, MAX_ID);
+            return sdp_err(-EINVAL,
+                           "tokenizer %s: added_tokens[%zu] needs an integer \"id\" in "
+                           "[0, %u) and a string \"content\"",
+                           file, i, MAX_ID);
         struct sdp_added f = {
             .special = json_flag(a, "special", 0),
             .normalized = json_flag(a, "normalized", !json_flag(a, "special", 0)),
@@ -338,8 +343,7 @@ static int load_normalizer(struct sdp_tok *t, json_t *n, const char *file)
         char path[64];
         if (!json_is_array(list))
             return sdp_err(-EINVAL, "tokenizer %s: normalizer.normalizers is not an array", file);
-        json_array_foreach(list, i, e)
-        {
+        json_array_foreach (list, i, e) {
             snprintf(path, sizeof(path), "normalizer.normalizers[%zu]", i);
             int rc = load_one_norm(t, e, file, path);
             if (rc)
@@ -408,12 +412,12 @@ static int load_one_pretok(struct sdp_tok *t, json_t *p, const char *file, const
         else if (beh && !strcmp(beh, "MergedWithNext"))
             st->behavior = SDP_SPLIT_MERGED_NEXT;
         else
-            return sdp_err(-EINVAL, "tokenizer %s: %s.behavior \"%s\" is not supported", file,
-                           path, beh ? beh : "(missing)");
+            return sdp_err(-EINVAL, "tokenizer %s: %s.behavior \"%s\" is not supported", file, path,
+                           beh ? beh : "(missing)");
         json_t *s = json_is_string(re) ? re : lit;
         snprintf(sub, sizeof(sub), "%s.pattern.%s", path, json_is_string(re) ? "Regex" : "String");
-        int rc = compile_regex(st, json_string_value(s), json_string_length(s), s == lit, file,
-                               sub);
+        int rc =
+            compile_regex(st, json_string_value(s), json_string_length(s), s == lit, file, sub);
         if (rc)
             return rc;
         t->n_steps++;
@@ -439,8 +443,7 @@ static int load_pretok(struct sdp_tok *t, json_t *p, const char *file)
         if (!json_is_array(list))
             return sdp_err(-EINVAL, "tokenizer %s: pre_tokenizer.pretokenizers is not an array",
                            file);
-        json_array_foreach(list, i, e)
-        {
+        json_array_foreach (list, i, e) {
             snprintf(path, sizeof(path), "pre_tokenizer.pretokenizers[%zu]", i);
             if ((rc = load_one_pretok(t, e, file, path)))
                 return rc;
@@ -452,8 +455,10 @@ static int load_pretok(struct sdp_tok *t, json_t *p, const char *file)
      * implementation (working on raw bytes) does not reproduce. */
     for (int i = 0; i < t->n_steps; i++)
         if (t->steps[i].bytelevel != (i == t->n_steps - 1))
-            return sdp_err(-EINVAL, "tokenizer %s: pre_tokenizer: ByteLevel must be the last "
-                           "step and appear once (byte-level BPE)", file);
+            return sdp_err(-EINVAL,
+                           "tokenizer %s: pre_tokenizer: ByteLevel must be the last "
+                           "step and appear once (byte-level BPE)",
+                           file);
     return 0;
 }
 
@@ -567,8 +572,10 @@ static int load_gpt2_dir(struct sdp_tok *t, const char *vocab_path, const char *
         char *sp = strchr(line, ' ');
         snprintf(where, sizeof(where), "line %zu", lineno);
         if (!sp || strchr(sp + 1, ' ')) {
-            rc = sdp_err(-EINVAL, "tokenizer %s: %s: \"%s\" is not two tokens separated by one "
-                         "space", merges_path, where, line);
+            rc = sdp_err(-EINVAL,
+                         "tokenizer %s: %s: \"%s\" is not two tokens separated by one "
+                         "space",
+                         merges_path, where, line);
             break;
         }
         rc = add_merge(t, line, (size_t)(sp - line), sp + 1, strlen(sp + 1), rank++, merges_path,
@@ -638,8 +645,10 @@ int sdp_tok_load(const char *path, sdp_tok_t **out)
                 if (is_file(a) && is_file(b)) {
                     rc = load_gpt2_dir(t, a, b);
                 } else {
-                    rc = sdp_err(-ENOENT, "tokenizer %s: no tokenizer.json, nor vocab.json + "
-                                 "merges.txt, in this directory", path);
+                    rc = sdp_err(-ENOENT,
+                                 "tokenizer %s: no tokenizer.json, nor vocab.json + "
+                                 "merges.txt, in this directory",
+                                 path);
                 }
             }
         }
@@ -651,8 +660,10 @@ int sdp_tok_load(const char *path, sdp_tok_t **out)
     if (!rc)
         rc = finish_added(t);
     if (!rc && t->byte_id[' '] < 0 && t->byte_id['a'] < 0)
-        rc = sdp_err(-EINVAL, "tokenizer %s: the vocabulary lacks the byte-level alphabet "
-                     "('Ġ', 'a'): not a byte-level BPE", path);
+        rc = sdp_err(-EINVAL,
+                     "tokenizer %s: the vocabulary lacks the byte-level alphabet "
+                     "('Ġ', 'a'): not a byte-level BPE",
+                     path);
     if (!rc && !(t->md = pcre2_match_data_create(1, NULL)))
         rc = -ENOMEM;
     if (!rc && !(t->mctx = pcre2_match_context_create(NULL)))
@@ -718,8 +729,10 @@ int sdp_tok_decode(const sdp_tok_t *t, const uint32_t *ids, size_t n, char **tex
     *len = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] >= t->n_ids || t->id_len[ids[i]] == UINT32_MAX)
-            return sdp_err(-EINVAL, "tokenizer %s: id %u (position %zu) is not in the vocabulary "
-                           "of %u ids", t->path, ids[i], i, t->n_ids);
+            return sdp_err(-EINVAL,
+                           "tokenizer %s: id %u (position %zu) is not in the vocabulary "
+                           "of %u ids",
+                           t->path, ids[i], i, t->n_ids);
         total += t->id_len[ids[i]];
     }
     char *s = malloc(total + 1);

@@ -67,8 +67,7 @@ static int is_white(int32_t c)
 static int is_word(int32_t c)
 {
     utf8proc_category_t k = utf8proc_category(c);
-    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_NO) ||
-           k == UTF8PROC_CATEGORY_PC;
+    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_NO) || k == UTF8PROC_CATEGORY_PC;
 }
 
 /* Start of the character that ends at s + end (end > 0). */
@@ -128,8 +127,8 @@ static int normalize_once(int opts, const char *s, size_t len, char **out, size_
             j += n;
         if (j > i) {
             utf8proc_uint8_t *dst = NULL;
-            utf8proc_ssize_t m = utf8proc_map(u + i, (utf8proc_ssize_t)(j - i), &dst,
-                                              (utf8proc_option_t)opts);
+            utf8proc_ssize_t m =
+                utf8proc_map(u + i, (utf8proc_ssize_t)(j - i), &dst, (utf8proc_option_t)opts);
             if (m < 0) {
                 rc = m == UTF8PROC_ERROR_NOMEM ? -ENOMEM : -EINVAL;
                 sdp_err(rc, "normalization failed: %s", utf8proc_errmsg(m));
@@ -210,8 +209,10 @@ static int regex_split(struct sdp_tok *t, const struct sdp_pretok *st, const cha
         if (m < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(m, msg, sizeof(msg));
-            return sdp_err(-EINVAL, "tokenizer %s: regex match failed at byte %zu of a %zu-byte "
-                           "span: %s", t->path, off, len, (const char *)msg);
+            return sdp_err(-EINVAL,
+                           "tokenizer %s: regex match failed at byte %zu of a %zu-byte "
+                           "span: %s",
+                           t->path, off, len, (const char *)msg);
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
         size_t ms = ov[0], me = ov[1];

@@ -53,14 +53,18 @@ extern const uint16_t sdp_bytelevel_cp[256]; /* byte -> code point (all < 324) *
 long sdp_bytelevel_unmap(const char *s, size_t len, char *out);
 
 /* ---- tokenizer ---- */
-enum sdp_split_behavior { SDP_SPLIT_ISOLATED, SDP_SPLIT_REMOVED, SDP_SPLIT_MERGED_PREV,
-                          SDP_SPLIT_MERGED_NEXT };
+enum sdp_split_behavior {
+    SDP_SPLIT_ISOLATED,
+    SDP_SPLIT_REMOVED,
+    SDP_SPLIT_MERGED_PREV,
+    SDP_SPLIT_MERGED_NEXT
+};
 
 struct sdp_pretok {
-    int bytelevel;       /* 1: ByteLevel step, 0: Split step */
+    int bytelevel;        /* 1: ByteLevel step, 0: Split step */
     int add_prefix_space; /* ByteLevel */
-    pcre2_code *re;      /* Split pattern, or GPT-2's regex for ByteLevel(use_regex=true) */
-    int jit;             /* re was JIT-compiled */
+    pcre2_code *re;       /* Split pattern, or GPT-2's regex for ByteLevel(use_regex=true) */
+    int jit;              /* re was JIT-compiled */
     enum sdp_split_behavior behavior;
 };
 

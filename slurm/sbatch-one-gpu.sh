@@ -21,9 +21,10 @@
 #
 # Environment: SLIDEDP (the binary, default `slidedp` on PATH), SLIDEDP_LAUNCH (srun or direct; default
 # srun when it exists), SLIDEDP_MAX_RESTARTS (give up after this many requeues, default 50).
+# ---- the body below is the same in sbatch-one-gpu.sh and sbatch-node.sh ----
 set -u
 
-recipe=${1:?usage: sbatch sbatch-one-gpu.sh RECIPE.yaml [slidedp train options]}
+recipe=${1:?usage: sbatch [sbatch options] SCRIPT RECIPE.yaml [slidedp train options]}
 shift
 slidedp=${SLIDEDP:-slidedp}
 job=${SLURM_JOB_ID:?this script runs under sbatch}
@@ -47,12 +48,18 @@ echo "slidedp-sbatch: job $job start $((restarts + 1)) on $(hostname -s) at $(da
 launch=${SLIDEDP_LAUNCH:-}
 [ -n "$launch" ] || { command -v srun > /dev/null 2>&1 && launch=srun || launch=direct; }
 
-# Signals for this shell (the time-limit warning, scancel, preemption) go on to the training process.
+# Signals for this shell go on to the training process: SIGUSR1 is the time-limit warning asked for
+# above; SIGTERM comes from scancel, preemption or the time limit itself.
 pid=
 got=
+usr1=0
+term=0
+# shellcheck disable=SC2317 # called by the traps
 forward()
 {
     got=$1
+    [ "$1" = USR1 ] && usr1=1
+    [ "$1" = TERM ] && term=1
     [ -n "$pid" ] && kill -"$1" "$pid" 2> /dev/null
     echo "slidedp-sbatch: SIG$1 passed on to the training run"
 }
@@ -60,7 +67,9 @@ trap 'forward USR1' USR1
 trap 'forward TERM' TERM
 
 if [ "$launch" = srun ]; then
-    srun --ntasks=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" "$slidedp" train "$recipe" "$@" &
+    # one task with every CPU of the job (a whole-node job sets no --cpus-per-task)
+    srun --ntasks=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-${SLURM_CPUS_ON_NODE:-1}}" \
+        "$slidedp" train "$recipe" "$@" &
 else
     "$slidedp" train "$recipe" "$@" &
 fi
@@ -72,7 +81,7 @@ while :; do
     rc=$?
     kill -0 "$pid" 2> /dev/null || break
 done
-if [ $rc -gt 128 ]; then
+if [ "$rc" -gt 128 ]; then
     wait "$pid" 2> /dev/null
     r=$?
     [ $r -eq 127 ] || rc=$r
@@ -82,9 +91,16 @@ if [ -f "$out/COMPLETE" ]; then
     echo "slidedp-sbatch: training complete: $(cat "$out/COMPLETE")"
     exit 0
 fi
-if [ $rc -ne 0 ]; then
+if [ "$rc" -ne 0 ]; then
     echo "slidedp-sbatch: slidedp exited with status $rc; not requeueing a failed run"
-    exit $rc
+    exit "$rc"
+fi
+# Requeue only after the time-limit warning.  After SIGTERM the job was cancelled (stay cancelled),
+# preempted (Slurm requeues it itself) or is past its limit; the checkpoint is there in every case.
+if [ "$term" = 1 ] || [ "$usr1" = 0 ]; then
+    echo "slidedp-sbatch: stopped before the last step, not by the time-limit warning: not requeueing;" \
+        "to resume, submit again with --output $out (or scontrol requeue $job)"
+    exit 0
 fi
 if [ "$restarts" -ge "${SLIDEDP_MAX_RESTARTS:-50}" ]; then
     echo "slidedp-sbatch: not complete after $restarts restarts; giving up (SLIDEDP_MAX_RESTARTS)"

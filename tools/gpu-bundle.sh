@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds SlideDP with CUDA out of tree and gathers a relocatable bundle for a GPU host that has the CUDA
 # toolkit's libraries but no package index: the slidedp binary, the test programs, and the shared
-# libraries a minimal host may lack (jansson, libyaml, utf8proc, PCRE2, OpenBLAS, hwloc).
+# libraries a minimal host may lack (jansson, libyaml, utf8proc, PCRE2, hwloc; OpenBLAS and the CUDA
+# libraries are expected on the host).
 # Run `tools/setup-debian.sh` first.  Usage: tools/gpu-bundle.sh [BUNDLE_DIR]   (default build-gpu)
 # On the GPU host, from the source tree:  LD_LIBRARY_PATH=deps/starpu/lib:build-gpu/lib build-gpu/slidedp ...
 set -euo pipefail
@@ -19,8 +20,7 @@ for t in tests/*/test_*; do
     case "$t" in *.o|*.log|*.trs) continue ;; esac
     [ -x "$t" ] && [ -f "$t" ] && { mkdir -p "$out/$(dirname "$t")"; cp "$t" "$out/$t"; }
 done
-for lib in libjansson.so.4 libyaml-0.so.2 libutf8proc.so.2 libpcre2-8.so.0 libhwloc.so.15 \
-           libopenblas.so.0 libgfortran.so.5; do
+for lib in libjansson.so.4 libyaml-0.so.2 libutf8proc.so.2 libpcre2-8.so.0 libhwloc.so.15; do
     path=$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')
     [ -n "$path" ] && cp -L "$path" "$out/lib/"
 done

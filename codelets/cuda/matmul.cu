@@ -41,10 +41,10 @@ static pthread_mutex_t plans_lock = PTHREAD_MUTEX_INITIALIZER;
 static void lt_fail(const char *what, cublasStatus_t st, const struct gemm_key *k)
 {
     fprintf(stderr,
-            "[sdp][error][%s@%s] %s: %s (m=%d n=%d k=%d transa=%d transb=%d lda=%d ldb=%d "
-            "ldd=%d ab_dt=%d d_dt=%d ws=%zu)\n",
-            __func__, __FILE__, what, cublasLtGetStatusString(st), k->m, k->n, k->k, k->transa,
-            k->transb, k->lda, k->ldb, k->ldd, k->ab_dt, k->d_dt, k->ws_bytes);
+            "[sdp][error][sdp_cuda_gemm_lt@%s] %s: %s (m=%d n=%d k=%d transa=%d transb=%d "
+            "lda=%d ldb=%d ldd=%d ab_dt=%d d_dt=%d ws=%zu)\n",
+            __FILE__, what, cublasLtGetStatusString(st), k->m, k->n, k->k, k->transa, k->transb,
+            k->lda, k->ldb, k->ldd, k->ab_dt, k->d_dt, k->ws_bytes);
     fprintf(stderr, "hint: the launchers expect valid shapes and a cuBLASLt workspace of 32 MiB\n");
     abort();
 }

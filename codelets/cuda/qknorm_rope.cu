@@ -2,8 +2,8 @@
 /* Per-head q/k RMSNorm (when the norm weights are given) then Hugging Face rotate_half RoPE on the
  * fused qkv (N, QKV) activation, on the GPU; v passes through.  Same math as qknorm_rope_ref.c:
  * angle = (float)pos * inv_freq[i] in fp32, cos/sin of it in double rounded once, head sums in
- * double.  One warp per head; the backward writes per-block dqnorm/dknorm partials (double) to ws,
- * reduced in a fixed order by a second kernel.  Enqueues only.
+ * double.  One warp per head; the backward writes per-block dqnorm/dknorm partials (double) to
+ * ws, reduced in a fixed order by a second kernel.  Enqueues only.
  * Test: tests/kernels/test_cuda_qknorm_rope.c (against sdp_cpu_qknorm_rope_*_ref). */
 #include <stdint.h>
 
@@ -125,84 +125,151 @@ static __global__ void qknorm_rope_fwd_kernel(T *__restrict__ out, float *__rest
 
 /* ---- backward: inverse rotation, then the norm's backward ----
  * dx_j = r w_j g_j - (r^3 / HD) x_j sum_i g_i w_i x_i,  dw_i += g_i x_i r  (g after un-rotation).
- * Block b takes tokens b, b + G, ...; acc (shared, nwarps x {q, k} x HD doubles) holds each warp's
- * dw sums, which the block adds in warp order into part[b] (2 HD doubles: q then k). */
+ * Block (b, y) takes the tokens [b N / Gx, (b + 1) N / Gx) and the heads y * nwarps + warp (one a
+ * warp, so its norm weights and dw sums stay in registers); the last y copies dv.  cos/sin of up
+ * to tc tokens at a time sit in shared memory.  Each block adds its warps' sums in warp order into
+ * part[y * Gx + b] (2 HD doubles: q then k). */
 
-template <typename T>
+template <typename T, int KMAX>
 static __global__ void qknorm_rope_bwd_kernel(T *__restrict__ dqkv, double *__restrict__ part,
                                               const T *__restrict__ dout, const T *__restrict__ qkv,
                                               const T *__restrict__ qw, const T *__restrict__ kw,
                                               const float *__restrict__ rstd,
                                               const struct sdp_cuda_inv_freq inv, int N, int Tlen,
-                                              int NH, int NKV, int HD, int vec16)
+                                              int NH, int NKV, int HD, int tc, int vec16)
 {
-    extern __shared__ double acc[];
-    __shared__ float cs[SDP_CUDA_MAX_HALF_HD], sn[SDP_CUDA_MAX_HALF_HD];
-    const int half = HD / 2, NQK = NH + NKV;
+    extern __shared__ double smem[];
+    const int half = HD / 2, NQK = NH + NKV, Gx = gridDim.x;
     const size_t QKV = (size_t)(NQK + NKV) * HD;
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    const int r0 = (int)((long long)blockIdx.x * N / Gx);
+    const int r1 = (int)((long long)(blockIdx.x + 1) * N / Gx);
     const int norm = qw != nullptr;
 
-    if (norm)
-        for (int j = threadIdx.x; j < nwarps * 2 * HD; j += blockDim.x)
-            acc[j] = 0.0;
-    for (int n = blockIdx.x; n < N; n += gridDim.x) {
-        __syncthreads(); /* the previous token is done with cs, sn */
-        rope_table(cs, sn, inv, n % Tlen, half);
+    if (blockIdx.y == gridDim.y - 1) {
+        for (int n = r0; n < r1; n++)
+            copy_v(dqkv + (size_t)n * QKV + (size_t)NQK * HD,
+                   dout + (size_t)n * QKV + (size_t)NQK * HD, NKV * HD, vec16);
+        return;
+    }
+    double *acc = smem; /* nwarps x HD, when norm */
+    float *cs = (float *)(smem + (norm ? nwarps * HD : 0)), *sn = cs + (size_t)tc * half;
+    const int h = blockIdx.y * nwarps + warp, active = h < NQK;
+    const T *w = active ? (h < NH ? qw : kw) : nullptr;
+    float wa[KMAX], wb[KMAX], we = 0.0f;
+    double da[KMAX], db[KMAX], de = 0.0;
+
+#pragma unroll
+    for (int k = 0; k < KMAX; k++) {
+        const int i = lane + 32 * k;
+        da[k] = db[k] = 0.0;
+        if (w && i < half) {
+            wa[k] = to_f(w[i]);
+            wb[k] = to_f(w[i + half]);
+        }
+    }
+    if (w && (HD & 1))
+        we = to_f(w[HD - 1]);
+    for (int n0 = r0; n0 < r1; n0 += tc) {
+        const int nt = r1 - n0 < tc ? r1 - n0 : tc;
+        __syncthreads(); /* the previous tokens are done with cs, sn */
+        for (int j = threadIdx.x; j < nt * half; j += blockDim.x) {
+            const float ang = (float)((n0 + j / half) % Tlen) * inv.f[j % half];
+            double sv, cv;
+            sincos((double)ang, &sv, &cv);
+            cs[j] = (float)cv;
+            sn[j] = (float)sv;
+        }
         __syncthreads();
-        const T *grow = dout + (size_t)n * QKV, *xrow = qkv + (size_t)n * QKV;
-        T *drow = dqkv + (size_t)n * QKV;
-        for (int h = warp; h < NQK; h += nwarps) {
-            const T *g = grow + (size_t)h * HD, *x = xrow + (size_t)h * HD;
-            T *d = drow + (size_t)h * HD;
-            const T *w = h < NH ? qw : kw;
-            if (!w) {
-                for (int i = lane; i < half; i += 32) {
+        if (!active)
+            continue;
+        for (int t = 0; t < nt; t++) {
+            const size_t off = (size_t)(n0 + t) * QKV + (size_t)h * HD;
+            const float *ct = cs + (size_t)t * half, *st = sn + (size_t)t * half;
+            const T *g = dout + off, *x = qkv + off;
+            T *d = dqkv + off;
+            float ga[KMAX], gb[KMAX], ge = 0.0f;
+#pragma unroll
+            for (int k = 0; k < KMAX; k++) {
+                const int i = lane + 32 * k;
+                if (i < half) {
                     const float a = to_f(g[i]), b = to_f(g[i + half]);
-                    from_f(&d[i], a * cs[i] + b * sn[i]);
-                    from_f(&d[i + half], b * cs[i] - a * sn[i]);
+                    ga[k] = a * ct[i] + b * st[i];
+                    gb[k] = b * ct[i] - a * st[i];
+                }
+            }
+            if ((HD & 1) && lane == 0)
+                ge = to_f(g[HD - 1]);
+            if (!w) {
+#pragma unroll
+                for (int k = 0; k < KMAX; k++) {
+                    const int i = lane + 32 * k;
+                    if (i < half) {
+                        from_f(&d[i], ga[k]);
+                        from_f(&d[i + half], gb[k]);
+                    }
                 }
                 if ((HD & 1) && lane == 0)
                     d[HD - 1] = g[HD - 1];
                 continue;
             }
-            const float rs = rstd[(size_t)n * NQK + h];
+            float xa[KMAX], xb[KMAX], xe = 0.0f;
             double dot = 0.0;
-            for (int i = lane; i < half; i += 32) {
-                const float a = to_f(g[i]), b = to_f(g[i + half]);
-                const float ga = a * cs[i] + b * sn[i], gb = b * cs[i] - a * sn[i];
-                dot += (double)ga * to_f(w[i]) * to_f(x[i]);
-                dot += (double)gb * to_f(w[i + half]) * to_f(x[i + half]);
-            }
-            if ((HD & 1) && lane == 0)
-                dot += (double)to_f(g[HD - 1]) * to_f(w[HD - 1]) * to_f(x[HD - 1]);
-            dot = warp_sum(dot);
-            const float c = (float)((double)rs * rs * rs * dot / HD);
-            double *ac = acc + (size_t)(warp * 2 + (h < NH ? 0 : 1)) * HD;
-            for (int i = lane; i < half; i += 32) {
-                const float a = to_f(g[i]), b = to_f(g[i + half]);
-                const float ga = a * cs[i] + b * sn[i], gb = b * cs[i] - a * sn[i];
-                const float xa = to_f(x[i]), xb = to_f(x[i + half]);
-                ac[i] += (double)(ga * xa * rs);
-                ac[i + half] += (double)(gb * xb * rs);
-                from_f(&d[i], rs * to_f(w[i]) * ga - c * xa);
-                from_f(&d[i + half], rs * to_f(w[i + half]) * gb - c * xb);
+#pragma unroll
+            for (int k = 0; k < KMAX; k++) {
+                const int i = lane + 32 * k;
+                if (i < half) {
+                    xa[k] = to_f(x[i]);
+                    xb[k] = to_f(x[i + half]);
+                    dot += (double)ga[k] * wa[k] * xa[k];
+                    dot += (double)gb[k] * wb[k] * xb[k];
+                }
             }
             if ((HD & 1) && lane == 0) {
-                const float ge = to_f(g[HD - 1]), xe = to_f(x[HD - 1]);
-                ac[HD - 1] += (double)(ge * xe * rs);
-                from_f(&d[HD - 1], rs * to_f(w[HD - 1]) * ge - c * xe);
+                xe = to_f(x[HD - 1]);
+                dot += (double)ge * we * xe;
+            }
+            dot = warp_sum(dot);
+            const float rs = rstd[(size_t)(n0 + t) * NQK + h];
+            const float c = (float)((double)rs * rs * rs * dot / HD);
+#pragma unroll
+            for (int k = 0; k < KMAX; k++) {
+                const int i = lane + 32 * k;
+                if (i < half) {
+                    da[k] += (double)(ga[k] * xa[k] * rs);
+                    db[k] += (double)(gb[k] * xb[k] * rs);
+                    from_f(&d[i], rs * wa[k] * ga[k] - c * xa[k]);
+                    from_f(&d[i + half], rs * wb[k] * gb[k] - c * xb[k]);
+                }
+            }
+            if ((HD & 1) && lane == 0) {
+                de += (double)(ge * xe * rs);
+                from_f(&d[HD - 1], rs * we * ge - c * xe);
             }
         }
-        copy_v(drow + (size_t)NQK * HD, grow + (size_t)NQK * HD, NKV * HD, vec16);
     }
     if (norm) {
+        double *aw = acc + (size_t)warp * HD;
+#pragma unroll
+        for (int k = 0; k < KMAX; k++) {
+            const int i = lane + 32 * k;
+            if (i < half) {
+                aw[i] = w ? da[k] : 0.0;
+                aw[i + half] = w ? db[k] : 0.0;
+            }
+        }
+        if ((HD & 1) && lane == 0)
+            aw[HD - 1] = w ? de : 0.0;
         __syncthreads();
         for (int t = threadIdx.x; t < 2 * HD; t += blockDim.x) {
+            const int isk = t >= HD, i = t - (isk ? HD : 0);
             double sum = 0.0;
-            for (int wp = 0; wp < nwarps; wp++)
-                sum += acc[(size_t)(wp * 2 + t / HD) * HD + t % HD];
-            part[(size_t)blockIdx.x * 2 * HD + t] = sum;
+            for (int wp = 0; wp < nwarps; wp++) {
+                const int hh = blockIdx.y * nwarps + wp;
+                if (hh < NQK && (hh >= NH) == isk)
+                    sum += acc[(size_t)wp * HD + i];
+            }
+            part[((size_t)blockIdx.y * Gx + blockIdx.x) * 2 * HD + t] = sum;
         }
     }
 }
@@ -233,7 +300,8 @@ static __global__ void colsum2_kernel(float *__restrict__ dqw, float *__restrict
 
 static const int fwd_threads = 256;
 
-/* Blocks of the backward: a function of N alone, so the summation order is fixed for a shape. */
+/* token blocks of the backward: a function of N alone, so the summation order is fixed for a
+ * shape */
 static int bwd_blocks(int N)
 {
     return N < 1024 ? N : 1024;
@@ -241,7 +309,45 @@ static int bwd_blocks(int N)
 
 static int bwd_warps(int HD)
 {
-    return HD > 256 ? 4 : 8; /* keeps the shared dw sums within 32 KiB */
+    return HD > 256 ? 4 : 8; /* keeps the shared dw sums and cos/sin within 32 KiB */
+}
+
+/* tokens whose cos/sin sit in shared memory at once (at most 2048 pairs, 16 KiB) */
+static int bwd_tc(int HD)
+{
+    return HD / 2 > 0 ? 2048 / (HD / 2) : 2048;
+}
+
+/* KMAX: pairs per lane, a power of two >= HD / 64 (HD / 2 <= SDP_CUDA_MAX_HALF_HD = 256) */
+static int pick_k(int HD)
+{
+    int k = 1;
+    while (k < SDP_CUDA_MAX_HALF_HD / 32 && 32 * k < HD / 2)
+        k *= 2;
+    return k;
+}
+
+#define SDP_K_DISPATCH(k, KERNEL, T, grid, threads, smem, s, ...)                                  \
+    do {                                                                                           \
+        switch (k) {                                                                               \
+        case 1:                                                                                    \
+            KERNEL<T, 1><<<grid, threads, smem, s>>>(__VA_ARGS__);                                 \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            KERNEL<T, 2><<<grid, threads, smem, s>>>(__VA_ARGS__);                                 \
+            break;                                                                                 \
+        case 4:                                                                                    \
+            KERNEL<T, 4><<<grid, threads, smem, s>>>(__VA_ARGS__);                                 \
+            break;                                                                                 \
+        default:                                                                                   \
+            KERNEL<T, 8><<<grid, threads, smem, s>>>(__VA_ARGS__);                                 \
+            break;                                                                                 \
+        }                                                                                          \
+    } while (0)
+
+static int groups(int nqk, int nwarps)
+{
+    return (nqk + nwarps - 1) / nwarps;
 }
 
 /* v may be copied in 16-byte words when every row start and the v offset are 16-byte aligned */
@@ -274,11 +380,10 @@ extern "C" void sdp_cuda_qknorm_rope_fwd(void *out, float *rstd, const void *qkv
 
 extern "C" size_t sdp_cuda_qknorm_rope_bwd_ws(int N, int NH, int NKV, int HD)
 {
-    (void)NH;
-    (void)NKV;
     if (N <= 0 || HD <= 0)
         return 0;
-    return (size_t)bwd_blocks(N) * 2 * (size_t)HD * sizeof(double);
+    return (size_t)bwd_blocks(N) * groups(NH + NKV, bwd_warps(HD)) * 2 * (size_t)HD *
+           sizeof(double);
 }
 
 extern "C" void sdp_cuda_qknorm_rope_bwd(void *dqkv, float *dqnorm_w, float *dknorm_w,
@@ -291,18 +396,23 @@ extern "C" void sdp_cuda_qknorm_rope_bwd(void *dqkv, float *dqnorm_w, float *dkn
         return;
     const size_t esize = dt == SDP_CUDA_BF16 ? 2 : 4;
     const int vec16 = v_vec16(dqkv, dout, NH, NKV, HD, esize);
-    const int G = bwd_blocks(N), nwarps = bwd_warps(HD);
-    const size_t smem = qnorm_w ? (size_t)nwarps * 2 * HD * sizeof(double) : 0;
+    const int Gx = bwd_blocks(N), nwarps = bwd_warps(HD), G = groups(NH + NKV, nwarps);
+    const int tc = bwd_tc(HD);
+    const size_t smem = (qnorm_w ? (size_t)nwarps * HD * sizeof(double) : 0) +
+                        (size_t)tc * (HD / 2) * 2 * sizeof(float);
+    const dim3 grid((unsigned)Gx, (unsigned)G + 1);
     double *part = (double *)ws;
+    const int k = pick_k(HD);
     if (dt == SDP_CUDA_BF16)
-        qknorm_rope_bwd_kernel<uint16_t><<<G, nwarps * 32, smem, s>>>(
-            (uint16_t *)dqkv, part, (const uint16_t *)dout, (const uint16_t *)qkv,
-            (const uint16_t *)qnorm_w, (const uint16_t *)knorm_w, rstd, inv_freq, N, T, NH, NKV, HD,
-            vec16);
+        SDP_K_DISPATCH(k, qknorm_rope_bwd_kernel, uint16_t, grid, nwarps * 32, smem, s,
+                       (uint16_t *)dqkv, part, (const uint16_t *)dout, (const uint16_t *)qkv,
+                       (const uint16_t *)qnorm_w, (const uint16_t *)knorm_w, rstd, inv_freq, N, T,
+                       NH, NKV, HD, tc, vec16);
     else
-        qknorm_rope_bwd_kernel<float><<<G, nwarps * 32, smem, s>>>(
-            (float *)dqkv, part, (const float *)dout, (const float *)qkv, (const float *)qnorm_w,
-            (const float *)knorm_w, rstd, inv_freq, N, T, NH, NKV, HD, vec16);
+        SDP_K_DISPATCH(k, qknorm_rope_bwd_kernel, float, grid, nwarps * 32, smem, s, (float *)dqkv,
+                       part, (const float *)dout, (const float *)qkv, (const float *)qnorm_w,
+                       (const float *)knorm_w, rstd, inv_freq, N, T, NH, NKV, HD, tc, vec16);
     if (qnorm_w)
-        colsum2_kernel<<<(2 * HD + 31) / 32, dim3(32, 32), 0, s>>>(dqnorm_w, dknorm_w, part, G, HD);
+        colsum2_kernel<<<(2 * HD + 31) / 32, dim3(32, 32), 0, s>>>(dqnorm_w, dknorm_w, part, Gx * G,
+                                                                   HD);
 }

@@ -12,5 +12,6 @@ int sdp_cli_train(int argc, char **argv);
 int sdp_cli_policies(int argc, char **argv);
 int sdp_cli_bench(int argc, char **argv);
 int sdp_cli_export(int argc, char **argv);
+int sdp_cli_tokenize(int argc, char **argv);
 
 #endif

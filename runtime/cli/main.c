@@ -39,6 +39,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "train"))
         return sdp_cli_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "tokenize"))
+        return sdp_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(argv[1], "export"))
         return sdp_cli_export(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))

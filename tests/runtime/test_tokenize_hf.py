@@ -112,6 +112,13 @@ def trained_llama3_style(corpus, workdir):
     with open(path, encoding="utf-8") as f:
         j = json.load(f)
     j["model"]["ignore_merges"] = True
+    # whole words the merges do not build: with ignore_merges they must come out as one id
+    # (Llama-3's vocabulary has such entries)
+    next_id = max(j["model"]["vocab"].values()) + 1 + len(j["added_tokens"])
+    for w in ["ĠJerusalem", "Ġbegat", "Ġwhatsoever", "Ġfirmament", "ĠNebuchadnezzar", "Ġlicense"]:
+        if w not in j["model"]["vocab"]:
+            j["model"]["vocab"][w] = next_id
+            next_id += 1
     j["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]
     with open(path, "w", encoding="utf-8") as f:
         json.dump(j, f, ensure_ascii=False)

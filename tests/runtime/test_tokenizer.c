@@ -105,8 +105,7 @@ static void test_common(sdp_tok_t *t, const char *name, int nfc)
         uint32_t *rids = NULL;
         size_t n1, dlen;
         char *back = NULL;
-        if (!sdp_tok_encode(t, buf, len, &rids, &n1) &&
-            !sdp_tok_decode(t, rids, n1, &back, &dlen))
+        if (!sdp_tok_encode(t, buf, len, &rids, &n1) && !sdp_tok_decode(t, rids, n1, &back, &dlen))
             unstable += !round_trip(t, back, dlen);
         else
             unstable++;
@@ -114,11 +113,12 @@ static void test_common(sdp_tok_t *t, const char *name, int nfc)
         free(back);
     }
     CHECK(!bad, "%s: %d of 200 random byte strings do not round-trip", name, bad);
-    CHECK(!unstable, "%s: %d of 200 decoded random byte strings do not round-trip", name,
-          unstable);
+    CHECK(!unstable, "%s: %d of 200 decoded random byte strings do not round-trip", name, unstable);
 
     static const char *const texts[] = {
-        "Hello, world! It's 2024; naïve café, 日本語のテキスト、中文 한국어 🤗👨‍👩‍👧 🇯🇵",
+        "Hello, world! It's 2024; naïve café, 日本語のテキスト、中文 한국어 "
+        "🤗👨‍👩‍👧 "
+        "🇯🇵",
         "  leading and trailing spaces  \n\n\r\n\ttabs\t\t",
         "<|endoftext|>text between<|endoftext|><|endoftext|> <|endoftext| <|end",
         "\xff\xfe invalid \xc3\x28 utf-8 \xe2\x82 truncated \xf0\x9f\x98",
@@ -131,8 +131,8 @@ static void test_common(sdp_tok_t *t, const char *name, int nfc)
           sizeof(texts) / sizeof(texts[0]));
 
     /* random valid UTF-8 from NFC-stable blocks (ASCII, CJK, Hangul syllables, emoji) */
-    static const uint32_t lo[] = { 0x20, 0x4e00, 0xac00, 0x1f300 }, hi[] = { 0x7e, 0x9fa5, 0xd7a3,
-                                                                            0x1f64f };
+    static const uint32_t lo[] = { 0x20, 0x4e00, 0xac00, 0x1f300 },
+                          hi[] = { 0x7e, 0x9fa5, 0xd7a3, 0x1f64f };
     bad = 0;
     for (int k = 0; k < 100; k++) {
         size_t len = 0;
@@ -156,7 +156,8 @@ static void test_common(sdp_tok_t *t, const char *name, int nfc)
     }
     CHECK(!bad, "%s: %d of 100 random valid UTF-8 texts do not round-trip", name, bad);
     printf("  %s: empty input, 256 single bytes, 200 random byte strings, edge cases and 100 "
-           "random UTF-8 texts checked\n", name);
+           "random UTF-8 texts checked\n",
+           name);
 
     /* an added token inside text: its id, and the text around it encoded on its own */
     int eot = sdp_tok_token_id(t, "<|endoftext|>");
@@ -210,16 +211,14 @@ static json_t *tiny_tokenizer(void)
     }
     json_object_set_new(vocab, "ab", json_integer(256));
     json_object_set_new(vocab, "Ġa", json_integer(257));
-    return json_pack("{s:[{s:i,s:s,s:b,s:b}],s:{s:s},s:{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,"
-                     "s:b}]},s:{s:s},s:{s:s,s:o,s:[s,[s,s]],s:b}}",
-                     "added_tokens", "id", 258, "content", "<eot>", "special", 1, "normalized", 0,
-                     "normalizer", "type", "NFC",
-                     "pre_tokenizer", "type", "Sequence", "pretokenizers", "type", "Split",
-                     "pattern", "Regex", " ?\\p{L}+|\\s+|[^\\s\\p{L}]+", "behavior", "Isolated",
-                     "invert", 0, "type", "ByteLevel", "add_prefix_space", 0, "use_regex", 0,
-                     "decoder", "type", "ByteLevel",
-                     "model", "type", "BPE", "vocab", vocab, "merges", "a b", "Ġ", "a",
-                     "ignore_merges", 0);
+    return json_pack(
+        "{s:[{s:i,s:s,s:b,s:b}],s:{s:s},s:{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,"
+        "s:b}]},s:{s:s},s:{s:s,s:o,s:[s,[s,s]],s:b}}",
+        "added_tokens", "id", 258, "content", "<eot>", "special", 1, "normalized", 0, "normalizer",
+        "type", "NFC", "pre_tokenizer", "type", "Sequence", "pretokenizers", "type", "Split",
+        "pattern", "Regex", " ?\\p{L}+|\\s+|[^\\s\\p{L}]+", "behavior", "Isolated", "invert", 0,
+        "type", "ByteLevel", "add_prefix_space", 0, "use_regex", 0, "decoder", "type", "ByteLevel",
+        "model", "type", "BPE", "vocab", vocab, "merges", "a b", "Ġ", "a", "ignore_merges", 0);
 }
 
 struct bad_case {
@@ -234,18 +233,20 @@ static void test_malformed(const char *dir)
     static const struct bad_case cases[] = {
         { "model.type WordPiece", "model", "type", "\"WordPiece\"", -EINVAL },
         { "unknown normalizer", "normalizer", NULL, "{\"type\": \"Lowercase\"}", -EINVAL },
-        { "unknown pre-tokenizer", "pre_tokenizer", NULL, "{\"type\": \"Whitespace\"}",
-          -EINVAL },
+        { "unknown pre-tokenizer", "pre_tokenizer", NULL, "{\"type\": \"Whitespace\"}", -EINVAL },
         { "no pre-tokenizer", "pre_tokenizer", NULL, "null", -EINVAL },
         { "ByteLevel not last", "pre_tokenizer", "pretokenizers",
           "[{\"type\": \"ByteLevel\"}, {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, "
-          "\"behavior\": \"Isolated\"}]", -EINVAL },
+          "\"behavior\": \"Isolated\"}]",
+          -EINVAL },
         { "bad regex", "pre_tokenizer", "pretokenizers",
           "[{\"type\": \"Split\", \"pattern\": {\"Regex\": \"[a-\"}, \"behavior\": \"Isolated\"},"
-          " {\"type\": \"ByteLevel\"}]", -EINVAL },
+          " {\"type\": \"ByteLevel\"}]",
+          -EINVAL },
         { "Split behavior Contiguous", "pre_tokenizer", "pretokenizers",
           "[{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Contiguous\"},"
-          " {\"type\": \"ByteLevel\"}]", -EINVAL },
+          " {\"type\": \"ByteLevel\"}]",
+          -EINVAL },
         { "merge of a missing token", "model", "merges", "[\"a zz\"]", -EINVAL },
         { "merge result missing", "model", "merges", "[\"b c\"]", -EINVAL },
         { "merge not two tokens", "model", "merges", "[\"abc\"]", -EINVAL },
@@ -357,22 +358,29 @@ int main(void)
     CHECK(sdp_tok_token_id(qwen, "<|endoftext|>") == 151643, "qwen3 <|endoftext|>");
     CHECK(sdp_tok_token_id(qwen, "Ġthe") == 279, "qwen3 'Ġthe' id");
     CHECK(sdp_tok_token_id(qwen, "no such token") == -ENOENT, "missing token");
-    static const uint32_t q1[] = { 9707, 1879, 151643, 51950, 3958, 75402, 21894, 102819, 11162,
-                                   97, 245, 18611, 220, 856 };
+    static const uint32_t q1[] = { 9707,   1879,  151643, 51950, 3958,  75402, 21894,
+                                   102819, 11162, 97,     245,   18611, 220,   856 };
     check_ids(qwen, "qwen3", "Hello world<|endoftext|> café e\xcc\x81 日本語 🤗  \n\n  x", q1,
               sizeof(q1) / sizeof(q1[0]));
     printf("gpt2: vocab %u (tokenizers 50257), <|endoftext|> %d (50256)\n",
            sdp_tok_vocab_size(gpt2), sdp_tok_token_id(gpt2, "<|endoftext|>"));
     CHECK(sdp_tok_vocab_size(gpt2) == 50257, "gpt2 vocab size");
     CHECK(sdp_tok_token_id(gpt2, "<|endoftext|>") == 50256, "gpt2 <|endoftext|>");
-    static const uint32_t g1[] = { 15496, 995, 50256, 40304, 304, 136, 223, 10545, 245, 98, 17312,
-                                   105, 45739, 252, 12520, 97, 245, 220, 220, 628, 220, 2124 };
+    static const uint32_t g1[] = { 15496, 995, 50256, 40304, 304,   136, 223,   10545,
+                                   245,   98,  17312, 105,   45739, 252, 12520, 97,
+                                   245,   220, 220,   628,   220,   2124 };
     check_ids(gpt2, "gpt2", "Hello world<|endoftext|> café e\xcc\x81 日本語 🤗  \n\n  x", g1,
               sizeof(g1) / sizeof(g1[0]));
 
     /* NFC: Qwen3 normalizes, so "e + U+0301" encodes as U+00E9; GPT-2 has no normalizer */
-    int q = ids_equal(qwen, "caf" "e\xcc\x81", "caf\xc3\xa9");
-    int g = ids_equal(gpt2, "caf" "e\xcc\x81", "caf\xc3\xa9");
+    int q = ids_equal(qwen,
+                      "caf"
+                      "e\xcc\x81",
+                      "caf\xc3\xa9");
+    int g = ids_equal(gpt2,
+                      "caf"
+                      "e\xcc\x81",
+                      "caf\xc3\xa9");
     printf("NFC: ids(\"cafe\\u0301\") == ids(\"caf\\u00e9\"): qwen3 %s, gpt2 %s\n",
            q == 1 ? "yes" : "no", g == 1 ? "yes" : "no");
     CHECK(q == 1, "qwen3 does not apply NFC");

@@ -9,7 +9,10 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 dir=${1:-}
-[ -n "$dir" ] && [ -d "$dir" ] || { echo "usage: $0 DIR (an existing, private directory)" >&2; exit 1; }
+if [ -z "$dir" ] || [ ! -d "$dir" ]; then
+    echo "usage: $0 DIR (an existing, private directory)" >&2
+    exit 1
+fi
 dir=$(cd "$dir" && pwd)
 export PATH="$PATH:/usr/sbin:/sbin"
 
@@ -70,12 +73,21 @@ if [ ! -s "$dir/munge.key" ]; then
     if command -v mungekey > /dev/null 2>&1; then
         mungekey --create --keyfile="$dir/munge.key" || skip "mungekey could not create a key"
     else
-        dd if=/dev/urandom of="$dir/munge.key" bs=1024 count=1 2> /dev/null || skip "cannot create a munge key"
+        dd if=/dev/urandom of="$dir/munge.key" bs=1024 count=1 2> /dev/null ||
+            skip "cannot create a munge key"
     fi
 fi
 chmod 600 "$dir/munge.key"
 # munged insists that every directory above its socket is searchable by all
 chmod 711 "$dir"
+d=$dir
+while [ "$d" != / ]; do
+    case $(stat -c %A "$d") in
+    *x | *t) ;;
+    *) skip "munged wants every directory above its socket searchable by all, and $d is not" ;;
+    esac
+    d=$(dirname "$d")
+done
 munged --socket="$dir/munge.socket" --key-file="$dir/munge.key" --pid-file="$dir/munged.pid" \
     --log-file="$dir/munged.log" --seed-file="$dir/munged.seed" ||
     fail_daemons "munged did not start"

@@ -6,7 +6,10 @@
 #   usage: stop-slurm.sh DIR
 set -u
 dir=${1:-}
-[ -n "$dir" ] && [ -d "$dir" ] || { echo "usage: $0 DIR" >&2; exit 1; }
+if [ -z "$dir" ] || [ ! -d "$dir" ]; then
+    echo "usage: $0 DIR" >&2
+    exit 1
+fi
 export PATH="$PATH:/usr/sbin:/sbin"
 SLURM_CONF="$dir/slurm.conf"
 export SLURM_CONF
@@ -48,7 +51,8 @@ if [ -f "$SLURM_CONF" ] && daemon_pid slurmctld > /dev/null; then
             sleep 0.5
             n=$((n + 1))
         done
-        [ -z "$(squeue -h -o %i 2>/dev/null)" ] || echo "slurm: jobs still listed after 30 s: $(squeue -h -o %i)"
+        jobs=$(squeue -h -o %i 2>/dev/null)
+        [ -z "$jobs" ] || echo "slurm: jobs still listed after 30 s:" "$jobs"
     fi
 fi
 stop_daemon slurmd
