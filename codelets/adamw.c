@@ -143,7 +143,7 @@ static void adamw_cpu(void *buffers[], void *cl_arg)
         size_t off = a->segs[s].offset;
         sdp_cpu_adamw_ref(p + off, g + off, m + off, v + off, bf16 ? (uint16_t *)work + off : NULL,
                           bf16 ? NULL : (float *)work + off, a->segs[s].nelems, &hp,
-                          a->segs[s].decay, 1);
+                          a->segs[s].decay, 0);
     }
 }
 
@@ -169,8 +169,8 @@ int sdp_task_adamw(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_r
         sizeof(struct sdp_adamw_args) + (size_t)nsegs * sizeof(struct sdp_adamw_segment);
     struct sdp_adamw_args *a = sdp_cl_args_alloc(argsize);
     size_t n = sdp_rt_tensor_nelems(master);
-    struct sdp_cl_buf b[] = { { master, STARPU_RW }, { grad, STARPU_RW }, { m, STARPU_RW },
-                              { v, STARPU_RW },      { work, STARPU_W },  { clip, STARPU_R } };
+    struct sdp_cl_buf b[] = { { master, STARPU_RW }, { grad, STARPU_R }, { m, STARPU_RW },
+                              { v, STARPU_RW },      { work, STARPU_W }, { clip, STARPU_R } };
     a->key.d[0] = (int)(n & 0x7fffffff);
     a->key.d[1] = (int)(n >> 31);
     a->key.d[2] = (int)sdp_dtype_size(sdp_rt_tensor_dtype(work));

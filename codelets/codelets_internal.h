@@ -14,5 +14,6 @@ extern struct starpu_codelet sdp_cl_attention_fwd, sdp_cl_attention_bwd;
 extern struct starpu_codelet sdp_cl_swiglu_fwd, sdp_cl_swiglu_bwd;
 extern struct starpu_codelet sdp_cl_lmhead_ce;
 extern struct starpu_codelet sdp_cl_sumsq, sdp_cl_grad_norm, sdp_cl_adamw;
+extern struct starpu_codelet sdp_cl_zero;
 
 #endif

@@ -114,6 +114,9 @@ int sdp_task_lmhead_ce(const struct sdp_task_opts *o, sdp_rt_tensor_t *loss, sdp
                        sdp_rt_tensor_t *gg, size_t g_off, sdp_rt_tensor_t *h, sdp_rt_tensor_t *wg,
                        size_t w_off, sdp_rt_tensor_t *targets, int N, int C, int V, float scale);
 
+/** t W = 0, on the node of the worker that runs it (no transfer of the old contents). */
+int sdp_task_zero(const struct sdp_task_opts *o, sdp_rt_tensor_t *t);
+
 /* ---- optimizer ---- */
 /** out (1) f64 W = sum of squares of g (n) f32 */
 int sdp_task_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *g);

@@ -34,6 +34,7 @@ int sdp_tasks_init(void)
         &sdp_cl_lmhead_ce,
         &sdp_cl_sumsq,
         &sdp_cl_grad_norm,
+        &sdp_cl_zero,
         &sdp_cl_adamw,
     };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
@@ -59,7 +60,7 @@ int sdp_tasks_place_compute(int on_gpu)
         &sdp_cl_matmul_bwd_data, &sdp_cl_matmul_bwd_weight, &sdp_cl_rmsnorm_fwd,
         &sdp_cl_rmsnorm_bwd,     &sdp_cl_qknorm_rope_fwd,   &sdp_cl_qknorm_rope_bwd,
         &sdp_cl_attention_fwd,   &sdp_cl_attention_bwd,     &sdp_cl_swiglu_fwd,
-        &sdp_cl_swiglu_bwd,      &sdp_cl_lmhead_ce,
+        &sdp_cl_swiglu_bwd,      &sdp_cl_lmhead_ce,         &sdp_cl_zero,
     };
     if (on_gpu && starpu_cuda_worker_get_count() == 0)
         return sdp_err(-ENODEV, "compute placed on GPUs but StarPU has no CUDA worker");

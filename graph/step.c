@@ -359,6 +359,11 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
         return sdp_err(-EINVAL, "step %d: every target is ignored; nothing to learn from", step);
 
     rc = refresh_work(g, step);
+    /* every step accumulates from zero, cleared where the backward runs (no upload of zeros) */
+    for (int gi = 0; gi < g->st->ngroups && !rc; gi++) {
+        struct sdp_task_opts o = opts(step, gi, -1, SDP_PH_BWD);
+        rc = sdp_task_zero(&o, g->st->groups[gi].grad);
+    }
     for (int mb = 0; mb < nm && !rc; mb++) {
         sdp_rt_tensor_t *ti = g->ids[set * nm + mb], *tt = g->targets[set * nm + mb];
         rc = fill_i32(ti, ids + mb * per_mb, per_mb);

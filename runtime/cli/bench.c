@@ -23,7 +23,7 @@
 struct bench_opts {
     const char *model, *sched, *precision, *activations;
     int batch, micro, seq, steps, warmup, gpus, cpus;
-    double chunk_mib, gpu_memory_gib;
+    double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
 };
 
@@ -137,7 +137,7 @@ static int run(const struct bench_opts *b)
     gc.beta2 = 0.95;
     gc.eps = 1e-8;
     gc.weight_decay = 0.1;
-    gc.max_grad_norm = 1.0;
+    gc.max_grad_norm = b->max_grad_norm;
     if (sdp_graph_create(&g, &st, &gc))
         goto out;
     for (int s = 0; s < total; s++) {
@@ -228,6 +228,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "gpu-memory-gib", required_argument, NULL, 'G' },
         { "cpus", required_argument, NULL, 'c' },
         { "sched", required_argument, NULL, 'S' },
+        { "max-grad-norm", required_argument, NULL, 'N' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -271,6 +272,10 @@ int sdp_cli_bench(int argc, char **argv)
         case 'h':
             usage(stdout);
             return SDP_EXIT_OK;
+        case 'N':
+            if (parse_num("--max-grad-norm", optarg, 0, &b.max_grad_norm))
+                return SDP_EXIT_USAGE;
+            break;
         case 'k':
         case 'G':
             if (parse_num(opt == 'k' ? "--chunk-mib" : "--gpu-memory-gib", optarg,

@@ -95,9 +95,10 @@ munge -n -S "$dir/munge.socket" 2>/dev/null | unmunge -S "$dir/munge.socket" > /
     fail_daemons "munged does not answer on $dir/munge.socket"
 
 # ---- slurm.conf for this host ----
-host=$(hostname -s)
+host=$(uname -n)
+host=${host%%.*} # as hostname -s
 cpus=$(nproc)
-mem_mb=$(free -m | awk '/^Mem:/ { print $2 }')
+mem_mb=$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo)
 # leave the larger of 512 MiB and 10% for the system, so that slurmd never finds less than configured
 margin=$((mem_mb / 10 > 512 ? mem_mb / 10 : 512))
 mem_mb=$((mem_mb > margin + 256 ? mem_mb - margin : 256))
