@@ -37,14 +37,17 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
         sdp_rt_tensor_t **t;
         const char *what;
         enum sdp_dtype dt;
-    } list[] = { { &gs->master, "master", SDP_F32 },
-                 { &gs->m, "adam_m", SDP_F32 },
-                 { &gs->v, "adam_v", SDP_F32 },
-                 { &gs->grad, "grad", SDP_F32 },
-                 { &gs->work, "work", work_dtype } };
+        int host_only;
+    } list[] = { { &gs->master, "master", SDP_F32, 1 },
+                 { &gs->m, "adam_m", SDP_F32, 1 },
+                 { &gs->v, "adam_v", SDP_F32, 1 },
+                 { &gs->grad, "grad", SDP_F32, 0 },
+                 { &gs->work, "work", work_dtype, 0 } };
     for (size_t i = 0; i < sizeof(list) / sizeof(list[0]) && !rc; i++) {
         snprintf(name, sizeof(name), "g%d.%s", g, list[i].what);
-        rc = sdp_rt_tensor_create(list[i].t, list[i].dt, gs->nelems, name);
+        /* masters and moments stay on the host; gradients and working copies cross PCIe */
+        rc = list[i].host_only ? sdp_rt_tensor_create_host(list[i].t, list[i].dt, gs->nelems, name)
+                               : sdp_rt_tensor_create(list[i].t, list[i].dt, gs->nelems, name);
         if (!rc)
             rc = sdp_rt_tensor_partition(*list[i].t, gs->nchunks, parts);
     }

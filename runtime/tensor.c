@@ -60,7 +60,8 @@ static int check_size(size_t nelems, const char *name)
 /* Cleared after the first refused pinned allocation, so one warning covers the run. */
 static int pinned_ok = 1;
 
-int sdp_rt_tensor_create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name)
+static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name,
+                  int pin)
 {
     struct sdp_rt_tensor *t;
     size_t nbytes = nelems * sdp_dtype_size(dt);
@@ -73,8 +74,8 @@ int sdp_rt_tensor_create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems
     /* Not STARPU_MALLOC_COUNT: StarPU sizes the host node from hwloc's view of the machine, which
      * containers can understate by an order of magnitude; the host budget is checked by the CLI
      * against MemAvailable and the cgroup limit instead. */
-    t->malloc_flags = pinned_ok ? STARPU_MALLOC_PINNED : 0;
-    if (starpu_malloc_flags(&t->data, nbytes, t->malloc_flags) != 0 && pinned_ok) {
+    t->malloc_flags = pin && pinned_ok ? STARPU_MALLOC_PINNED : 0;
+    if (starpu_malloc_flags(&t->data, nbytes, t->malloc_flags) != 0 && t->malloc_flags) {
         /* Pinning can be refused (driver or container limits): fall back to pageable host memory,
          * which StarPU stages through its own pinned buffers, slower but correct. */
         pinned_ok = 0;
@@ -102,6 +103,17 @@ int sdp_rt_tensor_create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems
     starpu_data_set_name(t->handle, t->name);
     *out = t;
     return 0;
+}
+
+int sdp_rt_tensor_create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name)
+{
+    return create(out, dt, nelems, name, 1);
+}
+
+int sdp_rt_tensor_create_host(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems,
+                              const char *name)
+{
+    return create(out, dt, nelems, name, 0);
 }
 
 int sdp_rt_tensor_temp(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name)

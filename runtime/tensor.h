@@ -20,6 +20,10 @@ const char *sdp_dtype_name(enum sdp_dtype dt);
 /** A persistent tensor with zero-filled host memory of nelems elements.
  * @return 0, -ENOMEM (logged with the size and a hint) */
 int sdp_rt_tensor_create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name);
+/** The same, for tensors that never leave host memory (fp32 masters, Adam moments): not pinned,
+ * since pinning takes time at start-up and no DMA reads them. */
+int sdp_rt_tensor_create_host(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems,
+                              const char *name);
 /** A temporary tensor: no memory until a task writes it; release it after its last use is
  * submitted. */
 int sdp_rt_tensor_temp(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name);

@@ -242,6 +242,9 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     char ckdir[SDP_PATH_MAX + 16] = "", ckpath[SDP_PATH_MAX + 64], fp[128];
     double last_loss = NAN;
 
+    /* a stop request before the first step is honoured there (after a checkpoint of the state) */
+    install_signals();
+
     /* ---- everything that can be checked before StarPU starts ---- */
     if (r->model_path[0]) {
         rc = sdp_hfconfig_load(r->model_path, &r->model);
@@ -289,6 +292,10 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     }
     /* ---- resume: the newest valid checkpoint of the run directory ---- */
     if (r->output_dir[0]) {
+        if (sdp_mkdir_p(r->output_dir)) {
+            rc = SDP_EXIT_FAILURE;
+            goto out;
+        }
         snprintf(ckdir, sizeof(ckdir), "%s/checkpoints", r->output_dir);
         if (!ov->no_resume && sdp_ckpt_latest(ckdir, ckpath, sizeof(ckpath)) == 0) {
             if (sdp_ckpt_read_info(ckpath, NULL, &info)) {
@@ -387,7 +394,6 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         r->steps, gc.n_micro, r->micro_batch, r->seq_len, work_dt == SDP_BF16 ? "bf16" : "fp32",
         r->lr, r->data_train, (unsigned long long)data.nseq,
         r->output_dir[0] ? ", run directory " : "", r->output_dir);
-    install_signals();
 
     /* ---- steps ---- */
     t0 = t_prev = now_s();
