@@ -124,6 +124,7 @@ int sdp_task_grad_norm(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_
 struct sdp_adamw_args {
     struct sdp_shape_key key; /* n (low 31 bits, high bits), work element size, has_clip */
     struct sdp_adamw_hp hp;
+    int skip_nonfinite; /* leave the state unchanged when the global norm is not finite */
     int nsegs;
     struct sdp_adamw_segment segs[];
 };
@@ -137,8 +138,20 @@ static void adamw_cpu(void *buffers[], void *cl_arg)
     float *m = SDP_VECF(buffers[2]), *v = SDP_VECF(buffers[3]);
     void *work = SDP_VEC(buffers[4]);
     int bf16 = STARPU_VECTOR_GET_ELEMSIZE(buffers[4]) == 2;
-    if (a->key.d[3])
-        hp.gscale = (float)((const double *)STARPU_VECTOR_GET_PTR(buffers[5]))[1];
+    if (a->key.d[3]) {
+        const double *clip = (const double *)STARPU_VECTOR_GET_PTR(buffers[5]);
+        if (a->skip_nonfinite && !isfinite(clip[0])) {
+            /* a non-finite gradient somewhere: leave p, m, v as they are; the working copy still
+             * has to be written (the task declares it W) */
+            size_t n = STARPU_VECTOR_GET_NX(buffers[0]);
+            if (bf16)
+                sdp_cpu_cast_bf16_ref((uint16_t *)work, p, n);
+            else
+                memcpy(work, p, n * sizeof(float));
+            return;
+        }
+        hp.gscale = (float)clip[1];
+    }
     for (int s = 0; s < a->nsegs; s++) {
         size_t off = a->segs[s].offset;
         sdp_cpu_adamw_ref(p + off, g + off, m + off, v + off, bf16 ? (uint16_t *)work + off : NULL,
@@ -165,6 +178,16 @@ int sdp_task_adamw(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_r
                    sdp_rt_tensor_t *clip, double lr, double beta1, double beta2, double eps,
                    double weight_decay, int step, const struct sdp_adamw_segment *segs, int nsegs)
 {
+    return sdp_task_adamw_ex(o, master, grad, m, v, work, clip, 0, lr, beta1, beta2, eps,
+                             weight_decay, step, segs, nsegs);
+}
+
+int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_rt_tensor_t *grad,
+                      sdp_rt_tensor_t *m, sdp_rt_tensor_t *v, sdp_rt_tensor_t *work,
+                      sdp_rt_tensor_t *clip, int skip_nonfinite, double lr, double beta1,
+                      double beta2, double eps, double weight_decay, int step,
+                      const struct sdp_adamw_segment *segs, int nsegs)
+{
     size_t argsize =
         sizeof(struct sdp_adamw_args) + (size_t)nsegs * sizeof(struct sdp_adamw_segment);
     struct sdp_adamw_args *a = sdp_cl_args_alloc(argsize);
@@ -182,6 +205,7 @@ int sdp_task_adamw(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_r
     a->hp.weight_decay = (float)weight_decay;
     a->hp.gscale = 1.0f;
     a->hp.step = step;
+    a->skip_nonfinite = skip_nonfinite;
     a->nsegs = nsegs;
     memcpy(a->segs, segs, (size_t)nsegs * sizeof(*segs));
     return sdp_cl_submit(&sdp_cl_adamw, o, a, argsize, 12.0 * n, b, clip ? 6 : 5);

@@ -138,6 +138,14 @@ int sdp_task_adamw(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_r
                    sdp_rt_tensor_t *clip, double lr, double beta1, double beta2, double eps,
                    double weight_decay, int step, const struct sdp_adamw_segment *segs, int nsegs);
 
+/** sdp_task_adamw with skip_nonfinite: when clip reports a non-finite global norm, master, m and v
+ * are left unchanged (the working copy is rewritten from the master).  clip must be given. */
+int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_rt_tensor_t *grad,
+                      sdp_rt_tensor_t *m, sdp_rt_tensor_t *v, sdp_rt_tensor_t *work,
+                      sdp_rt_tensor_t *clip, int skip_nonfinite, double lr, double beta1,
+                      double beta2, double eps, double weight_decay, int step,
+                      const struct sdp_adamw_segment *segs, int nsegs);
+
 /* ---- setup ---- */
 /** Register the perfmodels and check the codelets (call once after StarPU starts).  @return 0 */
 int sdp_tasks_init(void);

@@ -80,6 +80,7 @@ struct ctx {
 
 static const char *const precision_names[] = { "fp32", "bf16", NULL };
 static const char *const activation_names[] = { "recompute", "keep", NULL };
+static const char *const on_nan_names[] = { "stop", "skip", NULL };
 static const char *const schedule_names[] = { "cosine", "linear", "constant", NULL };
 static const char *const optimizer_names[] = { "adamw", NULL };
 
@@ -91,6 +92,11 @@ static void set_precision(struct ctx *c, int i)
 static void set_activations(struct ctx *c, int i)
 {
     c->r->recompute = i == 0;
+}
+
+static void set_on_nan(struct ctx *c, int i)
+{
+    c->r->skip_nonfinite = i == 1;
 }
 
 static void set_schedule(struct ctx *c, int i)
@@ -159,6 +165,7 @@ static const struct key train_keys[] = {
     { .name = "precision", CHOICE(precision_names, set_precision) },
     { .name = "chunk_mib", RF(chunk_mib), DBL_GT(0) },
     { .name = "activations", CHOICE(activation_names, set_activations) },
+    { .name = "on_nan", CHOICE(on_nan_names, set_on_nan) },
     { .name = "sched", .type = K_STR, RF(sched) },
     { .name = "cpus", RF(cpus), INT_GE(0) },
     { .name = "host_memory_gib", RF(host_memory_gib), DBL_GE(0) },

@@ -13,7 +13,8 @@
  *   train      steps, seed, precision (fp32 | bf16), chunk_mib, activations (recompute |
  *              keep), sched (StarPU policy), cpus (CPU workers, 0 = all), host_memory_gib
  *              (0 = detect), gpus (CUDA workers, -1 = all found, 0 = none), gpu_memory_gib
- *              (memory StarPU may use per GPU, 0 = all)
+ *              (memory StarPU may use per GPU, 0 = all), on_nan (stop | skip: a step whose
+ *              loss or gradient is not finite stops the run, or its update is skipped)
  *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
  *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
  *              signal), keep_checkpoints (how many to keep)
@@ -67,6 +68,7 @@ struct sdp_recipe {
     int cpus;               /* CPU workers (0 = all cores) */
     double host_memory_gib; /* host memory budget (0 = MemAvailable / cgroup limit) */
     int gpus;               /* CUDA workers (-1 = all found, 0 = none) */
+    int skip_nonfinite;     /* 1: skip the update of a step with a non-finite gradient; 0: stop */
     double gpu_memory_gib;  /* per-GPU memory StarPU may use (0 = no limit) */
 
     /* output */

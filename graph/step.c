@@ -4,6 +4,7 @@
  * so StarPU frees (or reuses) their memory as soon as the tasks are done. */
 #include "config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,11 +292,12 @@ static int optimizer(sdp_graph_t *g, int step, double lr, int update)
                     nsegs++;
                 }
             }
-            rc = sdp_task_adamw(&o, sdp_rt_tensor_part(gs->master, c),
-                                sdp_rt_tensor_part(gs->grad, c), sdp_rt_tensor_part(gs->m, c),
-                                sdp_rt_tensor_part(gs->v, c), sdp_rt_tensor_part(gs->work, c),
-                                g->c.max_grad_norm > 0 ? g->clip : NULL, lr, g->c.beta1, g->c.beta2,
-                                g->c.eps, g->c.weight_decay, step + 1, segs, nsegs);
+            rc = sdp_task_adamw_ex(&o, sdp_rt_tensor_part(gs->master, c),
+                                   sdp_rt_tensor_part(gs->grad, c), sdp_rt_tensor_part(gs->m, c),
+                                   sdp_rt_tensor_part(gs->v, c), sdp_rt_tensor_part(gs->work, c),
+                                   g->c.max_grad_norm > 0 || g->c.skip_nonfinite ? g->clip : NULL,
+                                   g->c.skip_nonfinite, lr, g->c.beta1, g->c.beta2, g->c.eps,
+                                   g->c.weight_decay, step + 1, segs, nsegs);
             if (rc)
                 return rc;
         }
@@ -391,6 +393,21 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
         return rc;
     res->grad_norm = ((const double *)sdp_rt_tensor_data(g->clip))[0];
     sdp_rt_tensor_release_acquire(g->clip);
+    res->bad_group = -1;
+    if (!isfinite(res->grad_norm)) {
+        /* name the first group whose chunk norms are not finite (for the error message) */
+        int k = 0;
+        for (int gi = 0; gi < g->st->ngroups && res->bad_group < 0; gi++)
+            for (int c = 0; c < g->st->groups[gi].nchunks; c++, k++) {
+                double v;
+                if (sdp_rt_tensor_acquire(g->sumsq[k], 0))
+                    return -EIO;
+                v = *(const double *)sdp_rt_tensor_data(g->sumsq[k]);
+                sdp_rt_tensor_release_acquire(g->sumsq[k]);
+                if (!isfinite(v) && res->bad_group < 0)
+                    res->bad_group = gi;
+            }
+    }
     res->loss = loss_sum / (double)valid;
     res->tokens = (long long)total;
     res->valid_targets = valid;

@@ -20,6 +20,8 @@ struct sdp_graph_conf {
     int seq_len;     /* T */
     int recompute;   /* 1: recompute activations in backward; 0: keep them from the forward */
     double beta1, beta2, eps, weight_decay, max_grad_norm;
+    int skip_nonfinite; /* 1: AdamW leaves the state untouched when the gradient is not finite
+                           (the updates then wait for the global norm, as with clipping) */
 };
 
 struct sdp_step_result {
@@ -27,6 +29,7 @@ struct sdp_step_result {
     double grad_norm; /* global gradient norm before clipping */
     long long tokens; /* input tokens processed (B * n_micro * T) */
     long long valid_targets;
+    int bad_group; /* first parameter group whose gradient is not finite, or -1 */
 };
 
 typedef struct sdp_graph sdp_graph_t;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Installs everything SlideDP needs on a Debian (bookworm or later) or Ubuntu machine:
-#   1. Debian packages (compiler, autotools, hwloc, OpenBLAS, jansson, libyaml, PCRE2, Python),
+#   1. Debian packages (compiler, autotools, hwloc, OpenBLAS, jansson, libyaml, PCRE2, utf8proc,
+#      Python, clang-format, gnuplot, Slurm and munge for the Slurm test),
 #   2. a Python virtual environment with the reference packages (torch CPU, transformers, tokenizers),
 #   3. StarPU 1.4.10 built from Debian's source tarball (with CUDA when nvcc is present),
 # into a prefix that is reused when it is already built.  Idempotent: running it twice is cheap.
@@ -19,7 +20,7 @@ with_cuda=auto
 
 usage()
 {
-    sed -n '3,10p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,11p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 while [ $# -gt 0 ]; do
@@ -42,7 +43,7 @@ say() { printf '[setup] %s\n' "$*" >&2; }
 # ---- 1. Debian packages ----
 apt_pkgs=(build-essential autoconf automake libtool pkg-config curl ca-certificates
           libhwloc-dev libopenblas-dev libjansson-dev libyaml-dev libpcre2-dev libutf8proc-dev
-          python3 python3-venv python3-pip clang-format slurm-wlm munge)
+          python3 python3-venv python3-pip clang-format slurm-wlm munge gnuplot-nox)
 if [ "$do_apt" = 1 ]; then
     missing=()
     for p in "${apt_pkgs[@]}"; do

@@ -1,7 +1,7 @@
 # codelets/cuda/elementwise.mk: CUDA kernels (included by Makefile.am when CUDA is present)
 # Elementwise and row-wise ops (cast, embedding, RMSNorm, q/k norm + RoPE, SwiGLU, sumsq) and
 # their tests against the CPU _ref kernels (exit 77 without a GPU).
-libsdp_a_SOURCES += codelets/cuda/cast.cu codelets/cuda/embedding.cu codelets/cuda/rmsnorm.cu \
+libsdp_a_SOURCES += codelets/cuda/storage.cuh codelets/cuda/cast.cu codelets/cuda/embedding.cu codelets/cuda/rmsnorm.cu \
 	codelets/cuda/qknorm_rope.cu codelets/cuda/swiglu.cu codelets/cuda/sumsq.cu
 
 check_PROGRAMS += tests/kernels/test_cuda_cast
@@ -10,17 +10,17 @@ tests_kernels_test_cuda_cast_SOURCES = tests/kernels/test_cuda_cast.c tests/lib/
 check_PROGRAMS += tests/kernels/test_cuda_embedding
 TESTS += tests/kernels/test_cuda_embedding
 tests_kernels_test_cuda_embedding_SOURCES = tests/kernels/test_cuda_embedding.c \
-	tests/lib/sdp_test.h
+	tests/lib/sdp_test.h tests/lib/sdp_test_cuda.h
 check_PROGRAMS += tests/kernels/test_cuda_rmsnorm
 TESTS += tests/kernels/test_cuda_rmsnorm
-tests_kernels_test_cuda_rmsnorm_SOURCES = tests/kernels/test_cuda_rmsnorm.c tests/lib/sdp_test.h
+tests_kernels_test_cuda_rmsnorm_SOURCES = tests/kernels/test_cuda_rmsnorm.c tests/lib/sdp_test.h tests/lib/sdp_test_cuda.h
 check_PROGRAMS += tests/kernels/test_cuda_qknorm_rope
 TESTS += tests/kernels/test_cuda_qknorm_rope
 tests_kernels_test_cuda_qknorm_rope_SOURCES = tests/kernels/test_cuda_qknorm_rope.c \
-	tests/lib/sdp_test.h
+	tests/lib/sdp_test.h tests/lib/sdp_test_cuda.h
 check_PROGRAMS += tests/kernels/test_cuda_swiglu
 TESTS += tests/kernels/test_cuda_swiglu
-tests_kernels_test_cuda_swiglu_SOURCES = tests/kernels/test_cuda_swiglu.c tests/lib/sdp_test.h
+tests_kernels_test_cuda_swiglu_SOURCES = tests/kernels/test_cuda_swiglu.c tests/lib/sdp_test.h tests/lib/sdp_test_cuda.h
 check_PROGRAMS += tests/kernels/test_cuda_sumsq
 TESTS += tests/kernels/test_cuda_sumsq
 tests_kernels_test_cuda_sumsq_SOURCES = tests/kernels/test_cuda_sumsq.c tests/lib/sdp_test.h

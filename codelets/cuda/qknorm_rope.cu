@@ -8,33 +8,7 @@
 #include <stdint.h>
 
 #include "codelets/cuda/sdp_cuda_kernels.h"
-
-/* ---- storage helpers: T is float or uint16_t (bf16 bits) ---- */
-
-static __device__ __forceinline__ float to_f(float x)
-{
-    return x;
-}
-
-static __device__ __forceinline__ float to_f(uint16_t b)
-{
-    return __uint_as_float((uint32_t)b << 16);
-}
-
-/* round to nearest even, NaN -> quiet NaN: the same bits as sdp_f32_to_bf16 */
-static __device__ __forceinline__ void from_f(uint16_t *p, float x)
-{
-    uint32_t u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        *p = (uint16_t)(((u >> 16) & 0x8000u) | 0x7fc0u);
-    else
-        *p = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static __device__ __forceinline__ void from_f(float *p, float x)
-{
-    *p = x;
-}
+#include "codelets/cuda/storage.cuh"
 
 static __device__ __forceinline__ double warp_sum(double v)
 {

@@ -13,5 +13,6 @@ int sdp_cli_policies(int argc, char **argv);
 int sdp_cli_bench(int argc, char **argv);
 int sdp_cli_export(int argc, char **argv);
 int sdp_cli_tokenize(int argc, char **argv);
+int sdp_cli_plot(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ static void usage(FILE *f)
         "  tokenize ...        text or JSONL -> token shard (slidedp tokenize --help)\n"
         "  export CKPT OUTDIR  write a checkpoint as a Hugging Face model directory\n"
         "  bench --model M     time training steps of a preset model on random data\n"
+        "  plot METRICS.jsonl  draw loss and tokens/s of a metrics file as a PNG (gnuplot)\n"
         "  policies            list the scheduling policies --sched accepts\n"
         "\n"
         "options:\n"
@@ -42,6 +43,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "train"))
         return sdp_cli_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "plot"))
+        return sdp_cli_plot(argc - 1, argv + 1);
     if (!strcmp(argv[1], "tokenize"))
         return sdp_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(argv[1], "export"))

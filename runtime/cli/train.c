@@ -94,14 +94,20 @@ struct overrides {
     int quiet;
 };
 
+/* JSON number, or null when not finite (JSON has no NaN). */
+static json_t *num(double x)
+{
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
 static int write_metrics(FILE *mf, int step, const struct sdp_step_result *r, double lr,
                          double step_s, double elapsed)
 {
-    json_t *o =
-        json_pack("{s:i, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:f}", "step", step + 1, "loss",
-                  r->loss, "lr", lr, "grad_norm", r->grad_norm, "tokens", (json_int_t)r->tokens,
-                  "valid_targets", (json_int_t)r->valid_targets, "tokens_per_s",
-                  step_s > 0 ? r->tokens / step_s : 0.0, "step_s", step_s, "elapsed_s", elapsed);
+    json_t *o = json_pack("{s:i, s:o, s:f, s:o, s:I, s:I, s:f, s:f, s:f}", "step", step + 1, "loss",
+                          num(r->loss), "lr", lr, "grad_norm", num(r->grad_norm), "tokens",
+                          (json_int_t)r->tokens, "valid_targets", (json_int_t)r->valid_targets,
+                          "tokens_per_s", step_s > 0 ? r->tokens / step_s : 0.0, "step_s", step_s,
+                          "elapsed_s", elapsed);
     char *s;
     int rc = 0;
     if (!o)
@@ -195,6 +201,19 @@ static void apply_slurm(struct sdp_recipe *r)
     if (r->cpus == 0 && cpus && atoi(cpus) > 0)
         r->cpus = atoi(cpus);
     SDP_INFO("Slurm job %s: run directory %s, %d CPU workers", job, r->output_dir, r->cpus);
+}
+
+/* "embedding", "decoder layer 3", "head" for a parameter group (see models/sdp_models.h). */
+static void group_name(const struct sdp_recipe *r, int g, char *out, size_t len)
+{
+    if (g < 0)
+        snprintf(out, len, "none, the loss only");
+    else if (g == 0)
+        snprintf(out, len, "embedding");
+    else if (g <= r->model.num_layers)
+        snprintf(out, len, "decoder layer %d", g - 1);
+    else
+        snprintf(out, len, "final norm / LM head");
 }
 
 /* The GPU window must fit: the configured limit within the device, the run's minimum within both.
@@ -383,6 +402,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     gc.eps = r->eps;
     gc.weight_decay = r->weight_decay;
     gc.max_grad_norm = r->max_grad_norm;
+    gc.skip_nonfinite = r->skip_nonfinite;
     if (sdp_graph_create(&g, &st, &gc)) {
         rc = SDP_EXIT_FAILURE;
         goto out;
@@ -414,12 +434,22 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         t_prev = t;
         elapsed = t - t0;
         if (!isfinite(res.loss) || !isfinite(res.grad_norm)) {
-            sdp_err(-EINVAL, "step %d: loss %g, gradient norm %g: training diverged", s + 1,
-                    res.loss, res.grad_norm);
-            sdp_hint(
-                "lower optimizer.lr, set optimizer.max_grad_norm, or use train.precision: fp32");
-            rc = SDP_EXIT_FAILURE;
-            break;
+            char where[64];
+            group_name(r, res.bad_group, where, sizeof(where));
+            if (!r->skip_nonfinite) {
+                sdp_err(-EINVAL,
+                        "step %d: loss %g, gradient norm %g (first non-finite gradient: %s): "
+                        "training diverged",
+                        s + 1, res.loss, res.grad_norm, where);
+                sdp_hint(
+                    "lower optimizer.lr, set optimizer.max_grad_norm, use train.precision: "
+                    "fp32, or train.on_nan: skip; the checkpoints before this step are intact");
+                rc = SDP_EXIT_FAILURE;
+                break;
+            }
+            SDP_WARN("step %d: loss %g, gradient norm %g (first non-finite gradient: %s): update "
+                     "skipped (train.on_nan: skip)",
+                     s + 1, res.loss, res.grad_norm, where);
         }
         fmt_duration(el, sizeof(el), elapsed);
         fmt_duration(eta, sizeof(eta), elapsed / (s + 1 - first) * (r->steps - s - 1));

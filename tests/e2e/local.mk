@@ -8,7 +8,7 @@ TESTS += tests/e2e/test_e2e_hf_parity_gpu
 tests_e2e_test_e2e_hf_parity_gpu_SOURCES = tests/e2e/test_e2e_hf_parity.c tests/lib/sdp_test.h
 tests_e2e_test_e2e_hf_parity_gpu_CPPFLAGS = $(AM_CPPFLAGS) -DSDP_TEST_GPU
 TESTS += tests/ref/check_refs.py tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_policies.sh \
-	tests/e2e/test_e2e_resume.sh \
+	tests/e2e/test_e2e_resume.sh tests/e2e/test_e2e_nan.sh \
 	tests/e2e/test_e2e_bad_input.sh
-EXTRA_DIST += tests/ref tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_policies.sh tests/e2e/test_e2e_resume.sh \
+EXTRA_DIST += tests/ref tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_policies.sh tests/e2e/test_e2e_resume.sh tests/e2e/test_e2e_nan.sh \
 	tests/e2e/test_e2e_bad_input.sh tests/e2e/data
