@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -245,6 +246,8 @@ static char *header_json(const struct sdp_state *st, const struct sdp_ckpt_info 
     }
     json_object_set_new(root, "rng", rng);
     json_object_set_new(root, "fingerprint", json_string(info->fingerprint));
+    json_object_set_new(root, "last_loss",
+                        isfinite(info->last_loss) ? json_real(info->last_loss) : json_null());
     json_object_set_new(root, "work_dtype", json_string(sdp_dtype_name(st->work_dtype)));
     json_object_set_new(root, "chunk_elems", json_integer((json_int_t)st->chunk_elems));
     json_object_set_new(root, "num_groups", json_integer(st->ngroups));
@@ -699,6 +702,10 @@ static int parse_json(const char *path, const char *text, size_t len, struct hdr
         goto out;
     }
     strcpy(h->info.fingerprint, s);
+    /* optional: the loss of the last step done (null or absent when unknown) */
+    h->info.last_loss = json_is_number(json_object_get(root, "last_loss"))
+                            ? json_number_value(json_object_get(root, "last_loss"))
+                            : NAN;
     s = json_string_value(json_object_get(root, "work_dtype"));
     if (s && !strcmp(s, sdp_dtype_name(SDP_F32)))
         h->info.work_dtype = SDP_F32;

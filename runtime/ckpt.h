@@ -55,6 +55,7 @@ struct sdp_ckpt_info {
     int rng_nwords; /* 0..SDP_CKPT_RNG_WORDS words of RNG state in rng */
     uint64_t rng[SDP_CKPT_RNG_WORDS];
     char fingerprint[128]; /* caller's fingerprint of the recipe fields that shape the run */
+    double last_loss;      /* loss of the step that produced this state (NAN when unknown) */
     /* filled from the state by save, from the file by read_info / load */
     enum sdp_dtype work_dtype; /* working copy dtype of the run that wrote it */
     size_t chunk_elems;        /* fp32 elements per chunk of that run */

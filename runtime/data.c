@@ -2,7 +2,9 @@
 /* Training batches from a token shard: sequence i is the window of T+1 tokens starting at i*T
  * (inputs are the first T, next-token targets the last T), visited in a per-epoch Fisher-Yates
  * order drawn from a splitmix64 stream seeded by (seed, epoch).  Pure function of (seed, epoch,
- * index): no global RNG, no clock, so a resumed run sees the same batches.  Tests:
+ * index): no global RNG, no clock, so a resumed run sees the same batches.  A target whose token
+ * has mask byte 0 in a masked shard becomes -100 (the ignore index of
+ * PyTorch's cross-entropy; the loss skips every negative target).  Tests:
  * tests/runtime/test_data.c. */
 #include "config.h"
 
@@ -14,7 +16,8 @@
 #include "runtime/data.h"
 #include "runtime/sdp_log.h"
 
-#define GOLDEN_GAMMA 0x9e3779b97f4a7c15ULL
+#define GOLDEN_GAMMA   0x9e3779b97f4a7c15ULL
+#define IGNORED_TARGET (-100)
 
 /* splitmix64 finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number generators",
  * 2014): a bijection on 64-bit words. */
@@ -126,14 +129,18 @@ void sdp_data_close(struct sdp_data *d)
 void sdp_data_next(struct sdp_data *d, int nseq_out, int32_t *ids, int32_t *targets)
 {
     const uint32_t *tok = d->shard.tokens;
+    const uint8_t *mask = d->shard.mask;
     size_t T = (size_t)d->T;
 
     SDP_ASSERT(d->order != NULL, "sdp_data_next called on a closed or failed sdp_data");
     for (int b = 0; b < nseq_out; b++) {
-        const uint32_t *w = tok + d->order[d->index] * T; /* T+1 tokens */
+        uint64_t start = d->order[d->index] * T;
+        const uint32_t *w = tok + start; /* T+1 tokens */
         for (size_t t = 0; t < T; t++) {
             ids[(size_t)b * T + t] = (int32_t)w[t];
-            targets[(size_t)b * T + t] = (int32_t)w[t + 1];
+            /* the target of position t is token start+t+1: ignored when its mask byte is 0 */
+            targets[(size_t)b * T + t] =
+                mask && !mask[start + t + 1] ? IGNORED_TARGET : (int32_t)w[t + 1];
         }
         /* Keep the position canonical (index < nseq) so a saved position never points past an
          * epoch. */

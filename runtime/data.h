@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Training batches from a token shard: fixed-length windows of T+1 tokens (inputs and next-token
  * targets), sequence i starting at token i*T, visited in an order shuffled per epoch by the seed.
- * Deterministic; the position (epoch, index) can be saved and restored.  Tests:
- * tests/runtime/test_data.c. */
+ * When the shard carries a loss mask (version 2: instruction data), a target whose mask byte is 0
+ * becomes -100, which the loss ignores.  Deterministic; the position (epoch, index) can be saved
+ * and restored.  Tests: tests/runtime/test_data.c. */
 #ifndef SDP_DATA_H
 #define SDP_DATA_H
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Token shards (format in shard.h): read-only mmap with every header field checked against the
- * file, and an atomic writer (tmp file, fsync, rename, directory fsync) that never leaves a
- * half-written shard or touches an existing one on failure.  Never trusts the header before
- * checking it against the file size. Tests: tests/runtime/test_shard.c. */
+/* Token shards (format in shard.h, versions 1 and 2 with an optional loss mask): read-only mmap
+ * with every header field checked against the file, and an atomic writer (tmp file, fsync, rename,
+ * directory fsync) that never leaves a half-written shard or touches an existing one on failure.
+ * Never trusts the header before checking it against the file size. Tests:
+ * tests/runtime/test_shard.c. */
 #include "config.h"
 
 #include <errno.h>
@@ -50,7 +51,7 @@ int sdp_shard_open(const char *path, struct sdp_shard *s)
 {
     unsigned char hdr[SDP_SHARD_HEADER_SIZE];
     struct stat st;
-    uint32_t version, width;
+    uint32_t version, width, flags, per_token;
     uint64_t count;
     void *map;
     int fd, rc;
@@ -90,8 +91,8 @@ int sdp_shard_open(const char *path, struct sdp_shard *s)
         goto fail;
     }
     version = get_u32(hdr + 8);
-    if (version != SDP_SHARD_VERSION) {
-        rc = sdp_err(-EINVAL, "token shard %s: version %u, this build reads version %d", path,
+    if (version < 1 || version > SDP_SHARD_VERSION) {
+        rc = sdp_err(-EINVAL, "token shard %s: version %u, this build reads versions 1 to %d", path,
                      version, SDP_SHARD_VERSION);
         sdp_hint("regenerate the shard with the tools of this source tree");
         goto fail;
@@ -105,14 +106,36 @@ int sdp_shard_open(const char *path, struct sdp_shard *s)
         sdp_hint("regenerate the shard with tools/make_token_data.py");
         goto fail;
     }
+    flags = version >= 2 ? get_u32(hdr + 32) : 0;
+    if (flags & ~SDP_SHARD_FLAG_MASK) {
+        rc = sdp_err(-EINVAL, "token shard %s: unknown flags 0x%x in the header", path, flags);
+        sdp_hint("the shard was written by a newer build, or is corrupt; regenerate it");
+        goto fail;
+    }
+    per_token = TOKEN_BYTES + ((flags & SDP_SHARD_FLAG_MASK) ? 1 : 0);
     count = get_u64(hdr + 16);
-    if (count > ((uint64_t)st.st_size - SDP_SHARD_HEADER_SIZE) / TOKEN_BYTES ||
-        count * TOKEN_BYTES + SDP_SHARD_HEADER_SIZE != (uint64_t)st.st_size) {
-        rc = sdp_err(-EINVAL,
-                     "token shard %s: header token count %llu disagrees with the file size "
-                     "(%lld bytes after the header, room for %lld tokens)",
-                     path, (unsigned long long)count, (long long)st.st_size - SDP_SHARD_HEADER_SIZE,
-                     ((long long)st.st_size - SDP_SHARD_HEADER_SIZE) / TOKEN_BYTES);
+    if (count > ((uint64_t)st.st_size - SDP_SHARD_HEADER_SIZE) / per_token ||
+        count * per_token + SDP_SHARD_HEADER_SIZE != (uint64_t)st.st_size) {
+        if (per_token > TOKEN_BYTES &&
+            count <= ((uint64_t)st.st_size - SDP_SHARD_HEADER_SIZE) / TOKEN_BYTES)
+            rc = sdp_err(-EINVAL,
+                         "token shard %s: %lld bytes, but %llu tokens with a loss mask need "
+                         "%llu (%d header + %llu tokens + %llu mask bytes): the mask is %s",
+                         path, (long long)st.st_size, (unsigned long long)count,
+                         (unsigned long long)(SDP_SHARD_HEADER_SIZE + count * per_token),
+                         SDP_SHARD_HEADER_SIZE, (unsigned long long)(count * TOKEN_BYTES),
+                         (unsigned long long)count,
+                         (uint64_t)st.st_size < SDP_SHARD_HEADER_SIZE + count * per_token
+                             ? "truncated"
+                             : "followed by extra bytes");
+        else
+            rc = sdp_err(-EINVAL,
+                         "token shard %s: header token count %llu disagrees with the file size "
+                         "(%lld bytes after the header, room for %lld tokens%s)",
+                         path, (unsigned long long)count,
+                         (long long)st.st_size - SDP_SHARD_HEADER_SIZE,
+                         ((long long)st.st_size - SDP_SHARD_HEADER_SIZE) / per_token,
+                         per_token > TOKEN_BYTES ? " with their mask" : "");
         sdp_hint("the file is truncated or was modified; regenerate it");
         goto fail;
     }
@@ -136,6 +159,19 @@ int sdp_shard_open(const char *path, struct sdp_shard *s)
     s->map = map;
     s->map_len = (size_t)st.st_size;
     s->tokens = (const uint32_t *)((const unsigned char *)map + SDP_SHARD_HEADER_SIZE);
+    if (flags & SDP_SHARD_FLAG_MASK) {
+        s->mask = (const uint8_t *)map + SDP_SHARD_HEADER_SIZE + count * TOKEN_BYTES;
+        /* A byte other than 0 or 1 means the mask is not what the writer made. */
+        for (uint64_t i = 0; i < count; i++) {
+            if (s->mask[i] > 1) {
+                rc = sdp_err(-EINVAL, "token shard %s: loss mask byte %llu is %u, not 0 or 1", path,
+                             (unsigned long long)i, s->mask[i]);
+                sdp_hint("the file is corrupt; regenerate it");
+                sdp_shard_close(s);
+                return rc;
+            }
+        }
+    }
     return 0;
 
 fail:
@@ -172,8 +208,9 @@ static int sync_parent_dir(const char *path)
     return rc;
 }
 
-int sdp_shard_write(const char *path, const uint32_t *tokens, uint64_t count, uint32_t vocab_size,
-                    int32_t eos_id)
+/* The writer of both versions: version 1 when !v2 (mask must then be NULL). */
+static int write_shard(const char *path, int v2, const uint32_t *tokens, const uint8_t *mask,
+                       uint64_t count, uint32_t vocab_size, int32_t eos_id)
 {
     unsigned char hdr[SDP_SHARD_HEADER_SIZE] = { 0 };
     char tmp[PATH_MAX];
@@ -182,12 +219,17 @@ int sdp_shard_write(const char *path, const uint32_t *tokens, uint64_t count, ui
 
     if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
         return sdp_err(-ENAMETOOLONG, "token shard path is %zu characters long", strlen(path));
-    if (count > (UINT64_MAX - SDP_SHARD_HEADER_SIZE) / TOKEN_BYTES || count > SIZE_MAX)
+    if (count > (UINT64_MAX - SDP_SHARD_HEADER_SIZE) / (TOKEN_BYTES + 1) || count > SIZE_MAX)
         return sdp_err(-EINVAL, "token shard %s: token count %llu is too large", path,
                        (unsigned long long)count);
+    for (uint64_t i = 0; mask && i < count; i++)
+        if (mask[i] > 1)
+            return sdp_err(-EINVAL, "token shard %s: loss mask byte %llu is %u, not 0 or 1", path,
+                           (unsigned long long)i, mask[i]);
 
     memcpy(hdr, SDP_SHARD_MAGIC, 8);
-    put_u32(hdr + 8, SDP_SHARD_VERSION);
+    put_u32(hdr + 8, v2 ? 2 : 1);
+    put_u32(hdr + 32, mask ? SDP_SHARD_FLAG_MASK : 0);
     put_u32(hdr + 12, TOKEN_BYTES);
     put_u64(hdr + 16, count);
     put_u32(hdr + 24, vocab_size);
@@ -198,7 +240,8 @@ int sdp_shard_write(const char *path, const uint32_t *tokens, uint64_t count, ui
         return sdp_err(-errno, "token shard %s: cannot create %s", path, tmp);
     errno = 0;
     if (fwrite(hdr, 1, sizeof(hdr), f) != sizeof(hdr) ||
-        (count && fwrite(tokens, TOKEN_BYTES, (size_t)count, f) != (size_t)count)) {
+        (count && fwrite(tokens, TOKEN_BYTES, (size_t)count, f) != (size_t)count) ||
+        (count && mask && fwrite(mask, 1, (size_t)count, f) != (size_t)count)) {
         rc = sdp_err(errno ? -errno : -EIO, "token shard %s: writing %s failed", path, tmp);
         goto fail;
     }
@@ -230,4 +273,16 @@ fail:
         fclose(f);
     unlink(tmp);
     return rc;
+}
+
+int sdp_shard_write(const char *path, const uint32_t *tokens, uint64_t count, uint32_t vocab_size,
+                    int32_t eos_id)
+{
+    return write_shard(path, 0, tokens, NULL, count, vocab_size, eos_id);
+}
+
+int sdp_shard_write_masked(const char *path, const uint32_t *tokens, const uint8_t *mask,
+                           uint64_t count, uint32_t vocab_size, int32_t eos_id)
+{
+    return write_shard(path, 1, tokens, mask, count, vocab_size, eos_id);
 }

@@ -713,6 +713,19 @@ uint32_t sdp_tok_vocab_size(const sdp_tok_t *t)
     return t->n_ids;
 }
 
+int sdp_tok_normalize_text(const sdp_tok_t *t, const char *text, size_t len, char **owned,
+                           const char **res, size_t *res_len)
+{
+    return sdp_tok_normalize(t, text, len, owned, res, res_len);
+}
+
+size_t sdp_tok_token_nbytes(const sdp_tok_t *t, uint32_t id)
+{
+    if (id >= t->n_ids || t->id_len[id] == UINT32_MAX)
+        return 0;
+    return t->id_len[id];
+}
+
 int sdp_tok_token_id(const sdp_tok_t *t, const char *token)
 {
     uint32_t id;

@@ -49,6 +49,19 @@ int sdp_tok_decode(const sdp_tok_t *tok, const uint32_t *ids, size_t n, char **t
  * dense. */
 uint32_t sdp_tok_vocab_size(const sdp_tok_t *tok);
 
+/** Apply the tokenizer's normalizer (NFC for Qwen3; none for GPT-2) to text, as encoding does to
+ * the text between added tokens.  A caller that needs byte offsets into the encoded text encodes
+ * normalized text (normalizing is idempotent, so the ids do not change).
+ * @param[out] owned  malloc'ed result to free, or NULL when the text is unchanged
+ * @param[out] res, res_len  the normalized text (text itself when unchanged)
+ * @return 0, -ENOMEM */
+int sdp_tok_normalize_text(const sdp_tok_t *tok, const char *text, size_t len, char **owned,
+                           const char **res, size_t *res_len);
+
+/** Number of bytes id decodes to (its content for an added token); 0 for an id outside the
+ * vocabulary.  Summing them over an encoding gives each token's byte offset in the input. */
+size_t sdp_tok_token_nbytes(const sdp_tok_t *tok, uint32_t id);
+
 /** Id of a token given as in tokenizer.json: an added token's content ("<|endoftext|>") or a
  * vocabulary entry in its byte-level spelling ("Ġthe").
  * @return the id (>= 0), or -ENOENT when absent (not logged) */

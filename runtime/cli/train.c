@@ -384,6 +384,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         }
         sdp_data_seek(&data, info.data_epoch, info.data_index);
         first = info.step;
+        last_loss = info.last_loss; /* a run resumed at its last step still knows its final loss */
         SDP_INFO("resuming from %s: step %d of %d", ckpath, first, r->steps);
     } else if (r->model_path[0]) {
         if (sdp_state_load_hf(&st, r->model_path)) {
@@ -473,6 +474,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
             info.data_index = data.index;
             info.seed = r->seed;
             snprintf(info.fingerprint, sizeof(info.fingerprint), "%s", fp);
+            info.last_loss = res.loss;
             if (sdp_ckpt_save(ckdir, &st, &info, r->keep_checkpoints)) {
                 rc = SDP_EXIT_FAILURE;
                 break;

@@ -4,7 +4,9 @@
  * visits every one of (count-1)/T sequences exactly once; the same seed gives the same batches and
  * another seed or epoch another order; no shuffle gives 0, 1, 2, ...; seek to a saved position
  * reproduces the continuation; a shard shorter than T+1 tokens, or holding ids beyond its
- * vocabulary, is rejected with -EINVAL. */
+ * vocabulary, is rejected with -EINVAL.  A version 2 shard with a loss mask: every target is the
+ * next token when that token's mask byte is 1 and -100 when it is 0 (checked against the mask
+ * array that was written, over two shuffled epochs); the inputs are never masked. */
 #include "config.h"
 
 #include <errno.h>
@@ -77,6 +79,79 @@ static int is_permutation(const long *seq, long n)
         seen[seq[i]] = 1;
     }
     return 1;
+}
+
+/* Masked shard: rows identified by their inputs, targets checked against the written mask. */
+static void test_masked(const char *path)
+{
+    static uint8_t mask[COUNT];
+    int32_t ids[B * T], tg[B * T];
+    struct sdp_data d;
+    long rows = 0, bad = 0, ignored = 0, expected_ignored = 0;
+    int rc;
+
+    uint64_t x = 4242;
+    for (int i = 0; i < COUNT; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        mask[i] = (uint8_t)((x >> 40) % 3 != 0); /* about a third masked out */
+    }
+    mask[1] = 0; /* the target of position 0 of sequence 0 */
+    if (sdp_shard_write_masked(path, tok, mask, COUNT, VOCAB, -1) != 0) {
+        CHECK(0, "write_masked failed");
+        return;
+    }
+    rc = sdp_data_open(&d, path, T, 77, 1);
+    CHECK(rc == 0 && d.shard.mask, "masked open returned %d", rc);
+    if (rc != 0)
+        return;
+    for (long k = 0; k < 2 * NSEQ; k += B) {
+        int b = 2 * NSEQ - k < B ? (int)(2 * NSEQ - k) : B;
+        sdp_data_next(&d, b, ids, tg);
+        for (int r = 0; r < b; r++, rows++) {
+            const int32_t *in = ids + r * T, *out = tg + r * T;
+            long s = -1;
+            for (long c = 0; c < NSEQ && s < 0; c++) {
+                int ok = 1;
+                for (int t = 0; t < T && ok; t++)
+                    ok = in[t] == (int32_t)tok[c * T + t];
+                if (ok)
+                    s = c;
+            }
+            if (s < 0) {
+                bad++;
+                continue;
+            }
+            for (int t = 0; t < T; t++) {
+                long j = s * T + t + 1;
+                int32_t want = mask[j] ? (int32_t)tok[j] : -100;
+                bad += out[t] != want;
+                ignored += out[t] == -100;
+                expected_ignored += !mask[j];
+            }
+        }
+    }
+    printf("masked shard: %ld rows over 2 epochs, %ld targets -100 (mask says %ld), %ld "
+           "mismatches\n",
+           rows, ignored, expected_ignored, bad);
+    CHECK(bad == 0 && ignored == expected_ignored && ignored > 0, "masked targets");
+    sdp_data_close(&d);
+
+    /* the same tokens without a mask: no target ignored */
+    sdp_shard_write(path, tok, COUNT, VOCAB, -1);
+    rc = sdp_data_open(&d, path, T, 77, 1);
+    CHECK(rc == 0, "open returned %d", rc);
+    if (rc != 0)
+        return;
+    ignored = 0;
+    for (long k = 0; k < NSEQ; k += B) {
+        int b = NSEQ - k < B ? (int)(NSEQ - k) : B;
+        sdp_data_next(&d, b, ids, tg);
+        for (int i = 0; i < b * T; i++)
+            ignored += tg[i] < 0;
+    }
+    printf("unmasked shard: %ld targets ignored (expected 0)\n", ignored);
+    CHECK(ignored == 0, "unmasked shard has ignored targets");
+    sdp_data_close(&d);
 }
 
 int main(void)
@@ -207,6 +282,8 @@ int main(void)
     CHECK(rc == -EINVAL, "out-of-vocabulary ids accepted");
     if (rc == 0)
         sdp_data_close(&d);
+
+    test_masked(shortp);
 
 out:
     unlink(path);

@@ -3,7 +3,9 @@
  * table in runtime/shard.h, the round trip through sdp_shard_open, rejection (-EINVAL) of a
  * truncated file, a bad magic, a wrong version, a wrong token width and a count that disagrees with
  * the file size, and a failed write (tmp path unwritable, or a full device) leaving the previous
- * shard intact with no tmp left. */
+ * shard intact with no tmp left.  Version 2: sdp_shard_write_masked's bytes against the same
+ * independent encoding with flags and mask bytes, the mask round trip (NULL for v1 and for v2
+ * without the flag), and rejection of a truncated mask, a mask byte of 2 and unknown flags. */
 #include "config.h"
 
 #include <errno.h>
@@ -50,6 +52,23 @@ static void encode_header(unsigned char *h, const char *magic, uint32_t version,
         h[16 + i] = (unsigned char)(count >> (8 * i));
 }
 
+static void set_flags(unsigned char *h, uint32_t flags)
+{
+    for (int i = 0; i < 4; i++)
+        h[32 + i] = (unsigned char)(flags >> (8 * i));
+}
+
+static void append_raw(const char *path, const unsigned char *b, size_t n)
+{
+    FILE *f = fopen(path, "ab");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    fwrite(b, 1, n, f);
+    fclose(f);
+}
+
 static void write_raw(const char *path, const unsigned char *hdr, size_t hdr_len,
                       const uint32_t *tok, size_t n)
 {
@@ -91,6 +110,94 @@ static void expect_invalid(const char *what, const char *path)
     CHECK(rc == -EINVAL, "%s: got %d", what, rc);
     if (rc == 0)
         sdp_shard_close(&s);
+}
+
+/* Version 2 (loss mask) cases. */
+static void test_v2(const uint32_t *tok, int n)
+{
+    unsigned char hdr[64], *bytes, *mask = malloc((size_t)n);
+    char p[512];
+    struct sdp_shard s;
+    size_t len = 0;
+    int rc;
+
+    for (int i = 0; i < n; i++)
+        mask[i] = (unsigned char)((i * 7 + i / 13) % 3 != 0);
+    path_in(p, sizeof(p), "m.tok");
+    rc = sdp_shard_write_masked(p, tok, mask, (uint64_t)n, 151669, 151643);
+    CHECK(rc == 0, "write_masked returned %d", rc);
+    bytes = read_all(p, &len);
+    encode_header(hdr, "SDPTOKEN", 2, 4, (uint64_t)n, 151669, 151643);
+    set_flags(hdr, 1);
+    printf("v2 written file: %zu bytes (expected %d)\n", len, 64 + 5 * n);
+    CHECK(bytes && len == 64 + 5 * (size_t)n, "v2 file length %zu", len);
+    if (bytes && len == 64 + 5 * (size_t)n) {
+        int bad = memcmp(bytes, hdr, 64) != 0;
+        for (int i = 0; i < n; i++) {
+            uint32_t v = (uint32_t)bytes[64 + 4 * i] | (uint32_t)bytes[65 + 4 * i] << 8 |
+                         (uint32_t)bytes[66 + 4 * i] << 16 | (uint32_t)bytes[67 + 4 * i] << 24;
+            bad |= v != tok[i] || bytes[64 + 4 * n + i] != mask[i];
+        }
+        printf("v2 written bytes vs independent encoding: %s\n", bad ? "differ" : "equal");
+        CHECK(!bad, "v2 written bytes differ from the format of shard.h");
+    }
+    free(bytes);
+    rc = sdp_shard_open(p, &s);
+    CHECK(rc == 0, "v2 open returned %d", rc);
+    if (rc == 0) {
+        int same = s.count == (uint64_t)n && !memcmp(s.tokens, tok, 4 * (size_t)n) && s.mask &&
+                   !memcmp(s.mask, mask, (size_t)n);
+        printf("v2 round trip: tokens and mask %s\n", same ? "equal" : "differ");
+        CHECK(same, "v2 round trip mismatch");
+        sdp_shard_close(&s);
+    }
+
+    /* version 2 without a mask: mask NULL */
+    rc = sdp_shard_write_masked(p, tok, NULL, (uint64_t)n, 151669, -1);
+    CHECK(rc == 0, "write_masked(NULL) returned %d", rc);
+    rc = sdp_shard_open(p, &s);
+    printf("v2 without mask: open -> %d, mask %s\n", rc, rc == 0 && s.mask ? "set" : "NULL");
+    CHECK(rc == 0 && !s.mask && s.count == (uint64_t)n, "v2 without mask");
+    if (rc == 0)
+        sdp_shard_close(&s);
+
+    /* a mask byte of 2 is refused by the writer */
+    mask[5] = 2;
+    rc = sdp_shard_write_masked(p, tok, mask, (uint64_t)n, 151669, -1);
+    printf("write_masked with a mask byte of 2 -> %d (expected %d)\n", rc, -EINVAL);
+    CHECK(rc == -EINVAL, "mask byte 2 accepted by the writer");
+    mask[5] = 1;
+
+    /* malformed v2 files, made by hand */
+    encode_header(hdr, "SDPTOKEN", 2, 4, 10, 0, -1);
+    set_flags(hdr, 1);
+    write_raw(p, hdr, 64, tok, 10);
+    append_raw(p, mask, 9);
+    expect_invalid("v2 mask truncated by one byte", p);
+    write_raw(p, hdr, 64, tok, 10);
+    expect_invalid("v2 flags say mask, none present", p);
+    write_raw(p, hdr, 64, tok, 10);
+    append_raw(p, mask, 11);
+    expect_invalid("v2 one mask byte too many", p);
+    unsigned char two[10] = { 0, 1, 1, 2, 0, 0, 1, 1, 1, 1 };
+    write_raw(p, hdr, 64, tok, 10);
+    append_raw(p, two, 10);
+    expect_invalid("v2 mask byte of 2", p);
+    set_flags(hdr, 3);
+    write_raw(p, hdr, 64, tok, 10);
+    append_raw(p, mask, 10);
+    expect_invalid("v2 unknown flag bit 1", p);
+    /* and a good hand-made one opens, proving the cases above fail for their stated reason */
+    set_flags(hdr, 1);
+    write_raw(p, hdr, 64, tok, 10);
+    append_raw(p, mask, 10);
+    rc = sdp_shard_open(p, &s);
+    printf("%-40s open -> %d (expected 0)\n", "v2 hand-made, 10 tokens + 10 mask bytes", rc);
+    CHECK(rc == 0 && s.mask && !memcmp(s.mask, mask, 10), "hand-made v2 shard");
+    if (rc == 0)
+        sdp_shard_close(&s);
+    unlink(p);
+    free(mask);
 }
 
 int main(void)
@@ -146,6 +253,7 @@ int main(void)
         printf("round trip: count %llu vocab %u eos %d, tokens %s\n", (unsigned long long)s.count,
                s.vocab_size, s.eos_id, same ? "equal" : "differ");
         CHECK(same && s.vocab_size == 151669 && s.eos_id == 151643, "round trip mismatch");
+        CHECK(s.mask == NULL, "a version 1 shard has a mask");
         sdp_shard_close(&s);
     }
 
@@ -168,9 +276,9 @@ int main(void)
     encode_header(hdr, "SDPTOKEX", 1, 4, 10, 0, -1);
     write_raw(q, hdr, 64, tok, 10);
     expect_invalid("bad magic", q);
-    encode_header(hdr, "SDPTOKEN", 2, 4, 10, 0, -1);
+    encode_header(hdr, "SDPTOKEN", 3, 4, 10, 0, -1);
     write_raw(q, hdr, 64, tok, 10);
-    expect_invalid("version 2", q);
+    expect_invalid("version 3", q);
     encode_header(hdr, "SDPTOKEN", 1, 2, 10, 0, -1);
     write_raw(q, hdr, 64, tok, 10);
     expect_invalid("2 bytes per token", q);
@@ -214,6 +322,8 @@ int main(void)
         CHECK(same, "old shard changed");
         sdp_shard_close(&s);
     }
+
+    test_v2(tok, N);
 
     /* a successful rewrite replaces it */
     rc = sdp_shard_write(p, other, 3, 10, -1);
