@@ -33,11 +33,18 @@ struct layer_acts {
     sdp_rt_tensor_t *h1, *rstd1, *qkv, *qkv2, *rstdqk, *att, *lse, *xmid, *h2, *rstd2, *gu, *act;
 };
 
-#define TRY(expr)                                                                                  \
+#define TRY_RET(expr)                                                                              \
     do {                                                                                           \
         int rc_ = (expr);                                                                          \
         if (rc_)                                                                                   \
             return rc_;                                                                            \
+    } while (0)
+
+/* The same inside a function that cleans up through its fail: label (rc in scope). */
+#define TRY_GOTO(expr)                                                                             \
+    do {                                                                                           \
+        if ((rc = (expr)) != 0)                                                                    \
+            goto fail;                                                                             \
     } while (0)
 
 static int temp(sdp_rt_tensor_t **t, enum sdp_dtype dt, size_t n, const char *what, int mb,
@@ -82,39 +89,39 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
     float eps = (float)st->cfg.rms_norm_eps;
     struct sdp_task_opts o = opts(step, l, mb, ph);
     memset(a, 0, sizeof(*a));
-    TRY(temp(&a->h1, g->act_dt, (size_t)N * g->C, "h1", mb, l));
-    TRY(temp(&a->rstd1, SDP_F32, (size_t)N, "rstd1", mb, l));
-    TRY(temp(&a->qkv, g->act_dt, (size_t)N * g->QKV, "qkv", mb, l));
-    TRY(temp(&a->qkv2, g->act_dt, (size_t)N * g->QKV, "qkv_rope", mb, l));
+    TRY_RET(temp(&a->h1, g->act_dt, (size_t)N * g->C, "h1", mb, l));
+    TRY_RET(temp(&a->rstd1, SDP_F32, (size_t)N, "rstd1", mb, l));
+    TRY_RET(temp(&a->qkv, g->act_dt, (size_t)N * g->QKV, "qkv", mb, l));
+    TRY_RET(temp(&a->qkv2, g->act_dt, (size_t)N * g->QKV, "qkv_rope", mb, l));
     if (qk)
-        TRY(temp(&a->rstdqk, SDP_F32, (size_t)N * (g->NH + g->NKV), "rstd_qk", mb, l));
-    TRY(temp(&a->att, g->act_dt, (size_t)N * g->NH * g->HD, "att", mb, l));
-    TRY(temp(&a->lse, SDP_F32, (size_t)B * g->NH * T, "lse", mb, l));
-    TRY(temp(&a->xmid, g->act_dt, (size_t)N * g->C, "xmid", mb, l));
-    TRY(temp(&a->h2, g->act_dt, (size_t)N * g->C, "h2", mb, l));
-    TRY(temp(&a->rstd2, SDP_F32, (size_t)N, "rstd2", mb, l));
-    TRY(temp(&a->gu, g->act_dt, (size_t)N * 2 * g->I, "gate_up", mb, l));
-    TRY(temp(&a->act, g->act_dt, (size_t)N * g->I, "swiglu", mb, l));
+        TRY_RET(temp(&a->rstdqk, SDP_F32, (size_t)N * (g->NH + g->NKV), "rstd_qk", mb, l));
+    TRY_RET(temp(&a->att, g->act_dt, (size_t)N * g->NH * g->HD, "att", mb, l));
+    TRY_RET(temp(&a->lse, SDP_F32, (size_t)B * g->NH * T, "lse", mb, l));
+    TRY_RET(temp(&a->xmid, g->act_dt, (size_t)N * g->C, "xmid", mb, l));
+    TRY_RET(temp(&a->h2, g->act_dt, (size_t)N * g->C, "h2", mb, l));
+    TRY_RET(temp(&a->rstd2, SDP_F32, (size_t)N, "rstd2", mb, l));
+    TRY_RET(temp(&a->gu, g->act_dt, (size_t)N * 2 * g->I, "gate_up", mb, l));
+    TRY_RET(temp(&a->act, g->act_dt, (size_t)N * g->I, "swiglu", mb, l));
 
-    TRY(sdp_task_rmsnorm_fwd(&o, a->h1, a->rstd1, x, W, sdp_state_off(st, l, SDP_PT_LN1), N, g->C,
-                             eps));
-    TRY(sdp_task_matmul_fwd(&o, a->qkv, NULL, a->h1, W, sdp_state_off(st, l, SDP_PT_Q), N, g->C,
-                            g->QKV));
-    TRY(sdp_task_qknorm_rope_fwd(&o, a->qkv2, a->rstdqk, a->qkv, W,
-                                 qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1,
-                                 qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1, &g->rope, N,
-                                 T, g->NH, g->NKV, g->HD, eps));
-    TRY(sdp_task_attention_fwd(&o, a->att, a->lse, a->qkv2, B, T, g->NH, g->NKV, g->HD));
-    TRY(sdp_task_matmul_fwd(&o, a->xmid, x, a->att, W, sdp_state_off(st, l, SDP_PT_O), N,
-                            g->NH * g->HD, g->C));
-    TRY(sdp_task_rmsnorm_fwd(&o, a->h2, a->rstd2, a->xmid, W, sdp_state_off(st, l, SDP_PT_LN2), N,
-                             g->C, eps));
-    TRY(sdp_task_matmul_fwd(&o, a->gu, NULL, a->h2, W, sdp_state_off(st, l, SDP_PT_GATE), N, g->C,
-                            2 * g->I));
-    TRY(sdp_task_swiglu_fwd(&o, a->act, a->gu, N, g->I));
+    TRY_RET(sdp_task_rmsnorm_fwd(&o, a->h1, a->rstd1, x, W, sdp_state_off(st, l, SDP_PT_LN1), N,
+                                 g->C, eps));
+    TRY_RET(sdp_task_matmul_fwd(&o, a->qkv, NULL, a->h1, W, sdp_state_off(st, l, SDP_PT_Q), N, g->C,
+                                g->QKV));
+    TRY_RET(sdp_task_qknorm_rope_fwd(&o, a->qkv2, a->rstdqk, a->qkv, W,
+                                     qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1,
+                                     qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1, &g->rope,
+                                     N, T, g->NH, g->NKV, g->HD, eps));
+    TRY_RET(sdp_task_attention_fwd(&o, a->att, a->lse, a->qkv2, B, T, g->NH, g->NKV, g->HD));
+    TRY_RET(sdp_task_matmul_fwd(&o, a->xmid, x, a->att, W, sdp_state_off(st, l, SDP_PT_O), N,
+                                g->NH * g->HD, g->C));
+    TRY_RET(sdp_task_rmsnorm_fwd(&o, a->h2, a->rstd2, a->xmid, W, sdp_state_off(st, l, SDP_PT_LN2),
+                                 N, g->C, eps));
+    TRY_RET(sdp_task_matmul_fwd(&o, a->gu, NULL, a->h2, W, sdp_state_off(st, l, SDP_PT_GATE), N,
+                                g->C, 2 * g->I));
+    TRY_RET(sdp_task_swiglu_fwd(&o, a->act, a->gu, N, g->I));
     if (out)
-        TRY(sdp_task_matmul_fwd(&o, out, a->xmid, a->act, W, sdp_state_off(st, l, SDP_PT_DOWN), N,
-                                g->I, g->C));
+        TRY_RET(sdp_task_matmul_fwd(&o, out, a->xmid, a->act, W, sdp_state_off(st, l, SDP_PT_DOWN),
+                                    N, g->I, g->C));
     return 0;
 }
 
@@ -138,36 +145,37 @@ static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x
     size_t off_kn = qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1;
 
     /* MLP */
-    TRY(temp(&dact, g->act_dt, (size_t)N * g->I, "d_swiglu", mb, l));
-    TRY(sdp_task_matmul_bwd_data(&o, dact, dres, W, off_down, N, g->I, g->C));
-    TRY(sdp_task_matmul_bwd_weight(&o, G, off_down, dres, a->act, N, g->I, g->C));
-    TRY(temp(&dgu, g->act_dt, (size_t)N * 2 * g->I, "d_gate_up", mb, l));
-    TRY(sdp_task_swiglu_bwd(&o, dgu, dact, a->gu, N, g->I));
+    TRY_RET(temp(&dact, g->act_dt, (size_t)N * g->I, "d_swiglu", mb, l));
+    TRY_RET(sdp_task_matmul_bwd_data(&o, dact, dres, W, off_down, N, g->I, g->C));
+    TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_down, dres, a->act, N, g->I, g->C));
+    TRY_RET(temp(&dgu, g->act_dt, (size_t)N * 2 * g->I, "d_gate_up", mb, l));
+    TRY_RET(sdp_task_swiglu_bwd(&o, dgu, dact, a->gu, N, g->I));
     sdp_rt_tensor_release(dact);
-    TRY(temp(&dh2, g->act_dt, (size_t)N * g->C, "d_h2", mb, l));
-    TRY(sdp_task_matmul_bwd_data(&o, dh2, dgu, W, off_gate, N, g->C, 2 * g->I));
-    TRY(sdp_task_matmul_bwd_weight(&o, G, off_gate, dgu, a->h2, N, g->C, 2 * g->I));
+    TRY_RET(temp(&dh2, g->act_dt, (size_t)N * g->C, "d_h2", mb, l));
+    TRY_RET(sdp_task_matmul_bwd_data(&o, dh2, dgu, W, off_gate, N, g->C, 2 * g->I));
+    TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_gate, dgu, a->h2, N, g->C, 2 * g->I));
     sdp_rt_tensor_release(dgu);
-    TRY(sdp_task_rmsnorm_bwd(&o, dres, 1, G, off_ln2, dh2, a->xmid, W, off_ln2, a->rstd2, N, g->C));
+    TRY_RET(
+        sdp_task_rmsnorm_bwd(&o, dres, 1, G, off_ln2, dh2, a->xmid, W, off_ln2, a->rstd2, N, g->C));
     sdp_rt_tensor_release(dh2);
 
     /* attention */
-    TRY(temp(&datt, g->act_dt, (size_t)N * g->NH * g->HD, "d_att", mb, l));
-    TRY(sdp_task_matmul_bwd_data(&o, datt, dres, W, off_o, N, g->NH * g->HD, g->C));
-    TRY(sdp_task_matmul_bwd_weight(&o, G, off_o, dres, a->att, N, g->NH * g->HD, g->C));
-    TRY(temp(&dqkv2, g->act_dt, (size_t)N * g->QKV, "d_qkv_rope", mb, l));
-    TRY(sdp_task_attention_bwd(&o, dqkv2, datt, a->qkv2, a->att, a->lse, B, T, g->NH, g->NKV,
-                               g->HD));
+    TRY_RET(temp(&datt, g->act_dt, (size_t)N * g->NH * g->HD, "d_att", mb, l));
+    TRY_RET(sdp_task_matmul_bwd_data(&o, datt, dres, W, off_o, N, g->NH * g->HD, g->C));
+    TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_o, dres, a->att, N, g->NH * g->HD, g->C));
+    TRY_RET(temp(&dqkv2, g->act_dt, (size_t)N * g->QKV, "d_qkv_rope", mb, l));
+    TRY_RET(sdp_task_attention_bwd(&o, dqkv2, datt, a->qkv2, a->att, a->lse, B, T, g->NH, g->NKV,
+                                   g->HD));
     sdp_rt_tensor_release(datt);
-    TRY(temp(&dqkv, g->act_dt, (size_t)N * g->QKV, "d_qkv", mb, l));
-    TRY(sdp_task_qknorm_rope_bwd(&o, dqkv, G, off_qn, off_kn, dqkv2, a->qkv, W, off_qn, off_kn,
-                                 a->rstdqk, &g->rope, N, T, g->NH, g->NKV, g->HD));
+    TRY_RET(temp(&dqkv, g->act_dt, (size_t)N * g->QKV, "d_qkv", mb, l));
+    TRY_RET(sdp_task_qknorm_rope_bwd(&o, dqkv, G, off_qn, off_kn, dqkv2, a->qkv, W, off_qn, off_kn,
+                                     a->rstdqk, &g->rope, N, T, g->NH, g->NKV, g->HD));
     sdp_rt_tensor_release(dqkv2);
-    TRY(temp(&dh1, g->act_dt, (size_t)N * g->C, "d_h1", mb, l));
-    TRY(sdp_task_matmul_bwd_data(&o, dh1, dqkv, W, off_q, N, g->C, g->QKV));
-    TRY(sdp_task_matmul_bwd_weight(&o, G, off_q, dqkv, a->h1, N, g->C, g->QKV));
+    TRY_RET(temp(&dh1, g->act_dt, (size_t)N * g->C, "d_h1", mb, l));
+    TRY_RET(sdp_task_matmul_bwd_data(&o, dh1, dqkv, W, off_q, N, g->C, g->QKV));
+    TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_q, dqkv, a->h1, N, g->C, g->QKV));
     sdp_rt_tensor_release(dqkv);
-    TRY(sdp_task_rmsnorm_bwd(&o, dres, 1, G, off_ln1, dh1, x, W, off_ln1, a->rstd1, N, g->C));
+    TRY_RET(sdp_task_rmsnorm_bwd(&o, dres, 1, G, off_ln1, dh1, x, W, off_ln1, a->rstd1, N, g->C));
     sdp_rt_tensor_release(dh1);
     return 0;
 }
@@ -189,50 +197,45 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         free(kept);
         return sdp_err(-ENOMEM, "micro-batch bookkeeping for %d layers", L);
     }
-#undef TRY
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        if ((rc = (expr)) != 0)                                                                    \
-            goto fail;                                                                             \
-    } while (0)
-
     /* forward: xs[l] is the input of layer l + 1 (xs[0] the embeddings, xs[L] the last output) */
     o = opts(step, 0, mb, SDP_PH_FWD);
-    TRY(temp(&xs[0], g->act_dt, (size_t)N * g->C, "x", mb, 0));
-    TRY(sdp_task_embedding_fwd(&o, xs[0], ids, st->groups[0].work,
-                               sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
+    TRY_GOTO(temp(&xs[0], g->act_dt, (size_t)N * g->C, "x", mb, 0));
+    TRY_GOTO(sdp_task_embedding_fwd(&o, xs[0], ids, st->groups[0].work,
+                                    sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
     for (l = 1; l <= L; l++) {
-        TRY(temp(&xs[l], g->act_dt, (size_t)N * g->C, "x", mb, l));
-        TRY(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], &kept[l], xs[l]));
+        TRY_GOTO(temp(&xs[l], g->act_dt, (size_t)N * g->C, "x", mb, l));
+        TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], &kept[l], xs[l]));
         if (g->c.recompute)
             release_acts(&kept[l]);
     }
 
     /* head: final norm, LM head + cross-entropy (forward and backward), final norm backward */
     o = opts(step, g->head_group, mb, SDP_PH_LOSS);
-    TRY(temp(&hN, g->act_dt, (size_t)N * g->C, "h_final", mb, L + 1));
-    TRY(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", mb, L + 1));
-    TRY(temp(&dh, g->act_dt, (size_t)N * g->C, "d_h_final", mb, L + 1));
-    TRY(temp(&dres, g->act_dt, (size_t)N * g->C, "d_x", mb, L + 1));
-    TRY(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], st->groups[g->head_group].work, g->norm_off, N,
-                             g->C, eps));
-    TRY(sdp_task_lmhead_ce(&o, g->loss[mb], dh, st->groups[g->lm_group].grad, g->lm_off, hN,
-                           st->groups[g->lm_group].work, g->lm_off, targets, N, g->C, g->V, scale));
-    TRY(sdp_task_rmsnorm_bwd(&o, dres, 0, st->groups[g->head_group].grad, g->norm_off, dh, xs[L],
-                             st->groups[g->head_group].work, g->norm_off, rstdN, N, g->C));
+    TRY_GOTO(temp(&hN, g->act_dt, (size_t)N * g->C, "h_final", mb, L + 1));
+    TRY_GOTO(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", mb, L + 1));
+    TRY_GOTO(temp(&dh, g->act_dt, (size_t)N * g->C, "d_h_final", mb, L + 1));
+    TRY_GOTO(temp(&dres, g->act_dt, (size_t)N * g->C, "d_x", mb, L + 1));
+    TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], st->groups[g->head_group].work, g->norm_off,
+                                  N, g->C, eps));
+    TRY_GOTO(sdp_task_lmhead_ce(&o, g->loss[mb], dh, st->groups[g->lm_group].grad, g->lm_off, hN,
+                                st->groups[g->lm_group].work, g->lm_off, targets, N, g->C, g->V,
+                                scale));
+    TRY_GOTO(sdp_task_rmsnorm_bwd(&o, dres, 0, st->groups[g->head_group].grad, g->norm_off, dh,
+                                  xs[L], st->groups[g->head_group].work, g->norm_off, rstdN, N,
+                                  g->C));
 
     /* backward through the layers, recomputing each layer's activations from its saved input */
     for (l = L; l >= 1; l--) {
         if (g->c.recompute)
-            TRY(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], &kept[l], NULL));
-        TRY(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres));
+            TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], &kept[l], NULL));
+        TRY_GOTO(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres));
         release_acts(&kept[l]);
         sdp_rt_tensor_release(xs[l]);
         xs[l] = NULL;
     }
     o = opts(step, 0, mb, SDP_PH_BWD);
-    TRY(sdp_task_embedding_bwd(&o, st->groups[0].grad, sdp_state_off(st, 0, SDP_PT_EMBED), dres,
-                               ids, N, g->C));
+    TRY_GOTO(sdp_task_embedding_bwd(&o, st->groups[0].grad, sdp_state_off(st, 0, SDP_PT_EMBED),
+                                    dres, ids, N, g->C));
 fail:
     for (l = 0; l <= L; l++) {
         release_acts(&kept[l]);
@@ -433,11 +436,11 @@ int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits
     if (rc)
         goto done;
     memcpy(sdp_rt_tensor_data(tid), ids, (size_t)N * sizeof(int32_t));
-    TRY(temp(&x, g->act_dt, (size_t)N * g->C, "x", 0, 0));
-    TRY(sdp_task_embedding_fwd(&o, x, tid, st->groups[0].work, sdp_state_off(st, 0, SDP_PT_EMBED),
-                               N, g->C));
+    TRY_GOTO(temp(&x, g->act_dt, (size_t)N * g->C, "x", 0, 0));
+    TRY_GOTO(sdp_task_embedding_fwd(&o, x, tid, st->groups[0].work,
+                                    sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
     for (l = 1; l <= g->L; l++) {
-        TRY(temp(&y, g->act_dt, (size_t)N * g->C, "x", 0, l));
+        TRY_GOTO(temp(&y, g->act_dt, (size_t)N * g->C, "x", 0, l));
         rc = layer_fwd(g, -1, 0, l, SDP_PH_FWD, x, &a, y);
         release_acts(&a);
         if (rc)
@@ -446,13 +449,13 @@ int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits
         x = y;
         y = NULL;
     }
-    TRY(temp(&hN, g->act_dt, (size_t)N * g->C, "h_final", 0, g->L + 1));
-    TRY(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", 0, g->L + 1));
-    TRY(sdp_task_rmsnorm_fwd(&o, hN, rstdN, x, st->groups[g->head_group].work, g->norm_off, N, g->C,
-                             (float)st->cfg.rms_norm_eps));
-    TRY(sdp_task_matmul_fwd(&o, out, NULL, hN, st->groups[g->lm_group].work, g->lm_off, N, g->C,
-                            g->V));
-    TRY(sdp_rt_tensor_acquire(out, 0));
+    TRY_GOTO(temp(&hN, g->act_dt, (size_t)N * g->C, "h_final", 0, g->L + 1));
+    TRY_GOTO(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", 0, g->L + 1));
+    TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, x, st->groups[g->head_group].work, g->norm_off, N,
+                                  g->C, (float)st->cfg.rms_norm_eps));
+    TRY_GOTO(sdp_task_matmul_fwd(&o, out, NULL, hN, st->groups[g->lm_group].work, g->lm_off, N,
+                                 g->C, g->V));
+    TRY_GOTO(sdp_rt_tensor_acquire(out, 0));
     if (g->act_dt == SDP_BF16) {
         const uint16_t *src = sdp_rt_tensor_data(out);
         for (size_t i = 0; i < (size_t)N * g->V; i++) {
