@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Task submission, footprints, scratch memory and the codelet registry shared by all codelets.
- * SDP_SYNC=1 makes every task synchronous (for hunting dependency bugs). */
+ * SDP_SYNC=1 makes every task synchronous (for hunting dependency bugs).  While runtime/trace.c
+ * records, each task gets an end callback that tags it (lane, parameter version) and records it;
+ * the trace's test is tests/e2e/test_e2e_trace.sh. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 #include "codelets/cl_common.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #include "runtime/sdp_log.h"
+#include "runtime/trace.h"
 
 #define NSLOTS 8
 static __thread void *scratch_ptr[NSLOTS];
@@ -23,10 +26,89 @@ void *sdp_cl_args_alloc(size_t nbytes)
     return p;
 }
 
+/* ---- tracing: the tag of a task, carried to its end callback ---- */
+struct trace_arg {
+    struct starpu_task *task;
+    struct sdp_trace_tag tag;
+    void (*prev_func)(void *);
+    void *prev_arg;
+};
+
+static const char *phase_name(enum sdp_phase ph)
+{
+    switch (ph) {
+    case SDP_PH_CAST:
+        return "cast";
+    case SDP_PH_FWD:
+        return "fwd";
+    case SDP_PH_RECOMPUTE:
+        return "recompute";
+    case SDP_PH_BWD:
+        return "bwd";
+    case SDP_PH_LOSS:
+        return "loss";
+    case SDP_PH_NORM:
+        return "norm";
+    case SDP_PH_UPDATE:
+        return "update";
+    }
+    return "unknown";
+}
+
+/* The lane of an op (the design's six lanes): the op decides, not the phase. */
+static enum sdp_trace_lane op_lane(const char *name)
+{
+    if (!strcmp(name, "cast"))
+        return SDP_LANE_PARAM_H2D;
+    if (!strcmp(name, "sumsq") || !strcmp(name, "grad_norm"))
+        return SDP_LANE_GRAD_REDUCE;
+    if (!strcmp(name, "adamw"))
+        return SDP_LANE_CPU_ADAMW;
+    return SDP_LANE_GPU_COMPUTE; /* forward, recompute, backward, loss ops and zero */
+}
+
+static void trace_callback(void *p)
+{
+    struct trace_arg *a = p;
+    sdp_trace_task_done(a->task, &a->tag);
+    if (a->prev_func)
+        a->prev_func(a->prev_arg);
+    free(a);
+}
+
+/* Attach the recording callback to task (keeping any callback it has).  @return the argument, to
+ * free if the submission fails */
+static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp_task_opts *o)
+{
+    struct trace_arg *a = sdp_cl_args_alloc(sizeof(*a));
+    a->task = task;
+    a->tag.name = task->cl->name;
+    a->tag.lane = op_lane(task->cl->name);
+    if (o) {
+        a->tag.phase = phase_name(o->hint.phase);
+        a->tag.step = o->hint.step;
+        a->tag.group = o->hint.group;
+        a->tag.chunk = o->hint.chunk;
+        a->tag.mb = o->hint.mb;
+        /* the adamw of step s writes the weights of version s + 1; everything else of step s
+         * reads (or follows from) version s */
+        a->tag.version = o->hint.phase == SDP_PH_UPDATE ? o->hint.step + 1 : o->hint.step;
+    } else {
+        a->tag.phase = "unknown";
+        a->tag.step = a->tag.group = a->tag.chunk = a->tag.mb = a->tag.version = -1;
+    }
+    a->prev_func = task->callback_func;
+    a->prev_arg = task->callback_arg;
+    task->callback_func = trace_callback;
+    task->callback_arg = a;
+    return a;
+}
+
 int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void *args,
                   size_t argsize, double flops, const struct sdp_cl_buf *bufs, int nbufs)
 {
     struct starpu_task *task = starpu_task_create();
+    struct trace_arg *targ = NULL;
     int i, rc;
     if (sync_mode < 0) {
         const char *s = getenv("SDP_SYNC");
@@ -53,8 +135,11 @@ int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void
         STARPU_TASK_SET_HANDLE(task, sdp_rt_tensor_handle(bufs[i].t), i);
         STARPU_TASK_SET_MODE(task, bufs[i].mode, i);
     }
+    if (sdp_trace_enabled())
+        targ = trace_attach(task, o);
     rc = starpu_task_submit(task);
     if (rc) {
+        free(targ);
         task->destroy = 0;
         starpu_task_destroy(task);
         return sdp_err(rc < 0 ? rc : -EIO, "cannot submit task %s", cl->name);

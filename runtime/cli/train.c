@@ -26,6 +26,7 @@
 #include "runtime/hfconfig.h"
 #include "runtime/init.h"
 #include "runtime/sdp_log.h"
+#include "runtime/trace.h"
 #include "runtime/state.h"
 
 static void usage(FILE *f)
@@ -49,6 +50,8 @@ static void usage(FILE *f)
         "                     (overrides output.dir)\n"
         "  --checkpoint-every K  checkpoint every K steps (overrides output.checkpoint_every)\n"
         "  --no-resume        start afresh even if DIR/checkpoints holds a checkpoint\n"
+        "  --trace FILE.json  write a Chrome/Perfetto timeline of every task, one track per lane\n"
+        "  --events FILE.jsonl  write the task event log (tools/check_invariants.py checks it)\n"
         "\n"
         "SIGUSR1 or SIGTERM: checkpoint at the next step boundary and exit 0; running the same\n"
         "command again resumes.  Under Slurm, SLURM_JOB_ID names the default run directory\n"
@@ -90,7 +93,7 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 
 struct overrides {
     int steps, cpus, gpus, checkpoint_every, no_resume;
-    const char *metrics, *sched, *precision, *output;
+    const char *metrics, *sched, *precision, *output, *trace, *events;
     int quiet;
 };
 
@@ -366,6 +369,10 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         goto out;
     }
     started = 1;
+    if ((ov->trace || ov->events) && sdp_trace_start()) {
+        rc = SDP_EXIT_FAILURE;
+        goto out;
+    }
     if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&r->model)) ||
         sdp_state_create(&st, &r->model, work_dt, (size_t)(r->chunk_mib * 1048576.0))) {
@@ -489,6 +496,8 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     }
     if (sdp_rt_wait_all() && rc == SDP_EXIT_OK)
         rc = SDP_EXIT_FAILURE;
+    if ((ov->trace || ov->events) && sdp_trace_write(ov->events, ov->trace))
+        rc = SDP_EXIT_FAILURE;
     if (rc == SDP_EXIT_OK && !stopped && r->output_dir[0]) {
         char dir[SDP_PATH_MAX + 16], line[128];
         snprintf(dir, sizeof(dir), "%s/final", r->output_dir);
@@ -507,6 +516,7 @@ out:
     if (state_made)
         sdp_state_destroy(&st);
     if (started) {
+        sdp_trace_stop();
         sdp_tasks_shutdown();
         sdp_rt_shutdown();
     }
@@ -530,6 +540,8 @@ int sdp_cli_train(int argc, char **argv)
         { "gpus", required_argument, NULL, 'g' },
         { "checkpoint-every", required_argument, NULL, 'K' },
         { "no-resume", no_argument, NULL, 'R' },
+        { "trace", required_argument, NULL, 'T' },
+        { "events", required_argument, NULL, 'E' },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -571,6 +583,12 @@ int sdp_cli_train(int argc, char **argv)
             break;
         case 'o':
             ov.output = optarg;
+            break;
+        case 'T':
+            ov.trace = optarg;
+            break;
+        case 'E':
+            ov.events = optarg;
             break;
         case 'q':
             ov.quiet = 1;

@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: MIT */
+/* Task event recording and the two trace files (events JSONL, Chrome/Perfetto JSON).  Events are
+ * appended from task callbacks on any worker thread, under one mutex, into a growing array.  This
+ * file must not decide what a task means (lane, version): the submitter tags it.  Times come from
+ * StarPU's profiling (the clock of starpu_timing_now) and are written in microseconds since
+ * sdp_trace_start.  Test: tests/e2e/test_e2e_trace.sh. */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <starpu.h>
+
+#include "runtime/fsutil.h"
+#include "runtime/sdp_log.h"
+#include "runtime/trace.h"
+
+struct event {
+    struct sdp_trace_tag tag;
+    int worker, rank, is_cuda;
+    double start_us, end_us;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct event *events;
+static long nevents, cap_events;
+static int recording;
+static int saved_profiling = -1; /* StarPU's profiling status before sdp_trace_start */
+static double base_us;
+
+static const char *const lane_names[SDP_NLANES] = {
+    [SDP_LANE_PARAM_H2D] = "param prepare+H2D",
+    [SDP_LANE_ACT_OFFLOAD] = "activation offload/reload",
+    [SDP_LANE_GPU_COMPUTE] = "GPU compute",
+    [SDP_LANE_GRAD_REDUCE] = "gradient reduction",
+    [SDP_LANE_GRAD_D2H] = "gradient D2H",
+    [SDP_LANE_CPU_ADAMW] = "CPU AdamW",
+    [SDP_LANE_CPU_COMPUTE] = "CPU compute",
+};
+
+const char *sdp_trace_lane_name(enum sdp_trace_lane lane)
+{
+    return (unsigned)lane < SDP_NLANES ? lane_names[lane] : "unknown";
+}
+
+int sdp_trace_start(void)
+{
+    int prev = starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    if (prev < 0)
+        return sdp_err(prev, "cannot enable StarPU task profiling");
+    pthread_mutex_lock(&lock);
+    if (saved_profiling < 0)
+        saved_profiling = prev;
+    nevents = 0;
+    base_us = starpu_timing_now();
+    __atomic_store_n(&recording, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+int sdp_trace_enabled(void)
+{
+    return __atomic_load_n(&recording, __ATOMIC_ACQUIRE);
+}
+
+/* The rank a worker computes for: every worker is rank 0 until the multi-rank graph assigns CUDA
+ * worker devid r to rank r. */
+static int worker_rank(int workerid)
+{
+    (void)workerid;
+    return 0;
+}
+
+void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *tag)
+{
+    struct starpu_profiling_task_info *pi = task->profiling_info;
+    struct event ev;
+    if (!pi || !sdp_trace_enabled())
+        return;
+    ev.tag = *tag;
+    ev.worker = pi->workerid;
+    ev.is_cuda = pi->workerid >= 0 && starpu_worker_get_type(pi->workerid) == STARPU_CUDA_WORKER;
+    ev.rank = worker_rank(pi->workerid);
+    if (ev.tag.lane == SDP_LANE_GPU_COMPUTE && !ev.is_cuda)
+        ev.tag.lane = SDP_LANE_CPU_COMPUTE;
+    ev.start_us = starpu_timing_timespec_to_us(&pi->start_time);
+    ev.end_us = starpu_timing_timespec_to_us(&pi->end_time);
+    pthread_mutex_lock(&lock);
+    if (recording) {
+        if (nevents == cap_events) {
+            long ncap = cap_events ? 2 * cap_events : 4096;
+            struct event *p = realloc(events, (size_t)ncap * sizeof(*p));
+            if (!p) {
+                /* a callback cannot return an error: stop recording and say so once */
+                recording = 0;
+                pthread_mutex_unlock(&lock);
+                SDP_ERROR("out of memory for %ld trace events: the trace stops here", ncap);
+                return;
+            }
+            events = p;
+            cap_events = ncap;
+        }
+        ev.start_us -= base_us;
+        ev.end_us -= base_us;
+        events[nevents++] = ev;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+long sdp_trace_nevents(void)
+{
+    long n;
+    pthread_mutex_lock(&lock);
+    n = nevents;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+static void write_event_jsonl(FILE *f, const struct event *e)
+{
+    fprintf(f,
+            "{\"name\": \"%s\", \"phase\": \"%s\", \"step\": %d, \"group\": %d, \"chunk\": %d, "
+            "\"mb\": %d, \"version\": %d, \"lane\": \"%s\", \"lane_id\": %d, \"worker\": %d, "
+            "\"kind\": \"%s\", \"rank\": %d, \"start_us\": %.3f, \"end_us\": %.3f}\n",
+            e->tag.name, e->tag.phase, e->tag.step, e->tag.group, e->tag.chunk, e->tag.mb,
+            e->tag.version, sdp_trace_lane_name(e->tag.lane), (int)e->tag.lane, e->worker,
+            e->is_cuda ? "CUDA" : "CPU", e->rank, e->start_us, e->end_us);
+}
+
+static void write_chrome(FILE *f, const struct event *ev, long n)
+{
+    int maxrank = 0;
+    long i;
+    for (i = 0; i < n; i++)
+        if (ev[i].rank > maxrank)
+            maxrank = ev[i].rank;
+    fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", f);
+    for (int r = 0; r <= maxrank; r++) {
+        fprintf(f,
+                "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, "
+                "\"args\": {\"name\": \"rank %d\"}},\n",
+                r, r);
+        for (int l = 0; l < SDP_NLANES; l++)
+            fprintf(f,
+                    "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
+                    "\"args\": {\"name\": \"%s\"}},\n"
+                    "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
+                    "\"args\": {\"sort_index\": %d}},\n",
+                    r, l, lane_names[l], r, l, l);
+    }
+    for (i = 0; i < n; i++) {
+        const struct event *e = &ev[i];
+        fprintf(f,
+                "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "
+                "\"pid\": %d, \"tid\": %d, \"args\": {\"step\": %d, \"group\": %d, \"chunk\": %d, "
+                "\"mb\": %d, \"version\": %d, \"worker\": %d, \"kind\": \"%s\"}},\n",
+                e->tag.name, e->tag.phase, e->start_us, e->end_us - e->start_us, e->rank,
+                (int)e->tag.lane, e->tag.step, e->tag.group, e->tag.chunk, e->tag.mb,
+                e->tag.version, e->worker, e->is_cuda ? "CUDA" : "CPU");
+    }
+    /* a last metadata event, so that every event above may end with a comma */
+    fputs("{\"name\": \"trace_end\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, \"args\": {}}\n]}\n",
+          f);
+}
+
+static int cmp_start(const void *a, const void *b)
+{
+    const struct event *x = a, *y = b;
+    return (x->start_us > y->start_us) - (x->start_us < y->start_us);
+}
+
+/* Render with fn into memory, then write path atomically. */
+static int write_one(const char *path, const struct event *ev, long n,
+                     void (*fn)(FILE *, const struct event *, long))
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int rc;
+    if (!f)
+        return sdp_err(-ENOMEM, "trace %s: cannot allocate the output buffer", path);
+    fn(f, ev, n);
+    if (fclose(f) != 0) {
+        free(buf);
+        return sdp_err(-ENOMEM, "trace %s: cannot render %ld events", path, n);
+    }
+    rc = sdp_write_file_atomic(path, buf, len);
+    free(buf);
+    return rc;
+}
+
+static void write_jsonl(FILE *f, const struct event *ev, long n)
+{
+    for (long i = 0; i < n; i++)
+        write_event_jsonl(f, &ev[i]);
+}
+
+int sdp_trace_write(const char *events_jsonl, const char *chrome_json)
+{
+    struct event *copy;
+    long n;
+    int rc = 0;
+    pthread_mutex_lock(&lock);
+    n = nevents;
+    copy = malloc((size_t)(n ? n : 1) * sizeof(*copy));
+    if (copy && n)
+        memcpy(copy, events, (size_t)n * sizeof(*copy));
+    pthread_mutex_unlock(&lock);
+    if (!copy)
+        return sdp_err(-ENOMEM, "cannot copy %ld trace events", n);
+    qsort(copy, (size_t)n, sizeof(*copy), cmp_start);
+    if (events_jsonl)
+        rc = write_one(events_jsonl, copy, n, write_jsonl);
+    if (!rc && chrome_json)
+        rc = write_one(chrome_json, copy, n, write_chrome);
+    free(copy);
+    return rc;
+}
+
+void sdp_trace_stop(void)
+{
+    pthread_mutex_lock(&lock);
+    __atomic_store_n(&recording, 0, __ATOMIC_RELEASE);
+    free(events);
+    events = NULL;
+    nevents = cap_events = 0;
+    if (saved_profiling >= 0)
+        starpu_profiling_status_set(saved_profiling);
+    saved_profiling = -1;
+    pthread_mutex_unlock(&lock);
+}

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/* The task event log of a run and its Chrome/Perfetto timeline.  While tracing is on, every task
+ * submitted through codelets/ records one event at its end: codelet name, phase, step, group,
+ * chunk, micro-batch, the parameter version it reads or writes, the worker (id, kind, rank) and
+ * its start and end times from StarPU's task profiling.  Events go to one of the six lanes of the
+ * design (plus "CPU compute", the compute lane of a CPU worker standing in for a GPU):
+ *   cast -> param prepare+H2D; forward/recompute/backward/loss ops and zero -> GPU compute (CPU
+ *   compute on a CPU worker); sumsq, grad_norm -> gradient reduction; adamw -> CPU AdamW.
+ * Activation offload/reload and gradient D2H have no events yet: they are StarPU data transfers,
+ * not tasks, so no task callback sees them (their lanes exist but stay empty).
+ * Parameter version: the number of updates applied to the weights an event reads.  Compute and
+ * reduction tasks of step s read version s; the adamw of step s produces version s + 1.
+ * The events log (JSONL) is what tools/check_invariants.py checks.  StarPU-free header.
+ * Test: tests/e2e/test_e2e_trace.sh. */
+#ifndef SDP_TRACE_H
+#define SDP_TRACE_H
+
+struct starpu_task;
+
+/* Lanes, in their timeline order; the index is the Chrome thread id. */
+enum sdp_trace_lane {
+    SDP_LANE_PARAM_H2D,   /* "param prepare+H2D" */
+    SDP_LANE_ACT_OFFLOAD, /* "activation offload/reload" (no events yet) */
+    SDP_LANE_GPU_COMPUTE, /* "GPU compute" */
+    SDP_LANE_GRAD_REDUCE, /* "gradient reduction" */
+    SDP_LANE_GRAD_D2H,    /* "gradient D2H" (no events yet) */
+    SDP_LANE_CPU_ADAMW,   /* "CPU AdamW" */
+    SDP_LANE_CPU_COMPUTE, /* "CPU compute": compute ops that ran on a CPU worker */
+    SDP_NLANES
+};
+
+/* What the submitter knows about a task (the strings are not copied: static storage). */
+struct sdp_trace_tag {
+    const char *name;  /* codelet name */
+    const char *phase; /* "cast", "fwd", "recompute", "bwd", "loss", "norm", "update" */
+    int step, group, chunk, mb;
+    int version;              /* parameter version (see above) */
+    enum sdp_trace_lane lane; /* SDP_LANE_GPU_COMPUTE becomes CPU_COMPUTE on a CPU worker */
+};
+
+/** The lane's display name. */
+const char *sdp_trace_lane_name(enum sdp_trace_lane lane);
+
+/** Enable StarPU's task profiling and start recording (drops events of an earlier trace).  Call
+ * after StarPU started, before the tasks to trace are submitted.  @return 0 or a negative errno */
+int sdp_trace_start(void);
+
+/** 1 while recording (read by the task submission to decide whether to attach its callback). */
+int sdp_trace_enabled(void);
+
+/** Record the end of task (call from its callback: the profiling times are set then).  Tasks
+ * without profiling information (submitted before sdp_trace_start) are skipped. */
+void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *tag);
+
+/** Number of events recorded so far. */
+long sdp_trace_nevents(void);
+
+/** Write the events (JSON Lines) and/or the Chrome trace (either path may be NULL).  Call after
+ * sdp_rt_wait_all(), so that every task has recorded its event.  @return 0 or a negative errno */
+int sdp_trace_write(const char *events_jsonl, const char *chrome_json);
+
+/** Stop recording, restore StarPU's profiling status and free the events.  Call while StarPU
+ * still runs. */
+void sdp_trace_stop(void);
+
+#endif

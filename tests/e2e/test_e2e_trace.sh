@@ -1,0 +1,136 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# The task trace of a real 3-step CPU run of tests/e2e/data/micro-qwen3.yaml (`--trace`,
+# `--events`): the Chrome JSON must parse, name process "rank 0" and the lanes, and hold one "X"
+# event per line of the events log, on the cast, CPU compute, gradient reduction and CPU AdamW
+# lanes; every step must compute every group (embedding, 2 layers, head), run one adamw per chunk
+# (as many as the step-0 casts: one per chunk) and record version step + 1 for it.  Then
+# tools/check_invariants.py must pass the log, and fail three broken copies: a step-1 compute event
+# of group 2 moved before the end of the step-0 update of group 2 (invariant 3), a step-1 update
+# started before the last backward of its group (invariant 2), and one event recording another
+# version than its step's (invariant 1).  Needs python3 (json only).
+set -u
+top=${top_srcdir:-.}
+bin=${top_builddir:-.}/slidedp
+checker=$top/tools/check_invariants.py
+if ! command -v python3 > /dev/null 2>&1; then
+    echo "python3 is not installed: SKIP"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "  FAIL: $*"; fails=$((fails + 1)); }
+ok() { echo "  ok: $*"; }
+
+if ! "$bin" train "$top/tests/e2e/data/micro-qwen3.yaml" --steps 3 --gpus 0 --cpus 2 \
+    --trace "$tmp/trace.json" --events "$tmp/events.jsonl" --output "$tmp/run" \
+    > "$tmp/train.out" 2> "$tmp/train.err"; then
+    echo "training failed"; tail -n 20 "$tmp/train.err"; echo FAIL; exit 1
+fi
+echo "events: $(wc -l < "$tmp/events.jsonl") lines"
+
+# ---- the Chrome trace and the events log ----
+if python3 - "$tmp/trace.json" "$tmp/events.jsonl" <<'EOF'; then ok "trace and events log"; else fail "trace and events log"; fi
+import json, sys
+from collections import Counter
+bad = []
+doc = json.load(open(sys.argv[1]))
+evs = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+te = doc["traceEvents"]
+xs = [e for e in te if e["ph"] == "X"]
+meta = [e for e in te if e["ph"] == "M"]
+procs = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+print("chrome: %d X events, %d metadata; processes %s" % (len(xs), len(meta), procs))
+if procs.get(0) != "rank 0":
+    bad.append("process 0 is not named 'rank 0'")
+if len(xs) != len(evs):
+    bad.append("%d X events for %d log lines" % (len(xs), len(evs)))
+per_lane = Counter(lanes.get((e["pid"], e["tid"]), "?") for e in xs)
+print("events per lane:", dict(per_lane))
+want = {"param prepare+H2D": "cast", "CPU compute": None, "gradient reduction": None,
+        "CPU AdamW": "adamw"}
+for lane, op in want.items():
+    if per_lane[lane] == 0:
+        bad.append("no event on lane '%s'" % lane)
+    if op and any(e["name"] != op for e in xs if lanes.get((e["pid"], e["tid"])) == lane):
+        bad.append("lane '%s' holds an op other than %s" % (lane, op))
+for e in xs:
+    if e["dur"] < 0 or any(k not in e["args"] for k in ("step", "group", "chunk", "mb", "version")):
+        bad.append("malformed X event %s" % e)
+        break
+for e in evs:
+    if e["lane"] != lanes.get((e["rank"], e["lane_id"])):
+        bad.append("log lane %s is not Chrome thread %d" % (e["lane"], e["lane_id"]))
+        break
+steps = sorted({e["step"] for e in evs if e["step"] >= 0})
+casts = sum(1 for e in evs if e["name"] == "cast" and e["step"] == 0)
+print("steps %s, step-0 casts (one per chunk) %d" % (steps, casts))
+if steps != [0, 1, 2]:
+    bad.append("steps %s instead of [0, 1, 2]" % steps)
+for s in steps:
+    groups = sorted({e["group"] for e in evs if e["step"] == s and e["lane"] == "CPU compute"})
+    upd = [e for e in evs if e["step"] == s and e["name"] == "adamw"]
+    print("step %d: compute groups %s, %d adamw" % (s, groups, len(upd)))
+    if groups != [0, 1, 2, 3]:
+        bad.append("step %d computes groups %s, not [0, 1, 2, 3]" % (s, groups))
+    if len(upd) != casts:
+        bad.append("step %d: %d adamw for %d chunks" % (s, len(upd), casts))
+    if any(e["version"] != s + 1 for e in upd):
+        bad.append("step %d: an adamw does not record version %d" % (s, s + 1))
+for b in bad:
+    print("  " + b)
+sys.exit(1 if bad else 0)
+EOF
+
+# ---- the checker on the real log ----
+if python3 "$checker" "$tmp/events.jsonl" > "$tmp/check.out"; then
+    ok "checker passes the real log: $(tail -n 1 "$tmp/check.out")"
+else
+    cat "$tmp/check.out"; fail "checker rejects the real log"
+fi
+
+# ---- broken copies: each must fail, naming its invariant ----
+python3 - "$tmp/events.jsonl" "$tmp" <<'EOF' || fail "cannot make the broken logs"
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def save(name, lst):
+    with open("%s/%s" % (sys.argv[2], name), "w") as f:
+        for e in lst:
+            f.write(json.dumps(e) + "\n")
+# invariant 3: a step-1 compute event of group 2 starts before the step-0 update of group 2 ends
+b = [dict(e) for e in evs]
+upd_end = max(e["end_us"] for e in b if e["name"] == "adamw" and e["step"] == 0 and e["group"] == 2)
+e = next(e for e in b if e["step"] == 1 and e["group"] == 2 and e["phase"] == "fwd")
+dur = e["end_us"] - e["start_us"]
+e["start_us"] = upd_end - 1.0
+e["end_us"] = e["start_us"] + dur
+print("moved %s (step 1, group 2) to start at %.1f us, 1 us before the step-0 update ends"
+      % (e["name"], e["start_us"]))
+save("broken3.jsonl", b)
+# invariant 2: a step-1 update of group 1 starts before the last backward of group 1 ends
+b = [dict(e) for e in evs]
+last = max(e["end_us"] for e in b if e["step"] == 1 and e["group"] == 1 and e["phase"] == "bwd")
+u = next(e for e in b if e["name"] == "adamw" and e["step"] == 1 and e["group"] == 1)
+u["start_us"] = last - 1.0
+save("broken2.jsonl", b)
+# invariant 1: one step-2 compute event of group 1 records version 1, not 2
+b = [dict(e) for e in evs]
+e = next(e for e in b if e["step"] == 2 and e["group"] == 1 and e["phase"] == "fwd")
+e["version"] = 1
+save("broken1.jsonl", b)
+EOF
+for inv in 3 2 1; do
+    python3 "$checker" "$tmp/broken$inv.jsonl" > "$tmp/b$inv.out"
+    rc=$?
+    if [ "$rc" = 1 ] && grep -q "invariant $inv violated" "$tmp/b$inv.out"; then
+        ok "broken copy for invariant $inv: exit 1, $(grep -m 1 "invariant $inv violated" "$tmp/b$inv.out")"
+    else
+        cat "$tmp/b$inv.out"; fail "broken copy for invariant $inv: exit $rc"
+    fi
+done
+
+[ "$fails" = 0 ] && { echo PASS; exit 0; }
+echo FAIL
+exit 1

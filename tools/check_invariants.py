@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Check the three invariants of synchronous data parallelism on a task event log.
+
+Usage: check_invariants.py EVENTS.jsonl
+
+The log is the one `slidedp train --events FILE` writes (runtime/trace.h): one JSON object per
+task with name, phase, step, group, chunk, mb, version, rank, start_us, end_us.  Compute events
+are the phases fwd, recompute, bwd and loss; update events are adamw (phase update).  The checks
+use only the times, so they hold on any log, from any number of ranks:
+
+  1. Every compute event of one step and group reads one parameter version, on every rank.  The
+     version an event read is derived from the times: one more than the latest step whose updates
+     of the group all ended before the event started (the log's first step when none did).  An
+     event that overlaps an update of its group reads torn weights.  The recorded version must
+     agree with the derived one.
+  2. The update of group g at step s starts after every backward (and loss) event of group g at
+     step s, on every rank, has ended: it consumes the final, aggregated gradient.
+  3. No compute event of group g at step s+1 starts before every update of group g at step s has
+     ended.
+
+Events with step < 0 (evaluation outside training) and group < 0 (the global norm) are not tied
+to a group's version and are skipped.  Prints each violation with event names and times; exits
+1 if there is any, 0 if none, 2 when the log cannot be read.  Test: tests/e2e/test_e2e_trace.sh.
+"""
+import json
+import sys
+from collections import defaultdict
+
+COMPUTE = {"fwd", "recompute", "bwd", "loss"}
+BACKWARD = {"bwd", "loss"}
+MAX_PRINT = 20  # violations printed per invariant (all are counted)
+
+
+def describe(e):
+    parts = ["%s (%s, step %d, group %d" % (e["name"], e["phase"], e["step"], e["group"])]
+    if e.get("chunk", -1) >= 0:
+        parts.append("chunk %d" % e["chunk"])
+    if e.get("mb", -1) >= 0:
+        parts.append("mb %d" % e["mb"])
+    parts.append("rank %d, worker %s, %.1f-%.1f us)" % (e.get("rank", 0), e.get("worker", "?"),
+                                                        e["start_us"], e["end_us"]))
+    return ", ".join(parts)
+
+
+def load(path):
+    events = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                e = json.loads(line)
+                for k in ("name", "phase", "step", "group", "start_us", "end_us"):
+                    if k not in e:
+                        raise ValueError("no field '%s'" % k)
+            except ValueError as err:
+                raise SystemExit("%s:%d: not an event: %s" % (path, lineno, err)) from None
+            e.setdefault("rank", 0)
+            e["_line"] = lineno
+            events.append(e)
+    return events
+
+
+class Report:
+    def __init__(self):
+        self.count = defaultdict(int)
+
+    def add(self, inv, msg):
+        self.count[inv] += 1
+        if self.count[inv] <= MAX_PRINT:
+            print("invariant %d violated: %s" % (inv, msg))
+
+    def total(self):
+        return sum(self.count.values())
+
+
+def check(events):
+    rep = Report()
+    ev = [e for e in events if e["step"] >= 0 and e["group"] >= 0]
+    compute = [e for e in ev if e["phase"] in COMPUTE]
+    # updates[g][s] = list of adamw events of group g at step s
+    updates = defaultdict(lambda: defaultdict(list))
+    for e in ev:
+        if e["phase"] == "update":
+            updates[e["group"]][e["step"]].append(e)
+    first_step = {}
+    for e in ev:
+        g = e["group"]
+        first_step[g] = min(first_step.get(g, e["step"]), e["step"])
+
+    # ---- invariant 1: one version per (step, group), derived from the times ----
+    derived = defaultdict(list)  # (step, group) -> [(version, event)]
+    for e in compute:
+        g, s = e["group"], e["step"]
+        ups = updates.get(g, {})
+        applied = []
+        # the updates that can matter: the previous two steps, this one and the next
+        for s2 in range(s - 2, s + 2):
+            us = ups.get(s2)
+            if not us:
+                continue
+            last_end = max(u["end_us"] for u in us)
+            if last_end <= e["start_us"]:
+                applied.append(s2)
+                continue
+            for u in us:
+                if u["start_us"] < e["end_us"] and u["end_us"] > e["start_us"]:
+                    rep.add(1, "%s reads group %d while %s writes it (torn weights)"
+                            % (describe(e), g, describe(u)))
+                    break
+                if u["end_us"] <= e["start_us"]:
+                    rep.add(1, "%s starts after %s but before the rest of that update of "
+                            "group %d (mixed versions)" % (describe(e), describe(u), g))
+                    break
+        if applied:
+            version = max(applied) + 1
+        elif any(s2 < s - 2 for s2 in ups):
+            version = s - 2  # at most: even the update of step s-2 had not ended
+        else:
+            version = first_step[g]
+        derived[(s, g)].append((version, e))
+        if "version" in e and e["version"] != version:
+            rep.add(1, "%s is recorded as reading version %d, but by the times it read version "
+                    "%d" % (describe(e), e["version"], version))
+    for (s, g), lst in sorted(derived.items()):
+        versions = sorted({v for v, _ in lst})
+        if len(versions) > 1:
+            examples = "; ".join("version %d: %s" % (v, describe(next(x for w, x in lst if w == v)))
+                                 for v in versions)
+            ranks = sorted({x["rank"] for _, x in lst})
+            rep.add(1, "step %d group %d (ranks %s) computes with versions %s: %s"
+                    % (s, g, ranks, versions, examples))
+        recorded = sorted({x["version"] for _, x in lst if "version" in x})
+        if len(recorded) > 1:
+            rep.add(1, "step %d group %d: events record versions %s" % (s, g, recorded))
+
+    # ---- invariant 2: the update consumes the final gradient of every rank ----
+    bwd_last = {}
+    for e in ev:
+        if e["phase"] in BACKWARD:
+            key = (e["step"], e["group"])
+            if key not in bwd_last or e["end_us"] > bwd_last[key]["end_us"]:
+                bwd_last[key] = e
+    for g, per_step in updates.items():
+        for s, us in per_step.items():
+            last = bwd_last.get((s, g))
+            if last is None:
+                continue
+            for u in us:
+                if u["start_us"] < last["end_us"]:
+                    rep.add(2, "%s starts at %.1f us, before %s ends at %.1f us"
+                            % (describe(u), u["start_us"], describe(last), last["end_us"]))
+
+    # ---- invariant 3: the next step's dispatch of a group waits for its update ----
+    for e in compute:
+        g, s = e["group"], e["step"]
+        us = updates.get(g, {}).get(s - 1)
+        if not us:
+            continue
+        last = max(us, key=lambda u: u["end_us"])
+        if e["start_us"] < last["end_us"]:
+            rep.add(3, "%s starts at %.1f us, before %s ends at %.1f us"
+                    % (describe(e), e["start_us"], describe(last), last["end_us"]))
+
+    nup = sum(len(us) for per in updates.values() for us in per.values())
+    steps = sorted({e["step"] for e in ev})
+    print("checked %d events: %d compute, %d updates, steps %s, groups %d, ranks %s"
+          % (len(events), len(compute), nup, steps if len(steps) < 10 else "%d-%d" % (steps[0],
+             steps[-1]), len({e["group"] for e in ev}), sorted({e["rank"] for e in ev})))
+    return rep
+
+
+def main(argv):
+    if len(argv) != 2:
+        print("usage: check_invariants.py EVENTS.jsonl", file=sys.stderr)
+        return 2
+    try:
+        events = load(argv[1])
+    except OSError as err:
+        print("cannot read %s: %s" % (argv[1], err), file=sys.stderr)
+        return 2
+    except SystemExit as err:
+        print(err, file=sys.stderr)
+        return 2
+    rep = check(events)
+    if rep.total():
+        print("%d violations (%s)" % (rep.total(), ", ".join(
+            "invariant %d: %d" % (i, n) for i, n in sorted(rep.count.items()))))
+        return 1
+    print("invariants 1, 2 and 3 hold")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
