@@ -5,6 +5,7 @@
  * the trace's test is tests/e2e/test_e2e_trace.sh. */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,23 @@
 #define NSLOTS 8
 static __thread void *scratch_ptr[NSLOTS];
 static __thread size_t scratch_cap[NSLOTS];
+static pthread_key_t scratch_key; /* its destructor frees a thread's scratch when the thread ends */
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *unused)
+{
+    (void)unused;
+    for (int i = 0; i < NSLOTS; i++) {
+        free(scratch_ptr[i]);
+        scratch_ptr[i] = NULL;
+        scratch_cap[i] = 0;
+    }
+}
+
+static void scratch_key_init(void)
+{
+    SDP_ASSERT(pthread_key_create(&scratch_key, scratch_free) == 0, "no thread-specific key left");
+}
 
 static int sync_mode = -1;
 
@@ -156,6 +174,8 @@ void *sdp_cl_scratch(int slot, size_t nbytes)
 {
     SDP_ASSERT(slot >= 0 && slot < NSLOTS, "scratch slot %d out of range", slot);
     if (scratch_cap[slot] < nbytes) {
+        pthread_once(&scratch_once, scratch_key_init);
+        pthread_setspecific(scratch_key, scratch_ptr); /* non-NULL: the destructor runs */
         free(scratch_ptr[slot]);
         scratch_ptr[slot] = NULL;
         if (posix_memalign(&scratch_ptr[slot], 64, nbytes) != 0)

@@ -66,7 +66,8 @@ static uint32_t strmap_find(const struct sdp_strmap *m, const char *key, size_t 
     uint32_t i = (uint32_t)h & (m->nslots - 1);
     while (m->slots[i]) {
         const struct sdp_strmap_ent *e = &m->ents[m->slots[i] - 1];
-        if (e->hash == h && e->len == len && !memcmp(m->arena + e->off, key, len))
+        /* len 0: the arena may still be NULL, and NULL + 0 is undefined */
+        if (e->hash == h && e->len == len && (!len || !memcmp(m->arena + e->off, key, len)))
             return i;
         i = (i + 1) & (m->nslots - 1);
     }
@@ -102,7 +103,8 @@ int sdp_strmap_put(struct sdp_strmap *m, const char *key, size_t len, uint32_t v
             return -ENOMEM;
         m->arena = p;
     }
-    memcpy(m->arena + m->arena_len, key, len);
+    if (len) /* an empty key (vocabulary entry "") on an empty, NULL arena copies nothing */
+        memcpy(m->arena + m->arena_len, key, len);
     m->ents[m->n] =
         (struct sdp_strmap_ent){ .hash = h, .off = m->arena_len, .len = (uint32_t)len, .val = val };
     m->arena_len += len;

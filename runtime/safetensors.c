@@ -297,8 +297,10 @@ static int check_tiling(sdp_st_t *st, int fi, int first, uint64_t data_start, ui
     int rc = 0;
     if (!tmp)
         return sdp_err(-ENOMEM, "file %s: out of memory", st->files[fi].path);
-    memcpy(tmp, st->tensors + first, (size_t)n * sizeof(*tmp));
-    qsort(tmp, (size_t)n, sizeof(*tmp), cmp_offset);
+    if (n > 0) { /* a file of no tensors: st->tensors may be NULL, and NULL + 0 is undefined */
+        memcpy(tmp, st->tensors + first, (size_t)n * sizeof(*tmp));
+        qsort(tmp, (size_t)n, sizeof(*tmp), cmp_offset);
+    }
     for (int i = 0; i < n && rc == 0; i++) {
         if (tmp[i].offset != pos)
             rc = sdp_err(-EINVAL,

@@ -54,7 +54,8 @@ static int set_id_bytes(struct sdp_tok *t, uint32_t id, const char *s, size_t le
         t->id_bytes = p;
         t->id_bytes_cap = cap;
     }
-    memcpy(t->id_bytes + t->id_bytes_len, s, len);
+    if (len) /* an empty token ("") first: id_bytes is still NULL, and NULL + 0 is undefined */
+        memcpy(t->id_bytes + t->id_bytes_len, s, len);
     t->id_off[id] = t->id_bytes_len;
     t->id_len[id] = (uint32_t)len;
     t->id_bytes_len += len;
@@ -150,8 +151,10 @@ static int add_merge(struct sdp_tok *t, const char *a, size_t alen, const char *
     char *cat = malloc(la + lb);
     if (!cat)
         return -ENOMEM;
-    memcpy(cat, t->id_bytes + t->id_off[ia], la);
-    memcpy(cat + la, t->id_bytes + t->id_off[ib], lb);
+    if (la) /* "" tokens only so far: id_bytes is still NULL, and NULL + 0 is undefined */
+        memcpy(cat, t->id_bytes + t->id_off[ia], la);
+    if (lb)
+        memcpy(cat + la, t->id_bytes + t->id_off[ib], lb);
     int found = sdp_strmap_get(&t->vocab, cat, la + lb, &im);
     free(cat);
     if (!found) {

@@ -43,7 +43,8 @@ say() { printf '[setup] %s\n' "$*" >&2; }
 # ---- 1. Debian packages ----
 apt_pkgs=(build-essential autoconf automake libtool pkg-config curl ca-certificates
           libhwloc-dev libopenblas-dev libjansson-dev libyaml-dev libpcre2-dev libutf8proc-dev
-          python3 python3-venv python3-pip clang-format slurm-wlm munge gnuplot-nox)
+          python3 python3-venv python3-pip clang-format slurm-wlm munge gnuplot-nox
+          clang libclang-rt-14-dev)
 if [ "$do_apt" = 1 ]; then
     missing=()
     for p in "${apt_pkgs[@]}"; do
