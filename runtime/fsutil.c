@@ -35,6 +35,17 @@ int sdp_mkdir_p(const char *dir)
     return 0;
 }
 
+/* A failed write or sync: a full disk (or quota) gets its own code and hint. */
+static int write_failed(const char *tmp)
+{
+    int rc;
+    if (errno != ENOSPC && errno != EDQUOT)
+        return sdp_err(-errno, "cannot write %s", tmp);
+    rc = sdp_err(-ENOSPC, "cannot write %s: no space left on the device", tmp);
+    sdp_hint("free disk space or write to another directory; the previous file is untouched");
+    return rc;
+}
+
 int sdp_write_file_atomic(const char *path, const void *data, size_t len)
 {
     char tmp[4200], dir[4200];
@@ -51,13 +62,13 @@ int sdp_write_file_atomic(const char *path, const void *data, size_t len)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            rc = sdp_err(-errno, "cannot write %s", tmp);
+            rc = write_failed(tmp);
             break;
         }
         done += (size_t)n;
     }
     if (!rc && fsync(fd) != 0)
-        rc = sdp_err(-errno, "cannot sync %s", tmp);
+        rc = write_failed(tmp);
     if (close(fd) != 0 && !rc)
         rc = sdp_err(-errno, "cannot close %s", tmp);
     if (!rc && rename(tmp, path) != 0)

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "models/sdp_models.h"
+#include "runtime/fsutil.h"
 #include "runtime/hfconfig.h"
 #include "runtime/sdp_log.h"
 
@@ -328,70 +329,12 @@ static char *dump_exact(json_t *root)
     return NULL;
 }
 
-static int write_error(const char *path, int err, const char *what)
-{
-    if (err == ENOSPC || err == EDQUOT) {
-        int rc = sdp_err(-ENOSPC, "config %s: %s: no space left on the device", path, what);
-        sdp_hint("free disk space or write to another directory");
-        return rc;
-    }
-    return sdp_err(-EIO, "config %s: %s: %s", path, what, strerror(err));
-}
-
-/* path.tmp, write, fflush, fsync, rename, fsync of the directory; tmp removed on failure. */
+/* The shared atomic writer (runtime/fsutil.c) logs the cause; this file's contract reports any
+ * failure but a full disk or missing memory as -EIO. */
 static int write_atomic(const char *path, const char *text)
 {
-    size_t n = strlen(text), plen = strlen(path);
-    char *tmp = malloc(plen + 5), *dir = malloc(plen + 2);
-    FILE *fp = NULL;
-    int fd = -1, rc = 0;
-
-    if (!tmp || !dir) {
-        rc = sdp_err(-ENOMEM, "config %s: out of memory", path);
-        goto out;
-    }
-    sprintf(tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || !(fp = fdopen(fd, "w"))) {
-        rc = write_error(tmp, errno, "cannot create");
-        if (fd >= 0) {
-            close(fd);
-            unlink(tmp);
-        }
-        goto out;
-    }
-    if (fwrite(text, 1, n, fp) != n)
-        rc = write_error(tmp, errno, "write failed");
-    else if (fflush(fp) != 0)
-        rc = write_error(tmp, errno, "flush failed");
-    else if (fsync(fileno(fp)) != 0)
-        rc = write_error(tmp, errno, "fsync failed");
-    if (fclose(fp) != 0 && rc == 0)
-        rc = write_error(tmp, errno, "close failed");
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = sdp_err(-EIO, "config %s: rename from %s failed: %s", path, tmp, strerror(errno));
-    if (rc) {
-        unlink(tmp);
-        goto out;
-    }
-    strcpy(dir, path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0)
-        rc = sdp_err(-EIO, "directory %s: fsync after writing %s failed: %s", dir, path,
-                     strerror(errno));
-    if (fd >= 0)
-        close(fd);
-out:
-    free(tmp);
-    free(dir);
-    return rc;
+    int rc = sdp_write_file_atomic(path, text, strlen(text));
+    return rc == 0 || rc == -ENOSPC || rc == -ENOMEM ? rc : -EIO;
 }
 
 int sdp_hfconfig_write(const char *path, const struct sdp_model_cfg *cfg, const char *torch_dtype)
