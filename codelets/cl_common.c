@@ -37,6 +37,37 @@ static void scratch_key_init(void)
 
 static int sync_mode = -1;
 
+/* Data-parallel ranks (sdp_tasks_set_ranks) and whether tasks carry hints for our policies. */
+#define MAX_RANKS 64
+static int rank_workers[MAX_RANKS];
+static int nranks_pinned;
+static int hints_for_policy;
+
+int sdp_tasks_set_ranks(int nranks, const int *workerids)
+{
+    if (nranks < 0 || nranks > MAX_RANKS)
+        return sdp_err(-EINVAL, "%d ranks (at most %d)", nranks, MAX_RANKS);
+    for (int r = 0; r < nranks; r++) {
+        if (workerids[r] < 0 || (unsigned)workerids[r] >= starpu_worker_get_count())
+            return sdp_err(-EINVAL, "rank %d on worker %d: StarPU has %u workers", r,
+                           workerids[r], starpu_worker_get_count());
+        rank_workers[r] = workerids[r];
+    }
+    nranks_pinned = nranks;
+    return 0;
+}
+
+void sdp_tasks_hints_for_policy(int on)
+{
+    hints_for_policy = on;
+}
+
+/* The phases a rank runs on its own worker. */
+static int rank_phase(enum sdp_phase ph)
+{
+    return ph == SDP_PH_FWD || ph == SDP_PH_RECOMPUTE || ph == SDP_PH_BWD || ph == SDP_PH_LOSS;
+}
+
 void *sdp_cl_args_alloc(size_t nbytes)
 {
     void *p = calloc(1, nbytes);
@@ -44,10 +75,12 @@ void *sdp_cl_args_alloc(size_t nbytes)
     return p;
 }
 
-/* ---- tracing: the tag of a task, carried to its end callback ---- */
+/* ---- what a task carries to its end callback: the trace tag and the policy's hint ---- */
 struct trace_arg {
     struct starpu_task *task;
     struct sdp_trace_tag tag;
+    struct sdp_hint hint; /* starpu_task::sched_data points here for our policies */
+    int traced;
     void (*prev_func)(void *);
     void *prev_arg;
 };
@@ -88,18 +121,29 @@ static enum sdp_trace_lane op_lane(const char *name)
 static void trace_callback(void *p)
 {
     struct trace_arg *a = p;
-    sdp_trace_task_done(a->task, &a->tag);
+    if (a->traced)
+        sdp_trace_task_done(a->task, &a->tag);
     if (a->prev_func)
         a->prev_func(a->prev_arg);
     free(a);
 }
 
-/* Attach the recording callback to task (keeping any callback it has).  @return the argument, to
- * free if the submission fails */
-static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp_task_opts *o)
+/* Attach the end callback to task (keeping any callback it has): it records the task while tracing
+ * and frees the hint our policies read.  @return the argument, to free if the submission fails */
+static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp_task_opts *o,
+                                      int traced)
 {
     struct trace_arg *a = sdp_cl_args_alloc(sizeof(*a));
     a->task = task;
+    a->traced = traced;
+    if (o) {
+        a->hint = o->hint;
+    } else {
+        a->hint.step = a->hint.group = a->hint.chunk = a->hint.mb = -1;
+        a->hint.phase = SDP_PH_FWD;
+    }
+    if (hints_for_policy)
+        task->sched_data = &a->hint;
     a->tag.name = task->cl->name;
     a->tag.lane = op_lane(task->cl->name);
     if (o) {
@@ -108,12 +152,14 @@ static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp
         a->tag.group = o->hint.group;
         a->tag.chunk = o->hint.chunk;
         a->tag.mb = o->hint.mb;
+        a->tag.rank = o->hint.rank;
         /* the adamw of step s writes the weights of version s + 1; everything else of step s
          * reads (or follows from) version s */
         a->tag.version = o->hint.phase == SDP_PH_UPDATE ? o->hint.step + 1 : o->hint.step;
     } else {
         a->tag.phase = "unknown";
         a->tag.step = a->tag.group = a->tag.chunk = a->tag.mb = a->tag.version = -1;
+        a->tag.rank = 0;
     }
     a->prev_func = task->callback_func;
     a->prev_arg = task->callback_arg;
@@ -142,6 +188,12 @@ int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void
     task->synchronous = (unsigned)sync_mode;
     if (o) {
         task->priority = o->priority;
+        if (nranks_pinned > 0 && rank_phase(o->hint.phase)) {
+            SDP_ASSERT(o->hint.rank >= 0 && o->hint.rank < nranks_pinned,
+                       "task %s of rank %d with %d ranks", cl->name, o->hint.rank, nranks_pinned);
+            task->execute_on_a_specific_worker = 1;
+            task->workerid = (unsigned)rank_workers[o->hint.rank];
+        }
     }
     if (nbufs > STARPU_NMAXBUFS) {
         task->dyn_handles = malloc((size_t)nbufs * sizeof(*task->dyn_handles));
@@ -153,8 +205,8 @@ int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void
         STARPU_TASK_SET_HANDLE(task, sdp_rt_tensor_handle(bufs[i].t), i);
         STARPU_TASK_SET_MODE(task, bufs[i].mode, i);
     }
-    if (sdp_trace_enabled())
-        targ = trace_attach(task, o);
+    if (sdp_trace_enabled() || hints_for_policy)
+        targ = trace_attach(task, o, sdp_trace_enabled());
     rc = starpu_task_submit(task);
     if (rc) {
         free(targ);

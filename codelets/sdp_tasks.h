@@ -30,6 +30,7 @@ struct sdp_hint {
     int chunk; /* chunk within the group, or -1 */
     int mb;    /* micro-batch, or -1 */
     enum sdp_phase phase;
+    int rank; /* data-parallel rank whose worker runs the task (0 with one rank) */
 };
 
 struct sdp_task_opts {
@@ -159,6 +160,14 @@ struct sdp_model_cfg;
 int sdp_tasks_check_gpu_model(const struct sdp_model_cfg *m);
 /** Release what sdp_tasks_init() set up (call before StarPU stops). */
 void sdp_tasks_shutdown(void);
+/** Data-parallel ranks: rank r's forward, loss and backward tasks run on worker workerids[r]
+ * (a CUDA worker, or a CPU worker standing in for a GPU).  nranks = 0 (the default) lets the
+ * scheduler place them.  The ids are copied.  @return 0 or -EINVAL (logged) */
+int sdp_tasks_set_ranks(int nranks, const int *workerids);
+/** 1: every task carries its struct sdp_hint in starpu_task::sched_data, for the project's own
+ * policies (which call this from their init).  StarPU's policies own that field, so it stays
+ * NULL for them (the default, 0). */
+void sdp_tasks_hints_for_policy(int on);
 /** Restrict every codelet to one kind of worker ("cpu", "cuda") or all ("any"), for tests.
  * @return 0 or -EINVAL */
 int sdp_tasks_restrict(const char *where);

@@ -65,14 +65,6 @@ int sdp_trace_enabled(void)
     return __atomic_load_n(&recording, __ATOMIC_ACQUIRE);
 }
 
-/* The rank a worker computes for: every worker is rank 0 until the multi-rank graph assigns CUDA
- * worker devid r to rank r. */
-static int worker_rank(int workerid)
-{
-    (void)workerid;
-    return 0;
-}
-
 void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *tag)
 {
     struct starpu_profiling_task_info *pi = task->profiling_info;
@@ -82,7 +74,7 @@ void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *t
     ev.tag = *tag;
     ev.worker = pi->workerid;
     ev.is_cuda = pi->workerid >= 0 && starpu_worker_get_type(pi->workerid) == STARPU_CUDA_WORKER;
-    ev.rank = worker_rank(pi->workerid);
+    ev.rank = tag->rank;
     if (ev.tag.lane == SDP_LANE_GPU_COMPUTE && !ev.is_cuda)
         ev.tag.lane = SDP_LANE_CPU_COMPUTE;
     ev.start_us = starpu_timing_timespec_to_us(&pi->start_time);

@@ -34,6 +34,7 @@ struct sdp_trace_tag {
     const char *name;  /* codelet name */
     const char *phase; /* "cast", "fwd", "recompute", "bwd", "loss", "norm", "update" */
     int step, group, chunk, mb;
+    int rank;                 /* data-parallel rank the task belongs to (0 for shared work) */
     int version;              /* parameter version (see above) */
     enum sdp_trace_lane lane; /* SDP_LANE_GPU_COMPUTE becomes CPU_COMPUTE on a CPU worker */
 };
