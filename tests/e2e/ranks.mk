@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: MIT
+# tests/e2e/: data-parallel ranks on CPU workers (--ranks R)

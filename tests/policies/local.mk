@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: MIT
+# tests/policies/: the project's scheduling policies (sdp-slidedp) and the invariant checker
