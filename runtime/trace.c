@@ -21,6 +21,7 @@ struct event {
     struct sdp_trace_tag tag;
     int worker, rank, is_cuda;
     double start_us, end_us;
+    const char *why; /* a wait (sdp_trace_wait): its reason; NULL for a task */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -65,20 +66,10 @@ int sdp_trace_enabled(void)
     return __atomic_load_n(&recording, __ATOMIC_ACQUIRE);
 }
 
-void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *tag)
+/* Append one event (times still on starpu_timing_now's clock). */
+static void append(struct event *evp)
 {
-    struct starpu_profiling_task_info *pi = task->profiling_info;
-    struct event ev;
-    if (!pi || !sdp_trace_enabled())
-        return;
-    ev.tag = *tag;
-    ev.worker = pi->workerid;
-    ev.is_cuda = pi->workerid >= 0 && starpu_worker_get_type(pi->workerid) == STARPU_CUDA_WORKER;
-    ev.rank = tag->rank;
-    if (ev.tag.lane == SDP_LANE_GPU_COMPUTE && !ev.is_cuda)
-        ev.tag.lane = SDP_LANE_CPU_COMPUTE;
-    ev.start_us = starpu_timing_timespec_to_us(&pi->start_time);
-    ev.end_us = starpu_timing_timespec_to_us(&pi->end_time);
+    struct event ev = *evp;
     pthread_mutex_lock(&lock);
     if (recording) {
         if (nevents == cap_events) {
@@ -101,6 +92,47 @@ void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *t
     pthread_mutex_unlock(&lock);
 }
 
+void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *tag)
+{
+    struct starpu_profiling_task_info *pi = task->profiling_info;
+    struct event ev;
+    if (!pi || !sdp_trace_enabled())
+        return;
+    ev.tag = *tag;
+    ev.worker = pi->workerid;
+    ev.is_cuda = pi->workerid >= 0 && starpu_worker_get_type(pi->workerid) == STARPU_CUDA_WORKER;
+    ev.rank = tag->rank;
+    if (ev.tag.lane == SDP_LANE_GPU_COMPUTE && !ev.is_cuda)
+        ev.tag.lane = SDP_LANE_CPU_COMPUTE;
+    ev.start_us = starpu_timing_timespec_to_us(&pi->start_time);
+    ev.end_us = starpu_timing_timespec_to_us(&pi->end_time);
+    ev.why = NULL;
+    append(&ev);
+}
+
+void sdp_trace_wait(int lane, int rank, int step, int group, int chunk, double start_us,
+                    double end_us, const char *why)
+{
+    struct event ev = { 0 };
+    if (!sdp_trace_enabled())
+        return;
+    ev.tag.name = "wait";
+    ev.tag.phase = "wait";
+    ev.tag.step = step;
+    ev.tag.group = group;
+    ev.tag.chunk = chunk;
+    ev.tag.mb = -1;
+    ev.tag.version = -1;
+    ev.tag.rank = rank;
+    ev.tag.lane = (unsigned)lane < SDP_NLANES ? (enum sdp_trace_lane)lane : SDP_LANE_CPU_ADAMW;
+    ev.worker = -1;
+    ev.rank = rank;
+    ev.start_us = start_us;
+    ev.end_us = end_us;
+    ev.why = why ? why : "unknown";
+    append(&ev);
+}
+
 long sdp_trace_nevents(void)
 {
     long n;
@@ -110,8 +142,34 @@ long sdp_trace_nevents(void)
     return n;
 }
 
+/* why as a JSON string body (the reasons are static strings, but stay valid JSON whatever). */
+static void put_json_text(FILE *f, const char *t)
+{
+    for (; *t; t++) {
+        if (*t == '"' || *t == '\\')
+            fprintf(f, "\\%c", *t);
+        else if ((unsigned char)*t < 0x20)
+            fprintf(f, "\\u%04x", (unsigned char)*t);
+        else
+            fputc(*t, f);
+    }
+}
+
 static void write_event_jsonl(FILE *f, const struct event *e)
 {
+    if (e->why) {
+        fputs("{\"event\": \"wait\", \"name\": \"wait: ", f);
+        put_json_text(f, e->why);
+        fputs("\", \"why\": \"", f);
+        put_json_text(f, e->why);
+        fprintf(f,
+                "\", \"phase\": \"wait\", \"step\": %d, \"group\": %d, \"chunk\": %d, "
+                "\"mb\": -1, \"version\": -1, \"lane\": \"%s\", \"lane_id\": %d, \"worker\": -1, "
+                "\"kind\": \"wait\", \"rank\": %d, \"start_us\": %.3f, \"end_us\": %.3f}\n",
+                e->tag.step, e->tag.group, e->tag.chunk, sdp_trace_lane_name(e->tag.lane),
+                (int)e->tag.lane, e->rank, e->start_us, e->end_us);
+        return;
+    }
     fprintf(f,
             "{\"name\": \"%s\", \"phase\": \"%s\", \"step\": %d, \"group\": %d, \"chunk\": %d, "
             "\"mb\": %d, \"version\": %d, \"lane\": \"%s\", \"lane_id\": %d, \"worker\": %d, "
@@ -144,6 +202,18 @@ static void write_chrome(FILE *f, const struct event *ev, long n)
     }
     for (i = 0; i < n; i++) {
         const struct event *e = &ev[i];
+        if (e->why) {
+            fputs("{\"name\": \"wait: ", f);
+            put_json_text(f, e->why);
+            fprintf(f,
+                    "\", \"cat\": \"wait\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "
+                    "\"pid\": %d, \"tid\": %d, \"args\": {\"step\": %d, \"group\": %d, "
+                    "\"chunk\": %d, \"mb\": -1, \"version\": -1, \"worker\": -1, "
+                    "\"kind\": \"wait\"}},\n",
+                    e->start_us, e->end_us - e->start_us, e->rank, (int)e->tag.lane, e->tag.step,
+                    e->tag.group, e->tag.chunk);
+            continue;
+        }
         fprintf(f,
                 "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "
                 "\"pid\": %d, \"tid\": %d, \"args\": {\"step\": %d, \"group\": %d, \"chunk\": %d, "

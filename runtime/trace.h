@@ -10,6 +10,7 @@
  * not tasks, so no task callback sees them (their lanes exist but stay empty).
  * Parameter version: the number of updates applied to the weights an event reads.  Compute and
  * reduction tasks of step s read version s; the adamw of step s produces version s + 1.
+ * Waits (sdp_trace_wait) are events too: time that ready work spent held back by a policy.
  * The events log (JSONL) is what tools/check_invariants.py checks.  StarPU-free header.
  * Test: tests/e2e/test_e2e_trace.sh. */
 #ifndef SDP_TRACE_H
@@ -52,6 +53,15 @@ int sdp_trace_enabled(void);
 /** Record the end of task (call from its callback: the profiling times are set then).  Tasks
  * without profiling information (submitted before sdp_trace_start) are skipped. */
 void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *tag);
+
+/** Record a wait: work of (rank, step, group, chunk) that was ready on lane but held back from
+ * start_us to end_us (the clock of starpu_timing_now(), in microseconds), for the reason why
+ * (static storage, not copied; e.g. "staging full").  In the events log it is a line with
+ * "event": "wait" (and "kind": "wait", "phase": "wait", "name": "wait: <why>"); in the Chrome
+ * trace a slice "wait: <why>" on the lane.  Does nothing unless recording.  Called by scheduling
+ * policies (sdp-slidedp's backpressure). */
+void sdp_trace_wait(int lane, int rank, int step, int group, int chunk, double start_us,
+                    double end_us, const char *why);
 
 /** Number of events recorded so far. */
 long sdp_trace_nevents(void);

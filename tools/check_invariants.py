@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Check the three invariants of synchronous data parallelism on a task event log.
 
-Usage: check_invariants.py EVENTS.jsonl
+Usage: check_invariants.py [--max-inflight LANE=N ...] EVENTS.jsonl
 
 The log is the one `slidedp train --events FILE` writes (runtime/trace.h): one JSON object per
 task with name, phase, step, group, chunk, mb, version, rank, start_us, end_us.  Compute events
@@ -20,7 +20,13 @@ use only the times, so they hold on any log, from any number of ranks:
      ended.
 
 Events with step < 0 (evaluation outside training) and group < 0 (the global norm) are not tied
-to a group's version and are skipped.  Prints each violation with event names and times; exits
+to a group's version and are skipped.  Waits (lines with "event": "wait", written by a policy
+that held ready work back, e.g. sdp-slidedp's bounded staging) are not tasks: the invariants
+ignore them, and the checker reports their count and time per lane and reason.
+
+--max-inflight LANE=N (repeatable): no more than N task events of the lane (its name, e.g.
+"CPU AdamW", or its lane_id) overlap in time, over all ranks and workers; an event ending at the
+instant another starts does not overlap it.  A breach counts as a violation.  Prints each violation with event names and times; exits
 1 if there is any, 0 if none, 2 when the log cannot be read.  Test: tests/e2e/test_e2e_trace.sh.
 """
 import json
@@ -70,15 +76,63 @@ class Report:
     def add(self, inv, msg):
         self.count[inv] += 1
         if self.count[inv] <= MAX_PRINT:
-            print("invariant %d violated: %s" % (inv, msg))
+            if isinstance(inv, int):
+                print("invariant %d violated: %s" % (inv, msg))
+            else:
+                print("%s violated: %s" % (inv, msg))
 
     def total(self):
         return sum(self.count.values())
 
 
+def is_wait(e):
+    return e.get("event") == "wait"
+
+
+def max_overlap(evs):
+    """(most events of evs running at once, an event that started at that moment)"""
+    points = []
+    for e in evs:
+        points.append((e["start_us"], 1, e))
+        points.append((e["end_us"], 0, e))
+    # at equal times, ends (0) before starts (1): touching events do not overlap
+    points.sort(key=lambda p: (p[0], p[1]))
+    cur = best = 0
+    at = None
+    for _, kind, e in points:
+        cur += 1 if kind else -1
+        if cur > best:
+            best, at = cur, e
+    return best, at
+
+
+def check_inflight(events, limits, rep):
+    tasks = [e for e in events if not is_wait(e)]
+    for lane, limit in limits:
+        evs = [e for e in tasks if e.get("lane") == lane or str(e.get("lane_id")) == lane]
+        peak, at = max_overlap(evs)
+        print("lane %s: %d events, at most %d in flight (limit %d)" % (lane, len(evs), peak, limit))
+        if peak > limit:
+            rep.add("max-inflight", "lane %s runs %d events at once (limit %d), e.g. from %s"
+                    % (lane, peak, limit, describe(at)))
+
+
+def report_waits(events):
+    waits = [e for e in events if is_wait(e)]
+    if not waits:
+        print("waits: none")
+        return
+    per = defaultdict(list)
+    for w in waits:
+        per[(w.get("lane", "?"), w.get("why", w["name"]))].append(w["end_us"] - w["start_us"])
+    for (lane, why), durs in sorted(per.items()):
+        print("waits on lane %s (%s): %d, %.1f us in all, longest %.1f us"
+              % (lane, why, len(durs), sum(durs), max(durs)))
+
+
 def check(events):
     rep = Report()
-    ev = [e for e in events if e["step"] >= 0 and e["group"] >= 0]
+    ev = [e for e in events if e["step"] >= 0 and e["group"] >= 0 and not is_wait(e)]
     compute = [e for e in ev if e["phase"] in COMPUTE]
     # updates[g][s] = list of adamw events of group g at step s
     updates = defaultdict(lambda: defaultdict(list))
@@ -172,24 +226,47 @@ def check(events):
     return rep
 
 
+def usage():
+    print("usage: check_invariants.py [--max-inflight LANE=N ...] EVENTS.jsonl", file=sys.stderr)
+    return 2
+
+
 def main(argv):
-    if len(argv) != 2:
-        print("usage: check_invariants.py EVENTS.jsonl", file=sys.stderr)
-        return 2
+    limits, paths = [], []
+    args = argv[1:]
+    while args:
+        a = args.pop(0)
+        if a == "--max-inflight" or a.startswith("--max-inflight="):
+            spec = a.split("=", 1)[1] if a.startswith("--max-inflight=") else (
+                args.pop(0) if args else "")
+            lane, _, n = spec.rpartition("=")
+            if not lane or not n.isdigit():
+                print("--max-inflight wants LANE=N, not '%s'" % spec, file=sys.stderr)
+                return usage()
+            limits.append((lane, int(n)))
+        elif a.startswith("-") and a != "-":
+            return usage()
+        else:
+            paths.append(a)
+    if len(paths) != 1:
+        return usage()
     try:
-        events = load(argv[1])
+        events = load(paths[0])
     except OSError as err:
-        print("cannot read %s: %s" % (argv[1], err), file=sys.stderr)
+        print("cannot read %s: %s" % (paths[0], err), file=sys.stderr)
         return 2
     except SystemExit as err:
         print(err, file=sys.stderr)
         return 2
     rep = check(events)
+    check_inflight(events, limits, rep)
+    report_waits(events)
     if rep.total():
         print("%d violations (%s)" % (rep.total(), ", ".join(
-            "invariant %d: %d" % (i, n) for i, n in sorted(rep.count.items()))))
+            ("invariant %d: %d" % (i, n)) if isinstance(i, int) else ("%s: %d" % (i, n))
+            for i, n in sorted(rep.count.items(), key=lambda kv: str(kv[0])))))
         return 1
-    print("invariants 1, 2 and 3 hold")
+    print("invariants 1, 2 and 3 hold" + ("; in-flight limits hold" if limits else ""))
     return 0
 
 
