@@ -3,7 +3,8 @@
  * clipping coefficient from all partials) and adamw (one chunk: fp32 master, moments, gradient
  * zeroed after use, and the next step's working copy written in the same pass).  PyTorch AdamW
  * semantics (https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html). Kernels:
- * codelets/cpu/adamw_ref.c.  Tests: tests/kernels/test_kernels_adamw.c, tests/e2e. */
+ * codelets/cpu/adamw_ref.c, adamw_avx512.c (chosen at run time, sdp_cpu_adamw()).  Tests:
+ * tests/kernels/test_kernels_adamw.c, test_kernels_host_simd.c, tests/e2e. */
 #include "config.h"
 
 #include <math.h>
@@ -145,7 +146,7 @@ static void adamw_cpu(void *buffers[], void *cl_arg)
              * has to be written (the task declares it W) */
             size_t n = STARPU_VECTOR_GET_NX(buffers[0]);
             if (bf16)
-                sdp_cpu_cast_bf16_ref((uint16_t *)work, p, n);
+                sdp_cpu_cast_bf16((uint16_t *)work, p, n);
             else
                 memcpy(work, p, n * sizeof(float));
             return;
@@ -154,15 +155,15 @@ static void adamw_cpu(void *buffers[], void *cl_arg)
     }
     for (int s = 0; s < a->nsegs; s++) {
         size_t off = a->segs[s].offset;
-        sdp_cpu_adamw_ref(p + off, g + off, m + off, v + off, bf16 ? (uint16_t *)work + off : NULL,
-                          bf16 ? NULL : (float *)work + off, a->segs[s].nelems, &hp,
-                          a->segs[s].decay, 0);
+        sdp_cpu_adamw(p + off, g + off, m + off, v + off, bf16 ? (uint16_t *)work + off : NULL,
+                      bf16 ? NULL : (float *)work + off, a->segs[s].nelems, &hp, a->segs[s].decay,
+                      0);
     }
 }
 
 static struct starpu_perfmodel sdp_pm_adamw = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_adamw_v1",
+    .symbol = "sdp_adamw_v2", /* v2: AVX-512 kernel */
     .footprint = sdp_cl_footprint,
 };
 struct starpu_codelet sdp_cl_adamw = {

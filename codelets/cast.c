@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* cast: fp32 master chunk -> working copy chunk (bf16, round to nearest even, or an fp32 copy).
- * Kernel: codelets/cpu/cast_bf16_ref.c.  Test: tests/kernels/test_kernels_cast_bf16.c, tests/e2e.
- */
+ * Kernels: codelets/cpu/cast_bf16_ref.c, cast_avx512.c (chosen at run time, sdp_cpu_cast_bf16()).
+ * Tests: tests/kernels/test_kernels_cast_bf16.c, test_kernels_host_simd.c, tests/e2e. */
 #include "config.h"
 
 #include <string.h>
@@ -22,14 +22,14 @@ static void cast_cpu(void *buffers[], void *cl_arg)
     size_t n = STARPU_VECTOR_GET_NX(buffers[1]);
     (void)cl_arg;
     if (STARPU_VECTOR_GET_ELEMSIZE(buffers[0]) == 2)
-        sdp_cpu_cast_bf16_ref(work, master, n);
+        sdp_cpu_cast_bf16(work, master, n);
     else
         memcpy(work, master, n * sizeof(float));
 }
 
 static struct starpu_perfmodel sdp_pm_cast = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_cast_v1",
+    .symbol = "sdp_cast_v2", /* v2: AVX-512 kernel */
     .footprint = sdp_cl_footprint,
 };
 

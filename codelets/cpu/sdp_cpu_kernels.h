@@ -1,15 +1,36 @@
 /* SPDX-License-Identifier: MIT */
 /* Pure CPU kernels of every op: scalar reference implementations (`_ref`, the oracle and the
- * portable fallback) and the BLAS-backed GEMMs.  No StarPU, no runtime headers: these functions
- * only compute. All tensors are row-major and contiguous unless a leading dimension is given.  fp32
- * math with fp32 accumulation unless stated; reductions that feed the loss or norms accumulate in
- * double. Deterministic: for the same inputs every function returns the same bits, whatever thread
- * calls it. Tests: tests/kernels/ (each against an fp64 oracle). */
+ * portable fallback), AVX-512 variants of the host-bound ops (`_avx512`: AdamW, fp32 -> bf16 cast)
+ * and the BLAS-backed GEMMs.  No StarPU, no runtime headers: these functions only compute. All
+ * tensors are row-major and contiguous unless a leading dimension is given.  fp32 math with fp32
+ * accumulation unless stated; reductions that feed the loss or norms accumulate in double.
+ * Deterministic: for the same inputs every function returns the same bits, whatever thread calls
+ * it, and an `_avx512` kernel returns the same bits as its `_ref`.
+ *
+ * Host kernel selection: the entry points without a suffix (sdp_cpu_adamw(), sdp_cpu_cast_bf16())
+ * run the AVX-512 kernels when the CPU has AVX-512 F, BW and VL, else the scalar references.  The
+ * environment variable SDP_HOST_KERNELS=scalar forces the scalar references (`auto`, the default,
+ * picks the best the CPU has); it is read once, at the first call.
+ * Tests: tests/kernels/ (each against an fp64 oracle; test_kernels_host_simd.c: AVX-512 == _ref).
+ */
 #ifndef SDP_CPU_KERNELS_H
 #define SDP_CPU_KERNELS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* ---- host kernel selection ---- */
+
+enum sdp_cpu_isa { SDP_CPU_ISA_SCALAR, SDP_CPU_ISA_AVX512 };
+
+/** Non-zero when this build has the AVX-512 kernels and the CPU runs them (AVX-512 F, BW, VL). */
+int sdp_cpu_have_avx512(void);
+/** The kernels the entry points without a suffix use: SDP_CPU_ISA_AVX512 when
+ * sdp_cpu_have_avx512() and SDP_HOST_KERNELS is unset, empty, `auto` or `avx512`; the scalar
+ * references otherwise (an unknown value is warned about once).  Decided at the first call. */
+enum sdp_cpu_isa sdp_cpu_isa(void);
+/** "avx512" or "scalar". */
+const char *sdp_cpu_isa_name(enum sdp_cpu_isa isa);
 
 /* ---- bf16 ---- */
 
@@ -20,6 +41,11 @@ float sdp_bf16_to_f32(uint16_t x);
 
 /** dst[i] = bf16(src[i]) for n elements. */
 void sdp_cpu_cast_bf16_ref(uint16_t *dst, const float *src, size_t n);
+/** The same with AVX-512 (same bits; non-temporal stores to dst).  Only on a CPU where
+ * sdp_cpu_have_avx512() is non-zero. */
+void sdp_cpu_cast_bf16_avx512(uint16_t *dst, const float *src, size_t n);
+/** The same through the selected kernel (sdp_cpu_isa()). */
+void sdp_cpu_cast_bf16(uint16_t *dst, const float *src, size_t n);
 /** dst[i] = float(src[i]) for n elements. */
 void sdp_cpu_bf16_to_f32_ref(float *dst, const uint16_t *src, size_t n);
 
@@ -118,13 +144,48 @@ double sdp_cpu_sumsq_ref(const float *g, size_t n);
  *   g' = g * gscale;  p -= lr * wd * p (when decay);  m = b1 m + (1-b1) g';  v = b2 v + (1-b2)
  * g'^2; p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),  bc1 = 1 - b1^t, bc2 = 1 - b2^t. Then g
  * is zeroed (ready for the next accumulation) when zero_grad is non-zero. If work_bf16 / work_f32
- * is non-NULL the updated p is also written there (bf16 rounded or fp32). */
+ * is non-NULL the updated p is also written there (bf16 rounded or fp32).  Every fp32 operation
+ * rounds on its own, in the order written in adamw_ref.c: the kernel files are compiled with
+ * -ffp-contract=off (codelets/cpu/local.mk), so no build turns a*b+c into an FMA.  A NaN result in
+ * p, m or v is stored as the quiet NaN 0x7fc00000 (which NaN operand propagates would otherwise
+ * depend on the compiler's operand order). */
 struct sdp_adamw_hp {
     float lr, beta1, beta2, eps, weight_decay;
     float gscale; /* gradient clipping coefficient (1 when not clipping) */
     int step;     /* t, 1-based */
 };
+/** The fp32 constants of one AdamW call, computed once from hp in double and rounded to fp32 (as
+ * PyTorch rounds its Python-float scalars); shared by every implementation so they agree. */
+struct sdp_adamw_consts {
+    float wd_mul;   /* 1 - lr wd when decaying, else 1 */
+    float w1, omw1; /* lerp weight 1 - b1, and 1 - w1 in fp32 */
+    float b2, c2;   /* beta2, 1 - beta2 */
+    float nstep;    /* -lr / bc1 */
+    float bc2_sqrt; /* sqrt(bc2) */
+    float eps, gscale;
+    int lerp_small; /* |w1| < 0.5: ATen's lerp takes the self + w (end - self) form */
+};
+void sdp_cpu_adamw_consts(struct sdp_adamw_consts *c, const struct sdp_adamw_hp *hp, int decay);
 void sdp_cpu_adamw_ref(float *p, float *g, float *m, float *v, uint16_t *work_bf16, float *work_f32,
                        size_t n, const struct sdp_adamw_hp *hp, int decay, int zero_grad);
+/** The same with a bf16 gradient g (n), widened exactly to fp32 before scaling. */
+void sdp_cpu_adamw_gbf16_ref(float *p, uint16_t *g, float *m, float *v, uint16_t *work_bf16,
+                             float *work_f32, size_t n, const struct sdp_adamw_hp *hp, int decay,
+                             int zero_grad);
+/** AVX-512 versions of the two: the same bits in p, m, v, g and the working copy for every input
+ * (NaN, Inf and denormals included); the working copy is written with non-temporal stores.  Only on
+ * a CPU where sdp_cpu_have_avx512() is non-zero. */
+void sdp_cpu_adamw_avx512(float *p, float *g, float *m, float *v, uint16_t *work_bf16,
+                          float *work_f32, size_t n, const struct sdp_adamw_hp *hp, int decay,
+                          int zero_grad);
+void sdp_cpu_adamw_gbf16_avx512(float *p, uint16_t *g, float *m, float *v, uint16_t *work_bf16,
+                                float *work_f32, size_t n, const struct sdp_adamw_hp *hp, int decay,
+                                int zero_grad);
+/** The same through the selected kernel (sdp_cpu_isa()). */
+void sdp_cpu_adamw(float *p, float *g, float *m, float *v, uint16_t *work_bf16, float *work_f32,
+                   size_t n, const struct sdp_adamw_hp *hp, int decay, int zero_grad);
+void sdp_cpu_adamw_gbf16(float *p, uint16_t *g, float *m, float *v, uint16_t *work_bf16,
+                         float *work_f32, size_t n, const struct sdp_adamw_hp *hp, int decay,
+                         int zero_grad);
 
 #endif

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Checks AdamW against an fp64 oracle of torch.optim.AdamW's formula over several steps (each step
  * from the kernel's own previous state), with and without decay, gradient scaling, zero and huge
- * gradients; the bf16 / fp32 working copies and the zeroed gradient bit for bit; and the gradient
- * sum of squares against a long double sum. */
+ * gradients; the bf16 / fp32 working copies and the zeroed gradient bit for bit; the bf16-gradient
+ * entry against the fp32 one on the widened gradient (bit for bit: widening is exact); and the
+ * gradient sum of squares against a long double sum. */
 #include "config.h"
 
 #include <math.h>
@@ -37,6 +38,52 @@ static int check_sumsq(struct sdp_rng *rng)
     return nfail;
 }
 
+/* sdp_cpu_adamw_gbf16_ref(g) must equal sdp_cpu_adamw_ref(widen(g)) bit for bit, NaN and Inf
+ * gradients included, and both dispatching entry points their references */
+static int check_bf16_grad(struct sdp_rng *rng)
+{
+    enum { N = 1037 };
+    static float p[3][N], m[3][N], v[3][N], gw[N], wf[3][N];
+    static uint16_t gb[2][N], wb[3][N];
+    const struct sdp_adamw_hp hp = { .lr = 1e-3f,
+                                     .beta1 = 0.9f,
+                                     .beta2 = 0.999f,
+                                     .eps = 1e-8f,
+                                     .weight_decay = 0.1f,
+                                     .gscale = 0.5f,
+                                     .step = 5 };
+    int nbad = 0;
+
+    sdp_fill_normal(rng, p[0], N, 1.0f);
+    sdp_fill_normal(rng, m[0], N, 1e-3f);
+    for (int i = 0; i < N; i++) {
+        v[0][i] = fabsf(sdp_rng_normal(rng, 1e-4f));
+        gb[0][i] = (uint16_t)sdp_rng_next(rng); /* every bf16 pattern: NaN, Inf, denormals */
+        gw[i] = sdp_bf16_to_f32(gb[0][i]);
+    }
+    for (int k = 1; k < 3; k++) {
+        memcpy(p[k], p[0], sizeof(p[0]));
+        memcpy(m[k], m[0], sizeof(m[0]));
+        memcpy(v[k], v[0], sizeof(v[0]));
+    }
+    memcpy(gb[1], gb[0], sizeof(gb[0]));
+    sdp_cpu_adamw_ref(p[0], gw, m[0], v[0], wb[0], wf[0], N, &hp, 1, 1);
+    sdp_cpu_adamw_gbf16_ref(p[1], gb[0], m[1], v[1], wb[1], wf[1], N, &hp, 1, 1);
+    sdp_cpu_adamw_gbf16(p[2], gb[1], m[2], v[2], wb[2], wf[2], N, &hp, 1, 1);
+    for (int k = 1; k < 3; k++) {
+        nbad += memcmp(p[0], p[k], sizeof(p[0])) != 0;
+        nbad += memcmp(m[0], m[k], sizeof(m[0])) != 0;
+        nbad += memcmp(v[0], v[k], sizeof(v[0])) != 0;
+        nbad += memcmp(wb[0], wb[k], sizeof(wb[0])) != 0;
+        nbad += memcmp(wf[0], wf[k], sizeof(wf[0])) != 0;
+    }
+    for (int i = 0; i < N; i++)
+        nbad += gb[0][i] != 0 || gb[1][i] != 0 || gw[i] != 0.0f;
+    printf("adamw bf16 gradient == fp32 on the widened gradient (ref and %s): %d mismatches  %s\n",
+           sdp_cpu_isa_name(sdp_cpu_isa()), nbad, nbad ? "BAD" : "ok");
+    return nbad != 0;
+}
+
 int main(void)
 {
     enum { N = 4101, STEPS = 4 };
@@ -47,6 +94,7 @@ int main(void)
     int nfail = 0;
 
     nfail += check_sumsq(&rng);
+    nfail += check_bf16_grad(&rng);
     sdp_fill_normal(&rng, p, N, 1.0f);
     p[0] = 0.0f;
     p[1] = 1e30f;

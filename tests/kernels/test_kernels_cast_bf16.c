@@ -2,7 +2,8 @@
 /* Checks fp32 <-> bf16 conversion bit for bit against an independent oracle that picks the nearer
  * of the two neighbouring bf16 values in double (ties to the even one, overflow past the rounding
  * boundary to Inf, NaN to the quiet NaN with the sign kept): all specials, all 65536 upper halves
- * with edge lower halves, and random bit patterns; plus the exact widening of every bf16 value. */
+ * with edge lower halves, and random bit patterns; plus the exact widening of every bf16 value, and
+ * the dispatching sdp_cpu_cast_bf16() (AVX-512 or scalar, as selected) on the same arrays. */
 #include "config.h"
 
 #include <math.h>
@@ -115,7 +116,7 @@ int main(void)
     /* the array versions agree with the scalar ones, and the round trip is the identity */
     enum { NA = 4099 };
     static float src[NA], back[NA];
-    static uint16_t dst[NA];
+    static uint16_t dst[NA], dst_sel[NA];
     long narr = 0;
     for (int i = 0; i < NA; i++)
         src[i] = sdp_rng_normal(&rng, i % 7 == 0 ? 1e30f : 3.0f);
@@ -123,15 +124,17 @@ int main(void)
     src[1] = -0.0f;
     src[2] = NAN;
     sdp_cpu_cast_bf16_ref(dst, src, NA);
+    sdp_cpu_cast_bf16(dst_sel + 1, src + 1, NA - 1); /* odd offset: unaligned head */
+    sdp_cpu_cast_bf16(dst_sel, src, 1);
     sdp_cpu_bf16_to_f32_ref(back, dst, NA);
     for (int i = 0; i < NA; i++) {
         uint16_t again;
         sdp_cpu_cast_bf16_ref(&again, &back[i], 1);
-        if (dst[i] != sdp_f32_to_bf16(src[i]) || again != dst[i])
+        if (dst[i] != sdp_f32_to_bf16(src[i]) || again != dst[i] || dst_sel[i] != dst[i])
             narr++;
     }
-    printf("array cast + round trip: %d values, %ld mismatches  %s\n", NA, narr,
-           narr ? "BAD" : "ok");
+    printf("array cast (ref and %s) + round trip: %d values, %ld mismatches  %s\n",
+           sdp_cpu_isa_name(sdp_cpu_isa()), NA, narr, narr ? "BAD" : "ok");
     nfail += narr != 0;
     return sdp_test_finish(nfail);
 }
