@@ -12,7 +12,7 @@
 #include "runtime/sdp_log.h"
 
 /* The project's own policies; NULL-terminated. */
-static struct starpu_sched_policy *ours[] = { NULL };
+static struct starpu_sched_policy *ours[] = { &sdp_policy_slidedp, NULL };
 
 int sdp_policy_resolve(const char *name, void **policy)
 {

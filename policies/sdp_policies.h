@@ -7,6 +7,12 @@
 
 #include <stdio.h>
 
+struct starpu_sched_policy;
+
+/** sdp-slidedp (policies/slidedp.c): critical-path order of the lanes, bounded staging of casts
+ * and updates (SDP_STAGING_DEPTH, default 4), prefetch window (SDP_WINDOW_DEPTH, default 2). */
+extern struct starpu_sched_policy sdp_policy_slidedp;
+
 /** Resolve a policy name.  *policy is set to our struct starpu_sched_policy for a project policy,
  * or to NULL for one of StarPU's stock policies (which StarPU then looks up by name).
  * @return 0, or -ENOENT for an unknown name (logged, with the list of known names) */

@@ -1,2 +1,7 @@
 # SPDX-License-Identifier: MIT
 # tests/policies/: the project's scheduling policies (sdp-slidedp) and the invariant checker
+check_PROGRAMS += tests/policies/test_policies_slidedp_key
+TESTS += tests/policies/test_policies_slidedp_key tests/policies/test_policies_slidedp.sh
+tests_policies_test_policies_slidedp_key_SOURCES = tests/policies/test_policies_slidedp_key.c \
+	policies/slidedp_internal.h
+EXTRA_DIST += tests/policies/test_policies_slidedp.sh

@@ -1,0 +1,516 @@
+/* SPDX-License-Identifier: MIT */
+/* sdp-slidedp: SlideDP's scheduling policy.  Ready tasks wait in heaps ordered by the critical-path
+ * key of policies/slidedp_internal.h (the forward group by group, the backward from the head
+ * down, the update of group 0 first, the next step's forward ahead of later groups' updates).
+ * Backpressure: at most `depth` casts and AdamW chunk updates (the tasks that fill staging
+ * buffers) run at once; the others are held back in their queue, each hold recorded as a trace
+ * wait.  A CUDA worker prefetches the inputs of its queued tasks only within `window` groups ahead
+ * of the group it computes.  A monolithic policy (StarPU's starpu_sched_policy, no components):
+ *   push: a task that one worker only can run -> that worker's queue; any other -> the shared
+ *         queue of its worker-type mask (CPU, CUDA, both, ...).  Each queue: a heap of ordinary
+ *         tasks and a heap of staged (bounded) tasks.
+ *   pop:  the smallest key among the worker's queue and the shared queues of its type.
+ * One mutex guards it all; idle workers are flagged and woken on push and when a slot frees.
+ * Tests: tests/policies/test_policies_slidedp_key.c, tests/policies/test_policies_slidedp.sh. */
+#include "config.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <starpu.h>
+#include <starpu_scheduler.h>
+
+#include "policies/sdp_policies.h"
+#include "policies/slidedp_internal.h"
+#include "runtime/sdp_log.h"
+#include "runtime/trace.h"
+
+#define NMASKS         8 /* worker-type masks: CPU 1, CUDA 2, any other type 4 */
+#define DEFAULT_DEPTH  4
+#define DEFAULT_WINDOW 2
+#define WAIT_STAGING   "staging full"
+
+struct heap;
+
+/* One queued task. */
+struct entry {
+    struct starpu_task *task;
+    uint64_t key, seq;
+    long pos;             /* pass position, for the prefetch window */
+    double held_since_us; /* first refusal by the staging bound (starpu_timing_now), or 0 */
+    int staged, prefetched, idx;
+    struct sdp_slidedp_hint hint; /* valid when has_hint */
+    int has_hint;
+    struct heap *heap;
+    struct entry *next_free;
+};
+
+/* A binary min-heap on (key, seq). */
+struct heap {
+    struct entry **a;
+    int n, cap;
+};
+
+struct queue {
+    struct heap normal, staged;
+};
+
+struct sched {
+    pthread_mutex_t lock;
+    struct queue wq[STARPU_NMAXWORKERS]; /* tasks that one worker only can run */
+    struct queue pool[NMASKS];           /* the others, by the mask of worker types that can */
+    int workers[STARPU_NMAXWORKERS], nworkers;
+    unsigned typebit[STARPU_NMAXWORKERS];
+    int idle[STARPU_NMAXWORKERS]; /* found nothing: skips the lock until woken (atomic) */
+    long cur_pos[STARPU_NMAXWORKERS];
+    long nqueued; /* atomic reads outside the lock */
+    long nstaged; /* staged tasks queued */
+    int depth, window, inflight, ngroups;
+    struct starpu_task **slots; /* the staged tasks in flight (depth of them at most) */
+    uint64_t seq;
+    struct entry *free_list;
+};
+
+/* ---- heap ---- */
+
+static int before(const struct entry *x, const struct entry *y)
+{
+    return x->key < y->key || (x->key == y->key && x->seq < y->seq);
+}
+
+static void heap_set(struct heap *h, int i, struct entry *e)
+{
+    h->a[i] = e;
+    e->idx = i;
+}
+
+static void sift_up(struct heap *h, int i)
+{
+    struct entry *e = h->a[i];
+    while (i > 0 && before(e, h->a[(i - 1) / 2])) {
+        heap_set(h, i, h->a[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    heap_set(h, i, e);
+}
+
+static void sift_down(struct heap *h, int i)
+{
+    struct entry *e = h->a[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= h->n)
+            break;
+        if (c + 1 < h->n && before(h->a[c + 1], h->a[c]))
+            c++;
+        if (!before(h->a[c], e))
+            break;
+        heap_set(h, i, h->a[c]);
+        i = c;
+    }
+    heap_set(h, i, e);
+}
+
+static void heap_push(struct heap *h, struct entry *e)
+{
+    if (h->n == h->cap) {
+        int ncap = h->cap ? 2 * h->cap : 64;
+        struct entry **a = realloc(h->a, (size_t)ncap * sizeof(*a));
+        SDP_ASSERT(a != NULL, "sdp-slidedp: out of memory for a queue of %d tasks", ncap);
+        h->a = a;
+        h->cap = ncap;
+    }
+    e->heap = h;
+    heap_set(h, h->n++, e);
+    sift_up(h, e->idx);
+}
+
+static void heap_remove(struct entry *e)
+{
+    struct heap *h = e->heap;
+    int i = e->idx;
+    struct entry *last = h->a[--h->n];
+    if (i < h->n) {
+        heap_set(h, i, last);
+        sift_down(h, i);
+        sift_up(h, last->idx);
+    }
+    e->heap = NULL;
+}
+
+/* The first entry of h, in key order, that worker w can run: the top, or (when a codelet's
+ * can_execute refuses w) the best of a scan. */
+static struct entry *best_for(struct heap *h, int w, int check)
+{
+    struct entry *best = NULL;
+    if (h->n == 0)
+        return NULL;
+    if (!check || starpu_worker_can_execute_task_first_impl((unsigned)w, h->a[0]->task, NULL))
+        return h->a[0];
+    for (int i = 1; i < h->n; i++)
+        if ((!best || before(h->a[i], best)) &&
+            starpu_worker_can_execute_task_first_impl((unsigned)w, h->a[i]->task, NULL))
+            best = h->a[i];
+    return best;
+}
+
+/* ---- helpers ---- */
+
+static unsigned type_bit(int w)
+{
+    switch (starpu_worker_get_type(w)) {
+    case STARPU_CPU_WORKER:
+        return 1;
+    case STARPU_CUDA_WORKER:
+        return 2;
+    default:
+        return 4;
+    }
+}
+
+static struct entry *entry_new(struct sched *s)
+{
+    struct entry *e = s->free_list;
+    if (e)
+        s->free_list = e->next_free;
+    else
+        e = malloc(sizeof(*e));
+    SDP_ASSERT(e != NULL, "sdp-slidedp: out of memory for a queue entry");
+    memset(e, 0, sizeof(*e));
+    return e;
+}
+
+static void entry_free(struct sched *s, struct entry *e)
+{
+    e->next_free = s->free_list;
+    s->free_list = e;
+}
+
+/* Copy the task's hint (struct sdp_hint, see slidedp_internal.h), if it carries one.  Tasks
+ * without a codelet or without a hint (StarPU's own, or submitted around codelets/) have none. */
+static int read_hint(const struct starpu_task *task, struct sdp_slidedp_hint *h)
+{
+    if (!task->cl || !task->sched_data)
+        return 0;
+    memcpy(h, task->sched_data, sizeof(*h));
+    return 1;
+}
+
+/* Under the lock: prefetch the inputs of e for CUDA worker w when it lies in w's window. */
+static void maybe_prefetch(struct sched *s, int w, struct entry *e)
+{
+    if (e->prefetched || e->task->prefetched || s->typebit[w] != 2)
+        return;
+    if (!sdp_slidedp_in_window(e->pos, s->cur_pos[w], s->window))
+        return;
+    e->prefetched = 1;
+    starpu_prefetch_task_input_for(e->task, (unsigned)w);
+}
+
+static void lock_relaxed(struct sched *s)
+{
+    starpu_worker_relax_on();
+    pthread_mutex_lock(&s->lock);
+    starpu_worker_relax_off();
+}
+
+/* Under the lock: clear the idle flag of the workers in ws[0..n) that have it, keeping them in
+ * wake[] (to wake after unlocking).  @return how many */
+static int take_idle(struct sched *s, const int *ws, int n, int *wake)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (__atomic_load_n(&s->idle[ws[i]], __ATOMIC_RELAXED)) {
+            __atomic_store_n(&s->idle[ws[i]], 0, __ATOMIC_RELEASE);
+            wake[k++] = ws[i];
+        }
+    return k;
+}
+
+static void wake_all(const int *wake, int n)
+{
+    for (int i = 0; i < n; i++)
+        starpu_wake_worker_relax_light(wake[i]);
+}
+
+/* ---- policy methods ---- */
+
+static void init_sched(unsigned ctx)
+{
+    struct sched *s = calloc(1, sizeof(*s));
+    SDP_ASSERT(s != NULL, "sdp-slidedp: out of memory for the policy state");
+    pthread_mutex_init(&s->lock, NULL);
+    s->depth = starpu_getenv_number_default("SDP_STAGING_DEPTH", DEFAULT_DEPTH);
+    if (s->depth < 1) {
+        SDP_WARN("sdp-slidedp: SDP_STAGING_DEPTH=%d must be at least 1; using %d", s->depth,
+                 DEFAULT_DEPTH);
+        s->depth = DEFAULT_DEPTH;
+    }
+    s->window = starpu_getenv_number_default("SDP_WINDOW_DEPTH", DEFAULT_WINDOW);
+    if (s->window < 0) {
+        SDP_WARN("sdp-slidedp: SDP_WINDOW_DEPTH=%d must be at least 0; using %d", s->window,
+                 DEFAULT_WINDOW);
+        s->window = DEFAULT_WINDOW;
+    }
+    s->slots = calloc((size_t)s->depth, sizeof(*s->slots));
+    SDP_ASSERT(s->slots != NULL, "sdp-slidedp: out of memory for %d staging slots", s->depth);
+    for (int w = 0; w < STARPU_NMAXWORKERS; w++)
+        s->cur_pos[w] = -1;
+    starpu_sched_ctx_set_policy_data(ctx, s);
+    /* the fallback order of unhinted tasks is their priority, any integer */
+    if (!starpu_sched_ctx_min_priority_is_set(ctx))
+        starpu_sched_ctx_set_min_priority(ctx, INT_MIN);
+    if (!starpu_sched_ctx_max_priority_is_set(ctx))
+        starpu_sched_ctx_set_max_priority(ctx, INT_MAX);
+    sdp_tasks_hints_for_policy(1);
+    SDP_INFO("sdp-slidedp: staging depth %d (SDP_STAGING_DEPTH), prefetch window %d groups "
+             "(SDP_WINDOW_DEPTH)",
+             s->depth, s->window);
+}
+
+static void free_heap(struct sched *s, struct heap *h)
+{
+    for (int i = 0; i < h->n; i++)
+        entry_free(s, h->a[i]);
+    free(h->a);
+}
+
+static void deinit_sched(unsigned ctx)
+{
+    struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
+    struct entry *e;
+    sdp_tasks_hints_for_policy(0);
+    if (s->nqueued)
+        SDP_WARN("sdp-slidedp: %ld tasks still queued at shutdown", s->nqueued);
+    for (int w = 0; w < STARPU_NMAXWORKERS; w++) {
+        free_heap(s, &s->wq[w].normal);
+        free_heap(s, &s->wq[w].staged);
+    }
+    for (int m = 0; m < NMASKS; m++) {
+        free_heap(s, &s->pool[m].normal);
+        free_heap(s, &s->pool[m].staged);
+    }
+    while ((e = s->free_list)) {
+        s->free_list = e->next_free;
+        free(e);
+    }
+    free(s->slots);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+static void add_workers(unsigned ctx, int *ids, unsigned n)
+{
+    struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
+    pthread_mutex_lock(&s->lock);
+    for (unsigned i = 0; i < n; i++) {
+        int w = ids[i], known = 0;
+        if (w < 0 || w >= STARPU_NMAXWORKERS)
+            continue;
+        for (int j = 0; j < s->nworkers; j++)
+            known |= s->workers[j] == w;
+        if (!known)
+            s->workers[s->nworkers++] = w;
+        s->typebit[w] = type_bit(w);
+    }
+    pthread_mutex_unlock(&s->lock);
+    /* every worker draws from the shared queues */
+    for (unsigned i = 0; i < n; i++)
+        starpu_sched_ctx_worker_shares_tasks_lists(ids[i], (int)ctx);
+}
+
+static void remove_workers(unsigned ctx, int *ids, unsigned n)
+{
+    struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
+    pthread_mutex_lock(&s->lock);
+    for (unsigned i = 0; i < n; i++)
+        for (int j = 0; j < s->nworkers; j++)
+            if (s->workers[j] == ids[i]) {
+                s->workers[j] = s->workers[--s->nworkers];
+                break;
+            }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int push_task(struct starpu_task *task)
+{
+    struct sched *s = starpu_sched_ctx_get_policy_data(task->sched_ctx);
+    int eligible[STARPU_NMAXWORKERS], wake[STARPU_NMAXWORKERS], n = 0, nwake;
+    unsigned mask = 0;
+    struct entry *e;
+    struct queue *q;
+
+    lock_relaxed(s);
+    e = entry_new(s);
+    e->task = task;
+    e->has_hint = read_hint(task, &e->hint);
+    e->key = sdp_slidedp_key(e->has_hint ? &e->hint : NULL, task->priority);
+    e->seq = s->seq++;
+    e->staged = e->has_hint && sdp_slidedp_is_staged(&e->hint);
+    if (e->has_hint && e->hint.group + 1 > s->ngroups)
+        s->ngroups = e->hint.group + 1;
+    e->pos = sdp_slidedp_pass_pos(e->has_hint ? &e->hint : NULL, s->ngroups);
+
+    /* StarPU hands tasks pinned with execute_on_a_specific_worker to the worker's own queue
+     * without calling push; one that comes here anyway goes to that worker */
+    if (task->execute_on_a_specific_worker && task->workerid < starpu_worker_get_count()) {
+        eligible[n++] = (int)task->workerid;
+    } else {
+        for (int i = 0; i < s->nworkers; i++)
+            if (starpu_worker_can_execute_task_first_impl((unsigned)s->workers[i], task, NULL)) {
+                eligible[n++] = s->workers[i];
+                mask |= s->typebit[s->workers[i]];
+            }
+    }
+    SDP_ASSERT(n > 0, "sdp-slidedp: no worker of the context can run task %s",
+               task->name ? task->name : "(unnamed)");
+    q = n == 1 ? &s->wq[eligible[0]] : &s->pool[mask];
+    heap_push(e->staged ? &q->staged : &q->normal, e);
+    __atomic_store_n(&s->nqueued, s->nqueued + 1, __ATOMIC_RELEASE);
+    s->nstaged += e->staged;
+    if (n == 1)
+        maybe_prefetch(s, eligible[0], e);
+    starpu_push_task_end(task);
+    nwake = take_idle(s, eligible, n, wake);
+    pthread_mutex_unlock(&s->lock);
+    wake_all(wake, nwake);
+    return 0;
+}
+
+/* The best candidate for worker w in one heap kind (staged or not) among w's queues. */
+static struct entry *candidate(struct sched *s, int w, int staged)
+{
+    struct entry *best = NULL, *e;
+    struct queue *own = &s->wq[w];
+    e = best_for(staged ? &own->staged : &own->normal, w, 0);
+    if (e)
+        best = e;
+    for (unsigned m = 1; m < NMASKS; m++) {
+        if (!(m & s->typebit[w]))
+            continue;
+        e = best_for(staged ? &s->pool[m].staged : &s->pool[m].normal, w, 1);
+        if (e && (!best || before(e, best)))
+            best = e;
+    }
+    return best;
+}
+
+static struct starpu_task *pop_task(unsigned ctx)
+{
+    struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
+    int w = starpu_worker_get_id_check();
+    struct entry *normal, *staged, *chosen = NULL;
+    struct starpu_task *task = NULL;
+    struct sdp_slidedp_hint wait_hint = { 0 };
+    double held_since = 0.0, now = 0.0;
+
+    /* nothing queued, or nothing for us since we last looked (a push or a free slot wakes us) */
+    if (__atomic_load_n(&s->nqueued, __ATOMIC_ACQUIRE) == 0 ||
+        __atomic_load_n(&s->idle[w], __ATOMIC_ACQUIRE))
+        return NULL;
+
+    lock_relaxed(s);
+    normal = candidate(s, w, 0);
+    staged = candidate(s, w, 1);
+    if (staged && (!normal || before(staged, normal))) {
+        if (s->inflight < s->depth) {
+            chosen = staged;
+        } else if (staged->held_since_us == 0.0) {
+            /* the bound refuses the task this worker would run next: it waits from now */
+            staged->held_since_us = starpu_timing_now();
+        }
+    }
+    if (!chosen)
+        chosen = normal;
+    if (chosen) {
+        heap_remove(chosen);
+        task = chosen->task;
+        __atomic_store_n(&s->nqueued, s->nqueued - 1, __ATOMIC_RELEASE);
+        if (chosen->staged) {
+            s->nstaged--;
+            for (int i = 0; i < s->depth; i++)
+                if (!s->slots[i]) {
+                    s->slots[i] = task;
+                    break;
+                }
+            __atomic_store_n(&s->inflight, s->inflight + 1, __ATOMIC_RELEASE);
+            if (chosen->held_since_us > 0.0) {
+                held_since = chosen->held_since_us;
+                wait_hint = chosen->hint;
+                now = starpu_timing_now();
+            }
+        }
+        entry_free(s, chosen);
+    } else {
+        __atomic_store_n(&s->idle[w], 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (held_since > 0.0)
+        sdp_trace_wait(wait_hint.phase == SDP_SLIDEDP_CAST ? SDP_LANE_PARAM_H2D
+                                                           : SDP_LANE_CPU_ADAMW,
+                       wait_hint.rank, wait_hint.step, wait_hint.group, wait_hint.chunk, held_since,
+                       now, WAIT_STAGING);
+    return task;
+}
+
+/* A CUDA worker starts a task: when it moves to another group, the tasks queued for it that now
+ * lie in its window get their inputs prefetched. */
+static void pre_exec_hook(struct starpu_task *task, unsigned ctx)
+{
+    struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
+    int w = starpu_worker_get_id();
+    struct sdp_slidedp_hint h;
+    long pos;
+    if (w < 0 || s->typebit[w] != 2 || !read_hint(task, &h))
+        return;
+    lock_relaxed(s);
+    pos = sdp_slidedp_pass_pos(&h, s->ngroups);
+    if (pos != s->cur_pos[w]) {
+        struct queue *q = &s->wq[w];
+        s->cur_pos[w] = pos;
+        for (int i = 0; i < q->normal.n; i++)
+            maybe_prefetch(s, w, q->normal.a[i]);
+        for (int i = 0; i < q->staged.n; i++)
+            maybe_prefetch(s, w, q->staged.a[i]);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* A task ended: a staged one frees its slot, and the workers that stopped looking get woken
+ * when staged tasks are held back. */
+static void post_exec_hook(struct starpu_task *task, unsigned ctx)
+{
+    struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
+    int wake[STARPU_NMAXWORKERS], nwake = 0;
+    if (__atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) == 0)
+        return;
+    lock_relaxed(s);
+    for (int i = 0; i < s->depth; i++)
+        if (s->slots[i] == task) {
+            s->slots[i] = NULL;
+            __atomic_store_n(&s->inflight, s->inflight - 1, __ATOMIC_RELEASE);
+            if (s->nstaged > 0)
+                nwake = take_idle(s, s->workers, s->nworkers, wake);
+            break;
+        }
+    pthread_mutex_unlock(&s->lock);
+    wake_all(wake, nwake);
+}
+
+struct starpu_sched_policy sdp_policy_slidedp = {
+    .init_sched = init_sched,
+    .deinit_sched = deinit_sched,
+    .push_task = push_task,
+    .pop_task = pop_task,
+    .pre_exec_hook = pre_exec_hook,
+    .post_exec_hook = post_exec_hook,
+    .add_workers = add_workers,
+    .remove_workers = remove_workers,
+    .prefetches = 1,
+    .policy_name = "sdp-slidedp",
+    .policy_description = "SlideDP: critical-path order, bounded staging (SDP_STAGING_DEPTH), "
+                          "prefetch window (SDP_WINDOW_DEPTH)",
+    .worker_type = STARPU_WORKER_LIST,
+};

@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: MIT */
+/* The pure parts of the sdp-slidedp policy (policies/slidedp.c): the critical-path ordering key of
+ * a task, its position along the pass (for the prefetch window) and the staged-task test, all
+ * functions of the task's hint alone.  StarPU-free, so that
+ * tests/policies/test_policies_slidedp_key.c checks them without a runtime. */
+#ifndef SDP_SLIDEDP_INTERNAL_H
+#define SDP_SLIDEDP_INTERNAL_H
+
+#include <stdint.h>
+
+/* The layout of struct sdp_hint (codelets/sdp_tasks.h), which starpu_task::sched_data points to
+ * while the policy runs.  policies/ may not include codelets/ headers, so the policy copies the
+ * hint into this mirror; tests/policies/test_policies_slidedp_key.c asserts at compile time that
+ * the two layouts and the phase numbers agree. */
+struct sdp_slidedp_hint {
+    int step, group, chunk, mb;
+    int phase; /* enum sdp_phase */
+    int rank;
+};
+
+/* enum sdp_phase, in its order. */
+enum {
+    SDP_SLIDEDP_CAST,
+    SDP_SLIDEDP_FWD,
+    SDP_SLIDEDP_RECOMPUTE,
+    SDP_SLIDEDP_BWD,
+    SDP_SLIDEDP_LOSS,
+    SDP_SLIDEDP_NORM,
+    SDP_SLIDEDP_UPDATE
+};
+
+/* Defined in codelets/cl_common.c (declared in codelets/sdp_tasks.h, which policies/ may not
+ * include; the key test includes both headers, so the compiler checks that they agree). */
+void sdp_tasks_hints_for_policy(int on);
+
+/* Field widths of the key, most significant first (64 bits in all). */
+#define SDP_SLIDEDP_SLOT_BITS  24
+#define SDP_SLIDEDP_STAGE_BITS 2
+#define SDP_SLIDEDP_GPOS_BITS  14
+#define SDP_SLIDEDP_TIE_BITS   2
+#define SDP_SLIDEDP_MB_BITS    10
+#define SDP_SLIDEDP_CHUNK_BITS 12
+/* The largest group position: backward positions count down from it. */
+#define SDP_SLIDEDP_MAXG ((1 << SDP_SLIDEDP_GPOS_BITS) - 1)
+
+static inline uint64_t sdp_slidedp_clamp(long v, int bits)
+{
+    long max = (1L << bits) - 1;
+    return (uint64_t)(v < 0 ? 0 : v > max ? max : v);
+}
+
+/* 1 for the tasks that fill staging buffers and fall under the backpressure bound: the casts and
+ * the AdamW chunk updates (which also write the next working copy). */
+static inline int sdp_slidedp_is_staged(const struct sdp_slidedp_hint *h)
+{
+    return h && (h->phase == SDP_SLIDEDP_CAST || h->phase == SDP_SLIDEDP_UPDATE);
+}
+
+/* The critical-path key of a task; the smaller key runs first (ties: the earlier push).
+ *
+ *   key = slot:24 | stage:2 | gpos:14 | tie:2 | mb:10 | chunk:12          (hinted tasks)
+ *   key = 2^31 - 1 - priority, in [0, 2^32)                             (no hint)
+ *
+ *   slot  = step + 2; step + 3 for an update: the update of step s writes the weights that the
+ *           forward of step s + 1 reads, so it is ordered with that step's forward pass
+ *           (step -1, evaluation outside training, gets slot 1; hinted keys are >= 2^40, so
+ *           StarPU's own and other unhinted tasks, ordered by their priority, come first)
+ *   stage = 0 forward pass (cast, update, fwd, loss), 1 backward pass (recompute, bwd), 2 norms
+ *   gpos  = group in stages 0 and 2; MAXG - group in stage 1 (the backward runs from the head
+ *           down); MAXG for group -1 (the global norm, after every chunk's sum of squares)
+ *   tie   = 0 cast and update (group g's weights before its forward), 1 fwd, recompute, bwd,
+ *           2 loss
+ *   mb, chunk = micro-batch and chunk + 1 (-1 becomes 0), clamped to their widths
+ *
+ * Consequences (each checked by the test): an earlier step's compute and norms run before later
+ * work; the forward runs group by group in ascending order (every micro-batch of group g while
+ * its weights are resident, then g + 1) and the backward in descending order; the gradient norms
+ * come before the updates; updates run from group 0 up; and the forward of group g of step s + 1
+ * is ahead of the step-s updates of every later group, so those never starve it. */
+static inline uint64_t sdp_slidedp_key(const struct sdp_slidedp_hint *h, int priority)
+{
+    long slot, stage, gpos, tie;
+    if (!h)
+        return (uint64_t)(2147483647L - (long)priority);
+    slot = (long)h->step + (h->phase == SDP_SLIDEDP_UPDATE ? 3 : 2);
+    switch (h->phase) {
+    case SDP_SLIDEDP_RECOMPUTE:
+    case SDP_SLIDEDP_BWD:
+        stage = 1;
+        tie = 1;
+        break;
+    case SDP_SLIDEDP_NORM:
+        stage = 2;
+        tie = 1;
+        break;
+    case SDP_SLIDEDP_CAST:
+    case SDP_SLIDEDP_UPDATE:
+        stage = 0;
+        tie = 0;
+        break;
+    case SDP_SLIDEDP_LOSS:
+        stage = 0;
+        tie = 2;
+        break;
+    default: /* forward */
+        stage = 0;
+        tie = 1;
+        break;
+    }
+    if (h->group < 0)
+        gpos = SDP_SLIDEDP_MAXG;
+    else if (stage == 1)
+        gpos = SDP_SLIDEDP_MAXG - (h->group < SDP_SLIDEDP_MAXG ? h->group : SDP_SLIDEDP_MAXG);
+    else
+        gpos = h->group;
+    return sdp_slidedp_clamp(slot, SDP_SLIDEDP_SLOT_BITS) << (64 - SDP_SLIDEDP_SLOT_BITS) |
+           sdp_slidedp_clamp(stage, SDP_SLIDEDP_STAGE_BITS)
+               << (64 - SDP_SLIDEDP_SLOT_BITS - SDP_SLIDEDP_STAGE_BITS) |
+           sdp_slidedp_clamp(gpos, SDP_SLIDEDP_GPOS_BITS)
+               << (SDP_SLIDEDP_TIE_BITS + SDP_SLIDEDP_MB_BITS + SDP_SLIDEDP_CHUNK_BITS) |
+           sdp_slidedp_clamp(tie, SDP_SLIDEDP_TIE_BITS)
+               << (SDP_SLIDEDP_MB_BITS + SDP_SLIDEDP_CHUNK_BITS) |
+           sdp_slidedp_clamp((long)h->mb + 1, SDP_SLIDEDP_MB_BITS) << SDP_SLIDEDP_CHUNK_BITS |
+           sdp_slidedp_clamp((long)h->chunk + 1, SDP_SLIDEDP_CHUNK_BITS);
+}
+
+/* A task's position along the passes, counted in groups, for the prefetch window: with G groups
+ * (0 .. G-1, the head last) a step walks the forward 0, 1, ..., G-1 (the loss at G-1), the
+ * backward G-2, ..., 0 at positions G .. 2G-2, and the norms at 2G-1; each step adds 2G.  An
+ * update belongs to the next step's forward, like in the key.  -1 without a hint. */
+static inline long sdp_slidedp_pass_pos(const struct sdp_slidedp_hint *h, int ngroups)
+{
+    long G = ngroups > 0 ? ngroups : 1, g, slot, within;
+    if (!h)
+        return -1;
+    g = h->group < 0 ? G - 1 : h->group < G ? h->group : G - 1;
+    slot = (long)h->step + (h->phase == SDP_SLIDEDP_UPDATE ? 2 : 1);
+    if (slot < 0)
+        slot = 0;
+    switch (h->phase) {
+    case SDP_SLIDEDP_RECOMPUTE:
+    case SDP_SLIDEDP_BWD:
+        within = 2 * G - 2 - g;
+        if (within < G)
+            within = G;
+        break;
+    case SDP_SLIDEDP_NORM:
+        within = 2 * G - 1;
+        break;
+    default:
+        within = g;
+        break;
+    }
+    return slot * 2 * G + within;
+}
+
+/* 1 when a task at pass position pos lies within window groups ahead of the position cur that
+ * the worker computes (tasks behind it are in; an unhinted task, pos < 0, is in).  cur < 0
+ * (the worker computed nothing yet): 0, the worker fetches its first task's inputs itself. */
+static inline int sdp_slidedp_in_window(long pos, long cur, int window)
+{
+    if (pos < 0)
+        return 1;
+    return cur >= 0 && pos - cur <= (long)window;
+}
+
+#endif
