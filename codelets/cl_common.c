@@ -38,7 +38,7 @@ static void scratch_key_init(void)
 static int sync_mode = -1;
 
 /* Data-parallel ranks (sdp_tasks_set_ranks) and whether tasks carry hints for our policies. */
-#define MAX_RANKS 64
+#define MAX_RANKS SDP_MAX_RANKS
 static int rank_workers[MAX_RANKS];
 static int nranks_pinned;
 static int hints_for_policy;
@@ -49,8 +49,8 @@ int sdp_tasks_set_ranks(int nranks, const int *workerids)
         return sdp_err(-EINVAL, "%d ranks (at most %d)", nranks, MAX_RANKS);
     for (int r = 0; r < nranks; r++) {
         if (workerids[r] < 0 || (unsigned)workerids[r] >= starpu_worker_get_count())
-            return sdp_err(-EINVAL, "rank %d on worker %d: StarPU has %u workers", r,
-                           workerids[r], starpu_worker_get_count());
+            return sdp_err(-EINVAL, "rank %d on worker %d: StarPU has %u workers", r, workerids[r],
+                           starpu_worker_get_count());
         rank_workers[r] = workerids[r];
     }
     nranks_pinned = nranks;
@@ -111,7 +111,7 @@ static enum sdp_trace_lane op_lane(const char *name)
 {
     if (!strcmp(name, "cast"))
         return SDP_LANE_PARAM_H2D;
-    if (!strcmp(name, "sumsq") || !strcmp(name, "grad_norm"))
+    if (!strcmp(name, "sumsq") || !strcmp(name, "grad_norm") || !strcmp(name, "grad_reduce"))
         return SDP_LANE_GRAD_REDUCE;
     if (!strcmp(name, "adamw"))
         return SDP_LANE_CPU_ADAMW;
@@ -188,7 +188,7 @@ int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void
     task->synchronous = (unsigned)sync_mode;
     if (o) {
         task->priority = o->priority;
-        if (nranks_pinned > 0 && rank_phase(o->hint.phase)) {
+        if (nranks_pinned > 0 && (rank_phase(o->hint.phase) || o->on_rank)) {
             SDP_ASSERT(o->hint.rank >= 0 && o->hint.rank < nranks_pinned,
                        "task %s of rank %d with %d ranks", cl->name, o->hint.rank, nranks_pinned);
             task->execute_on_a_specific_worker = 1;

@@ -36,7 +36,11 @@ struct sdp_hint {
 struct sdp_task_opts {
     int priority;
     struct sdp_hint hint;
+    int on_rank; /* 1: run on hint.rank's worker whatever the phase (see sdp_tasks_set_ranks) */
 };
+
+/* Most data-parallel ranks a run may have. */
+#define SDP_MAX_RANKS 64
 
 /* Rope parameters for qknorm_rope (copied into the task). */
 struct sdp_rope_params {
@@ -146,6 +150,12 @@ int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sd
                       sdp_rt_tensor_t *clip, int skip_nonfinite, double lr, double beta1,
                       double beta2, double eps, double weight_decay, int step,
                       const struct sdp_adamw_segment *segs, int nsegs);
+
+/** out (n) f32 RW += in[0] + ... + in[nin - 1] (each (n) f32 R), added in that order.  The
+ * gradient return of data-parallel ranks; where it runs decides the route (CPU or GPU
+ * reduction). */
+int sdp_task_grad_reduce(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
+                         sdp_rt_tensor_t *const *in, int nin);
 
 /* ---- setup ---- */
 /** Register the perfmodels and check the codelets (call once after StarPU starts).  @return 0 */

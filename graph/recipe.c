@@ -81,6 +81,7 @@ struct ctx {
 static const char *const precision_names[] = { "fp32", "bf16", NULL };
 static const char *const activation_names[] = { "recompute", "keep", NULL };
 static const char *const on_nan_names[] = { "stop", "skip", NULL };
+static const char *const grad_route_names[] = { "cpu", "gpu", NULL };
 static const char *const schedule_names[] = { "cosine", "linear", "constant", NULL };
 static const char *const optimizer_names[] = { "adamw", NULL };
 
@@ -97,6 +98,11 @@ static void set_activations(struct ctx *c, int i)
 static void set_on_nan(struct ctx *c, int i)
 {
     c->r->skip_nonfinite = i == 1;
+}
+
+static void set_grad_route(struct ctx *c, int i)
+{
+    c->r->grad_route_gpu = i == 1;
 }
 
 static void set_schedule(struct ctx *c, int i)
@@ -171,6 +177,9 @@ static const struct key train_keys[] = {
     { .name = "host_memory_gib", RF(host_memory_gib), DBL_GE(0) },
     { .name = "gpus", RF(gpus), INT_GE(-1) },
     { .name = "gpu_memory_gib", RF(gpu_memory_gib), DBL_GE(0) },
+    { .name = "ranks", RF(ranks), INT_GE(1) },
+    { .name = "grad_route", CHOICE(grad_route_names, set_grad_route) },
+    { .name = "window", RF(window), INT_GE(0) },
 };
 static const struct key output_keys[] = {
     { .name = "dir", .type = K_PATH, RF(output_dir) },
@@ -643,6 +652,8 @@ void sdp_recipe_defaults(struct sdp_recipe *r)
     r->checkpoint_every = 0;
     r->keep_checkpoints = 3;
     r->gpu_memory_gib = 0;
+    r->ranks = 1;
+    r->window = -1;
 }
 
 int sdp_recipe_load(const char *path, struct sdp_recipe *r)
@@ -735,6 +746,13 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
     if (r->global_batch % r->micro_batch != 0)
         return sdp_err(-EINVAL, "recipe %s: batch.global=%d is not a multiple of batch.micro=%d",
                        r->file, r->global_batch, r->micro_batch);
+    if (r->ranks < 1 || r->ranks > 64 || r->global_batch % r->ranks != 0) {
+        sdp_err(-EINVAL, "recipe %s: batch.global=%d cannot be shared by train.ranks=%d", r->file,
+                r->global_batch, r->ranks);
+        sdp_hint("every rank takes batch.global / ranks sequences: pick ranks (1..64) dividing "
+                 "batch.global");
+        return -EINVAL;
+    }
     if (!(r->chunk_mib > 0) || !(r->lr > 0))
         return sdp_err(-EINVAL, "recipe %s: train.chunk_mib=%g and optimizer.lr=%g must be > 0",
                        r->file, r->chunk_mib, r->lr);

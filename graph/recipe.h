@@ -14,7 +14,13 @@
  *              keep), sched (StarPU policy), cpus (CPU workers, 0 = all), host_memory_gib
  *              (0 = detect), gpus (CUDA workers, -1 = all found, 0 = none), gpu_memory_gib
  *              (memory StarPU may use per GPU, 0 = all), on_nan (stop | skip: a step whose
- *              loss or gradient is not finite stops the run, or its update is skipped)
+ *              loss or gradient is not finite stops the run, or its update is skipped),
+ *              ranks (data-parallel ranks: one per GPU, or CPU workers standing in for GPUs when
+ *              there is none; the global batch is shared equally), grad_route (cpu | gpu: every
+ *              rank's gradient crosses to the host which sums them, or rank 0's GPU sums them
+ *              and returns one), window (layers kept on the GPU from the forward for the
+ *              backward; every other layer is released after its use; default 2 when
+ *              gpu_memory_gib is set, else 0: GPU copies stay until StarPU evicts them)
  *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
  *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
  *              signal), keep_checkpoints (how many to keep)
@@ -70,6 +76,10 @@ struct sdp_recipe {
     int gpus;               /* CUDA workers (-1 = all found, 0 = none) */
     int skip_nonfinite;     /* 1: skip the update of a step with a non-finite gradient; 0: stop */
     double gpu_memory_gib;  /* per-GPU memory StarPU may use (0 = no limit) */
+    int ranks;              /* data-parallel ranks: GPUs, or CPU workers standing in (default 1) */
+    int grad_route_gpu;     /* gradient return: 0 CPU reduction (default), 1 GPU reduction */
+    int window;             /* GPU window: release layers after use, keeping the last `window`
+                               forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
 
     /* output */
     char output_dir[SDP_PATH_MAX]; /* "" = no output directory */

@@ -20,6 +20,8 @@ struct sdp_graph {
     sdp_rt_tensor_t **loss;           /* [n_micro] (2) f64 */
     sdp_rt_tensor_t **sumsq;          /* [nchunks_total] (1) f64 */
     sdp_rt_tensor_t *clip;            /* (2) f64: norm, coefficient */
+    int R, nm_rank;                   /* ranks, micro-batches per rank */
+    sdp_rt_tensor_t **rgrad;          /* [(R - 1) * ngroups]: gradients of ranks 1..R-1 */
     struct sdp_rope_params rope;
     /* shorthands */
     int C, I, NH, NKV, HD, QKV, V, L;
@@ -55,9 +57,23 @@ static int temp(sdp_rt_tensor_t **t, enum sdp_dtype dt, size_t n, const char *wh
     return sdp_rt_tensor_temp(t, dt, n, name);
 }
 
-static struct sdp_task_opts opts(int step, int group, int mb, enum sdp_phase ph)
+/* The rank that computes micro-batch mb (shared work, mb < 0, belongs to rank 0). */
+static int rank_of(const sdp_graph_t *g, int mb)
+{
+    return mb < 0 ? 0 : mb / g->nm_rank;
+}
+
+/* The gradient of group gi that rank r accumulates into (rank 0's is the state's). */
+static sdp_rt_tensor_t *grad_of(sdp_graph_t *g, int gi, int r)
+{
+    return r == 0 ? g->st->groups[gi].grad : g->rgrad[(size_t)(r - 1) * g->st->ngroups + gi];
+}
+
+static struct sdp_task_opts opts(const sdp_graph_t *g, int step, int group, int mb,
+                                 enum sdp_phase ph)
 {
     struct sdp_task_opts o = { 0 };
+    o.hint.rank = rank_of(g, mb);
     o.hint.step = step;
     o.hint.group = group;
     o.hint.chunk = -1;
@@ -87,7 +103,7 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
     int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
     int qk = st->cfg.qk_norm;
     float eps = (float)st->cfg.rms_norm_eps;
-    struct sdp_task_opts o = opts(step, l, mb, ph);
+    struct sdp_task_opts o = opts(g, step, l, mb, ph);
     memset(a, 0, sizeof(*a));
     TRY_RET(temp(&a->h1, g->act_dt, (size_t)N * g->C, "h1", mb, l));
     TRY_RET(temp(&a->rstd1, SDP_F32, (size_t)N, "rstd1", mb, l));
@@ -132,11 +148,11 @@ static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x
 {
     struct sdp_state *st = g->st;
     struct sdp_group_state *gs = &st->groups[l];
-    sdp_rt_tensor_t *W = gs->work, *G = gs->grad;
+    sdp_rt_tensor_t *W = gs->work, *G = grad_of(g, l, rank_of(g, mb));
     sdp_rt_tensor_t *dact, *dgu, *dh2, *datt, *dqkv2, *dqkv, *dh1;
     int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
     int qk = st->cfg.qk_norm;
-    struct sdp_task_opts o = opts(step, l, mb, SDP_PH_BWD);
+    struct sdp_task_opts o = opts(g, step, l, mb, SDP_PH_BWD);
     size_t off_down = sdp_state_off(st, l, SDP_PT_DOWN),
            off_gate = sdp_state_off(st, l, SDP_PT_GATE);
     size_t off_o = sdp_state_off(st, l, SDP_PT_O), off_q = sdp_state_off(st, l, SDP_PT_Q);
@@ -191,14 +207,16 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     struct layer_acts *kept = calloc((size_t)L + 1, sizeof(*kept));
     sdp_rt_tensor_t *hN = NULL, *rstdN = NULL, *dh = NULL, *dres = NULL;
     struct sdp_task_opts o;
-    int rc = 0, l;
+    int rc = 0, l, r = rank_of(g, mb);
+    /* the rank's last micro-batch of the step: with a bounded window, GPU copies go after it */
+    int last = g->c.window > 0 && (mb + 1) % g->nm_rank == 0;
     if (!xs || !kept) {
         free(xs);
         free(kept);
         return sdp_err(-ENOMEM, "micro-batch bookkeeping for %d layers", L);
     }
     /* forward: xs[l] is the input of layer l + 1 (xs[0] the embeddings, xs[L] the last output) */
-    o = opts(step, 0, mb, SDP_PH_FWD);
+    o = opts(g, step, 0, mb, SDP_PH_FWD);
     TRY_GOTO(temp(&xs[0], g->act_dt, (size_t)N * g->C, "x", mb, 0));
     TRY_GOTO(sdp_task_embedding_fwd(&o, xs[0], ids, st->groups[0].work,
                                     sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
@@ -207,35 +225,45 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], &kept[l], xs[l]));
         if (g->c.recompute)
             release_acts(&kept[l]);
+        if (last && l <= L - g->c.window)
+            sdp_rt_tensor_wont_use(st->groups[l].work);
     }
 
     /* head: final norm, LM head + cross-entropy (forward and backward), final norm backward */
-    o = opts(step, g->head_group, mb, SDP_PH_LOSS);
+    o = opts(g, step, g->head_group, mb, SDP_PH_LOSS);
     TRY_GOTO(temp(&hN, g->act_dt, (size_t)N * g->C, "h_final", mb, L + 1));
     TRY_GOTO(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", mb, L + 1));
     TRY_GOTO(temp(&dh, g->act_dt, (size_t)N * g->C, "d_h_final", mb, L + 1));
     TRY_GOTO(temp(&dres, g->act_dt, (size_t)N * g->C, "d_x", mb, L + 1));
     TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], st->groups[g->head_group].work, g->norm_off,
                                   N, g->C, eps));
-    TRY_GOTO(sdp_task_lmhead_ce(&o, g->loss[mb], dh, st->groups[g->lm_group].grad, g->lm_off, hN,
+    TRY_GOTO(sdp_task_lmhead_ce(&o, g->loss[mb], dh, grad_of(g, g->lm_group, r), g->lm_off, hN,
                                 st->groups[g->lm_group].work, g->lm_off, targets, N, g->C, g->V,
                                 scale));
-    TRY_GOTO(sdp_task_rmsnorm_bwd(&o, dres, 0, st->groups[g->head_group].grad, g->norm_off, dh,
-                                  xs[L], st->groups[g->head_group].work, g->norm_off, rstdN, N,
-                                  g->C));
+    TRY_GOTO(sdp_task_rmsnorm_bwd(&o, dres, 0, grad_of(g, g->head_group, r), g->norm_off, dh, xs[L],
+                                  st->groups[g->head_group].work, g->norm_off, rstdN, N, g->C));
 
     /* backward through the layers, recomputing each layer's activations from its saved input */
     for (l = L; l >= 1; l--) {
         if (g->c.recompute)
             TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], &kept[l], NULL));
         TRY_GOTO(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres));
+        if (last) {
+            sdp_rt_tensor_wont_use(st->groups[l].work);
+            sdp_rt_tensor_wont_use(grad_of(g, l, r));
+        }
         release_acts(&kept[l]);
         sdp_rt_tensor_release(xs[l]);
         xs[l] = NULL;
     }
-    o = opts(step, 0, mb, SDP_PH_BWD);
-    TRY_GOTO(sdp_task_embedding_bwd(&o, st->groups[0].grad, sdp_state_off(st, 0, SDP_PT_EMBED),
-                                    dres, ids, N, g->C));
+    o = opts(g, step, 0, mb, SDP_PH_BWD);
+    TRY_GOTO(sdp_task_embedding_bwd(&o, grad_of(g, 0, r), sdp_state_off(st, 0, SDP_PT_EMBED), dres,
+                                    ids, N, g->C));
+    if (last)
+        for (int gi = 0; gi < st->ngroups; gi += g->head_group) {
+            sdp_rt_tensor_wont_use(st->groups[gi].work);
+            sdp_rt_tensor_wont_use(grad_of(g, gi, r));
+        }
 fail:
     for (l = 0; l <= L; l++) {
         release_acts(&kept[l]);
@@ -250,22 +278,44 @@ fail:
     return rc;
 }
 
+/* The gradient return of ranks 1..R-1 into rank 0's gradient, chunk by chunk (the route decides
+ * where the sum runs). */
+static int reduce_ranks(sdp_graph_t *g, int step)
+{
+    struct sdp_state *st = g->st;
+    sdp_rt_tensor_t *in[SDP_MAX_RANKS];
+    for (int gi = 0; gi < st->ngroups; gi++) {
+        struct sdp_group_state *gs = &st->groups[gi];
+        for (int c = 0; c < gs->nchunks; c++) {
+            struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
+            o.hint.chunk = c;
+            o.on_rank = g->c.grad_route == SDP_ROUTE_GPU_REDUCE;
+            for (int r = 1; r < g->R; r++)
+                in[r - 1] = sdp_rt_tensor_part(grad_of(g, gi, r), c);
+            TRY_RET(sdp_task_grad_reduce(&o, sdp_rt_tensor_part(gs->grad, c), in, g->R - 1));
+        }
+    }
+    return 0;
+}
+
 /* Squared norms per chunk, the global norm, then AdamW per chunk. */
 static int optimizer(sdp_graph_t *g, int step, double lr, int update)
 {
     struct sdp_state *st = g->st;
     int k = 0, rc;
+    if (g->R > 1)
+        TRY_RET(reduce_ranks(g, step));
     for (int gi = 0; gi < st->ngroups; gi++) {
         struct sdp_group_state *gs = &st->groups[gi];
         for (int c = 0; c < gs->nchunks; c++, k++) {
-            struct sdp_task_opts o = opts(step, gi, -1, SDP_PH_NORM);
+            struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
             o.hint.chunk = c;
             rc = sdp_task_sumsq(&o, g->sumsq[k], sdp_rt_tensor_part(gs->grad, c));
             if (rc)
                 return rc;
         }
     }
-    struct sdp_task_opts on = opts(step, -1, -1, SDP_PH_NORM);
+    struct sdp_task_opts on = opts(g, step, -1, -1, SDP_PH_NORM);
     rc = sdp_task_grad_norm(&on, g->clip, g->sumsq, st->nchunks_total, g->c.max_grad_norm);
     if (rc || !update)
         return rc;
@@ -276,7 +326,7 @@ static int optimizer(sdp_graph_t *g, int step, double lr, int update)
             size_t c1 = c0 + sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->master, c));
             struct sdp_adamw_segment segs[SDP_MAX_GROUP_TENSORS];
             int nsegs = 0;
-            struct sdp_task_opts o = opts(step, gi, -1, SDP_PH_UPDATE);
+            struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_UPDATE);
             o.hint.chunk = c;
             /* the tensors of this chunk, cut to the chunk, one segment per tensor */
             for (int i = 0; i < gs->ntensors; i++) {
@@ -316,7 +366,7 @@ static int refresh_work(sdp_graph_t *g, int step)
     for (int gi = 0; gi < st->ngroups; gi++) {
         struct sdp_group_state *gs = &st->groups[gi];
         for (int c = 0; c < gs->nchunks; c++) {
-            struct sdp_task_opts o = opts(step, gi, -1, SDP_PH_CAST);
+            struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
             int rc;
             o.hint.chunk = c;
             o.priority = 1;
@@ -365,10 +415,12 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
 
     rc = refresh_work(g, step);
     /* every step accumulates from zero, cleared where the backward runs (no upload of zeros) */
-    for (int gi = 0; gi < g->st->ngroups && !rc; gi++) {
-        struct sdp_task_opts o = opts(step, gi, -1, SDP_PH_BWD);
-        rc = sdp_task_zero(&o, g->st->groups[gi].grad);
-    }
+    for (int r = 0; r < g->R; r++)
+        for (int gi = 0; gi < g->st->ngroups && !rc; gi++) {
+            struct sdp_task_opts o = opts(g, step, gi, r * g->nm_rank, SDP_PH_BWD);
+            o.hint.mb = -1;
+            rc = sdp_task_zero(&o, grad_of(g, gi, r));
+        }
     for (int mb = 0; mb < nm && !rc; mb++) {
         sdp_rt_tensor_t *ti = g->ids[set * nm + mb], *tt = g->targets[set * nm + mb];
         rc = fill_i32(ti, ids + mb * per_mb, per_mb);
@@ -423,7 +475,7 @@ int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits
     int T = g->c.seq_len, N = nseq * T, rc = 0, l;
     sdp_rt_tensor_t *tid = NULL, *out = NULL, *hN = NULL, *rstdN = NULL, *x = NULL, *y = NULL;
     struct layer_acts a;
-    struct sdp_task_opts o = opts(-1, 0, 0, SDP_PH_FWD);
+    struct sdp_task_opts o = opts(g, -1, 0, 0, SDP_PH_FWD);
     int saved_b = g->c.micro_batch;
     if (nseq < 1 || nseq > g->c.micro_batch)
         return sdp_err(-EINVAL, "logits for %d sequences (1..%d)", nseq, g->c.micro_batch);
@@ -510,6 +562,14 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     }
     g->st = st;
     g->c = *c;
+    g->R = c->nranks > 1 ? c->nranks : 1;
+    if (g->R > SDP_MAX_RANKS || c->n_micro % g->R != 0) {
+        int R = g->R;
+        free(g);
+        return sdp_err(-EINVAL, "graph: %d micro-batches cannot be shared by %d ranks (at most %d)",
+                       c->n_micro, R, SDP_MAX_RANKS);
+    }
+    g->nm_rank = c->n_micro / g->R;
     g->C = m->hidden_size;
     g->I = m->intermediate_size;
     g->NH = m->num_heads;
@@ -555,6 +615,29 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     }
     if (!rc)
         rc = sdp_rt_tensor_create(&g->clip, SDP_F64, 2, "clip");
+    if (!rc && g->R > 1) {
+        /* ranks 1..R-1 accumulate into gradients of their own, chunked like rank 0's */
+        g->rgrad = calloc((size_t)(g->R - 1) * st->ngroups, sizeof(*g->rgrad));
+        if (!g->rgrad)
+            rc = sdp_err(-ENOMEM, "gradients of %d ranks", g->R);
+        for (int r = 1; r < g->R && !rc; r++)
+            for (int gi = 0; gi < st->ngroups && !rc; gi++) {
+                struct sdp_group_state *gs = &st->groups[gi];
+                sdp_rt_tensor_t **t = &g->rgrad[(size_t)(r - 1) * st->ngroups + gi];
+                size_t *parts = calloc((size_t)gs->nchunks, sizeof(*parts));
+                if (!parts) {
+                    rc = sdp_err(-ENOMEM, "gradient chunks of rank %d", r);
+                    break;
+                }
+                for (int k = 0; k < gs->nchunks; k++)
+                    parts[k] = sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->grad, k));
+                snprintf(name, sizeof(name), "g%d.grad.rank%d", gi, r);
+                rc = sdp_rt_tensor_create(t, SDP_F32, gs->nelems, name);
+                if (!rc)
+                    rc = sdp_rt_tensor_partition(*t, gs->nchunks, parts);
+                free(parts);
+            }
+    }
     if (rc) {
         sdp_graph_destroy(g);
         return rc;
@@ -576,6 +659,9 @@ void sdp_graph_destroy(sdp_graph_t *g)
     for (int i = 0; g->sumsq && i < g->st->nchunks_total; i++)
         sdp_rt_tensor_release(g->sumsq[i]);
     sdp_rt_tensor_release(g->clip);
+    for (int i = 0; g->rgrad && i < (g->R - 1) * g->st->ngroups; i++)
+        sdp_rt_tensor_release(g->rgrad[i]);
+    free(g->rgrad);
     free(g->ids);
     free(g->targets);
     free(g->loss);

@@ -14,11 +14,25 @@
 
 #include "runtime/state.h"
 
+/* Gradient return of data-parallel ranks (the design's routes). */
+enum sdp_grad_route {
+    SDP_ROUTE_CPU_REDUCE, /* every rank's gradient chunk goes to the host, which sums them */
+    SDP_ROUTE_GPU_REDUCE  /* rank 0's worker sums them and returns one gradient */
+};
+
 struct sdp_graph_conf {
     int micro_batch; /* B: sequences per micro-batch */
-    int n_micro;     /* micro-batches per step */
-    int seq_len;     /* T */
-    int recompute;   /* 1: recompute activations in backward; 0: keep them from the forward */
+    int n_micro;     /* micro-batches per step, over all ranks (a multiple of nranks) */
+    int nranks;      /* data-parallel ranks (0 or 1: one); rank r takes micro-batches
+                        [r * n_micro / nranks, (r + 1) * n_micro / nranks) */
+    enum sdp_grad_route grad_route;
+    int window;    /* 0: GPU copies stay until StarPU evicts them; > 0: bounded window: a layer's
+                      working copy and gradient are released from the GPU after their last use of
+                      the step (the gradient written back to the host), and after the forward of
+                      the last micro-batch every layer but the last `window` is released too (the
+                      backward brings them back in reverse order) */
+    int seq_len;   /* T */
+    int recompute; /* 1: recompute activations in backward; 0: keep them from the forward */
     double beta1, beta2, eps, weight_decay, max_grad_norm;
     int skip_nonfinite; /* 1: AdamW leaves the state untouched when the gradient is not finite
                            (the updates then wait for the global norm, as with clipping) */

@@ -105,6 +105,21 @@ int sdp_rt_ncuda(void)
     return (int)starpu_cuda_worker_get_count();
 }
 
+int sdp_rt_rank_workers(int R, int *ids)
+{
+    int ncuda = sdp_rt_ncuda(), ncpu = sdp_rt_ncpus();
+    enum starpu_worker_archtype kind = ncuda > 0 ? STARPU_CUDA_WORKER : STARPU_CPU_WORKER;
+    int have = ncuda > 0 ? ncuda : ncpu;
+    if (have < R) {
+        sdp_err(-EINVAL, "%d ranks need %d %s workers, StarPU has %d", R, R,
+                ncuda > 0 ? "CUDA" : "CPU", have);
+        sdp_hint(ncuda > 0 ? "lower train.ranks (or --ranks) to the number of GPUs"
+                           : "raise train.cpus (or --cpus) to at least the number of ranks");
+        return -EINVAL;
+    }
+    return (int)starpu_worker_get_ids_by_type(kind, ids, R) == R ? 0 : -EINVAL;
+}
+
 static unsigned long long read_ull_file(const char *path)
 {
     FILE *f = fopen(path, "r");

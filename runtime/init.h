@@ -22,6 +22,10 @@ int sdp_rt_wait_all(void);
 /** Number of CPU and CUDA workers of the running instance. */
 int sdp_rt_ncpus(void);
 int sdp_rt_ncuda(void);
+/** Worker ids of R data-parallel ranks: the first R CUDA workers when there are CUDA workers, else
+ * the first R CPU workers (standing in for GPUs).  @return 0 or -EINVAL (too few workers: logged
+ * with what to change) */
+int sdp_rt_rank_workers(int R, int *ids);
 /** Bytes of GPU memory in use on CUDA device dev (cudaMemGetInfo: StarPU keeps what it allocated
  * cached, so after a step this is the step's peak reservation); 0 without CUDA. */
 unsigned long long sdp_rt_gpu_mem_used(int dev);

@@ -111,6 +111,8 @@ void sdp_cuda_lmhead_ce(cublasLtHandle_t lt, double *loss, void *dh, float *dw, 
 /** out (1) double = sum of squares of g (n) f32 (device).  ws: sdp_cuda_sumsq_ws(n) bytes. */
 size_t sdp_cuda_sumsq_ws(size_t n);
 void sdp_cuda_sumsq(double *out, const float *g, size_t n, void *ws, cudaStream_t s);
+/** out (n) f32 += in (n) f32 (device), one rank's gradient into rank 0's. */
+void sdp_cuda_add_f32(float *out, const float *in, size_t n, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,7 @@
 
 struct bench_opts {
     const char *model, *sched, *precision, *activations;
-    int batch, micro, seq, steps, warmup, gpus, cpus;
+    int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
 };
@@ -47,7 +47,12 @@ static void usage(FILE *f)
             "  --gpus N             CUDA workers (-1 = all found, 0 = none; -1)\n"
             "  --gpu-memory-gib X   memory StarPU may use per GPU (0 = all)\n"
             "  --cpus N             CPU workers (0 = all cores)\n"
-            "  --sched NAME         StarPU scheduling policy (dmda)\n");
+            "  --sched NAME         StarPU scheduling policy (dmda)\n"
+            "  --window N           release each layer from the GPU after its last use, keeping\n"
+            "                       the last N forward layers for the backward (2 with\n"
+            "                       --gpu-memory-gib, else 0: no release)\n"
+            "  --ranks R            data-parallel ranks, one per GPU (1); the batch is shared\n"
+            "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n");
 }
 
 static double now_s(void)
@@ -138,6 +143,14 @@ static int run(const struct bench_opts *b)
     gc.eps = 1e-8;
     gc.weight_decay = 0.1;
     gc.max_grad_norm = b->max_grad_norm;
+    gc.window = b->window;
+    gc.nranks = b->ranks;
+    gc.grad_route = b->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
+    if (b->ranks > 1) {
+        int wid[SDP_MAX_RANKS];
+        if (sdp_rt_rank_workers(b->ranks, wid) || sdp_tasks_set_ranks(b->ranks, wid))
+            goto out;
+    }
     if (sdp_graph_create(&g, &st, &gc))
         goto out;
     for (int s = 0; s < total; s++) {
@@ -169,11 +182,13 @@ static int run(const struct bench_opts *b)
         if (b->steps % 2 == 0)
             median = 0.5 * (timed[b->steps / 2 - 1] + timed[b->steps / 2]);
         tps = ntok / median;
-        settings = json_pack("{s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f}", "precision", b->precision,
-                             "micro_batch", b->micro, "activations", b->activations, "chunk_mib",
-                             b->chunk_mib, "sched", b->sched ? b->sched : "default", "gpus",
-                             sdp_rt_ncuda(), "cpu_workers", sdp_rt_ncpus(), "gpu_memory_gib",
-                             b->gpu_memory_gib);
+        settings =
+            json_pack("{s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:s, s:f}", "precision",
+                      b->precision, "micro_batch", b->micro, "activations", b->activations,
+                      "chunk_mib", b->chunk_mib, "sched", b->sched ? b->sched : "default", "gpus",
+                      sdp_rt_ncuda(), "cpu_workers", sdp_rt_ncpus(), "gpu_memory_gib",
+                      b->gpu_memory_gib, "window", b->window, "ranks", b->ranks, "grad_route",
+                      b->grad_route_gpu ? "gpu" : "cpu", "max_grad_norm", b->max_grad_norm);
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
             b->model, "batch", b->batch, "seq", b->seq, "tokens_per_s", tps, "model_tflops",
@@ -229,6 +244,9 @@ int sdp_cli_bench(int argc, char **argv)
         { "cpus", required_argument, NULL, 'c' },
         { "sched", required_argument, NULL, 'S' },
         { "max-grad-norm", required_argument, NULL, 'N' },
+        { "window", required_argument, NULL, 'W' },
+        { "ranks", required_argument, NULL, 'R' },
+        { "grad-route", required_argument, NULL, 'D' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -243,6 +261,8 @@ int sdp_cli_bench(int argc, char **argv)
                             .precision = "bf16",
                             .activations = "recompute",
                             .sched = "dmda",
+                            .window = -1,
+                            .ranks = 1,
                             .seed = 1234 };
     int opt;
     double v;
@@ -269,6 +289,13 @@ int sdp_cli_bench(int argc, char **argv)
         case 'S':
             b.sched = optarg;
             break;
+        case 'D':
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu")) {
+                fprintf(stderr, "slidedp bench: --grad-route expects cpu or gpu\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.grad_route_gpu = !strcmp(optarg, "gpu");
+            break;
         case 'h':
             usage(stdout);
             return SDP_EXIT_OK;
@@ -289,8 +316,10 @@ int sdp_cli_bench(int argc, char **argv)
         case 'w':
         case 'g':
         case 'c':
+        case 'W':
+        case 'R':
             if (parse_num("an integer option", optarg,
-                          opt == 'g' ? -1 : (opt == 'w' || opt == 'c' ? 0 : 1), &v) ||
+                          opt == 'g' ? -1 : (opt == 'w' || opt == 'c' || opt == 'W' ? 0 : 1), &v) ||
                 v != (int)v)
                 return SDP_EXIT_USAGE;
             *(opt == 'b'   ? &b.batch
@@ -299,6 +328,8 @@ int sdp_cli_bench(int argc, char **argv)
               : opt == 's' ? &b.steps
               : opt == 'w' ? &b.warmup
               : opt == 'g' ? &b.gpus
+              : opt == 'W' ? &b.window
+              : opt == 'R' ? &b.ranks
                            : &b.cpus) = (int)v;
             break;
         default:
@@ -311,6 +342,15 @@ int sdp_cli_bench(int argc, char **argv)
         return SDP_EXIT_USAGE;
     }
     if (b.micro == 0)
-        b.micro = b.batch;
+        b.micro = b.batch / b.ranks;
+    if (b.window < 0)
+        b.window = b.gpu_memory_gib > 0 ? 2 : 0;
+    if (b.batch % b.ranks || (b.batch / b.ranks) % b.micro) {
+        fprintf(stderr,
+                "slidedp bench: --batch %d must split into %d ranks of whole micro-batches of "
+                "%d\n",
+                b.batch, b.ranks, b.micro);
+        return SDP_EXIT_USAGE;
+    }
     return run(&b);
 }

@@ -52,6 +52,9 @@ static void usage(FILE *f)
         "  --no-resume        start afresh even if DIR/checkpoints holds a checkpoint\n"
         "  --trace FILE.json  write a Chrome/Perfetto timeline of every task, one track per lane\n"
         "  --events FILE.jsonl  write the task event log (tools/check_invariants.py checks it)\n"
+        "  --ranks R          data-parallel ranks (overrides train.ranks): one per GPU, or CPU\n"
+        "                     workers standing in for GPUs when there is none\n"
+        "  --grad-route cpu|gpu  gradient return of the ranks (overrides train.grad_route)\n"
         "\n"
         "SIGUSR1 or SIGTERM: checkpoint at the next step boundary and exit 0; running the same\n"
         "command again resumes.  Under Slurm, SLURM_JOB_ID names the default run directory\n"
@@ -92,8 +95,8 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 }
 
 struct overrides {
-    int steps, cpus, gpus, checkpoint_every, no_resume;
-    const char *metrics, *sched, *precision, *output, *trace, *events;
+    int steps, cpus, gpus, checkpoint_every, no_resume, ranks;
+    const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route;
     int quiet;
 };
 
@@ -277,6 +280,17 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     }
     if (sdp_recipe_validate(r))
         return SDP_EXIT_USAGE;
+    if (r->ranks > 1) {
+        /* every rank takes global / ranks sequences, in micro-batches of at most batch.micro */
+        int per = r->global_batch / r->ranks, mb = r->micro_batch < per ? r->micro_batch : per;
+        while (per % mb)
+            mb--;
+        if (mb != r->micro_batch)
+            SDP_INFO("%d ranks of %d sequences each: micro-batches of %d sequences (batch.micro "
+                     "is %d)",
+                     r->ranks, per, mb, r->micro_batch);
+        r->micro_batch = mb;
+    }
     if (r->sched[0] && sdp_policy_resolve(r->sched, &policy))
         return SDP_EXIT_USAGE;
     rc = sdp_data_open(&data, r->data_train, r->seq_len, r->seed, r->shuffle);
@@ -361,6 +375,8 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     rc_conf.sched_name = r->sched;
     rc_conf.sched_policy = policy;
     rc_conf.ncpus = r->cpus;
+    if (r->ranks > 1 && r->gpus <= 0 && r->cpus == 0 && sysconf(_SC_NPROCESSORS_ONLN) < r->ranks)
+        rc_conf.ncpus = r->ranks; /* CPU ranks: one worker each, even on fewer cores */
     rc_conf.ncuda = r->gpus;
     rc_conf.require_cuda = r->gpus > 0;
     rc_conf.gpu_memory_gib = r->gpu_memory_gib;
@@ -411,6 +427,18 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     gc.weight_decay = r->weight_decay;
     gc.max_grad_norm = r->max_grad_norm;
     gc.skip_nonfinite = r->skip_nonfinite;
+    gc.nranks = r->ranks;
+    gc.window = r->window >= 0 ? r->window : r->gpu_memory_gib > 0 ? 2 : 0;
+    gc.grad_route = r->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
+    if (r->ranks > 1) {
+        int wid[SDP_MAX_RANKS];
+        if (sdp_rt_rank_workers(r->ranks, wid) || sdp_tasks_set_ranks(r->ranks, wid)) {
+            rc = SDP_EXIT_FAILURE;
+            goto out;
+        }
+        SDP_INFO("%d data-parallel ranks on %s workers, %s reduction of gradients", r->ranks,
+                 sdp_rt_ncuda() > 0 ? "CUDA" : "CPU", r->grad_route_gpu ? "GPU" : "CPU");
+    }
     if (sdp_graph_create(&g, &st, &gc)) {
         rc = SDP_EXIT_FAILURE;
         goto out;
@@ -542,12 +570,16 @@ int sdp_cli_train(int argc, char **argv)
         { "no-resume", no_argument, NULL, 'R' },
         { "trace", required_argument, NULL, 'T' },
         { "events", required_argument, NULL, 'E' },
+        { "ranks", required_argument, NULL, 'N' },
+        { "grad-route", required_argument, NULL, 'G' },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    struct overrides ov = { .steps = -1, .cpus = -1, .gpus = -2, .checkpoint_every = -1 };
+    struct overrides ov = {
+        .steps = -1, .cpus = -1, .gpus = -2, .checkpoint_every = -1, .ranks = -1
+    };
     struct sdp_recipe r;
     int opt, rc;
     optind = 1;
@@ -590,6 +622,17 @@ int sdp_cli_train(int argc, char **argv)
         case 'E':
             ov.events = optarg;
             break;
+        case 'N':
+            if (parse_int("--ranks", optarg, 1, &ov.ranks))
+                return SDP_EXIT_USAGE;
+            break;
+        case 'G':
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu")) {
+                fprintf(stderr, "slidedp train: --grad-route takes cpu or gpu, not '%s'\n", optarg);
+                return SDP_EXIT_USAGE;
+            }
+            ov.grad_route = optarg;
+            break;
         case 'q':
             ov.quiet = 1;
             break;
@@ -618,6 +661,10 @@ int sdp_cli_train(int argc, char **argv)
         r.cpus = ov.cpus;
     if (ov.gpus >= -1)
         r.gpus = ov.gpus;
+    if (ov.ranks > 0)
+        r.ranks = ov.ranks;
+    if (ov.grad_route)
+        r.grad_route_gpu = !strcmp(ov.grad_route, "gpu");
     if (ov.checkpoint_every >= 0)
         r.checkpoint_every = ov.checkpoint_every;
     if (ov.output)

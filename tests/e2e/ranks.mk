@@ -1,2 +1,4 @@
 # SPDX-License-Identifier: MIT
 # tests/e2e/: data-parallel ranks on CPU workers (--ranks R)
+TESTS += tests/e2e/test_e2e_ranks.sh
+EXTRA_DIST += tests/e2e/test_e2e_ranks.sh
