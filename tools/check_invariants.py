@@ -34,6 +34,7 @@ import sys
 from collections import defaultdict
 
 COMPUTE = {"fwd", "recompute", "bwd", "loss"}
+NO_PARAMS = {"zero"}  # clears a gradient accumulator: reads no parameters, only waits for its readers
 BACKWARD = {"bwd", "loss"}
 MAX_PRINT = 20  # violations printed per invariant (all are counted)
 
@@ -133,7 +134,7 @@ def report_waits(events):
 def check(events):
     rep = Report()
     ev = [e for e in events if e["step"] >= 0 and e["group"] >= 0 and not is_wait(e)]
-    compute = [e for e in ev if e["phase"] in COMPUTE]
+    compute = [e for e in ev if e["phase"] in COMPUTE and e["name"] not in NO_PARAMS]
     # updates[g][s] = list of adamw events of group g at step s
     updates = defaultdict(lambda: defaultdict(list))
     for e in ev:
