@@ -1,6 +1,7 @@
 #!/bin/sh
 # The fp32 losses of a training run must not depend on the StarPU scheduling policy: the graph fixes the
-# order of every gradient accumulation, so eager, lws, dmda, ... must give bit-identical loss lines.
+# order of every gradient accumulation, so eager, lws, dmda, ... and the project's sdp-slidedp must give
+# bit-identical loss lines.
 # Also checks gradient accumulation over micro-batches, through the same CLI.
 set -u
 top=${top_srcdir:-.}
@@ -10,7 +11,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 ref=""
-for pol in eager lws dmda prio random ws; do
+for pol in eager lws dmda prio random ws sdp-slidedp; do
     if ! "$bin" train "$recipe" --sched "$pol" --cpus 2 --metrics "$tmp/$pol.jsonl" -q 2> "$tmp/$pol.err"; then
         echo "policy $pol: training failed"; cat "$tmp/$pol.err"; fail=1; continue
     fi
