@@ -24,3 +24,6 @@ tests_kernels_test_cuda_swiglu_SOURCES = tests/kernels/test_cuda_swiglu.c tests/
 check_PROGRAMS += tests/kernels/test_cuda_sumsq
 TESTS += tests/kernels/test_cuda_sumsq
 tests_kernels_test_cuda_sumsq_SOURCES = tests/kernels/test_cuda_sumsq.c tests/lib/sdp_test.h
+check_PROGRAMS += tests/kernels/test_cuda_reduce
+TESTS += tests/kernels/test_cuda_reduce
+tests_kernels_test_cuda_reduce_SOURCES = tests/kernels/test_cuda_reduce.c tests/lib/sdp_test.h
