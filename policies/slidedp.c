@@ -350,7 +350,7 @@ static int push_task(struct starpu_task *task)
     e->seq = s->seq++;
     e->staged = e->has_hint && sdp_slidedp_is_staged(&e->hint);
     if (e->has_hint && e->hint.group + 1 > s->ngroups)
-        s->ngroups = e->hint.group + 1;
+        __atomic_store_n(&s->ngroups, e->hint.group + 1, __ATOMIC_RELAXED);
     e->pos = sdp_slidedp_pass_pos(e->has_hint ? &e->hint : NULL, s->ngroups);
 
     /* StarPU hands tasks pinned with execute_on_a_specific_worker to the worker's own queue
@@ -462,19 +462,21 @@ static void pre_exec_hook(struct starpu_task *task, unsigned ctx)
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
     int w = starpu_worker_get_id();
     struct sdp_slidedp_hint h;
+    struct queue *q;
     long pos;
     if (w < 0 || s->typebit[w] != 2 || !read_hint(task, &h))
         return;
+    /* cur_pos[w] is written by worker w only: no lock to read it here */
+    pos = sdp_slidedp_pass_pos(&h, __atomic_load_n(&s->ngroups, __ATOMIC_RELAXED));
+    if (pos == s->cur_pos[w])
+        return;
     lock_relaxed(s);
-    pos = sdp_slidedp_pass_pos(&h, s->ngroups);
-    if (pos != s->cur_pos[w]) {
-        struct queue *q = &s->wq[w];
-        s->cur_pos[w] = pos;
-        for (int i = 0; i < q->normal.n; i++)
-            maybe_prefetch(s, w, q->normal.a[i]);
-        for (int i = 0; i < q->staged.n; i++)
-            maybe_prefetch(s, w, q->staged.a[i]);
-    }
+    q = &s->wq[w];
+    s->cur_pos[w] = pos;
+    for (int i = 0; i < q->normal.n; i++)
+        maybe_prefetch(s, w, q->normal.a[i]);
+    for (int i = 0; i < q->staged.n; i++)
+        maybe_prefetch(s, w, q->staged.a[i]);
     pthread_mutex_unlock(&s->lock);
 }
 
