@@ -530,6 +530,26 @@ done:
     return rc;
 }
 
+void sdp_graph_route_bytes(const sdp_graph_t *g, struct sdp_route_bytes *rb)
+{
+    const struct sdp_state *st = g->st;
+    unsigned long long grad = 0;
+    size_t es = sdp_dtype_size(st->work_dtype);
+    memset(rb, 0, sizeof(*rb));
+    for (int gi = 0; gi < st->ngroups; gi++) {
+        unsigned long long n = st->groups[gi].nelems;
+        int twice = g->c.window > 0 && g->c.recompute && gi >= 1 && gi <= g->L - g->c.window;
+        rb->param_h2d += n * es * (twice ? 2u : 1u);
+        grad += n * sizeof(float);
+    }
+    rb->grad_d2h_0 = grad;
+    if (g->R > 1) {
+        int gpu = g->c.grad_route == SDP_ROUTE_GPU_REDUCE;
+        rb->grad_d2h_r = gpu ? 0 : grad;
+        rb->grad_peer_r = gpu ? grad : 0;
+    }
+}
+
 unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
                                            const struct sdp_graph_conf *c)
 {

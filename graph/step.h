@@ -48,6 +48,20 @@ struct sdp_step_result {
 
 typedef struct sdp_graph sdp_graph_t;
 
+/** What each rank should move per step on the configured routes (the design's formulas), when
+ * nothing is evicted for lack of memory: with replicated dispatch every rank receives every
+ * group's working copy once, and the layers a bounded window releases after the forward once
+ * more for the backward; every rank's fp32 gradient goes to the host (CPU reduction), or ranks
+ * 1..R-1 send theirs to rank 0, which returns one (GPU reduction).  Token ids, losses and the
+ * norm are not counted (a few KiB). */
+struct sdp_route_bytes {
+    unsigned long long param_h2d;   /* per rank */
+    unsigned long long grad_d2h_0;  /* rank 0 */
+    unsigned long long grad_d2h_r;  /* each rank > 0 */
+    unsigned long long grad_peer_r; /* each rank > 0 to rank 0 */
+};
+void sdp_graph_route_bytes(const sdp_graph_t *g, struct sdp_route_bytes *rb);
+
 /** Smallest GPU memory (bytes) a run of this configuration needs on one GPU: two parameter groups
  * in flight (working copy + fp32 gradient), the saved layer inputs of one micro-batch, one layer's
  * intermediates and gradients, and the LM head's logits block and workspaces. */

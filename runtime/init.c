@@ -120,6 +120,39 @@ int sdp_rt_rank_workers(int R, int *ids)
     return (int)starpu_worker_get_ids_by_type(kind, ids, R) == R ? 0 : -EINVAL;
 }
 
+void sdp_rt_bus_count_start(void)
+{
+    struct starpu_profiling_bus_info info;
+    starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    for (int b = 0; b < starpu_bus_get_count(); b++)
+        starpu_bus_get_profiling_info(b, &info); /* resets the counters */
+}
+
+void sdp_rt_bus_count_read(int R, const int *workers, struct sdp_rank_bytes *out)
+{
+    int nbus = starpu_bus_get_count();
+    memset(out, 0, (size_t)R * sizeof(*out));
+    for (int b = 0; b < nbus; b++) {
+        struct starpu_profiling_bus_info info;
+        int src = starpu_bus_get_src(b), dst = starpu_bus_get_dst(b);
+        unsigned long long n;
+        if (starpu_bus_get_profiling_info(b, &info))
+            continue;
+        n = (unsigned long long)info.transferred_bytes;
+        for (int r = 0; r < R; r++) {
+            int node = (int)starpu_worker_get_memory_node((unsigned)workers[r]);
+            int ram_src = starpu_node_get_kind((unsigned)src) == STARPU_CPU_RAM;
+            int ram_dst = starpu_node_get_kind((unsigned)dst) == STARPU_CPU_RAM;
+            if (starpu_node_get_kind((unsigned)node) == STARPU_CPU_RAM)
+                continue;
+            if (dst == node)
+                *(ram_src ? &out[r].h2d : &out[r].peer_in) += n;
+            if (src == node)
+                *(ram_dst ? &out[r].d2h : &out[r].peer_out) += n;
+        }
+    }
+}
+
 static unsigned long long read_ull_file(const char *path)
 {
     FILE *f = fopen(path, "r");

@@ -26,6 +26,17 @@ int sdp_rt_ncuda(void);
  * the first R CPU workers (standing in for GPUs).  @return 0 or -EINVAL (too few workers: logged
  * with what to change) */
 int sdp_rt_rank_workers(int R, int *ids);
+
+/* Bytes moved over the links of one rank's memory node. */
+struct sdp_rank_bytes {
+    unsigned long long h2d, d2h;          /* host <-> the rank's GPU */
+    unsigned long long peer_in, peer_out; /* from / to other GPUs */
+};
+/** Start counting the bytes StarPU moves between memory nodes (enables StarPU's profiling). */
+void sdp_rt_bus_count_start(void);
+/** Bytes moved since sdp_rt_bus_count_start() or the previous call (which reset the counters),
+ * for the memory nodes of R ranks' workers (CPU-worker ranks share the host's node: zeros). */
+void sdp_rt_bus_count_read(int R, const int *workers, struct sdp_rank_bytes *out);
 /** Bytes of GPU memory in use on CUDA device dev (cudaMemGetInfo: StarPU keeps what it allocated
  * cached, so after a step this is the step's peak reservation); 0 without CUDA. */
 unsigned long long sdp_rt_gpu_mem_used(int dev);

@@ -47,7 +47,7 @@ static void usage(FILE *f)
             "  --gpus N             CUDA workers (-1 = all found, 0 = none; -1)\n"
             "  --gpu-memory-gib X   memory StarPU may use per GPU (0 = all)\n"
             "  --cpus N             CPU workers (0 = all cores)\n"
-            "  --sched NAME         StarPU scheduling policy (dmda)\n"
+            "  --sched NAME         scheduling policy (sdp-slidedp; `slidedp policies`)\n"
             "  --window N           release each layer from the GPU after its last use, keeping\n"
             "                       the last N forward layers for the backward (2 with\n"
             "                       --gpu-memory-gib, else 0: no release)\n"
@@ -89,6 +89,7 @@ static int run(const struct bench_opts *b)
     int32_t *ids = NULL, *targets = NULL;
     double *step_s = NULL, gpu_peak = 0.0, t_init;
     int rc = SDP_EXIT_FAILURE, state_made = 0, total = b->warmup + b->steps;
+    int wid[SDP_MAX_RANKS] = { 0 };
     unsigned long long need, avail;
 
     if (sdp_model_preset(b->model, &cfg)) {
@@ -146,16 +147,17 @@ static int run(const struct bench_opts *b)
     gc.window = b->window;
     gc.nranks = b->ranks;
     gc.grad_route = b->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
-    if (b->ranks > 1) {
-        int wid[SDP_MAX_RANKS];
-        if (sdp_rt_rank_workers(b->ranks, wid) || sdp_tasks_set_ranks(b->ranks, wid))
-            goto out;
-    }
+    if (b->ranks > 1 && (sdp_rt_rank_workers(b->ranks, wid) || sdp_tasks_set_ranks(b->ranks, wid)))
+        goto out;
     if (sdp_graph_create(&g, &st, &gc))
+        goto out;
+    if (b->ranks == 1 && sdp_rt_rank_workers(1, wid))
         goto out;
     for (int s = 0; s < total; s++) {
         struct sdp_step_result res;
         double t0 = now_s();
+        if (s == b->warmup)
+            sdp_rt_bus_count_start();
         for (size_t i = 0; i < ntok; i++) {
             uint64_t r = mix(b->seed ^ mix((uint64_t)s * ntok + i));
             ids[i] = (int32_t)(r % (uint64_t)cfg.vocab_size);
@@ -174,7 +176,22 @@ static int run(const struct bench_opts *b)
     {
         double *timed = step_s + b->warmup, median, tps;
         json_t *settings, *o, *steps_arr = json_array();
+        json_t *routes = json_array();
+        struct sdp_route_bytes rb;
+        struct sdp_rank_bytes moved[SDP_MAX_RANKS];
         char *line;
+        /* bytes per rank per timed step: the design's formulas and what StarPU moved */
+        sdp_graph_route_bytes(g, &rb);
+        sdp_rt_bus_count_read(b->ranks, wid, moved);
+        for (int r = 0; r < b->ranks; r++)
+            json_array_append_new(
+                routes,
+                json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "rank", r, "param_h2d_gb_pred",
+                          rb.param_h2d / 1e9, "grad_d2h_gb_pred",
+                          (r ? rb.grad_d2h_r : rb.grad_d2h_0) / 1e9, "grad_peer_gb_pred",
+                          (r ? rb.grad_peer_r : 0) / 1e9, "h2d_gb", moved[r].h2d / 1e9 / b->steps,
+                          "d2h_gb", moved[r].d2h / 1e9 / b->steps, "peer_out_gb",
+                          moved[r].peer_out / 1e9 / b->steps));
         for (int s = 0; s < b->steps; s++)
             json_array_append_new(steps_arr, json_real(timed[s]));
         qsort(timed, (size_t)b->steps, sizeof(double), cmp_double);
@@ -195,6 +212,7 @@ static int run(const struct bench_opts *b)
             tps * sdp_model_train_flops_per_token(&cfg, b->seq) / 1e12, "step_s_median", median,
             "gpu_peak_gib", gpu_peak, "host_peak_gib", sdp_rt_host_peak_rss() / 1073741824.0,
             "step_s", steps_arr, "settings", settings);
+        json_object_set_new(o, "bytes_per_rank_per_step", routes);
         line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
         printf("%s\n", line);
         fflush(stdout);
@@ -260,7 +278,7 @@ int sdp_cli_bench(int argc, char **argv)
                             .chunk_mib = 64,
                             .precision = "bf16",
                             .activations = "recompute",
-                            .sched = "dmda",
+                            .sched = "sdp-slidedp",
                             .window = -1,
                             .ranks = 1,
                             .seed = 1234 };

@@ -672,6 +672,8 @@ int sdp_cli_train(int argc, char **argv)
     apply_slurm(&r);
     if (ov.sched)
         snprintf(r.sched, sizeof(r.sched), "%s", ov.sched);
+    if (!r.sched[0]) /* the project's policy unless the recipe or the command line names one */
+        snprintf(r.sched, sizeof(r.sched), "%s", "sdp-slidedp");
     if (ov.precision) {
         if (!strcmp(ov.precision, "fp32"))
             r.precision = SDP_PREC_FP32;
