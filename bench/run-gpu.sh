@@ -1,47 +1,93 @@
 #!/usr/bin/env bash
-# One benchmark session on a GPU host, from the source tree with a bundle made by tools/gpu-bundle.sh:
-# the CUDA kernel tests, the Hugging Face parity test with the compute on the GPU, `slidedp bench` on the
-# standard workload, and the PyTorch peers (bench/peers.py) in the same session.  Writes everything into
-# OUTDIR (default bench/results/run-DATE): logs and one JSONL of results.
-#   bench/run-gpu.sh [OUTDIR] [MODEL] [BATCH]        (defaults: qwen3-4b 16)
+# A benchmark session on a GPU host, from the source tree with a bundle made by tools/gpu-bundle.sh.
+# Stages (run in the order given; each under its own time limit, so one slow stage cannot take the
+# others' results with it):
+#   tests    the CUDA kernel tests, the host-kernel test and the Hugging Face parity test on the GPU
+#   host     host AdamW beside PyTorch's CPU AdamW (bench/host_adamw.sh) on every core
+#   bench    slidedp bench on MODEL/BATCH: the default policy, dmda, and bounded windows (BENCH_GIBS)
+#   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
+#   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
+#   ranks    slidedp bench with --ranks over every GPU, both gradient routes (MODEL/BATCH per GPU)
+# Writes everything into OUTDIR: machine.txt, logs, results.jsonl (one JSON line per measurement).
+#   bench/run-gpu.sh OUTDIR "STAGES" [MODEL] [BATCH]     e.g. bench/run-gpu.sh out "tests bench" qwen3-4b 16
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
-out=${1:-$top/bench/results/run-$(date +%Y%m%d-%H%M)}
-model=${2:-qwen3-4b}
-batch=${3:-16}
+out=${1:?usage: bench/run-gpu.sh OUTDIR "STAGES" [MODEL] [BATCH]}
+stages=${2:-tests host bench peers}
+model=${3:-qwen3-4b}
+batch=${4:-16}
 mkdir -p "$out"
 b=$top/build-gpu
 export LD_LIBRARY_PATH=$top/deps/starpu/lib:$b/lib:${LD_LIBRARY_PATH:-}
-export STARPU_HOME=${STARPU_HOME:-$(mktemp -d)}
+export STARPU_HOME=${STARPU_HOME:-/tmp/starpu-home}
 export STARPU_SILENT=1 OPENBLAS_NUM_THREADS=1
 export top_srcdir=$top top_builddir=$b
+ncpu=$(nproc)
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 {
     date -u +%FT%TZ
     git rev-parse HEAD 2>/dev/null || echo "commit unknown"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-    lscpu | grep -E 'Model name|^CPU\(s\)'
+    lscpu | grep -E 'Model name|^CPU\(s\)|Flags' | cut -c1-200
     free -g | head -2
-} > "$out/machine.txt" 2>&1
+} >> "$out/machine.txt" 2>&1
+log() { echo "$*" | tee -a "$out/summary.log"; }
+bench() { # NAME TIMEOUT ARGS...
+    local name=$1 t=$2; shift 2
+    timeout "$t" "$b/slidedp" bench "$@" >> "$out/results.jsonl" 2> "$out/bench-$name.log"
+    log "bench $name ($*): exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-400)"
+}
 
-echo "== kernel tests" | tee "$out/tests.log"
-for t in "$b"/tests/kernels/test_cuda_* "$b"/tests/e2e/test_e2e_hf_parity_gpu; do
-    [ -x "$t" ] || continue
-    timeout 300 "$t" > "$out/$(basename "$t").log" 2>&1
-    echo "$(basename "$t"): exit $? $(tail -n 1 "$out/$(basename "$t").log")" | tee -a "$out/tests.log"
+for stage in $stages; do
+    log "== $stage $(date -u +%T)"
+    case $stage in
+    tests)
+        for t in "$b"/tests/kernels/test_cuda_* "$b"/tests/kernels/test_kernels_host_simd \
+            "$b"/tests/e2e/test_e2e_hf_parity_gpu; do
+            [ -x "$t" ] || continue
+            timeout 300 "$t" > "$out/$(basename "$t").log" 2>&1
+            log "$(basename "$t"): exit $? $(tail -n 1 "$out/$(basename "$t").log")"
+        done
+        ;;
+    host)
+        HOST_ADAMW=$b/bench/host_adamw PYTHON3=python3 timeout 300 bench/host_adamw.sh "$ncpu" \
+            >> "$out/results.jsonl" 2> "$out/host.log"
+        log "host adamw: exit $?"
+        ;;
+    bench)
+        bench warm-0.6b 200 --model qwen3-0.6b --batch 16 --seq 1024 --steps 3 --warmup 2
+        bench default 300 --model "$model" --batch "$batch" --seq 1024 --steps 3 --warmup 2
+        bench dmda 300 --model "$model" --batch "$batch" --seq 1024 --steps 3 --warmup 2 --sched dmda
+        for gib in ${BENCH_GIBS:-}; do
+            bench "window-$gib" 300 --model "$model" --batch "$batch" --seq 1024 --steps 3 --warmup 2 \
+                --gpu-memory-gib "$gib"
+        done
+        ;;
+    peers)
+        for sys in pytorch-gpu fsdp2-offload; do
+            timeout 400 python3 bench/peers.py --system "$sys" --model "$model" --batch "$batch" \
+                --seq 1024 --steps 3 --warmup 1 >> "$out/results.jsonl" 2> "$out/bench-$sys.log"
+            log "$sys: exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-300)"
+        done
+        ;;
+    compare)
+        timeout 560 python3 bench/hf_loss_compare.py recipes/qwen3-0.6b-compare.yaml --steps 200 \
+            --device cuda --out "$out/compare" --slidedp "$b/slidedp" > "$out/compare.json" \
+            2> "$out/compare.log"
+        log "compare: exit $? $(tail -n 1 "$out/compare.json")"
+        rm -rf "$out/compare/init"
+        ;;
+    ranks)
+        for R in 1 $ngpu; do
+            for route in cpu gpu; do
+                [ "$R" = 1 ] && [ $route = gpu ] && continue
+                bench "ranks$R-$route" 300 --model "$model" --batch $((batch * R)) --seq 1024 \
+                    --steps 3 --warmup 2 --gpus "$R" --ranks "$R" --grad-route $route
+            done
+        done
+        ;;
+    *) log "unknown stage $stage" ;;
+    esac
 done
-
-echo "== slidedp bench" | tee -a "$out/tests.log"
-timeout 400 "$b/slidedp" bench --model "$model" --batch "$batch" --seq 1024 --steps 3 --warmup 2 \
-    >> "$out/results.jsonl" 2> "$out/bench-slidedp.log"
-echo "slidedp bench: exit $?" | tee -a "$out/tests.log"
-tail -n 1 "$out/results.jsonl"
-
-if [ "${SKIP_PEERS:-0}" != 1 ]; then
-    for sys in pytorch-gpu fsdp2-offload; do
-        timeout 400 python3 bench/peers.py --system "$sys" --model "$model" --batch "$batch" --seq 1024 \
-            --steps 3 --warmup 1 >> "$out/results.jsonl" 2> "$out/bench-$sys.log"
-        echo "$sys: exit $?" | tee -a "$out/tests.log"
-    done
-fi
-cat "$out/results.jsonl"
+log "== done $(date -u +%T)"

@@ -14,12 +14,15 @@ cd "$obj"
 [ -f Makefile ] || "$top/configure" --enable-werror --with-cuda > configure.log
 make -j"$(nproc)" > make.log
 make -j"$(nproc)" check TESTS= > make-check.log
+make -j"$(nproc)" bench/host_adamw >> make.log
 cp slidedp "$out/"
 mkdir -p "$out/tests"
 for t in tests/*/test_*; do
     case "$t" in *.o|*.log|*.trs) continue ;; esac
     [ -x "$t" ] && [ -f "$t" ] && { mkdir -p "$out/$(dirname "$t")"; cp "$t" "$out/$t"; }
 done
+mkdir -p "$out/bench"
+cp bench/host_adamw "$out/bench/"
 for lib in libjansson.so.4 libyaml-0.so.2 libutf8proc.so.2 libpcre2-8.so.0 libhwloc.so.15; do
     path=$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')
     [ -n "$path" ] && cp -L "$path" "$out/lib/"
