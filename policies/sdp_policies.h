@@ -10,7 +10,8 @@
 struct starpu_sched_policy;
 
 /** sdp-slidedp (policies/slidedp.c): critical-path order of the lanes, bounded staging of casts
- * and updates (SDP_STAGING_DEPTH, default 4), prefetch window (SDP_WINDOW_DEPTH, default 2). */
+ * and updates (SDP_STAGING_DEPTH, default: one per CPU worker, at least 4), prefetch window
+ * (SDP_WINDOW_DEPTH, default 2). */
 extern struct starpu_sched_policy sdp_policy_slidedp;
 
 /** Resolve a policy name.  *policy is set to our struct starpu_sched_policy for a project policy,

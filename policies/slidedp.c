@@ -242,11 +242,15 @@ static void init_sched(unsigned ctx)
     struct sched *s = calloc(1, sizeof(*s));
     SDP_ASSERT(s != NULL, "sdp-slidedp: out of memory for the policy state");
     pthread_mutex_init(&s->lock, NULL);
-    s->depth = starpu_getenv_number_default("SDP_STAGING_DEPTH", DEFAULT_DEPTH);
+    /* default: one staged chunk per CPU worker, so the bound never idles a core that could
+     * update (a smaller depth trades update throughput for staging memory) */
+    int ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
+    int def_depth = ncpu > DEFAULT_DEPTH ? ncpu : DEFAULT_DEPTH;
+    s->depth = starpu_getenv_number_default("SDP_STAGING_DEPTH", def_depth);
     if (s->depth < 1) {
         SDP_WARN("sdp-slidedp: SDP_STAGING_DEPTH=%d must be at least 1; using %d", s->depth,
-                 DEFAULT_DEPTH);
-        s->depth = DEFAULT_DEPTH;
+                 def_depth);
+        s->depth = def_depth;
     }
     s->window = starpu_getenv_number_default("SDP_WINDOW_DEPTH", DEFAULT_WINDOW);
     if (s->window < 0) {
