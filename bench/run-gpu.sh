@@ -27,7 +27,7 @@ ncpu=$(nproc)
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 {
     date -u +%FT%TZ
-    git rev-parse HEAD 2>/dev/null || echo "commit unknown"
+    echo "bundle built from: $(cat "$b/BUILD_INFO" 2>/dev/null || echo unknown)"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     lscpu | grep -E 'Model name|^CPU\(s\)|Flags' | cut -c1-200
     free -g | head -2

@@ -21,6 +21,8 @@ for t in tests/*/test_*; do
     case "$t" in *.o|*.log|*.trs) continue ;; esac
     [ -x "$t" ] && [ -f "$t" ] && { mkdir -p "$out/$(dirname "$t")"; cp "$t" "$out/$t"; }
 done
+# what was built: the commit, and whether the tree had changes on top of it
+{ git -C "$top" rev-parse HEAD; git -C "$top" status --short | sed 's/^/changed: /'; } > "$out/BUILD_INFO"
 mkdir -p "$out/bench"
 cp bench/host_adamw "$out/bench/"
 for lib in libjansson.so.4 libyaml-0.so.2 libutf8proc.so.2 libpcre2-8.so.0 libhwloc.so.15; do
