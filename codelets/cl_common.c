@@ -153,9 +153,9 @@ static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp
         a->tag.chunk = o->hint.chunk;
         a->tag.mb = o->hint.mb;
         a->tag.rank = o->hint.rank;
-        /* the adamw of step s writes the weights of version s + 1; everything else of step s
-         * reads (or follows from) version s */
-        a->tag.version = o->hint.phase == SDP_PH_UPDATE ? o->hint.step + 1 : o->hint.step;
+        /* set by the graph: the adamw of step s writes version s + 1; the rest of step s reads
+         * version s (s - 1 with the asynchronous optimizer) */
+        a->tag.version = o->version;
     } else {
         a->tag.phase = "unknown";
         a->tag.step = a->tag.group = a->tag.chunk = a->tag.mb = a->tag.version = -1;

@@ -37,6 +37,7 @@ struct sdp_task_opts {
     int priority;
     struct sdp_hint hint;
     int on_rank; /* 1: run on hint.rank's worker whatever the phase (see sdp_tasks_set_ranks) */
+    int version; /* parameter version the task reads (an update: writes), for the trace */
 };
 
 /* Most data-parallel ranks a run may have. */

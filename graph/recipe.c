@@ -180,6 +180,7 @@ static const struct key train_keys[] = {
     { .name = "ranks", RF(ranks), INT_GE(1) },
     { .name = "grad_route", CHOICE(grad_route_names, set_grad_route) },
     { .name = "window", RF(window), INT_GE(0) },
+    { .name = "param_delay", RF(param_delay), .type = K_INT, .lo = 0, .hi = 1 },
 };
 static const struct key output_keys[] = {
     { .name = "dir", .type = K_PATH, RF(output_dir) },

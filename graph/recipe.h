@@ -20,7 +20,9 @@
  *              rank's gradient crosses to the host which sums them, or rank 0's GPU sums them
  *              and returns one), window (layers kept on the GPU from the forward for the
  *              backward; every other layer is released after its use; default 2 when
- *              gpu_memory_gib is set, else 0: GPU copies stay until StarPU evicts them)
+ *              gpu_memory_gib is set, else 0: GPU copies stay until StarPU evicts them),
+ *              param_delay (0: synchronous, the default; 1: RoundPipe's asynchronous optimizer,
+ *              where step s computes with the weights from before step s - 1's update)
  *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
  *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
  *              signal), keep_checkpoints (how many to keep)
@@ -78,6 +80,7 @@ struct sdp_recipe {
     double gpu_memory_gib;  /* per-GPU memory StarPU may use (0 = no limit) */
     int ranks;              /* data-parallel ranks: GPUs, or CPU workers standing in (default 1) */
     int grad_route_gpu;     /* gradient return: 0 CPU reduction (default), 1 GPU reduction */
+    int param_delay;        /* 0: synchronous; 1: asynchronous optimizer (one step stale) */
     int window;             /* GPU window: release layers after use, keeping the last `window`
                                forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
 

@@ -22,6 +22,8 @@ struct sdp_graph {
     sdp_rt_tensor_t *clip;            /* (2) f64: norm, coefficient */
     int R, nm_rank;                   /* ranks, micro-batches per rank */
     sdp_rt_tensor_t **rgrad;          /* [(R - 1) * ngroups]: gradients of ranks 1..R-1 */
+    sdp_rt_tensor_t **work2;          /* [ngroups]: second working copies (param_delay 1) */
+    int work2_valid, last_update;     /* work2 holds the masters; step of the latest update */
     struct sdp_rope_params rope;
     /* shorthands */
     int C, I, NH, NKV, HD, QKV, V, L;
@@ -69,11 +71,31 @@ static sdp_rt_tensor_t *grad_of(sdp_graph_t *g, int gi, int r)
     return r == 0 ? g->st->groups[gi].grad : g->rgrad[(size_t)(r - 1) * g->st->ngroups + gi];
 }
 
+/* The working copy of group gi that step `step` computes with.  Synchronous (param_delay 0): the
+ * one copy, which the update of step - 1 rewrote.  param_delay 1: step s reads buffer s % 2, which
+ * the update of step s - 2 wrote, while the update of step s - 1 writes the other one (the update
+ * of step s writes buffer s % 2 once step s's compute has read it).  step < 0: evaluation. */
+static sdp_rt_tensor_t *work_of(const sdp_graph_t *g, int gi, int step)
+{
+    if (step < 0) /* evaluation: the copy the latest update wrote */
+        step = g->last_update;
+    if (!g->c.param_delay || step < 0)
+        return g->st->groups[gi].work;
+    return step % 2 == 0 ? g->st->groups[gi].work : g->work2[gi];
+}
+
+/* The parameter version (updates applied) the compute of `step` reads. */
+static int version_read(const sdp_graph_t *g, int step)
+{
+    return g->c.param_delay && step > 0 ? step - 1 : step;
+}
+
 static struct sdp_task_opts opts(const sdp_graph_t *g, int step, int group, int mb,
                                  enum sdp_phase ph)
 {
     struct sdp_task_opts o = { 0 };
     o.hint.rank = rank_of(g, mb);
+    o.version = ph == SDP_PH_UPDATE ? step + 1 : version_read(g, step);
     o.hint.step = step;
     o.hint.group = group;
     o.hint.chunk = -1;
@@ -98,8 +120,7 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
                      struct layer_acts *a, sdp_rt_tensor_t *out)
 {
     struct sdp_state *st = g->st;
-    struct sdp_group_state *gs = &st->groups[l];
-    sdp_rt_tensor_t *W = gs->work;
+    sdp_rt_tensor_t *W = work_of(g, l, step);
     int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
     int qk = st->cfg.qk_norm;
     float eps = (float)st->cfg.rms_norm_eps;
@@ -147,8 +168,7 @@ static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x
                      struct layer_acts *a, sdp_rt_tensor_t *dres)
 {
     struct sdp_state *st = g->st;
-    struct sdp_group_state *gs = &st->groups[l];
-    sdp_rt_tensor_t *W = gs->work, *G = grad_of(g, l, rank_of(g, mb));
+    sdp_rt_tensor_t *W = work_of(g, l, step), *G = grad_of(g, l, rank_of(g, mb));
     sdp_rt_tensor_t *dact, *dgu, *dh2, *datt, *dqkv2, *dqkv, *dh1;
     int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
     int qk = st->cfg.qk_norm;
@@ -218,7 +238,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     /* forward: xs[l] is the input of layer l + 1 (xs[0] the embeddings, xs[L] the last output) */
     o = opts(g, step, 0, mb, SDP_PH_FWD);
     TRY_GOTO(temp(&xs[0], g->act_dt, (size_t)N * g->C, "x", mb, 0));
-    TRY_GOTO(sdp_task_embedding_fwd(&o, xs[0], ids, st->groups[0].work,
+    TRY_GOTO(sdp_task_embedding_fwd(&o, xs[0], ids, work_of(g, 0, step),
                                     sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
     for (l = 1; l <= L; l++) {
         TRY_GOTO(temp(&xs[l], g->act_dt, (size_t)N * g->C, "x", mb, l));
@@ -226,7 +246,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         if (g->c.recompute)
             release_acts(&kept[l]);
         if (last && l <= L - g->c.window)
-            sdp_rt_tensor_wont_use(st->groups[l].work);
+            sdp_rt_tensor_wont_use(work_of(g, l, step));
     }
 
     /* head: final norm, LM head + cross-entropy (forward and backward), final norm backward */
@@ -235,13 +255,13 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     TRY_GOTO(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", mb, L + 1));
     TRY_GOTO(temp(&dh, g->act_dt, (size_t)N * g->C, "d_h_final", mb, L + 1));
     TRY_GOTO(temp(&dres, g->act_dt, (size_t)N * g->C, "d_x", mb, L + 1));
-    TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], st->groups[g->head_group].work, g->norm_off,
-                                  N, g->C, eps));
+    TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], work_of(g, g->head_group, step),
+                                  g->norm_off, N, g->C, eps));
     TRY_GOTO(sdp_task_lmhead_ce(&o, g->loss[mb], dh, grad_of(g, g->lm_group, r), g->lm_off, hN,
-                                st->groups[g->lm_group].work, g->lm_off, targets, N, g->C, g->V,
+                                work_of(g, g->lm_group, step), g->lm_off, targets, N, g->C, g->V,
                                 scale));
     TRY_GOTO(sdp_task_rmsnorm_bwd(&o, dres, 0, grad_of(g, g->head_group, r), g->norm_off, dh, xs[L],
-                                  st->groups[g->head_group].work, g->norm_off, rstdN, N, g->C));
+                                  work_of(g, g->head_group, step), g->norm_off, rstdN, N, g->C));
 
     /* backward through the layers, recomputing each layer's activations from its saved input */
     for (l = L; l >= 1; l--) {
@@ -249,7 +269,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
             TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], &kept[l], NULL));
         TRY_GOTO(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres));
         if (last) {
-            sdp_rt_tensor_wont_use(st->groups[l].work);
+            sdp_rt_tensor_wont_use(work_of(g, l, step));
             sdp_rt_tensor_wont_use(grad_of(g, l, r));
         }
         release_acts(&kept[l]);
@@ -261,7 +281,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
                                     ids, N, g->C));
     if (last)
         for (int gi = 0; gi < st->ngroups; gi += g->head_group) {
-            sdp_rt_tensor_wont_use(st->groups[gi].work);
+            sdp_rt_tensor_wont_use(work_of(g, gi, step));
             sdp_rt_tensor_wont_use(grad_of(g, gi, r));
         }
 fail:
@@ -345,12 +365,12 @@ static int optimizer(sdp_graph_t *g, int step, double lr, int update)
                     nsegs++;
                 }
             }
-            rc = sdp_task_adamw_ex(&o, sdp_rt_tensor_part(gs->master, c),
-                                   sdp_rt_tensor_part(gs->grad, c), sdp_rt_tensor_part(gs->m, c),
-                                   sdp_rt_tensor_part(gs->v, c), sdp_rt_tensor_part(gs->work, c),
-                                   g->c.max_grad_norm > 0 || g->c.skip_nonfinite ? g->clip : NULL,
-                                   g->c.skip_nonfinite, lr, g->c.beta1, g->c.beta2, g->c.eps,
-                                   g->c.weight_decay, step + 1, segs, nsegs);
+            rc = sdp_task_adamw_ex(
+                &o, sdp_rt_tensor_part(gs->master, c), sdp_rt_tensor_part(gs->grad, c),
+                sdp_rt_tensor_part(gs->m, c), sdp_rt_tensor_part(gs->v, c),
+                sdp_rt_tensor_part(work_of(g, gi, step), c),
+                g->c.max_grad_norm > 0 || g->c.skip_nonfinite ? g->clip : NULL, g->c.skip_nonfinite,
+                lr, g->c.beta1, g->c.beta2, g->c.eps, g->c.weight_decay, step + 1, segs, nsegs);
             if (rc)
                 return rc;
         }
@@ -377,6 +397,25 @@ static int refresh_work(sdp_graph_t *g, int step)
         }
     }
     st->work_valid = 1;
+    g->work2_valid = 0;
+    return 0;
+}
+
+/* param_delay 1: the second working copies start from the masters too. */
+static int refresh_work2(sdp_graph_t *g, int step)
+{
+    struct sdp_state *st = g->st;
+    if (!g->c.param_delay || g->work2_valid)
+        return 0;
+    for (int gi = 0; gi < st->ngroups; gi++)
+        for (int c = 0; c < st->groups[gi].nchunks; c++) {
+            struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
+            o.hint.chunk = c;
+            o.priority = 1;
+            TRY_RET(sdp_task_cast(&o, sdp_rt_tensor_part(g->work2[gi], c),
+                                  sdp_rt_tensor_part(st->groups[gi].master, c)));
+        }
+    g->work2_valid = 1;
     return 0;
 }
 
@@ -414,6 +453,8 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
         return sdp_err(-EINVAL, "step %d: every target is ignored; nothing to learn from", step);
 
     rc = refresh_work(g, step);
+    if (!rc)
+        rc = refresh_work2(g, step);
     /* every step accumulates from zero, cleared where the backward runs (no upload of zeros) */
     for (int r = 0; r < g->R; r++)
         for (int gi = 0; gi < g->st->ngroups && !rc; gi++) {
@@ -435,6 +476,8 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
         rc = optimizer(g, step, lr, update);
     if (rc)
         return rc;
+    if (update)
+        g->last_update = step;
 
     for (int mb = 0; mb < nm; mb++) {
         rc = sdp_rt_tensor_acquire(g->loss[mb], 0);
@@ -489,7 +532,7 @@ int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits
         goto done;
     memcpy(sdp_rt_tensor_data(tid), ids, (size_t)N * sizeof(int32_t));
     TRY_GOTO(temp(&x, g->act_dt, (size_t)N * g->C, "x", 0, 0));
-    TRY_GOTO(sdp_task_embedding_fwd(&o, x, tid, st->groups[0].work,
+    TRY_GOTO(sdp_task_embedding_fwd(&o, x, tid, work_of(g, 0, -1),
                                     sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
     for (l = 1; l <= g->L; l++) {
         TRY_GOTO(temp(&y, g->act_dt, (size_t)N * g->C, "x", 0, l));
@@ -503,10 +546,10 @@ int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits
     }
     TRY_GOTO(temp(&hN, g->act_dt, (size_t)N * g->C, "h_final", 0, g->L + 1));
     TRY_GOTO(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", 0, g->L + 1));
-    TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, x, st->groups[g->head_group].work, g->norm_off, N,
+    TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, x, work_of(g, g->head_group, -1), g->norm_off, N,
                                   g->C, (float)st->cfg.rms_norm_eps));
-    TRY_GOTO(sdp_task_matmul_fwd(&o, out, NULL, hN, st->groups[g->lm_group].work, g->lm_off, N,
-                                 g->C, g->V));
+    TRY_GOTO(sdp_task_matmul_fwd(&o, out, NULL, hN, work_of(g, g->lm_group, -1), g->lm_off, N, g->C,
+                                 g->V));
     TRY_GOTO(sdp_rt_tensor_acquire(out, 0));
     if (g->act_dt == SDP_BF16) {
         const uint16_t *src = sdp_rt_tensor_data(out);
@@ -635,6 +678,27 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     }
     if (!rc)
         rc = sdp_rt_tensor_create(&g->clip, SDP_F64, 2, "clip");
+    g->last_update = -1;
+    if (!rc && c->param_delay) {
+        g->work2 = calloc((size_t)st->ngroups, sizeof(*g->work2));
+        if (!g->work2)
+            rc = sdp_err(-ENOMEM, "second working copies");
+        for (int gi = 0; gi < st->ngroups && !rc; gi++) {
+            struct sdp_group_state *gs = &st->groups[gi];
+            size_t *parts = calloc((size_t)gs->nchunks, sizeof(*parts));
+            if (!parts) {
+                rc = sdp_err(-ENOMEM, "second working copy chunks");
+                break;
+            }
+            for (int k = 0; k < gs->nchunks; k++)
+                parts[k] = sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->work, k));
+            snprintf(name, sizeof(name), "g%d.work2", gi);
+            rc = sdp_rt_tensor_create(&g->work2[gi], st->work_dtype, gs->nelems, name);
+            if (!rc)
+                rc = sdp_rt_tensor_partition(g->work2[gi], gs->nchunks, parts);
+            free(parts);
+        }
+    }
     if (!rc && g->R > 1) {
         /* ranks 1..R-1 accumulate into gradients of their own, chunked like rank 0's */
         g->rgrad = calloc((size_t)(g->R - 1) * st->ngroups, sizeof(*g->rgrad));
@@ -682,6 +746,9 @@ void sdp_graph_destroy(sdp_graph_t *g)
     for (int i = 0; g->rgrad && i < (g->R - 1) * g->st->ngroups; i++)
         sdp_rt_tensor_release(g->rgrad[i]);
     free(g->rgrad);
+    for (int i = 0; g->work2 && i < g->st->ngroups; i++)
+        sdp_rt_tensor_release(g->work2[i]);
+    free(g->work2);
     free(g->ids);
     free(g->targets);
     free(g->loss);

@@ -26,13 +26,18 @@ struct sdp_graph_conf {
     int nranks;      /* data-parallel ranks (0 or 1: one); rank r takes micro-batches
                         [r * n_micro / nranks, (r + 1) * n_micro / nranks) */
     enum sdp_grad_route grad_route;
-    int window;    /* 0: GPU copies stay until StarPU evicts them; > 0: bounded window: a layer's
-                      working copy and gradient are released from the GPU after their last use of
-                      the step (the gradient written back to the host), and after the forward of
-                      the last micro-batch every layer but the last `window` is released too (the
-                      backward brings them back in reverse order) */
-    int seq_len;   /* T */
-    int recompute; /* 1: recompute activations in backward; 0: keep them from the forward */
+    int param_delay; /* 0: synchronous (SlideDP's invariants); 1: RoundPipe's asynchronous
+                        optimizer: step s computes with the weights of step s - 1's start (two
+                        working copies), so the update of step s - 1 overlaps all of step s.  It
+                        breaks invariant 3 by design: for comparisons, and to show the checker
+                        catching a stale version */
+    int window;      /* 0: GPU copies stay until StarPU evicts them; > 0: bounded window: a layer's
+                        working copy and gradient are released from the GPU after their last use of
+                        the step (the gradient written back to the host), and after the forward of
+                        the last micro-batch every layer but the last `window` is released too (the
+                        backward brings them back in reverse order) */
+    int seq_len;     /* T */
+    int recompute;   /* 1: recompute activations in backward; 0: keep them from the forward */
     double beta1, beta2, eps, weight_decay, max_grad_norm;
     int skip_nonfinite; /* 1: AdamW leaves the state untouched when the gradient is not finite
                            (the updates then wait for the global norm, as with clipping) */

@@ -55,6 +55,8 @@ static void usage(FILE *f)
         "  --ranks R          data-parallel ranks (overrides train.ranks): one per GPU, or CPU\n"
         "                     workers standing in for GPUs when there is none\n"
         "  --grad-route cpu|gpu  gradient return of the ranks (overrides train.grad_route)\n"
+        "  --param-delay 0|1  1: asynchronous optimizer, weights one update old (overrides\n"
+        "                     train.param_delay; breaks invariant 3, for comparisons)\n"
         "\n"
         "SIGUSR1 or SIGTERM: checkpoint at the next step boundary and exit 0; running the same\n"
         "command again resumes.  Under Slurm, SLURM_JOB_ID names the default run directory\n"
@@ -95,7 +97,7 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 }
 
 struct overrides {
-    int steps, cpus, gpus, checkpoint_every, no_resume, ranks;
+    int steps, cpus, gpus, checkpoint_every, no_resume, ranks, param_delay;
     const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route;
     int quiet;
 };
@@ -428,6 +430,10 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     gc.max_grad_norm = r->max_grad_norm;
     gc.skip_nonfinite = r->skip_nonfinite;
     gc.nranks = r->ranks;
+    gc.param_delay = r->param_delay;
+    if (r->param_delay)
+        SDP_WARN("train.param_delay = 1: every step computes with weights one update old "
+                 "(asynchronous optimizer); SlideDP's invariant 3 does not hold");
     gc.window = r->window >= 0 ? r->window : r->gpu_memory_gib > 0 ? 2 : 0;
     gc.grad_route = r->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
     if (r->ranks > 1) {
@@ -572,13 +578,14 @@ int sdp_cli_train(int argc, char **argv)
         { "events", required_argument, NULL, 'E' },
         { "ranks", required_argument, NULL, 'N' },
         { "grad-route", required_argument, NULL, 'G' },
+        { "param-delay", required_argument, NULL, 'P' },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     struct overrides ov = {
-        .steps = -1, .cpus = -1, .gpus = -2, .checkpoint_every = -1, .ranks = -1
+        .steps = -1, .cpus = -1, .gpus = -2, .checkpoint_every = -1, .ranks = -1, .param_delay = -1
     };
     struct sdp_recipe r;
     int opt, rc;
@@ -626,6 +633,12 @@ int sdp_cli_train(int argc, char **argv)
             if (parse_int("--ranks", optarg, 1, &ov.ranks))
                 return SDP_EXIT_USAGE;
             break;
+        case 'P':
+            if (parse_int("--param-delay", optarg, 0, &ov.param_delay) || ov.param_delay > 1) {
+                fprintf(stderr, "slidedp train: --param-delay takes 0 or 1\n");
+                return SDP_EXIT_USAGE;
+            }
+            break;
         case 'G':
             if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu")) {
                 fprintf(stderr, "slidedp train: --grad-route takes cpu or gpu, not '%s'\n", optarg);
@@ -663,6 +676,8 @@ int sdp_cli_train(int argc, char **argv)
         r.gpus = ov.gpus;
     if (ov.ranks > 0)
         r.ranks = ov.ranks;
+    if (ov.param_delay >= 0)
+        r.param_delay = ov.param_delay;
     if (ov.grad_route)
         r.grad_route_gpu = !strcmp(ov.grad_route, "gpu");
     if (ov.checkpoint_every >= 0)

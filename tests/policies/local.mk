@@ -5,3 +5,5 @@ TESTS += tests/policies/test_policies_slidedp_key tests/policies/test_policies_s
 tests_policies_test_policies_slidedp_key_SOURCES = tests/policies/test_policies_slidedp_key.c \
 	policies/slidedp_internal.h
 EXTRA_DIST += tests/policies/test_policies_slidedp.sh
+TESTS += tests/policies/test_policies_stale.sh
+EXTRA_DIST += tests/policies/test_policies_stale.sh
