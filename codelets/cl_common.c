@@ -41,7 +41,6 @@ static int sync_mode = -1;
 #define MAX_RANKS SDP_MAX_RANKS
 static int rank_workers[MAX_RANKS];
 static int nranks_pinned;
-static int hints_for_policy;
 
 int sdp_tasks_set_ranks(int nranks, const int *workerids)
 {
@@ -55,11 +54,6 @@ int sdp_tasks_set_ranks(int nranks, const int *workerids)
     }
     nranks_pinned = nranks;
     return 0;
-}
-
-void sdp_tasks_hints_for_policy(int on)
-{
-    hints_for_policy = on;
 }
 
 /* The phases a rank runs on its own worker. */
@@ -142,7 +136,7 @@ static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp
         a->hint.step = a->hint.group = a->hint.chunk = a->hint.mb = -1;
         a->hint.phase = SDP_PH_FWD;
     }
-    if (hints_for_policy)
+    if (sdp_hint_for_policy_on())
         task->sched_data = &a->hint;
     a->tag.name = task->cl->name;
     a->tag.lane = op_lane(task->cl->name);
@@ -205,7 +199,7 @@ int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void
         STARPU_TASK_SET_HANDLE(task, sdp_rt_tensor_handle(bufs[i].t), i);
         STARPU_TASK_SET_MODE(task, bufs[i].mode, i);
     }
-    if (sdp_trace_enabled() || hints_for_policy)
+    if (sdp_trace_enabled() || sdp_hint_for_policy_on())
         targ = trace_attach(task, o, sdp_trace_enabled());
     rc = starpu_task_submit(task);
     if (rc) {

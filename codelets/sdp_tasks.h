@@ -10,28 +10,8 @@
 
 #include <stddef.h>
 
+#include "runtime/hint.h"
 #include "runtime/tensor.h"
-
-/* Phases of a training step, for hints, traces and priorities. */
-enum sdp_phase {
-    SDP_PH_CAST,
-    SDP_PH_FWD,
-    SDP_PH_RECOMPUTE,
-    SDP_PH_BWD,
-    SDP_PH_LOSS,
-    SDP_PH_NORM,
-    SDP_PH_UPDATE
-};
-
-/* What a policy may know about a task (read-only; attached by sdp_task_*). */
-struct sdp_hint {
-    int step;  /* optimizer step */
-    int group; /* parameter group (0 embedding, 1..L layers, L+1 head) or -1 */
-    int chunk; /* chunk within the group, or -1 */
-    int mb;    /* micro-batch, or -1 */
-    enum sdp_phase phase;
-    int rank; /* data-parallel rank whose worker runs the task (0 with one rank) */
-};
 
 struct sdp_task_opts {
     int priority;
@@ -175,10 +155,6 @@ void sdp_tasks_shutdown(void);
  * (a CUDA worker, or a CPU worker standing in for a GPU).  nranks = 0 (the default) lets the
  * scheduler place them.  The ids are copied.  @return 0 or -EINVAL (logged) */
 int sdp_tasks_set_ranks(int nranks, const int *workerids);
-/** 1: every task carries its struct sdp_hint in starpu_task::sched_data, for the project's own
- * policies (which call this from their init).  StarPU's policies own that field, so it stays
- * NULL for them (the default, 0). */
-void sdp_tasks_hints_for_policy(int on);
 /** Restrict every codelet to one kind of worker ("cpu", "cuda") or all ("any"), for tests.
  * @return 0 or -EINVAL */
 int sdp_tasks_restrict(const char *where);

@@ -41,7 +41,7 @@ struct entry {
     long pos;             /* pass position, for the prefetch window */
     double held_since_us; /* first refusal by the staging bound (starpu_timing_now), or 0 */
     int staged, prefetched, idx;
-    struct sdp_slidedp_hint hint; /* valid when has_hint */
+    struct sdp_hint hint; /* valid when has_hint */
     int has_hint;
     struct heap *heap;
     struct entry *next_free;
@@ -188,9 +188,9 @@ static void entry_free(struct sched *s, struct entry *e)
     s->free_list = e;
 }
 
-/* Copy the task's hint (struct sdp_hint, see slidedp_internal.h), if it carries one.  Tasks
+/* Copy the task's hint (struct sdp_hint, runtime/hint.h), if it carries one.  Tasks
  * without a codelet or without a hint (StarPU's own, or submitted around codelets/) have none. */
-static int read_hint(const struct starpu_task *task, struct sdp_slidedp_hint *h)
+static int read_hint(const struct starpu_task *task, struct sdp_hint *h)
 {
     if (!task->cl || !task->sched_data)
         return 0;
@@ -268,7 +268,7 @@ static void init_sched(unsigned ctx)
         starpu_sched_ctx_set_min_priority(ctx, INT_MIN);
     if (!starpu_sched_ctx_max_priority_is_set(ctx))
         starpu_sched_ctx_set_max_priority(ctx, INT_MAX);
-    sdp_tasks_hints_for_policy(1);
+    sdp_hint_for_policy(1);
     SDP_INFO("sdp-slidedp: staging depth %d (SDP_STAGING_DEPTH), prefetch window %d groups "
              "(SDP_WINDOW_DEPTH)",
              s->depth, s->window);
@@ -285,7 +285,7 @@ static void deinit_sched(unsigned ctx)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
     struct entry *e;
-    sdp_tasks_hints_for_policy(0);
+    sdp_hint_for_policy(0);
     if (s->nqueued)
         SDP_WARN("sdp-slidedp: %ld tasks still queued at shutdown", s->nqueued);
     for (int w = 0; w < STARPU_NMAXWORKERS; w++) {
@@ -407,7 +407,7 @@ static struct starpu_task *pop_task(unsigned ctx)
     int w = starpu_worker_get_id_check();
     struct entry *normal, *staged, *chosen = NULL;
     struct starpu_task *task = NULL;
-    struct sdp_slidedp_hint wait_hint = { 0 };
+    struct sdp_hint wait_hint = { 0 };
     double held_since = 0.0, now = 0.0;
 
     /* nothing queued, or nothing for us since we last looked (a push or a free slot wakes us) */
@@ -452,8 +452,7 @@ static struct starpu_task *pop_task(unsigned ctx)
     }
     pthread_mutex_unlock(&s->lock);
     if (held_since > 0.0)
-        sdp_trace_wait(wait_hint.phase == SDP_SLIDEDP_CAST ? SDP_LANE_PARAM_H2D
-                                                           : SDP_LANE_CPU_ADAMW,
+        sdp_trace_wait(wait_hint.phase == SDP_PH_CAST ? SDP_LANE_PARAM_H2D : SDP_LANE_CPU_ADAMW,
                        wait_hint.rank, wait_hint.step, wait_hint.group, wait_hint.chunk, held_since,
                        now, WAIT_STAGING);
     return task;
@@ -465,7 +464,7 @@ static void pre_exec_hook(struct starpu_task *task, unsigned ctx)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
     int w = starpu_worker_get_id();
-    struct sdp_slidedp_hint h;
+    struct sdp_hint h;
     struct queue *q;
     long pos;
     if (w < 0 || s->typebit[w] != 2 || !read_hint(task, &h))

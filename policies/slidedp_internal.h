@@ -8,30 +8,7 @@
 
 #include <stdint.h>
 
-/* The layout of struct sdp_hint (codelets/sdp_tasks.h), which starpu_task::sched_data points to
- * while the policy runs.  policies/ may not include codelets/ headers, so the policy copies the
- * hint into this mirror; tests/policies/test_policies_slidedp_key.c asserts at compile time that
- * the two layouts and the phase numbers agree. */
-struct sdp_slidedp_hint {
-    int step, group, chunk, mb;
-    int phase; /* enum sdp_phase */
-    int rank;
-};
-
-/* enum sdp_phase, in its order. */
-enum {
-    SDP_SLIDEDP_CAST,
-    SDP_SLIDEDP_FWD,
-    SDP_SLIDEDP_RECOMPUTE,
-    SDP_SLIDEDP_BWD,
-    SDP_SLIDEDP_LOSS,
-    SDP_SLIDEDP_NORM,
-    SDP_SLIDEDP_UPDATE
-};
-
-/* Defined in codelets/cl_common.c (declared in codelets/sdp_tasks.h, which policies/ may not
- * include; the key test includes both headers, so the compiler checks that they agree). */
-void sdp_tasks_hints_for_policy(int on);
+#include "runtime/hint.h"
 
 /* Field widths of the key, most significant first (64 bits in all). */
 #define SDP_SLIDEDP_SLOT_BITS  24
@@ -51,9 +28,9 @@ static inline uint64_t sdp_slidedp_clamp(long v, int bits)
 
 /* 1 for the tasks that fill staging buffers and fall under the backpressure bound: the casts and
  * the AdamW chunk updates (which also write the next working copy). */
-static inline int sdp_slidedp_is_staged(const struct sdp_slidedp_hint *h)
+static inline int sdp_slidedp_is_staged(const struct sdp_hint *h)
 {
-    return h && (h->phase == SDP_SLIDEDP_CAST || h->phase == SDP_SLIDEDP_UPDATE);
+    return h && (h->phase == SDP_PH_CAST || h->phase == SDP_PH_UPDATE);
 }
 
 /* The critical-path key of a task; the smaller key runs first (ties: the earlier push).
@@ -77,28 +54,28 @@ static inline int sdp_slidedp_is_staged(const struct sdp_slidedp_hint *h)
  * its weights are resident, then g + 1) and the backward in descending order; the gradient norms
  * come before the updates; updates run from group 0 up; and the forward of group g of step s + 1
  * is ahead of the step-s updates of every later group, so those never starve it. */
-static inline uint64_t sdp_slidedp_key(const struct sdp_slidedp_hint *h, int priority)
+static inline uint64_t sdp_slidedp_key(const struct sdp_hint *h, int priority)
 {
     long slot, stage, gpos, tie;
     if (!h)
         return (uint64_t)(2147483647L - (long)priority);
-    slot = (long)h->step + (h->phase == SDP_SLIDEDP_UPDATE ? 3 : 2);
+    slot = (long)h->step + (h->phase == SDP_PH_UPDATE ? 3 : 2);
     switch (h->phase) {
-    case SDP_SLIDEDP_RECOMPUTE:
-    case SDP_SLIDEDP_BWD:
+    case SDP_PH_RECOMPUTE:
+    case SDP_PH_BWD:
         stage = 1;
         tie = 1;
         break;
-    case SDP_SLIDEDP_NORM:
+    case SDP_PH_NORM:
         stage = 2;
         tie = 1;
         break;
-    case SDP_SLIDEDP_CAST:
-    case SDP_SLIDEDP_UPDATE:
+    case SDP_PH_CAST:
+    case SDP_PH_UPDATE:
         stage = 0;
         tie = 0;
         break;
-    case SDP_SLIDEDP_LOSS:
+    case SDP_PH_LOSS:
         stage = 0;
         tie = 2;
         break;
@@ -128,23 +105,23 @@ static inline uint64_t sdp_slidedp_key(const struct sdp_slidedp_hint *h, int pri
  * (0 .. G-1, the head last) a step walks the forward 0, 1, ..., G-1 (the loss at G-1), the
  * backward G-2, ..., 0 at positions G .. 2G-2, and the norms at 2G-1; each step adds 2G.  An
  * update belongs to the next step's forward, like in the key.  -1 without a hint. */
-static inline long sdp_slidedp_pass_pos(const struct sdp_slidedp_hint *h, int ngroups)
+static inline long sdp_slidedp_pass_pos(const struct sdp_hint *h, int ngroups)
 {
     long G = ngroups > 0 ? ngroups : 1, g, slot, within;
     if (!h)
         return -1;
     g = h->group < 0 ? G - 1 : h->group < G ? h->group : G - 1;
-    slot = (long)h->step + (h->phase == SDP_SLIDEDP_UPDATE ? 2 : 1);
+    slot = (long)h->step + (h->phase == SDP_PH_UPDATE ? 2 : 1);
     if (slot < 0)
         slot = 0;
     switch (h->phase) {
-    case SDP_SLIDEDP_RECOMPUTE:
-    case SDP_SLIDEDP_BWD:
+    case SDP_PH_RECOMPUTE:
+    case SDP_PH_BWD:
         within = 2 * G - 2 - g;
         if (within < G)
             within = G;
         break;
-    case SDP_SLIDEDP_NORM:
+    case SDP_PH_NORM:
         within = 2 * G - 1;
         break;
     default:

@@ -2,8 +2,7 @@
 /* The ordering key of sdp-slidedp (policies/slidedp_internal.h) against the critical-path order of
  * a training step, written out by hand: every task list below is the order in which the policy
  * must run tasks that are ready together, and the keys must increase along it.  Also the pass
- * positions of the prefetch window, the staged-task test, the fallback to task priorities, and
- * (at compile time) that the policy's copy of struct sdp_hint matches codelets/sdp_tasks.h.
+ * positions of the prefetch window, the staged-task test and the fallback to task priorities.
  * No StarPU. */
 #include "config.h"
 
@@ -11,52 +10,26 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "codelets/sdp_tasks.h"
 #include "policies/slidedp_internal.h"
-
-/* the policy reads struct sdp_hint through its own mirror: same layout, same phase numbers */
-#define SAME_FIELD(f)                                                                              \
-    _Static_assert(offsetof(struct sdp_hint, f) == offsetof(struct sdp_slidedp_hint, f) &&         \
-                       sizeof(((struct sdp_hint *)0)->f) ==                                        \
-                           sizeof(((struct sdp_slidedp_hint *)0)->f),                              \
-                   "struct sdp_slidedp_hint." #f " does not match struct sdp_hint")
-SAME_FIELD(step);
-SAME_FIELD(group);
-SAME_FIELD(chunk);
-SAME_FIELD(mb);
-SAME_FIELD(phase);
-SAME_FIELD(rank);
-_Static_assert(sizeof(struct sdp_hint) == sizeof(struct sdp_slidedp_hint),
-               "struct sdp_slidedp_hint does not match struct sdp_hint");
-#define SAME_PHASE(a, b)                                                                           \
-    _Static_assert((int)SDP_PH_##a == (int)SDP_SLIDEDP_##b,                                        \
-                   "phase " #a " of slidedp_internal.h does not match enum sdp_phase")
-SAME_PHASE(CAST, CAST);
-SAME_PHASE(FWD, FWD);
-SAME_PHASE(RECOMPUTE, RECOMPUTE);
-SAME_PHASE(BWD, BWD);
-SAME_PHASE(LOSS, LOSS);
-SAME_PHASE(NORM, NORM);
-SAME_PHASE(UPDATE, UPDATE);
 
 static int fails, checks;
 
-static struct sdp_slidedp_hint H(int step, int group, int chunk, int mb, int phase) {
-    struct sdp_slidedp_hint h = { step, group, chunk, mb, phase, 0 };
+static struct sdp_hint H(int step, int group, int chunk, int mb, int phase) {
+    struct sdp_hint h = { step, group, chunk, mb, phase, 0 };
     return h;
 }
 
 static const char *const phase_names[] = { "cast", "fwd",  "recompute", "bwd",
                                            "loss", "norm", "update" };
 
-static void show(const struct sdp_slidedp_hint *h, char *buf, size_t n)
+static void show(const struct sdp_hint *h, char *buf, size_t n)
 {
     snprintf(buf, n, "%s(step %d, group %d, chunk %d, mb %d)", phase_names[h->phase], h->step,
              h->group, h->chunk, h->mb);
 }
 
 /* a runs before b */
-static void expect_before(struct sdp_slidedp_hint a, struct sdp_slidedp_hint b, const char *why)
+static void expect_before(struct sdp_hint a, struct sdp_hint b, const char *why)
 {
     uint64_t ka = sdp_slidedp_key(&a, 0), kb = sdp_slidedp_key(&b, 0);
     checks++;
@@ -83,10 +56,10 @@ static void expect(int cond, const char *what)
  * 2 chunks per group, the first step starting with the casts: the critical path when everything
  * is ready at once.  The updates of step 0 interleave with the forward of step 1. */
 #define MAXSEQ 256
-static struct sdp_slidedp_hint seq[MAXSEQ];
+static struct sdp_hint seq[MAXSEQ];
 static int nseq;
 
-static void add(struct sdp_slidedp_hint h)
+static void add(struct sdp_hint h)
 {
     if (nseq < MAXSEQ)
         seq[nseq++] = h;
@@ -100,34 +73,32 @@ static void build_two_steps(void)
          * after), then its forward for every micro-batch */
         for (int g = 0; g < G - 1; g++) {
             for (int c = 0; c < NC; c++)
-                add(s == 0 ? H(0, g, c, -1, SDP_SLIDEDP_CAST)
-                           : H(s - 1, g, c, -1, SDP_SLIDEDP_UPDATE));
+                add(s == 0 ? H(0, g, c, -1, SDP_PH_CAST) : H(s - 1, g, c, -1, SDP_PH_UPDATE));
             for (int mb = 0; mb < NM; mb++)
-                add(H(s, g, -1, mb, SDP_SLIDEDP_FWD));
+                add(H(s, g, -1, mb, SDP_PH_FWD));
         }
         for (int c = 0; c < NC; c++)
-            add(s == 0 ? H(0, G - 1, c, -1, SDP_SLIDEDP_CAST)
-                       : H(s - 1, G - 1, c, -1, SDP_SLIDEDP_UPDATE));
+            add(s == 0 ? H(0, G - 1, c, -1, SDP_PH_CAST) : H(s - 1, G - 1, c, -1, SDP_PH_UPDATE));
         for (int mb = 0; mb < NM; mb++)
-            add(H(s, G - 1, -1, mb, SDP_SLIDEDP_LOSS));
+            add(H(s, G - 1, -1, mb, SDP_PH_LOSS));
         /* backward from the last layer down: the gradient clear, then per micro-batch the
          * recomputation and the backward */
         for (int g = G - 2; g >= 0; g--) {
-            add(H(s, g, -1, -1, SDP_SLIDEDP_BWD)); /* zero */
+            add(H(s, g, -1, -1, SDP_PH_BWD)); /* zero */
             for (int mb = 0; mb < NM; mb++) {
-                add(H(s, g, -1, mb, SDP_SLIDEDP_RECOMPUTE));
-                add(H(s, g, -1, mb, SDP_SLIDEDP_BWD));
+                add(H(s, g, -1, mb, SDP_PH_RECOMPUTE));
+                add(H(s, g, -1, mb, SDP_PH_BWD));
             }
         }
         for (int g = 0; g < G; g++)
             for (int c = 0; c < NC; c++)
-                add(H(s, g, c, -1, SDP_SLIDEDP_NORM));
-        add(H(s, -1, -1, -1, SDP_SLIDEDP_NORM)); /* grad_norm */
+                add(H(s, g, c, -1, SDP_PH_NORM));
+        add(H(s, -1, -1, -1, SDP_PH_NORM)); /* grad_norm */
     }
     /* the last step's updates, before a third step that is not in the list */
     for (int g = 0; g < G; g++)
         for (int c = 0; c < NC; c++)
-            add(H(1, g, c, -1, SDP_SLIDEDP_UPDATE));
+            add(H(1, g, c, -1, SDP_PH_UPDATE));
 }
 
 int main(void)
@@ -140,8 +111,8 @@ int main(void)
         uint64_t ka = sdp_slidedp_key(&seq[i - 1], 0), kb = sdp_slidedp_key(&seq[i], 0);
         checks++;
         /* equal keys are allowed only for a recomputation and its backward (data-dependent) */
-        if (ka > kb || (ka == kb && !(seq[i - 1].phase == SDP_SLIDEDP_RECOMPUTE &&
-                                      seq[i].phase == SDP_SLIDEDP_BWD))) {
+        if (ka > kb ||
+            (ka == kb && !(seq[i - 1].phase == SDP_PH_RECOMPUTE && seq[i].phase == SDP_PH_BWD))) {
             show(&seq[i - 1], sa, sizeof(sa));
             show(&seq[i], sb, sizeof(sb));
             printf("FAIL two-step order, position %d: %s (key %#llx) before %s (key %#llx)\n", i,
@@ -151,55 +122,55 @@ int main(void)
     }
 
     /* ---- the rules one by one ---- */
-    expect_before(H(3, 0, -1, 1, SDP_SLIDEDP_FWD), H(3, 1, -1, 0, SDP_SLIDEDP_FWD),
+    expect_before(H(3, 0, -1, 1, SDP_PH_FWD), H(3, 1, -1, 0, SDP_PH_FWD),
                   "forward in ascending group order, every micro-batch of a group first");
-    expect_before(H(3, 40, -1, 0, SDP_SLIDEDP_FWD), H(3, 41, -1, 0, SDP_SLIDEDP_LOSS),
+    expect_before(H(3, 40, -1, 0, SDP_PH_FWD), H(3, 41, -1, 0, SDP_PH_LOSS),
                   "forward before the loss");
-    expect_before(H(3, 41, -1, 1, SDP_SLIDEDP_LOSS), H(3, 40, -1, 0, SDP_SLIDEDP_BWD),
+    expect_before(H(3, 41, -1, 1, SDP_PH_LOSS), H(3, 40, -1, 0, SDP_PH_BWD),
                   "the loss before the backward");
-    expect_before(H(3, 40, -1, 1, SDP_SLIDEDP_BWD), H(3, 39, -1, 0, SDP_SLIDEDP_RECOMPUTE),
+    expect_before(H(3, 40, -1, 1, SDP_PH_BWD), H(3, 39, -1, 0, SDP_PH_RECOMPUTE),
                   "backward in descending group order");
-    expect_before(H(3, 1, -1, 0, SDP_SLIDEDP_BWD), H(3, 0, -1, 0, SDP_SLIDEDP_BWD),
+    expect_before(H(3, 1, -1, 0, SDP_PH_BWD), H(3, 0, -1, 0, SDP_PH_BWD),
                   "the embedding's backward last");
-    expect_before(H(3, 0, -1, 1, SDP_SLIDEDP_BWD), H(3, 5, 0, -1, SDP_SLIDEDP_NORM),
+    expect_before(H(3, 0, -1, 1, SDP_PH_BWD), H(3, 5, 0, -1, SDP_PH_NORM),
                   "every backward before the sums of squares");
-    expect_before(H(3, 41, 7, -1, SDP_SLIDEDP_NORM), H(3, -1, -1, -1, SDP_SLIDEDP_NORM),
+    expect_before(H(3, 41, 7, -1, SDP_PH_NORM), H(3, -1, -1, -1, SDP_PH_NORM),
                   "the sums of squares before the global norm");
-    expect_before(H(3, -1, -1, -1, SDP_SLIDEDP_NORM), H(3, 0, 0, -1, SDP_SLIDEDP_UPDATE),
+    expect_before(H(3, -1, -1, -1, SDP_PH_NORM), H(3, 0, 0, -1, SDP_PH_UPDATE),
                   "the gradient norm before the updates");
-    expect_before(H(3, 0, 0, -1, SDP_SLIDEDP_BWD), H(3, 41, 0, -1, SDP_SLIDEDP_UPDATE),
+    expect_before(H(3, 0, 0, -1, SDP_PH_BWD), H(3, 41, 0, -1, SDP_PH_UPDATE),
                   "a step's backward before its first ready update (the head's)");
-    expect_before(H(3, 0, 9, -1, SDP_SLIDEDP_UPDATE), H(3, 1, 0, -1, SDP_SLIDEDP_UPDATE),
+    expect_before(H(3, 0, 9, -1, SDP_PH_UPDATE), H(3, 1, 0, -1, SDP_PH_UPDATE),
                   "the update of group 0 before group 1");
-    expect_before(H(3, 1, 0, -1, SDP_SLIDEDP_UPDATE), H(3, 1, 1, -1, SDP_SLIDEDP_UPDATE),
+    expect_before(H(3, 1, 0, -1, SDP_PH_UPDATE), H(3, 1, 1, -1, SDP_PH_UPDATE),
                   "updates of a group in chunk order");
-    expect_before(H(3, 0, 0, -1, SDP_SLIDEDP_UPDATE), H(4, 0, -1, 0, SDP_SLIDEDP_FWD),
+    expect_before(H(3, 0, 0, -1, SDP_PH_UPDATE), H(4, 0, -1, 0, SDP_PH_FWD),
                   "the update of group g before the next step's forward of g");
-    expect_before(H(4, 2, -1, 3, SDP_SLIDEDP_FWD), H(3, 3, 0, -1, SDP_SLIDEDP_UPDATE),
+    expect_before(H(4, 2, -1, 3, SDP_PH_FWD), H(3, 3, 0, -1, SDP_PH_UPDATE),
                   "the next step's forward of group g before the updates of later groups");
-    expect_before(H(4, 2, -1, 0, SDP_SLIDEDP_FWD), H(3, 41, 0, -1, SDP_SLIDEDP_UPDATE),
+    expect_before(H(4, 2, -1, 0, SDP_PH_FWD), H(3, 41, 0, -1, SDP_PH_UPDATE),
                   "the next step's forward of group g before the head's update");
-    expect_before(H(3, 41, 0, -1, SDP_SLIDEDP_UPDATE), H(4, 41, -1, 0, SDP_SLIDEDP_LOSS),
+    expect_before(H(3, 41, 0, -1, SDP_PH_UPDATE), H(4, 41, -1, 0, SDP_PH_LOSS),
                   "every update of step s before the loss of step s + 1");
-    expect_before(H(3, 0, -1, 0, SDP_SLIDEDP_BWD), H(4, 0, -1, 0, SDP_SLIDEDP_FWD),
+    expect_before(H(3, 0, -1, 0, SDP_PH_BWD), H(4, 0, -1, 0, SDP_PH_FWD),
                   "an earlier step's compute first");
-    expect_before(H(3, 1, 0, -1, SDP_SLIDEDP_CAST), H(3, 1, -1, 0, SDP_SLIDEDP_FWD),
+    expect_before(H(3, 1, 0, -1, SDP_PH_CAST), H(3, 1, -1, 0, SDP_PH_FWD),
                   "the cast of group g before its forward");
-    expect_before(H(3, 0, 5, -1, SDP_SLIDEDP_CAST), H(3, 1, 0, -1, SDP_SLIDEDP_CAST),
+    expect_before(H(3, 0, 5, -1, SDP_PH_CAST), H(3, 1, 0, -1, SDP_PH_CAST),
                   "casts in ascending group order");
-    expect_before(H(-1, 5, -1, 0, SDP_SLIDEDP_FWD), H(0, 0, 0, -1, SDP_SLIDEDP_CAST),
+    expect_before(H(-1, 5, -1, 0, SDP_PH_FWD), H(0, 0, 0, -1, SDP_PH_CAST),
                   "evaluation (step -1) before training step 0");
-    expect_before(H(100000, 7, -1, 0, SDP_SLIDEDP_BWD), H(100001, 0, 0, -1, SDP_SLIDEDP_CAST),
+    expect_before(H(100000, 7, -1, 0, SDP_PH_BWD), H(100001, 0, 0, -1, SDP_PH_CAST),
                   "large steps keep their order");
     /* fields past their width clamp instead of spilling into the next field */
-    expect_before(H(3, 0, 100000, -1, SDP_SLIDEDP_UPDATE), H(3, 1, 0, -1, SDP_SLIDEDP_UPDATE),
+    expect_before(H(3, 0, 100000, -1, SDP_PH_UPDATE), H(3, 1, 0, -1, SDP_PH_UPDATE),
                   "a huge chunk number stays within its group");
-    expect_before(H(3, 0, -1, 5000, SDP_SLIDEDP_FWD), H(3, 1, -1, 0, SDP_SLIDEDP_FWD),
+    expect_before(H(3, 0, -1, 5000, SDP_PH_FWD), H(3, 1, -1, 0, SDP_PH_FWD),
                   "a huge micro-batch number stays within its group");
 
     /* ---- tasks without a hint: by priority, ahead of every hinted task ---- */
     {
-        struct sdp_slidedp_hint first = H(-1, 0, -1, -1, SDP_SLIDEDP_CAST);
+        struct sdp_hint first = H(-1, 0, -1, -1, SDP_PH_CAST);
         uint64_t hinted = sdp_slidedp_key(&first, 0);
         expect(sdp_slidedp_key(NULL, 5) < sdp_slidedp_key(NULL, 1),
                "unhinted: the higher priority first");
@@ -209,27 +180,22 @@ int main(void)
     }
 
     /* ---- staged tasks: casts and updates only ---- */
-    for (int ph = SDP_SLIDEDP_CAST; ph <= SDP_SLIDEDP_UPDATE; ph++) {
-        struct sdp_slidedp_hint h = H(0, 1, 0, -1, ph);
+    for (int ph = SDP_PH_CAST; ph <= SDP_PH_UPDATE; ph++) {
+        struct sdp_hint h = H(0, 1, 0, -1, ph);
         snprintf(sa, sizeof(sa), "phase %s staged = %d", phase_names[ph],
-                 ph == SDP_SLIDEDP_CAST || ph == SDP_SLIDEDP_UPDATE);
-        expect(sdp_slidedp_is_staged(&h) == (ph == SDP_SLIDEDP_CAST || ph == SDP_SLIDEDP_UPDATE),
-               sa);
+                 ph == SDP_PH_CAST || ph == SDP_PH_UPDATE);
+        expect(sdp_slidedp_is_staged(&h) == (ph == SDP_PH_CAST || ph == SDP_PH_UPDATE), sa);
     }
     expect(!sdp_slidedp_is_staged(NULL), "an unhinted task is not staged");
 
     /* ---- pass positions and the window (G = 4 groups: 0, 1, 2 = L, 3 = head) ---- */
     {
         const int G = 4;
-        struct sdp_slidedp_hint f0 = H(0, 0, -1, 0, SDP_SLIDEDP_FWD),
-                                f2 = H(0, 2, -1, 1, SDP_SLIDEDP_FWD),
-                                loss = H(0, 3, -1, 0, SDP_SLIDEDP_LOSS),
-                                b2 = H(0, 2, -1, 0, SDP_SLIDEDP_BWD),
-                                r2 = H(0, 2, -1, 0, SDP_SLIDEDP_RECOMPUTE),
-                                b0 = H(0, 0, -1, 0, SDP_SLIDEDP_BWD),
-                                n0 = H(0, -1, -1, -1, SDP_SLIDEDP_NORM),
-                                u0 = H(0, 0, 0, -1, SDP_SLIDEDP_UPDATE),
-                                g0 = H(1, 0, -1, 0, SDP_SLIDEDP_FWD);
+        struct sdp_hint f0 = H(0, 0, -1, 0, SDP_PH_FWD), f2 = H(0, 2, -1, 1, SDP_PH_FWD),
+                        loss = H(0, 3, -1, 0, SDP_PH_LOSS), b2 = H(0, 2, -1, 0, SDP_PH_BWD),
+                        r2 = H(0, 2, -1, 0, SDP_PH_RECOMPUTE), b0 = H(0, 0, -1, 0, SDP_PH_BWD),
+                        n0 = H(0, -1, -1, -1, SDP_PH_NORM), u0 = H(0, 0, 0, -1, SDP_PH_UPDATE),
+                        g0 = H(1, 0, -1, 0, SDP_PH_FWD);
         long p0 = sdp_slidedp_pass_pos(&f0, G);
         expect(sdp_slidedp_pass_pos(&f2, G) == p0 + 2, "forward of group 2 is 2 groups ahead");
         expect(sdp_slidedp_pass_pos(&loss, G) == p0 + 3, "the loss at the head's position");
