@@ -179,6 +179,7 @@ static const struct key train_keys[] = {
     { .name = "gpu_memory_gib", RF(gpu_memory_gib), DBL_GE(0) },
     { .name = "ranks", RF(ranks), INT_GE(1) },
     { .name = "grad_route", CHOICE(grad_route_names, set_grad_route) },
+    { .name = "grad_route_groups", .type = K_STR, RF(grad_route_groups) },
     { .name = "window", RF(window), INT_GE(0) },
     { .name = "param_delay", RF(param_delay), .type = K_INT, .lo = 0, .hi = 1 },
 };
@@ -772,6 +773,50 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
  *   cosine    lr_min + 0.5 (lr - lr_min) (1 + cos(pi p))   (Loshchilov & Hutter, SGDR, 2017)
  *   linear    lr_min + (lr - lr_min) (1 - p)
  *   constant  lr */
+int sdp_recipe_grad_routes(const struct sdp_recipe *r, int ngroups, unsigned char *gpu)
+{
+    const char *p = r->grad_route_groups;
+    for (int i = 0; i < ngroups; i++)
+        gpu[i] = (unsigned char)r->grad_route_gpu;
+    while (*p) {
+        int route, a, b, n = 0;
+        if (!strncmp(p, "gpu:", 4))
+            route = 1;
+        else if (!strncmp(p, "cpu:", 4))
+            route = 0;
+        else
+            goto bad;
+        p += 4;
+        if (sscanf(p, "%d%n", &a, &n) != 1)
+            goto bad;
+        p += n;
+        b = a;
+        if (*p == '-') {
+            if (sscanf(p + 1, "%d%n", &b, &n) != 1)
+                goto bad;
+            p += 1 + n;
+        }
+        if (a < 0 || b < a || b >= ngroups) {
+            sdp_err(-EINVAL, "recipe %s: train.grad_route_groups: groups %d-%d outside 0-%d",
+                    r->file, a, b, ngroups - 1);
+            sdp_hint("groups are 0 (embedding), 1..L (layers) and L+1 (final norm, LM head)");
+            return -EINVAL;
+        }
+        for (int i = a; i <= b; i++)
+            gpu[i] = (unsigned char)route;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            goto bad;
+    }
+    return 0;
+bad:
+    sdp_err(-EINVAL, "recipe %s: train.grad_route_groups '%s' is malformed near '%s'", r->file,
+            r->grad_route_groups, p);
+    sdp_hint("write ROUTE:FIRST-LAST entries separated by commas, e.g. \"gpu:1-18,cpu:19-36\"");
+    return -EINVAL;
+}
+
 double sdp_recipe_lr_at(const struct sdp_recipe *r, int s)
 {
     double lr = r->lr, lr_min = r->lr * r->min_lr_ratio, p;

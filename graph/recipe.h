@@ -18,9 +18,10 @@
  *              ranks (data-parallel ranks: one per GPU, or CPU workers standing in for GPUs when
  *              there is none; the global batch is shared equally), grad_route (cpu | gpu: every
  *              rank's gradient crosses to the host which sums them, or rank 0's GPU sums them
- *              and returns one), window (layers kept on the GPU from the forward for the
- *              backward; every other layer is released after its use; default 2 when
- *              gpu_memory_gib is set, else 0: GPU copies stay until StarPU evicts them),
+ *              and returns one), grad_route_groups (per parameter group: "ROUTE:A-B,..." with
+ *              groups 0 = embedding, 1..L = layers, L+1 = final norm / LM head), window (layers
+ * kept on the GPU from the forward for the backward; every other layer is released after its use;
+ * default 2 when gpu_memory_gib is set, else 0: GPU copies stay until StarPU evicts them),
  *              param_delay (0: synchronous, the default; 1: RoundPipe's asynchronous optimizer,
  *              where step s computes with the weights from before step s - 1's update)
  *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
@@ -80,9 +81,10 @@ struct sdp_recipe {
     double gpu_memory_gib;  /* per-GPU memory StarPU may use (0 = no limit) */
     int ranks;              /* data-parallel ranks: GPUs, or CPU workers standing in (default 1) */
     int grad_route_gpu;     /* gradient return: 0 CPU reduction (default), 1 GPU reduction */
-    int param_delay;        /* 0: synchronous; 1: asynchronous optimizer (one step stale) */
-    int window;             /* GPU window: release layers after use, keeping the last `window`
-                               forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
+    char grad_route_groups[256]; /* per-group overrides: "gpu:1-18,cpu:19-36" ("" = none) */
+    int param_delay;             /* 0: synchronous; 1: asynchronous optimizer (one step stale) */
+    int window;                  /* GPU window: release layers after use, keeping the last `window`
+                                    forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
 
     /* output */
     char output_dir[SDP_PATH_MAX]; /* "" = no output directory */
@@ -101,6 +103,11 @@ int sdp_recipe_load(const char *path, struct sdp_recipe *r);
 /** Validate cross-field constraints (batch divisibility, chunk size > 0, seq_len <= max positions,
  * ...) after the model configuration is known.  @return 0 or -EINVAL (logged) */
 int sdp_recipe_validate(const struct sdp_recipe *r);
+
+/** The gradient route of each of ngroups parameter groups (1: GPU reduction, 0: CPU) from
+ * train.grad_route and train.grad_route_groups.  @return 0 or -EINVAL (a malformed spec or a group
+ * out of range: logged with the recipe file) */
+int sdp_recipe_grad_routes(const struct sdp_recipe *r, int ngroups, unsigned char *gpu);
 
 /** Learning rate for optimizer step s (0-based) of r->steps: linear warmup (s+1)/warmup, then
  * cosine or linear decay to lr * min_lr_ratio, or constant. */

@@ -23,6 +23,7 @@ struct sdp_graph {
     int R, nm_rank;                   /* ranks, micro-batches per rank */
     sdp_rt_tensor_t **rgrad;          /* [(R - 1) * ngroups]: gradients of ranks 1..R-1 */
     sdp_rt_tensor_t **work2;          /* [ngroups]: second working copies (param_delay 1) */
+    unsigned char *route_gpu;         /* [ngroups]: 1 where the ranks' gradients meet on a GPU */
     int work2_valid, last_update;     /* work2 holds the masters; step of the latest update */
     struct sdp_rope_params rope;
     /* shorthands */
@@ -309,7 +310,7 @@ static int reduce_ranks(sdp_graph_t *g, int step)
         for (int c = 0; c < gs->nchunks; c++) {
             struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
             o.hint.chunk = c;
-            o.on_rank = g->c.grad_route == SDP_ROUTE_GPU_REDUCE;
+            o.on_rank = g->route_gpu[gi];
             for (int r = 1; r < g->R; r++)
                 in[r - 1] = sdp_rt_tensor_part(grad_of(g, gi, r), c);
             TRY_RET(sdp_task_grad_reduce(&o, sdp_rt_tensor_part(gs->grad, c), in, g->R - 1));
@@ -584,13 +585,10 @@ void sdp_graph_route_bytes(const sdp_graph_t *g, struct sdp_route_bytes *rb)
         int twice = g->c.window > 0 && g->c.recompute && gi >= 1 && gi <= g->L - g->c.window;
         rb->param_h2d += n * es * (twice ? 2u : 1u);
         grad += n * sizeof(float);
+        if (g->R > 1)
+            *(g->route_gpu[gi] ? &rb->grad_peer_r : &rb->grad_d2h_r) += n * sizeof(float);
     }
     rb->grad_d2h_0 = grad;
-    if (g->R > 1) {
-        int gpu = g->c.grad_route == SDP_ROUTE_GPU_REDUCE;
-        rb->grad_d2h_r = gpu ? 0 : grad;
-        rb->grad_peer_r = gpu ? grad : 0;
-    }
 }
 
 unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
@@ -679,6 +677,11 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     if (!rc)
         rc = sdp_rt_tensor_create(&g->clip, SDP_F64, 2, "clip");
     g->last_update = -1;
+    if (!rc && !(g->route_gpu = calloc((size_t)st->ngroups, 1)))
+        rc = sdp_err(-ENOMEM, "routes");
+    for (int gi = 0; !rc && gi < st->ngroups; gi++)
+        g->route_gpu[gi] =
+            c->grad_route_gpu ? c->grad_route_gpu[gi] : c->grad_route == SDP_ROUTE_GPU_REDUCE;
     if (!rc && c->param_delay) {
         g->work2 = calloc((size_t)st->ngroups, sizeof(*g->work2));
         if (!g->work2)
@@ -749,6 +752,7 @@ void sdp_graph_destroy(sdp_graph_t *g)
     for (int i = 0; g->work2 && i < g->st->ngroups; i++)
         sdp_rt_tensor_release(g->work2[i]);
     free(g->work2);
+    free(g->route_gpu);
     free(g->ids);
     free(g->targets);
     free(g->loss);

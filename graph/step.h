@@ -26,6 +26,8 @@ struct sdp_graph_conf {
     int nranks;      /* data-parallel ranks (0 or 1: one); rank r takes micro-batches
                         [r * n_micro / nranks, (r + 1) * n_micro / nranks) */
     enum sdp_grad_route grad_route;
+    const unsigned char *grad_route_gpu; /* per group (1: GPU reduction), or NULL: grad_route for
+                                            all; copied by sdp_graph_create */
     int param_delay; /* 0: synchronous (SlideDP's invariants); 1: RoundPipe's asynchronous
                         optimizer: step s computes with the weights of step s - 1's start (two
                         working copies), so the update of step s - 1 overlaps all of step s.  It

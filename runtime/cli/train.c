@@ -55,6 +55,8 @@ static void usage(FILE *f)
         "  --ranks R          data-parallel ranks (overrides train.ranks): one per GPU, or CPU\n"
         "                     workers standing in for GPUs when there is none\n"
         "  --grad-route cpu|gpu  gradient return of the ranks (overrides train.grad_route)\n"
+        "  --grad-route-groups SPEC  per-group routes, e.g. gpu:1-18,cpu:19-36 (overrides\n"
+        "                     train.grad_route_groups)\n"
         "  --param-delay 0|1  1: asynchronous optimizer, weights one update old (overrides\n"
         "                     train.param_delay; breaks invariant 3, for comparisons)\n"
         "\n"
@@ -98,7 +100,7 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 
 struct overrides {
     int steps, cpus, gpus, checkpoint_every, no_resume, ranks, param_delay;
-    const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route;
+    const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route, *route_groups;
     int quiet;
 };
 
@@ -268,6 +270,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     struct sdp_ckpt_info info = { 0 };
     char ckdir[SDP_PATH_MAX + 16] = "", ckpath[SDP_PATH_MAX + 64], fp[128];
     double last_loss = NAN;
+    unsigned char *routes = NULL; /* gradient route per parameter group */
 
     /* a stop request before the first step is honoured there (after a checkpoint of the state) */
     install_signals();
@@ -282,6 +285,13 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     }
     if (sdp_recipe_validate(r))
         return SDP_EXIT_USAGE;
+    routes = calloc((size_t)sdp_model_num_groups(&r->model), 1);
+    if (!routes)
+        return SDP_EXIT_FAILURE;
+    if (sdp_recipe_grad_routes(r, sdp_model_num_groups(&r->model), routes)) {
+        free(routes);
+        return SDP_EXIT_USAGE;
+    }
     if (r->ranks > 1) {
         /* every rank takes global / ranks sequences, in micro-batches of at most batch.micro */
         int per = r->global_batch / r->ranks, mb = r->micro_batch < per ? r->micro_batch : per;
@@ -293,11 +303,15 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
                      r->ranks, per, mb, r->micro_batch);
         r->micro_batch = mb;
     }
-    if (r->sched[0] && sdp_policy_resolve(r->sched, &policy))
+    if (r->sched[0] && sdp_policy_resolve(r->sched, &policy)) {
+        free(routes);
         return SDP_EXIT_USAGE;
+    }
     rc = sdp_data_open(&data, r->data_train, r->seq_len, r->seed, r->shuffle);
-    if (rc)
+    if (rc) {
+        free(routes);
         return SDP_EXIT_FAILURE;
+    }
     if (data.shard.vocab_size > (uint32_t)r->model.vocab_size) {
         sdp_err(-EINVAL, "data %s was tokenized with a vocabulary of %u ids, the model has %d",
                 r->data_train, data.shard.vocab_size, r->model.vocab_size);
@@ -436,6 +450,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
                  "(asynchronous optimizer); SlideDP's invariant 3 does not hold");
     gc.window = r->window >= 0 ? r->window : r->gpu_memory_gib > 0 ? 2 : 0;
     gc.grad_route = r->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
+    gc.grad_route_gpu = routes;
     if (r->ranks > 1) {
         int wid[SDP_MAX_RANKS];
         if (sdp_rt_rank_workers(r->ranks, wid) || sdp_tasks_set_ranks(r->ranks, wid)) {
@@ -547,6 +562,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     }
 out:
     sdp_graph_destroy(g);
+    free(routes);
     if (state_made)
         sdp_state_destroy(&st);
     if (started) {
@@ -579,6 +595,7 @@ int sdp_cli_train(int argc, char **argv)
         { "ranks", required_argument, NULL, 'N' },
         { "grad-route", required_argument, NULL, 'G' },
         { "param-delay", required_argument, NULL, 'P' },
+        { "grad-route-groups", required_argument, NULL, 'X' },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -633,6 +650,9 @@ int sdp_cli_train(int argc, char **argv)
             if (parse_int("--ranks", optarg, 1, &ov.ranks))
                 return SDP_EXIT_USAGE;
             break;
+        case 'X':
+            ov.route_groups = optarg;
+            break;
         case 'P':
             if (parse_int("--param-delay", optarg, 0, &ov.param_delay) || ov.param_delay > 1) {
                 fprintf(stderr, "slidedp train: --param-delay takes 0 or 1\n");
@@ -678,6 +698,12 @@ int sdp_cli_train(int argc, char **argv)
         r.ranks = ov.ranks;
     if (ov.param_delay >= 0)
         r.param_delay = ov.param_delay;
+    if (ov.route_groups && snprintf(r.grad_route_groups, sizeof(r.grad_route_groups), "%s",
+                                    ov.route_groups) >= (int)sizeof(r.grad_route_groups)) {
+        fprintf(stderr, "slidedp train: --grad-route-groups is longer than %zu characters\n",
+                sizeof(r.grad_route_groups) - 1);
+        return SDP_EXIT_USAGE;
+    }
     if (ov.grad_route)
         r.grad_route_gpu = !strcmp(ov.grad_route, "gpu");
     if (ov.checkpoint_every >= 0)

@@ -2,8 +2,8 @@
 # Data-parallel ranks on CPU workers (--ranks R): with the same global batch, the fp32 losses of the
 # tiny recipe agree within 1e-6 relative for R = 1, 2 and 4 (only the order of the gradient sum
 # differs: each rank accumulates its own sequences, then the ranks' gradients are added in rank
-# order).  Both gradient routes give the same bits (the same sum, placed on the host or on rank
-# 0's worker); the event log of a 2-rank run passes the invariant checker, with every rank's
+# order).  Both gradient routes, and a per-group mix of them, give the same bits (the same sum,
+# placed on the host or on rank 0's worker); the event log of a 2-rank run passes the invariant checker, with every rank's
 # compute on its own worker; a global batch the ranks cannot share is a usage error (exit 2).
 set -u
 top=${top_srcdir:-.}
@@ -29,6 +29,7 @@ run r1 --ranks 1
 run r2 --ranks 2 --events "$tmp/r2.events.jsonl"
 run r4 --ranks 4
 run r2gpu --ranks 2 --grad-route gpu
+run r2mixed --ranks 2 --grad-route-groups gpu:0-2,cpu:3-5 --events "$tmp/r2mixed.events.jsonl"
 
 for R in r2 r4; do
     [ -f "$tmp/$R.loss" ] && [ -f "$tmp/r1.loss" ] || continue
@@ -47,8 +48,26 @@ PYEOF
         echo "$R: losses differ from 1 rank by more than 1e-6"; fail=1
     fi
 done
-if [ -f "$tmp/r2.loss" ] && [ -f "$tmp/r2gpu.loss" ] && ! cmp -s "$tmp/r2.loss" "$tmp/r2gpu.loss"; then
-    echo "the two gradient routes give different losses"; fail=1
+for other in r2gpu r2mixed; do
+    if [ -f "$tmp/r2.loss" ] && [ -f "$tmp/$other.loss" ] && ! cmp -s "$tmp/r2.loss" "$tmp/$other.loss"; then
+        echo "$other: the gradient routes give different losses"; fail=1
+    fi
+done
+# per-group routes: the reductions of groups 0-2 run on rank 0's worker, the others anywhere
+if [ -f "$tmp/r2mixed.events.jsonl" ]; then
+    "$py" - "$tmp/r2mixed.events.jsonl" "$tmp/r2.events.jsonl" <<'PYEOF' || fail=1
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+rank0 = {e["worker"] for e in ev if e["rank"] == 0 and e["phase"] == "fwd"}
+by_group = {}
+for e in ev:
+    if e["name"] == "grad_reduce":
+        by_group.setdefault(e["group"], set()).add(e["worker"])
+print("grad_reduce workers by group:", {g: sorted(w) for g, w in sorted(by_group.items())},
+      "rank 0 computes on", sorted(rank0))
+ok = len(rank0) == 1 and all(by_group[g] <= rank0 for g in (0, 1, 2))
+sys.exit(0 if ok else 1)
+PYEOF
 fi
 
 # the event log: invariants, and each rank's compute on its own worker
@@ -68,6 +87,14 @@ ok = sorted(workers) == [0, 1] and all(len(w) == 1 for w in workers.values()) an
     workers[0] != workers[1] and reduces > 0
 sys.exit(0 if ok else 1)
 PYEOF
+fi
+
+# a malformed per-group route
+"$bin" train "$recipe" --steps 1 --ranks 2 --grad-route-groups gpu:0-9 -q 2> "$tmp/badr.err"
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "grad_route_groups" "$tmp/badr.err"; then
+    echo "--grad-route-groups gpu:0-9: expected exit 2 naming grad_route_groups, got $rc:"
+    cat "$tmp/badr.err"; fail=1
 fi
 
 # 8 sequences cannot be shared by 3 ranks
