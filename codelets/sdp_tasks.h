@@ -145,6 +145,10 @@ int sdp_tasks_init(void);
  * (0).  The optimizer ops stay on the CPUs, next to the host-resident state.
  * @return 0 or -ENODEV (no CUDA worker, or a CUDA-less build; logged) */
 int sdp_tasks_place_compute(int on_gpu);
+/** Where the gradient norms (sumsq) run: 1 on the CPUs, which pulls every gradient chunk to the
+ * host as soon as its backward is done (what a bounded GPU window wants: the GPU copy is then
+ * clean and cheap to drop); 0 (the default) wherever the scheduler likes. */
+void sdp_tasks_place_norms_on_host(int on_host);
 /** Check that the GPU kernels support the model's shapes (head_dim, grouped-query ratio).
  * @return 0 or -EINVAL (logged) */
 struct sdp_model_cfg;

@@ -74,6 +74,11 @@ int sdp_tasks_place_compute(int on_gpu)
     return 0;
 }
 
+void sdp_tasks_place_norms_on_host(int on_host)
+{
+    sdp_cl_sumsq.where = on_host ? STARPU_CPU : 0;
+}
+
 int sdp_tasks_check_gpu_model(const struct sdp_model_cfg *m)
 {
     int hd = m->head_dim;

@@ -217,6 +217,19 @@ static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x
     return 0;
 }
 
+/* Clear group gi's gradient accumulator of rank r just before its first writer of the step (the
+ * rank's first micro-batch), so a GPU holds a layer's gradient only from that layer's backward to
+ * its return, instead of every group's from the start of the step. */
+static int zero_grad(sdp_graph_t *g, int step, int mb, int gi)
+{
+    struct sdp_task_opts o;
+    if (mb % g->nm_rank != 0)
+        return 0;
+    o = opts(g, step, gi, mb, SDP_PH_BWD);
+    o.hint.mb = -1;
+    return sdp_task_zero(&o, grad_of(g, gi, rank_of(g, mb)));
+}
+
 /* Forward, loss and backward of one micro-batch. */
 static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
                        sdp_rt_tensor_t *targets, float scale)
@@ -256,6 +269,9 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     TRY_GOTO(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", mb, L + 1));
     TRY_GOTO(temp(&dh, g->act_dt, (size_t)N * g->C, "d_h_final", mb, L + 1));
     TRY_GOTO(temp(&dres, g->act_dt, (size_t)N * g->C, "d_x", mb, L + 1));
+    TRY_GOTO(zero_grad(g, step, mb, g->lm_group));
+    if (g->lm_group != g->head_group)
+        TRY_GOTO(zero_grad(g, step, mb, g->head_group));
     TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], work_of(g, g->head_group, step),
                                   g->norm_off, N, g->C, eps));
     TRY_GOTO(sdp_task_lmhead_ce(&o, g->loss[mb], dh, grad_of(g, g->lm_group, r), g->lm_off, hN,
@@ -268,6 +284,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     for (l = L; l >= 1; l--) {
         if (g->c.recompute)
             TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], &kept[l], NULL));
+        TRY_GOTO(zero_grad(g, step, mb, l));
         TRY_GOTO(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres));
         if (last) {
             sdp_rt_tensor_wont_use(work_of(g, l, step));
@@ -277,6 +294,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         sdp_rt_tensor_release(xs[l]);
         xs[l] = NULL;
     }
+    if (g->lm_group != 0)
+        TRY_GOTO(zero_grad(g, step, mb, 0));
     o = opts(g, step, 0, mb, SDP_PH_BWD);
     TRY_GOTO(sdp_task_embedding_bwd(&o, grad_of(g, 0, r), sdp_state_off(st, 0, SDP_PT_EMBED), dres,
                                     ids, N, g->C));
@@ -456,13 +475,8 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
     rc = refresh_work(g, step);
     if (!rc)
         rc = refresh_work2(g, step);
-    /* every step accumulates from zero, cleared where the backward runs (no upload of zeros) */
-    for (int r = 0; r < g->R; r++)
-        for (int gi = 0; gi < g->st->ngroups && !rc; gi++) {
-            struct sdp_task_opts o = opts(g, step, gi, r * g->nm_rank, SDP_PH_BWD);
-            o.hint.mb = -1;
-            rc = sdp_task_zero(&o, grad_of(g, gi, r));
-        }
+    /* every step accumulates from zero: each rank clears a group's gradient where and when its
+     * backward first writes it (no upload of zeros; see zero_grad) */
     for (int mb = 0; mb < nm && !rc; mb++) {
         sdp_rt_tensor_t *ti = g->ids[set * nm + mb], *tt = g->targets[set * nm + mb];
         rc = fill_i32(ti, ids + mb * per_mb, per_mb);

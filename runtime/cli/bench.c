@@ -145,6 +145,7 @@ static int run(const struct bench_opts *b)
     gc.weight_decay = 0.1;
     gc.max_grad_norm = b->max_grad_norm;
     gc.window = b->window;
+    sdp_tasks_place_norms_on_host(b->window > 0);
     gc.nranks = b->ranks;
     gc.grad_route = b->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
     if (b->ranks > 1 && (sdp_rt_rank_workers(b->ranks, wid) || sdp_tasks_set_ranks(b->ranks, wid)))
