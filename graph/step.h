@@ -37,7 +37,9 @@ struct sdp_graph_conf {
                         working copy and gradient are released from the GPU after their last use of
                         the step (the gradient written back to the host), and after the forward of
                         the last micro-batch every layer but the last `window` is released too (the
-                        backward brings them back in reverse order) */
+                        backward brings them back in reverse order).  The CLI then also runs
+                        the gradient norms on the host (sdp_tasks_place_norms_on_host), so each
+                        gradient leaves the GPU as soon as its backward is done */
     int seq_len;     /* T */
     int recompute;   /* 1: recompute activations in backward; 0: keep them from the forward */
     double beta1, beta2, eps, weight_decay, max_grad_norm;
