@@ -138,6 +138,10 @@ int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sd
 int sdp_task_grad_reduce(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                          sdp_rt_tensor_t *const *in, int nin);
 
+/** dst (n) W = src (n) R, same dtype, on the executing worker's node: a step of the sharded
+ * parameter route (a chunk into its owner's replica, then from there into every other rank's). */
+int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src);
+
 /* ---- setup ---- */
 /** Register the perfmodels and check the codelets (call once after StarPU starts).  @return 0 */
 int sdp_tasks_init(void);

@@ -37,6 +37,7 @@ int sdp_tasks_init(void)
         &sdp_cl_zero,
         &sdp_cl_adamw,
         &sdp_cl_grad_reduce,
+        &sdp_cl_param_copy,
     };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         sdp_cl_register(all[i]);

@@ -82,6 +82,7 @@ static const char *const precision_names[] = { "fp32", "bf16", NULL };
 static const char *const activation_names[] = { "recompute", "keep", NULL };
 static const char *const on_nan_names[] = { "stop", "skip", NULL };
 static const char *const grad_route_names[] = { "cpu", "gpu", NULL };
+static const char *const param_route_names[] = { "replicated", "sharded", NULL };
 static const char *const schedule_names[] = { "cosine", "linear", "constant", NULL };
 static const char *const optimizer_names[] = { "adamw", NULL };
 
@@ -103,6 +104,11 @@ static void set_on_nan(struct ctx *c, int i)
 static void set_grad_route(struct ctx *c, int i)
 {
     c->r->grad_route_gpu = i == 1;
+}
+
+static void set_param_route(struct ctx *c, int i)
+{
+    c->r->param_sharded = i == 1;
 }
 
 static void set_schedule(struct ctx *c, int i)
@@ -179,6 +185,7 @@ static const struct key train_keys[] = {
     { .name = "gpu_memory_gib", RF(gpu_memory_gib), DBL_GE(0) },
     { .name = "ranks", RF(ranks), INT_GE(1) },
     { .name = "grad_route", CHOICE(grad_route_names, set_grad_route) },
+    { .name = "param_route", CHOICE(param_route_names, set_param_route) },
     { .name = "grad_route_groups", .type = K_STR, RF(grad_route_groups) },
     { .name = "window", RF(window), INT_GE(0) },
     { .name = "param_delay", RF(param_delay), .type = K_INT, .lo = 0, .hi = 1 },

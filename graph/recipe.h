@@ -15,6 +15,8 @@
  *              (0 = detect), gpus (CUDA workers, -1 = all found, 0 = none), gpu_memory_gib
  *              (memory StarPU may use per GPU, 0 = all), on_nan (stop | skip: a step whose
  *              loss or gradient is not finite stops the run, or its update is skipped),
+ *              param_route (replicated | sharded: every rank receives every working copy from
+ *              the host, or 1/ranks of it and the rest from the other ranks),
  *              ranks (data-parallel ranks: one per GPU, or CPU workers standing in for GPUs when
  *              there is none; the global batch is shared equally), grad_route (cpu | gpu: every
  *              rank's gradient crosses to the host which sums them, or rank 0's GPU sums them
@@ -81,6 +83,7 @@ struct sdp_recipe {
     double gpu_memory_gib;  /* per-GPU memory StarPU may use (0 = no limit) */
     int ranks;              /* data-parallel ranks: GPUs, or CPU workers standing in (default 1) */
     int grad_route_gpu;     /* gradient return: 0 CPU reduction (default), 1 GPU reduction */
+    int param_sharded;      /* parameter dispatch: 0 replicated (default), 1 sharded */
     char grad_route_groups[256]; /* per-group overrides: "gpu:1-18,cpu:19-36" ("" = none) */
     int param_delay;             /* 0: synchronous; 1: asynchronous optimizer (one step stale) */
     int window;                  /* GPU window: release layers after use, keeping the last `window`

@@ -24,6 +24,8 @@ struct sdp_graph {
     sdp_rt_tensor_t **rgrad;          /* [(R - 1) * ngroups]: gradients of ranks 1..R-1 */
     sdp_rt_tensor_t **work2;          /* [ngroups]: second working copies (param_delay 1) */
     unsigned char *route_gpu;         /* [ngroups]: 1 where the ranks' gradients meet on a GPU */
+    sdp_rt_tensor_t **rwork;          /* [R * ngroups]: each rank's replica (sharded route) */
+    int *chunk0;                      /* [ngroups]: index of the group's first chunk in the model */
     int work2_valid, last_update;     /* work2 holds the masters; step of the latest update */
     struct sdp_rope_params rope;
     /* shorthands */
@@ -85,6 +87,15 @@ static sdp_rt_tensor_t *work_of(const sdp_graph_t *g, int gi, int step)
     return step % 2 == 0 ? g->st->groups[gi].work : g->work2[gi];
 }
 
+/* The working copy rank r's compute reads at `step`: its own replica on the sharded route,
+ * otherwise the shared one (StarPU replicates it to the rank's GPU). */
+static sdp_rt_tensor_t *compute_work(const sdp_graph_t *g, int gi, int step, int r)
+{
+    if (g->rwork && step >= 0)
+        return g->rwork[(size_t)r * g->st->ngroups + gi];
+    return work_of(g, gi, step);
+}
+
 /* The parameter version (updates applied) the compute of `step` reads. */
 static int version_read(const sdp_graph_t *g, int step)
 {
@@ -121,7 +132,7 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
                      struct layer_acts *a, sdp_rt_tensor_t *out)
 {
     struct sdp_state *st = g->st;
-    sdp_rt_tensor_t *W = work_of(g, l, step);
+    sdp_rt_tensor_t *W = compute_work(g, l, step, rank_of(g, mb));
     int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
     int qk = st->cfg.qk_norm;
     float eps = (float)st->cfg.rms_norm_eps;
@@ -169,7 +180,8 @@ static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x
                      struct layer_acts *a, sdp_rt_tensor_t *dres)
 {
     struct sdp_state *st = g->st;
-    sdp_rt_tensor_t *W = work_of(g, l, step), *G = grad_of(g, l, rank_of(g, mb));
+    sdp_rt_tensor_t *W = compute_work(g, l, step, rank_of(g, mb));
+    sdp_rt_tensor_t *G = grad_of(g, l, rank_of(g, mb));
     sdp_rt_tensor_t *dact, *dgu, *dh2, *datt, *dqkv2, *dqkv, *dh1;
     int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
     int qk = st->cfg.qk_norm;
@@ -217,6 +229,42 @@ static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x
     return 0;
 }
 
+/* The rank that receives chunk c of group gi from the host on the sharded route: chunks are dealt
+ * to the ranks in turn over the whole model, so every rank gets P/R within a chunk. */
+static int owner_of(const sdp_graph_t *g, int gi, int c)
+{
+    return (g->chunk0[gi] + c) % g->R;
+}
+
+/* Sharded route: before the first forward of the step uses group gi (micro-batch 0), chunk c goes
+ * from the host's working copy to its owner rank (owner_of), then from the owner to every other
+ * rank.
+ * The copies run on the receiving rank's worker; StarPU moves the sources. */
+static int dispatch(sdp_graph_t *g, int step, int mb, int gi)
+{
+    sdp_rt_tensor_t *src = work_of(g, gi, step);
+    int nchunks = g->st->groups[gi].nchunks;
+    if (!g->rwork || mb != 0)
+        return 0;
+    for (int c = 0; c < nchunks; c++) {
+        int owner = owner_of(g, gi, c);
+        sdp_rt_tensor_t *own = sdp_rt_tensor_part(compute_work(g, gi, step, owner), c);
+        struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
+        o.hint.chunk = c;
+        o.hint.rank = owner;
+        o.on_rank = 1;
+        TRY_RET(sdp_task_param_copy(&o, own, sdp_rt_tensor_part(src, c)));
+        for (int r = 0; r < g->R; r++) {
+            if (r == owner)
+                continue;
+            o.hint.rank = r;
+            TRY_RET(
+                sdp_task_param_copy(&o, sdp_rt_tensor_part(compute_work(g, gi, step, r), c), own));
+        }
+    }
+    return 0;
+}
+
 /* Clear group gi's gradient accumulator of rank r just before its first writer of the step (the
  * rank's first micro-batch), so a GPU holds a layer's gradient only from that layer's backward to
  * its return, instead of every group's from the start of the step. */
@@ -252,14 +300,16 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     /* forward: xs[l] is the input of layer l + 1 (xs[0] the embeddings, xs[L] the last output) */
     o = opts(g, step, 0, mb, SDP_PH_FWD);
     TRY_GOTO(temp(&xs[0], g->act_dt, (size_t)N * g->C, "x", mb, 0));
-    TRY_GOTO(sdp_task_embedding_fwd(&o, xs[0], ids, work_of(g, 0, step),
+    TRY_GOTO(dispatch(g, step, mb, 0));
+    TRY_GOTO(sdp_task_embedding_fwd(&o, xs[0], ids, compute_work(g, 0, step, r),
                                     sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
     for (l = 1; l <= L; l++) {
         TRY_GOTO(temp(&xs[l], g->act_dt, (size_t)N * g->C, "x", mb, l));
+        TRY_GOTO(dispatch(g, step, mb, l));
         TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], &kept[l], xs[l]));
         if (g->c.recompute)
             release_acts(&kept[l]);
-        if (last && l <= L - g->c.window)
+        if (last && l <= L - g->c.window && !g->rwork)
             sdp_rt_tensor_wont_use(work_of(g, l, step));
     }
 
@@ -272,13 +322,15 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     TRY_GOTO(zero_grad(g, step, mb, g->lm_group));
     if (g->lm_group != g->head_group)
         TRY_GOTO(zero_grad(g, step, mb, g->head_group));
-    TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], work_of(g, g->head_group, step),
+    TRY_GOTO(dispatch(g, step, mb, g->head_group));
+    TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], compute_work(g, g->head_group, step, r),
                                   g->norm_off, N, g->C, eps));
     TRY_GOTO(sdp_task_lmhead_ce(&o, g->loss[mb], dh, grad_of(g, g->lm_group, r), g->lm_off, hN,
-                                work_of(g, g->lm_group, step), g->lm_off, targets, N, g->C, g->V,
-                                scale));
+                                compute_work(g, g->lm_group, step, r), g->lm_off, targets, N, g->C,
+                                g->V, scale));
     TRY_GOTO(sdp_task_rmsnorm_bwd(&o, dres, 0, grad_of(g, g->head_group, r), g->norm_off, dh, xs[L],
-                                  work_of(g, g->head_group, step), g->norm_off, rstdN, N, g->C));
+                                  compute_work(g, g->head_group, step, r), g->norm_off, rstdN, N,
+                                  g->C));
 
     /* backward through the layers, recomputing each layer's activations from its saved input */
     for (l = L; l >= 1; l--) {
@@ -290,6 +342,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
             sdp_rt_tensor_wont_use(work_of(g, l, step));
             sdp_rt_tensor_wont_use(grad_of(g, l, r));
         }
+        if (g->rwork && (mb + 1) % g->nm_rank == 0) /* the replica's last use this step */
+            sdp_rt_tensor_discard(compute_work(g, l, step, r));
         release_acts(&kept[l]);
         sdp_rt_tensor_release(xs[l]);
         xs[l] = NULL;
@@ -299,6 +353,9 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     o = opts(g, step, 0, mb, SDP_PH_BWD);
     TRY_GOTO(sdp_task_embedding_bwd(&o, grad_of(g, 0, r), sdp_state_off(st, 0, SDP_PT_EMBED), dres,
                                     ids, N, g->C));
+    if (g->rwork && (mb + 1) % g->nm_rank == 0)
+        for (int gi = 0; gi < st->ngroups; gi += g->head_group)
+            sdp_rt_tensor_discard(compute_work(g, gi, step, r));
     if (last)
         for (int gi = 0; gi < st->ngroups; gi += g->head_group) {
             sdp_rt_tensor_wont_use(work_of(g, gi, step));
@@ -588,21 +645,28 @@ done:
     return rc;
 }
 
-void sdp_graph_route_bytes(const sdp_graph_t *g, struct sdp_route_bytes *rb)
+void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_bytes *rb)
 {
     const struct sdp_state *st = g->st;
-    unsigned long long grad = 0;
     size_t es = sdp_dtype_size(st->work_dtype);
     memset(rb, 0, sizeof(*rb));
     for (int gi = 0; gi < st->ngroups; gi++) {
         unsigned long long n = st->groups[gi].nelems;
         int twice = g->c.window > 0 && g->c.recompute && gi >= 1 && gi <= g->L - g->c.window;
-        rb->param_h2d += n * es * (twice ? 2u : 1u);
-        grad += n * sizeof(float);
-        if (g->R > 1)
-            *(g->route_gpu[gi] ? &rb->grad_peer_r : &rb->grad_d2h_r) += n * sizeof(float);
+        if (g->rwork) { /* sharded: the owned chunks from the host, the others from their owners */
+            for (int c = 0; c < st->groups[gi].nchunks; c++) {
+                unsigned long long nb =
+                    sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].work, c)) * es;
+                *(owner_of(g, gi, c) == rank ? &rb->param_h2d : &rb->param_peer) += nb;
+            }
+        } else {
+            rb->param_h2d += n * es * (twice ? 2u : 1u);
+        }
+        if (rank == 0 || !g->route_gpu[gi])
+            rb->grad_d2h += n * sizeof(float);
+        else
+            rb->grad_peer += n * sizeof(float);
     }
-    rb->grad_d2h_0 = grad;
 }
 
 unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
@@ -716,6 +780,32 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
             free(parts);
         }
     }
+    if (!rc && g->R > 1 && c->param_route == SDP_ROUTE_SHARDED) {
+        /* every rank's replica of every group, chunked like the working copy, device memory only */
+        g->rwork = calloc((size_t)g->R * st->ngroups, sizeof(*g->rwork));
+        g->chunk0 = calloc((size_t)st->ngroups, sizeof(*g->chunk0));
+        if (!g->rwork || !g->chunk0)
+            rc = sdp_err(-ENOMEM, "replicas of %d ranks", g->R);
+        for (int gi = 1; !rc && gi < st->ngroups; gi++)
+            g->chunk0[gi] = g->chunk0[gi - 1] + st->groups[gi - 1].nchunks;
+        for (int r = 0; r < g->R && !rc; r++)
+            for (int gi = 0; gi < st->ngroups && !rc; gi++) {
+                struct sdp_group_state *gs = &st->groups[gi];
+                sdp_rt_tensor_t **t = &g->rwork[(size_t)r * st->ngroups + gi];
+                size_t *parts = calloc((size_t)gs->nchunks, sizeof(*parts));
+                if (!parts) {
+                    rc = sdp_err(-ENOMEM, "replica chunks of rank %d", r);
+                    break;
+                }
+                for (int k = 0; k < gs->nchunks; k++)
+                    parts[k] = sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->work, k));
+                snprintf(name, sizeof(name), "g%d.work.rank%d", gi, r);
+                rc = sdp_rt_tensor_create_device(t, st->work_dtype, gs->nelems, name);
+                if (!rc)
+                    rc = sdp_rt_tensor_partition(*t, gs->nchunks, parts);
+                free(parts);
+            }
+    }
     if (!rc && g->R > 1) {
         /* ranks 1..R-1 accumulate into gradients of their own, chunked like rank 0's */
         g->rgrad = calloc((size_t)(g->R - 1) * st->ngroups, sizeof(*g->rgrad));
@@ -767,6 +857,10 @@ void sdp_graph_destroy(sdp_graph_t *g)
         sdp_rt_tensor_release(g->work2[i]);
     free(g->work2);
     free(g->route_gpu);
+    for (int i = 0; g->rwork && i < g->R * g->st->ngroups; i++)
+        sdp_rt_tensor_release(g->rwork[i]);
+    free(g->rwork);
+    free(g->chunk0);
     free(g->ids);
     free(g->targets);
     free(g->loss);

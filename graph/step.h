@@ -20,11 +20,20 @@ enum sdp_grad_route {
     SDP_ROUTE_GPU_REDUCE  /* rank 0's worker sums them and returns one gradient */
 };
 
+/* Parameter dispatch to data-parallel ranks (the design's routes). */
+enum sdp_param_route {
+    SDP_ROUTE_REPLICATED, /* every rank receives every working copy from the host */
+    SDP_ROUTE_SHARDED     /* the k-th chunk of the model goes from the host to rank k % R, the
+                             others copy it from that rank (P/R bytes from the host per rank, the
+                             rest GPU to GPU) */
+};
+
 struct sdp_graph_conf {
     int micro_batch; /* B: sequences per micro-batch */
     int n_micro;     /* micro-batches per step, over all ranks (a multiple of nranks) */
     int nranks;      /* data-parallel ranks (0 or 1: one); rank r takes micro-batches
                         [r * n_micro / nranks, (r + 1) * n_micro / nranks) */
+    enum sdp_param_route param_route;
     enum sdp_grad_route grad_route;
     const unsigned char *grad_route_gpu; /* per group (1: GPU reduction), or NULL: grad_route for
                                             all; copied by sdp_graph_create */
@@ -64,12 +73,12 @@ typedef struct sdp_graph sdp_graph_t;
  * 1..R-1 send theirs to rank 0, which returns one (GPU reduction).  Token ids, losses and the
  * norm are not counted (a few KiB). */
 struct sdp_route_bytes {
-    unsigned long long param_h2d;   /* per rank */
-    unsigned long long grad_d2h_0;  /* rank 0 */
-    unsigned long long grad_d2h_r;  /* each rank > 0 */
-    unsigned long long grad_peer_r; /* each rank > 0 to rank 0 */
+    unsigned long long param_h2d;  /* from the host (sharded: the rank's own chunks) */
+    unsigned long long param_peer; /* from the other ranks (sharded route) */
+    unsigned long long grad_d2h;   /* to the host */
+    unsigned long long grad_peer;  /* to rank 0 (GPU reduction, ranks > 0) */
 };
-void sdp_graph_route_bytes(const sdp_graph_t *g, struct sdp_route_bytes *rb);
+void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_bytes *rb);
 
 /** Smallest GPU memory (bytes) a run of this configuration needs on one GPU: two parameter groups
  * in flight (working copy + fp32 gradient), the saved layer inputs of one micro-batch, one layer's

@@ -116,6 +116,35 @@ int sdp_rt_tensor_create_host(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t n
     return create(out, dt, nelems, name, 0);
 }
 
+int sdp_rt_tensor_create_device(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems,
+                                const char *name)
+{
+    /* Host memory as the home of the handle (StarPU's partition plans gather through it), but
+     * neither pinned nor touched: pages only exist if StarPU ever writes the tensor back, which
+     * sdp_rt_tensor_discard() after the last use avoids. */
+    struct sdp_rt_tensor *t;
+    size_t nbytes = nelems * sdp_dtype_size(dt);
+    int rc = check_size(nelems, name);
+    if (rc)
+        return rc;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return sdp_err(-ENOMEM, "tensor %s", name);
+    if (starpu_malloc_flags(&t->data, nbytes, 0) != 0 || !t->data) {
+        free(t);
+        return sdp_err(-ENOMEM, "tensor %s: cannot reserve %.1f MiB of address space", name,
+                       nbytes / 1048576.0);
+    }
+    t->dtype = dt;
+    t->nelems = nelems;
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    starpu_vector_data_register(&t->handle, STARPU_MAIN_RAM, (uintptr_t)t->data, (uint32_t)nelems,
+                                sdp_dtype_size(dt));
+    starpu_data_set_name(t->handle, t->name);
+    *out = t;
+    return 0;
+}
+
 int sdp_rt_tensor_temp(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name)
 {
     struct sdp_rt_tensor *t;
@@ -152,7 +181,8 @@ void sdp_rt_tensor_release(sdp_rt_tensor_t *t)
         free(t->part_lens);
     }
     starpu_data_unregister(t->handle);
-    starpu_free_flags(t->data, t->nelems * sdp_dtype_size(t->dtype), t->malloc_flags);
+    if (t->data)
+        starpu_free_flags(t->data, t->nelems * sdp_dtype_size(t->dtype), t->malloc_flags);
     free(t);
 }
 
@@ -242,6 +272,11 @@ int sdp_rt_tensor_acquire(sdp_rt_tensor_t *t, int write)
 void sdp_rt_tensor_release_acquire(sdp_rt_tensor_t *t)
 {
     starpu_data_release(t->handle);
+}
+
+void sdp_rt_tensor_discard(sdp_rt_tensor_t *t)
+{
+    starpu_data_invalidate_submit(t->handle);
 }
 
 void sdp_rt_tensor_wont_use(sdp_rt_tensor_t *t)

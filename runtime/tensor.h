@@ -24,6 +24,11 @@ int sdp_rt_tensor_create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems
  * since pinning takes time at start-up and no DMA reads them. */
 int sdp_rt_tensor_create_host(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems,
                               const char *name);
+/** A persistent tensor without host memory: StarPU allocates it on the node that first uses it
+ * (a rank's GPU), and it can be partitioned.  For device-side replicas (the sharded route's
+ * per-rank working copies). */
+int sdp_rt_tensor_create_device(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems,
+                                const char *name);
 /** A temporary tensor: no memory until a task writes it; release it after its last use is
  * submitted. */
 int sdp_rt_tensor_temp(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name);
@@ -46,6 +51,9 @@ void *sdp_rt_tensor_data(sdp_rt_tensor_t *t);
 /** Wait until the host copy is valid (and, with write, exclusively ours), then make it so. */
 int sdp_rt_tensor_acquire(sdp_rt_tensor_t *t, int write);
 void sdp_rt_tensor_release_acquire(sdp_rt_tensor_t *t);
+/** Drop the tensor's contents once the tasks submitted so far are done: every copy is freed and
+ * none is written back (for replicas that the next writer overwrites whole). */
+void sdp_rt_tensor_discard(sdp_rt_tensor_t *t);
 /** Tell StarPU the tensor will not be used for a while (its device copies may go first). */
 void sdp_rt_tensor_wont_use(sdp_rt_tensor_t *t);
 

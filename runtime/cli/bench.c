@@ -22,7 +22,7 @@
 
 struct bench_opts {
     const char *model, *sched, *precision, *activations;
-    int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu;
+    int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
 };
@@ -52,7 +52,8 @@ static void usage(FILE *f)
             "                       the last N forward layers for the backward (2 with\n"
             "                       --gpu-memory-gib, else 0: no release)\n"
             "  --ranks R            data-parallel ranks, one per GPU (1); the batch is shared\n"
-            "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n");
+            "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n"
+            "  --param-route replicated|sharded  parameter dispatch to the ranks (replicated)\n");
 }
 
 static double now_s(void)
@@ -148,6 +149,7 @@ static int run(const struct bench_opts *b)
     sdp_tasks_place_norms_on_host(b->window > 0);
     gc.nranks = b->ranks;
     gc.grad_route = b->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
+    gc.param_route = b->sharded ? SDP_ROUTE_SHARDED : SDP_ROUTE_REPLICATED;
     if (b->ranks > 1 && (sdp_rt_rank_workers(b->ranks, wid) || sdp_tasks_set_ranks(b->ranks, wid)))
         goto out;
     if (sdp_graph_create(&g, &st, &gc))
@@ -182,17 +184,19 @@ static int run(const struct bench_opts *b)
         struct sdp_rank_bytes moved[SDP_MAX_RANKS];
         char *line;
         /* bytes per rank per timed step: the design's formulas and what StarPU moved */
-        sdp_graph_route_bytes(g, &rb);
         sdp_rt_bus_count_read(b->ranks, wid, moved);
-        for (int r = 0; r < b->ranks; r++)
+        for (int r = 0; r < b->ranks; r++) {
+            sdp_graph_route_bytes(g, r, &rb);
             json_array_append_new(
-                routes,
-                json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "rank", r, "param_h2d_gb_pred",
-                          rb.param_h2d / 1e9, "grad_d2h_gb_pred",
-                          (r ? rb.grad_d2h_r : rb.grad_d2h_0) / 1e9, "grad_peer_gb_pred",
-                          (r ? rb.grad_peer_r : 0) / 1e9, "h2d_gb", moved[r].h2d / 1e9 / b->steps,
-                          "d2h_gb", moved[r].d2h / 1e9 / b->steps, "peer_out_gb",
-                          moved[r].peer_out / 1e9 / b->steps));
+                routes, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "rank", r,
+                                  "param_h2d_gb_pred", rb.param_h2d / 1e9, "param_peer_gb_pred",
+                                  rb.param_peer / 1e9, "grad_d2h_gb_pred", rb.grad_d2h / 1e9,
+                                  "grad_peer_gb_pred", rb.grad_peer / 1e9, "h2d_gb",
+                                  moved[r].h2d / 1e9 / b->steps, "peer_in_gb",
+                                  moved[r].peer_in / 1e9 / b->steps, "d2h_gb",
+                                  moved[r].d2h / 1e9 / b->steps, "peer_out_gb",
+                                  moved[r].peer_out / 1e9 / b->steps));
+        }
         for (int s = 0; s < b->steps; s++)
             json_array_append_new(steps_arr, json_real(timed[s]));
         qsort(timed, (size_t)b->steps, sizeof(double), cmp_double);
@@ -200,13 +204,13 @@ static int run(const struct bench_opts *b)
         if (b->steps % 2 == 0)
             median = 0.5 * (timed[b->steps / 2 - 1] + timed[b->steps / 2]);
         tps = ntok / median;
-        settings =
-            json_pack("{s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:s, s:f}", "precision",
-                      b->precision, "micro_batch", b->micro, "activations", b->activations,
-                      "chunk_mib", b->chunk_mib, "sched", b->sched ? b->sched : "default", "gpus",
-                      sdp_rt_ncuda(), "cpu_workers", sdp_rt_ncpus(), "gpu_memory_gib",
-                      b->gpu_memory_gib, "window", b->window, "ranks", b->ranks, "grad_route",
-                      b->grad_route_gpu ? "gpu" : "cpu", "max_grad_norm", b->max_grad_norm);
+        settings = json_pack(
+            "{s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:s, s:s, s:f}", "precision",
+            b->precision, "micro_batch", b->micro, "activations", b->activations, "chunk_mib",
+            b->chunk_mib, "sched", b->sched ? b->sched : "default", "gpus", sdp_rt_ncuda(),
+            "cpu_workers", sdp_rt_ncpus(), "gpu_memory_gib", b->gpu_memory_gib, "window", b->window,
+            "ranks", b->ranks, "grad_route", b->grad_route_gpu ? "gpu" : "cpu", "param_route",
+            b->sharded ? "sharded" : "replicated", "max_grad_norm", b->max_grad_norm);
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
             b->model, "batch", b->batch, "seq", b->seq, "tokens_per_s", tps, "model_tflops",
@@ -266,6 +270,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "window", required_argument, NULL, 'W' },
         { "ranks", required_argument, NULL, 'R' },
         { "grad-route", required_argument, NULL, 'D' },
+        { "param-route", required_argument, NULL, 'Y' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -307,6 +312,13 @@ int sdp_cli_bench(int argc, char **argv)
             break;
         case 'S':
             b.sched = optarg;
+            break;
+        case 'Y':
+            if (strcmp(optarg, "replicated") && strcmp(optarg, "sharded")) {
+                fprintf(stderr, "slidedp bench: --param-route expects replicated or sharded\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.sharded = !strcmp(optarg, "sharded");
             break;
         case 'D':
             if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu")) {

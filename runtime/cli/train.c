@@ -55,6 +55,8 @@ static void usage(FILE *f)
         "  --ranks R          data-parallel ranks (overrides train.ranks): one per GPU, or CPU\n"
         "                     workers standing in for GPUs when there is none\n"
         "  --grad-route cpu|gpu  gradient return of the ranks (overrides train.grad_route)\n"
+        "  --param-route replicated|sharded  parameter dispatch to the ranks (overrides\n"
+        "                     train.param_route)\n"
         "  --grad-route-groups SPEC  per-group routes, e.g. gpu:1-18,cpu:19-36 (overrides\n"
         "                     train.grad_route_groups)\n"
         "  --param-delay 0|1  1: asynchronous optimizer, weights one update old (overrides\n"
@@ -100,7 +102,8 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 
 struct overrides {
     int steps, cpus, gpus, checkpoint_every, no_resume, ranks, param_delay;
-    const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route, *route_groups;
+    const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route, *route_groups,
+        *param_route;
     int quiet;
 };
 
@@ -452,14 +455,16 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     sdp_tasks_place_norms_on_host(gc.window > 0);
     gc.grad_route = r->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
     gc.grad_route_gpu = routes;
+    gc.param_route = r->param_sharded ? SDP_ROUTE_SHARDED : SDP_ROUTE_REPLICATED;
     if (r->ranks > 1) {
         int wid[SDP_MAX_RANKS];
         if (sdp_rt_rank_workers(r->ranks, wid) || sdp_tasks_set_ranks(r->ranks, wid)) {
             rc = SDP_EXIT_FAILURE;
             goto out;
         }
-        SDP_INFO("%d data-parallel ranks on %s workers, %s reduction of gradients", r->ranks,
-                 sdp_rt_ncuda() > 0 ? "CUDA" : "CPU", r->grad_route_gpu ? "GPU" : "CPU");
+        SDP_INFO("%d data-parallel ranks on %s workers, %s parameters, %s reduction of gradients",
+                 r->ranks, sdp_rt_ncuda() > 0 ? "CUDA" : "CPU",
+                 r->param_sharded ? "sharded" : "replicated", r->grad_route_gpu ? "GPU" : "CPU");
     }
     if (sdp_graph_create(&g, &st, &gc)) {
         rc = SDP_EXIT_FAILURE;
@@ -597,6 +602,7 @@ int sdp_cli_train(int argc, char **argv)
         { "grad-route", required_argument, NULL, 'G' },
         { "param-delay", required_argument, NULL, 'P' },
         { "grad-route-groups", required_argument, NULL, 'X' },
+        { "param-route", required_argument, NULL, 'Y' },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -654,6 +660,13 @@ int sdp_cli_train(int argc, char **argv)
         case 'X':
             ov.route_groups = optarg;
             break;
+        case 'Y':
+            if (strcmp(optarg, "replicated") && strcmp(optarg, "sharded")) {
+                fprintf(stderr, "slidedp train: --param-route takes replicated or sharded\n");
+                return SDP_EXIT_USAGE;
+            }
+            ov.param_route = optarg;
+            break;
         case 'P':
             if (parse_int("--param-delay", optarg, 0, &ov.param_delay) || ov.param_delay > 1) {
                 fprintf(stderr, "slidedp train: --param-delay takes 0 or 1\n");
@@ -707,6 +720,8 @@ int sdp_cli_train(int argc, char **argv)
     }
     if (ov.grad_route)
         r.grad_route_gpu = !strcmp(ov.grad_route, "gpu");
+    if (ov.param_route)
+        r.param_sharded = !strcmp(ov.param_route, "sharded");
     if (ov.checkpoint_every >= 0)
         r.checkpoint_every = ov.checkpoint_every;
     if (ov.output)

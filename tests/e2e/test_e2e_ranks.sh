@@ -2,8 +2,9 @@
 # Data-parallel ranks on CPU workers (--ranks R): with the same global batch, the fp32 losses of the
 # tiny recipe agree within 1e-6 relative for R = 1, 2 and 4 (only the order of the gradient sum
 # differs: each rank accumulates its own sequences, then the ranks' gradients are added in rank
-# order).  Both gradient routes, and a per-group mix of them, give the same bits (the same sum,
-# placed on the host or on rank 0's worker); the event log of a 2-rank run passes the invariant checker, with every rank's
+# order).  Both gradient routes, a per-group mix of them, and the sharded parameter route give the
+# same bits (the same sum placed on the host or on rank 0's worker; the same weights copied rank to
+# rank); the event log of a 2-rank run passes the invariant checker, with every rank's
 # compute on its own worker; a global batch the ranks cannot share is a usage error (exit 2).
 set -u
 top=${top_srcdir:-.}
@@ -30,6 +31,8 @@ run r2 --ranks 2 --events "$tmp/r2.events.jsonl"
 run r4 --ranks 4
 run r2gpu --ranks 2 --grad-route gpu
 run r2mixed --ranks 2 --grad-route-groups gpu:0-2,cpu:3-5 --events "$tmp/r2mixed.events.jsonl"
+run r2sharded --ranks 2 --param-route sharded --grad-route gpu --events "$tmp/r2sharded.events.jsonl"
+run r4sharded --ranks 4 --param-route sharded
 
 for R in r2 r4; do
     [ -f "$tmp/$R.loss" ] && [ -f "$tmp/r1.loss" ] || continue
@@ -48,11 +51,30 @@ PYEOF
         echo "$R: losses differ from 1 rank by more than 1e-6"; fail=1
     fi
 done
-for other in r2gpu r2mixed; do
-    if [ -f "$tmp/r2.loss" ] && [ -f "$tmp/$other.loss" ] && ! cmp -s "$tmp/r2.loss" "$tmp/$other.loss"; then
-        echo "$other: the gradient routes give different losses"; fail=1
+for pair in r2:r2gpu r2:r2mixed r2:r2sharded r4:r4sharded; do
+    a=${pair%%:*} b=${pair#*:}
+    if [ -f "$tmp/$a.loss" ] && [ -f "$tmp/$b.loss" ] && ! cmp -s "$tmp/$a.loss" "$tmp/$b.loss"; then
+        echo "$b: the routes give different losses than $a"; fail=1
     fi
 done
+# the sharded route: every chunk reaches every rank (one copy from the host per chunk, then one
+# per other rank), and the log still passes the checker
+if [ -f "$tmp/r2sharded.events.jsonl" ]; then
+    "$py" "$top/tools/check_invariants.py" "$tmp/r2sharded.events.jsonl" > "$tmp/checks.out" 2>&1 ||
+        { echo "invariant checker failed on the sharded log:"; cat "$tmp/checks.out"; fail=1; }
+    "$py" - "$tmp/r2sharded.events.jsonl" <<'PYEOF' || fail=1
+import json, sys
+copies = {}
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["name"] == "param_copy":
+        copies.setdefault((e["step"], e["group"], e["chunk"]), []).append(e["rank"])
+ok = bool(copies) and all(sorted(r) == [0, 1] for r in copies.values())
+print("sharded: %d chunk dispatches, each to ranks %s" % (len(copies), sorted(set(
+    tuple(sorted(r)) for r in copies.values()))))
+sys.exit(0 if ok else 1)
+PYEOF
+fi
 # per-group routes: the reductions of groups 0-2 run on rank 0's worker, the others anywhere
 if [ -f "$tmp/r2mixed.events.jsonl" ]; then
     "$py" - "$tmp/r2mixed.events.jsonl" "$tmp/r2.events.jsonl" <<'PYEOF' || fail=1

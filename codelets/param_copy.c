@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/* param_copy: dst = src, two buffers of one dtype and size on the executing worker's node.  The
+ * sharded parameter route: the owner rank of a chunk copies it from the host's working copy into
+ * its replica (StarPU brings the source over PCIe: P/R bytes per rank), then every other rank
+ * copies it from the owner's replica (StarPU brings it GPU to GPU): an all-gather built from
+ * StarPU's own transfers.  Tests: tests/e2e/test_e2e_ranks.sh. */
+#include "config.h"
+
+#include <string.h>
+
+#include "codelets/cl_common.h"
+#include "codelets/codelets_internal.h"
+
+struct sdp_param_copy_args {
+    struct sdp_shape_key key; /* bytes (low 31 bits, high bits) */
+};
+
+static size_t nbytes_of(void *buf)
+{
+    return (size_t)STARPU_VECTOR_GET_NX(buf) * STARPU_VECTOR_GET_ELEMSIZE(buf);
+}
+
+/* buffers: dst (n) W, src (n) R */
+static void param_copy_cpu(void *buffers[], void *cl_arg)
+{
+    (void)cl_arg;
+    memcpy(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]), nbytes_of(buffers[0]));
+}
+
+#ifdef SDP_HAVE_CUDA
+static void param_copy_cuda(void *buffers[], void *cl_arg)
+{
+    (void)cl_arg;
+    SDP_CUDA_CHECK(cudaMemcpyAsync(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]), nbytes_of(buffers[0]),
+                                   cudaMemcpyDeviceToDevice, starpu_cuda_get_local_stream()));
+}
+#endif
+
+static struct starpu_perfmodel sdp_pm_param_copy = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_param_copy_v1",
+    .footprint = sdp_cl_footprint,
+};
+
+struct starpu_codelet sdp_cl_param_copy = {
+    .name = "param_copy",
+    .cpu_funcs = { param_copy_cpu },
+    .cpu_funcs_name = { "param_copy_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { param_copy_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
+    .nbuffers = 2,
+    .modes = { STARPU_W, STARPU_R },
+    .model = &sdp_pm_param_copy,
+};
+
+int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src)
+{
+    struct sdp_param_copy_args *a;
+    size_t n = sdp_rt_tensor_nelems(dst), nbytes;
+    struct sdp_cl_buf b[] = { { dst, STARPU_W }, { src, STARPU_R } };
+    if (sdp_rt_tensor_nelems(src) != n || sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst))
+        return sdp_err(-EINVAL, "param_copy: %s and %s differ in size or dtype",
+                       sdp_rt_tensor_name(dst), sdp_rt_tensor_name(src));
+    nbytes = n * sdp_dtype_size(sdp_rt_tensor_dtype(dst));
+    a = sdp_cl_args_alloc(sizeof(*a));
+    a->key.d[0] = (int)(nbytes & 0x7fffffff);
+    a->key.d[1] = (int)(nbytes >> 31);
+    return sdp_cl_submit(&sdp_cl_param_copy, o, a, sizeof(*a), 0.0, b, 2);
+}
