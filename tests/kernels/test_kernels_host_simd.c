@@ -17,7 +17,7 @@
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #include "tests/lib/sdp_test.h"
 
-#define GUARD 64 /* elements of slack before and after every buffer (offsets stay below GUARD) */
+#define GUARD 64 /* elements of slack around every buffer (offsets stay below GUARD) */
 
 static const size_t sizes[] = { 0, 1, 15, 16, 17, 31, 32, 33, 63, 64 + 7, 100, 1000 + 13, 1000003 };
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
@@ -68,9 +68,9 @@ static int check_cast(struct sdp_rng *rng)
     static const size_t offs[][2] = {
         { 0, 0 }, { 1, 0 }, { 0, 1 }, { 3, 5 }, { 16, 8 }, { 7, 31 }
     };
-    float *src = sdp_test_alloc((BIG + 2 * GUARD) * sizeof(float));
-    uint16_t *d_ref = sdp_test_alloc((BIG + 2 * GUARD) * sizeof(uint16_t));
-    uint16_t *d_simd = sdp_test_alloc((BIG + 2 * GUARD) * sizeof(uint16_t));
+    float *src = sdp_test_alloc((BIG + 3 * GUARD) * sizeof(float));
+    uint16_t *d_ref = sdp_test_alloc((BIG + 3 * GUARD) * sizeof(uint16_t));
+    uint16_t *d_simd = sdp_test_alloc((BIG + 3 * GUARD) * sizeof(uint16_t));
     long ncase = 0, nbad = 0;
 
     for (size_t si = 0; si < NSIZES; si++) {
@@ -82,8 +82,8 @@ static int check_cast(struct sdp_rng *rng)
                     s[i] = mode == 0   ? f32_of((uint32_t)sdp_rng_next(rng))
                            : mode == 1 ? sdp_rng_normal(rng, 3.0f)
                                        : special(rng);
-                fill_guard(d_ref, (BIG + 2 * GUARD) * sizeof(uint16_t));
-                fill_guard(d_simd, (BIG + 2 * GUARD) * sizeof(uint16_t));
+                fill_guard(d_ref, (BIG + 3 * GUARD) * sizeof(uint16_t));
+                fill_guard(d_simd, (BIG + 3 * GUARD) * sizeof(uint16_t));
                 sdp_cpu_cast_bf16_ref(d_ref + GUARD + od, s, n);
                 sdp_cpu_cast_bf16_avx512(d_simd + GUARD + od, s, n);
                 ncase++;
