@@ -5,7 +5,8 @@
 #         tests/e2e/test_e2e_train_tiny.sh (4 minutes of training under ASan; the plain build's
 #         `make check` covers it), leaks checked with tests/sanitizers/lsan.supp;
 #   tsan  build/tsan, --enable-sanitizers=thread: the tests that run StarPU with several workers,
-#         tests/e2e/test_e2e_policies.sh and tests/e2e/test_e2e_hf_parity, with
+#         tests/e2e/test_e2e_policies.sh, tests/e2e/test_e2e_hf_parity and
+#         tests/policies/test_policies_stale.sh (two ranks under sdp-slidedp), with
 #         tests/sanitizers/tsan.supp.
 # Usage: tools/ci-sanitizers.sh [asan] [tsan]      (no argument: both)
 # Run it after ./autogen.sh and before an in-tree ./configure: automake refuses out-of-tree builds
@@ -81,7 +82,8 @@ for stage in $stages; do
         export STARPU_WORKERS_NOBIND=1
         TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
         export TSAN_OPTIONS=$TSAN_OPTIONS:suppressions=$top/tests/sanitizers/tsan.supp
-        run_check tsan tests/e2e/test_e2e_policies.sh tests/e2e/test_e2e_hf_parity
+        run_check tsan tests/e2e/test_e2e_policies.sh tests/e2e/test_e2e_hf_parity \
+            tests/policies/test_policies_stale.sh
         unset STARPU_WORKERS_NOBIND TSAN_OPTIONS
         ;;
     *)
