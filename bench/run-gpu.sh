@@ -7,7 +7,8 @@
 #   bench    slidedp bench on MODEL/BATCH: the default policy, dmda, and bounded windows (BENCH_GIBS)
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
-#   ranks    slidedp bench with --ranks over every GPU, both gradient routes (MODEL/BATCH per GPU)
+#   ranks    slidedp bench with --ranks over every GPU, every route combination (MODEL/BATCH per GPU)
+#   sweep    slidedp sweep on MODEL: one layer's cast+H2D and D2H+update per chunk size, 8-256 MiB
 # Writes everything into OUTDIR: machine.txt, logs, results.jsonl (one JSON line per measurement).
 #   bench/run-gpu.sh OUTDIR "STAGES" [MODEL] [BATCH]     e.g. bench/run-gpu.sh out "tests bench" qwen3-4b 16
 set -u
@@ -80,12 +81,19 @@ for stage in $stages; do
         ;;
     ranks)
         for R in 1 $ngpu; do
-            for route in cpu gpu; do
-                [ "$R" = 1 ] && [ $route = gpu ] && continue
-                bench "ranks$R-$route" 300 --model "$model" --batch $((batch * R)) --seq 1024 \
-                    --steps 3 --warmup 2 --gpus "$R" --ranks "$R" --grad-route $route
+            for pr in replicated sharded; do
+                for route in cpu gpu; do
+                    [ "$R" = 1 ] && { [ $route = gpu ] || [ $pr = sharded ]; } && continue
+                    bench "ranks$R-$pr-$route" 300 --model "$model" --batch $((batch * R)) \
+                        --seq 1024 --steps 3 --warmup 2 --gpus "$R" --ranks "$R" \
+                        --param-route $pr --grad-route $route
+                done
             done
         done
+        ;;
+    sweep)
+        timeout 400 "$b/slidedp" sweep --model "$model" >> "$out/results.jsonl" 2> "$out/sweep.log"
+        log "sweep: exit $?"
         ;;
     *) log "unknown stage $stage" ;;
     esac

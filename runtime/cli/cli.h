@@ -14,5 +14,6 @@ int sdp_cli_bench(int argc, char **argv);
 int sdp_cli_export(int argc, char **argv);
 int sdp_cli_tokenize(int argc, char **argv);
 int sdp_cli_plot(int argc, char **argv);
+int sdp_cli_sweep(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ static void usage(FILE *f)
         "  tokenize ...        text or JSONL -> token shard (slidedp tokenize --help)\n"
         "  export CKPT OUTDIR  write a checkpoint as a Hugging Face model directory\n"
         "  bench --model M     time training steps of a preset model on random data\n"
+        "  sweep --model M     time one layer's cast+H2D and D2H+update paths per chunk size\n"
         "  plot METRICS.jsonl  draw loss and tokens/s of a metrics file as a PNG (gnuplot)\n"
         "  policies            list the scheduling policies --sched accepts\n"
         "\n"
@@ -51,6 +52,8 @@ int main(int argc, char **argv)
         return sdp_cli_export(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
         return sdp_cli_bench(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "sweep"))
+        return sdp_cli_sweep(argc - 1, argv + 1);
     if (!strcmp(argv[1], "policies"))
         return sdp_cli_policies(argc - 1, argv + 1);
     fprintf(stderr, "slidedp: unknown command '%s'\n\n", argv[1]);

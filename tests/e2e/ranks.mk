@@ -2,3 +2,5 @@
 # tests/e2e/: data-parallel ranks on CPU workers (--ranks R)
 TESTS += tests/e2e/test_e2e_ranks.sh
 EXTRA_DIST += tests/e2e/test_e2e_ranks.sh
+TESTS += tests/e2e/test_e2e_sweep.sh
+EXTRA_DIST += tests/e2e/test_e2e_sweep.sh

@@ -35,7 +35,7 @@ run r2sharded --ranks 2 --param-route sharded --grad-route gpu --events "$tmp/r2
 run r4sharded --ranks 4 --param-route sharded
 
 for R in r2 r4; do
-    [ -f "$tmp/$R.loss" ] && [ -f "$tmp/r1.loss" ] || continue
+    if [ ! -f "$tmp/$R.loss" ] || [ ! -f "$tmp/r1.loss" ]; then continue; fi
     if ! "$py" - "$tmp/r1.loss" "$tmp/$R.loss" "$steps" <<'PYEOF'
 import sys
 a = [float(x) for x in open(sys.argv[1])]
