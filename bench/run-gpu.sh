@@ -13,7 +13,7 @@
 #   bench/run-gpu.sh OUTDIR "STAGES" [MODEL] [BATCH]     e.g. bench/run-gpu.sh out "tests bench" qwen3-4b 16
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
-cd "$top"
+cd "$top" || exit 1
 out=${1:?usage: bench/run-gpu.sh OUTDIR "STAGES" [MODEL] [BATCH]}
 stages=${2:-tests host bench peers}
 model=${3:-qwen3-4b}
