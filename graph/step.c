@@ -254,6 +254,8 @@ static int dispatch(sdp_graph_t *g, int step, int mb, int gi)
         o.hint.rank = owner;
         o.on_rank = 1;
         TRY_RET(sdp_task_param_copy(&o, own, sdp_rt_tensor_part(src, c)));
+        /* the owner's GPU copy of the host chunk is not read again: let it go first */
+        sdp_rt_tensor_wont_use(sdp_rt_tensor_part(src, c));
         for (int r = 0; r < g->R; r++) {
             if (r == owner)
                 continue;
