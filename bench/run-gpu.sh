@@ -9,6 +9,9 @@
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    slidedp bench with --ranks over every GPU, every route combination (MODEL/BATCH per GPU)
 #   sweep    slidedp sweep on MODEL: one layer's cast+H2D and D2H+update per chunk size, 8-256 MiB
+#   finetune recipes/qwen3-0.6b-pretrain.yaml (random init, KJV text), then
+#            recipes/qwen3-0.6b-sft.yaml from its result on the Jargon File instructions; metrics
+#            and loss plots of both stages
 # Writes everything into OUTDIR: machine.txt, logs, results.jsonl (one JSON line per measurement).
 #   bench/run-gpu.sh OUTDIR "STAGES" [MODEL] [BATCH]     e.g. bench/run-gpu.sh out "tests bench" qwen3-4b 16
 set -u
@@ -94,6 +97,24 @@ for stage in $stages; do
     sweep)
         timeout 400 "$b/slidedp" sweep --model "$model" >> "$out/results.jsonl" 2> "$out/sweep.log"
         log "sweep: exit $?"
+        ;;
+    finetune)
+        rm -rf "$top/runs/qwen3-0.6b-kjv" "$top/runs/qwen3-0.6b-sft"
+        timeout 400 "$b/slidedp" train recipes/qwen3-0.6b-pretrain.yaml -q \
+            --metrics "$out/pretrain.jsonl" > "$out/pretrain.log" 2>&1
+        log "pretrain: exit $? $(tail -n 1 "$out/pretrain.jsonl" | cut -c1-200)"
+        # the instruction stage from the pretrained directory (a recipe beside the others, so that
+        # its relative paths still hold)
+        sed 's#^  path: .*#  path: ../runs/qwen3-0.6b-kjv/final#' recipes/qwen3-0.6b-sft.yaml \
+            > recipes/.sft-from-kjv.yaml
+        timeout 300 "$b/slidedp" train recipes/.sft-from-kjv.yaml -q --metrics "$out/sft.jsonl" \
+            > "$out/sft.log" 2>&1
+        log "sft: exit $? $(tail -n 1 "$out/sft.jsonl" | cut -c1-200)"
+        rm -f recipes/.sft-from-kjv.yaml
+        for m in pretrain sft; do
+            "$b/slidedp" plot "$out/$m.jsonl" -o "$out/$m.png" 2>> "$out/plot.log" ||
+                log "plot $m: failed (gnuplot missing?)"
+        done
         ;;
     *) log "unknown stage $stage" ;;
     esac
