@@ -119,9 +119,9 @@ static int time_size(const struct sweep_opts *so, const struct sdp_model_cfg *cf
         t0 = now_s();
         for (int c = 0; !rc && c < gs->nchunks; c++) {
             struct sdp_task_opts o = task_opts(SDP_PH_CAST, c);
-            o.on_rank = 1;
             rc = sdp_task_cast(&o, sdp_rt_tensor_part(gs->work, c),
                                sdp_rt_tensor_part(gs->master, c));
+            o.on_rank = 1; /* the copy runs on the GPU, which pulls the chunk over PCIe */
             if (!rc)
                 rc = sdp_task_param_copy(&o, sdp_rt_tensor_part(rep, c),
                                          sdp_rt_tensor_part(gs->work, c));
