@@ -117,7 +117,18 @@ int sdp_rt_rank_workers(int R, int *ids)
                            : "raise train.cpus (or --cpus) to at least the number of ranks");
         return -EINVAL;
     }
-    return (int)starpu_worker_get_ids_by_type(kind, ids, R) == R ? 0 : -EINVAL;
+    {
+        /* StarPU refuses (-ERANGE) a list shorter than its workers of the kind: take them all */
+        int *all = malloc((size_t)have * sizeof(*all));
+        int n = all ? (int)starpu_worker_get_ids_by_type(kind, all, (unsigned)have) : -ENOMEM;
+        if (n >= R)
+            memcpy(ids, all, (size_t)R * sizeof(*ids));
+        free(all);
+        if (n < R)
+            return sdp_err(n < 0 ? n : -EINVAL, "cannot list the %s workers of %d ranks",
+                           ncuda > 0 ? "CUDA" : "CPU", R);
+    }
+    return 0;
 }
 
 void sdp_rt_bus_count_start(void)

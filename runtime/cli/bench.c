@@ -19,9 +19,10 @@
 #include "runtime/init.h"
 #include "runtime/sdp_log.h"
 #include "runtime/state.h"
+#include "runtime/trace.h"
 
 struct bench_opts {
-    const char *model, *sched, *precision, *activations;
+    const char *model, *sched, *precision, *activations, *trace, *events;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
@@ -29,31 +30,33 @@ struct bench_opts {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: slidedp bench --model PRESET [options]\n"
-            "\n"
-            "Time training steps of a preset model (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,\n"
-            "qwen3-14b) with random weights and random tokens; print one JSON line.\n"
-            "\n"
-            "options:\n"
-            "  --batch N            sequences per step (16)\n"
-            "  --micro N            sequences per micro-batch (= batch)\n"
-            "  --seq N              tokens per sequence (1024)\n"
-            "  --steps N            timed steps (5)\n"
-            "  --warmup N           untimed steps first (2)\n"
-            "  --precision P        bf16 or fp32 (bf16)\n"
-            "  --activations A      recompute or keep (recompute)\n"
-            "  --chunk-mib X        parameter chunk, MiB of fp32 master (64)\n"
-            "  --gpus N             CUDA workers (-1 = all found, 0 = none; -1)\n"
-            "  --gpu-memory-gib X   memory StarPU may use per GPU (0 = all)\n"
-            "  --cpus N             CPU workers (0 = all cores)\n"
-            "  --sched NAME         scheduling policy (sdp-slidedp; `slidedp policies`)\n"
-            "  --window N           release each layer from the GPU after its last use, keeping\n"
-            "                       the last N forward layers for the backward (2 with\n"
-            "                       --gpu-memory-gib, else 0: no release)\n"
-            "  --ranks R            data-parallel ranks, one per GPU (1); the batch is shared\n"
-            "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n"
-            "  --param-route replicated|sharded  parameter dispatch to the ranks (replicated)\n");
+    fprintf(
+        f, "usage: slidedp bench --model PRESET [options]\n"
+           "\n"
+           "Time training steps of a preset model (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,\n"
+           "qwen3-14b) with random weights and random tokens; print one JSON line.\n"
+           "\n"
+           "options:\n"
+           "  --batch N            sequences per step (16)\n"
+           "  --micro N            sequences per micro-batch (= batch)\n"
+           "  --seq N              tokens per sequence (1024)\n"
+           "  --steps N            timed steps (5)\n"
+           "  --warmup N           untimed steps first (2)\n"
+           "  --precision P        bf16 or fp32 (bf16)\n"
+           "  --activations A      recompute or keep (recompute)\n"
+           "  --chunk-mib X        parameter chunk, MiB of fp32 master (64)\n"
+           "  --gpus N             CUDA workers (-1 = all found, 0 = none; -1)\n"
+           "  --gpu-memory-gib X   memory StarPU may use per GPU (0 = all)\n"
+           "  --cpus N             CPU workers (0 = all cores)\n"
+           "  --sched NAME         scheduling policy (sdp-slidedp; `slidedp policies`)\n"
+           "  --window N           release each layer from the GPU after its last use, keeping\n"
+           "                       the last N forward layers for the backward (2 with\n"
+           "                       --gpu-memory-gib, else 0: no release)\n"
+           "  --ranks R            data-parallel ranks, one per GPU (1); the batch is shared\n"
+           "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n"
+           "  --param-route replicated|sharded  parameter dispatch to the ranks (replicated)\n"
+           "  --trace FILE.json    Chrome/Perfetto timeline of every task, one track per lane\n"
+           "  --events FILE.jsonl  the task event log (tools/lane_util.py, check_invariants.py)\n");
 }
 
 static double now_s(void)
@@ -132,6 +135,8 @@ static int run(const struct bench_opts *b)
         sdp_state_create(&st, &cfg, dt, (size_t)(b->chunk_mib * 1048576.0)))
         goto out;
     state_made = 1;
+    if ((b->trace || b->events) && sdp_trace_start())
+        goto out;
     t_init = now_s();
     sdp_state_init_random(&st, b->seed);
     SDP_INFO("random initialisation of %zu parameters: %.1f s", sdp_model_num_params(&cfg),
@@ -225,10 +230,13 @@ static int run(const struct bench_opts *b)
         json_decref(o);
     }
     rc = SDP_EXIT_OK;
+    if ((b->trace || b->events) && sdp_trace_write(b->events, b->trace))
+        rc = SDP_EXIT_FAILURE;
 out:
     sdp_graph_destroy(g);
     if (state_made)
         sdp_state_destroy(&st);
+    sdp_trace_stop();
     sdp_tasks_shutdown();
     sdp_rt_shutdown();
 out_free:
@@ -271,6 +279,8 @@ int sdp_cli_bench(int argc, char **argv)
         { "ranks", required_argument, NULL, 'R' },
         { "grad-route", required_argument, NULL, 'D' },
         { "param-route", required_argument, NULL, 'Y' },
+        { "trace", required_argument, NULL, 'X' },
+        { "events", required_argument, NULL, 'E' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -312,6 +322,12 @@ int sdp_cli_bench(int argc, char **argv)
             break;
         case 'S':
             b.sched = optarg;
+            break;
+        case 'X':
+            b.trace = optarg;
+            break;
+        case 'E':
+            b.events = optarg;
             break;
         case 'Y':
             if (strcmp(optarg, "replicated") && strcmp(optarg, "sharded")) {

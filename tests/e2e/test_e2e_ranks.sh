@@ -5,7 +5,8 @@
 # order).  Both gradient routes, a per-group mix of them, and the sharded parameter route give the
 # same bits (the same sum placed on the host or on rank 0's worker; the same weights copied rank to
 # rank); the event log of a 2-rank run passes the invariant checker, with every rank's
-# compute on its own worker; a global batch the ranks cannot share is a usage error (exit 2).
+# compute on its own worker (with more workers than ranks: --cpus 3); a global batch the ranks
+# cannot share is a usage error (exit 2).
 set -u
 top=${top_srcdir:-.}
 bin=${top_builddir:-.}/slidedp
@@ -27,7 +28,7 @@ run() { # name, extra options...
 }
 
 run r1 --ranks 1
-run r2 --ranks 2 --events "$tmp/r2.events.jsonl"
+run r2 --ranks 2 --cpus 3 --events "$tmp/r2.events.jsonl"
 run r4 --ranks 4
 run r2gpu --ranks 2 --grad-route gpu
 run r2mixed --ranks 2 --grad-route-groups gpu:0-2,cpu:3-5 --events "$tmp/r2mixed.events.jsonl"

@@ -8,7 +8,8 @@
 # tools/check_invariants.py must pass the log, and fail three broken copies: a step-1 compute event
 # of group 2 moved before the end of the step-0 update of group 2 (invariant 3), a step-1 update
 # started before the last backward of its group (invariant 2), and one event recording another
-# version than its step's (invariant 1).  Needs python3 (json only).
+# version than its step's (invariant 1).  tools/lane_util.py must give every lane a busy fraction
+# within its window and a summed concurrency within the two workers.  Needs python3 (json only).
 set -u
 top=${top_srcdir:-.}
 bin=${top_builddir:-.}/slidedp
@@ -130,6 +131,25 @@ for inv in 3 2 1; do
         cat "$tmp/b$inv.out"; fail "broken copy for invariant $inv: exit $rc"
     fi
 done
+
+# ---- lane utilisation (tools/lane_util.py) of steps 1-2 ----
+if python3 "$top/tools/lane_util.py" "$tmp/events.jsonl" --json > "$tmp/util.json" &&
+    python3 - "$tmp/util.json" "$tmp/events.jsonl" <<'EOF'; then ok "lane utilisation"; else fail "lane utilisation"; fi
+import json, sys
+u = json.load(open(sys.argv[1]))
+evs = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+sel = [e for e in evs if e["step"] in (1, 2) and e.get("event", "task") != "wait"]
+window = max(e["end_us"] for e in sel) - min(e["start_us"] for e in sel)
+lanes = {r["lane"]: r for r in u["lanes"] if r["rank"] == 0}
+print("  lanes:", {k: "%.1f%% busy, %.2f tasks" % (100 * v["busy"], v["tasks"]) for k, v in lanes.items()})
+ok = u["steps"] == [1, 2] and abs(u["window_ms"] - window / 1e3) < 1e-6
+ok = ok and {"CPU compute", "gradient reduction", "CPU AdamW"} <= set(lanes)
+# a union is never longer than the window nor than the sum of its intervals
+ok = ok and all(0 <= r["busy"] <= 1 + 1e-9 and r["tasks"] >= r["busy"] - 1e-9 for r in u["lanes"])
+# with two CPU workers, at most two tasks run at once: the summed lanes cannot exceed 2
+ok = ok and sum(r["tasks"] for r in u["lanes"]) <= 2 + 1e-6
+sys.exit(0 if ok else 1)
+EOF
 
 [ "$fails" = 0 ] && { echo PASS; exit 0; }
 echo FAIL

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Lane utilisation of a run, from its task event log.
+
+Usage: lane_util.py EVENTS.jsonl [--steps A-B] [--json]
+
+The log is the one `slidedp train --events FILE` or `slidedp bench --events FILE` writes
+(runtime/trace.h).  For every rank and lane, over the window from the first start to the last end
+of the selected steps' task events:
+  busy   the union of the lane's task intervals (overlapping tasks of one lane count once), as a
+         fraction of the window: how much of the step the lane was working;
+  tasks  the sum of task durations divided by the window: the lane's average concurrency (several
+         CPU workers run AdamW chunks at once, so this exceeds 1 where busy cannot);
+  waits  time ready work of the lane was held back by the policy (wait events), as a fraction.
+The lane that is busy for most of the window bounds the step.  --steps keeps the events of those
+optimizer steps (default: all but the first, which includes start-up work).  Exits 2 when the log
+cannot be read or holds no selected event.  Test: tests/e2e/test_e2e_trace.sh.
+"""
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+
+def union_length(intervals):
+    total, end = 0.0, None
+    start = None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            if end is not None:
+                total += end - start
+            start, end = a, b
+        else:
+            end = max(end, b)
+    if end is not None:
+        total += end - start
+    return total
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("events")
+    ap.add_argument("--steps", help="A-B: the optimizer steps to keep (0-based, inclusive)")
+    ap.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    args = ap.parse_args()
+    try:
+        events = [json.loads(l) for l in open(args.events) if l.strip()]
+    except (OSError, ValueError) as err:
+        print("lane_util.py: %s: %s" % (args.events, err), file=sys.stderr)
+        return 2
+    steps = sorted({e["step"] for e in events if e.get("step", -1) >= 0})
+    if args.steps:
+        try:
+            a, b = (int(x) for x in args.steps.split("-"))
+        except ValueError:
+            print("lane_util.py: --steps expects A-B", file=sys.stderr)
+            return 2
+        keep = set(range(a, b + 1))
+    else:
+        keep = set(steps[1:] if len(steps) > 1 else steps)
+    sel = [e for e in events if e.get("step", -1) in keep]
+    tasks = [e for e in sel if e.get("event", "task") != "wait"]
+    if not tasks:
+        print("lane_util.py: no task events in steps %s" % sorted(keep), file=sys.stderr)
+        return 2
+    t0 = min(e["start_us"] for e in tasks)
+    t1 = max(e["end_us"] for e in tasks)
+    window = max(t1 - t0, 1e-9)
+    spans = defaultdict(list)
+    total = defaultdict(float)
+    waits = defaultdict(float)
+    for e in sel:
+        key = (e.get("rank", 0), e["lane"])
+        if e.get("event", "task") == "wait":
+            waits[key] += e["end_us"] - e["start_us"]
+        else:
+            spans[key].append((e["start_us"], e["end_us"]))
+            total[key] += e["end_us"] - e["start_us"]
+    rows = []
+    for key in sorted(set(spans) | set(waits)):
+        rows.append({"rank": key[0], "lane": key[1],
+                     "busy": union_length(spans[key]) / window,
+                     "tasks": total[key] / window, "waits": waits[key] / window})
+    out = {"steps": sorted(keep), "window_ms": window / 1e3, "per_step_ms": window / 1e3 / len(keep),
+           "lanes": rows}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print("steps %s: %.1f ms (%.1f ms per step)" % (
+        ",".join(str(s) for s in sorted(keep)), window / 1e3, out["per_step_ms"]))
+    print("%-4s %-28s %6s %7s %6s" % ("rank", "lane", "busy", "tasks", "waits"))
+    for r in rows:
+        print("%-4d %-28s %5.1f%% %7.2f %5.1f%%" % (r["rank"], r["lane"], 100 * r["busy"],
+                                                    r["tasks"], 100 * r["waits"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
