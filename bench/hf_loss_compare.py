@@ -518,7 +518,7 @@ def compare(args):
         "final_loss_ours": ours[-1]["loss"], "final_loss_hf": hf[-1]["loss"],
         "ours_wall_s": round(ours_wall, 2), "ours_train_s": round(ours_train, 2),
         "hf_wall_s": round(hf_wall, 2), "hf_train_s": round(hf_train, 2),
-        "tokens_per_step": r["global"] * r["seq_len"], "recipe": os.path.abspath(args.recipe),
+        "tokens_per_step": r["global"] * r["seq_len"], "recipe": args.recipe,
         "transformers": transformers.__version__, "torch": torch.__version__,
         "clip_norm": args.clip_norm, "attn": args.attn, "tolerance": args.tolerance,
         "hf_seq_offset": args.hf_seq_offset,
