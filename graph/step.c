@@ -767,19 +767,10 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
         if (!g->work2)
             rc = sdp_err(-ENOMEM, "second working copies");
         for (int gi = 0; gi < st->ngroups && !rc; gi++) {
-            struct sdp_group_state *gs = &st->groups[gi];
-            size_t *parts = calloc((size_t)gs->nchunks, sizeof(*parts));
-            if (!parts) {
-                rc = sdp_err(-ENOMEM, "second working copy chunks");
-                break;
-            }
-            for (int k = 0; k < gs->nchunks; k++)
-                parts[k] = sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->work, k));
             snprintf(name, sizeof(name), "g%d.work2", gi);
-            rc = sdp_rt_tensor_create(&g->work2[gi], st->work_dtype, gs->nelems, name);
+            rc = sdp_rt_tensor_create(&g->work2[gi], st->work_dtype, st->groups[gi].nelems, name);
             if (!rc)
-                rc = sdp_rt_tensor_partition(g->work2[gi], gs->nchunks, parts);
-            free(parts);
+                rc = sdp_rt_tensor_partition_like(g->work2[gi], st->groups[gi].work);
         }
     }
     if (!rc && g->R > 1 && c->param_route == SDP_ROUTE_SHARDED) {
@@ -792,20 +783,11 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
             g->chunk0[gi] = g->chunk0[gi - 1] + st->groups[gi - 1].nchunks;
         for (int r = 0; r < g->R && !rc; r++)
             for (int gi = 0; gi < st->ngroups && !rc; gi++) {
-                struct sdp_group_state *gs = &st->groups[gi];
                 sdp_rt_tensor_t **t = &g->rwork[(size_t)r * st->ngroups + gi];
-                size_t *parts = calloc((size_t)gs->nchunks, sizeof(*parts));
-                if (!parts) {
-                    rc = sdp_err(-ENOMEM, "replica chunks of rank %d", r);
-                    break;
-                }
-                for (int k = 0; k < gs->nchunks; k++)
-                    parts[k] = sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->work, k));
                 snprintf(name, sizeof(name), "g%d.work.rank%d", gi, r);
-                rc = sdp_rt_tensor_create_device(t, st->work_dtype, gs->nelems, name);
+                rc = sdp_rt_tensor_create_device(t, st->work_dtype, st->groups[gi].nelems, name);
                 if (!rc)
-                    rc = sdp_rt_tensor_partition(*t, gs->nchunks, parts);
-                free(parts);
+                    rc = sdp_rt_tensor_partition_like(*t, st->groups[gi].work);
             }
     }
     if (!rc && g->R > 1) {
@@ -815,20 +797,11 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
             rc = sdp_err(-ENOMEM, "gradients of %d ranks", g->R);
         for (int r = 1; r < g->R && !rc; r++)
             for (int gi = 0; gi < st->ngroups && !rc; gi++) {
-                struct sdp_group_state *gs = &st->groups[gi];
                 sdp_rt_tensor_t **t = &g->rgrad[(size_t)(r - 1) * st->ngroups + gi];
-                size_t *parts = calloc((size_t)gs->nchunks, sizeof(*parts));
-                if (!parts) {
-                    rc = sdp_err(-ENOMEM, "gradient chunks of rank %d", r);
-                    break;
-                }
-                for (int k = 0; k < gs->nchunks; k++)
-                    parts[k] = sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->grad, k));
                 snprintf(name, sizeof(name), "g%d.grad.rank%d", gi, r);
-                rc = sdp_rt_tensor_create(t, SDP_F32, gs->nelems, name);
+                rc = sdp_rt_tensor_create(t, SDP_F32, st->groups[gi].nelems, name);
                 if (!rc)
-                    rc = sdp_rt_tensor_partition(*t, gs->nchunks, parts);
-                free(parts);
+                    rc = sdp_rt_tensor_partition_like(*t, st->groups[gi].grad);
             }
     }
     if (rc) {

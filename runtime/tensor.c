@@ -60,8 +60,17 @@ static int check_size(size_t nelems, const char *name)
 /* Cleared after the first refused pinned allocation, so one warning covers the run. */
 static int pinned_ok = 1;
 
+/* How create() backs a persistent tensor with host memory. */
+enum backing {
+    PINNED,   /* pinned when it can be (DMA reads it), zero-filled */
+    PAGEABLE, /* never leaves the host: not pinned, zero-filled */
+    RESERVED  /* device replicas: the home StarPU's partition plans gather through, neither pinned
+                 nor touched, so no pages exist unless StarPU writes the tensor back (which
+                 sdp_rt_tensor_discard() after the last use avoids) */
+};
+
 static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name,
-                  int pin)
+                  enum backing how)
 {
     struct sdp_rt_tensor *t;
     size_t nbytes = nelems * sdp_dtype_size(dt);
@@ -74,7 +83,7 @@ static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const
     /* Not STARPU_MALLOC_COUNT: StarPU sizes the host node from hwloc's view of the machine, which
      * containers can understate by an order of magnitude; the host budget is checked by the CLI
      * against MemAvailable and the cgroup limit instead. */
-    t->malloc_flags = pin && pinned_ok ? STARPU_MALLOC_PINNED : 0;
+    t->malloc_flags = how == PINNED && pinned_ok ? STARPU_MALLOC_PINNED : 0;
     if (starpu_malloc_flags(&t->data, nbytes, t->malloc_flags) != 0 && t->malloc_flags) {
         /* Pinning can be refused (driver or container limits): fall back to pageable host memory,
          * which StarPU stages through its own pinned buffers, slower but correct. */
@@ -94,7 +103,8 @@ static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const
         sdp_hint("lower the model size or batch, or free host memory");
         return rc;
     }
-    memset(t->data, 0, nbytes);
+    if (how != RESERVED)
+        memset(t->data, 0, nbytes);
     t->dtype = dt;
     t->nelems = nelems;
     snprintf(t->name, sizeof(t->name), "%s", name);
@@ -107,42 +117,19 @@ static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const
 
 int sdp_rt_tensor_create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name)
 {
-    return create(out, dt, nelems, name, 1);
+    return create(out, dt, nelems, name, PINNED);
 }
 
 int sdp_rt_tensor_create_host(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems,
                               const char *name)
 {
-    return create(out, dt, nelems, name, 0);
+    return create(out, dt, nelems, name, PAGEABLE);
 }
 
 int sdp_rt_tensor_create_device(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems,
                                 const char *name)
 {
-    /* Host memory as the home of the handle (StarPU's partition plans gather through it), but
-     * neither pinned nor touched: pages only exist if StarPU ever writes the tensor back, which
-     * sdp_rt_tensor_discard() after the last use avoids. */
-    struct sdp_rt_tensor *t;
-    size_t nbytes = nelems * sdp_dtype_size(dt);
-    int rc = check_size(nelems, name);
-    if (rc)
-        return rc;
-    t = calloc(1, sizeof(*t));
-    if (!t)
-        return sdp_err(-ENOMEM, "tensor %s", name);
-    if (starpu_malloc_flags(&t->data, nbytes, 0) != 0 || !t->data) {
-        free(t);
-        return sdp_err(-ENOMEM, "tensor %s: cannot reserve %.1f MiB of address space", name,
-                       nbytes / 1048576.0);
-    }
-    t->dtype = dt;
-    t->nelems = nelems;
-    snprintf(t->name, sizeof(t->name), "%s", name);
-    starpu_vector_data_register(&t->handle, STARPU_MAIN_RAM, (uintptr_t)t->data, (uint32_t)nelems,
-                                sdp_dtype_size(dt));
-    starpu_data_set_name(t->handle, t->name);
-    *out = t;
-    return 0;
+    return create(out, dt, nelems, name, RESERVED);
 }
 
 int sdp_rt_tensor_temp(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name)
@@ -235,6 +222,22 @@ int sdp_rt_tensor_partition(sdp_rt_tensor_t *t, int nparts, const size_t *part_n
     }
     t->nparts = nparts;
     return 0;
+}
+
+int sdp_rt_tensor_partition_like(sdp_rt_tensor_t *t, const sdp_rt_tensor_t *like)
+{
+    size_t *parts;
+    int rc;
+    if (!like->nparts || like->nelems != t->nelems)
+        return sdp_err(-EINVAL, "tensor %s: cannot be partitioned like %s", t->name, like->name);
+    parts = malloc((size_t)like->nparts * sizeof(*parts));
+    if (!parts)
+        return sdp_err(-ENOMEM, "tensor %s: partition of %d parts", t->name, like->nparts);
+    for (int i = 0; i < like->nparts; i++)
+        parts[i] = like->part_lens[i];
+    rc = sdp_rt_tensor_partition(t, like->nparts, parts);
+    free(parts);
+    return rc;
 }
 
 int sdp_rt_tensor_nparts(const sdp_rt_tensor_t *t)

@@ -40,6 +40,9 @@ void sdp_rt_tensor_release(sdp_rt_tensor_t *t);
  * (summing to the whole).  Tasks may then use the whole or the parts; StarPU switches between them.
  * Once per tensor. */
 int sdp_rt_tensor_partition(sdp_rt_tensor_t *t, int nparts, const size_t *part_nelems);
+/** Plan the partition of `like` (same element counts) for t: a tensor of the same size chunked
+ * the same way.  @return 0, -EINVAL (sizes differ, or like is not partitioned), -ENOMEM */
+int sdp_rt_tensor_partition_like(sdp_rt_tensor_t *t, const sdp_rt_tensor_t *like);
 int sdp_rt_tensor_nparts(const sdp_rt_tensor_t *t);
 sdp_rt_tensor_t *sdp_rt_tensor_part(sdp_rt_tensor_t *t, int i);
 /** Element offset of part i inside its parent. */

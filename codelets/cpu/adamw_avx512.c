@@ -10,33 +10,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codelets/cpu/avx512_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-
-#define SDP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-#define SDP_INLINE static inline __attribute__((always_inline)) SDP_AVX512
+#if SDP_X86
 
 struct vconsts {
     __m512 wd_mul, w1, omw1, b2, c2, nstep, bc2_sqrt, eps, gscale;
     int lerp_small;
 };
-
-/* 16 fp32 -> 16 bf16 as sdp_f32_to_bf16() (same helper as in cast_avx512.c) */
-SDP_INLINE __m256i cvt_bf16x16(__m512 x)
-{
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    r = _mm512_srli_epi32(r, 16);
-    const __m512i qnan =
-        _mm512_or_si512(_mm512_and_si512(hi, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7fc0));
-    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, qnan));
-}
 
 /* The gradient of lanes k, widened to fp32 (bf16 -> fp32 is a 16-bit shift, exact). */
 SDP_INLINE __m512 load_g_f32(const float *g, __mmask16 k)
@@ -117,7 +99,7 @@ SDP_INLINE void adamw_avx512(float *p, void *g, int gbf16, float *m, float *v, u
         if (work_f32)                                                                              \
             _mm512_mask_storeu_ps(work_f32 + i, k_, p_);                                           \
         if (work_bf16)                                                                             \
-            _mm256_mask_storeu_epi16(work_bf16 + i, k_, cvt_bf16x16(p_));                          \
+            _mm256_mask_storeu_epi16(work_bf16 + i, k_, sdp_cvt_bf16x16(p_));                      \
         if (zero_grad && gbf16)                                                                    \
             _mm256_mask_storeu_epi16((uint16_t *)g + i, k_, _mm256_setzero_si256());               \
         else if (zero_grad)                                                                        \
@@ -141,8 +123,8 @@ SDP_INLINE void adamw_avx512(float *p, void *g, int gbf16, float *m, float *v, u
         const __m512 p0 = update16(p + i, m + i, v + i, g0, &c, 0xffff);
         const __m512 p1 = update16(p + i + 16, m + i + 16, v + i + 16, g1, &c, 0xffff);
         if (work_bf16) {
-            const __m512i w =
-                _mm512_inserti64x4(_mm512_castsi256_si512(cvt_bf16x16(p0)), cvt_bf16x16(p1), 1);
+            const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(sdp_cvt_bf16x16(p0)),
+                                                 sdp_cvt_bf16x16(p1), 1);
             if (nt_bf16)
                 _mm512_stream_si512((void *)(work_bf16 + i), w);
             else

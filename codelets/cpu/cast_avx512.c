@@ -13,16 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codelets/cpu/avx512_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #include "runtime/sdp_log.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#define SDP_X86 1
-#include <immintrin.h>
-#define SDP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-#else
-#define SDP_X86 0
-#endif
 
 /* ---- kernel selection ---- */
 
@@ -73,22 +66,6 @@ const char *sdp_cpu_isa_name(enum sdp_cpu_isa isa)
 /* ---- fp32 -> bf16 ---- */
 
 #if SDP_X86
-/* 16 fp32 -> 16 bf16, the operations of sdp_f32_to_bf16() lane by lane (adamw_avx512.c has the
- * same helper for its copy-out) */
-static inline __attribute__((always_inline)) SDP_AVX512 __m256i cvt_bf16x16(__m512 x)
-{
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    r = _mm512_srli_epi32(r, 16);
-    const __m512i qnan =
-        _mm512_or_si512(_mm512_and_si512(hi, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7fc0));
-    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, qnan));
-}
-
 /* dst (n) bf16, src (n) fp32; any alignment.  Unaligned head and the tail go through masked
  * 16-lane steps (the same arithmetic), the body through 32 elements = one 64-byte line per
  * non-temporal store. */
@@ -105,12 +82,12 @@ SDP_AVX512 void sdp_cpu_cast_bf16_avx512(uint16_t *restrict dst, const float *re
     while (i < head) {
         const size_t len = head - i < 16 ? head - i : 16;
         const __mmask16 k = (__mmask16)((1u << len) - 1);
-        _mm256_mask_storeu_epi16(dst + i, k, cvt_bf16x16(_mm512_maskz_loadu_ps(k, src + i)));
+        _mm256_mask_storeu_epi16(dst + i, k, sdp_cvt_bf16x16(_mm512_maskz_loadu_ps(k, src + i)));
         i += len;
     }
     for (; i + 32 <= n; i += 32) {
-        const __m256i lo = cvt_bf16x16(_mm512_loadu_ps(src + i));
-        const __m256i hi = cvt_bf16x16(_mm512_loadu_ps(src + i + 16));
+        const __m256i lo = sdp_cvt_bf16x16(_mm512_loadu_ps(src + i));
+        const __m256i hi = sdp_cvt_bf16x16(_mm512_loadu_ps(src + i + 16));
         _mm512_stream_si512((void *)(dst + i),
                             _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
         streamed = 1;
@@ -118,7 +95,7 @@ SDP_AVX512 void sdp_cpu_cast_bf16_avx512(uint16_t *restrict dst, const float *re
     while (i < n) {
         const size_t len = n - i < 16 ? n - i : 16;
         const __mmask16 k = (__mmask16)((1u << len) - 1);
-        _mm256_mask_storeu_epi16(dst + i, k, cvt_bf16x16(_mm512_maskz_loadu_ps(k, src + i)));
+        _mm256_mask_storeu_epi16(dst + i, k, sdp_cvt_bf16x16(_mm512_maskz_loadu_ps(k, src + i)));
         i += len;
     }
     if (streamed)

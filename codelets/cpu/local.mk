@@ -17,7 +17,7 @@ libsdp_a_SOURCES += codelets/cpu/sdp_cpu_kernels.h \
 # (EXTRA_LIBRARIES) and go into libsdp.a.  AVX-512 is enabled per function (target attributes),
 # never for a whole file, so the build runs on any x86-64.
 EXTRA_LIBRARIES = libsdp_fpstrict.a
-libsdp_fpstrict_a_SOURCES = codelets/cpu/cast_bf16_ref.c \
+libsdp_fpstrict_a_SOURCES = codelets/cpu/cast_bf16_ref.c codelets/cpu/avx512_internal.h \
 	codelets/cpu/cast_avx512.c \
 	codelets/cpu/adamw_ref.c \
 	codelets/cpu/adamw_avx512.c

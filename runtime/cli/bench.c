@@ -59,19 +59,6 @@ static void usage(FILE *f)
            "  --events FILE.jsonl  the task event log (tools/lane_util.py, check_invariants.py)\n");
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static uint64_t mix(uint64_t x)
 {
     x += 0x9e3779b97f4a7c15ull;
@@ -137,10 +124,10 @@ static int run(const struct bench_opts *b)
     state_made = 1;
     if ((b->trace || b->events) && sdp_trace_start())
         goto out;
-    t_init = now_s();
+    t_init = sdp_cli_now_s();
     sdp_state_init_random(&st, b->seed);
     SDP_INFO("random initialisation of %zu parameters: %.1f s", sdp_model_num_params(&cfg),
-             now_s() - t_init);
+             sdp_cli_now_s() - t_init);
     gc.micro_batch = b->micro;
     gc.n_micro = b->batch / b->micro;
     gc.seq_len = b->seq;
@@ -163,7 +150,7 @@ static int run(const struct bench_opts *b)
         goto out;
     for (int s = 0; s < total; s++) {
         struct sdp_step_result res;
-        double t0 = now_s();
+        double t0 = sdp_cli_now_s();
         if (s == b->warmup)
             sdp_rt_bus_count_start();
         for (size_t i = 0; i < ntok; i++) {
@@ -173,7 +160,7 @@ static int run(const struct bench_opts *b)
         }
         if (sdp_graph_step(g, s, ids, targets, 1e-5, 1, &res) || sdp_rt_wait_all())
             goto out;
-        step_s[s] = now_s() - t0;
+        step_s[s] = sdp_cli_now_s() - t0;
         for (int d = 0; d < sdp_rt_ncuda(); d++) {
             double used = sdp_rt_gpu_mem_used(d) / 1073741824.0;
             gpu_peak = used > gpu_peak ? used : gpu_peak;
@@ -204,10 +191,7 @@ static int run(const struct bench_opts *b)
         }
         for (int s = 0; s < b->steps; s++)
             json_array_append_new(steps_arr, json_real(timed[s]));
-        qsort(timed, (size_t)b->steps, sizeof(double), cmp_double);
-        median = timed[b->steps / 2];
-        if (b->steps % 2 == 0)
-            median = 0.5 * (timed[b->steps / 2 - 1] + timed[b->steps / 2]);
+        median = sdp_cli_median(timed, b->steps);
         tps = ntok / median;
         settings = json_pack(
             "{s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:s, s:s, s:f}", "precision",

@@ -16,4 +16,9 @@ int sdp_cli_tokenize(int argc, char **argv);
 int sdp_cli_plot(int argc, char **argv);
 int sdp_cli_sweep(int argc, char **argv);
 
+/** Seconds on the monotonic clock. */
+double sdp_cli_now_s(void);
+/** The median of v (n >= 1 values; v is sorted in place). */
+double sdp_cli_median(double *v, int n);
+
 #endif

@@ -49,25 +49,6 @@ static void usage(FILE *f)
                "  --sched NAME    scheduling policy (sdp-slidedp)\n");
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static struct sdp_task_opts task_opts(enum sdp_phase ph, int chunk)
 {
     struct sdp_task_opts o = { 0 };
@@ -88,7 +69,6 @@ static int time_size(const struct sweep_opts *so, const struct sdp_model_cfg *cf
     sdp_rt_tensor_t *rep = NULL;
     double *t1 = calloc((size_t)so->reps, sizeof(double));
     double *t2 = calloc((size_t)so->reps, sizeof(double));
-    size_t *parts = NULL;
     int rc;
     if (!t1 || !t2) {
         free(t1);
@@ -104,19 +84,13 @@ static int time_size(const struct sweep_opts *so, const struct sdp_model_cfg *cf
     sdp_state_init_random(&st, 1234);
     gs = &st.groups[LAYER];
     *nchunks = gs->nchunks;
-    parts = calloc((size_t)gs->nchunks, sizeof(*parts));
-    if (!parts)
-        rc = sdp_err(-ENOMEM, "chunk list");
-    for (int c = 0; !rc && c < gs->nchunks; c++)
-        parts[c] = sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->work, c));
+    rc = sdp_rt_tensor_create_device(&rep, SDP_BF16, gs->nelems, "sweep.replica");
     if (!rc)
-        rc = sdp_rt_tensor_create_device(&rep, SDP_BF16, gs->nelems, "sweep.replica");
-    if (!rc)
-        rc = sdp_rt_tensor_partition(rep, gs->nchunks, parts);
+        rc = sdp_rt_tensor_partition_like(rep, gs->work);
     for (int r = -1; !rc && r < so->reps; r++) { /* r = -1: untimed (allocations, calibration) */
         double t0;
         /* cast + H2D */
-        t0 = now_s();
+        t0 = sdp_cli_now_s();
         for (int c = 0; !rc && c < gs->nchunks; c++) {
             struct sdp_task_opts o = task_opts(SDP_PH_CAST, c);
             rc = sdp_task_cast(&o, sdp_rt_tensor_part(gs->work, c),
@@ -129,7 +103,7 @@ static int time_size(const struct sweep_opts *so, const struct sdp_model_cfg *cf
         if (!rc)
             rc = sdp_rt_wait_all();
         if (r >= 0)
-            t1[r] = now_s() - t0;
+            t1[r] = sdp_cli_now_s() - t0;
         sdp_rt_tensor_discard(rep); /* the next repetition moves every chunk again */
         /* a gradient on the GPU (the compute worker), then D2H + AdamW chunk by chunk */
         if (!rc) {
@@ -138,10 +112,12 @@ static int time_size(const struct sweep_opts *so, const struct sdp_model_cfg *cf
         }
         if (!rc)
             rc = sdp_rt_wait_all();
-        t0 = now_s();
+        t0 = sdp_cli_now_s();
         for (int c = 0; !rc && c < gs->nchunks; c++) {
             struct sdp_task_opts o = task_opts(SDP_PH_UPDATE, c);
-            struct sdp_adamw_segment seg = { 0, parts[c], 1 };
+            struct sdp_adamw_segment seg = { 0,
+                                             sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->work, c)),
+                                             1 };
             rc = sdp_task_adamw(&o, sdp_rt_tensor_part(gs->master, c),
                                 sdp_rt_tensor_part(gs->grad, c), sdp_rt_tensor_part(gs->m, c),
                                 sdp_rt_tensor_part(gs->v, c), sdp_rt_tensor_part(gs->work, c), NULL,
@@ -150,15 +126,14 @@ static int time_size(const struct sweep_opts *so, const struct sdp_model_cfg *cf
         if (!rc)
             rc = sdp_rt_wait_all();
         if (r >= 0)
-            t2[r] = now_s() - t0;
+            t2[r] = sdp_cli_now_s() - t0;
     }
     if (!rc) {
-        *cast_h2d = median(t1, so->reps);
-        *d2h_update = median(t2, so->reps);
+        *cast_h2d = sdp_cli_median(t1, so->reps);
+        *d2h_update = sdp_cli_median(t2, so->reps);
     }
     sdp_rt_tensor_release(rep);
     sdp_state_destroy(&st);
-    free(parts);
     free(t1);
     free(t2);
     return rc;

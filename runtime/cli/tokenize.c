@@ -69,13 +69,6 @@ static void usage(FILE *f)
         "  -h, --help           this text\n");
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
@@ -166,7 +159,7 @@ static int parse(int argc, char **argv, struct opts *o)
 
 static void progress(struct run *r, int final)
 {
-    double t = now_s();
+    double t = sdp_cli_now_s();
     if (!final && t - r->t_last < PROGRESS_EVERY_S)
         return;
     r->t_last = t;
@@ -530,7 +523,7 @@ int sdp_cli_tokenize(int argc, char **argv)
         SDP_WARN("tokenize: %s has no <|im_start|> / <|im_end|> tokens: the Qwen3 chat template's "
                  "markers are encoded as plain text",
                  o.tokenizer);
-    r.t0 = r.t_last = now_s();
+    r.t0 = r.t_last = sdp_cli_now_s();
     if (o.chat_format)
         rc = run_chat(&r);
     else

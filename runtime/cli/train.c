@@ -72,13 +72,6 @@ static void usage(FILE *f)
         "exit status: 0 success, 1 runtime failure, 2 usage error\n");
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void fmt_duration(char *buf, size_t len, double s)
 {
     long t = (long)(s + 0.5);
@@ -479,7 +472,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         r->output_dir[0] ? ", run directory " : "", r->output_dir);
 
     /* ---- steps ---- */
-    t0 = t_prev = now_s();
+    t0 = t_prev = sdp_cli_now_s();
     rc = SDP_EXIT_OK;
     fingerprint(r, &data, fp, sizeof(fp));
     for (int s = first; s < r->steps; s++) {
@@ -492,7 +485,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
             rc = SDP_EXIT_FAILURE;
             break;
         }
-        t = now_s();
+        t = sdp_cli_now_s();
         step_s = t - t_prev;
         t_prev = t;
         elapsed = t - t0;

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers the subcommands share (see cli.h). */
+#include "config.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+#include "runtime/cli/cli.h"
+
+double sdp_cli_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double sdp_cli_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
