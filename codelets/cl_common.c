@@ -189,6 +189,13 @@ int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void
             task->workerid = (unsigned)rank_workers[o->hint.rank];
         }
     }
+    if (o && o->tag) {
+        task->use_tag = 1;
+        task->tag_id = (starpu_tag_t)o->tag;
+        if (o->after)
+            starpu_tag_declare_deps((starpu_tag_t)o->tag, 1, (starpu_tag_t)o->after);
+    }
+    SDP_ASSERT(!o || !o->after || o->tag, "task %s waits on a tag but has none", cl->name);
     if (nbufs > STARPU_NMAXBUFS) {
         task->dyn_handles = malloc((size_t)nbufs * sizeof(*task->dyn_handles));
         task->dyn_modes = malloc((size_t)nbufs * sizeof(*task->dyn_modes));
@@ -209,6 +216,20 @@ int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void
         return sdp_err(rc < 0 ? rc : -EIO, "cannot submit task %s", cl->name);
     }
     return 0;
+}
+
+/* Tags live above 2^40, out of the way of any small numbers StarPU or a test might use. */
+static unsigned long long next_tag = 1ull << 40;
+
+unsigned long long sdp_task_tag_new(void)
+{
+    return __atomic_fetch_add(&next_tag, 1, __ATOMIC_RELAXED);
+}
+
+void sdp_task_tag_forget(unsigned long long tag)
+{
+    if (tag)
+        starpu_tag_remove((starpu_tag_t)tag);
 }
 
 uint32_t sdp_cl_footprint(struct starpu_task *task)

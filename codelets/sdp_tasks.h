@@ -18,7 +18,15 @@ struct sdp_task_opts {
     struct sdp_hint hint;
     int on_rank; /* 1: run on hint.rank's worker whatever the phase (see sdp_tasks_set_ranks) */
     int version; /* parameter version the task reads (an update: writes), for the trace */
+    unsigned long long tag;   /* nonzero: the task's tag (from sdp_task_tag_new), for `after` */
+    unsigned long long after; /* nonzero: the task starts only once the task tagged so has ended
+                                 (needs a tag of its own); for orderings that are not data flow */
 };
+
+/** A fresh tag for sdp_task_opts (never 0; unique in the process). */
+unsigned long long sdp_task_tag_new(void);
+/** Release a tag once its task and every task waiting on it have ended. */
+void sdp_task_tag_forget(unsigned long long tag);
 
 /* Most data-parallel ranks a run may have. */
 #define SDP_MAX_RANKS 64

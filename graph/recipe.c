@@ -188,6 +188,7 @@ static const struct key train_keys[] = {
     { .name = "param_route", CHOICE(param_route_names, set_param_route) },
     { .name = "grad_route_groups", .type = K_STR, RF(grad_route_groups) },
     { .name = "window", RF(window), INT_GE(0) },
+    { .name = "bwd_lookahead", RF(bwd_lookahead), INT_GE(-1) },
     { .name = "param_delay", RF(param_delay), .type = K_INT, .lo = 0, .hi = 1 },
 };
 static const struct key output_keys[] = {
@@ -663,6 +664,7 @@ void sdp_recipe_defaults(struct sdp_recipe *r)
     r->gpu_memory_gib = 0;
     r->ranks = 1;
     r->window = -1;
+    r->bwd_lookahead = 1;
 }
 
 int sdp_recipe_load(const char *path, struct sdp_recipe *r)

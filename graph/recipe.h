@@ -25,7 +25,9 @@
  * kept on the GPU from the forward for the backward; every other layer is released after its use;
  * default 2 when gpu_memory_gib is set, else 0: GPU copies stay until StarPU evicts them),
  *              param_delay (0: synchronous, the default; 1: RoundPipe's asynchronous optimizer,
- *              where step s computes with the weights from before step s - 1's update)
+ *              where step s computes with the weights from before step s - 1's update),
+ *              bwd_lookahead (layers the backward's recomputation and gradient zeroing may run
+ *              ahead of it: default 1; -1 = no bound; see sdp_graph_conf)
  *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
  *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
  *              signal), keep_checkpoints (how many to keep)
@@ -88,6 +90,7 @@ struct sdp_recipe {
     int param_delay;             /* 0: synchronous; 1: asynchronous optimizer (one step stale) */
     int window;                  /* GPU window: release layers after use, keeping the last `window`
                                     forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
+    int bwd_lookahead;           /* sdp_graph_conf.bwd_lookahead (default 1, -1 = no bound) */
 
     /* output */
     char output_dir[SDP_PATH_MAX]; /* "" = no output directory */

@@ -27,6 +27,8 @@ struct sdp_graph {
     sdp_rt_tensor_t **rwork;          /* [R * ngroups]: each rank's replica (sharded route) */
     int *chunk0;                      /* [ngroups]: index of the group's first chunk in the model */
     int work2_valid, last_update;     /* work2 holds the masters; step of the latest update */
+    unsigned long long *tags;         /* the ordering tags of the step in flight (bwd_lookahead) */
+    int ntags, cap_tags;
     struct sdp_rope_params rope;
     /* shorthands */
     int C, I, NH, NKV, HD, QKV, V, L;
@@ -116,6 +118,38 @@ static struct sdp_task_opts opts(const sdp_graph_t *g, int step, int group, int 
     return o;
 }
 
+/* A tag for an ordering edge of this step; forgotten by forget_tags() once the step has ended.
+ * 0 when the list cannot grow (the edge is then left out: only memory use depends on it). */
+static unsigned long long new_tag(sdp_graph_t *g)
+{
+    if (g->ntags == g->cap_tags) {
+        int cap = g->cap_tags ? 2 * g->cap_tags : 256;
+        unsigned long long *t = realloc(g->tags, (size_t)cap * sizeof(*t));
+        if (!t)
+            return 0;
+        g->tags = t;
+        g->cap_tags = cap;
+    }
+    return g->tags[g->ntags++] = sdp_task_tag_new();
+}
+
+static void forget_tags(sdp_graph_t *g)
+{
+    for (int i = 0; i < g->ntags; i++)
+        sdp_task_tag_forget(g->tags[i]);
+    g->ntags = 0;
+}
+
+/* Options o made to wait for the task tagged `after` (no change when after is 0). */
+static struct sdp_task_opts gated(sdp_graph_t *g, struct sdp_task_opts o, unsigned long long after)
+{
+    if (after) {
+        o.tag = new_tag(g);
+        o.after = o.tag ? after : 0;
+    }
+    return o;
+}
+
 static void release_acts(struct layer_acts *a)
 {
     sdp_rt_tensor_t **all[] = { &a->h1,  &a->rstd1, &a->qkv, &a->qkv2,  &a->rstdqk, &a->att,
@@ -127,9 +161,10 @@ static void release_acts(struct layer_acts *a)
 }
 
 /* Forward of decoder layer l (group l) on x (N, C).  Fills a with every intermediate; writes the
- * layer output into out (N, C) unless out is NULL (recomputation needs the intermediates only). */
+ * layer output into out (N, C) unless out is NULL (recomputation needs the intermediates only).
+ * The first task waits for the task tagged `after` (0: none). */
 static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph, sdp_rt_tensor_t *x,
-                     struct layer_acts *a, sdp_rt_tensor_t *out)
+                     struct layer_acts *a, sdp_rt_tensor_t *out, unsigned long long after)
 {
     struct sdp_state *st = g->st;
     sdp_rt_tensor_t *W = compute_work(g, l, step, rank_of(g, mb));
@@ -152,7 +187,8 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
     TRY_RET(temp(&a->gu, g->act_dt, (size_t)N * 2 * g->I, "gate_up", mb, l));
     TRY_RET(temp(&a->act, g->act_dt, (size_t)N * g->I, "swiglu", mb, l));
 
-    TRY_RET(sdp_task_rmsnorm_fwd(&o, a->h1, a->rstd1, x, W, sdp_state_off(st, l, SDP_PT_LN1), N,
+    struct sdp_task_opts o1 = gated(g, o, after);
+    TRY_RET(sdp_task_rmsnorm_fwd(&o1, a->h1, a->rstd1, x, W, sdp_state_off(st, l, SDP_PT_LN1), N,
                                  g->C, eps));
     TRY_RET(sdp_task_matmul_fwd(&o, a->qkv, NULL, a->h1, W, sdp_state_off(st, l, SDP_PT_Q), N, g->C,
                                 g->QKV));
@@ -175,9 +211,9 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
 }
 
 /* Backward of decoder layer l: dres (N, C) holds d(out) on entry and d(x) on exit (updated in
- * place). */
+ * place).  With done != NULL the last task gets a tag, stored there once it is submitted. */
 static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x,
-                     struct layer_acts *a, sdp_rt_tensor_t *dres)
+                     struct layer_acts *a, sdp_rt_tensor_t *dres, unsigned long long *done)
 {
     struct sdp_state *st = g->st;
     sdp_rt_tensor_t *W = compute_work(g, l, step, rank_of(g, mb));
@@ -224,7 +260,10 @@ static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x
     TRY_RET(sdp_task_matmul_bwd_data(&o, dh1, dqkv, W, off_q, N, g->C, g->QKV));
     TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_q, dqkv, a->h1, N, g->C, g->QKV));
     sdp_rt_tensor_release(dqkv);
+    o.tag = done ? new_tag(g) : 0;
     TRY_RET(sdp_task_rmsnorm_bwd(&o, dres, 1, G, off_ln1, dh1, x, W, off_ln1, a->rstd1, N, g->C));
+    if (done)
+        *done = o.tag;
     sdp_rt_tensor_release(dh1);
     return 0;
 }
@@ -270,14 +309,23 @@ static int dispatch(sdp_graph_t *g, int step, int mb, int gi)
 /* Clear group gi's gradient accumulator of rank r just before its first writer of the step (the
  * rank's first micro-batch), so a GPU holds a layer's gradient only from that layer's backward to
  * its return, instead of every group's from the start of the step. */
-static int zero_grad(sdp_graph_t *g, int step, int mb, int gi)
+static int zero_grad(sdp_graph_t *g, int step, int mb, int gi, unsigned long long after)
 {
     struct sdp_task_opts o;
     if (mb % g->nm_rank != 0)
         return 0;
     o = opts(g, step, gi, mb, SDP_PH_BWD);
     o.hint.mb = -1;
+    o = gated(g, o, after);
     return sdp_task_zero(&o, grad_of(g, gi, rank_of(g, mb)));
+}
+
+/* What layer l's backward preparations (recomputation, gradient zeroing) wait for: the end of
+ * the backward of layer l + 1 + bwd_lookahead (done[L + 1]: the final norm's), or nothing. */
+static unsigned long long bwd_gate(const sdp_graph_t *g, const unsigned long long *done, int l)
+{
+    int k = l + 1 + g->c.bwd_lookahead;
+    return g->c.bwd_lookahead >= 0 && k <= g->L + 1 ? done[k] : 0;
 }
 
 /* Forward, loss and backward of one micro-batch. */
@@ -289,14 +337,16 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     float eps = (float)st->cfg.rms_norm_eps;
     sdp_rt_tensor_t **xs = calloc((size_t)L + 1, sizeof(*xs));
     struct layer_acts *kept = calloc((size_t)L + 1, sizeof(*kept));
+    unsigned long long *done = calloc((size_t)L + 2, sizeof(*done)); /* bwd end tags (bwd_gate) */
     sdp_rt_tensor_t *hN = NULL, *rstdN = NULL, *dh = NULL, *dres = NULL;
     struct sdp_task_opts o;
     int rc = 0, l, r = rank_of(g, mb);
     /* the rank's last micro-batch of the step: with a bounded window, GPU copies go after it */
     int last = g->c.window > 0 && (mb + 1) % g->nm_rank == 0;
-    if (!xs || !kept) {
+    if (!xs || !kept || !done) {
         free(xs);
         free(kept);
+        free(done);
         return sdp_err(-ENOMEM, "micro-batch bookkeeping for %d layers", L);
     }
     /* forward: xs[l] is the input of layer l + 1 (xs[0] the embeddings, xs[L] the last output) */
@@ -308,7 +358,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     for (l = 1; l <= L; l++) {
         TRY_GOTO(temp(&xs[l], g->act_dt, (size_t)N * g->C, "x", mb, l));
         TRY_GOTO(dispatch(g, step, mb, l));
-        TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], &kept[l], xs[l]));
+        TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], &kept[l], xs[l], 0));
         if (g->c.recompute)
             release_acts(&kept[l]);
         if (last && l <= L - g->c.window && !g->rwork)
@@ -321,25 +371,29 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     TRY_GOTO(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", mb, L + 1));
     TRY_GOTO(temp(&dh, g->act_dt, (size_t)N * g->C, "d_h_final", mb, L + 1));
     TRY_GOTO(temp(&dres, g->act_dt, (size_t)N * g->C, "d_x", mb, L + 1));
-    TRY_GOTO(zero_grad(g, step, mb, g->lm_group));
+    TRY_GOTO(zero_grad(g, step, mb, g->lm_group, 0));
     if (g->lm_group != g->head_group)
-        TRY_GOTO(zero_grad(g, step, mb, g->head_group));
+        TRY_GOTO(zero_grad(g, step, mb, g->head_group, 0));
     TRY_GOTO(dispatch(g, step, mb, g->head_group));
     TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], compute_work(g, g->head_group, step, r),
                                   g->norm_off, N, g->C, eps));
     TRY_GOTO(sdp_task_lmhead_ce(&o, g->loss[mb], dh, grad_of(g, g->lm_group, r), g->lm_off, hN,
                                 compute_work(g, g->lm_group, step, r), g->lm_off, targets, N, g->C,
                                 g->V, scale));
+    o.tag = g->c.bwd_lookahead >= 0 ? new_tag(g) : 0;
     TRY_GOTO(sdp_task_rmsnorm_bwd(&o, dres, 0, grad_of(g, g->head_group, r), g->norm_off, dh, xs[L],
                                   compute_work(g, g->head_group, step, r), g->norm_off, rstdN, N,
                                   g->C));
+    done[L + 1] = o.tag;
 
     /* backward through the layers, recomputing each layer's activations from its saved input */
     for (l = L; l >= 1; l--) {
         if (g->c.recompute)
-            TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], &kept[l], NULL));
-        TRY_GOTO(zero_grad(g, step, mb, l));
-        TRY_GOTO(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres));
+            TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], &kept[l], NULL,
+                               bwd_gate(g, done, l)));
+        TRY_GOTO(zero_grad(g, step, mb, l, bwd_gate(g, done, l)));
+        TRY_GOTO(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres,
+                           g->c.bwd_lookahead >= 0 ? &done[l] : NULL));
         if (last) {
             sdp_rt_tensor_wont_use(work_of(g, l, step));
             sdp_rt_tensor_wont_use(grad_of(g, l, r));
@@ -351,7 +405,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         xs[l] = NULL;
     }
     if (g->lm_group != 0)
-        TRY_GOTO(zero_grad(g, step, mb, 0));
+        TRY_GOTO(zero_grad(g, step, mb, 0, bwd_gate(g, done, 0)));
     o = opts(g, step, 0, mb, SDP_PH_BWD);
     TRY_GOTO(sdp_task_embedding_bwd(&o, grad_of(g, 0, r), sdp_state_off(st, 0, SDP_PT_EMBED), dres,
                                     ids, N, g->C));
@@ -374,6 +428,7 @@ fail:
     sdp_rt_tensor_release(dres);
     free(xs);
     free(kept);
+    free(done);
     return rc;
 }
 
@@ -565,6 +620,8 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
         return rc;
     res->grad_norm = ((const double *)sdp_rt_tensor_data(g->clip))[0];
     sdp_rt_tensor_release_acquire(g->clip);
+    /* the norm read every gradient, so every tagged task of the step has ended */
+    forget_tags(g);
     res->bad_group = -1;
     if (!isfinite(res->grad_norm)) {
         /* name the first group whose chunk norms are not finite (for the error message) */
@@ -610,7 +667,7 @@ int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits
                                     sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
     for (l = 1; l <= g->L; l++) {
         TRY_GOTO(temp(&y, g->act_dt, (size_t)N * g->C, "x", 0, l));
-        rc = layer_fwd(g, -1, 0, l, SDP_PH_FWD, x, &a, y);
+        rc = layer_fwd(g, -1, 0, l, SDP_PH_FWD, x, &a, y, 0);
         release_acts(&a);
         if (rc)
             goto fail;
@@ -840,5 +897,6 @@ void sdp_graph_destroy(sdp_graph_t *g)
     free(g->targets);
     free(g->loss);
     free(g->sumsq);
+    free(g->tags); /* a failed step's tags stay with StarPU until it shuts down */
     free(g);
 }

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Check the three invariants of synchronous data parallelism on a task event log.
 
-Usage: check_invariants.py [--max-inflight LANE=N ...] EVENTS.jsonl
+Usage: check_invariants.py [--max-inflight LANE=N ...] [--bwd-lookahead K] EVENTS.jsonl
 
 The log is the one `slidedp train --events FILE` writes (runtime/trace.h): one JSON object per
 task with name, phase, step, group, chunk, mb, version, rank, start_us, end_us.  Compute events
@@ -26,7 +26,13 @@ ignore them, and the checker reports their count and time per lane and reason.
 
 --max-inflight LANE=N (repeatable): no more than N task events of the lane (its name, e.g.
 "CPU AdamW", or its lane_id) overlap in time, over all ranks and workers; an event ending at the
-instant another starts does not overlap it.  A breach counts as a violation.  Prints each violation with event names and times; exits
+instant another starts does not overlap it.  A breach counts as a violation.
+
+--bwd-lookahead K: the backward's preparations ran at most K layers ahead of it (the graph's
+bwd_lookahead): the recomputation of layer l for a micro-batch, and the zeroing of layer l's
+gradient for a rank's first micro-batch, start only after every backward event of layer l + 1 + K
+of that micro-batch has ended (layer L + 1 is the final norm; groups above it have no bound).
+A breach counts as a violation.  Prints each violation with event names and times; exits
 1 if there is any, 0 if none, 2 when the log cannot be read.  Test: tests/e2e/test_e2e_trace.sh.
 """
 import json
@@ -116,6 +122,41 @@ def check_inflight(events, limits, rep):
         if peak > limit:
             rep.add("max-inflight", "lane %s runs %d events at once (limit %d), e.g. from %s"
                     % (lane, peak, limit, describe(at)))
+
+
+def check_lookahead(events, k, rep):
+    tasks = [e for e in events if not is_wait(e) and e.get("step", -1) >= 0]
+    groups = [e["group"] for e in tasks if e["group"] >= 0]
+    if not groups:
+        return
+    head = max(groups)  # L + 1: the final norm's group
+    done = defaultdict(float)  # (step, mb, group) -> end of its last backward event
+    first_mb = {}  # (step, rank) -> the rank's first micro-batch
+    for e in tasks:
+        if e["phase"] in BACKWARD and e.get("mb", -1) >= 0:
+            key = (e["step"], e["mb"], e["group"])
+            done[key] = max(done[key], e["end_us"])
+        if e["phase"] in COMPUTE and e.get("mb", -1) >= 0:
+            key = (e["step"], e.get("rank", 0))
+            first_mb[key] = min(first_mb.get(key, e["mb"]), e["mb"])
+    checked = 0
+    for e in tasks:
+        if e["phase"] == "recompute":
+            mb = e["mb"]
+        elif e["name"] == "zero" and e["phase"] == "bwd":
+            mb = first_mb.get((e["step"], e.get("rank", 0)), -1)
+        else:
+            continue
+        gate = e["group"] + 1 + k
+        if e["group"] < 1 or gate > head or mb < 0:
+            continue
+        checked += 1
+        end = done.get((e["step"], mb, gate))
+        if end is None or e["start_us"] < end:
+            rep.add("bwd-lookahead", "%s starts before the backward of group %d (mb %d) %s"
+                    % (describe(e), gate, mb, "ended at %.1f us" % end if end is not None
+                       else "was seen"))
+    print("bwd lookahead %d: %d gated events checked" % (k, checked))
 
 
 def report_waits(events):
@@ -228,12 +269,13 @@ def check(events):
 
 
 def usage():
-    print("usage: check_invariants.py [--max-inflight LANE=N ...] EVENTS.jsonl", file=sys.stderr)
+    print("usage: check_invariants.py [--max-inflight LANE=N ...] [--bwd-lookahead K] EVENTS.jsonl",
+          file=sys.stderr)
     return 2
 
 
 def main(argv):
-    limits, paths = [], []
+    limits, paths, lookahead = [], [], None
     args = argv[1:]
     while args:
         a = args.pop(0)
@@ -245,6 +287,12 @@ def main(argv):
                 print("--max-inflight wants LANE=N, not '%s'" % spec, file=sys.stderr)
                 return usage()
             limits.append((lane, int(n)))
+        elif a == "--bwd-lookahead" or a.startswith("--bwd-lookahead="):
+            v = a.split("=", 1)[1] if "=" in a else (args.pop(0) if args else "")
+            if not v.isdigit():
+                print("--bwd-lookahead wants a number of layers, not '%s'" % v, file=sys.stderr)
+                return usage()
+            lookahead = int(v)
         elif a.startswith("-") and a != "-":
             return usage()
         else:
@@ -261,13 +309,16 @@ def main(argv):
         return 2
     rep = check(events)
     check_inflight(events, limits, rep)
+    if lookahead is not None:
+        check_lookahead(events, lookahead, rep)
     report_waits(events)
     if rep.total():
         print("%d violations (%s)" % (rep.total(), ", ".join(
             ("invariant %d: %d" % (i, n)) if isinstance(i, int) else ("%s: %d" % (i, n))
             for i, n in sorted(rep.count.items(), key=lambda kv: str(kv[0])))))
         return 1
-    print("invariants 1, 2 and 3 hold" + ("; in-flight limits hold" if limits else ""))
+    print("invariants 1, 2 and 3 hold" + ("; in-flight limits hold" if limits else "") +
+          ("; the backward lookahead holds" if lookahead is not None else ""))
     return 0
 
 

@@ -24,6 +24,7 @@
 struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
+    int lookahead;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
 };
@@ -52,6 +53,8 @@ static void usage(FILE *f)
            "  --window N           release each layer from the GPU after its last use, keeping\n"
            "                       the last N forward layers for the backward (2 with\n"
            "                       --gpu-memory-gib, else 0: no release)\n"
+           "  --bwd-lookahead N    layers the backward's recomputation and gradient zeroing may\n"
+           "                       run ahead of it (1; -1 = no bound)\n"
            "  --ranks R            data-parallel ranks, one per GPU (1); the batch is shared\n"
            "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n"
            "  --param-route replicated|sharded  parameter dispatch to the ranks (replicated)\n"
@@ -138,6 +141,7 @@ static int run(const struct bench_opts *b)
     gc.weight_decay = 0.1;
     gc.max_grad_norm = b->max_grad_norm;
     gc.window = b->window;
+    gc.bwd_lookahead = b->lookahead;
     sdp_tasks_place_norms_on_host(b->window > 0);
     gc.nranks = b->ranks;
     gc.grad_route = b->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
@@ -194,12 +198,13 @@ static int run(const struct bench_opts *b)
         median = sdp_cli_median(timed, b->steps);
         tps = ntok / median;
         settings = json_pack(
-            "{s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:s, s:s, s:f}", "precision",
+            "{s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:i, s:s, s:s, s:f}", "precision",
             b->precision, "micro_batch", b->micro, "activations", b->activations, "chunk_mib",
             b->chunk_mib, "sched", b->sched ? b->sched : "default", "gpus", sdp_rt_ncuda(),
             "cpu_workers", sdp_rt_ncpus(), "gpu_memory_gib", b->gpu_memory_gib, "window", b->window,
-            "ranks", b->ranks, "grad_route", b->grad_route_gpu ? "gpu" : "cpu", "param_route",
-            b->sharded ? "sharded" : "replicated", "max_grad_norm", b->max_grad_norm);
+            "bwd_lookahead", b->lookahead, "ranks", b->ranks, "grad_route",
+            b->grad_route_gpu ? "gpu" : "cpu", "param_route", b->sharded ? "sharded" : "replicated",
+            "max_grad_norm", b->max_grad_norm);
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
             b->model, "batch", b->batch, "seq", b->seq, "tokens_per_s", tps, "model_tflops",
@@ -260,6 +265,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "sched", required_argument, NULL, 'S' },
         { "max-grad-norm", required_argument, NULL, 'N' },
         { "window", required_argument, NULL, 'W' },
+        { "bwd-lookahead", required_argument, NULL, 'L' },
         { "ranks", required_argument, NULL, 'R' },
         { "grad-route", required_argument, NULL, 'D' },
         { "param-route", required_argument, NULL, 'Y' },
@@ -280,6 +286,7 @@ int sdp_cli_bench(int argc, char **argv)
                             .activations = "recompute",
                             .sched = "sdp-slidedp",
                             .window = -1,
+                            .lookahead = 1,
                             .ranks = 1,
                             .seed = 1234 };
     int opt;
@@ -349,8 +356,12 @@ int sdp_cli_bench(int argc, char **argv)
         case 'c':
         case 'W':
         case 'R':
+        case 'L':
             if (parse_num("an integer option", optarg,
-                          opt == 'g' ? -1 : (opt == 'w' || opt == 'c' || opt == 'W' ? 0 : 1), &v) ||
+                          opt == 'g' || opt == 'L'
+                              ? -1
+                              : (opt == 'w' || opt == 'c' || opt == 'W' ? 0 : 1),
+                          &v) ||
                 v != (int)v)
                 return SDP_EXIT_USAGE;
             *(opt == 'b'   ? &b.batch
@@ -361,6 +372,7 @@ int sdp_cli_bench(int argc, char **argv)
               : opt == 'g' ? &b.gpus
               : opt == 'W' ? &b.window
               : opt == 'R' ? &b.ranks
+              : opt == 'L' ? &b.lookahead
                            : &b.cpus) = (int)v;
             break;
         default:

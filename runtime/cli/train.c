@@ -433,6 +433,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     gc.n_micro = r->global_batch / r->micro_batch;
     gc.seq_len = r->seq_len;
     gc.recompute = r->recompute;
+    gc.bwd_lookahead = r->bwd_lookahead;
     gc.beta1 = r->beta1;
     gc.beta2 = r->beta2;
     gc.eps = r->eps;

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
-# tests/e2e/: data-parallel ranks on CPU workers (--ranks R)
+# tests/e2e/: data-parallel ranks on CPU workers (--ranks R), chunk sweep, backward lookahead
 TESTS += tests/e2e/test_e2e_ranks.sh
 EXTRA_DIST += tests/e2e/test_e2e_ranks.sh
 TESTS += tests/e2e/test_e2e_sweep.sh
 EXTRA_DIST += tests/e2e/test_e2e_sweep.sh
+TESTS += tests/e2e/test_e2e_lookahead.sh
+EXTRA_DIST += tests/e2e/test_e2e_lookahead.sh
