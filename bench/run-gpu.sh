@@ -5,9 +5,15 @@
 #   tests    the CUDA kernel tests, the host-kernel test and the Hugging Face parity test on the GPU
 #   host     host AdamW beside PyTorch's CPU AdamW (bench/host_adamw.sh) on every core
 #   bench    slidedp bench on MODEL/BATCH: the default policy, dmda, and bounded windows (BENCH_GIBS)
+#   window   slidedp bench on MODEL/BATCH with the default backward lookahead (event log kept),
+#            without it (--bwd-lookahead -1), and under GPU limits (BENCH_GIBS, default "40 24 16",
+#            each with its event log); lane utilisation of every log (tools/lane_util.py)
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    slidedp bench with --ranks over every GPU, every route combination (MODEL/BATCH per GPU)
+#   correct  100 steps of recipes/qwen3-0.6b-compare.yaml at 16 sequences per step (micro-batches of
+#            4) on 1 GPU, on 2 (replicated, CPU reduction) and on every GPU with each of the four
+#            route combinations; the largest loss difference of each run against one GPU
 #   sweep    slidedp sweep on MODEL: one layer's cast+H2D and D2H+update per chunk size, 8-256 MiB
 #   finetune recipes/qwen3-0.6b-pretrain.yaml (random init, KJV text), then
 #            recipes/qwen3-0.6b-sft.yaml from its result on the Jargon File instructions; metrics
@@ -68,6 +74,21 @@ for stage in $stages; do
                 --gpu-memory-gib "$gib"
         done
         ;;
+    window)
+        common=(--model "$model" --batch "$batch" --seq 1024 --steps 3 --warmup 2)
+        bench lookahead1 300 "${common[@]}" --events "$out/events-lookahead1.jsonl"
+        bench unbounded 300 "${common[@]}" --bwd-lookahead -1
+        for gib in ${BENCH_GIBS:-40 24 16}; do
+            bench "window-$gib" 300 "${common[@]}" --gpu-memory-gib "$gib" \
+                --events "$out/events-window-$gib.jsonl"
+        done
+        for ev in "$out"/events-*.jsonl; do
+            [ -f "$ev" ] || continue
+            python3 tools/lane_util.py "$ev" > "${ev%.jsonl}.lanes.txt" 2>&1
+            log "lanes $(basename "$ev"): exit $?"
+            gzip -f "$ev"
+        done
+        ;;
     peers)
         for sys in pytorch-gpu fsdp2-offload; do
             timeout 400 python3 bench/peers.py --system "$sys" --model "$model" --batch "$batch" \
@@ -93,6 +114,36 @@ for stage in $stages; do
                 done
             done
         done
+        ;;
+    correct)
+        sed -e 's#^  global: .*#  global: 16#' -e 's#^  micro: .*#  micro: 4#' \
+            recipes/qwen3-0.6b-compare.yaml > recipes/.correct.yaml
+        runs=("1 replicated cpu")
+        [ "$ngpu" -gt 2 ] && runs+=("2 replicated cpu")
+        for pr in replicated sharded; do
+            for route in cpu gpu; do runs+=("$ngpu $pr $route"); done
+        done
+        for spec in "${runs[@]}"; do
+            read -r R pr route <<< "$spec"
+            name=R$R-$pr-$route
+            rm -rf "/tmp/correct-$name"
+            timeout 240 "$b/slidedp" train recipes/.correct.yaml -q --steps 100 --gpus "$R" \
+                --ranks "$R" --param-route "$pr" --grad-route "$route" --output "/tmp/correct-$name" \
+                --metrics "$out/correct-$name.jsonl" > "$out/correct-$name.log" 2>&1
+            log "correct $name: exit $? $(tail -n 1 "$out/correct-$name.jsonl" | cut -c1-160)"
+        done
+        rm -f recipes/.correct.yaml
+        python3 - "$out"/correct-R1-replicated-cpu.jsonl "$out"/correct-R*.jsonl <<'PYEOF' |
+import json, sys
+ref = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+for p in sys.argv[2:]:
+    run = [json.loads(l)["loss"] for l in open(p)]
+    n = min(len(ref), len(run))
+    d = [abs(a - b) for a, b in zip(ref[:n], run[:n])]
+    print("%s: %d steps, final %.5f (one GPU %.5f), max |dloss| %.2e at step %d, mean %.2e" % (
+        p.rsplit("/", 1)[1], n, run[n - 1], ref[n - 1], max(d), d.index(max(d)) + 1, sum(d) / n))
+PYEOF
+            tee -a "$out/summary.log"
         ;;
     sweep)
         timeout 400 "$b/slidedp" sweep --model "$model" >> "$out/results.jsonl" 2> "$out/sweep.log"

@@ -289,7 +289,7 @@ void sdp_cl_out_done(void *vec, const float *p)
 
 #ifdef SDP_HAVE_CUDA
 #define NCUDA_SLOTS 4
-#define WS_FLAGS    (STARPU_MALLOC_COUNT | STARPU_MALLOC_NORECLAIM)
+#define WS_FLAGS    (STARPU_MALLOC_COUNT | STARPU_MALLOC_NORECLAIM | STARPU_MEMORY_OVERFLOW)
 static __thread void *cuda_ws[NCUDA_SLOTS];
 static __thread size_t cuda_ws_cap[NCUDA_SLOTS];
 
@@ -306,8 +306,9 @@ void *sdp_cl_cuda_ws(int slot, size_t nbytes)
             starpu_free_on_node_flags(node, (uintptr_t)cuda_ws[slot], cuda_ws_cap[slot], WS_FLAGS);
         }
         nbytes = (nbytes + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
-        /* counted in StarPU's memory limit, but allowed to overflow it a little rather than fail
-         * while every buffer is in use: StarPU reclaims other data after the next task */
+        /* counted in StarPU's memory limit, but allowed to overflow it (STARPU_MEMORY_OVERFLOW)
+         * rather than fail while the limit is taken by data and StarPU's cache of freed buffers:
+         * StarPU's next allocation reclaims those (a workspace cannot be evicted) */
         cuda_ws[slot] = (void *)starpu_malloc_on_node_flags(node, nbytes, WS_FLAGS);
         SDP_ASSERT(cuda_ws[slot] != NULL,
                    "cannot allocate a %.1f MiB GPU workspace: lower the micro-batch",
