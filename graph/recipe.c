@@ -48,7 +48,7 @@ struct key {
     void (*set)(struct ctx *c, int choice);
 };
 
-#define MAX_KEYS 16
+#define MAX_KEYS 32 /* keys of the largest section: checked below, at compile time */
 enum { S_MODEL, S_DATA, S_BATCH, S_OPTIMIZER, S_SCHEDULE, S_TRAIN, S_OUTPUT, NSEC };
 
 struct section {
@@ -209,6 +209,11 @@ static const struct section sections[NSEC] = {
     { "train", train_keys, NKEYS(train_keys) },
     { "output", output_keys, NKEYS(output_keys) },
 };
+_Static_assert(NKEYS(model_keys) <= MAX_KEYS && NKEYS(data_keys) <= MAX_KEYS &&
+                   NKEYS(batch_keys) <= MAX_KEYS && NKEYS(optimizer_keys) <= MAX_KEYS &&
+                   NKEYS(schedule_keys) <= MAX_KEYS && NKEYS(train_keys) <= MAX_KEYS &&
+                   NKEYS(output_keys) <= MAX_KEYS,
+               "a recipe section has more keys than MAX_KEYS");
 
 /* ---- errors ---- */
 

@@ -73,6 +73,8 @@ struct bad {
 
 /* Line 1 is a comment everywhere so that line numbers are not trivially 1. */
 static const struct bad bad_recipes[] = {
+    { "duplicate late train key", 5, "duplicate key 'train.bwd_lookahead' (first given on line 4)",
+      "# recipe\nmodel: {preset: qwen3-0.6b}\ntrain:\n  bwd_lookahead: 1\n  bwd_lookahead: 2\n" },
     { "unknown key", 4, "unknown key 'model.foo'",
       "# recipe\nmodel:\n  preset: qwen3-0.6b\n  foo: 1\n" },
     { "unknown section", 3, "unknown section 'trian'",
@@ -169,6 +171,16 @@ static const char good_recipe[] =
     "  sched: 'sdp-slidedp'\n"
     "  cpus: 6\n"
     "  host_memory_gib: 12.5\n"
+    "  on_nan: skip\n"
+    "  gpus: 0\n"
+    "  gpu_memory_gib: 7.5\n"
+    "  ranks: 2\n"
+    "  grad_route: gpu\n"
+    "  param_route: sharded\n"
+    "  grad_route_groups: 'cpu:0-1'\n"
+    "  window: 3\n"
+    "  param_delay: 1\n"
+    "  bwd_lookahead: 2\n"
     "output:\n"
     "  dir: out\n"
     "  metrics: m.jsonl\n";
@@ -254,6 +266,15 @@ int main(void)
               r.chunk_mib == 0.5 && r.recompute == 0 && !strcmp(r.sched, "sdp-slidedp") &&
               r.cpus == 6 && r.host_memory_gib == 12.5,
           "train section");
+    /* every train key, the last ones included (each key's line is recorded per section) */
+    CHECK(r.skip_nonfinite == 1 && r.gpus == 0 && r.gpu_memory_gib == 7.5 && r.ranks == 2 &&
+              r.grad_route_gpu == 1 && r.param_sharded == 1 &&
+              !strcmp(r.grad_route_groups, "cpu:0-1") && r.window == 3 && r.param_delay == 1 &&
+              r.bwd_lookahead == 2,
+          "train section, routes and window: ranks %d window %d delay %d lookahead %d", r.ranks,
+          r.window, r.param_delay, r.bwd_lookahead);
+    CHECK(d.bwd_lookahead == 1 && d.window == -1 && d.param_delay == 0 && d.ranks == 1,
+          "defaults of the window keys");
     snprintf(want, sizeof(want), "%s/out", dir);
     printf("output.dir: %s, output.metrics: %s\n", r.output_dir, r.metrics);
     CHECK(!strcmp(r.output_dir, want), "output.dir %s, expected %s", r.output_dir, want);
