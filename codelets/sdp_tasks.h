@@ -157,10 +157,17 @@ int sdp_tasks_init(void);
  * (0).  The optimizer ops stay on the CPUs, next to the host-resident state.
  * @return 0 or -ENODEV (no CUDA worker, or a CUDA-less build; logged) */
 int sdp_tasks_place_compute(int on_gpu);
-/** Where the gradient norms (sumsq) run: 1 on the CPUs, which pulls every gradient chunk to the
- * host as soon as its backward is done (what a bounded GPU window wants: the GPU copy is then
- * clean and cheap to drop); 0 (the default) wherever the scheduler likes. */
-void sdp_tasks_place_norms_on_host(int on_host);
+/* Where the gradient norms (sumsq) run. */
+enum sdp_norm_place {
+    SDP_NORMS_ANY,  /* wherever the scheduler likes (the default) */
+    SDP_NORMS_HOST, /* on the CPUs: every gradient chunk comes to the host as soon as its
+                       backward is done, so a bounded GPU window can drop a clean copy */
+    SDP_NORMS_GPU   /* on the GPUs, where the gradient was made: no host CPU time and no host
+                       memory traffic for the norms (the gradient still goes to the host for
+                       AdamW); for one rank, whose graph submits each group's norms right after
+                       its last backward (sdp_graph_conf) */
+};
+void sdp_tasks_place_norms(enum sdp_norm_place where);
 /** Check that the GPU kernels support the model's shapes (head_dim, grouped-query ratio).
  * @return 0 or -EINVAL (logged) */
 struct sdp_model_cfg;

@@ -75,9 +75,12 @@ int sdp_tasks_place_compute(int on_gpu)
     return 0;
 }
 
-void sdp_tasks_place_norms_on_host(int on_host)
+void sdp_tasks_place_norms(enum sdp_norm_place where)
 {
-    sdp_cl_sumsq.where = on_host ? STARPU_CPU : 0;
+    sdp_cl_sumsq.where = where == SDP_NORMS_HOST ? STARPU_CPU
+                         : where == SDP_NORMS_GPU && starpu_cuda_worker_get_count() > 0
+                             ? STARPU_CUDA
+                             : 0;
 }
 
 int sdp_tasks_check_gpu_model(const struct sdp_model_cfg *m)

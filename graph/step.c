@@ -320,6 +320,27 @@ static int zero_grad(sdp_graph_t *g, int step, int mb, int gi, unsigned long lon
     return sdp_task_zero(&o, grad_of(g, gi, rank_of(g, mb)));
 }
 
+/* The squared norms of group gi's gradient chunks, into sumsq[chunk0[gi] + c].  With one rank they
+ * are submitted as soon as the group's gradient is final (after its backward in the last
+ * micro-batch), before the window lets the gradient go: on a GPU they then read it where it was
+ * made.  With more ranks the norms follow the reduction (optimizer()). */
+static int norms(sdp_graph_t *g, int step, int gi)
+{
+    for (int c = 0; c < g->st->groups[gi].nchunks; c++) {
+        struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
+        o.hint.chunk = c;
+        TRY_RET(sdp_task_sumsq(&o, g->sumsq[g->chunk0[gi] + c],
+                               sdp_rt_tensor_part(g->st->groups[gi].grad, c)));
+    }
+    return 0;
+}
+
+/* norms() of group gi if micro-batch mb was the last of the step and there is one rank. */
+static int norms_if_final(sdp_graph_t *g, int step, int mb, int gi)
+{
+    return g->R == 1 && mb == g->c.n_micro - 1 ? norms(g, step, gi) : 0;
+}
+
 /* What layer l's backward preparations (recomputation, gradient zeroing) wait for: the end of
  * the backward of layer l + 1 + bwd_lookahead (done[L + 1]: the final norm's), or nothing. */
 static unsigned long long bwd_gate(const sdp_graph_t *g, const unsigned long long *done, int l)
@@ -385,6 +406,9 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
                                   compute_work(g, g->head_group, step, r), g->norm_off, rstdN, N,
                                   g->C));
     done[L + 1] = o.tag;
+    TRY_GOTO(norms_if_final(g, step, mb, g->head_group));
+    if (g->lm_group != g->head_group && g->lm_group != 0)
+        TRY_GOTO(norms_if_final(g, step, mb, g->lm_group));
 
     /* backward through the layers, recomputing each layer's activations from its saved input */
     for (l = L; l >= 1; l--) {
@@ -394,6 +418,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         TRY_GOTO(zero_grad(g, step, mb, l, bwd_gate(g, done, l)));
         TRY_GOTO(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres,
                            g->c.bwd_lookahead >= 0 ? &done[l] : NULL));
+        TRY_GOTO(norms_if_final(g, step, mb, l));
         if (last) {
             sdp_rt_tensor_wont_use(work_of(g, l, step));
             sdp_rt_tensor_wont_use(grad_of(g, l, r));
@@ -409,6 +434,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     o = opts(g, step, 0, mb, SDP_PH_BWD);
     TRY_GOTO(sdp_task_embedding_bwd(&o, grad_of(g, 0, r), sdp_state_off(st, 0, SDP_PT_EMBED), dres,
                                     ids, N, g->C));
+    TRY_GOTO(norms_if_final(g, step, mb, 0));
     if (g->rwork && (mb + 1) % g->nm_rank == 0)
         for (int gi = 0; gi < st->ngroups; gi += g->head_group)
             sdp_rt_tensor_discard(compute_work(g, gi, step, r));
@@ -452,22 +478,16 @@ static int reduce_ranks(sdp_graph_t *g, int step)
     return 0;
 }
 
-/* Squared norms per chunk, the global norm, then AdamW per chunk. */
+/* Squared norms per chunk (already submitted with one rank, see norms()), the global norm, then
+ * AdamW per chunk. */
 static int optimizer(sdp_graph_t *g, int step, double lr, int update)
 {
     struct sdp_state *st = g->st;
-    int k = 0, rc;
-    if (g->R > 1)
+    int rc;
+    if (g->R > 1) {
         TRY_RET(reduce_ranks(g, step));
-    for (int gi = 0; gi < st->ngroups; gi++) {
-        struct sdp_group_state *gs = &st->groups[gi];
-        for (int c = 0; c < gs->nchunks; c++, k++) {
-            struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
-            o.hint.chunk = c;
-            rc = sdp_task_sumsq(&o, g->sumsq[k], sdp_rt_tensor_part(gs->grad, c));
-            if (rc)
-                return rc;
-        }
+        for (int gi = 0; gi < st->ngroups; gi++)
+            TRY_RET(norms(g, step, gi));
     }
     struct sdp_task_opts on = opts(g, step, -1, -1, SDP_PH_NORM);
     rc = sdp_task_grad_norm(&on, g->clip, g->sumsq, st->nchunks_total, g->c.max_grad_norm);
@@ -830,14 +850,18 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
                 rc = sdp_rt_tensor_partition_like(g->work2[gi], st->groups[gi].work);
         }
     }
+    if (!rc) {
+        g->chunk0 = calloc((size_t)st->ngroups, sizeof(*g->chunk0));
+        if (!g->chunk0)
+            rc = sdp_err(-ENOMEM, "chunk index of %d groups", st->ngroups);
+        for (int gi = 1; !rc && gi < st->ngroups; gi++)
+            g->chunk0[gi] = g->chunk0[gi - 1] + st->groups[gi - 1].nchunks;
+    }
     if (!rc && g->R > 1 && c->param_route == SDP_ROUTE_SHARDED) {
         /* every rank's replica of every group, chunked like the working copy, device memory only */
         g->rwork = calloc((size_t)g->R * st->ngroups, sizeof(*g->rwork));
-        g->chunk0 = calloc((size_t)st->ngroups, sizeof(*g->chunk0));
-        if (!g->rwork || !g->chunk0)
+        if (!g->rwork)
             rc = sdp_err(-ENOMEM, "replicas of %d ranks", g->R);
-        for (int gi = 1; !rc && gi < st->ngroups; gi++)
-            g->chunk0[gi] = g->chunk0[gi - 1] + st->groups[gi - 1].nchunks;
         for (int r = 0; r < g->R && !rc; r++)
             for (int gi = 0; gi < st->ngroups && !rc; gi++) {
                 sdp_rt_tensor_t **t = &g->rwork[(size_t)r * st->ngroups + gi];

@@ -46,9 +46,10 @@ struct sdp_graph_conf {
                         working copy and gradient are released from the GPU after their last use of
                         the step (the gradient written back to the host), and after the forward of
                         the last micro-batch every layer but the last `window` is released too (the
-                        backward brings them back in reverse order).  The CLI then also runs
-                        the gradient norms on the host (sdp_tasks_place_norms_on_host), so each
-                        gradient leaves the GPU as soon as its backward is done */
+                        backward brings them back in reverse order).  With one rank the
+                        gradient norms of a group are submitted right after its last backward,
+                        before the release, and the CLI runs them on the GPU; with more ranks it
+                        runs them on the host (sdp_cli_place_norms) */
     int seq_len;     /* T */
     int recompute;   /* 1: recompute activations in backward; 0: keep them from the forward */
     int bwd_lookahead; /* how far the backward's preparations may run ahead of it: layer l's

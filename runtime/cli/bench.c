@@ -78,6 +78,7 @@ static int run(const struct bench_opts *b)
     struct sdp_graph_conf gc = { 0 };
     sdp_graph_t *g = NULL;
     void *policy = NULL;
+    const char *norms_at = "any";
     enum sdp_dtype dt = strcmp(b->precision, "fp32") ? SDP_BF16 : SDP_F32;
     size_t ntok = (size_t)b->batch * b->seq;
     int32_t *ids = NULL, *targets = NULL;
@@ -142,7 +143,7 @@ static int run(const struct bench_opts *b)
     gc.max_grad_norm = b->max_grad_norm;
     gc.window = b->window;
     gc.bwd_lookahead = b->lookahead;
-    sdp_tasks_place_norms_on_host(b->window > 0);
+    norms_at = sdp_cli_place_norms(b->ranks, b->window);
     gc.nranks = b->ranks;
     gc.grad_route = b->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
     gc.param_route = b->sharded ? SDP_ROUTE_SHARDED : SDP_ROUTE_REPLICATED;
@@ -198,13 +199,13 @@ static int run(const struct bench_opts *b)
         median = sdp_cli_median(timed, b->steps);
         tps = ntok / median;
         settings = json_pack(
-            "{s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:i, s:s, s:s, s:f}", "precision",
-            b->precision, "micro_batch", b->micro, "activations", b->activations, "chunk_mib",
-            b->chunk_mib, "sched", b->sched ? b->sched : "default", "gpus", sdp_rt_ncuda(),
-            "cpu_workers", sdp_rt_ncpus(), "gpu_memory_gib", b->gpu_memory_gib, "window", b->window,
-            "bwd_lookahead", b->lookahead, "ranks", b->ranks, "grad_route",
-            b->grad_route_gpu ? "gpu" : "cpu", "param_route", b->sharded ? "sharded" : "replicated",
-            "max_grad_norm", b->max_grad_norm);
+            "{s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:s, s:i, s:s, s:s, s:f}",
+            "precision", b->precision, "micro_batch", b->micro, "activations", b->activations,
+            "chunk_mib", b->chunk_mib, "sched", b->sched ? b->sched : "default", "gpus",
+            sdp_rt_ncuda(), "cpu_workers", sdp_rt_ncpus(), "gpu_memory_gib", b->gpu_memory_gib,
+            "window", b->window, "bwd_lookahead", b->lookahead, "norms", norms_at, "ranks",
+            b->ranks, "grad_route", b->grad_route_gpu ? "gpu" : "cpu", "param_route",
+            b->sharded ? "sharded" : "replicated", "max_grad_norm", b->max_grad_norm);
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
             b->model, "batch", b->batch, "seq", b->seq, "tokens_per_s", tps, "model_tflops",

@@ -20,5 +20,9 @@ int sdp_cli_sweep(int argc, char **argv);
 double sdp_cli_now_s(void);
 /** The median of v (n >= 1 values; v is sorted in place). */
 double sdp_cli_median(double *v, int n);
+/** Place the gradient norms for a run of `ranks` ranks with a GPU window of `window` layers: on
+ * the GPUs when compute runs there with one rank (no host CPU time or memory traffic for them),
+ * else on the host under a window, else anywhere.  @return the placement's name, for logs. */
+const char *sdp_cli_place_norms(int ranks, int window);
 
 #endif

@@ -446,7 +446,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         SDP_WARN("train.param_delay = 1: every step computes with weights one update old "
                  "(asynchronous optimizer); SlideDP's invariant 3 does not hold");
     gc.window = r->window >= 0 ? r->window : r->gpu_memory_gib > 0 ? 2 : 0;
-    sdp_tasks_place_norms_on_host(gc.window > 0);
+    sdp_cli_place_norms(r->ranks, gc.window);
     gc.grad_route = r->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
     gc.grad_route_gpu = routes;
     gc.param_route = r->param_sharded ? SDP_ROUTE_SHARDED : SDP_ROUTE_REPLICATED;

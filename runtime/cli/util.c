@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "codelets/sdp_tasks.h"
 #include "runtime/cli/cli.h"
+#include "runtime/init.h"
 
 double sdp_cli_now_s(void)
 {
@@ -24,4 +26,14 @@ double sdp_cli_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof(*v), cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+const char *sdp_cli_place_norms(int ranks, int window)
+{
+    if (sdp_rt_ncuda() > 0 && ranks <= 1) {
+        sdp_tasks_place_norms(SDP_NORMS_GPU);
+        return "gpu";
+    }
+    sdp_tasks_place_norms(window > 0 ? SDP_NORMS_HOST : SDP_NORMS_ANY);
+    return window > 0 ? "host" : "any";
 }
