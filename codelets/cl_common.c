@@ -228,8 +228,12 @@ unsigned long long sdp_task_tag_new(void)
 
 void sdp_task_tag_forget(unsigned long long tag)
 {
-    if (tag)
-        starpu_tag_remove((starpu_tag_t)tag);
+    if (!tag)
+        return;
+    /* StarPU releases a task's data before it marks the task's tag done: a task that read the
+     * data may finish first, so wait for the tag itself before freeing it */
+    starpu_tag_wait((starpu_tag_t)tag);
+    starpu_tag_remove((starpu_tag_t)tag);
 }
 
 uint32_t sdp_cl_footprint(struct starpu_task *task)

@@ -25,7 +25,8 @@ struct sdp_task_opts {
 
 /** A fresh tag for sdp_task_opts (never 0; unique in the process). */
 unsigned long long sdp_task_tag_new(void);
-/** Release a tag once its task and every task waiting on it have ended. */
+/** Release a tag: waits until its task has ended (tag included), so call it only for a tag whose
+ * task was submitted, from outside any task, once every task waiting on it has ended. */
 void sdp_task_tag_forget(unsigned long long tag);
 
 /* Most data-parallel ranks a run may have. */

@@ -606,6 +606,8 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
     if (valid == 0)
         return sdp_err(-EINVAL, "step %d: every target is ignored; nothing to learn from", step);
 
+    /* the tags of a step that failed part-way may belong to tasks never submitted: leave them */
+    g->ntags = 0;
     rc = refresh_work(g, step);
     if (!rc)
         rc = refresh_work2(g, step);
