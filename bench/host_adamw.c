@@ -5,14 +5,17 @@
  * touched by the thread that updates it.  Prints one JSON line: the median of --iters timed steps
  * after --warmup steps, parameters/s and GB/s at the bytes a step must move (read p, m, v, g;
  * write p, m, v and the copy: 28 B/param with bf16 gradient and bf16 copy).  Peer:
- * bench/host_adamw_peer.py (PyTorch's CPU AdamW); both at once: bench/host_adamw.sh.
+ * bench/host_adamw_peer.py (PyTorch's CPU AdamW); both at once: bench/host_adamw.sh.  --op sumsq
+ * times the gradient's sum of squares (the norm before clipping) the same way: 4 B/param.
  *   bench/host_adamw [--params N] [--threads T] [--chunk ELEMS] [--grad bf16|f32]
  *                    [--copy bf16|f32|none] [--kernel auto|avx512|scalar] [--iters K] [--warmup W]
+ *                    [--op adamw|sumsq]
  */
 #include "config.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,11 +24,14 @@
 
 #include "codelets/cpu/sdp_cpu_kernels.h"
 
+static _Atomic double sumsq_sink; /* keeps the sums of squares, so that no call is dropped */
+
 enum kernel { K_AUTO, K_AVX512, K_SCALAR };
 
 struct opts {
     size_t params, chunk;
     int threads, iters, warmup, gbf16, copy; /* copy: 0 none, 1 bf16, 2 fp32 */
+    int sumsq;                               /* 1: time the gradient sum of squares instead */
     enum kernel kernel;
 };
 
@@ -77,6 +83,13 @@ static void update(const struct shared *s, size_t lo, size_t hi, int step)
 
     for (size_t i = lo; i < hi; i += chunk) {
         const size_t n = hi - i < chunk ? hi - i : chunk;
+        if (o->sumsq) {
+            const double q = o->kernel == K_AUTO     ? sdp_cpu_sumsq(s->g + i, n)
+                             : o->kernel == K_AVX512 ? sdp_cpu_sumsq_avx512(s->g + i, n)
+                                                     : sdp_cpu_sumsq_ref(s->g + i, n);
+            atomic_store_explicit(&sumsq_sink, q, memory_order_relaxed);
+            continue;
+        }
         uint16_t *wb = o->copy == 1 ? s->wb + i : NULL;
         float *wf = o->copy == 2 ? s->wf + i : NULL;
         if (o->gbf16 && o->kernel == K_AUTO)
@@ -140,6 +153,7 @@ static void usage(const char *argv0)
             "usage: %s [--params N] [--threads T] [--chunk ELEMS] [--grad bf16|f32]\n"
             "          [--copy bf16|f32|none] [--kernel auto|avx512|scalar] [--iters K] "
             "[--warmup W]\n"
+            "          [--op adamw|sumsq]   (sumsq: the fp32 gradient's sum of squares)\n"
             "defaults: 268435456 params, 1 thread, chunk 0 (one call per thread), bf16 gradient,\n"
             "bf16 copy, kernel auto (SDP_HOST_KERNELS), 5 timed steps after 1 warm-up step\n",
             argv0);
@@ -181,6 +195,8 @@ static int parse(int argc, char **argv, struct opts *o)
             o->kernel = K_AVX512;
         else if (!strcmp(a, "--kernel") && !strcmp(val, "scalar"))
             o->kernel = K_SCALAR;
+        else if (!strcmp(a, "--op") && (!strcmp(val, "adamw") || !strcmp(val, "sumsq")))
+            o->sumsq = !strcmp(val, "sumsq");
         else
             return -1;
         if (end && (*end || errno))
@@ -188,6 +204,10 @@ static int parse(int argc, char **argv, struct opts *o)
     }
     if (o->params == 0 || o->threads < 1 || o->threads > 4096 || o->iters < 1 || o->warmup < 0)
         return -1;
+    if (o->sumsq) { /* reads an fp32 gradient and nothing else */
+        o->gbf16 = 0;
+        o->copy = 0;
+    }
     return 0;
 }
 
@@ -263,12 +283,13 @@ int main(int argc, char **argv)
 
     qsort(t, (size_t)o.iters, sizeof(*t), cmp_double);
     const double med = o.iters % 2 ? t[o.iters / 2] : 0.5 * (t[o.iters / 2 - 1] + t[o.iters / 2]);
-    const int bpp = 24 + (o.gbf16 ? 2 : 4) + (o.copy == 1 ? 2 : o.copy == 2 ? 4 : 0);
-    printf("{\"system\": \"slidedp\", \"kernel\": \"%s\", \"params\": %zu, \"threads\": %d, "
+    const int bpp = o.sumsq ? 4 : 24 + (o.gbf16 ? 2 : 4) + (o.copy == 1 ? 2 : o.copy == 2 ? 4 : 0);
+    printf("{\"system\": \"slidedp\", \"op\": \"%s\", \"kernel\": \"%s\", \"params\": %zu, "
+           "\"threads\": %d, "
            "\"chunk\": %zu, \"grad\": \"%s\", \"copy\": \"%s\", \"bytes_per_param\": %d, "
            "\"iters\": %d, \"median_s\": %.6f, \"min_s\": %.6f, \"params_per_s\": %.4g, "
            "\"gb_per_s\": %.2f}\n",
-           kname, n, o.threads, o.chunk, o.gbf16 ? "bf16" : "f32",
+           o.sumsq ? "sumsq" : "adamw", kname, n, o.threads, o.chunk, o.gbf16 ? "bf16" : "f32",
            o.copy == 1   ? "bf16"
            : o.copy == 2 ? "f32"
                          : "none",

@@ -27,7 +27,7 @@ static void sumsq_cpu(void *buffers[], void *cl_arg)
 {
     (void)cl_arg;
     *(double *)STARPU_VECTOR_GET_PTR(buffers[0]) =
-        sdp_cpu_sumsq_ref(SDP_VECF(buffers[1]), STARPU_VECTOR_GET_NX(buffers[1]));
+        sdp_cpu_sumsq(SDP_VECF(buffers[1]), STARPU_VECTOR_GET_NX(buffers[1]));
 }
 
 #ifdef SDP_HAVE_CUDA

@@ -17,15 +17,20 @@
 
 double sdp_cpu_sumsq_ref(const float *g, size_t n)
 {
-    double s[4] = { 0.0, 0.0, 0.0, 0.0 };
+    double s[SDP_SUMSQ_LANES] = { 0.0 };
     size_t i = 0;
 
-    for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; j++)
+    /* element i goes to partial sum i % 32, in increasing i (each product is exact in double) */
+    for (; i + SDP_SUMSQ_LANES <= n; i += SDP_SUMSQ_LANES)
+        for (int j = 0; j < SDP_SUMSQ_LANES; j++)
             s[j] += (double)g[i + j] * g[i + j];
-    for (; i < n; i++)
-        s[i % 4] += (double)g[i] * g[i];
-    return (s[0] + s[1]) + (s[2] + s[3]);
+    for (int j = 0; i < n; i++, j++)
+        s[j] += (double)g[i] * g[i];
+    /* then halves added pairwise: s[j] += s[j + w] for w = 16, 8, 4, 2, 1 */
+    for (int w = SDP_SUMSQ_LANES / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            s[j] += s[j + w];
+    return s[0];
 }
 
 void sdp_cpu_adamw_consts(struct sdp_adamw_consts *c, const struct sdp_adamw_hp *hp, int decay)

@@ -20,7 +20,8 @@ EXTRA_LIBRARIES = libsdp_fpstrict.a
 libsdp_fpstrict_a_SOURCES = codelets/cpu/cast_bf16_ref.c codelets/cpu/avx512_internal.h \
 	codelets/cpu/cast_avx512.c \
 	codelets/cpu/adamw_ref.c \
-	codelets/cpu/adamw_avx512.c
+	codelets/cpu/adamw_avx512.c \
+	codelets/cpu/sumsq_avx512.c
 libsdp_fpstrict_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off
 libsdp_a_LIBADD = $(libsdp_fpstrict_a_OBJECTS)
 libsdp_a_DEPENDENCIES = $(libsdp_fpstrict_a_OBJECTS)

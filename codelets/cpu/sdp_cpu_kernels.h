@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* Pure CPU kernels of every op: scalar reference implementations (`_ref`, the oracle and the
- * portable fallback), AVX-512 variants of the host-bound ops (`_avx512`: AdamW, fp32 -> bf16 cast)
+ * portable fallback), AVX-512 variants of the host-bound ops (`_avx512`: AdamW, fp32 -> bf16 cast,
+ * gradient sum of squares)
  * and the BLAS-backed GEMMs.  No StarPU, no runtime headers: these functions only compute. All
  * tensors are row-major and contiguous unless a leading dimension is given.  fp32 math with fp32
  * accumulation unless stated; reductions that feed the loss or norms accumulate in double.
  * Deterministic: for the same inputs every function returns the same bits, whatever thread calls
  * it, and an `_avx512` kernel returns the same bits as its `_ref`.
  *
- * Host kernel selection: the entry points without a suffix (sdp_cpu_adamw(), sdp_cpu_cast_bf16())
+ * Host kernel selection: the entry points without a suffix (sdp_cpu_adamw(), sdp_cpu_cast_bf16(),
+ * sdp_cpu_sumsq())
  * run the AVX-512 kernels when the CPU has AVX-512 F, BW and VL, else the scalar references.  The
  * environment variable SDP_HOST_KERNELS=scalar forces the scalar references (`auto`, the default,
  * picks the best the CPU has); it is read once, at the first call.
@@ -137,8 +139,16 @@ void sdp_cpu_lmhead_ce_ref(double *loss_sum, int *nvalid, float *dh, float *dw, 
 
 /* ---- optimizer ---- */
 
-/** sum of squares of g (n) in double (order: increasing index, 4 partial sums interleaved). */
+/** Sum of squares of g (n) in double.  Order: element i is added to partial sum i % 32 in
+ * increasing i, then the partial sums are added pairwise, s[j] += s[j + w] for w = 16, 8, 4, 2, 1
+ * (the order of four 8-lane AVX-512 accumulators and their halving, so that the AVX-512 kernel
+ * returns the same bits). */
+#define SDP_SUMSQ_LANES 32
 double sdp_cpu_sumsq_ref(const float *g, size_t n);
+/** The same with AVX-512 (same bits).  Only on a CPU where sdp_cpu_have_avx512() is non-zero. */
+double sdp_cpu_sumsq_avx512(const float *g, size_t n);
+/** The same through the selected kernel (sdp_cpu_isa()). */
+double sdp_cpu_sumsq(const float *g, size_t n);
 
 /** One AdamW segment (PyTorch torch.optim.AdamW semantics, decoupled weight decay):
  *   g' = g * gscale;  p -= lr * wd * p (when decay);  m = b1 m + (1-b1) g';  v = b2 v + (1-b2)

@@ -4,7 +4,9 @@
  * gradients, with and without decay, clipping coefficients, both lerp forms, bf16 / fp32 / both /
  * no working copy, zeroed or kept gradient; many lengths (0 to 1e6+3) and unaligned offsets, on
  * random data and on data salted with NaN, Inf, denormals, bf16 ties and huge values.  Then the
- * scalar AdamW against an fp64 oracle (both gradient dtypes), and the dispatching entry points.
+ * scalar AdamW against an fp64 oracle (both gradient dtypes), the gradient sum of squares (AVX-512
+ * against the reference, and the reference against a long double oracle), and the dispatching
+ * entry points.
  * Exits 77 when the CPU lacks AVX-512. */
 #include "config.h"
 
@@ -380,6 +382,52 @@ static int check_adamw_oracle(struct sdp_rng *rng, int gbf16)
     return nfail;
 }
 
+/* ---- gradient sum of squares ---- */
+
+/* Same double, or both NaN (a NaN's payload is whatever the additions kept). */
+static int same_sum(double a, double b)
+{
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof(a)) == 0;
+}
+
+static int check_sumsq(struct sdp_rng *rng)
+{
+    float *g = malloc((BIG + GUARD) * sizeof(float));
+    long ncase = 0, nbad = 0, noracle = 0;
+    double worst = 0.0;
+    if (!g)
+        return 1;
+    for (size_t si = 0; si < NSIZES; si++)
+        for (size_t off = 0; off < 4; off++)
+            for (int salt = 0; salt < 2; salt++) {
+                const size_t n = sizes[si];
+                fill(rng, g + off, n, salt ? 1.0f : 3e-2f, 0, salt);
+                const double ref = sdp_cpu_sumsq_ref(g + off, n);
+                const double simd = sdp_cpu_sumsq_avx512(g + off, n);
+                ncase++;
+                if (!same_sum(ref, simd)) {
+                    nbad++;
+                    printf("  sumsq n=%zu +%zu salt %d: ref %.17g avx512 %.17g\n", n, off, salt,
+                           ref, simd);
+                }
+                if (!salt) { /* finite data: against a long double oracle */
+                    long double o = 0.0L;
+                    for (size_t i = 0; i < n; i++)
+                        o += (long double)g[off + i] * g[off + i];
+                    const double rel =
+                        o > 0 ? (double)fabsl((long double)ref - o) / (double)o : fabs(ref);
+                    worst = rel > worst ? rel : worst;
+                    noracle += rel > 1e-13;
+                }
+            }
+    printf("sumsq AVX-512 vs reference: %ld cases (13 lengths x 4 offsets x plain/salted), %ld "
+           "differ; reference vs long double oracle: worst relative error %.2e (limit 1e-13)  "
+           "%s\n",
+           ncase, nbad, worst, nbad || noracle ? "BAD" : "ok");
+    free(g);
+    return (int)(nbad + noracle);
+}
+
 /* ---- the dispatching entry points ---- */
 
 static int check_dispatch(struct sdp_rng *rng)
@@ -416,12 +464,13 @@ static int check_dispatch(struct sdp_rng *rng)
     sdp_cpu_adamw_gbf16_ref(p[1], gb[1], m[1], v[1], wb[1], NULL, N, &hp, 0, 0);
     sdp_cpu_cast_bf16(c[0], src, N);
     sdp_cpu_cast_bf16_ref(c[1], src, N);
+    const double q[2] = { sdp_cpu_sumsq(src, N), sdp_cpu_sumsq_ref(src, N) };
     const int differ = memcmp(p[0], p[1], sizeof(p[0])) || memcmp(m[0], m[1], sizeof(m[0])) ||
                        memcmp(v[0], v[1], sizeof(v[0])) || memcmp(wb[0], wb[1], sizeof(wb[0])) ||
-                       memcmp(c[0], c[1], sizeof(c[0]));
-    printf(
-        "dispatch: sdp_cpu_adamw, sdp_cpu_adamw_gbf16, sdp_cpu_cast_bf16 == references: %s  %s\n",
-        differ ? "no" : "yes", differ ? "BAD" : "ok");
+                       memcmp(c[0], c[1], sizeof(c[0])) || !same_sum(q[0], q[1]);
+    printf("dispatch: sdp_cpu_adamw, sdp_cpu_adamw_gbf16, sdp_cpu_cast_bf16, sdp_cpu_sumsq == "
+           "references: %s  %s\n",
+           differ ? "no" : "yes", differ ? "BAD" : "ok");
     return nbad + differ;
 }
 
@@ -439,6 +488,7 @@ int main(void)
     nfail += check_adamw_simd(&rng);
     nfail += check_adamw_oracle(&rng, 0);
     nfail += check_adamw_oracle(&rng, 1);
+    nfail += check_sumsq(&rng);
     nfail += check_dispatch(&rng);
     return sdp_test_finish(nfail);
 }
