@@ -406,9 +406,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
                                   compute_work(g, g->head_group, step, r), g->norm_off, rstdN, N,
                                   g->C));
     done[L + 1] = o.tag;
+    /* the LM head's gradient is final here too unless it is the embedding's (tied, group 0) */
     TRY_GOTO(norms_if_final(g, step, mb, g->head_group));
-    if (g->lm_group != g->head_group && g->lm_group != 0)
-        TRY_GOTO(norms_if_final(g, step, mb, g->lm_group));
 
     /* backward through the layers, recomputing each layer's activations from its saved input */
     for (l = L; l >= 1; l--) {
