@@ -99,6 +99,7 @@ wait_for() {
 
 # a started run's log: resumed from the newest checkpoint ($2) or started afresh, nothing skipped
 check_log() {
+    [ -e "$1" ] || return 0 # killed before it started: nothing to check
     if grep -q "skipping checkpoint" "$1"; then
         echo "$3: a checkpoint failed validation:"; grep "skipping" "$1"; fail=1
     fi
@@ -129,6 +130,8 @@ for dn in $(seq 1 "$ndirs"); do
         expect=$(newest "$d")
         touch "$tmp/mark"
         sleep 0.01
+        # a run killed before its shell opened the log must not leave the previous trial's log
+        rm -f "$d.err"
         "$bin" train "$recipe" $args --output "$d" --metrics "$d.jsonl" 2> "$d.err" &
         pid=$!
         rnd
