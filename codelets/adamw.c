@@ -123,19 +123,21 @@ int sdp_task_grad_norm(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_
 
 /* ---- adamw ---- */
 struct sdp_adamw_args {
-    struct sdp_shape_key key; /* n (low 31 bits, high bits), work element size, has_clip */
+    struct sdp_shape_key key; /* n (low 31 bits, high bits), work element size, has_clip,
+                                 gradient element size */
     struct sdp_adamw_hp hp;
     int skip_nonfinite; /* leave the state unchanged when the global norm is not finite */
     int nsegs;
     struct sdp_adamw_segment segs[];
 };
 
-/* buffers: master RW, grad RW, m RW, v RW, work W, [clip (2) f64 R] */
+/* buffers: master RW, grad (f32 or bf16) R, m RW, v RW, work W, [clip (2) f64 R] */
 static void adamw_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_adamw_args *a = cl_arg;
     struct sdp_adamw_hp hp = a->hp;
     float *p = SDP_VECF(buffers[0]), *g = SDP_VECF(buffers[1]);
+    int gbf16 = STARPU_VECTOR_GET_ELEMSIZE(buffers[1]) == 2; /* the bf16 gradient return */
     float *m = SDP_VECF(buffers[2]), *v = SDP_VECF(buffers[3]);
     void *work = SDP_VEC(buffers[4]);
     int bf16 = STARPU_VECTOR_GET_ELEMSIZE(buffers[4]) == 2;
@@ -155,9 +157,14 @@ static void adamw_cpu(void *buffers[], void *cl_arg)
     }
     for (int s = 0; s < a->nsegs; s++) {
         size_t off = a->segs[s].offset;
-        sdp_cpu_adamw(p + off, g + off, m + off, v + off, bf16 ? (uint16_t *)work + off : NULL,
-                      bf16 ? NULL : (float *)work + off, a->segs[s].nelems, &hp, a->segs[s].decay,
-                      0);
+        uint16_t *wb = bf16 ? (uint16_t *)work + off : NULL;
+        float *wf = bf16 ? NULL : (float *)work + off;
+        if (gbf16)
+            sdp_cpu_adamw_gbf16(p + off, (uint16_t *)(void *)g + off, m + off, v + off, wb, wf,
+                                a->segs[s].nelems, &hp, a->segs[s].decay, 0);
+        else
+            sdp_cpu_adamw(p + off, g + off, m + off, v + off, wb, wf, a->segs[s].nelems, &hp,
+                          a->segs[s].decay, 0);
     }
 }
 
@@ -191,14 +198,20 @@ int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sd
 {
     size_t argsize =
         sizeof(struct sdp_adamw_args) + (size_t)nsegs * sizeof(struct sdp_adamw_segment);
-    struct sdp_adamw_args *a = sdp_cl_args_alloc(argsize);
+    struct sdp_adamw_args *a;
     size_t n = sdp_rt_tensor_nelems(master);
     struct sdp_cl_buf b[] = { { master, STARPU_RW }, { grad, STARPU_R }, { m, STARPU_RW },
                               { v, STARPU_RW },      { work, STARPU_W }, { clip, STARPU_R } };
+    if (sdp_rt_tensor_nelems(grad) != n ||
+        (sdp_rt_tensor_dtype(grad) != SDP_F32 && sdp_rt_tensor_dtype(grad) != SDP_BF16))
+        return sdp_err(-EINVAL, "adamw: gradient %s is not an f32 or bf16 vector of %zu",
+                       sdp_rt_tensor_name(grad), n);
+    a = sdp_cl_args_alloc(argsize);
     a->key.d[0] = (int)(n & 0x7fffffff);
     a->key.d[1] = (int)(n >> 31);
     a->key.d[2] = (int)sdp_dtype_size(sdp_rt_tensor_dtype(work));
     a->key.d[3] = clip != NULL;
+    a->key.d[4] = (int)sdp_dtype_size(sdp_rt_tensor_dtype(grad));
     a->hp.lr = (float)lr;
     a->hp.beta1 = (float)beta1;
     a->hp.beta2 = (float)beta2;

@@ -15,6 +15,6 @@ extern struct starpu_codelet sdp_cl_swiglu_fwd, sdp_cl_swiglu_bwd;
 extern struct starpu_codelet sdp_cl_lmhead_ce;
 extern struct starpu_codelet sdp_cl_sumsq, sdp_cl_grad_norm, sdp_cl_adamw;
 extern struct starpu_codelet sdp_cl_zero;
-extern struct starpu_codelet sdp_cl_grad_reduce, sdp_cl_param_copy;
+extern struct starpu_codelet sdp_cl_grad_reduce, sdp_cl_grad_pack, sdp_cl_param_copy;
 
 #endif

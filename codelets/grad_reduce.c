@@ -4,11 +4,20 @@
  * worker it is the CPU-reduction route (each rank's chunk crosses PCIe and the host sums them);
  * pinned to rank 0's GPU it is the GPU-reduction route (StarPU brings the other ranks' chunks to
  * that GPU, peer to peer where the topology allows, and one reduced chunk returns).  Both give the
- * same bits: ((g0 + g1) + g2) + ... in fp32.  Tests: tests/e2e/test_e2e_ranks.sh. */
+ * same bits: ((g0 + g1) + g2) + ... in fp32.
+ * grad_pack: the bf16 gradient return (sdp_state_set_grad_dtype): a group's final fp32
+ * gradient, read whole where it was made, gives each chunk's squared norm (sumsq's kernel, the same
+ * bits) and its bf16 copy (nearest even, NaN kept), so half the bytes cross PCIe and AdamW reads
+ * half from DRAM.  One task per group, on the whole vector: the fp32 accumulator is never split
+ * into chunks, so discarding it afterwards gathers nothing to the host.
+ * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_grad_dtype.sh. */
 #include "config.h"
+
+#include <stdlib.h>
 
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
+#include "codelets/cpu/sdp_cpu_kernels.h"
 #ifdef SDP_HAVE_CUDA
 #include "codelets/cuda/sdp_cuda_kernels.h"
 #endif
@@ -81,4 +90,92 @@ int sdp_task_grad_reduce(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
     a->key.d[0] = (int)n;
     a->key.d[1] = nin;
     return sdp_cl_submit(&sdp_cl_grad_reduce, o, a, sizeof(*a), (double)n * nin, b, nin + 1);
+}
+
+/* ---- grad_pack ---- */
+struct sdp_grad_pack_args {
+    struct sdp_shape_key key; /* group elements (low, high 31 bits), chunks */
+    int nchunks;
+    size_t off[]; /* first element of each chunk */
+};
+
+/* buffers: grad (n) f32 R, the chunks of ret (bf16) W, then one sumsq (1) f64 W per chunk */
+static void grad_pack_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_grad_pack_args *a = cl_arg;
+    const float *g = SDP_VECF(buffers[0]);
+    for (int c = 0; c < a->nchunks; c++) {
+        void *ret = buffers[1 + c];
+        size_t n = STARPU_VECTOR_GET_NX(ret);
+        *(double *)STARPU_VECTOR_GET_PTR(buffers[1 + a->nchunks + c]) =
+            sdp_cpu_sumsq(g + a->off[c], n);
+        sdp_cpu_cast_bf16(SDP_VEC(ret), g + a->off[c], n);
+    }
+}
+
+#ifdef SDP_HAVE_CUDA
+static void grad_pack_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_grad_pack_args *a = cl_arg;
+    const float *g = SDP_VECF(buffers[0]);
+    cudaStream_t st = starpu_cuda_get_local_stream();
+    for (int c = 0; c < a->nchunks; c++) {
+        void *ret = buffers[1 + c];
+        size_t n = STARPU_VECTOR_GET_NX(ret);
+        /* the same kernel and order as sumsq on the chunk: the same bits */
+        sdp_cuda_sumsq((double *)STARPU_VECTOR_GET_PTR(buffers[1 + a->nchunks + c]), g + a->off[c],
+                       n, sdp_cl_cuda_ws(0, sdp_cuda_sumsq_ws(n)), st);
+        sdp_cuda_cast(SDP_VEC(ret), SDP_CUDA_BF16, g + a->off[c], n, st);
+    }
+    SDP_CUDA_CHECK(cudaGetLastError());
+}
+#endif
+
+static struct starpu_perfmodel sdp_pm_grad_pack = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_grad_pack_v1",
+    .footprint = sdp_cl_footprint,
+};
+
+struct starpu_codelet sdp_cl_grad_pack = {
+    .name = "grad_pack",
+    .cpu_funcs = { grad_pack_cpu },
+    .cpu_funcs_name = { "grad_pack_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { grad_pack_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_grad_pack,
+};
+
+int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad, sdp_rt_tensor_t *ret,
+                       sdp_rt_tensor_t *const *sumsq)
+{
+    int nc = sdp_rt_tensor_nparts(ret), rc;
+    size_t n = sdp_rt_tensor_nelems(grad), argsize;
+    struct sdp_grad_pack_args *a;
+    struct sdp_cl_buf *b;
+    if (nc < 1 || sdp_rt_tensor_nelems(ret) != n || sdp_rt_tensor_dtype(ret) != SDP_BF16 ||
+        sdp_rt_tensor_dtype(grad) != SDP_F32)
+        return sdp_err(-EINVAL, "grad_pack: %s (chunked bf16 expected) does not match %s (f32)",
+                       sdp_rt_tensor_name(ret), sdp_rt_tensor_name(grad));
+    b = calloc((size_t)(2 * nc + 1), sizeof(*b));
+    if (!b)
+        return sdp_err(-ENOMEM, "grad_pack of %d chunks", nc);
+    argsize = sizeof(*a) + (size_t)nc * sizeof(size_t);
+    a = sdp_cl_args_alloc(argsize);
+    a->key.d[0] = (int)(n & 0x7fffffff);
+    a->key.d[1] = (int)(n >> 31);
+    a->key.d[2] = nc;
+    a->nchunks = nc;
+    b[0] = (struct sdp_cl_buf){ grad, STARPU_R };
+    for (int c = 0; c < nc; c++) {
+        a->off[c] = sdp_rt_tensor_part_offset(ret, c);
+        b[1 + c] = (struct sdp_cl_buf){ sdp_rt_tensor_part(ret, c), STARPU_W };
+        b[1 + nc + c] = (struct sdp_cl_buf){ sumsq[c], STARPU_W };
+    }
+    rc = sdp_cl_submit(&sdp_cl_grad_pack, o, a, argsize, 3.0 * n, b, 2 * nc + 1);
+    free(b);
+    return rc;
 }

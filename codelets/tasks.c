@@ -37,6 +37,7 @@ int sdp_tasks_init(void)
         &sdp_cl_zero,
         &sdp_cl_adamw,
         &sdp_cl_grad_reduce,
+        &sdp_cl_grad_pack,
         &sdp_cl_param_copy,
     };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
@@ -81,6 +82,7 @@ void sdp_tasks_place_norms(enum sdp_norm_place where)
                          : where == SDP_NORMS_GPU && starpu_cuda_worker_get_count() > 0
                              ? STARPU_CUDA
                              : 0;
+    sdp_cl_grad_pack.where = sdp_cl_sumsq.where; /* the bf16 return packs where the norms read */
 }
 
 int sdp_tasks_check_gpu_model(const struct sdp_model_cfg *m)

@@ -91,6 +91,11 @@ static void set_precision(struct ctx *c, int i)
     c->r->precision = i == 0 ? SDP_PREC_FP32 : SDP_PREC_BF16;
 }
 
+static void set_grad_dtype(struct ctx *c, int i)
+{
+    c->r->grad_bf16 = i == 1;
+}
+
 static void set_activations(struct ctx *c, int i)
 {
     c->r->recompute = i == 0;
@@ -189,6 +194,7 @@ static const struct key train_keys[] = {
     { .name = "grad_route_groups", .type = K_STR, RF(grad_route_groups) },
     { .name = "window", RF(window), INT_GE(0) },
     { .name = "bwd_lookahead", RF(bwd_lookahead), INT_GE(-1) },
+    { .name = "grad_dtype", CHOICE(precision_names, set_grad_dtype) },
     { .name = "param_delay", RF(param_delay), .type = K_INT, .lo = 0, .hi = 1 },
 };
 static const struct key output_keys[] = {
@@ -767,6 +773,13 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
                 r->global_batch, r->ranks);
         sdp_hint("every rank takes batch.global / ranks sequences: pick ranks (1..64) dividing "
                  "batch.global");
+        return -EINVAL;
+    }
+    if (r->grad_bf16 && r->ranks > 1) {
+        sdp_err(-EINVAL, "recipe %s: train.grad_dtype bf16 is for one rank, train.ranks is %d",
+                r->file, r->ranks);
+        sdp_hint("set train.grad_dtype: fp32 for a multi-rank run (each rank's fp32 gradient is "
+                 "reduced), or train.ranks: 1");
         return -EINVAL;
     }
     if (!(r->chunk_mib > 0) || !(r->lr > 0))

@@ -27,7 +27,9 @@
  *              param_delay (0: synchronous, the default; 1: RoundPipe's asynchronous optimizer,
  *              where step s computes with the weights from before step s - 1's update),
  *              bwd_lookahead (layers the backward's recomputation and gradient zeroing may run
- *              ahead of it: default 1; -1 = no bound; see sdp_graph_conf)
+ *              ahead of it: default 1; -1 = no bound; see sdp_graph_conf), grad_dtype (fp32 |
+ *              bf16: the gradient AdamW reads; bf16 packs the final fp32 gradient where it was
+ *              made, halving the return's bytes; default fp32)
  *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
  *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
  *              signal), keep_checkpoints (how many to keep)
@@ -91,6 +93,7 @@ struct sdp_recipe {
     int window;                  /* GPU window: release layers after use, keeping the last `window`
                                     forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
     int bwd_lookahead;           /* sdp_graph_conf.bwd_lookahead (default 1, -1 = no bound) */
+    int grad_bf16; /* train.grad_dtype: 0 fp32 (default), 1 bf16 (sdp_state_set_grad_dtype) */
 
     /* output */
     char output_dir[SDP_PATH_MAX]; /* "" = no output directory */

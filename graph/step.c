@@ -27,6 +27,7 @@ struct sdp_graph {
     sdp_rt_tensor_t **rwork;          /* [R * ngroups]: each rank's replica (sharded route) */
     int *chunk0;                      /* [ngroups]: index of the group's first chunk in the model */
     int work2_valid, last_update;     /* work2 holds the masters; step of the latest update */
+    int updating;                     /* the step being submitted updates (sdp_graph_step) */
     unsigned long long *tags;         /* the ordering tags of the step in flight (bwd_lookahead) */
     int ntags, cap_tags;
     struct sdp_rope_params rope;
@@ -335,10 +336,40 @@ static int norms(sdp_graph_t *g, int step, int gi)
     return 0;
 }
 
-/* norms() of group gi if micro-batch mb was the last of the step and there is one rank. */
+/* Whether group gi's gradient returns in bf16 this step (it is packed only when the step
+ * updates: a step without update leaves the fp32 accumulators in place). */
+static int packs(const sdp_graph_t *g, int gi)
+{
+    return g->st->groups[gi].grad_ret && g->updating;
+}
+
+/* The bf16 gradient return of group gi (one rank): one task reads the final fp32 gradient whole
+ * where it was made and writes each chunk's squared norm and bf16 copy; the accumulator is then
+ * discarded, unsplit, so nothing of it comes back to the host and the next step's zeroing waits
+ * for the pack through the accumulator's own dependencies. */
+static int pack(sdp_graph_t *g, int step, int gi)
+{
+    struct sdp_group_state *gs = &g->st->groups[gi];
+    struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
+    TRY_RET(sdp_task_grad_pack(&o, gs->grad, gs->grad_ret, &g->sumsq[g->chunk0[gi]]));
+    sdp_rt_tensor_discard(gs->grad);
+    return 0;
+}
+
+/* norms() (or pack(), which computes them too) of group gi if micro-batch mb was the last of the
+ * step and there is one rank. */
 static int norms_if_final(sdp_graph_t *g, int step, int mb, int gi)
 {
-    return g->R == 1 && mb == g->c.n_micro - 1 ? norms(g, step, gi) : 0;
+    if (g->R != 1 || mb != g->c.n_micro - 1)
+        return 0;
+    return packs(g, gi) ? pack(g, step, gi) : norms(g, step, gi);
+}
+
+/* What a bounded window lets go of after rank r's last backward of group gi: the bf16 gradient
+ * where it was packed already, else the fp32 one. */
+static sdp_rt_tensor_t *grad_out(sdp_graph_t *g, int gi, int r)
+{
+    return g->R == 1 && packs(g, gi) ? g->st->groups[gi].grad_ret : grad_of(g, gi, r);
 }
 
 /* What layer l's backward preparations (recomputation, gradient zeroing) wait for: the end of
@@ -420,7 +451,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         TRY_GOTO(norms_if_final(g, step, mb, l));
         if (last) {
             sdp_rt_tensor_wont_use(work_of(g, l, step));
-            sdp_rt_tensor_wont_use(grad_of(g, l, r));
+            sdp_rt_tensor_wont_use(grad_out(g, l, r));
         }
         if (g->rwork && (mb + 1) % g->nm_rank == 0) /* the replica's last use this step */
             sdp_rt_tensor_discard(compute_work(g, l, step, r));
@@ -440,7 +471,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     if (last)
         for (int gi = 0; gi < st->ngroups; gi += g->head_group) {
             sdp_rt_tensor_wont_use(work_of(g, gi, step));
-            sdp_rt_tensor_wont_use(grad_of(g, gi, r));
+            sdp_rt_tensor_wont_use(grad_out(g, gi, r));
         }
 fail:
     for (l = 0; l <= L; l++) {
@@ -518,12 +549,13 @@ static int optimizer(sdp_graph_t *g, int step, double lr, int update)
                     nsegs++;
                 }
             }
-            rc = sdp_task_adamw_ex(
-                &o, sdp_rt_tensor_part(gs->master, c), sdp_rt_tensor_part(gs->grad, c),
-                sdp_rt_tensor_part(gs->m, c), sdp_rt_tensor_part(gs->v, c),
-                sdp_rt_tensor_part(work_of(g, gi, step), c),
-                g->c.max_grad_norm > 0 || g->c.skip_nonfinite ? g->clip : NULL, g->c.skip_nonfinite,
-                lr, g->c.beta1, g->c.beta2, g->c.eps, g->c.weight_decay, step + 1, segs, nsegs);
+            rc = sdp_task_adamw_ex(&o, sdp_rt_tensor_part(gs->master, c),
+                                   sdp_rt_tensor_part(gs->grad_ret ? gs->grad_ret : gs->grad, c),
+                                   sdp_rt_tensor_part(gs->m, c), sdp_rt_tensor_part(gs->v, c),
+                                   sdp_rt_tensor_part(work_of(g, gi, step), c),
+                                   g->c.max_grad_norm > 0 || g->c.skip_nonfinite ? g->clip : NULL,
+                                   g->c.skip_nonfinite, lr, g->c.beta1, g->c.beta2, g->c.eps,
+                                   g->c.weight_decay, step + 1, segs, nsegs);
             if (rc)
                 return rc;
         }
@@ -607,6 +639,7 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
 
     /* the tags of a step that failed part-way may belong to tasks never submitted: leave them */
     g->ntags = 0;
+    g->updating = update;
     rc = refresh_work(g, step);
     if (!rc)
         rc = refresh_work2(g, step);
@@ -742,8 +775,9 @@ void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_byte
         } else {
             rb->param_h2d += n * es * (twice ? 2u : 1u);
         }
+        unsigned long long gb = st->groups[gi].grad_ret ? 2u : sizeof(float); /* one rank */
         if (rank == 0 || !g->route_gpu[gi])
-            rb->grad_d2h += n * sizeof(float);
+            rb->grad_d2h += n * gb;
         else
             rb->grad_peer += n * sizeof(float);
     }
@@ -872,6 +906,9 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
                     rc = sdp_rt_tensor_partition_like(*t, st->groups[gi].work);
             }
     }
+    if (!rc && g->R > 1 && st->grad_dtype != SDP_F32)
+        rc = sdp_err(-EINVAL, "graph: the bf16 gradient return is for one rank (%d ranks asked)",
+                     g->R);
     if (!rc && g->R > 1) {
         /* ranks 1..R-1 accumulate into gradients of their own, chunked like rank 0's */
         g->rgrad = calloc((size_t)(g->R - 1) * st->ngroups, sizeof(*g->rgrad));

@@ -55,9 +55,50 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
     return rc;
 }
 
-size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype)
+size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype,
+                            enum sdp_dtype grad_dtype, int on_gpu)
 {
-    return sdp_model_num_params(cfg) * (16 + sdp_dtype_size(work_dtype));
+    size_t per = 12 + sdp_dtype_size(work_dtype) + 4; /* master, m, v, working copy, fp32 grad */
+    if (grad_dtype == SDP_BF16)
+        per = per - (on_gpu ? 4 : 0) + 2;
+    return sdp_model_num_params(cfg) * per;
+}
+
+int sdp_state_set_grad_dtype(struct sdp_state *st, enum sdp_dtype grad_dtype, int on_gpu)
+{
+    char name[64];
+    int rc = 0;
+    if (grad_dtype != SDP_F32 && grad_dtype != SDP_BF16)
+        return sdp_err(-EINVAL, "gradient dtype %s: f32 or bf16 expected",
+                       sdp_dtype_name(grad_dtype));
+    if (grad_dtype == st->grad_dtype)
+        return 0;
+    if (st->grad_dtype != SDP_F32)
+        return sdp_err(-EINVAL, "the gradient dtype is set once, after sdp_state_create");
+    for (int g = 0; g < st->ngroups && !rc; g++) {
+        struct sdp_group_state *gs = &st->groups[g];
+        snprintf(name, sizeof(name), "g%d.grad_bf16", g);
+        rc = sdp_rt_tensor_create(&gs->grad_ret, SDP_BF16, gs->nelems, name);
+        if (!rc)
+            rc = sdp_rt_tensor_partition_like(gs->grad_ret, gs->grad);
+        if (!rc && on_gpu) {
+            /* no task has run: the pinned, zeroed accumulator can become address space only */
+            sdp_rt_tensor_t *dev = NULL;
+            snprintf(name, sizeof(name), "g%d.grad", g);
+            rc = sdp_rt_tensor_create_device(&dev, SDP_F32, gs->nelems, name);
+            if (!rc)
+                rc = sdp_rt_tensor_partition_like(dev, gs->grad);
+            if (!rc) {
+                sdp_rt_tensor_release(gs->grad);
+                gs->grad = dev;
+            } else {
+                sdp_rt_tensor_release(dev);
+            }
+        }
+    }
+    if (!rc)
+        st->grad_dtype = grad_dtype;
+    return rc;
 }
 
 int sdp_state_create(struct sdp_state *st, const struct sdp_model_cfg *cfg,
@@ -67,6 +108,7 @@ int sdp_state_create(struct sdp_state *st, const struct sdp_model_cfg *cfg,
     memset(st, 0, sizeof(*st));
     st->cfg = *cfg;
     st->work_dtype = work_dtype;
+    st->grad_dtype = SDP_F32;
     st->chunk_elems = chunk_bytes / sizeof(float);
     if (st->chunk_elems < 1024)
         return sdp_err(-EINVAL, "chunk of %zu bytes is too small (at least 4 KiB)", chunk_bytes);
@@ -85,7 +127,7 @@ int sdp_state_create(struct sdp_state *st, const struct sdp_model_cfg *cfg,
     SDP_INFO(
         "state: %zu parameters in %d groups, %d chunks of up to %.1f MiB, %.2f GiB of host memory",
         sdp_model_num_params(cfg), st->ngroups, st->nchunks_total, chunk_bytes / 1048576.0,
-        sdp_state_host_bytes(cfg, work_dtype) / 1073741824.0);
+        sdp_state_host_bytes(cfg, work_dtype, SDP_F32, 0) / 1073741824.0);
     return 0;
 }
 
@@ -100,6 +142,7 @@ void sdp_state_destroy(struct sdp_state *st)
         sdp_rt_tensor_release(gs->v);
         sdp_rt_tensor_release(gs->grad);
         sdp_rt_tensor_release(gs->work);
+        sdp_rt_tensor_release(gs->grad_ret);
     }
     free(st->groups);
     st->groups = NULL;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The training state in host RAM: per parameter group (embedding, each decoder layer, head) one
- * flat fp32 master vector, Adam m and v, an fp32 gradient accumulator and the working copy the
- * compute reads (bf16 or fp32), each partitioned into the same chunks.  Initialised from random
+ * flat fp32 master vector, Adam m and v, an fp32 gradient accumulator, the working copy the
+ * compute reads (bf16 or fp32) and optionally a bf16 gradient for AdamW, each partitioned into the
+ * same chunks.  Initialised from random
  * (HF's init: normal(0, 0.02) for matrices, ones for norms, seeded per tensor so chunking never
  * changes values) or from a Hugging Face directory; saved back as one.  StarPU-free header.  Tests:
  * tests/e2e/test_e2e_hf_parity.c. */
@@ -21,6 +22,7 @@ struct sdp_group_state {
     sdp_rt_tensor_t *master, *m, *v; /* f32, host only */
     sdp_rt_tensor_t *grad;           /* f32 accumulator */
     sdp_rt_tensor_t *work;           /* working copy read by the compute (work_dtype) */
+    sdp_rt_tensor_t *grad_ret;       /* bf16 gradient AdamW reads (grad_dtype bf16), or NULL */
 };
 
 struct sdp_state {
@@ -30,7 +32,8 @@ struct sdp_state {
     int ngroups;
     int nchunks_total;
     struct sdp_group_state *groups;
-    int work_valid; /* working copies reflect the masters (set by the graph) */
+    int work_valid;            /* working copies reflect the masters (set by the graph) */
+    enum sdp_dtype grad_dtype; /* what AdamW reads: SDP_F32 (grad) or SDP_BF16 (grad_ret) */
 };
 
 /** Allocate and register the state of cfg.  chunk_bytes: bytes of fp32 master per chunk.
@@ -57,8 +60,17 @@ int sdp_state_check_hf(const struct sdp_model_cfg *cfg, const char *path);
  * @return 0, -EIO, -ENOSPC */
 int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype);
 
-/** Host bytes the state of cfg needs (master, m, v, grad, working copy). */
-size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype);
+/** The gradient AdamW reads: SDP_F32 (the default: the fp32 accumulator comes back to the host)
+ * or SDP_BF16 (each group gets a bf16 grad_ret, which the graph fills from the final fp32
+ * gradient where it was made).  With on_gpu and SDP_BF16 the fp32 accumulators get host address
+ * space but no pages: they live on the GPUs and the graph discards them after packing.  Call
+ * right after sdp_state_create.  @return 0, -ENOMEM, -EINVAL */
+int sdp_state_set_grad_dtype(struct sdp_state *st, enum sdp_dtype grad_dtype, int on_gpu);
+
+/** Host bytes the state of cfg needs: master, m, v, working copy and the gradients AdamW reads
+ * (see sdp_state_set_grad_dtype; with SDP_BF16 and !on_gpu the fp32 accumulators count too). */
+size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype,
+                            enum sdp_dtype grad_dtype, int on_gpu);
 
 /** Element offset of tensor kind k in group g (aborts if absent: a bug in the caller). */
 size_t sdp_state_off(const struct sdp_state *st, int g, enum sdp_ptensor k);

@@ -16,6 +16,9 @@ use only the times, so they hold on any log, from any number of ranks:
      agree with the derived one.
   2. The update of group g at step s starts after every backward (and loss) event of group g at
      step s, on every rank, has ended: it consumes the final, aggregated gradient.
+     With the bf16 gradient return, the group's grad_pack event (its final gradient packed) must
+     follow that backward, precede the group's updates, and end before the next step's zero of
+     the group's accumulator starts.
   3. No compute event of group g at step s+1 starts before every update of group g at step s has
      ended.
 
@@ -249,6 +252,29 @@ def check(events):
                     rep.add(2, "%s starts at %.1f us, before %s ends at %.1f us"
                             % (describe(u), u["start_us"], describe(last), last["end_us"]))
 
+    # ---- invariant 2 with the bf16 gradient return: the pack (grad_pack, one per group and
+    # step) is the gradient's final form: the group's updates start after it, and the next
+    # step's zeroing of that accumulator after it too (else the pack would read a cleared or
+    # partly re-accumulated gradient) ----
+    packs = {}
+    for e in ev:
+        if e["name"] == "grad_pack":
+            packs[(e["step"], e["group"])] = e
+    for (s, g), p in sorted(packs.items()):
+        last = bwd_last.get((s, g))
+        if last is not None and p["start_us"] < last["end_us"]:
+            rep.add(2, "%s starts at %.1f us, before %s ends at %.1f us"
+                    % (describe(p), p["start_us"], describe(last), last["end_us"]))
+        for u in updates.get(g, {}).get(s, []):
+            if u["start_us"] < p["end_us"]:
+                rep.add(2, "%s starts at %.1f us, before %s ends at %.1f us"
+                        % (describe(u), u["start_us"], describe(p), p["end_us"]))
+    for e in ev:
+        p = packs.get((e["step"] - 1, e["group"]))
+        if e["name"] == "zero" and p is not None and e["start_us"] < p["end_us"]:
+            rep.add(2, "%s starts at %.1f us, before %s (the previous step's) ends at %.1f us"
+                    % (describe(e), e["start_us"], describe(p), p["end_us"]))
+
     # ---- invariant 3: the next step's dispatch of a group waits for its update ----
     for e in compute:
         g, s = e["group"], e["step"]
@@ -262,9 +288,10 @@ def check(events):
 
     nup = sum(len(us) for per in updates.values() for us in per.values())
     steps = sorted({e["step"] for e in ev})
-    print("checked %d events: %d compute, %d updates, steps %s, groups %d, ranks %s"
-          % (len(events), len(compute), nup, steps if len(steps) < 10 else "%d-%d" % (steps[0],
-             steps[-1]), len({e["group"] for e in ev}), sorted({e["rank"] for e in ev})))
+    print("checked %d events: %d compute, %d updates, %d gradient packs, steps %s, groups %d, "
+          "ranks %s" % (len(events), len(compute), nup, len(packs),
+                        steps if len(steps) < 10 else "%d-%d" % (steps[0], steps[-1]),
+                        len({e["group"] for e in ev}), sorted({e["rank"] for e in ev})))
     return rep
 
 

@@ -22,7 +22,7 @@
 #include "runtime/trace.h"
 
 struct bench_opts {
-    const char *model, *sched, *precision, *activations, *trace, *events;
+    const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
     int lookahead;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
@@ -44,6 +44,8 @@ static void usage(FILE *f)
            "  --steps N            timed steps (5)\n"
            "  --warmup N           untimed steps first (2)\n"
            "  --precision P        bf16 or fp32 (bf16)\n"
+           "  --grad-dtype D       gradient AdamW reads: fp32 or bf16, packed where it was made\n"
+           "                       (fp32)\n"
            "  --activations A      recompute or keep (recompute)\n"
            "  --chunk-mib X        parameter chunk, MiB of fp32 master (64)\n"
            "  --gpus N             CUDA workers (-1 = all found, 0 = none; -1)\n"
@@ -83,7 +85,7 @@ static int run(const struct bench_opts *b)
     size_t ntok = (size_t)b->batch * b->seq;
     int32_t *ids = NULL, *targets = NULL;
     double *step_s = NULL, gpu_peak = 0.0, t_init;
-    int rc = SDP_EXIT_FAILURE, state_made = 0, total = b->warmup + b->steps;
+    int rc = SDP_EXIT_FAILURE, state_made = 0, total = b->warmup + b->steps, gbf16;
     int wid[SDP_MAX_RANKS] = { 0 };
     unsigned long long need, avail;
 
@@ -98,7 +100,12 @@ static int run(const struct bench_opts *b)
     }
     if (b->sched && sdp_policy_resolve(b->sched, &policy))
         return SDP_EXIT_USAGE;
-    need = sdp_state_host_bytes(&cfg, dt);
+    gbf16 = !strcmp(b->grad_dtype, "bf16");
+#ifdef SDP_HAVE_CUDA
+    need = sdp_state_host_bytes(&cfg, dt, gbf16 ? SDP_BF16 : SDP_F32, b->gpus != 0);
+#else
+    need = sdp_state_host_bytes(&cfg, dt, gbf16 ? SDP_BF16 : SDP_F32, 0);
+#endif
     avail = sdp_rt_host_mem_available();
     if (avail > 0 && need > avail) {
         sdp_err(-ENOMEM,
@@ -126,6 +133,8 @@ static int run(const struct bench_opts *b)
         sdp_state_create(&st, &cfg, dt, (size_t)(b->chunk_mib * 1048576.0)))
         goto out;
     state_made = 1;
+    if (sdp_state_set_grad_dtype(&st, gbf16 ? SDP_BF16 : SDP_F32, sdp_rt_ncuda() > 0))
+        goto out;
     if ((b->trace || b->events) && sdp_trace_start())
         goto out;
     t_init = sdp_cli_now_s();
@@ -199,13 +208,14 @@ static int run(const struct bench_opts *b)
         median = sdp_cli_median(timed, b->steps);
         tps = ntok / median;
         settings = json_pack(
-            "{s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:s, s:i, s:s, s:s, s:f}",
-            "precision", b->precision, "micro_batch", b->micro, "activations", b->activations,
-            "chunk_mib", b->chunk_mib, "sched", b->sched ? b->sched : "default", "gpus",
-            sdp_rt_ncuda(), "cpu_workers", sdp_rt_ncpus(), "gpu_memory_gib", b->gpu_memory_gib,
-            "window", b->window, "bwd_lookahead", b->lookahead, "norms", norms_at, "ranks",
-            b->ranks, "grad_route", b->grad_route_gpu ? "gpu" : "cpu", "param_route",
-            b->sharded ? "sharded" : "replicated", "max_grad_norm", b->max_grad_norm);
+            "{s:s, s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:s, s:i, s:s, s:s, s:f}",
+            "precision", b->precision, "grad_dtype", b->grad_dtype, "micro_batch", b->micro,
+            "activations", b->activations, "chunk_mib", b->chunk_mib, "sched",
+            b->sched ? b->sched : "default", "gpus", sdp_rt_ncuda(), "cpu_workers", sdp_rt_ncpus(),
+            "gpu_memory_gib", b->gpu_memory_gib, "window", b->window, "bwd_lookahead", b->lookahead,
+            "norms", norms_at, "ranks", b->ranks, "grad_route", b->grad_route_gpu ? "gpu" : "cpu",
+            "param_route", b->sharded ? "sharded" : "replicated", "max_grad_norm",
+            b->max_grad_norm);
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
             b->model, "batch", b->batch, "seq", b->seq, "tokens_per_s", tps, "model_tflops",
@@ -258,6 +268,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "steps", required_argument, NULL, 's' },
         { "warmup", required_argument, NULL, 'w' },
         { "precision", required_argument, NULL, 'p' },
+        { "grad-dtype", required_argument, NULL, 'P' },
         { "activations", required_argument, NULL, 'a' },
         { "chunk-mib", required_argument, NULL, 'k' },
         { "gpus", required_argument, NULL, 'g' },
@@ -284,6 +295,7 @@ int sdp_cli_bench(int argc, char **argv)
                             .cpus = 0,
                             .chunk_mib = 64,
                             .precision = "bf16",
+                            .grad_dtype = "fp32",
                             .activations = "recompute",
                             .sched = "sdp-slidedp",
                             .window = -1,
@@ -304,6 +316,13 @@ int sdp_cli_bench(int argc, char **argv)
                 return SDP_EXIT_USAGE;
             }
             b.precision = optarg;
+            break;
+        case 'P':
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
+                fprintf(stderr, "slidedp bench: --grad-dtype expects bf16 or fp32\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.grad_dtype = optarg;
             break;
         case 'a':
             if (strcmp(optarg, "recompute") && strcmp(optarg, "keep")) {

@@ -44,6 +44,8 @@ static void usage(FILE *f)
         "policies`)\n"
         "  --cpus N           CPU workers (overrides train.cpus; 0 = all cores)\n"
         "  --precision P      fp32 or bf16 (overrides train.precision)\n"
+        "  --grad-dtype D     fp32 or bf16: the gradient AdamW reads (overrides "
+        "train.grad_dtype)\n"
         "  --gpus N           CUDA workers (overrides train.gpus; -1 = all found, 0 = none)\n"
         "  --output DIR       run directory: checkpoints, COMPLETE, the trained model in "
         "DIR/final\n"
@@ -96,7 +98,7 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 struct overrides {
     int steps, cpus, gpus, checkpoint_every, no_resume, ranks, param_delay;
     const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route, *route_groups,
-        *param_route;
+        *param_route, *grad_dtype;
     int quiet;
 };
 
@@ -259,8 +261,8 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     void *policy = NULL;
     FILE *mf = NULL;
     int32_t *ids = NULL, *targets = NULL;
-    enum sdp_dtype work_dt;
-    unsigned long long need, avail;
+    enum sdp_dtype work_dt, grad_dt;
+    unsigned long long need, avail, state_bytes;
     double t0, t_prev, elapsed;
     int rc, started = 0, state_made = 0, resuming = 0, first = 0, stopped = 0;
     struct sdp_ckpt_info info = { 0 };
@@ -318,7 +320,13 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     work_dt = r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32;
     /* state + the activations of one step (recomputed: every layer input of every micro-batch
      * alive) */
-    need = sdp_state_host_bytes(&r->model, work_dt) +
+    grad_dt = r->grad_bf16 ? SDP_BF16 : SDP_F32;
+#ifdef SDP_HAVE_CUDA
+    state_bytes = sdp_state_host_bytes(&r->model, work_dt, grad_dt, r->gpus != 0);
+#else
+    state_bytes = sdp_state_host_bytes(&r->model, work_dt, grad_dt, 0);
+#endif
+    need = state_bytes +
            (unsigned long long)r->global_batch / r->micro_batch *
                (sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, r->recompute) *
                     (unsigned long long)(r->model.num_layers + 1) +
@@ -329,8 +337,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         sdp_err(-ENOMEM,
                 "%s: the run needs about %.2f GiB of host memory (state %.2f GiB for %zu "
                 "parameters + activations), %.2f GiB are available",
-                r->file, need / 1073741824.0,
-                sdp_state_host_bytes(&r->model, work_dt) / 1073741824.0,
+                r->file, need / 1073741824.0, state_bytes / 1073741824.0,
                 sdp_model_num_params(&r->model), avail / 1073741824.0);
         sdp_hint("use a smaller model, batch.micro or data.seq_len, or raise train.host_memory_gib "
                  "if the "
@@ -408,6 +415,10 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         goto out;
     }
     state_made = 1;
+    if (sdp_state_set_grad_dtype(&st, grad_dt, sdp_rt_ncuda() > 0)) {
+        rc = SDP_EXIT_FAILURE;
+        goto out;
+    }
     if (sdp_rt_ncuda() > 0 && check_gpu_memory(r, work_dt)) {
         rc = SDP_EXIT_FAILURE;
         goto out;
@@ -597,6 +608,7 @@ int sdp_cli_train(int argc, char **argv)
         { "param-delay", required_argument, NULL, 'P' },
         { "grad-route-groups", required_argument, NULL, 'X' },
         { "param-route", required_argument, NULL, 'Y' },
+        { "grad-dtype", required_argument, NULL, 'D' },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -674,6 +686,14 @@ int sdp_cli_train(int argc, char **argv)
             }
             ov.grad_route = optarg;
             break;
+        case 'D':
+            if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16")) {
+                fprintf(stderr, "slidedp train: --grad-dtype takes fp32 or bf16, not '%s'\n",
+                        optarg);
+                return SDP_EXIT_USAGE;
+            }
+            ov.grad_dtype = optarg;
+            break;
         case 'q':
             ov.quiet = 1;
             break;
@@ -716,6 +736,8 @@ int sdp_cli_train(int argc, char **argv)
         r.grad_route_gpu = !strcmp(ov.grad_route, "gpu");
     if (ov.param_route)
         r.param_sharded = !strcmp(ov.param_route, "sharded");
+    if (ov.grad_dtype)
+        r.grad_bf16 = !strcmp(ov.grad_dtype, "bf16");
     if (ov.checkpoint_every >= 0)
         r.checkpoint_every = ov.checkpoint_every;
     if (ov.output)

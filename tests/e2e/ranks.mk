@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: MIT
-# tests/e2e/: data-parallel ranks on CPU workers (--ranks R), chunk sweep, backward lookahead
+# tests/e2e/: data-parallel ranks on CPU workers (--ranks R), chunk sweep, backward lookahead,
+# the bf16 gradient return
 TESTS += tests/e2e/test_e2e_ranks.sh
 EXTRA_DIST += tests/e2e/test_e2e_ranks.sh
 TESTS += tests/e2e/test_e2e_sweep.sh
 EXTRA_DIST += tests/e2e/test_e2e_sweep.sh
 TESTS += tests/e2e/test_e2e_lookahead.sh
 EXTRA_DIST += tests/e2e/test_e2e_lookahead.sh
+TESTS += tests/e2e/test_e2e_grad_dtype.sh
+EXTRA_DIST += tests/e2e/test_e2e_grad_dtype.sh

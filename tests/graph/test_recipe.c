@@ -181,6 +181,7 @@ static const char good_recipe[] =
     "  window: 3\n"
     "  param_delay: 1\n"
     "  bwd_lookahead: 2\n"
+    "  grad_dtype: fp32\n"
     "output:\n"
     "  dir: out\n"
     "  metrics: m.jsonl\n";
@@ -275,6 +276,7 @@ int main(void)
           r.window, r.param_delay, r.bwd_lookahead);
     CHECK(d.bwd_lookahead == 1 && d.window == -1 && d.param_delay == 0 && d.ranks == 1,
           "defaults of the window keys");
+    CHECK(r.grad_bf16 == 0 && d.grad_bf16 == 0, "train.grad_dtype fp32, and its default");
     snprintf(want, sizeof(want), "%s/out", dir);
     printf("output.dir: %s, output.metrics: %s\n", r.output_dir, r.metrics);
     CHECK(!strcmp(r.output_dir, want), "output.dir %s, expected %s", r.output_dir, want);
@@ -304,6 +306,35 @@ int main(void)
     CHECK(rc == 0 && !strcmp(r.model_path, want), "model.path: %s", r.model_path);
     printf("model.path: %s, metrics without output.dir: %s\n", r.model_path, r.metrics);
     CHECK(sdp_recipe_validate(&r) == 0, "validate with model.path");
+
+    /* the bf16 gradient return: one rank only (a validation error naming the key) */
+    write_file(path, "model:\n  preset: qwen3-0.6b\ndata:\n  train: /d.tok\nbatch:\n  global: 4\n"
+                     "  micro: 2\ntrain:\n  grad_dtype: bf16\n");
+    rc = load_capture(path, &r, err, sizeof(err));
+    CHECK(rc == 0 && r.grad_bf16 == 1, "grad_dtype bf16: %d %s", rc, err);
+    CHECK(sdp_recipe_validate(&r) == 0, "grad_dtype bf16 with one rank");
+    r.ranks = 2;
+    {
+        char vcap[300];
+        int saved = dup(2), fd;
+        ssize_t n;
+        snprintf(vcap, sizeof(vcap), "%s/validate.txt", dir);
+        fflush(stderr);
+        fd = open(vcap, O_RDWR | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 2);
+        rc = sdp_recipe_validate(&r);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        lseek(fd, 0, SEEK_SET);
+        n = read(fd, err, sizeof(err) - 1);
+        err[n > 0 ? n : 0] = '\0';
+        close(fd);
+        unlink(vcap);
+    }
+    printf("grad_dtype bf16 with 2 ranks -> %d; %.*s\n", rc, (int)strcspn(err, "\n"), err);
+    CHECK(rc == -EINVAL && strstr(err, "train.grad_dtype") != NULL,
+          "grad_dtype bf16 with 2 ranks -> %d (%s)", rc, err);
 
     /* bad recipes */
     for (size_t i = 0; i < sizeof(bad_recipes) / sizeof(bad_recipes[0]); i++) {
