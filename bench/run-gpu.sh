@@ -8,6 +8,9 @@
 #   window   slidedp bench on MODEL/BATCH with the default backward lookahead (event log kept),
 #            without it (--bwd-lookahead -1), and under GPU limits (BENCH_GIBS, default "40 24 16",
 #            each with its event log); lane utilisation of every log (tools/lane_util.py)
+#   gradbf16 slidedp bench on MODEL/BATCH with the fp32 and the bf16 gradient return (--grad-dtype),
+#            unbounded and under GPU limits (BENCH_GIBS, default "24 16"), each with its event log
+#            and lane utilisation; then tests/e2e/test_e2e_grad_dtype.sh on the GPU
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    slidedp bench with --ranks over every GPU, every route combination (MODEL/BATCH per GPU)
@@ -49,6 +52,18 @@ bench() { # NAME TIMEOUT ARGS...
     log "bench $name ($*): exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-400)"
 }
 
+lanes() { # lane utilisation of every event log not yet summarised, then compress it
+    local ev
+    for ev in "$out"/events-*.jsonl; do
+        [ -f "$ev" ] || continue
+        python3 tools/lane_util.py "$ev" > "${ev%.jsonl}.lanes.txt" 2>&1
+        log "lanes $(basename "$ev"): exit $?"
+        python3 tools/check_invariants.py "$ev" > "${ev%.jsonl}.check.txt" 2>&1
+        log "invariants $(basename "$ev"): exit $? $(tail -n 1 "${ev%.jsonl}.check.txt")"
+        gzip -f "$ev"
+    done
+}
+
 for stage in $stages; do
     log "== $stage $(date -u +%T)"
     case $stage in
@@ -82,12 +97,19 @@ for stage in $stages; do
             bench "window-$gib" 300 "${common[@]}" --gpu-memory-gib "$gib" \
                 --events "$out/events-window-$gib.jsonl"
         done
-        for ev in "$out"/events-*.jsonl; do
-            [ -f "$ev" ] || continue
-            python3 tools/lane_util.py "$ev" > "${ev%.jsonl}.lanes.txt" 2>&1
-            log "lanes $(basename "$ev"): exit $?"
-            gzip -f "$ev"
+        lanes
+        ;;
+    gradbf16)
+        common=(--model "$model" --batch "$batch" --seq 1024 --steps 3 --warmup 2)
+        bench grad-fp32 300 "${common[@]}" --events "$out/events-grad-fp32.jsonl"
+        bench grad-bf16 300 "${common[@]}" --grad-dtype bf16 --events "$out/events-grad-bf16.jsonl"
+        for gib in ${BENCH_GIBS:-24 16}; do
+            bench "grad-bf16-$gib" 300 "${common[@]}" --grad-dtype bf16 --gpu-memory-gib "$gib" \
+                --events "$out/events-grad-bf16-$gib.jsonl"
         done
+        lanes
+        PYTHON3=python3 timeout 300 tests/e2e/test_e2e_grad_dtype.sh > "$out/grad_dtype.log" 2>&1
+        log "test_e2e_grad_dtype.sh on the GPU: exit $? $(tail -n 1 "$out/grad_dtype.log")"
         ;;
     peers)
         for sys in pytorch-gpu fsdp2-offload; do
