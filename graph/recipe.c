@@ -195,6 +195,8 @@ static const struct key train_keys[] = {
     { .name = "window", RF(window), INT_GE(0) },
     { .name = "bwd_lookahead", RF(bwd_lookahead), INT_GE(-1) },
     { .name = "grad_dtype", CHOICE(precision_names, set_grad_dtype) },
+    { .name = "staging_depth", RF(staging_depth), INT_GE(1) },
+    { .name = "prefetch_groups", RF(prefetch_groups), INT_GE(0) },
     { .name = "param_delay", RF(param_delay), .type = K_INT, .lo = 0, .hi = 1 },
 };
 static const struct key output_keys[] = {
@@ -676,6 +678,7 @@ void sdp_recipe_defaults(struct sdp_recipe *r)
     r->ranks = 1;
     r->window = -1;
     r->bwd_lookahead = 1;
+    r->prefetch_groups = -1;
 }
 
 int sdp_recipe_load(const char *path, struct sdp_recipe *r)

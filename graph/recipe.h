@@ -29,7 +29,10 @@
  *              bwd_lookahead (layers the backward's recomputation and gradient zeroing may run
  *              ahead of it: default 1; -1 = no bound; see sdp_graph_conf), grad_dtype (fp32 |
  *              bf16: the gradient AdamW reads; bf16 packs the final fp32 gradient where it was
- *              made, halving the return's bytes; default fp32)
+ *              made, halving the return's bytes; default fp32), staging_depth (sdp-slidedp:
+ *              casts and updates in flight; 0 = SDP_STAGING_DEPTH or one per CPU worker, at
+ *              least 4), prefetch_groups (sdp-slidedp: parameter groups a GPU may prefetch
+ *              ahead; default SDP_WINDOW_DEPTH or 2)
  *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
  *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
  *              signal), keep_checkpoints (how many to keep)
@@ -93,7 +96,9 @@ struct sdp_recipe {
     int window;                  /* GPU window: release layers after use, keeping the last `window`
                                     forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
     int bwd_lookahead;           /* sdp_graph_conf.bwd_lookahead (default 1, -1 = no bound) */
-    int grad_bf16; /* train.grad_dtype: 0 fp32 (default), 1 bf16 (sdp_state_set_grad_dtype) */
+    int grad_bf16;       /* train.grad_dtype: 0 fp32 (default), 1 bf16 (sdp_state_set_grad_dtype) */
+    int staging_depth;   /* sdp-slidedp: casts and updates in flight (0 = policy default) */
+    int prefetch_groups; /* sdp-slidedp: groups a GPU prefetches ahead (-1 = policy default) */
 
     /* output */
     char output_dir[SDP_PATH_MAX]; /* "" = no output directory */

@@ -14,6 +14,12 @@ struct starpu_sched_policy;
  * (SDP_WINDOW_DEPTH, default 2). */
 extern struct starpu_sched_policy sdp_policy_slidedp;
 
+/** Settings of sdp-slidedp for the next StarPU start (call before sdp_rt_init): staging_depth >= 1
+ * casts and updates in flight, prefetch_groups >= 0 groups of working copies a CUDA worker may
+ * prefetch ahead.  A value below that (0 or -1) keeps the environment's (SDP_STAGING_DEPTH,
+ * SDP_WINDOW_DEPTH) or the default. */
+void sdp_policy_slidedp_configure(int staging_depth, int prefetch_groups);
+
 /** Resolve a policy name.  *policy is set to our struct starpu_sched_policy for a project policy,
  * or to NULL for one of StarPU's stock policies (which StarPU then looks up by name).
  * @return 0, or -ENOENT for an unknown name (logged, with the list of known names) */

@@ -237,8 +237,18 @@ static void wake_all(const int *wake, int n)
 
 /* ---- policy methods ---- */
 
+/* Set by sdp_policy_slidedp_configure() before StarPU starts (read by init_sched only). */
+static int conf_depth = 0, conf_window = -1;
+
+void sdp_policy_slidedp_configure(int staging_depth, int prefetch_groups)
+{
+    conf_depth = staging_depth;
+    conf_window = prefetch_groups;
+}
+
 static void init_sched(unsigned ctx)
 {
+    const char *depth_from = "SDP_STAGING_DEPTH", *window_from = "SDP_WINDOW_DEPTH";
     struct sched *s = calloc(1, sizeof(*s));
     SDP_ASSERT(s != NULL, "sdp-slidedp: out of memory for the policy state");
     pthread_mutex_init(&s->lock, NULL);
@@ -252,11 +262,19 @@ static void init_sched(unsigned ctx)
                  def_depth);
         s->depth = def_depth;
     }
+    if (conf_depth >= 1) {
+        s->depth = conf_depth;
+        depth_from = "train.staging_depth";
+    }
     s->window = starpu_getenv_number_default("SDP_WINDOW_DEPTH", DEFAULT_WINDOW);
     if (s->window < 0) {
         SDP_WARN("sdp-slidedp: SDP_WINDOW_DEPTH=%d must be at least 0; using %d", s->window,
                  DEFAULT_WINDOW);
         s->window = DEFAULT_WINDOW;
+    }
+    if (conf_window >= 0) {
+        s->window = conf_window;
+        window_from = "train.prefetch_groups";
     }
     s->slots = calloc((size_t)s->depth, sizeof(*s->slots));
     SDP_ASSERT(s->slots != NULL, "sdp-slidedp: out of memory for %d staging slots", s->depth);
@@ -269,9 +287,8 @@ static void init_sched(unsigned ctx)
     if (!starpu_sched_ctx_max_priority_is_set(ctx))
         starpu_sched_ctx_set_max_priority(ctx, INT_MAX);
     sdp_hint_for_policy(1);
-    SDP_INFO("sdp-slidedp: staging depth %d (SDP_STAGING_DEPTH), prefetch window %d groups "
-             "(SDP_WINDOW_DEPTH)",
-             s->depth, s->window);
+    SDP_INFO("sdp-slidedp: staging depth %d (%s), prefetch window %d groups (%s)", s->depth,
+             depth_from, s->window, window_from);
 }
 
 static void free_heap(struct sched *s, struct heap *h)

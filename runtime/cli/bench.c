@@ -24,7 +24,7 @@
 struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
-    int lookahead;
+    int lookahead, staging_depth, prefetch_groups;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
 };
@@ -52,6 +52,10 @@ static void usage(FILE *f)
            "  --gpu-memory-gib X   memory StarPU may use per GPU (0 = all)\n"
            "  --cpus N             CPU workers (0 = all cores)\n"
            "  --sched NAME         scheduling policy (sdp-slidedp; `slidedp policies`)\n"
+           "  --staging-depth N    sdp-slidedp: casts and updates in flight (default: one per CPU\n"
+           "                       worker, at least 4; or SDP_STAGING_DEPTH)\n"
+           "  --prefetch-groups N  sdp-slidedp: parameter groups a GPU may prefetch ahead (2; or\n"
+           "                       SDP_WINDOW_DEPTH)\n"
            "  --window N           release each layer from the GPU after its last use, keeping\n"
            "                       the last N forward layers for the backward (2 with\n"
            "                       --gpu-memory-gib, else 0: no release)\n"
@@ -120,6 +124,7 @@ static int run(const struct bench_opts *b)
         sdp_err(-ENOMEM, "batch buffers");
         goto out_free;
     }
+    sdp_policy_slidedp_configure(b->staging_depth, b->prefetch_groups);
     rc_conf.sched_name = b->sched;
     rc_conf.sched_policy = policy;
     rc_conf.ncpus = b->cpus;
@@ -216,6 +221,9 @@ static int run(const struct bench_opts *b)
             "norms", norms_at, "ranks", b->ranks, "grad_route", b->grad_route_gpu ? "gpu" : "cpu",
             "param_route", b->sharded ? "sharded" : "replicated", "max_grad_norm",
             b->max_grad_norm);
+        /* as asked: 0 / -1 = the policy's default (its log line says which it used) */
+        json_object_set_new(settings, "staging_depth", json_integer(b->staging_depth));
+        json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
             b->model, "batch", b->batch, "seq", b->seq, "tokens_per_s", tps, "model_tflops",
@@ -278,6 +286,8 @@ int sdp_cli_bench(int argc, char **argv)
         { "max-grad-norm", required_argument, NULL, 'N' },
         { "window", required_argument, NULL, 'W' },
         { "bwd-lookahead", required_argument, NULL, 'L' },
+        { "staging-depth", required_argument, NULL, 'Q' },
+        { "prefetch-groups", required_argument, NULL, 'F' },
         { "ranks", required_argument, NULL, 'R' },
         { "grad-route", required_argument, NULL, 'D' },
         { "param-route", required_argument, NULL, 'Y' },
@@ -300,6 +310,7 @@ int sdp_cli_bench(int argc, char **argv)
                             .sched = "sdp-slidedp",
                             .window = -1,
                             .lookahead = 1,
+                            .prefetch_groups = -1,
                             .ranks = 1,
                             .seed = 1234 };
     int opt;
@@ -377,10 +388,12 @@ int sdp_cli_bench(int argc, char **argv)
         case 'W':
         case 'R':
         case 'L':
+        case 'Q':
+        case 'F':
             if (parse_num("an integer option", optarg,
                           opt == 'g' || opt == 'L'
                               ? -1
-                              : (opt == 'w' || opt == 'c' || opt == 'W' ? 0 : 1),
+                              : (opt == 'w' || opt == 'c' || opt == 'W' || opt == 'F' ? 0 : 1),
                           &v) ||
                 v != (int)v)
                 return SDP_EXIT_USAGE;
@@ -393,6 +406,8 @@ int sdp_cli_bench(int argc, char **argv)
               : opt == 'W' ? &b.window
               : opt == 'R' ? &b.ranks
               : opt == 'L' ? &b.lookahead
+              : opt == 'Q' ? &b.staging_depth
+              : opt == 'F' ? &b.prefetch_groups
                            : &b.cpus) = (int)v;
             break;
         default:

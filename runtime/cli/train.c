@@ -391,6 +391,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     }
 
     /* ---- StarPU, state, graph ---- */
+    sdp_policy_slidedp_configure(r->staging_depth, r->prefetch_groups);
     rc_conf.sched_name = r->sched;
     rc_conf.sched_policy = policy;
     rc_conf.ncpus = r->cpus;

@@ -182,6 +182,8 @@ static const char good_recipe[] =
     "  param_delay: 1\n"
     "  bwd_lookahead: 2\n"
     "  grad_dtype: fp32\n"
+    "  staging_depth: 3\n"
+    "  prefetch_groups: 0\n"
     "output:\n"
     "  dir: out\n"
     "  metrics: m.jsonl\n";
@@ -277,6 +279,10 @@ int main(void)
     CHECK(d.bwd_lookahead == 1 && d.window == -1 && d.param_delay == 0 && d.ranks == 1,
           "defaults of the window keys");
     CHECK(r.grad_bf16 == 0 && d.grad_bf16 == 0, "train.grad_dtype fp32, and its default");
+    CHECK(r.staging_depth == 3 && r.prefetch_groups == 0 && d.staging_depth == 0 &&
+              d.prefetch_groups == -1,
+          "train.staging_depth %d, prefetch_groups %d, and their defaults", r.staging_depth,
+          r.prefetch_groups);
     snprintf(want, sizeof(want), "%s/out", dir);
     printf("output.dir: %s, output.metrics: %s\n", r.output_dir, r.metrics);
     CHECK(!strcmp(r.output_dir, want), "output.dir %s, expected %s", r.output_dir, want);

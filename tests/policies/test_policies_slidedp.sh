@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # sdp-slidedp end to end, on tests/e2e/data/micro-qwen3.yaml (4 steps, 2 CPU workers, fp32):
 #  1. the losses and gradient norms are bit-identical to those of StarPU's eager policy;
-#  2. with SDP_STAGING_DEPTH=1 and the events log on, tools/check_invariants.py passes the log,
+#  2. with SDP_STAGING_DEPTH=1 (and again with train.staging_depth: 1 in the recipe, which wins
+#     over SDP_STAGING_DEPTH=3) and the events log on, tools/check_invariants.py passes the log,
 #     including --max-inflight 1 on the CPU AdamW and cast lanes (the bound of the policy); a copy
 #     of the log with two overlapping adamw must fail that check;
 #  3. wait events, if any, are well formed, lie on the lane of a bounded op, and appear in the
@@ -54,6 +55,20 @@ for name in slidedp depth1; do
     fi
 done
 grep -q "staging depth 1" "$tmp/depth1.err" || fail "depth1: the policy did not report depth 1"
+# the same bound from the recipe (train.staging_depth), which wins over the environment
+{ sed -e "s#^  train: .*#  train: $(cd "$top" && pwd)/data/kjv/val.tok#" "$recipe"
+  printf '  staging_depth: 1\n  prefetch_groups: 0\n'; } > "$tmp/depth1.yaml"
+if SDP_STAGING_DEPTH=3 "$bin" train "$tmp/depth1.yaml" --cpus 2 --gpus 0 -q --sched sdp-slidedp \
+    --metrics "$tmp/recipe1.jsonl" --events "$tmp/recipe1.events" 2> "$tmp/recipe1.err" &&
+    grep -q "staging depth 1 (train.staging_depth), prefetch window 0 groups (train.prefetch_groups)" \
+        "$tmp/recipe1.err" &&
+    python3 "$checker" --max-inflight "CPU AdamW=1" --max-inflight "param prepare+H2D=1" \
+        "$tmp/recipe1.events" > "$tmp/recipe1.check"; then
+    ok "train.staging_depth 1 over SDP_STAGING_DEPTH=3: $(tail -n 1 "$tmp/recipe1.check")"
+else
+    tail -n 5 "$tmp/recipe1.err" "$tmp/recipe1.check" 2> /dev/null
+    fail "train.staging_depth 1: not reported, or the bound does not hold"
+fi
 
 # ---- 2. invariants and the bound ----
 if python3 "$checker" --max-inflight "CPU AdamW=1" --max-inflight "param prepare+H2D=1" \
