@@ -13,7 +13,8 @@
 #            and lane utilisation; then tests/e2e/test_e2e_grad_dtype.sh on the GPU
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
-#   ranks    slidedp bench with --ranks over every GPU, every route combination (MODEL/BATCH per GPU)
+#   ranks    slidedp bench with --ranks over every GPU, every route combination (MODEL/BATCH per GPU),
+#            the GPU reduction also through NCCL (--collectives nccl); then tests/e2e/test_e2e_nccl.sh
 #   correct  100 steps of recipes/qwen3-0.6b-compare.yaml at 16 sequences per step (micro-batches of
 #            4) on 1 GPU, on 2 (replicated, CPU reduction) and on every GPU with each of the four
 #            route combinations; the largest loss difference of each run against one GPU
@@ -133,9 +134,15 @@ for stage in $stages; do
                     bench "ranks$R-$pr-$route" 300 --model "$model" --batch $((batch * R)) \
                         --seq 1024 --steps 3 --warmup 2 --gpus "$R" --ranks "$R" \
                         --param-route $pr --grad-route $route
+                    [ $route = gpu ] &&
+                        bench "ranks$R-$pr-$route-nccl" 300 --model "$model" \
+                            --batch $((batch * R)) --seq 1024 --steps 3 --warmup 2 --gpus "$R" \
+                            --ranks "$R" --param-route $pr --grad-route gpu --collectives nccl
                 done
             done
         done
+        PYTHON3=python3 timeout 300 tests/e2e/test_e2e_nccl.sh > "$out/nccl.log" 2>&1
+        log "test_e2e_nccl.sh: exit $? $(tail -n 1 "$out/nccl.log")"
         ;;
     correct)
         sed -e 's#^  global: .*#  global: 16#' -e 's#^  micro: .*#  micro: 4#' \

@@ -16,5 +16,7 @@ extern struct starpu_codelet sdp_cl_lmhead_ce;
 extern struct starpu_codelet sdp_cl_sumsq, sdp_cl_grad_norm, sdp_cl_adamw;
 extern struct starpu_codelet sdp_cl_zero;
 extern struct starpu_codelet sdp_cl_grad_reduce, sdp_cl_grad_pack, sdp_cl_param_copy;
+/* codelets/nccl.c: communicators and streams of sdp_tasks_use_nccl(), released */
+void sdp_tasks_nccl_shutdown(void);
 
 #endif

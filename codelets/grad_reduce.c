@@ -86,6 +86,9 @@ int sdp_task_grad_reduce(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
         b[r + 1].t = in[r];
         b[r + 1].mode = STARPU_R;
     }
+    /* the GPU route, with NCCL set up for these ranks: one task drives them all (nccl.c) */
+    if (o->on_rank && sdp_tasks_nccl_ranks() == nin + 1)
+        return sdp_task_grad_reduce_nccl(o, out, in, nin);
     a = sdp_cl_args_alloc(sizeof(*a));
     a->key.d[0] = (int)n;
     a->key.d[1] = nin;

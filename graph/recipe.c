@@ -85,6 +85,7 @@ static const char *const grad_route_names[] = { "cpu", "gpu", NULL };
 static const char *const param_route_names[] = { "replicated", "sharded", NULL };
 static const char *const schedule_names[] = { "cosine", "linear", "constant", NULL };
 static const char *const optimizer_names[] = { "adamw", NULL };
+static const char *const collectives_names[] = { "starpu", "nccl", NULL };
 
 static void set_precision(struct ctx *c, int i)
 {
@@ -94,6 +95,11 @@ static void set_precision(struct ctx *c, int i)
 static void set_grad_dtype(struct ctx *c, int i)
 {
     c->r->grad_bf16 = i == 1;
+}
+
+static void set_collectives(struct ctx *c, int i)
+{
+    c->r->nccl = i == 1;
 }
 
 static void set_activations(struct ctx *c, int i)
@@ -197,6 +203,7 @@ static const struct key train_keys[] = {
     { .name = "grad_dtype", CHOICE(precision_names, set_grad_dtype) },
     { .name = "staging_depth", RF(staging_depth), INT_GE(1) },
     { .name = "prefetch_groups", RF(prefetch_groups), INT_GE(0) },
+    { .name = "collectives", CHOICE(collectives_names, set_collectives) },
     { .name = "param_delay", RF(param_delay), .type = K_INT, .lo = 0, .hi = 1 },
 };
 static const struct key output_keys[] = {
@@ -776,6 +783,13 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
                 r->global_batch, r->ranks);
         sdp_hint("every rank takes batch.global / ranks sequences: pick ranks (1..64) dividing "
                  "batch.global");
+        return -EINVAL;
+    }
+    if (r->nccl && r->gpus == 0) {
+        sdp_err(-EINVAL,
+                "recipe %s: train.collectives nccl needs the ranks on GPUs, train.gpus is 0",
+                r->file);
+        sdp_hint("set train.collectives: starpu for CPU ranks");
         return -EINVAL;
     }
     if (r->grad_bf16 && r->ranks > 1) {

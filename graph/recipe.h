@@ -32,7 +32,9 @@
  *              made, halving the return's bytes; default fp32), staging_depth (sdp-slidedp:
  *              casts and updates in flight; 0 = SDP_STAGING_DEPTH or one per CPU worker, at
  *              least 4), prefetch_groups (sdp-slidedp: parameter groups a GPU may prefetch
- *              ahead; default SDP_WINDOW_DEPTH or 2)
+ *              ahead; default SDP_WINDOW_DEPTH or 2), collectives (starpu | nccl: the
+ *              GPU-reduction route as StarPU transfers and a reduction task on rank 0's GPU, or
+ *              one NCCL reduce over the ranks' GPUs; default starpu)
  *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
  *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
  *              signal), keep_checkpoints (how many to keep)
@@ -99,6 +101,7 @@ struct sdp_recipe {
     int grad_bf16;       /* train.grad_dtype: 0 fp32 (default), 1 bf16 (sdp_state_set_grad_dtype) */
     int staging_depth;   /* sdp-slidedp: casts and updates in flight (0 = policy default) */
     int prefetch_groups; /* sdp-slidedp: groups a GPU prefetches ahead (-1 = policy default) */
+    int nccl;            /* train.collectives: 0 starpu (default), 1 nccl (sdp_tasks_use_nccl) */
 
     /* output */
     char output_dir[SDP_PATH_MAX]; /* "" = no output directory */

@@ -24,7 +24,7 @@
 struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
-    int lookahead, staging_depth, prefetch_groups;
+    int lookahead, staging_depth, prefetch_groups, nccl;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
 };
@@ -63,6 +63,7 @@ static void usage(FILE *f)
            "                       run ahead of it (1; -1 = no bound)\n"
            "  --ranks R            data-parallel ranks, one per GPU (1); the batch is shared\n"
            "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n"
+           "  --collectives starpu|nccl  the GPU-reduction route's transfers and sum (starpu)\n"
            "  --param-route replicated|sharded  parameter dispatch to the ranks (replicated)\n"
            "  --trace FILE.json    Chrome/Perfetto timeline of every task, one track per lane\n"
            "  --events FILE.jsonl  the task event log (tools/lane_util.py, check_invariants.py)\n");
@@ -161,7 +162,8 @@ static int run(const struct bench_opts *b)
     gc.nranks = b->ranks;
     gc.grad_route = b->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
     gc.param_route = b->sharded ? SDP_ROUTE_SHARDED : SDP_ROUTE_REPLICATED;
-    if (b->ranks > 1 && (sdp_rt_rank_workers(b->ranks, wid) || sdp_tasks_set_ranks(b->ranks, wid)))
+    if (b->ranks > 1 && (sdp_rt_rank_workers(b->ranks, wid) || sdp_tasks_set_ranks(b->ranks, wid) ||
+                         (b->nccl && sdp_tasks_use_nccl(b->ranks, wid))))
         goto out;
     if (sdp_graph_create(&g, &st, &gc))
         goto out;
@@ -224,6 +226,7 @@ static int run(const struct bench_opts *b)
         /* as asked: 0 / -1 = the policy's default (its log line says which it used) */
         json_object_set_new(settings, "staging_depth", json_integer(b->staging_depth));
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
+        json_object_set_new(settings, "collectives", json_string(b->nccl ? "nccl" : "starpu"));
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
             b->model, "batch", b->batch, "seq", b->seq, "tokens_per_s", tps, "model_tflops",
@@ -290,6 +293,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "prefetch-groups", required_argument, NULL, 'F' },
         { "ranks", required_argument, NULL, 'R' },
         { "grad-route", required_argument, NULL, 'D' },
+        { "collectives", required_argument, NULL, 'O' },
         { "param-route", required_argument, NULL, 'Y' },
         { "trace", required_argument, NULL, 'X' },
         { "events", required_argument, NULL, 'E' },
@@ -357,6 +361,13 @@ int sdp_cli_bench(int argc, char **argv)
                 return SDP_EXIT_USAGE;
             }
             b.sharded = !strcmp(optarg, "sharded");
+            break;
+        case 'O':
+            if (strcmp(optarg, "starpu") && strcmp(optarg, "nccl")) {
+                fprintf(stderr, "slidedp bench: --collectives expects starpu or nccl\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.nccl = !strcmp(optarg, "nccl");
             break;
         case 'D':
             if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu")) {

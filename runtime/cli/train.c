@@ -46,6 +46,9 @@ static void usage(FILE *f)
         "  --precision P      fp32 or bf16 (overrides train.precision)\n"
         "  --grad-dtype D     fp32 or bf16: the gradient AdamW reads (overrides "
         "train.grad_dtype)\n"
+        "  --collectives C    starpu or nccl: how the GPU-reduction route moves gradients "
+        "(overrides\n"
+        "                     train.collectives)\n"
         "  --gpus N           CUDA workers (overrides train.gpus; -1 = all found, 0 = none)\n"
         "  --output DIR       run directory: checkpoints, COMPLETE, the trained model in "
         "DIR/final\n"
@@ -98,7 +101,7 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 struct overrides {
     int steps, cpus, gpus, checkpoint_every, no_resume, ranks, param_delay;
     const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route, *route_groups,
-        *param_route, *grad_dtype;
+        *param_route, *grad_dtype, *collectives;
     int quiet;
 };
 
@@ -468,9 +471,14 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
             rc = SDP_EXIT_FAILURE;
             goto out;
         }
-        SDP_INFO("%d data-parallel ranks on %s workers, %s parameters, %s reduction of gradients",
+        if (r->nccl && sdp_tasks_use_nccl(r->ranks, wid)) {
+            rc = SDP_EXIT_FAILURE;
+            goto out;
+        }
+        SDP_INFO("%d data-parallel ranks on %s workers, %s parameters, %s reduction of gradients%s",
                  r->ranks, sdp_rt_ncuda() > 0 ? "CUDA" : "CPU",
-                 r->param_sharded ? "sharded" : "replicated", r->grad_route_gpu ? "GPU" : "CPU");
+                 r->param_sharded ? "sharded" : "replicated", r->grad_route_gpu ? "GPU" : "CPU",
+                 r->nccl ? " (NCCL where it is on the GPUs)" : "");
     }
     if (sdp_graph_create(&g, &st, &gc)) {
         rc = SDP_EXIT_FAILURE;
@@ -610,6 +618,7 @@ int sdp_cli_train(int argc, char **argv)
         { "grad-route-groups", required_argument, NULL, 'X' },
         { "param-route", required_argument, NULL, 'Y' },
         { "grad-dtype", required_argument, NULL, 'D' },
+        { "collectives", required_argument, NULL, 'C' },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -695,6 +704,14 @@ int sdp_cli_train(int argc, char **argv)
             }
             ov.grad_dtype = optarg;
             break;
+        case 'C':
+            if (strcmp(optarg, "starpu") && strcmp(optarg, "nccl")) {
+                fprintf(stderr, "slidedp train: --collectives takes starpu or nccl, not '%s'\n",
+                        optarg);
+                return SDP_EXIT_USAGE;
+            }
+            ov.collectives = optarg;
+            break;
         case 'q':
             ov.quiet = 1;
             break;
@@ -739,6 +756,8 @@ int sdp_cli_train(int argc, char **argv)
         r.param_sharded = !strcmp(ov.param_route, "sharded");
     if (ov.grad_dtype)
         r.grad_bf16 = !strcmp(ov.grad_dtype, "bf16");
+    if (ov.collectives)
+        r.nccl = !strcmp(ov.collectives, "nccl");
     if (ov.checkpoint_every >= 0)
         r.checkpoint_every = ov.checkpoint_every;
     if (ov.output)

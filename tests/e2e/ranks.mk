@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # tests/e2e/: data-parallel ranks on CPU workers (--ranks R), chunk sweep, backward lookahead,
-# the bf16 gradient return
+# the bf16 gradient return, the NCCL reduction (two GPUs or more, else skipped)
 TESTS += tests/e2e/test_e2e_ranks.sh
 EXTRA_DIST += tests/e2e/test_e2e_ranks.sh
 TESTS += tests/e2e/test_e2e_sweep.sh
@@ -9,3 +9,5 @@ TESTS += tests/e2e/test_e2e_lookahead.sh
 EXTRA_DIST += tests/e2e/test_e2e_lookahead.sh
 TESTS += tests/e2e/test_e2e_grad_dtype.sh
 EXTRA_DIST += tests/e2e/test_e2e_grad_dtype.sh
+TESTS += tests/e2e/test_e2e_nccl.sh
+EXTRA_DIST += tests/e2e/test_e2e_nccl.sh

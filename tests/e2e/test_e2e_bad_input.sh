@@ -52,9 +52,16 @@ expect 2 "No such file|cannot open|not found" -- "$bin" train "$tmp/missing.yaml
 recipe ok 's/steps: 4/steps: 1/'
 expect 2 "unknown scheduling policy 'fastest'" -- "$bin" train "$tmp/ok.yaml" --sched fastest
 expect 2 "expects an integer" -- "$bin" train "$tmp/ok.yaml" --steps two
+# NCCL collectives for ranks that are not on GPUs: a usage error with train.gpus 0
+recipe nccl 's/chunk_mib: 1/chunk_mib: 1\n  collectives: nccl\n  gpus: 0\n  ranks: 2/'
+expect 2 "train.collectives nccl needs the ranks on GPUs" -- "$bin" train "$tmp/nccl.yaml"
+expect 2 "collectives takes starpu or nccl" -- "$bin" train "$tmp/ok.yaml" --collectives mpi
 # GPUs asked for where there are none (this test runs on machines without a GPU; skip the case on one)
 if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L > /dev/null 2>&1; then
     expect 1 "asks for .*GPU|without CUDA" -- "$bin" train "$tmp/ok.yaml" --gpus 1
+    # and NCCL for CPU ranks found at run time: no NCCL in the build, or ranks on CPU workers
+    expect 1 "has no NCCL|rank 0 is on a CPU worker" -- "$bin" train "$tmp/ok.yaml" --ranks 2 \
+        --grad-route gpu --collectives nccl
 fi
 
 # a Hugging Face directory: intact, then corrupted in several ways

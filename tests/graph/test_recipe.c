@@ -184,6 +184,7 @@ static const char good_recipe[] =
     "  grad_dtype: fp32\n"
     "  staging_depth: 3\n"
     "  prefetch_groups: 0\n"
+    "  collectives: starpu\n"
     "output:\n"
     "  dir: out\n"
     "  metrics: m.jsonl\n";
@@ -283,6 +284,7 @@ int main(void)
               d.prefetch_groups == -1,
           "train.staging_depth %d, prefetch_groups %d, and their defaults", r.staging_depth,
           r.prefetch_groups);
+    CHECK(r.nccl == 0 && d.nccl == 0, "train.collectives starpu, and its default");
     snprintf(want, sizeof(want), "%s/out", dir);
     printf("output.dir: %s, output.metrics: %s\n", r.output_dir, r.metrics);
     CHECK(!strcmp(r.output_dir, want), "output.dir %s, expected %s", r.output_dir, want);

@@ -1,0 +1,79 @@
+#!/bin/sh
+# The GPU-reduction route through NCCL (train.collectives: nccl), on two GPUs or more; exits 77
+# (skip) with fewer, or in a build without NCCL.  On the micro recipe (fp32, 4 steps, 2 ranks):
+#   - the losses and gradient norms are bit-identical to the StarPU route's (two ranks: g0 + g1
+#     either way); on every GPU (R > 2, when there are more) within 1e-5 relative (NCCL's order);
+#   - the run reports NCCL, its event log holds one grad_reduce_nccl per chunk and step and no
+#     grad_reduce, and tools/check_invariants.py passes it.
+set -u
+top=$(cd "${top_srcdir:-.}" && pwd)
+bin=${top_builddir:-.}/slidedp
+py=${PYTHON3:-python3}
+ngpu=0
+if command -v nvidia-smi > /dev/null 2>&1; then
+    ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
+fi
+if [ "$ngpu" -lt 2 ]; then
+    echo "$ngpu GPU(s): the NCCL route needs two or more: SKIP"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+sed -e "s#^  train: .*#  train: $top/data/kjv/val.tok#" -e "s#^  global: .*#  global: 8#" \
+    "$top/tests/e2e/data/micro-qwen3.yaml" > "$tmp/r.yaml"
+
+run() { # NAME RANKS COLLECTIVES [ARGS...]
+    name=$1 R=$2 coll=$3
+    shift 3
+    "$bin" train "$tmp/r.yaml" -q --gpus "$R" --ranks "$R" --grad-route gpu --collectives "$coll" \
+        --metrics "$tmp/$name.jsonl" "$@" 2> "$tmp/$name.err"
+}
+if ! run nccl2 2 nccl --events "$tmp/nccl2.events"; then
+    if grep -q "has no NCCL" "$tmp/nccl2.err"; then
+        echo "this build has no NCCL: SKIP"
+        exit 77
+    fi
+    echo "nccl, 2 ranks: training failed"; cat "$tmp/nccl2.err"; fail=1
+fi
+grep -q "NCCL .*gradient reduction over 2 GPUs" "$tmp/nccl2.err" ||
+    { echo "the run does not report NCCL"; fail=1; }
+run starpu2 2 starpu || { echo "starpu, 2 ranks: training failed"; cat "$tmp/starpu2.err"; fail=1; }
+if [ "$ngpu" -gt 2 ]; then
+    run ncclN "$ngpu" nccl || { echo "nccl, $ngpu ranks: failed"; cat "$tmp/ncclN.err"; fail=1; }
+    run starpuN "$ngpu" starpu || { echo "starpu, $ngpu ranks: failed"; cat "$tmp/starpuN.err"; fail=1; }
+fi
+
+"$py" - "$tmp" "$ngpu" <<'PYEOF' || fail=1
+import json, os, sys
+tmp, ngpu = sys.argv[1], int(sys.argv[2])
+def load(n):
+    return [(x["loss"], x["grad_norm"]) for x in map(json.loads, open(os.path.join(tmp, n + ".jsonl")))]
+ok = True
+a, b = load("nccl2"), load("starpu2")
+print("2 ranks, nccl:  ", a)
+print("2 ranks, starpu:", b)
+if len(a) != 4 or a != b:
+    print("2 ranks: not bit-identical")
+    ok = False
+if ngpu > 2:
+    a, b = load("ncclN"), load("starpuN")
+    rel = max(abs(x[0] - y[0]) / abs(y[0]) for x, y in zip(a, b))
+    print("%d ranks: largest relative loss difference %.2e" % (ngpu, rel))
+    ok = ok and len(a) == 4 and rel <= 1e-5
+ev = [json.loads(l) for l in open(os.path.join(tmp, "nccl2.events"))]
+n = sum(1 for e in ev if e.get("name") == "grad_reduce_nccl")
+m = sum(1 for e in ev if e.get("name") == "grad_reduce")
+print("event log: %d grad_reduce_nccl, %d grad_reduce" % (n, m))
+ok = ok and n > 0 and m == 0 and n % 4 == 0
+sys.exit(0 if ok else 1)
+PYEOF
+"$py" "$top/tools/check_invariants.py" "$tmp/nccl2.events" > "$tmp/check" 2>&1 ||
+    { echo "the checker fails the NCCL run"; fail=1; }
+tail -n 1 "$tmp/check"
+
+if [ $fail -ne 0 ]; then
+    echo FAIL
+    exit 1
+fi
+echo PASS
