@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The GPU-reduction route through NCCL (sdp_tasks_use_nccl): StarPU has no NCCL integration, and
+/* NCCL collectives (sdp_tasks_use_nccl): the GPU-reduction route's reduce and the sharded
+ * parameter route's broadcast of each chunk from its owner.  StarPU has no NCCL integration, and
  * an NCCL collective blocks until every rank has joined it, so R sibling tasks on R CUDA workers
  * could deadlock when one rank's worker is busy with other work.  Instead ONE task drives every
  * rank: its codelet runs on a CPU worker, its buffers live on the ranks' GPUs (specific_nodes:
@@ -37,7 +38,8 @@ struct sdp_reduce_nccl_args {
     struct sdp_shape_key key; /* n, ranks */
 };
 
-/* buffers: rank r's chunk (n) f32 on rank r's GPU; rank 0's RW (the sum), the others R */
+/* buffers: rank r's chunk (n) f32 on rank r's GPU; rank 0's RW (the sum), the others R.  The
+ * broadcast below works the same way, from the chunk's owner to every other rank's replica. */
 static void reduce_nccl_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_reduce_nccl_args *a = cl_arg;
@@ -70,6 +72,45 @@ static struct starpu_codelet sdp_cl_reduce_nccl = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .specific_nodes = 1,
     .model = &sdp_pm_reduce_nccl,
+};
+
+struct sdp_bcast_nccl_args {
+    struct sdp_shape_key key; /* bytes (low, high 31 bits), ranks, root */
+};
+
+/* buffers: rank r's replica chunk on rank r's GPU; the root's (owner's) R, the others W */
+static void bcast_nccl_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_bcast_nccl_args *a = cl_arg;
+    size_t nbytes =
+        (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
+    int R = a->key.d[2], root = a->key.d[3];
+    const void *src = SDP_VEC(buffers[root]);
+    NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < R; r++) /* sendbuff is read on the root only, where it is recvbuff */
+        NCCL_CHECK(
+            ncclBroadcast(src, SDP_VEC(buffers[r]), nbytes, ncclChar, root, comms[r], streams[r]));
+    NCCL_CHECK(ncclGroupEnd());
+    for (int r = 0; r < R; r++) {
+        SDP_CUDA_CHECK(cudaSetDevice(devs[r]));
+        SDP_CUDA_CHECK(cudaStreamSynchronize(streams[r]));
+    }
+}
+
+static struct starpu_perfmodel sdp_pm_bcast_nccl = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_param_bcast_nccl_v1",
+    .footprint = sdp_cl_footprint,
+};
+
+static struct starpu_codelet sdp_cl_bcast_nccl = {
+    .name = "param_bcast_nccl",
+    .where = STARPU_CPU,
+    .cpu_funcs = { bcast_nccl_cpu },
+    .cpu_funcs_name = { "bcast_nccl_cpu" },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .specific_nodes = 1,
+    .model = &sdp_pm_bcast_nccl,
 };
 
 int sdp_tasks_use_nccl(int nranks, const int *workerids)
@@ -107,9 +148,10 @@ int sdp_tasks_use_nccl(int nranks, const int *workerids)
         SDP_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
     }
     sdp_cl_reduce_nccl.dyn_nodes = nodes;
+    sdp_cl_bcast_nccl.dyn_nodes = nodes;
     nccl_ranks = nranks;
-    SDP_INFO("NCCL %d.%d.%d: gradient reduction over %d GPUs", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
-             nranks);
+    SDP_INFO("NCCL %d.%d.%d: gradient reduction and sharded dispatch over %d GPUs", NCCL_MAJOR,
+             NCCL_MINOR, NCCL_PATCH, nranks);
     return 0;
 }
 
@@ -137,6 +179,29 @@ int sdp_task_grad_reduce_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *ou
                          (double)sdp_rt_tensor_nelems(out) * nin, b, nin + 1);
 }
 
+int sdp_task_param_bcast_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *const *replicas,
+                              int nranks, int root)
+{
+    struct sdp_cl_buf b[SDP_MAX_RANKS];
+    struct sdp_bcast_nccl_args *a;
+    struct sdp_task_opts oc = *o;
+    size_t nbytes =
+        sdp_rt_tensor_nelems(replicas[0]) * sdp_dtype_size(sdp_rt_tensor_dtype(replicas[0]));
+    if (nranks != nccl_ranks || root < 0 || root >= nranks)
+        return sdp_err(-EINVAL, "NCCL broadcast over %d ranks from %d, set up for %d", nranks, root,
+                       nccl_ranks);
+    for (int r = 0; r < nranks; r++)
+        b[r] = (struct sdp_cl_buf){ replicas[r], r == root ? STARPU_R : STARPU_W };
+    oc.on_rank = 0;
+    a = sdp_cl_args_alloc(sizeof(*a));
+    a->key.d[0] = (int)(nbytes & 0x7fffffff);
+    a->key.d[1] = (int)(nbytes >> 31);
+    a->key.d[2] = nranks;
+    a->key.d[3] = root;
+    return sdp_cl_submit(&sdp_cl_bcast_nccl, &oc, a, sizeof(*a), (double)nbytes * (nranks - 1), b,
+                         nranks);
+}
+
 void sdp_tasks_nccl_shutdown(void)
 {
     for (int r = 0; r < nccl_ranks; r++) {
@@ -146,6 +211,7 @@ void sdp_tasks_nccl_shutdown(void)
     }
     nccl_ranks = 0;
     sdp_cl_reduce_nccl.dyn_nodes = NULL;
+    sdp_cl_bcast_nccl.dyn_nodes = NULL;
     free(nodes);
     nodes = NULL;
 }
@@ -173,6 +239,15 @@ int sdp_task_grad_reduce_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *ou
     (void)out;
     (void)in;
     return sdp_err(-ENODEV, "NCCL reduction of %d ranks: this build has no NCCL", nin + 1);
+}
+
+int sdp_task_param_bcast_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *const *replicas,
+                              int nranks, int root)
+{
+    (void)o;
+    (void)replicas;
+    (void)root;
+    return sdp_err(-ENODEV, "NCCL broadcast over %d ranks: this build has no NCCL", nranks);
 }
 
 void sdp_tasks_nccl_shutdown(void)

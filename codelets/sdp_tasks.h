@@ -180,14 +180,19 @@ void sdp_tasks_place_norms(enum sdp_norm_place where);
  * @return 0 or -EINVAL (logged) */
 struct sdp_model_cfg;
 int sdp_tasks_check_gpu_model(const struct sdp_model_cfg *m);
-/** The GPU-reduction route through NCCL: from here on, sdp_task_grad_reduce() pinned to rank 0
- * (on_rank) over these nranks ranks (every one on a CUDA worker, in rank order) is one task that
- * reduces every rank's chunk into rank 0's with ncclReduce, GPU to GPU (codelets/nccl.c).  Call
- * after sdp_tasks_set_ranks().  @return 0, -ENODEV (no NCCL in this build, a rank on a CPU worker,
- * or no CPU worker to drive the collective; logged with a hint), -EIO (NCCL could not start) */
+/** NCCL collectives for these nranks ranks (every one on a CUDA worker, in rank order): from here
+ * on, sdp_task_grad_reduce() pinned to rank 0 (on_rank) is one task that reduces every rank's
+ * chunk into rank 0's with ncclReduce, GPU to GPU, and sdp_task_param_bcast_nccl() is available
+ * for the sharded route (codelets/nccl.c).  Call after sdp_tasks_set_ranks().  @return 0, -ENODEV
+ * (no NCCL in this build, a rank on a CPU worker, or no CPU worker to drive the collective; logged
+ * with a hint), -EIO (NCCL could not start) */
 int sdp_tasks_use_nccl(int nranks, const int *workerids);
 /** Ranks NCCL is set up for (0: none). */
 int sdp_tasks_nccl_ranks(void);
+/** The sharded route's broadcast of one chunk through NCCL: replicas[r] (rank r's replica of the
+ * chunk, on its GPU) W for every rank but root, whose replica (R) they receive. */
+int sdp_task_param_bcast_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *const *replicas,
+                              int nranks, int root);
 /** The NCCL reduction itself (sdp_task_grad_reduce() calls it when NCCL is set up). */
 int sdp_task_grad_reduce_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                               sdp_rt_tensor_t *const *in, int nin);

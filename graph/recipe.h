@@ -33,8 +33,8 @@
  *              casts and updates in flight; 0 = SDP_STAGING_DEPTH or one per CPU worker, at
  *              least 4), prefetch_groups (sdp-slidedp: parameter groups a GPU may prefetch
  *              ahead; default SDP_WINDOW_DEPTH or 2), collectives (starpu | nccl: the
- *              GPU-reduction route as StarPU transfers and a reduction task on rank 0's GPU, or
- *              one NCCL reduce over the ranks' GPUs; default starpu)
+ *              GPU-reduction route and the sharded dispatch as StarPU transfers and tasks on the
+ *              ranks' GPUs, or as NCCL reduce and broadcast over them; default starpu)
  *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
  *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
  *              signal), keep_checkpoints (how many to keep)

@@ -278,8 +278,8 @@ static int owner_of(const sdp_graph_t *g, int gi, int c)
 
 /* Sharded route: before the first forward of the step uses group gi (micro-batch 0), chunk c goes
  * from the host's working copy to its owner rank (owner_of), then from the owner to every other
- * rank.
- * The copies run on the receiving rank's worker; StarPU moves the sources. */
+ * rank: one NCCL broadcast when NCCL is set up for the ranks, else a copy on each receiving rank's
+ * worker, for which StarPU moves the source. */
 static int dispatch(sdp_graph_t *g, int step, int mb, int gi)
 {
     sdp_rt_tensor_t *src = work_of(g, gi, step);
@@ -296,6 +296,14 @@ static int dispatch(sdp_graph_t *g, int step, int mb, int gi)
         TRY_RET(sdp_task_param_copy(&o, own, sdp_rt_tensor_part(src, c)));
         /* the owner's GPU copy of the host chunk is not read again: let it go first */
         sdp_rt_tensor_wont_use(sdp_rt_tensor_part(src, c));
+        if (sdp_tasks_nccl_ranks() == g->R) { /* one NCCL broadcast from the owner */
+            sdp_rt_tensor_t *reps[SDP_MAX_RANKS];
+            for (int r = 0; r < g->R; r++)
+                reps[r] = sdp_rt_tensor_part(compute_work(g, gi, step, r), c);
+            o.hint.rank = owner;
+            TRY_RET(sdp_task_param_bcast_nccl(&o, reps, g->R, owner));
+            continue;
+        }
         for (int r = 0; r < g->R; r++) {
             if (r == owner)
                 continue;

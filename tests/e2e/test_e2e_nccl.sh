@@ -1,10 +1,12 @@
 #!/bin/sh
-# The GPU-reduction route through NCCL (train.collectives: nccl), on two GPUs or more; exits 77
-# (skip) with fewer, or in a build without NCCL.  On the micro recipe (fp32, 4 steps, 2 ranks):
-#   - the losses and gradient norms are bit-identical to the StarPU route's (two ranks: g0 + g1
-#     either way); on every GPU (R > 2, when there are more) within 1e-5 relative (NCCL's order);
-#   - the run reports NCCL, its event log holds one grad_reduce_nccl per chunk and step and no
-#     grad_reduce, and tools/check_invariants.py passes it.
+# NCCL collectives (train.collectives: nccl), on two GPUs or more; exits 77 (skip) with fewer, or
+# in a build without NCCL.  On the micro recipe (fp32, 4 steps, 2 ranks, GPU reduction):
+#   - the losses and gradient norms are bit-identical to the StarPU collectives' (two ranks:
+#     g0 + g1 either way), with replicated and with sharded parameters (a broadcast is a copy); on
+#     every GPU (R > 2, when there are more) within 1e-5 relative (NCCL's order of the sum);
+#   - the run reports NCCL; the replicated run's event log holds grad_reduce_nccl and no
+#     grad_reduce, the sharded run's param_bcast_nccl too, and tools/check_invariants.py passes
+#     both.
 set -u
 top=$(cd "${top_srcdir:-.}" && pwd)
 bin=${top_builddir:-.}/slidedp
@@ -39,6 +41,10 @@ fi
 grep -q "NCCL .*gradient reduction over 2 GPUs" "$tmp/nccl2.err" ||
     { echo "the run does not report NCCL"; fail=1; }
 run starpu2 2 starpu || { echo "starpu, 2 ranks: training failed"; cat "$tmp/starpu2.err"; fail=1; }
+run nccl2s 2 nccl --param-route sharded --events "$tmp/nccl2s.events" ||
+    { echo "nccl, 2 ranks, sharded: training failed"; cat "$tmp/nccl2s.err"; fail=1; }
+run starpu2s 2 starpu --param-route sharded ||
+    { echo "starpu, 2 ranks, sharded: training failed"; cat "$tmp/starpu2s.err"; fail=1; }
 if [ "$ngpu" -gt 2 ]; then
     run ncclN "$ngpu" nccl || { echo "nccl, $ngpu ranks: failed"; cat "$tmp/ncclN.err"; fail=1; }
     run starpuN "$ngpu" starpu || { echo "starpu, $ngpu ranks: failed"; cat "$tmp/starpuN.err"; fail=1; }
@@ -56,6 +62,10 @@ print("2 ranks, starpu:", b)
 if len(a) != 4 or a != b:
     print("2 ranks: not bit-identical")
     ok = False
+if load("nccl2s") != load("starpu2s") or load("nccl2s") != b:
+    print("2 ranks, sharded: not bit-identical to the StarPU collectives or to replicated:",
+          load("nccl2s"), load("starpu2s"))
+    ok = False
 if ngpu > 2:
     a, b = load("ncclN"), load("starpuN")
     rel = max(abs(x[0] - y[0]) / abs(y[0]) for x, y in zip(a, b))
@@ -66,11 +76,17 @@ n = sum(1 for e in ev if e.get("name") == "grad_reduce_nccl")
 m = sum(1 for e in ev if e.get("name") == "grad_reduce")
 print("event log: %d grad_reduce_nccl, %d grad_reduce" % (n, m))
 ok = ok and n > 0 and m == 0 and n % 4 == 0
+ev = [json.loads(l) for l in open(os.path.join(tmp, "nccl2s.events"))]
+n = sum(1 for e in ev if e.get("name") == "param_bcast_nccl")
+print("sharded event log: %d param_bcast_nccl" % n)
+ok = ok and n > 0 and n % 4 == 0
 sys.exit(0 if ok else 1)
 PYEOF
-"$py" "$top/tools/check_invariants.py" "$tmp/nccl2.events" > "$tmp/check" 2>&1 ||
-    { echo "the checker fails the NCCL run"; fail=1; }
-tail -n 1 "$tmp/check"
+for ev in nccl2 nccl2s; do
+    "$py" "$top/tools/check_invariants.py" "$tmp/$ev.events" > "$tmp/check" 2>&1 ||
+        { echo "the checker fails the run $ev"; fail=1; }
+    echo "$ev: $(tail -n 1 "$tmp/check")"
+done
 
 if [ $fail -ne 0 ]; then
     echo FAIL
