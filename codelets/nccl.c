@@ -87,9 +87,11 @@ static void bcast_nccl_cpu(void *buffers[], void *cl_arg)
     int R = a->key.d[2], root = a->key.d[3];
     const void *src = SDP_VEC(buffers[root]);
     NCCL_CHECK(ncclGroupStart());
-    for (int r = 0; r < R; r++) /* sendbuff is read on the root only, where it is recvbuff */
-        NCCL_CHECK(
-            ncclBroadcast(src, SDP_VEC(buffers[r]), nbytes, ncclChar, root, comms[r], streams[r]));
+    for (int r = 0; r < R; r++) { /* sendbuff is read on the root only, where it is recvbuff */
+        void *dst = SDP_VEC(buffers[r]);
+        NCCL_CHECK(ncclBroadcast(r == root ? src : dst, dst, nbytes, ncclChar, root, comms[r],
+                                 streams[r]));
+    }
     NCCL_CHECK(ncclGroupEnd());
     for (int r = 0; r < R; r++) {
         SDP_CUDA_CHECK(cudaSetDevice(devs[r]));
