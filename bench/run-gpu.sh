@@ -4,7 +4,8 @@
 # others' results with it):
 #   tests    the CUDA kernel tests, the host-kernel test and the Hugging Face parity test on the GPU
 #   host     host AdamW beside PyTorch's CPU AdamW (bench/host_adamw.sh) on every core
-#   bench    slidedp bench on MODEL/BATCH: the default policy, dmda, and bounded windows (BENCH_GIBS)
+#   bench    slidedp bench on MODEL/BATCH: the default policy (pipelined steps, and with --barrier),
+#            dmda, and bounded windows (BENCH_GIBS)
 #   window   slidedp bench on MODEL/BATCH with the default backward lookahead (event log kept),
 #            without it (--bwd-lookahead -1), and under GPU limits (BENCH_GIBS, default "40 24 16",
 #            each with its event log); lane utilisation of every log (tools/lane_util.py)
@@ -83,7 +84,9 @@ for stage in $stages; do
         ;;
     bench)
         bench warm-0.6b 200 --model qwen3-0.6b --batch 16 --seq 1024 --steps 3 --warmup 2
-        bench default 300 --model "$model" --batch "$batch" --seq 1024 --steps 3 --warmup 2
+        bench default 300 --model "$model" --batch "$batch" --seq 1024 --steps 5 --warmup 2
+        bench default-barrier 300 --model "$model" --batch "$batch" --seq 1024 --steps 3 --warmup 2 \
+            --barrier
         bench dmda 300 --model "$model" --batch "$batch" --seq 1024 --steps 3 --warmup 2 --sched dmda
         for gib in ${BENCH_GIBS:-}; do
             bench "window-$gib" 300 --model "$model" --batch "$batch" --seq 1024 --steps 3 --warmup 2 \
@@ -101,7 +104,7 @@ for stage in $stages; do
         lanes
         ;;
     gradbf16)
-        common=(--model "$model" --batch "$batch" --seq 1024 --steps 3 --warmup 2)
+        common=(--model "$model" --batch "$batch" --seq 1024 --steps 5 --warmup 2)
         bench grad-fp32 300 "${common[@]}" --events "$out/events-grad-fp32.jsonl"
         bench grad-bf16 300 "${common[@]}" --grad-dtype bf16 --events "$out/events-grad-bf16.jsonl"
         for gib in ${BENCH_GIBS:-24 16}; do

@@ -24,7 +24,7 @@
 struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
-    int lookahead, staging_depth, prefetch_groups, nccl;
+    int lookahead, staging_depth, prefetch_groups, nccl, barrier;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
 };
@@ -65,6 +65,8 @@ static void usage(FILE *f)
            "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n"
            "  --collectives starpu|nccl  the GPU-reduction route's transfers and sum (starpu)\n"
            "  --param-route replicated|sharded  parameter dispatch to the ranks (replicated)\n"
+           "  --barrier            wait for every task after each step (no overlap of a step's\n"
+           "                       updates with the next step; tokens/s from the median step)\n"
            "  --trace FILE.json    Chrome/Perfetto timeline of every task, one track per lane\n"
            "  --events FILE.jsonl  the task event log (tools/lane_util.py, check_invariants.py)\n");
 }
@@ -89,7 +91,7 @@ static int run(const struct bench_opts *b)
     enum sdp_dtype dt = strcmp(b->precision, "fp32") ? SDP_BF16 : SDP_F32;
     size_t ntok = (size_t)b->batch * b->seq;
     int32_t *ids = NULL, *targets = NULL;
-    double *step_s = NULL, gpu_peak = 0.0, t_init;
+    double *step_s = NULL, gpu_peak = 0.0, t_init, t_start = 0.0, t_prev, span;
     int rc = SDP_EXIT_FAILURE, state_made = 0, total = b->warmup + b->steps, gbf16;
     int wid[SDP_MAX_RANKS] = { 0 };
     unsigned long long need, avail;
@@ -169,19 +171,30 @@ static int run(const struct bench_opts *b)
         goto out;
     if (b->ranks == 1 && sdp_rt_rank_workers(1, wid))
         goto out;
+    /* Pipelined (the default, as `train` runs): a step is submitted as soon as the previous one's
+     * loss and norm are known, so its forward overlaps the previous updates; a step's time is the
+     * interval between two returns of sdp_graph_step.  The timed steps start after a barrier and
+     * end with one, and tokens_per_s counts that whole span (the pipeline's fill and drain
+     * included).  --barrier waits for every task after each step instead (no overlap across
+     * steps). */
+    t_prev = sdp_cli_now_s();
     for (int s = 0; s < total; s++) {
         struct sdp_step_result res;
-        double t0 = sdp_cli_now_s();
-        if (s == b->warmup)
+        if (s == b->warmup) {
+            if (sdp_rt_wait_all())
+                goto out;
             sdp_rt_bus_count_start();
+            t_start = t_prev = sdp_cli_now_s();
+        }
         for (size_t i = 0; i < ntok; i++) {
             uint64_t r = mix(b->seed ^ mix((uint64_t)s * ntok + i));
             ids[i] = (int32_t)(r % (uint64_t)cfg.vocab_size);
             targets[i] = (int32_t)((r >> 32) % (uint64_t)cfg.vocab_size);
         }
-        if (sdp_graph_step(g, s, ids, targets, 1e-5, 1, &res) || sdp_rt_wait_all())
+        if (sdp_graph_step(g, s, ids, targets, 1e-5, 1, &res) || (b->barrier && sdp_rt_wait_all()))
             goto out;
-        step_s[s] = sdp_cli_now_s() - t0;
+        step_s[s] = sdp_cli_now_s() - t_prev;
+        t_prev += step_s[s];
         for (int d = 0; d < sdp_rt_ncuda(); d++) {
             double used = sdp_rt_gpu_mem_used(d) / 1073741824.0;
             gpu_peak = used > gpu_peak ? used : gpu_peak;
@@ -189,8 +202,11 @@ static int run(const struct bench_opts *b)
         SDP_INFO("step %d/%d%s: %.3f s, %.0f tokens/s, loss %.4f", s + 1, total,
                  s < b->warmup ? " (warm-up)" : "", step_s[s], ntok / step_s[s], res.loss);
     }
+    if (sdp_rt_wait_all()) /* the last updates: the drain of the pipeline */
+        goto out;
+    span = sdp_cli_now_s() - t_start;
     {
-        double *timed = step_s + b->warmup, median, tps;
+        double *timed = step_s + b->warmup, median, tps, steady = 0.0;
         json_t *settings, *o, *steps_arr = json_array();
         json_t *routes = json_array();
         struct sdp_route_bytes rb;
@@ -213,7 +229,10 @@ static int run(const struct bench_opts *b)
         for (int s = 0; s < b->steps; s++)
             json_array_append_new(steps_arr, json_real(timed[s]));
         median = sdp_cli_median(timed, b->steps);
-        tps = ntok / median;
+        /* with a barrier every step is alike; pipelined, the span of all timed steps counts */
+        tps = b->barrier ? ntok / median : (double)ntok * b->steps / span;
+        if (!b->barrier && b->steps >= 2) /* the steady period: the intervals after the first */
+            steady = ntok / sdp_cli_median(timed + 1, b->steps - 1);
         settings = json_pack(
             "{s:s, s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:s, s:i, s:s, s:s, s:f}",
             "precision", b->precision, "grad_dtype", b->grad_dtype, "micro_batch", b->micro,
@@ -227,6 +246,7 @@ static int run(const struct bench_opts *b)
         json_object_set_new(settings, "staging_depth", json_integer(b->staging_depth));
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
         json_object_set_new(settings, "collectives", json_string(b->nccl ? "nccl" : "starpu"));
+        json_object_set_new(settings, "timing", json_string(b->barrier ? "barrier" : "pipelined"));
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
             b->model, "batch", b->batch, "seq", b->seq, "tokens_per_s", tps, "model_tflops",
@@ -234,6 +254,8 @@ static int run(const struct bench_opts *b)
             "gpu_peak_gib", gpu_peak, "host_peak_gib", sdp_rt_host_peak_rss() / 1073741824.0,
             "step_s", steps_arr, "settings", settings);
         json_object_set_new(o, "bytes_per_rank_per_step", routes);
+        if (steady > 0) /* pipelined: tokens per steady step (the intervals after the first) */
+            json_object_set_new(o, "tokens_per_s_steady", json_real(steady));
         line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
         printf("%s\n", line);
         fflush(stdout);
@@ -297,6 +319,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "param-route", required_argument, NULL, 'Y' },
         { "trace", required_argument, NULL, 'X' },
         { "events", required_argument, NULL, 'E' },
+        { "barrier", no_argument, NULL, 'B' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -375,6 +398,9 @@ int sdp_cli_bench(int argc, char **argv)
                 return SDP_EXIT_USAGE;
             }
             b.grad_route_gpu = !strcmp(optarg, "gpu");
+            break;
+        case 'B':
+            b.barrier = 1;
             break;
         case 'h':
             usage(stdout);
