@@ -96,8 +96,12 @@ int sdp_state_set_grad_dtype(struct sdp_state *st, enum sdp_dtype grad_dtype, in
             }
         }
     }
-    if (!rc)
+    if (!rc) {
         st->grad_dtype = grad_dtype;
+        SDP_INFO("bf16 gradient return: %.2f GiB of host memory for the state%s",
+                 sdp_state_host_bytes(&st->cfg, st->work_dtype, grad_dtype, on_gpu) / 1073741824.0,
+                 on_gpu ? " (the fp32 accumulators stay on the GPUs)" : "");
+    }
     return rc;
 }
 
