@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Lane utilisation of a run, from its task event log.
 
-Usage: lane_util.py EVENTS.jsonl [--steps A-B] [--json]
+Usage: lane_util.py EVENTS.jsonl [--steps A-B] [--json] [--timeline]
 
 The log is the one `slidedp train --events FILE` or `slidedp bench --events FILE` writes
 (runtime/trace.h).  For every rank and lane, over the window from the first start to the last end
@@ -13,7 +13,17 @@ of the selected steps' task events:
          CPU workers run AdamW chunks at once, so this exceeds 1 where busy cannot);
   waits  time ready work of the lane was held back by the policy (wait events), as a fraction.
 The lane that is busy for most of the window bounds the step.  --steps keeps the events of those
-optimizer steps (default: all but the first, which includes start-up work).  Exits 2 when the log
+optimizer steps (default: all but the first, which includes start-up work).
+
+--timeline adds, for every selected step of rank 0, the milestones of its critical path in ms from
+the window's start: the forward's first start and last end (phase fwd), the backward's last end
+(phases bwd and loss), the updates' first start and last end (phase update), and the next step's
+first forward start.  From them: "tail", the updates left after the backward ended (update end -
+backward end); "overlap", how long the next step's forward ran beside this step's updates (update
+end - next forward start, when positive); "host idle", the time the update lane had nothing between
+this step's first update and the previous step's last (first update start - previous update end,
+when positive): the part of the step no host work can fill, from the end of the previous updates
+to the first new gradient.  Exits 2 when the log
 cannot be read or holds no selected event.  Test: tests/e2e/test_e2e_trace.sh.
 """
 import argparse
@@ -42,6 +52,8 @@ def main():
     ap.add_argument("events")
     ap.add_argument("--steps", help="A-B: the optimizer steps to keep (0-based, inclusive)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    ap.add_argument("--timeline", action="store_true",
+                    help="the critical-path milestones of every selected step")
     args = ap.parse_args()
     try:
         events = [json.loads(l) for l in open(args.events) if l.strip()]
@@ -83,6 +95,8 @@ def main():
                      "tasks": total[key] / window, "waits": waits[key] / window})
     out = {"steps": sorted(keep), "window_ms": window / 1e3, "per_step_ms": window / 1e3 / len(keep),
            "lanes": rows}
+    if args.timeline:
+        out["timeline"] = timeline(events, sorted(keep), t0)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -92,7 +106,42 @@ def main():
     for r in rows:
         print("%-4d %-28s %5.1f%% %7.2f %5.1f%%" % (r["rank"], r["lane"], 100 * r["busy"],
                                                     r["tasks"], 100 * r["waits"]))
+    if args.timeline:
+        cols = ("step", "fwd_start", "fwd_end", "bwd_end", "upd_start", "upd_end", "next_fwd",
+                "tail", "overlap", "host_idle")
+        print("timeline of rank 0, ms from the window's start:")
+        print(" ".join("%9s" % c for c in cols))
+        for t in out["timeline"]:
+            print(" ".join("%9s" % ("-" if t.get(c) is None else
+                                    ("%d" % t[c] if c == "step" else "%.1f" % t[c])) for c in cols))
     return 0
+
+
+def timeline(events, keep, t0):
+    """Critical-path milestones per step (rank 0), in ms from t0 (see --timeline)."""
+    def phase_span(step, phases):
+        ev = [e for e in events if e.get("event", "task") != "wait" and e.get("rank", 0) == 0
+              and e.get("step") == step and e.get("phase") in phases]
+        if not ev:
+            return None, None
+        return (min(e["start_us"] for e in ev) - t0) / 1e3, (max(e["end_us"] for e in ev) - t0) / 1e3
+    rows = []
+    for s in keep:
+        fs, fe = phase_span(s, ("fwd",))
+        _, be = phase_span(s, ("bwd", "loss"))
+        us, ue = phase_span(s, ("update",))
+        nfs, _ = phase_span(s + 1, ("fwd",))
+        _, pue = phase_span(s - 1, ("update",))
+        row = {"step": s, "fwd_start": fs, "fwd_end": fe, "bwd_end": be, "upd_start": us,
+               "upd_end": ue, "next_fwd": nfs, "tail": None, "overlap": None, "host_idle": None}
+        if ue is not None and be is not None:
+            row["tail"] = ue - be
+        if ue is not None and nfs is not None:
+            row["overlap"] = max(0.0, ue - nfs)
+        if us is not None and pue is not None:
+            row["host_idle"] = max(0.0, us - pue)
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":

@@ -151,6 +151,24 @@ ok = ok and sum(r["tasks"] for r in u["lanes"]) <= 2 + 1e-6
 sys.exit(0 if ok else 1)
 EOF
 
+# ---- the critical-path timeline (lane_util.py --timeline) of steps 1-2 ----
+if python3 "$top/tools/lane_util.py" "$tmp/events.jsonl" --json --timeline > "$tmp/tl.json" &&
+    python3 - "$tmp/tl.json" <<'EOF'; then ok "timeline"; else fail "timeline"; fi
+import json, sys
+u = json.load(open(sys.argv[1]))
+tl = u["timeline"]
+for t in tl:
+    print("  step %(step)d: fwd %(fwd_start).1f-%(fwd_end).1f, bwd end %(bwd_end).1f, updates "
+          "%(upd_start).1f-%(upd_end).1f ms" % t)
+ok = [t["step"] for t in tl] == [1, 2]
+for t in tl:
+    ok = ok and 0 <= t["fwd_start"] <= t["fwd_end"] <= t["bwd_end"] <= t["upd_end"]
+    ok = ok and t["upd_start"] <= t["upd_end"] and t["tail"] == t["upd_end"] - t["bwd_end"]
+    ok = ok and t["host_idle"] is not None and t["host_idle"] >= 0
+ok = ok and tl[0]["next_fwd"] == tl[1]["fwd_start"]
+sys.exit(0 if ok else 1)
+EOF
+
 [ "$fails" = 0 ] && { echo PASS; exit 0; }
 echo FAIL
 exit 1
