@@ -8,7 +8,7 @@
 #            dmda, and bounded windows (BENCH_GIBS)
 #   window   slidedp bench on MODEL/BATCH with the default backward lookahead (event log kept),
 #            without it (--bwd-lookahead -1), and under GPU limits (BENCH_GIBS, default "40 24 16",
-#            each with its event log); lane utilisation of every log (tools/lane_util.py)
+#            each with its event log); lane utilisation and timeline of every log (tools/lane_util.py)
 #   gradbf16 slidedp bench on MODEL/BATCH with the fp32 and the bf16 gradient return (--grad-dtype),
 #            unbounded and under GPU limits (BENCH_GIBS, default "24 16"), each with its event log
 #            and lane utilisation; then tests/e2e/test_e2e_grad_dtype.sh on the GPU
@@ -58,7 +58,7 @@ lanes() { # lane utilisation of every event log not yet summarised, then compres
     local ev
     for ev in "$out"/events-*.jsonl; do
         [ -f "$ev" ] || continue
-        python3 tools/lane_util.py "$ev" > "${ev%.jsonl}.lanes.txt" 2>&1
+        python3 tools/lane_util.py "$ev" --timeline > "${ev%.jsonl}.lanes.txt" 2>&1
         log "lanes $(basename "$ev"): exit $?"
         python3 tools/check_invariants.py "$ev" > "${ev%.jsonl}.check.txt" 2>&1
         log "invariants $(basename "$ev"): exit $? $(tail -n 1 "${ev%.jsonl}.check.txt")"

@@ -152,17 +152,21 @@ struct starpu_codelet sdp_cl_grad_pack = {
     .model = &sdp_pm_grad_pack,
 };
 
-int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad, sdp_rt_tensor_t *ret,
-                       sdp_rt_tensor_t *const *sumsq)
+int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                       sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq)
 {
-    int nc = sdp_rt_tensor_nparts(ret), rc;
+    int nc = sdp_rt_tensor_nparts(grad), rc;
     size_t n = sdp_rt_tensor_nelems(grad), argsize;
     struct sdp_grad_pack_args *a;
     struct sdp_cl_buf *b;
-    if (nc < 1 || sdp_rt_tensor_nelems(ret) != n || sdp_rt_tensor_dtype(ret) != SDP_BF16 ||
-        sdp_rt_tensor_dtype(grad) != SDP_F32)
-        return sdp_err(-EINVAL, "grad_pack: %s (chunked bf16 expected) does not match %s (f32)",
-                       sdp_rt_tensor_name(ret), sdp_rt_tensor_name(grad));
+    if (nc < 1 || sdp_rt_tensor_dtype(grad) != SDP_F32)
+        return sdp_err(-EINVAL, "grad_pack: %s is not a chunked f32 gradient",
+                       sdp_rt_tensor_name(grad));
+    for (int c = 0; c < nc; c++)
+        if (sdp_rt_tensor_dtype(ret[c]) != SDP_BF16 ||
+            sdp_rt_tensor_nelems(ret[c]) != sdp_rt_tensor_nelems(sdp_rt_tensor_part(grad, c)))
+            return sdp_err(-EINVAL, "grad_pack: %s (bf16) does not match chunk %d of %s",
+                           sdp_rt_tensor_name(ret[c]), c, sdp_rt_tensor_name(grad));
     b = calloc((size_t)(2 * nc + 1), sizeof(*b));
     if (!b)
         return sdp_err(-ENOMEM, "grad_pack of %d chunks", nc);
@@ -174,8 +178,8 @@ int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad, sdp
     a->nchunks = nc;
     b[0] = (struct sdp_cl_buf){ grad, STARPU_R };
     for (int c = 0; c < nc; c++) {
-        a->off[c] = sdp_rt_tensor_part_offset(ret, c);
-        b[1 + c] = (struct sdp_cl_buf){ sdp_rt_tensor_part(ret, c), STARPU_W };
+        a->off[c] = sdp_rt_tensor_part_offset(grad, c);
+        b[1 + c] = (struct sdp_cl_buf){ ret[c], STARPU_W };
         b[1 + nc + c] = (struct sdp_cl_buf){ sumsq[c], STARPU_W };
     }
     rc = sdp_cl_submit(&sdp_cl_grad_pack, o, a, argsize, 3.0 * n, b, 2 * nc + 1);

@@ -147,12 +147,12 @@ int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sd
 int sdp_task_grad_reduce(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                          sdp_rt_tensor_t *const *in, int nin);
 
-/** The bf16 gradient return of one group: grad (n) f32 R, whole (never used in chunks); for each
- * chunk c of ret (n, bf16, partitioned): sumsq[c] (1) f64 W = its squared norm (the bits of
- * sdp_task_sumsq on the same elements) and ret chunk c W = its elements rounded to nearest even
- * (NaN kept).  Runs where the norms run (sdp_tasks_place_norms). */
-int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad, sdp_rt_tensor_t *ret,
-                       sdp_rt_tensor_t *const *sumsq);
+/** The bf16 gradient return of one group: grad (n) f32 R, read whole (its partition plan gives
+ * the chunks' bounds); for each chunk c: sumsq[c] (1) f64 W = its squared norm (the bits of
+ * sdp_task_sumsq on the same elements) and ret[c] (the chunk's length, bf16) W = its elements
+ * rounded to nearest even (NaN kept).  Runs where the norms run (sdp_tasks_place_norms). */
+int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                       sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq);
 
 /** dst (n) W = src (n) R, same dtype, on the executing worker's node: a step of the sharded
  * parameter route (a chunk into its owner's replica, then from there into every other rank's). */

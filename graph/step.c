@@ -373,11 +373,12 @@ static int norms_if_final(sdp_graph_t *g, int step, int mb, int gi)
     return packs(g, gi) ? pack(g, step, gi) : norms(g, step, gi);
 }
 
-/* What a bounded window lets go of after rank r's last backward of group gi: the bf16 gradient
- * where it was packed already, else the fp32 one. */
+/* What a bounded window lets go of after rank r's last backward of group gi: the fp32 gradient,
+ * unless it was packed (then it is discarded already, and the bf16 chunks wait on the GPU for
+ * their updates to fetch them, so the host holds only the chunks being updated); NULL then. */
 static sdp_rt_tensor_t *grad_out(sdp_graph_t *g, int gi, int r)
 {
-    return g->R == 1 && packs(g, gi) ? g->st->groups[gi].grad_ret : grad_of(g, gi, r);
+    return g->R == 1 && packs(g, gi) ? NULL : grad_of(g, gi, r);
 }
 
 /* What layer l's backward preparations (recomputation, gradient zeroing) wait for: the end of
@@ -459,7 +460,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         TRY_GOTO(norms_if_final(g, step, mb, l));
         if (last) {
             sdp_rt_tensor_wont_use(work_of(g, l, step));
-            sdp_rt_tensor_wont_use(grad_out(g, l, r));
+            if (grad_out(g, l, r))
+                sdp_rt_tensor_wont_use(grad_out(g, l, r));
         }
         if (g->rwork && (mb + 1) % g->nm_rank == 0) /* the replica's last use this step */
             sdp_rt_tensor_discard(compute_work(g, l, step, r));
@@ -479,7 +481,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     if (last)
         for (int gi = 0; gi < st->ngroups; gi += g->head_group) {
             sdp_rt_tensor_wont_use(work_of(g, gi, step));
-            sdp_rt_tensor_wont_use(grad_out(g, gi, r));
+            if (grad_out(g, gi, r))
+                sdp_rt_tensor_wont_use(grad_out(g, gi, r));
         }
 fail:
     for (l = 0; l <= L; l++) {
@@ -558,7 +561,7 @@ static int optimizer(sdp_graph_t *g, int step, double lr, int update)
                 }
             }
             rc = sdp_task_adamw_ex(&o, sdp_rt_tensor_part(gs->master, c),
-                                   sdp_rt_tensor_part(gs->grad_ret ? gs->grad_ret : gs->grad, c),
+                                   gs->grad_ret ? gs->grad_ret[c] : sdp_rt_tensor_part(gs->grad, c),
                                    sdp_rt_tensor_part(gs->m, c), sdp_rt_tensor_part(gs->v, c),
                                    sdp_rt_tensor_part(work_of(g, gi, step), c),
                                    g->c.max_grad_norm > 0 || g->c.skip_nonfinite ? g->clip : NULL,
@@ -566,6 +569,8 @@ static int optimizer(sdp_graph_t *g, int step, double lr, int update)
                                    g->c.weight_decay, step + 1, segs, nsegs);
             if (rc)
                 return rc;
+            if (gs->grad_ret) /* its memory goes back to StarPU for the next chunk */
+                sdp_rt_tensor_discard(gs->grad_ret[c]);
         }
     }
     return 0;

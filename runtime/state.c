@@ -59,8 +59,8 @@ size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work
                             enum sdp_dtype grad_dtype, int on_gpu)
 {
     size_t per = 12 + sdp_dtype_size(work_dtype) + 4; /* master, m, v, working copy, fp32 grad */
-    if (grad_dtype == SDP_BF16)
-        per = per - (on_gpu ? 4 : 0) + 2;
+    if (grad_dtype == SDP_BF16 && on_gpu)
+        per -= 4;
     return sdp_model_num_params(cfg) * per;
 }
 
@@ -77,10 +77,14 @@ int sdp_state_set_grad_dtype(struct sdp_state *st, enum sdp_dtype grad_dtype, in
         return sdp_err(-EINVAL, "the gradient dtype is set once, after sdp_state_create");
     for (int g = 0; g < st->ngroups && !rc; g++) {
         struct sdp_group_state *gs = &st->groups[g];
-        snprintf(name, sizeof(name), "g%d.grad_bf16", g);
-        rc = sdp_rt_tensor_create(&gs->grad_ret, SDP_BF16, gs->nelems, name);
-        if (!rc)
-            rc = sdp_rt_tensor_partition_like(gs->grad_ret, gs->grad);
+        gs->grad_ret = calloc((size_t)gs->nchunks, sizeof(*gs->grad_ret));
+        if (!gs->grad_ret)
+            rc = sdp_err(-ENOMEM, "group %d: %d gradient chunks", g, gs->nchunks);
+        for (int c = 0; c < gs->nchunks && !rc; c++) {
+            snprintf(name, sizeof(name), "g%d.grad_bf16.%d", g, c);
+            rc = sdp_rt_tensor_temp(&gs->grad_ret[c], SDP_BF16,
+                                    sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->grad, c)), name);
+        }
         if (!rc && on_gpu) {
             /* no task has run: the pinned, zeroed accumulator can become address space only */
             sdp_rt_tensor_t *dev = NULL;
@@ -146,7 +150,9 @@ void sdp_state_destroy(struct sdp_state *st)
         sdp_rt_tensor_release(gs->v);
         sdp_rt_tensor_release(gs->grad);
         sdp_rt_tensor_release(gs->work);
-        sdp_rt_tensor_release(gs->grad_ret);
+        for (int c = 0; gs->grad_ret && c < gs->nchunks; c++)
+            sdp_rt_tensor_release(gs->grad_ret[c]);
+        free(gs->grad_ret);
     }
     free(st->groups);
     st->groups = NULL;
