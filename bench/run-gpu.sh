@@ -12,6 +12,10 @@
 #   gradbf16 slidedp bench on MODEL/BATCH with the fp32 and the bf16 gradient return (--grad-dtype),
 #            unbounded and under GPU limits (BENCH_GIBS, default "24 16"), each with its event log
 #            and lane utilisation; then tests/e2e/test_e2e_grad_dtype.sh on the GPU
+#   headline the workloads of BENCH.md's goals, pipelined, each with both gradient returns where the
+#            state fits the host (qwen3-1.7b/16, qwen3-4b/16, qwen3-4b/32; qwen3-8b/16 with the
+#            bf16 return only: 14 bytes of host state per parameter instead of 18), each beside
+#            PyTorch GPU-resident where it fits the GPU; MODEL/BATCH are ignored
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    slidedp bench with --ranks over every GPU, every route combination (MODEL/BATCH per GPU),
@@ -114,6 +118,21 @@ for stage in $stages; do
         lanes
         PYTHON3=python3 timeout 300 tests/e2e/test_e2e_grad_dtype.sh > "$out/grad_dtype.log" 2>&1
         log "test_e2e_grad_dtype.sh on the GPU: exit $? $(tail -n 1 "$out/grad_dtype.log")"
+        ;;
+    headline)
+        for spec in "qwen3-1.7b 16 fp32 bf16" "qwen3-4b 16 fp32 bf16" "qwen3-4b 32 fp32 bf16" \
+            "qwen3-8b 16 bf16"; do
+            read -r hm hb gds <<< "$spec"
+            for gd in $gds; do
+                bench "$hm-b$hb-grad-$gd" 300 --model "$hm" --batch "$hb" --seq 1024 --steps 5 \
+                    --warmup 2 --grad-dtype "$gd" --events "$out/events-$hm-b$hb-grad-$gd.jsonl"
+            done
+            [ "$hm" = qwen3-8b ] && continue # 131 GB of training state: not on one GPU
+            timeout 400 python3 bench/peers.py --system pytorch-gpu --model "$hm" --batch "$hb" \
+                --seq 1024 --steps 3 --warmup 1 >> "$out/results.jsonl" 2> "$out/bench-$hm-b$hb-pytorch.log"
+            log "pytorch-gpu $hm/$hb: exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-300)"
+        done
+        lanes
         ;;
     peers)
         for sys in pytorch-gpu fsdp2-offload; do
