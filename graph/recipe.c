@@ -79,7 +79,7 @@ struct ctx {
 #define CHOICE(list, fn) .type = K_CHOICE, .names = list, .set = fn
 
 static const char *const precision_names[] = { "fp32", "bf16", NULL };
-static const char *const activation_names[] = { "recompute", "keep", NULL };
+static const char *const activation_names[] = { "recompute", "keep", "offload", NULL };
 static const char *const on_nan_names[] = { "stop", "skip", NULL };
 static const char *const grad_route_names[] = { "cpu", "gpu", NULL };
 static const char *const param_route_names[] = { "replicated", "sharded", NULL };
@@ -104,7 +104,8 @@ static void set_collectives(struct ctx *c, int i)
 
 static void set_activations(struct ctx *c, int i)
 {
-    c->r->recompute = i == 0;
+    c->r->recompute = i != 1;
+    c->r->act_offload = i == 2;
 }
 
 static void set_on_nan(struct ctx *c, int i)

@@ -11,7 +11,7 @@
  *   optimizer  name (adamw), lr, beta1, beta2, eps, weight_decay, max_grad_norm (0: none)
  *   schedule   name (cosine | linear | constant), warmup_steps, min_lr_ratio
  *   train      steps, seed, precision (fp32 | bf16), chunk_mib, activations (recompute |
- *              keep), sched (StarPU policy), cpus (CPU workers, 0 = all), host_memory_gib
+ *              keep | offload: recompute, the saved layer inputs wait on the host), sched (StarPU policy), cpus (CPU workers, 0 = all), host_memory_gib
  *              (0 = detect), gpus (CUDA workers, -1 = all found, 0 = none), gpu_memory_gib
  *              (memory StarPU may use per GPU, 0 = all), on_nan (stop | skip: a step whose
  *              loss or gradient is not finite stops the run, or its update is skipped),
@@ -82,10 +82,11 @@ struct sdp_recipe {
     int steps;
     unsigned long long seed;
     enum sdp_precision precision;
-    double chunk_mib;       /* parameter chunk size, MiB of fp32 master */
-    int recompute;          /* 1: recompute activations in backward (default), 0: keep */
-    char sched[64];         /* StarPU policy name ("" = runtime default) */
-    int cpus;               /* CPU workers (0 = all cores) */
+    double chunk_mib; /* parameter chunk size, MiB of fp32 master */
+    int recompute;    /* 1: recompute activations in backward (default), 0: keep */
+    int act_offload; /* activations: offload (recompute, the saved layer inputs wait on the host) */
+    char sched[64];  /* StarPU policy name ("" = runtime default) */
+    int cpus;        /* CPU workers (0 = all cores) */
     double host_memory_gib; /* host memory budget (0 = MemAvailable / cgroup limit) */
     int gpus;               /* CUDA workers (-1 = all found, 0 = none) */
     int skip_nonfinite;     /* 1: skip the update of a step with a non-finite gradient; 0: stop */

@@ -422,6 +422,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], &kept[l], xs[l], 0));
         if (g->c.recompute)
             release_acts(&kept[l]);
+        if (g->c.recompute && g->c.offload_inputs) /* back for layer l's recomputation */
+            sdp_rt_tensor_wont_use(xs[l - 1]);
         if (last && l <= L - g->c.window && !g->rwork)
             sdp_rt_tensor_wont_use(work_of(g, l, step));
     }
@@ -806,7 +808,9 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
         group_max = ne > group_max ? ne : group_max;
     }
     bytes = 2ull * group_max * (es + 4); /* work + fp32 grad */
-    bytes += n * (unsigned long long)m->hidden_size * es * (m->num_layers + 3); /* inputs, d_x, h */
+    /* saved layer inputs (offloaded: the few around the layer at work), d_x, h */
+    bytes += n * (unsigned long long)m->hidden_size * es *
+             ((c->recompute && c->offload_inputs ? 4 : m->num_layers) + 3);
     bytes += 2ull * sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, 0);
     bytes +=
         (1ull << 30) + (64ull << 20); /* LM-head logits block, cuBLASLt and kernel workspaces */

@@ -52,12 +52,15 @@ struct sdp_graph_conf {
                         runs them on the host (sdp_cli_place_norms) */
     int seq_len;     /* T */
     int recompute;   /* 1: recompute activations in backward; 0: keep them from the forward */
-    int bwd_lookahead; /* how far the backward's preparations may run ahead of it: layer l's
-                          recomputation and gradient zeroing wait for the backward of layer
-                          l + 1 + bwd_lookahead to end (the final norm counts as layer L + 1), so
-                          a GPU holds the activations and fp32 gradients of about bwd_lookahead +
-                          1 layers instead of every layer's; < 0: no bound (they start as soon as
-                          their data are ready) */
+    int offload_inputs; /* with recompute: each layer's saved input leaves the GPU once the forward
+                           has read it (StarPU moves it to the host) and comes back for that
+                           layer's recomputation: the activation offload/reload lane */
+    int bwd_lookahead;  /* how far the backward's preparations may run ahead of it: layer l's
+                           recomputation and gradient zeroing wait for the backward of layer
+                           l + 1 + bwd_lookahead to end (the final norm counts as layer L + 1), so
+                           a GPU holds the activations and fp32 gradients of about bwd_lookahead +
+                           1 layers instead of every layer's; < 0: no bound (they start as soon as
+                           their data are ready) */
     double beta1, beta2, eps, weight_decay, max_grad_norm;
     int skip_nonfinite; /* 1: AdamW leaves the state untouched when the gradient is not finite
                            (the updates then wait for the global norm, as with clipping) */

@@ -46,7 +46,8 @@ static void usage(FILE *f)
            "  --precision P        bf16 or fp32 (bf16)\n"
            "  --grad-dtype D       gradient AdamW reads: fp32 or bf16, packed where it was made\n"
            "                       (fp32)\n"
-           "  --activations A      recompute or keep (recompute)\n"
+           "  --activations A      recompute, keep or offload (recompute; offload: recompute, and\n"
+           "                       each layer's saved input waits on the host)\n"
            "  --chunk-mib X        parameter chunk, MiB of fp32 master (64)\n"
            "  --gpus N             CUDA workers (-1 = all found, 0 = none; -1)\n"
            "  --gpu-memory-gib X   memory StarPU may use per GPU (0 = all)\n"
@@ -153,6 +154,7 @@ static int run(const struct bench_opts *b)
     gc.n_micro = b->batch / b->micro;
     gc.seq_len = b->seq;
     gc.recompute = strcmp(b->activations, "keep") != 0;
+    gc.offload_inputs = strcmp(b->activations, "offload") == 0;
     gc.beta1 = 0.9;
     gc.beta2 = 0.95;
     gc.eps = 1e-8;
@@ -363,8 +365,10 @@ int sdp_cli_bench(int argc, char **argv)
             b.grad_dtype = optarg;
             break;
         case 'a':
-            if (strcmp(optarg, "recompute") && strcmp(optarg, "keep")) {
-                fprintf(stderr, "slidedp bench: --activations expects recompute or keep\n");
+            if (strcmp(optarg, "recompute") && strcmp(optarg, "keep") &&
+                strcmp(optarg, "offload")) {
+                fprintf(stderr,
+                        "slidedp bench: --activations expects recompute, keep or offload\n");
                 return SDP_EXIT_USAGE;
             }
             b.activations = optarg;

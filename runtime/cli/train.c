@@ -448,6 +448,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     gc.n_micro = r->global_batch / r->micro_batch;
     gc.seq_len = r->seq_len;
     gc.recompute = r->recompute;
+    gc.offload_inputs = r->act_offload;
     gc.bwd_lookahead = r->bwd_lookahead;
     gc.beta1 = r->beta1;
     gc.beta2 = r->beta2;

@@ -2,7 +2,8 @@
 # bwd_lookahead bounds how far the backward's preparations run ahead of it: with K, layer l's
 # recomputation and gradient zeroing start only after the backward of layer l + 1 + K has ended.
 # On a 6-layer model trained 4 steps on 2 CPU workers, for K = -1 (no bound), 0, 1 and 2:
-#   - the fp32 losses are bit-identical (the bound changes the order of tasks, never the sums);
+#   - the fp32 losses are bit-identical (the bound changes the order of tasks, never the sums),
+#     also with activations: offload (the saved layer inputs wait on the host; K = 1);
 #   - tools/check_invariants.py --bwd-lookahead K passes every bounded run's event log, and the
 #     tighter --bwd-lookahead K-1 fails it (the bound is what held the tasks back, not chance);
 #   - the unbounded run fails --bwd-lookahead 0 (its recomputations run ahead of the backward);
@@ -39,11 +40,23 @@ for K in -1 0 1 2; do
         echo "bwd_lookahead $K against $((K - 1)): $(tail -n 1 "$tmp/t$K")"
     fi
 done
+# activations: offload (the saved layer inputs leave the GPU after the forward): the same sums
+recipe 1 "$tmp/off.yaml"
+sed -i 's/^  chunk_mib: 1$/  chunk_mib: 1\n  activations: offload/' "$tmp/off.yaml"
+grep -q "activations: offload" "$tmp/off.yaml" || { echo "could not make the offload recipe"; fail=1; }
+if ! "$bin" train "$tmp/off.yaml" --cpus 2 -q --metrics "$tmp/moff.jsonl" --events "$tmp/eoff.jsonl" \
+    2> "$tmp/erroff"; then
+    echo "activations offload: training failed"; cat "$tmp/erroff"; fail=1
+fi
+"$py" "$top/tools/check_invariants.py" --bwd-lookahead 1 "$tmp/eoff.jsonl" > "$tmp/coff" 2>&1 ||
+    { echo "activations offload: the checker fails the run"; tail -n 5 "$tmp/coff"; fail=1; }
+echo "activations offload: $(tail -n 1 "$tmp/coff")"
+
 "$py" "$top/tools/check_invariants.py" --bwd-lookahead 0 "$tmp/e-1.jsonl" > "$tmp/c-1" 2>&1
 [ $? -eq 1 ] || { echo "the unbounded run must fail the check for 0"; fail=1; }
 echo "unbounded against 0: $(tail -n 1 "$tmp/c-1")"
 
-"$py" - "$tmp"/m-1.jsonl "$tmp"/m0.jsonl "$tmp"/m1.jsonl "$tmp"/m2.jsonl <<'PYEOF' || fail=1
+"$py" - "$tmp"/m-1.jsonl "$tmp"/m0.jsonl "$tmp"/m1.jsonl "$tmp"/m2.jsonl "$tmp"/moff.jsonl <<'PYEOF' || fail=1
 import json, sys
 runs = [[json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:]]
 for p, r in zip(sys.argv[1:], runs):
