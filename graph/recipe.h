@@ -11,13 +11,15 @@
  *   optimizer  name (adamw), lr, beta1, beta2, eps, weight_decay, max_grad_norm (0: none)
  *   schedule   name (cosine | linear | constant), warmup_steps, min_lr_ratio
  *   train      steps, seed, precision (fp32 | bf16), chunk_mib, activations (recompute |
- *              keep | offload: recompute, the saved layer inputs wait on the host), sched (StarPU
- * policy), cpus (CPU workers, 0 = all), host_memory_gib (0 = detect), gpus (CUDA workers, -1 = all
- * found, 0 = none), gpu_memory_gib (memory StarPU may use per GPU, 0 = all), on_nan (stop | skip: a
- * step whose loss or gradient is not finite stops the run, or its update is skipped), param_route
- * (replicated | sharded: every rank receives every working copy from the host, or 1/ranks of it and
- * the rest from the other ranks), ranks (data-parallel ranks: one per GPU, or CPU workers standing
- * in for GPUs when there is none; the global batch is shared equally), grad_route (cpu | gpu: every
+ *              keep | offload: recompute, the saved layer inputs wait on the host), sched
+ *              (StarPU policy), cpus (CPU workers, 0 = all), host_memory_gib
+ *              (0 = detect), gpus (CUDA workers, -1 = all found, 0 = none), gpu_memory_gib
+ *              (memory StarPU may use per GPU, 0 = all), on_nan (stop | skip: a step whose
+ *              loss or gradient is not finite stops the run, or its update is skipped),
+ *              param_route (replicated | sharded: every rank receives every working copy from
+ *              the host, or 1/ranks of it and the rest from the other ranks),
+ *              ranks (data-parallel ranks: one per GPU, or CPU workers standing in for GPUs when
+ *              there is none; the global batch is shared equally), grad_route (cpu | gpu: every
  *              rank's gradient crosses to the host which sums them, or rank 0's GPU sums them
  *              and returns one), grad_route_groups (per parameter group: "ROUTE:A-B,..." with
  *              groups 0 = embedding, 1..L = layers, L+1 = final norm / LM head), window (layers
@@ -81,11 +83,11 @@ struct sdp_recipe {
     int steps;
     unsigned long long seed;
     enum sdp_precision precision;
-    double chunk_mib; /* parameter chunk size, MiB of fp32 master */
-    int recompute;    /* 1: recompute activations in backward (default), 0: keep */
-    int act_offload; /* activations: offload (recompute, the saved layer inputs wait on the host) */
-    char sched[64];  /* StarPU policy name ("" = runtime default) */
-    int cpus;        /* CPU workers (0 = all cores) */
+    double chunk_mib;       /* parameter chunk size, MiB of fp32 master */
+    int recompute;          /* 1: recompute activations in backward (default), 0: keep */
+    int act_offload;        /* activations: offload (the saved layer inputs wait on the host) */
+    char sched[64];         /* StarPU policy name ("" = runtime default) */
+    int cpus;               /* CPU workers (0 = all cores) */
     double host_memory_gib; /* host memory budget (0 = MemAvailable / cgroup limit) */
     int gpus;               /* CUDA workers (-1 = all found, 0 = none) */
     int skip_nonfinite;     /* 1: skip the update of a step with a non-finite gradient; 0: stop */
