@@ -10,8 +10,9 @@
 #            without it (--bwd-lookahead -1), and under GPU limits (BENCH_GIBS, default "40 24 16",
 #            each with its event log); lane utilisation and timeline of every log (tools/lane_util.py)
 #   gradbf16 slidedp bench on MODEL/BATCH with the fp32 and the bf16 gradient return (--grad-dtype),
-#            unbounded and under GPU limits (BENCH_GIBS, default "24 16"), each with its event log
-#            and lane utilisation; then tests/e2e/test_e2e_grad_dtype.sh on the GPU
+#            unbounded and under GPU limits (BENCH_GIBS, default "24 16"), and at 16 GiB with the
+#            saved layer inputs offloaded (--activations offload), each with its event log and
+#            lane utilisation; then tests/e2e/test_e2e_grad_dtype.sh on the GPU
 #   headline the workloads of BENCH.md's goals, pipelined, each with both gradient returns where the
 #            state fits the host (qwen3-1.7b/16, qwen3-4b/16, qwen3-4b/32; qwen3-8b/16 with the
 #            bf16 return only: 14 bytes of host state per parameter instead of 18), each beside
@@ -115,6 +116,8 @@ for stage in $stages; do
             bench "grad-bf16-$gib" 300 "${common[@]}" --grad-dtype bf16 --gpu-memory-gib "$gib" \
                 --events "$out/events-grad-bf16-$gib.jsonl"
         done
+        bench grad-bf16-16-offload 300 "${common[@]}" --grad-dtype bf16 --gpu-memory-gib 16 \
+            --activations offload --events "$out/events-grad-bf16-16-offload.jsonl"
         lanes
         PYTHON3=python3 timeout 300 tests/e2e/test_e2e_grad_dtype.sh > "$out/grad_dtype.log" 2>&1
         log "test_e2e_grad_dtype.sh on the GPU: exit $? $(tail -n 1 "$out/grad_dtype.log")"
