@@ -102,7 +102,7 @@ static const struct bad bad_recipes[] = {
     { "warmup < 0", 3, "schedule.warmup_steps", "# r\nschedule:\n  warmup_steps: -1\n" },
     { "min_lr_ratio > 1", 3, "schedule.min_lr_ratio", "# r\nschedule:\n  min_lr_ratio: 1.5\n" },
     { "precision fp16", 4, "train.precision", "# r\ntrain:\n  steps: 2\n  precision: fp16\n" },
-    { "activations offload", 3, "train.activations", "# r\ntrain:\n  activations: offload\n" },
+    { "activations swap", 3, "train.activations", "# r\ntrain:\n  activations: swap\n" },
     { "schedule step", 3, "schedule.name", "# r\nschedule:\n  name: step\n" },
     { "optimizer sgd", 3, "optimizer.name", "# r\noptimizer:\n  name: sgd\n" },
     { "negative seed", 3, "train.seed", "# r\ntrain:\n  seed: -1\n" },
@@ -314,6 +314,13 @@ int main(void)
     CHECK(rc == 0 && !strcmp(r.model_path, want), "model.path: %s", r.model_path);
     printf("model.path: %s, metrics without output.dir: %s\n", r.model_path, r.metrics);
     CHECK(sdp_recipe_validate(&r) == 0, "validate with model.path");
+
+    /* activations: offload is recomputation with the saved inputs offloaded */
+    write_file(path, "model:\n  preset: qwen3-0.6b\ndata:\n  train: /d.tok\ntrain:\n"
+                     "  activations: offload\n");
+    rc = load_capture(path, &r, err, sizeof(err));
+    CHECK(rc == 0 && r.recompute == 1 && r.act_offload == 1, "activations offload: %d %s", rc, err);
+    CHECK(d.act_offload == 0, "activations offload is not the default");
 
     /* the bf16 gradient return: one rank only (a validation error naming the key) */
     write_file(path, "model:\n  preset: qwen3-0.6b\ndata:\n  train: /d.tok\nbatch:\n  global: 4\n"
