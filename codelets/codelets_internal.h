@@ -18,5 +18,8 @@ extern struct starpu_codelet sdp_cl_zero;
 extern struct starpu_codelet sdp_cl_grad_reduce, sdp_cl_grad_pack, sdp_cl_param_copy;
 /* codelets/nccl.c: communicators and streams of sdp_tasks_use_nccl(), released */
 void sdp_tasks_nccl_shutdown(void);
+/* The NCCL reduction itself (sdp_task_grad_reduce() calls it when NCCL is set up). */
+int sdp_task_grad_reduce_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
+                              sdp_rt_tensor_t *const *in, int nin);
 
 #endif

@@ -34,6 +34,16 @@ static int *nodes; /* the codelet's dyn_nodes: rank r's memory node */
         SDP_ASSERT(r_ == ncclSuccess, "NCCL error %s", ncclGetErrorString(r_));                    \
     } while (0)
 
+/* Wait for the collectives of ranks 0..R-1 on our streams: StarPU takes the data as ready when the
+ * task returns. */
+static void wait_streams(int R)
+{
+    for (int r = 0; r < R; r++) {
+        SDP_CUDA_CHECK(cudaSetDevice(devs[r]));
+        SDP_CUDA_CHECK(cudaStreamSynchronize(streams[r]));
+    }
+}
+
 struct sdp_reduce_nccl_args {
     struct sdp_shape_key key; /* n, ranks */
 };
@@ -52,10 +62,7 @@ static void reduce_nccl_cpu(void *buffers[], void *cl_arg)
         NCCL_CHECK(ncclReduce(send, send, n, ncclFloat, ncclSum, 0, comms[r], streams[r]));
     }
     NCCL_CHECK(ncclGroupEnd());
-    for (int r = 0; r < R; r++) {
-        SDP_CUDA_CHECK(cudaSetDevice(devs[r]));
-        SDP_CUDA_CHECK(cudaStreamSynchronize(streams[r]));
-    }
+    wait_streams(R);
 }
 
 static struct starpu_perfmodel sdp_pm_reduce_nccl = {
@@ -93,10 +100,7 @@ static void bcast_nccl_cpu(void *buffers[], void *cl_arg)
                                  streams[r]));
     }
     NCCL_CHECK(ncclGroupEnd());
-    for (int r = 0; r < R; r++) {
-        SDP_CUDA_CHECK(cudaSetDevice(devs[r]));
-        SDP_CUDA_CHECK(cudaStreamSynchronize(streams[r]));
-    }
+    wait_streams(R);
 }
 
 static struct starpu_perfmodel sdp_pm_bcast_nccl = {

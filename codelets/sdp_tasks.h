@@ -193,9 +193,6 @@ int sdp_tasks_nccl_ranks(void);
  * chunk, on its GPU) W for every rank but root, whose replica (R) they receive. */
 int sdp_task_param_bcast_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *const *replicas,
                               int nranks, int root);
-/** The NCCL reduction itself (sdp_task_grad_reduce() calls it when NCCL is set up). */
-int sdp_task_grad_reduce_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
-                              sdp_rt_tensor_t *const *in, int nin);
 /** Release what sdp_tasks_init() set up (call before StarPU stops). */
 void sdp_tasks_shutdown(void);
 /** Data-parallel ranks: rank r's forward, loss and backward tasks run on worker workerids[r]

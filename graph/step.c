@@ -373,12 +373,15 @@ static int norms_if_final(sdp_graph_t *g, int step, int mb, int gi)
     return packs(g, gi) ? pack(g, step, gi) : norms(g, step, gi);
 }
 
-/* What a bounded window lets go of after rank r's last backward of group gi: the fp32 gradient,
- * unless it was packed (then it is discarded already, and the bf16 chunks wait on the GPU for
- * their updates to fetch them, so the host holds only the chunks being updated); NULL then. */
-static sdp_rt_tensor_t *grad_out(sdp_graph_t *g, int gi, int r)
+/* What a bounded window lets go of after rank r's last backward of group gi: the working copy,
+ * and the fp32 gradient unless it was packed (then it is discarded already, and the bf16 chunks
+ * wait on the GPU for their updates to fetch them, so the host holds only the chunks being
+ * updated). */
+static void window_release(sdp_graph_t *g, int step, int gi, int r)
 {
-    return g->R == 1 && packs(g, gi) ? NULL : grad_of(g, gi, r);
+    sdp_rt_tensor_wont_use(work_of(g, gi, step));
+    if (!(g->R == 1 && packs(g, gi)))
+        sdp_rt_tensor_wont_use(grad_of(g, gi, r));
 }
 
 /* What layer l's backward preparations (recomputation, gradient zeroing) wait for: the end of
@@ -460,11 +463,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         TRY_GOTO(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres,
                            g->c.bwd_lookahead >= 0 ? &done[l] : NULL));
         TRY_GOTO(norms_if_final(g, step, mb, l));
-        if (last) {
-            sdp_rt_tensor_wont_use(work_of(g, l, step));
-            if (grad_out(g, l, r))
-                sdp_rt_tensor_wont_use(grad_out(g, l, r));
-        }
+        if (last)
+            window_release(g, step, l, r);
         if (g->rwork && (mb + 1) % g->nm_rank == 0) /* the replica's last use this step */
             sdp_rt_tensor_discard(compute_work(g, l, step, r));
         release_acts(&kept[l]);
@@ -481,11 +481,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         for (int gi = 0; gi < st->ngroups; gi += g->head_group)
             sdp_rt_tensor_discard(compute_work(g, gi, step, r));
     if (last)
-        for (int gi = 0; gi < st->ngroups; gi += g->head_group) {
-            sdp_rt_tensor_wont_use(work_of(g, gi, step));
-            if (grad_out(g, gi, r))
-                sdp_rt_tensor_wont_use(grad_out(g, gi, r));
-        }
+        for (int gi = 0; gi < st->ngroups; gi += g->head_group)
+            window_release(g, step, gi, r);
 fail:
     for (l = 0; l <= L; l++) {
         release_acts(&kept[l]);

@@ -109,11 +109,7 @@ static int run(const struct bench_opts *b)
     if (b->sched && sdp_policy_resolve(b->sched, &policy))
         return SDP_EXIT_USAGE;
     gbf16 = !strcmp(b->grad_dtype, "bf16");
-#ifdef SDP_HAVE_CUDA
-    need = sdp_state_host_bytes(&cfg, dt, gbf16 ? SDP_BF16 : SDP_F32, b->gpus != 0);
-#else
-    need = sdp_state_host_bytes(&cfg, dt, gbf16 ? SDP_BF16 : SDP_F32, 0);
-#endif
+    need = sdp_state_host_bytes(&cfg, dt, gbf16 ? SDP_BF16 : SDP_F32, sdp_cli_may_use_gpu(b->gpus));
     avail = sdp_rt_host_mem_available();
     if (avail > 0 && need > avail) {
         sdp_err(-ENOMEM,

@@ -25,4 +25,8 @@ double sdp_cli_median(double *v, int n);
  * else on the host under a window, else anywhere.  @return the placement's name, for logs. */
 const char *sdp_cli_place_norms(int ranks, int window);
 
+/** Whether a run asking for `gpus` CUDA workers (-1 = all found) may compute on GPUs, as far as
+ * is known before StarPU starts: never in a build without CUDA. */
+int sdp_cli_may_use_gpu(int gpus);
+
 #endif

@@ -324,11 +324,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     /* state + the activations of one step (recomputed: every layer input of every micro-batch
      * alive) */
     grad_dt = r->grad_bf16 ? SDP_BF16 : SDP_F32;
-#ifdef SDP_HAVE_CUDA
-    state_bytes = sdp_state_host_bytes(&r->model, work_dt, grad_dt, r->gpus != 0);
-#else
-    state_bytes = sdp_state_host_bytes(&r->model, work_dt, grad_dt, 0);
-#endif
+    state_bytes = sdp_state_host_bytes(&r->model, work_dt, grad_dt, sdp_cli_may_use_gpu(r->gpus));
     need = state_bytes +
            (unsigned long long)r->global_batch / r->micro_batch *
                (sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, r->recompute) *

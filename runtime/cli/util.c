@@ -28,6 +28,16 @@ double sdp_cli_median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+int sdp_cli_may_use_gpu(int gpus)
+{
+#ifdef SDP_HAVE_CUDA
+    return gpus != 0;
+#else
+    (void)gpus;
+    return 0;
+#endif
+}
+
 const char *sdp_cli_place_norms(int ranks, int window)
 {
     if (sdp_rt_ncuda() > 0 && ranks <= 1) {
