@@ -5,7 +5,7 @@
  * pinned to rank 0's GPU it is the GPU-reduction route (StarPU brings the other ranks' chunks to
  * that GPU, peer to peer where the topology allows, and one reduced chunk returns).  Both give the
  * same bits: ((g0 + g1) + g2) + ... in fp32.
- * grad_pack: the bf16 gradient return (sdp_state_set_grad_dtype): a group's final fp32
+ * grad_pack: the bf16 gradient return (sdp_state_create_ex): a group's final fp32
  * gradient, read whole where it was made, gives each chunk's squared norm (sumsq's kernel, the same
  * bits) and its bf16 copy (nearest even, NaN kept), so half the bytes cross PCIe and AdamW reads
  * half from DRAM.  One task per group, on the whole vector: the fp32 accumulator is never split

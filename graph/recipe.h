@@ -100,7 +100,7 @@ struct sdp_recipe {
     int window;                  /* GPU window: release layers after use, keeping the last `window`
                                     forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
     int bwd_lookahead;           /* sdp_graph_conf.bwd_lookahead (default 1, -1 = no bound) */
-    int grad_bf16;       /* train.grad_dtype: 0 fp32 (default), 1 bf16 (sdp_state_set_grad_dtype) */
+    int grad_bf16;       /* train.grad_dtype: 0 fp32 (default), 1 bf16 (sdp_state_create_ex) */
     int staging_depth;   /* sdp-slidedp: casts and updates in flight (0 = policy default) */
     int prefetch_groups; /* sdp-slidedp: groups a GPU prefetches ahead (-1 = policy default) */
     int nccl;            /* train.collectives: 0 starpu (default), 1 nccl (sdp_tasks_use_nccl) */

@@ -18,7 +18,7 @@
 #include "runtime/state.h"
 
 static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cfg, int g,
-                      enum sdp_dtype work_dtype, size_t chunk_elems)
+                      enum sdp_dtype work_dtype, size_t chunk_elems, int grad_on_device)
 {
     char name[64];
     size_t *parts;
@@ -37,17 +37,19 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
         sdp_rt_tensor_t **t;
         const char *what;
         enum sdp_dtype dt;
-        int host_only;
-    } list[] = { { &gs->master, "master", SDP_F32, 1 },
-                 { &gs->m, "adam_m", SDP_F32, 1 },
-                 { &gs->v, "adam_v", SDP_F32, 1 },
-                 { &gs->grad, "grad", SDP_F32, 0 },
-                 { &gs->work, "work", work_dtype, 0 } };
+        int host_only, device;
+    } list[] = { { &gs->master, "master", SDP_F32, 1, 0 },
+                 { &gs->m, "adam_m", SDP_F32, 1, 0 },
+                 { &gs->v, "adam_v", SDP_F32, 1, 0 },
+                 { &gs->grad, "grad", SDP_F32, 0, grad_on_device },
+                 { &gs->work, "work", work_dtype, 0, 0 } };
     for (size_t i = 0; i < sizeof(list) / sizeof(list[0]) && !rc; i++) {
         snprintf(name, sizeof(name), "g%d.%s", g, list[i].what);
-        /* masters and moments stay on the host; gradients and working copies cross PCIe */
+        /* masters and moments stay on the host; gradients and working copies cross PCIe, except
+         * fp32 gradients packed on the GPU (bf16 return), which get address space, no pages */
         rc = list[i].host_only ? sdp_rt_tensor_create_host(list[i].t, list[i].dt, gs->nelems, name)
-                               : sdp_rt_tensor_create(list[i].t, list[i].dt, gs->nelems, name);
+             : list[i].device ? sdp_rt_tensor_create_device(list[i].t, list[i].dt, gs->nelems, name)
+                              : sdp_rt_tensor_create(list[i].t, list[i].dt, gs->nelems, name);
         if (!rc)
             rc = sdp_rt_tensor_partition(*list[i].t, gs->nchunks, parts);
     }
@@ -64,59 +66,41 @@ size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work
     return sdp_model_num_params(cfg) * per;
 }
 
-int sdp_state_set_grad_dtype(struct sdp_state *st, enum sdp_dtype grad_dtype, int on_gpu)
+/* The bf16 chunks AdamW reads (grad_dtype bf16): StarPU handles without a host home. */
+static int make_grad_ret(struct sdp_group_state *gs, int g)
 {
     char name[64];
-    int rc = 0;
-    if (grad_dtype != SDP_F32 && grad_dtype != SDP_BF16)
-        return sdp_err(-EINVAL, "gradient dtype %s: f32 or bf16 expected",
-                       sdp_dtype_name(grad_dtype));
-    if (grad_dtype == st->grad_dtype)
-        return 0;
-    if (st->grad_dtype != SDP_F32)
-        return sdp_err(-EINVAL, "the gradient dtype is set once, after sdp_state_create");
-    for (int g = 0; g < st->ngroups && !rc; g++) {
-        struct sdp_group_state *gs = &st->groups[g];
-        gs->grad_ret = calloc((size_t)gs->nchunks, sizeof(*gs->grad_ret));
-        if (!gs->grad_ret)
-            rc = sdp_err(-ENOMEM, "group %d: %d gradient chunks", g, gs->nchunks);
-        for (int c = 0; c < gs->nchunks && !rc; c++) {
-            snprintf(name, sizeof(name), "g%d.grad_bf16.%d", g, c);
-            rc = sdp_rt_tensor_temp(&gs->grad_ret[c], SDP_BF16,
+    gs->grad_ret = calloc((size_t)gs->nchunks, sizeof(*gs->grad_ret));
+    if (!gs->grad_ret)
+        return sdp_err(-ENOMEM, "group %d: %d gradient chunks", g, gs->nchunks);
+    for (int c = 0; c < gs->nchunks; c++) {
+        snprintf(name, sizeof(name), "g%d.grad_bf16.%d", g, c);
+        int rc = sdp_rt_tensor_temp(&gs->grad_ret[c], SDP_BF16,
                                     sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->grad, c)), name);
-        }
-        if (!rc && on_gpu) {
-            /* no task has run: the pinned, zeroed accumulator can become address space only */
-            sdp_rt_tensor_t *dev = NULL;
-            snprintf(name, sizeof(name), "g%d.grad", g);
-            rc = sdp_rt_tensor_create_device(&dev, SDP_F32, gs->nelems, name);
-            if (!rc)
-                rc = sdp_rt_tensor_partition_like(dev, gs->grad);
-            if (!rc) {
-                sdp_rt_tensor_release(gs->grad);
-                gs->grad = dev;
-            } else {
-                sdp_rt_tensor_release(dev);
-            }
-        }
+        if (rc)
+            return rc;
     }
-    if (!rc) {
-        st->grad_dtype = grad_dtype;
-        SDP_INFO("bf16 gradient return: %.2f GiB of host memory for the state%s",
-                 sdp_state_host_bytes(&st->cfg, st->work_dtype, grad_dtype, on_gpu) / 1073741824.0,
-                 on_gpu ? " (the fp32 accumulators stay on the GPUs)" : "");
-    }
-    return rc;
+    return 0;
 }
 
 int sdp_state_create(struct sdp_state *st, const struct sdp_model_cfg *cfg,
                      enum sdp_dtype work_dtype, size_t chunk_bytes)
 {
+    return sdp_state_create_ex(st, cfg, work_dtype, chunk_bytes, SDP_F32, 0);
+}
+
+int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
+                        enum sdp_dtype work_dtype, size_t chunk_bytes, enum sdp_dtype grad_dtype,
+                        int on_gpu)
+{
     int g, rc;
     memset(st, 0, sizeof(*st));
     st->cfg = *cfg;
     st->work_dtype = work_dtype;
-    st->grad_dtype = SDP_F32;
+    if (grad_dtype != SDP_F32 && grad_dtype != SDP_BF16)
+        return sdp_err(-EINVAL, "gradient dtype %s: f32 or bf16 expected",
+                       sdp_dtype_name(grad_dtype));
+    st->grad_dtype = grad_dtype;
     st->chunk_elems = chunk_bytes / sizeof(float);
     if (st->chunk_elems < 1024)
         return sdp_err(-EINVAL, "chunk of %zu bytes is too small (at least 4 KiB)", chunk_bytes);
@@ -125,7 +109,10 @@ int sdp_state_create(struct sdp_state *st, const struct sdp_model_cfg *cfg,
     if (!st->groups)
         return sdp_err(-ENOMEM, "state of %d groups", st->ngroups);
     for (g = 0; g < st->ngroups; g++) {
-        rc = make_group(&st->groups[g], cfg, g, work_dtype, st->chunk_elems);
+        rc = make_group(&st->groups[g], cfg, g, work_dtype, st->chunk_elems,
+                        grad_dtype == SDP_BF16 && on_gpu);
+        if (!rc && grad_dtype == SDP_BF16)
+            rc = make_grad_ret(&st->groups[g], g);
         if (rc) {
             sdp_state_destroy(st);
             return rc;
@@ -135,7 +122,7 @@ int sdp_state_create(struct sdp_state *st, const struct sdp_model_cfg *cfg,
     SDP_INFO(
         "state: %zu parameters in %d groups, %d chunks of up to %.1f MiB, %.2f GiB of host memory",
         sdp_model_num_params(cfg), st->ngroups, st->nchunks_total, chunk_bytes / 1048576.0,
-        sdp_state_host_bytes(cfg, work_dtype, SDP_F32, 0) / 1073741824.0);
+        sdp_state_host_bytes(cfg, work_dtype, grad_dtype, on_gpu) / 1073741824.0);
     return 0;
 }
 

@@ -63,16 +63,18 @@ int sdp_state_check_hf(const struct sdp_model_cfg *cfg, const char *path);
  * @return 0, -EIO, -ENOSPC */
 int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype);
 
-/** The gradient AdamW reads: SDP_F32 (the default: the fp32 accumulator comes back to the host)
- * or SDP_BF16 (each group gets bf16 grad_ret chunks, which the graph fills from the final fp32
- * gradient where it was made and drops after each chunk's update: host memory holds only the
- * chunks between their return and their update).  With on_gpu and SDP_BF16 the fp32 accumulators
- * get host address space but no pages: they live on the GPUs and the graph discards them after
- * packing.  Call right after sdp_state_create.  @return 0, -ENOMEM, -EINVAL */
-int sdp_state_set_grad_dtype(struct sdp_state *st, enum sdp_dtype grad_dtype, int on_gpu);
+/** sdp_state_create with the gradient AdamW reads: SDP_F32 (what sdp_state_create does: the fp32
+ * accumulator comes back to the host) or SDP_BF16 (each group gets bf16 grad_ret chunks, which
+ * the graph fills from the final fp32 gradient where it was made and drops after each chunk's
+ * update: host memory holds only the chunks between their return and their update).  With on_gpu
+ * and SDP_BF16 the fp32 accumulators get host address space but no pages: they live on the GPUs
+ * and the graph discards them after packing.  @return as sdp_state_create */
+int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
+                        enum sdp_dtype work_dtype, size_t chunk_bytes, enum sdp_dtype grad_dtype,
+                        int on_gpu);
 
 /** Host bytes the state of cfg needs for the whole run: master, m, v, working copy and the fp32
- * gradients, which with SDP_BF16 and on_gpu stay on the GPUs (see sdp_state_set_grad_dtype; the
+ * gradients, which with SDP_BF16 and on_gpu stay on the GPUs (see sdp_state_create_ex; the
  * bf16 chunks in flight are not counted). */
 size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype,
                             enum sdp_dtype grad_dtype, int on_gpu);

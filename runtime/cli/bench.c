@@ -135,11 +135,10 @@ static int run(const struct bench_opts *b)
         goto out_free;
     if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&cfg)) ||
-        sdp_state_create(&st, &cfg, dt, (size_t)(b->chunk_mib * 1048576.0)))
+        sdp_state_create_ex(&st, &cfg, dt, (size_t)(b->chunk_mib * 1048576.0),
+                            gbf16 ? SDP_BF16 : SDP_F32, sdp_rt_ncuda() > 0))
         goto out;
     state_made = 1;
-    if (sdp_state_set_grad_dtype(&st, gbf16 ? SDP_BF16 : SDP_F32, sdp_rt_ncuda() > 0))
-        goto out;
     if ((b->trace || b->events) && sdp_trace_start())
         goto out;
     t_init = sdp_cli_now_s();

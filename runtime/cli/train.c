@@ -410,15 +410,12 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     }
     if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&r->model)) ||
-        sdp_state_create(&st, &r->model, work_dt, (size_t)(r->chunk_mib * 1048576.0))) {
+        sdp_state_create_ex(&st, &r->model, work_dt, (size_t)(r->chunk_mib * 1048576.0), grad_dt,
+                            sdp_rt_ncuda() > 0)) {
         rc = SDP_EXIT_FAILURE;
         goto out;
     }
     state_made = 1;
-    if (sdp_state_set_grad_dtype(&st, grad_dt, sdp_rt_ncuda() > 0)) {
-        rc = SDP_EXIT_FAILURE;
-        goto out;
-    }
     if (sdp_rt_ncuda() > 0 && check_gpu_memory(r, work_dt)) {
         rc = SDP_EXIT_FAILURE;
         goto out;
