@@ -42,17 +42,20 @@ static inline int sdp_slidedp_is_staged(const struct sdp_hint *h)
  *           forward of step s + 1 reads, so it is ordered with that step's forward pass
  *           (step -1, evaluation outside training, gets slot 1; hinted keys are >= 2^40, so
  *           StarPU's own and other unhinted tasks, ordered by their priority, come first)
- *   stage = 0 forward pass (cast, update, fwd, loss), 1 backward pass (recompute, bwd), 2 norms
- *   gpos  = group in stages 0 and 2; MAXG - group in stage 1 (the backward runs from the head
- *           down); MAXG for group -1 (the global norm, after every chunk's sum of squares)
+ *   stage = 0 forward pass (cast, update, fwd, loss), 1 backward pass (recompute, bwd, and a
+ *           group's norms: its chunks' sums of squares or its bf16 pack), 2 the global norm
+ *   gpos  = group in stage 0; MAXG - group in stage 1 (the backward runs from the head down);
+ *           MAXG for group -1 (the global norm, after every chunk's sum of squares)
  *   tie   = 0 cast and update (group g's weights before its forward), 1 fwd, recompute, bwd,
- *           2 loss
+ *           2 loss and a group's norms (right after the group's backward, before the next
+ *           group's: they read the final gradient on the GPU that made it, before the window
+ *           lets it go and before the group's updates wait on the pack)
  *   mb, chunk = micro-batch and chunk + 1 (-1 becomes 0), clamped to their widths
  *
  * Consequences (each checked by the test): an earlier step's compute and norms run before later
  * work; the forward runs group by group in ascending order (every micro-batch of group g while
  * its weights are resident, then g + 1) and the backward in descending order; the gradient norms
- * come before the updates; updates run from group 0 up; and the forward of group g of step s + 1
+ * come before the updates, each group's right after its backward; updates run from group 0 up; and the forward of group g of step s + 1
  * is ahead of the step-s updates of every later group, so those never starve it. */
 static inline uint64_t sdp_slidedp_key(const struct sdp_hint *h, int priority)
 {
@@ -67,8 +70,8 @@ static inline uint64_t sdp_slidedp_key(const struct sdp_hint *h, int priority)
         tie = 1;
         break;
     case SDP_PH_NORM:
-        stage = 2;
-        tie = 1;
+        stage = h->group < 0 ? 2 : 1;
+        tie = h->group < 0 ? 1 : 2;
         break;
     case SDP_PH_CAST:
     case SDP_PH_UPDATE:
@@ -103,7 +106,8 @@ static inline uint64_t sdp_slidedp_key(const struct sdp_hint *h, int priority)
 
 /* A task's position along the passes, counted in groups, for the prefetch window: with G groups
  * (0 .. G-1, the head last) a step walks the forward 0, 1, ..., G-1 (the loss at G-1), the
- * backward G-2, ..., 0 at positions G .. 2G-2, and the norms at 2G-1; each step adds 2G.  An
+ * backward G-2, ..., 0 at positions G .. 2G-2 (a group's norms with its backward), and the
+ * global norm at 2G-1; each step adds 2G.  An
  * update belongs to the next step's forward, like in the key.  -1 without a hint. */
 static inline long sdp_slidedp_pass_pos(const struct sdp_hint *h, int ngroups)
 {
@@ -115,14 +119,13 @@ static inline long sdp_slidedp_pass_pos(const struct sdp_hint *h, int ngroups)
     if (slot < 0)
         slot = 0;
     switch (h->phase) {
+    case SDP_PH_NORM:
     case SDP_PH_RECOMPUTE:
     case SDP_PH_BWD:
-        within = 2 * G - 2 - g;
+        /* a group's norms sit with its backward; the global norm (group -1) after it */
+        within = h->phase == SDP_PH_NORM && h->group < 0 ? 2 * G - 1 : 2 * G - 2 - g;
         if (within < G)
             within = G;
-        break;
-    case SDP_PH_NORM:
-        within = 2 * G - 1;
         break;
     default:
         within = g;

@@ -81,18 +81,20 @@ static void build_two_steps(void)
             add(s == 0 ? H(0, G - 1, c, -1, SDP_PH_CAST) : H(s - 1, G - 1, c, -1, SDP_PH_UPDATE));
         for (int mb = 0; mb < NM; mb++)
             add(H(s, G - 1, -1, mb, SDP_PH_LOSS));
-        /* backward from the last layer down: the gradient clear, then per micro-batch the
-         * recomputation and the backward */
+        /* the head's sums of squares (its gradient is final after the loss), then the backward
+         * from the last layer down: the gradient clear, per micro-batch the recomputation and
+         * the backward, then the group's sums of squares */
+        for (int c = 0; c < NC; c++)
+            add(H(s, G - 1, c, -1, SDP_PH_NORM));
         for (int g = G - 2; g >= 0; g--) {
             add(H(s, g, -1, -1, SDP_PH_BWD)); /* zero */
             for (int mb = 0; mb < NM; mb++) {
                 add(H(s, g, -1, mb, SDP_PH_RECOMPUTE));
                 add(H(s, g, -1, mb, SDP_PH_BWD));
             }
-        }
-        for (int g = 0; g < G; g++)
             for (int c = 0; c < NC; c++)
                 add(H(s, g, c, -1, SDP_PH_NORM));
+        }
         add(H(s, -1, -1, -1, SDP_PH_NORM)); /* grad_norm */
     }
     /* the last step's updates, before a third step that is not in the list */
@@ -132,8 +134,12 @@ int main(void)
                   "backward in descending group order");
     expect_before(H(3, 1, -1, 0, SDP_PH_BWD), H(3, 0, -1, 0, SDP_PH_BWD),
                   "the embedding's backward last");
-    expect_before(H(3, 0, -1, 1, SDP_PH_BWD), H(3, 5, 0, -1, SDP_PH_NORM),
-                  "every backward before the sums of squares");
+    expect_before(H(3, 5, -1, 1, SDP_PH_BWD), H(3, 5, 0, -1, SDP_PH_NORM),
+                  "a group's backward (every micro-batch) before its sums of squares");
+    expect_before(H(3, 5, 6, -1, SDP_PH_NORM), H(3, 4, -1, 0, SDP_PH_RECOMPUTE),
+                  "a group's sums of squares (or pack) before the next group's backward");
+    expect_before(H(3, 0, -1, 1, SDP_PH_BWD), H(3, -1, -1, -1, SDP_PH_NORM),
+                  "every backward before the global norm");
     expect_before(H(3, 41, 7, -1, SDP_PH_NORM), H(3, -1, -1, -1, SDP_PH_NORM),
                   "the sums of squares before the global norm");
     expect_before(H(3, -1, -1, -1, SDP_PH_NORM), H(3, 0, 0, -1, SDP_PH_UPDATE),
@@ -195,6 +201,7 @@ int main(void)
                         loss = H(0, 3, -1, 0, SDP_PH_LOSS), b2 = H(0, 2, -1, 0, SDP_PH_BWD),
                         r2 = H(0, 2, -1, 0, SDP_PH_RECOMPUTE), b0 = H(0, 0, -1, 0, SDP_PH_BWD),
                         n0 = H(0, -1, -1, -1, SDP_PH_NORM), u0 = H(0, 0, 0, -1, SDP_PH_UPDATE),
+                        s2 = H(0, 2, 1, -1, SDP_PH_NORM),
                         g0 = H(1, 0, -1, 0, SDP_PH_FWD);
         long p0 = sdp_slidedp_pass_pos(&f0, G);
         expect(sdp_slidedp_pass_pos(&f2, G) == p0 + 2, "forward of group 2 is 2 groups ahead");
@@ -202,7 +209,8 @@ int main(void)
         expect(sdp_slidedp_pass_pos(&b2, G) == p0 + 4 && sdp_slidedp_pass_pos(&r2, G) == p0 + 4,
                "the backward of layer L (and its recomputation) right after the loss");
         expect(sdp_slidedp_pass_pos(&b0, G) == p0 + 6, "the embedding's backward last");
-        expect(sdp_slidedp_pass_pos(&n0, G) == p0 + 7, "the norms after the backward");
+        expect(sdp_slidedp_pass_pos(&s2, G) == p0 + 4, "a group's norms with its backward");
+        expect(sdp_slidedp_pass_pos(&n0, G) == p0 + 7, "the global norm after the backward");
         expect(sdp_slidedp_pass_pos(&g0, G) == p0 + 8, "the next step starts 2G later");
         expect(sdp_slidedp_pass_pos(&u0, G) == sdp_slidedp_pass_pos(&g0, G),
                "an update sits at the next step's forward of its group");
