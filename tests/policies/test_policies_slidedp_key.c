@@ -201,8 +201,7 @@ int main(void)
                         loss = H(0, 3, -1, 0, SDP_PH_LOSS), b2 = H(0, 2, -1, 0, SDP_PH_BWD),
                         r2 = H(0, 2, -1, 0, SDP_PH_RECOMPUTE), b0 = H(0, 0, -1, 0, SDP_PH_BWD),
                         n0 = H(0, -1, -1, -1, SDP_PH_NORM), u0 = H(0, 0, 0, -1, SDP_PH_UPDATE),
-                        s2 = H(0, 2, 1, -1, SDP_PH_NORM),
-                        g0 = H(1, 0, -1, 0, SDP_PH_FWD);
+                        s2 = H(0, 2, 1, -1, SDP_PH_NORM), g0 = H(1, 0, -1, 0, SDP_PH_FWD);
         long p0 = sdp_slidedp_pass_pos(&f0, G);
         expect(sdp_slidedp_pass_pos(&f2, G) == p0 + 2, "forward of group 2 is 2 groups ahead");
         expect(sdp_slidedp_pass_pos(&loss, G) == p0 + 3, "the loss at the head's position");
