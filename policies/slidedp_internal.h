@@ -54,9 +54,10 @@ static inline int sdp_slidedp_is_staged(const struct sdp_hint *h)
  *
  * Consequences (each checked by the test): an earlier step's compute and norms run before later
  * work; the forward runs group by group in ascending order (every micro-batch of group g while
- * its weights are resident, then g + 1) and the backward in descending order; the gradient norms
- * come before the updates, each group's right after its backward; updates run from group 0 up; and the forward of group g of step s + 1
- * is ahead of the step-s updates of every later group, so those never starve it. */
+ * its weights are resident, then g + 1) and the backward in descending order, each group's norms
+ * right after its backward; the global norm comes before the updates; updates run from group 0
+ * up; and the forward of group g of step s + 1 is ahead of the step-s updates of every later
+ * group, so those never starve it. */
 static inline uint64_t sdp_slidedp_key(const struct sdp_hint *h, int priority)
 {
     long slot, stage, gpos, tie;
