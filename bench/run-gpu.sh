@@ -17,6 +17,9 @@
 #            state fits the host (qwen3-1.7b/16, qwen3-4b/16, qwen3-4b/32; qwen3-8b/16 with the
 #            bf16 return only: 14 bytes of host state per parameter instead of 18), each beside
 #            PyTorch GPU-resident where it fits the GPU; MODEL/BATCH are ignored
+#   targets  the goals of the schedule issue under their GPU limits, most telling first: qwen3-4b/16
+#            with the bf16 and the fp32 return unbounded, qwen3-4b/16 bf16 at 16 GiB, qwen3-4b/32
+#            bf16 at 24 GiB, qwen3-8b/16 bf16; each with its event log; MODEL/BATCH are ignored
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    slidedp bench with --ranks over every GPU, every route combination (MODEL/BATCH per GPU),
@@ -134,6 +137,16 @@ for stage in $stages; do
             timeout 400 python3 bench/peers.py --system pytorch-gpu --model "$hm" --batch "$hb" \
                 --seq 1024 --steps 3 --warmup 1 >> "$out/results.jsonl" 2> "$out/bench-$hm-b$hb-pytorch.log"
             log "pytorch-gpu $hm/$hb: exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-300)"
+        done
+        lanes
+        ;;
+    targets)
+        for spec in "qwen3-4b 16 bf16 0" "qwen3-4b 16 fp32 0" "qwen3-4b 16 bf16 16" \
+            "qwen3-4b 32 bf16 24" "qwen3-8b 16 bf16 0"; do
+            read -r hm hb gd gib <<< "$spec"
+            name=$hm-b$hb-grad-$gd-gib$gib
+            bench "$name" 300 --model "$hm" --batch "$hb" --seq 1024 --steps 4 --warmup 2 \
+                --grad-dtype "$gd" --gpu-memory-gib "$gib" --events "$out/events-$name.jsonl"
         done
         lanes
         ;;
