@@ -22,8 +22,9 @@
 #            bf16 at 24 GiB, qwen3-8b/16 bf16; each with its event log; MODEL/BATCH are ignored
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
-#   ranks    slidedp bench with --ranks over every GPU, every route combination (MODEL/BATCH per GPU),
-#            the GPU reduction also through NCCL (--collectives nccl); then tests/e2e/test_e2e_nccl.sh
+#   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
+#            GPU in every route combination (MODEL/BATCH per GPU), the GPU reduction through NCCL
+#            (--collectives nccl) and through StarPU
 #   correct  100 steps of recipes/qwen3-0.6b-compare.yaml at 16 sequences per step (micro-batches of
 #            4) on 1 GPU, on 2 (replicated, CPU reduction) and on every GPU with each of the four
 #            route combinations; the largest loss difference of each run against one GPU
@@ -165,22 +166,18 @@ for stage in $stages; do
         rm -rf "$out/compare/init"
         ;;
     ranks)
-        for R in 1 $ngpu; do
-            for pr in replicated sharded; do
-                for route in cpu gpu; do
-                    [ "$R" = 1 ] && { [ $route = gpu ] || [ $pr = sharded ]; } && continue
-                    bench "ranks$R-$pr-$route" 300 --model "$model" --batch $((batch * R)) \
-                        --seq 1024 --steps 3 --warmup 2 --gpus "$R" --ranks "$R" \
-                        --param-route $pr --grad-route $route
-                    [ $route = gpu ] &&
-                        bench "ranks$R-$pr-$route-nccl" 300 --model "$model" \
-                            --batch $((batch * R)) --seq 1024 --steps 3 --warmup 2 --gpus "$R" \
-                            --ranks "$R" --param-route $pr --grad-route gpu --collectives nccl
-                done
-            done
-        done
         PYTHON3=python3 timeout 300 tests/e2e/test_e2e_nccl.sh > "$out/nccl.log" 2>&1
         log "test_e2e_nccl.sh: exit $? $(tail -n 1 "$out/nccl.log")"
+        # one GPU, then every GPU: the NCCL runs first (the GPU reduction the design intends),
+        # then the host routes, then the GPU reduction through StarPU's own copies
+        for spec in "1 replicated cpu starpu" "$ngpu replicated gpu nccl" "$ngpu replicated cpu starpu" \
+            "$ngpu sharded gpu nccl" "$ngpu sharded cpu starpu" "$ngpu replicated gpu starpu" \
+            "$ngpu sharded gpu starpu"; do
+            read -r R pr route coll <<< "$spec"
+            bench "ranks$R-$pr-$route-$coll" 300 --model "$model" --batch $((batch * R)) \
+                --seq 1024 --steps 3 --warmup 2 --gpus "$R" --ranks "$R" --param-route "$pr" \
+                --grad-route "$route" --collectives "$coll"
+        done
         ;;
     correct)
         sed -e 's#^  global: .*#  global: 16#' -e 's#^  micro: .*#  micro: 4#' \
