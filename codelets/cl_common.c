@@ -103,7 +103,8 @@ static const char *phase_name(enum sdp_phase ph)
 /* The lane of an op (the design's six lanes): the op decides, not the phase. */
 static enum sdp_trace_lane op_lane(const char *name)
 {
-    if (!strcmp(name, "cast") || !strcmp(name, "param_copy") || !strcmp(name, "param_bcast_nccl"))
+    if (!strcmp(name, "cast") || !strcmp(name, "param_copy") || !strcmp(name, "param_bcast_nccl") ||
+        !strcmp(name, "param_fetch"))
         return SDP_LANE_PARAM_H2D;
     if (!strcmp(name, "sumsq") || !strcmp(name, "grad_norm") || !strcmp(name, "grad_reduce") ||
         !strcmp(name, "grad_reduce_nccl") || !strcmp(name, "grad_pack"))

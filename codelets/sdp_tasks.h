@@ -158,6 +158,10 @@ int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
  * parameter route (a chunk into its owner's replica, then from there into every other rank's). */
 int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src);
 
+/** Read t (R) where the task runs, and nothing else: placed with the compute ops, it brings a
+ * group's working copy to the GPU as soon as the copy is written (a dispatch with one rank). */
+int sdp_task_param_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t);
+
 /* ---- setup ---- */
 /** Register the perfmodels and check the codelets (call once after StarPU starts).  @return 0 */
 int sdp_tasks_init(void);

@@ -39,6 +39,7 @@ int sdp_tasks_init(void)
         &sdp_cl_grad_reduce,
         &sdp_cl_grad_pack,
         &sdp_cl_param_copy,
+        &sdp_cl_param_fetch,
     };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         sdp_cl_register(all[i]);
@@ -64,6 +65,7 @@ int sdp_tasks_place_compute(int on_gpu)
         &sdp_cl_rmsnorm_bwd,     &sdp_cl_qknorm_rope_fwd,   &sdp_cl_qknorm_rope_bwd,
         &sdp_cl_attention_fwd,   &sdp_cl_attention_bwd,     &sdp_cl_swiglu_fwd,
         &sdp_cl_swiglu_bwd,      &sdp_cl_lmhead_ce,         &sdp_cl_zero,
+        &sdp_cl_param_fetch,
     };
     if (on_gpu && starpu_cuda_worker_get_count() == 0)
         return sdp_err(-ENODEV, "compute placed on GPUs but StarPU has no CUDA worker");

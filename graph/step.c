@@ -276,6 +276,17 @@ static int owner_of(const sdp_graph_t *g, int gi, int c)
     return (g->chunk0[gi] + c) % g->R;
 }
 
+/* One rank: a param_fetch of group gi's working copy, ordered just ahead of the group's first
+ * compute task of phase ph (micro-batch -1), where the compute runs.  It is ready as soon as the
+ * copy is written, so the policy's prefetch window moves the weights while earlier groups still
+ * compute; the backward's (after a bounded window let the weights go) waits for `after` like the
+ * layer's recomputation. */
+static int fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after)
+{
+    struct sdp_task_opts o = gated(g, opts(g, step, gi, -1, ph), after);
+    return sdp_task_param_fetch(&o, work_of(g, gi, step));
+}
+
 /* Sharded route: before the first forward of the step uses group gi (micro-batch 0), chunk c goes
  * from the host's working copy to its owner rank (owner_of), then from the owner to every other
  * rank: one NCCL broadcast when NCCL is set up for the ranks, else a copy on each receiving rank's
@@ -284,8 +295,10 @@ static int dispatch(sdp_graph_t *g, int step, int mb, int gi)
 {
     sdp_rt_tensor_t *src = work_of(g, gi, step);
     int nchunks = g->st->groups[gi].nchunks;
-    if (!g->rwork || mb != 0)
+    if (mb != 0)
         return 0;
+    if (!g->rwork) /* one rank: the compute reads the working copy itself; bring it early */
+        return fetch(g, step, gi, SDP_PH_FWD, 0);
     for (int c = 0; c < nchunks; c++) {
         int owner = owner_of(g, gi, c);
         sdp_rt_tensor_t *own = sdp_rt_tensor_part(compute_work(g, gi, step, owner), c);
@@ -456,6 +469,11 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
 
     /* backward through the layers, recomputing each layer's activations from its saved input */
     for (l = L; l >= 1; l--) {
+        /* with a bounded window the forward let these weights go (after the step's last
+         * micro-batch: this fetch follows that in submission order) */
+        if (last && !g->rwork)
+            TRY_GOTO(fetch(g, step, l, g->c.recompute ? SDP_PH_RECOMPUTE : SDP_PH_BWD,
+                           bwd_gate(g, done, l)));
         if (g->c.recompute)
             TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], &kept[l], NULL,
                                bwd_gate(g, done, l)));

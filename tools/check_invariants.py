@@ -144,9 +144,10 @@ def check_lookahead(events, k, rep):
             first_mb[key] = min(first_mb.get(key, e["mb"]), e["mb"])
     checked = 0
     for e in tasks:
-        if e["phase"] == "recompute":
+        if e["phase"] == "recompute" and e.get("mb", -1) >= 0:
             mb = e["mb"]
-        elif e["name"] == "zero" and e["phase"] == "bwd":
+        elif (e["name"] == "zero" and e["phase"] == "bwd") or (
+                e["name"] == "param_fetch" and e["phase"] in ("recompute", "bwd")):
             mb = first_mb.get((e["step"], e.get("rank", 0)), -1)
         else:
             continue

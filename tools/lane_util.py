@@ -121,7 +121,8 @@ def timeline(events, keep, t0):
     """Critical-path milestones per step (rank 0), in ms from t0 (see --timeline)."""
     def phase_span(step, phases):
         ev = [e for e in events if e.get("event", "task") != "wait" and e.get("rank", 0) == 0
-              and e.get("step") == step and e.get("phase") in phases]
+              and e.get("step") == step and e.get("phase") in phases
+              and e.get("name") != "param_fetch"]  # a dispatch, run as soon as the update ends
         if not ev:
             return None, None
         return (min(e["start_us"] for e in ev) - t0) / 1e3, (max(e["end_us"] for e in ev) - t0) / 1e3

@@ -50,13 +50,17 @@ if len(xs) != len(evs):
     bad.append("%d X events for %d log lines" % (len(xs), len(evs)))
 per_lane = Counter(lanes.get((e["pid"], e["tid"]), "?") for e in xs)
 print("events per lane:", dict(per_lane))
-want = {"param prepare+H2D": "cast", "CPU compute": None, "gradient reduction": None,
-        "CPU AdamW": "adamw"}
-for lane, op in want.items():
+# the parameter lane: the casts and the dispatches (param_fetch, one per group and step)
+want = {"param prepare+H2D": ("cast", "param_fetch"), "CPU compute": None,
+        "gradient reduction": None, "CPU AdamW": ("adamw",)}
+for lane, ops in want.items():
     if per_lane[lane] == 0:
         bad.append("no event on lane '%s'" % lane)
-    if op and any(e["name"] != op for e in xs if lanes.get((e["pid"], e["tid"])) == lane):
-        bad.append("lane '%s' holds an op other than %s" % (lane, op))
+    if ops and any(e["name"] not in ops for e in xs if lanes.get((e["pid"], e["tid"])) == lane):
+        bad.append("lane '%s' holds an op other than %s" % (lane, " or ".join(ops)))
+fetches = Counter(e["args"]["step"] for e in xs if e["name"] == "param_fetch")
+if sorted(fetches.values()) != [4, 4, 4]:
+    bad.append("param_fetch per step: %s, not one per group (4) in each of 3 steps" % dict(fetches))
 for e in xs:
     if e["dur"] < 0 or any(k not in e["args"] for k in ("step", "group", "chunk", "mb", "version")):
         bad.append("malformed X event %s" % e)
