@@ -9,10 +9,15 @@
  * when the task ends.  Rank 0's chunk is reduced in place (sum in NCCL's order: with two ranks
  * g0 + g1, the same bits as grad_reduce; with more, the order may differ).  Ranks talk over
  * NVLink or PCIe peer to peer where the machine has them, never through host memory.
+ * Several CPU workers run such tasks at once, and a communicator takes calls from one thread at
+ * a time, in the same order on every rank: one lock spans each group's calls.  (Without it two
+ * workers could interleave their calls; the first run on two H200s failed with NCCL's "internal
+ * error".)
  * Tests: tests/e2e/test_e2e_nccl.sh (two GPUs or more), tests/e2e/test_e2e_bad_input.sh (the
  * error without CUDA ranks). */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "codelets/cl_common.h"
@@ -27,6 +32,7 @@ static ncclComm_t comms[SDP_MAX_RANKS];
 static cudaStream_t streams[SDP_MAX_RANKS];
 static int devs[SDP_MAX_RANKS];
 static int *nodes; /* the codelet's dyn_nodes: rank r's memory node */
+static pthread_mutex_t nccl_lock = PTHREAD_MUTEX_INITIALIZER; /* one group's calls at a time */
 
 #define NCCL_CHECK(expr)                                                                           \
     do {                                                                                           \
@@ -55,6 +61,7 @@ static void reduce_nccl_cpu(void *buffers[], void *cl_arg)
     const struct sdp_reduce_nccl_args *a = cl_arg;
     size_t n = STARPU_VECTOR_GET_NX(buffers[0]);
     int R = a->key.d[1];
+    pthread_mutex_lock(&nccl_lock);
     NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < R; r++) {
         float *send = SDP_VECF(buffers[r]);
@@ -62,6 +69,7 @@ static void reduce_nccl_cpu(void *buffers[], void *cl_arg)
         NCCL_CHECK(ncclReduce(send, send, n, ncclFloat, ncclSum, 0, comms[r], streams[r]));
     }
     NCCL_CHECK(ncclGroupEnd());
+    pthread_mutex_unlock(&nccl_lock);
     wait_streams(R);
 }
 
@@ -93,6 +101,7 @@ static void bcast_nccl_cpu(void *buffers[], void *cl_arg)
         (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
     int R = a->key.d[2], root = a->key.d[3];
     const void *src = SDP_VEC(buffers[root]);
+    pthread_mutex_lock(&nccl_lock);
     NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < R; r++) { /* sendbuff is read on the root only, where it is recvbuff */
         void *dst = SDP_VEC(buffers[r]);
@@ -100,6 +109,7 @@ static void bcast_nccl_cpu(void *buffers[], void *cl_arg)
                                  streams[r]));
     }
     NCCL_CHECK(ncclGroupEnd());
+    pthread_mutex_unlock(&nccl_lock);
     wait_streams(R);
 }
 
