@@ -175,7 +175,7 @@ for stage in $stages; do
             "$ngpu sharded gpu starpu"; do
             read -r R pr route coll <<< "$spec"
             bench "ranks$R-$pr-$route-$coll" 300 --model "$model" --batch $((batch * R)) \
-                --seq 1024 --steps 3 --warmup 2 --gpus "$R" --ranks "$R" --param-route "$pr" \
+                --seq 1024 --steps 5 --warmup 3 --gpus "$R" --ranks "$R" --param-route "$pr" \
                 --grad-route "$route" --collectives "$coll"
         done
         ;;
