@@ -79,6 +79,7 @@ struct ctx {
 #define CHOICE(list, fn) .type = K_CHOICE, .names = list, .set = fn
 
 static const char *const precision_names[] = { "fp32", "bf16", NULL };
+static const char *const grad_dtype_names[] = { "auto", "fp32", "bf16", NULL };
 static const char *const activation_names[] = { "recompute", "keep", "offload", NULL };
 static const char *const on_nan_names[] = { "stop", "skip", NULL };
 static const char *const grad_route_names[] = { "cpu", "gpu", NULL };
@@ -94,7 +95,7 @@ static void set_precision(struct ctx *c, int i)
 
 static void set_grad_dtype(struct ctx *c, int i)
 {
-    c->r->grad_bf16 = i == 1;
+    c->r->grad_bf16 = i - 1; /* auto -1, fp32 0, bf16 1 */
 }
 
 static void set_collectives(struct ctx *c, int i)
@@ -201,7 +202,7 @@ static const struct key train_keys[] = {
     { .name = "grad_route_groups", .type = K_STR, RF(grad_route_groups) },
     { .name = "window", RF(window), INT_GE(0) },
     { .name = "bwd_lookahead", RF(bwd_lookahead), INT_GE(-1) },
-    { .name = "grad_dtype", CHOICE(precision_names, set_grad_dtype) },
+    { .name = "grad_dtype", CHOICE(grad_dtype_names, set_grad_dtype) },
     { .name = "staging_depth", RF(staging_depth), INT_GE(1) },
     { .name = "prefetch_groups", RF(prefetch_groups), INT_GE(0) },
     { .name = "collectives", CHOICE(collectives_names, set_collectives) },
@@ -686,6 +687,7 @@ void sdp_recipe_defaults(struct sdp_recipe *r)
     r->ranks = 1;
     r->window = -1;
     r->bwd_lookahead = 1;
+    r->grad_bf16 = -1;
     r->prefetch_groups = -1;
 }
 
@@ -793,7 +795,7 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
         sdp_hint("set train.collectives: starpu for CPU ranks");
         return -EINVAL;
     }
-    if (r->grad_bf16 && r->ranks > 1) {
+    if (r->grad_bf16 > 0 && r->ranks > 1) {
         sdp_err(-EINVAL, "recipe %s: train.grad_dtype bf16 is for one rank, train.ranks is %d",
                 r->file, r->ranks);
         sdp_hint("set train.grad_dtype: fp32 for a multi-rank run (each rank's fp32 gradient is "
@@ -818,6 +820,11 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
  *   cosine    lr_min + 0.5 (lr - lr_min) (1 + cos(pi p))   (Loshchilov & Hutter, SGDR, 2017)
  *   linear    lr_min + (lr - lr_min) (1 - p)
  *   constant  lr */
+int sdp_recipe_grad_bf16(const struct sdp_recipe *r, int on_gpu)
+{
+    return r->grad_bf16 > 0 || (r->grad_bf16 < 0 && r->ranks == 1 && on_gpu);
+}
+
 int sdp_recipe_grad_routes(const struct sdp_recipe *r, int ngroups, unsigned char *gpu)
 {
     const char *p = r->grad_route_groups;

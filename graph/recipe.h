@@ -28,9 +28,10 @@
  *              param_delay (0: synchronous, the default; 1: RoundPipe's asynchronous optimizer,
  *              where step s computes with the weights from before step s - 1's update),
  *              bwd_lookahead (layers the backward's recomputation and gradient zeroing may run
- *              ahead of it: default 1; -1 = no bound; see sdp_graph_conf), grad_dtype (fp32 |
- *              bf16: the gradient AdamW reads; bf16 packs the final fp32 gradient where it was
- *              made, halving the return's bytes; default fp32), staging_depth (sdp-slidedp:
+ *              ahead of it: default 1; -1 = no bound; see sdp_graph_conf), grad_dtype (auto |
+ *              fp32 | bf16: the gradient AdamW reads; bf16 packs the final fp32 gradient where it
+ *              was made, halving the return's bytes; auto, the default: bf16 for one rank on a
+ *              GPU, else fp32; sdp_recipe_grad_bf16), staging_depth (sdp-slidedp:
  *              casts and updates in flight; 0 = SDP_STAGING_DEPTH or one per CPU worker, at
  *              least 4), prefetch_groups (sdp-slidedp: parameter groups a GPU may prefetch
  *              ahead; default SDP_WINDOW_DEPTH or 2), collectives (starpu | nccl: the
@@ -100,8 +101,8 @@ struct sdp_recipe {
     int window;                  /* GPU window: release layers after use, keeping the last `window`
                                     forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
     int bwd_lookahead;           /* sdp_graph_conf.bwd_lookahead (default 1, -1 = no bound) */
-    int grad_bf16;       /* train.grad_dtype: 0 fp32 (default), 1 bf16 (sdp_state_create_ex) */
-    int staging_depth;   /* sdp-slidedp: casts and updates in flight (0 = policy default) */
+    int grad_bf16;               /* train.grad_dtype: -1 auto (default), 0 fp32, 1 bf16 */
+    int staging_depth;           /* sdp-slidedp: casts and updates in flight (0 = policy default) */
     int prefetch_groups; /* sdp-slidedp: groups a GPU prefetches ahead (-1 = policy default) */
     int nccl;            /* train.collectives: 0 starpu (default), 1 nccl (sdp_tasks_use_nccl) */
 
@@ -127,6 +128,11 @@ int sdp_recipe_validate(const struct sdp_recipe *r);
  * train.grad_route and train.grad_route_groups.  @return 0 or -EINVAL (a malformed spec or a group
  * out of range: logged with the recipe file) */
 int sdp_recipe_grad_routes(const struct sdp_recipe *r, int ngroups, unsigned char *gpu);
+
+/** Whether the run returns its gradients in bf16: train.grad_dtype bf16, or auto with one rank
+ * whose compute is on a GPU (on_gpu); fp32 otherwise.  On a GPU the bf16 return halves the
+ * gradient's PCIe and DRAM bytes and the host state; on the CPU it saves nothing. */
+int sdp_recipe_grad_bf16(const struct sdp_recipe *r, int on_gpu);
 
 /** Learning rate for optimizer step s (0-based) of r->steps: linear warmup (s+1)/warmup, then
  * cosine or linear decay to lr * min_lr_ratio, or constant. */

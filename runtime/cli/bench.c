@@ -44,8 +44,8 @@ static void usage(FILE *f)
            "  --steps N            timed steps (5)\n"
            "  --warmup N           untimed steps first (2)\n"
            "  --precision P        bf16 or fp32 (bf16)\n"
-           "  --grad-dtype D       gradient AdamW reads: fp32 or bf16, packed where it was made\n"
-           "                       (fp32)\n"
+           "  --grad-dtype D       gradient AdamW reads: fp32, bf16 (packed where it was made) or\n"
+           "                       auto (bf16 for one rank on a GPU, else fp32; the default)\n"
            "  --activations A      recompute, keep or offload (recompute; offload: recompute, and\n"
            "                       each layer's saved input waits on the host)\n"
            "  --chunk-mib X        parameter chunk, MiB of fp32 master (64)\n"
@@ -80,6 +80,13 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* Whether the gradient returns in bf16: --grad-dtype bf16, or auto with one rank on a GPU. */
+static int grad_bf16(const struct bench_opts *b, int on_gpu)
+{
+    return !strcmp(b->grad_dtype, "bf16") ||
+           (!strcmp(b->grad_dtype, "auto") && b->ranks == 1 && on_gpu);
+}
+
 static int run(const struct bench_opts *b)
 {
     struct sdp_model_cfg cfg;
@@ -108,7 +115,8 @@ static int run(const struct bench_opts *b)
     }
     if (b->sched && sdp_policy_resolve(b->sched, &policy))
         return SDP_EXIT_USAGE;
-    gbf16 = !strcmp(b->grad_dtype, "bf16");
+    /* as far as it is known before StarPU starts; resolved again once it has */
+    gbf16 = grad_bf16(b, sdp_cli_may_use_gpu(b->gpus));
     need = sdp_state_host_bytes(&cfg, dt, gbf16 ? SDP_BF16 : SDP_F32, sdp_cli_may_use_gpu(b->gpus));
     avail = sdp_rt_host_mem_available();
     if (avail > 0 && need > avail) {
@@ -133,6 +141,7 @@ static int run(const struct bench_opts *b)
     rc_conf.gpu_memory_gib = b->gpu_memory_gib;
     if (sdp_rt_init(&rc_conf))
         goto out_free;
+    gbf16 = grad_bf16(b, sdp_rt_ncuda() > 0);
     if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&cfg)) ||
         sdp_state_create_ex(&st, &cfg, dt, (size_t)(b->chunk_mib * 1048576.0),
@@ -232,8 +241,8 @@ static int run(const struct bench_opts *b)
             steady = ntok / sdp_cli_median(timed + 1, b->steps - 1);
         settings = json_pack(
             "{s:s, s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:s, s:i, s:s, s:s, s:f}",
-            "precision", b->precision, "grad_dtype", b->grad_dtype, "micro_batch", b->micro,
-            "activations", b->activations, "chunk_mib", b->chunk_mib, "sched",
+            "precision", b->precision, "grad_dtype", gbf16 ? "bf16" : "fp32", "micro_batch",
+            b->micro, "activations", b->activations, "chunk_mib", b->chunk_mib, "sched",
             b->sched ? b->sched : "default", "gpus", sdp_rt_ncuda(), "cpu_workers", sdp_rt_ncpus(),
             "gpu_memory_gib", b->gpu_memory_gib, "window", b->window, "bwd_lookahead", b->lookahead,
             "norms", norms_at, "ranks", b->ranks, "grad_route", b->grad_route_gpu ? "gpu" : "cpu",
@@ -329,7 +338,7 @@ int sdp_cli_bench(int argc, char **argv)
                             .cpus = 0,
                             .chunk_mib = 64,
                             .precision = "bf16",
-                            .grad_dtype = "fp32",
+                            .grad_dtype = "auto",
                             .activations = "recompute",
                             .sched = "sdp-slidedp",
                             .window = -1,
@@ -353,8 +362,8 @@ int sdp_cli_bench(int argc, char **argv)
             b.precision = optarg;
             break;
         case 'P':
-            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
-                fprintf(stderr, "slidedp bench: --grad-dtype expects bf16 or fp32\n");
+            if (strcmp(optarg, "auto") && strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
+                fprintf(stderr, "slidedp bench: --grad-dtype expects auto, bf16 or fp32\n");
                 return SDP_EXIT_USAGE;
             }
             b.grad_dtype = optarg;

@@ -44,7 +44,7 @@ static void usage(FILE *f)
         "policies`)\n"
         "  --cpus N           CPU workers (overrides train.cpus; 0 = all cores)\n"
         "  --precision P      fp32 or bf16 (overrides train.precision)\n"
-        "  --grad-dtype D     fp32 or bf16: the gradient AdamW reads (overrides "
+        "  --grad-dtype D     auto, fp32 or bf16: the gradient AdamW reads (overrides "
         "train.grad_dtype)\n"
         "  --collectives C    starpu or nccl: how the GPU-reduction route moves gradients "
         "(overrides\n"
@@ -323,7 +323,8 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     work_dt = r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32;
     /* state + the activations of one step (recomputed: every layer input of every micro-batch
      * alive) */
-    grad_dt = r->grad_bf16 ? SDP_BF16 : SDP_F32;
+    /* the return as far as it is known before StarPU starts (resolved again once it has) */
+    grad_dt = sdp_recipe_grad_bf16(r, sdp_cli_may_use_gpu(r->gpus)) ? SDP_BF16 : SDP_F32;
     state_bytes = sdp_state_host_bytes(&r->model, work_dt, grad_dt, sdp_cli_may_use_gpu(r->gpus));
     need = state_bytes +
            (unsigned long long)r->global_batch / r->micro_batch *
@@ -408,6 +409,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         rc = SDP_EXIT_FAILURE;
         goto out;
     }
+    grad_dt = sdp_recipe_grad_bf16(r, sdp_rt_ncuda() > 0) ? SDP_BF16 : SDP_F32;
     if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&r->model)) ||
         sdp_state_create_ex(&st, &r->model, work_dt, (size_t)(r->chunk_mib * 1048576.0), grad_dt,
@@ -691,8 +693,8 @@ int sdp_cli_train(int argc, char **argv)
             ov.grad_route = optarg;
             break;
         case 'D':
-            if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16")) {
-                fprintf(stderr, "slidedp train: --grad-dtype takes fp32 or bf16, not '%s'\n",
+            if (strcmp(optarg, "auto") && strcmp(optarg, "fp32") && strcmp(optarg, "bf16")) {
+                fprintf(stderr, "slidedp train: --grad-dtype takes auto, fp32 or bf16, not '%s'\n",
                         optarg);
                 return SDP_EXIT_USAGE;
             }
@@ -749,7 +751,7 @@ int sdp_cli_train(int argc, char **argv)
     if (ov.param_route)
         r.param_sharded = !strcmp(ov.param_route, "sharded");
     if (ov.grad_dtype)
-        r.grad_bf16 = !strcmp(ov.grad_dtype, "bf16");
+        r.grad_bf16 = !strcmp(ov.grad_dtype, "auto") ? -1 : !strcmp(ov.grad_dtype, "bf16");
     if (ov.collectives)
         r.nccl = !strcmp(ov.collectives, "nccl");
     if (ov.checkpoint_every >= 0)

@@ -9,7 +9,10 @@
 #     between the pack and the next step's zeroing shows up as a difference here);
 #   - tools/check_invariants.py passes the event log, which holds one pack per group and step, and
 #     fails it once a zeroing or an update is moved before its pack;
-#   - bf16 with two ranks, and an unknown dtype, are refused with exit code 2 naming the key.
+#   - bf16 with two ranks, and an unknown dtype, are refused with exit code 2 naming the key;
+#   - auto (the default, also as --grad-dtype auto) returns bf16 only for one rank on a GPU: without
+#     a GPU its losses are the fp32 return's, bit for bit, and its event log has no pack; with two
+#     ranks it trains (fp32).
 set -u
 top=$(cd "${top_srcdir:-.}" && pwd)
 bin=${top_builddir:-.}/slidedp
@@ -26,8 +29,9 @@ recipe() { # FILE LINES
     printf '%s\n' "$2" >> "$1"
 }
 
-recipe "$tmp/f32.yaml" ""
+recipe "$tmp/f32.yaml" "  grad_dtype: fp32"
 recipe "$tmp/b16.yaml" "  grad_dtype: bf16"
+recipe "$tmp/auto.yaml" ""
 run() { # NAME RECIPE ARGS...
     name=$1 r=$2
     shift 2
@@ -40,10 +44,17 @@ run b16 "$tmp/b16.yaml" --events "$tmp/b16.events"
 run b16-eager "$tmp/b16.yaml" --sched eager
 run b16-lws "$tmp/b16.yaml" --sched lws
 run b16-flag "$tmp/f32.yaml" --grad-dtype bf16
+run auto "$tmp/auto.yaml" --events "$tmp/auto.events"
+run auto-flag "$tmp/b16.yaml" --grad-dtype auto --events "$tmp/auto-flag.events"
+run auto-r2 "$tmp/auto.yaml" --ranks 2
+ngpu=0
+if command -v nvidia-smi > /dev/null 2>&1; then
+    ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
+fi
 
-"$py" - "$tmp" <<'PYEOF' || fail=1
+"$py" - "$tmp" "$ngpu" <<'PYEOF' || fail=1
 import json, sys
-tmp = sys.argv[1]
+tmp, ngpu = sys.argv[1], int(sys.argv[2])
 def load(name):
     return [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name))]
 f, b = load("f32"), load("b16")
@@ -66,6 +77,20 @@ for other in ("b16-eager", "b16-lws", "b16-flag"):
     if [x["loss"] for x in o] != [x["loss"] for x in b]:
         print("%s: losses differ from the default policy's: %r" % (other, [x["loss"] for x in o]))
         ok = False
+# auto: the bf16 return on a GPU, else the fp32 return
+for name in ("auto", "auto-flag"):
+    packs = sum(1 for l in open("%s/%s.events" % (tmp, name)) if '"grad_pack"' in l)
+    print("%s (%d GPUs): %d gradient packs" % (name, ngpu, packs))
+    if (packs > 0) != (ngpu > 0):
+        print("%s: %s" % (name, "a GPU run without the bf16 return" if ngpu else
+                          "a CPU run packed its gradients"))
+        ok = False
+    if ngpu == 0 and [x["loss"] for x in load(name)] != [x["loss"] for x in f]:
+        print("%s without a GPU: losses differ from the fp32 return's" % name)
+        ok = False
+if len(load("auto-r2")) != 6:
+    print("auto with two ranks: %d steps" % len(load("auto-r2")))
+    ok = False
 sys.exit(0 if ok else 1)
 PYEOF
 

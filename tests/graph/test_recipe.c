@@ -279,7 +279,10 @@ int main(void)
           r.window, r.param_delay, r.bwd_lookahead);
     CHECK(d.bwd_lookahead == 1 && d.window == -1 && d.param_delay == 0 && d.ranks == 1,
           "defaults of the window keys");
-    CHECK(r.grad_bf16 == 0 && d.grad_bf16 == 0, "train.grad_dtype fp32, and its default");
+    CHECK(r.grad_bf16 == 0 && d.grad_bf16 == -1, "train.grad_dtype fp32, and its default (auto)");
+    CHECK(!sdp_recipe_grad_bf16(&r, 1) && !sdp_recipe_grad_bf16(&d, 0) &&
+              sdp_recipe_grad_bf16(&d, 1),
+          "fp32 returns fp32; auto returns bf16 for one rank on a GPU only");
     CHECK(r.staging_depth == 3 && r.prefetch_groups == 0 && d.staging_depth == 0 &&
               d.prefetch_groups == -1,
           "train.staging_depth %d, prefetch_groups %d, and their defaults", r.staging_depth,
@@ -328,6 +331,10 @@ int main(void)
     rc = load_capture(path, &r, err, sizeof(err));
     CHECK(rc == 0 && r.grad_bf16 == 1, "grad_dtype bf16: %d %s", rc, err);
     CHECK(sdp_recipe_validate(&r) == 0, "grad_dtype bf16 with one rank");
+    CHECK(sdp_recipe_grad_bf16(&r, 0) && sdp_recipe_grad_bf16(&r, 1), "bf16 returns bf16");
+    d.ranks = 2;
+    CHECK(!sdp_recipe_grad_bf16(&d, 1), "auto with two ranks returns fp32");
+    d.ranks = 1;
     r.ranks = 2;
     {
         char vcap[300];
