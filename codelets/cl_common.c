@@ -107,7 +107,8 @@ static enum sdp_trace_lane op_lane(const char *name)
         !strcmp(name, "param_fetch"))
         return SDP_LANE_PARAM_H2D;
     if (!strcmp(name, "sumsq") || !strcmp(name, "grad_norm") || !strcmp(name, "grad_reduce") ||
-        !strcmp(name, "grad_reduce_nccl") || !strcmp(name, "grad_pack"))
+        !strcmp(name, "grad_reduce_nccl") || !strcmp(name, "grad_pack") ||
+        !strcmp(name, "grad_sumsq"))
         return SDP_LANE_GRAD_REDUCE;
     if (!strcmp(name, "adamw"))
         return SDP_LANE_CPU_ADAMW;

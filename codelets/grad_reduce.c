@@ -10,6 +10,11 @@
  * bits) and its bf16 copy (nearest even, NaN kept), so half the bytes cross PCIe and AdamW reads
  * half from DRAM.  One task per group, on the whole vector: the fp32 accumulator is never split
  * into chunks, so discarding it afterwards gathers nothing to the host.
+ * grad_sumsq: grad_pack's squared norms alone, for the fp32 return.  One task reads a group's
+ * gradient whole where it was made; per-chunk sumsq tasks read its chunks, and StarPU splits a
+ * vector into chunks on its home node (the host): the whole gradient went down to the host and
+ * each chunk came back up to the GPU for its sum (qwen3-4b/16 on an H200: 16 GB a step more
+ * host-to-device traffic than the design's formula).
  * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_grad_dtype.sh. */
 #include "config.h"
 
@@ -97,22 +102,23 @@ int sdp_task_grad_reduce(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
 
 /* ---- grad_pack ---- */
 struct sdp_grad_pack_args {
-    struct sdp_shape_key key; /* group elements (low, high 31 bits), chunks */
-    int nchunks;
-    size_t off[]; /* first element of each chunk */
+    struct sdp_shape_key key; /* group elements (low, high 31 bits), chunks, pack */
+    int nchunks, pack;        /* pack 0: grad_sumsq (no bf16 chunks) */
+    size_t off[];             /* first element of each chunk, then the group's length */
 };
 
-/* buffers: grad (n) f32 R, the chunks of ret (bf16) W, then one sumsq (1) f64 W per chunk */
+/* buffers: grad (n) f32 R, the chunks of ret (bf16) W when packing, then one sumsq (1) f64 W per
+ * chunk */
 static void grad_pack_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_grad_pack_args *a = cl_arg;
     const float *g = SDP_VECF(buffers[0]);
     for (int c = 0; c < a->nchunks; c++) {
-        void *ret = buffers[1 + c];
-        size_t n = STARPU_VECTOR_GET_NX(ret);
-        *(double *)STARPU_VECTOR_GET_PTR(buffers[1 + a->nchunks + c]) =
+        size_t n = a->off[c + 1] - a->off[c];
+        *(double *)STARPU_VECTOR_GET_PTR(buffers[1 + a->pack * a->nchunks + c]) =
             sdp_cpu_sumsq(g + a->off[c], n);
-        sdp_cpu_cast_bf16(SDP_VEC(ret), g + a->off[c], n);
+        if (a->pack)
+            sdp_cpu_cast_bf16(SDP_VEC(buffers[1 + c]), g + a->off[c], n);
     }
 }
 
@@ -123,12 +129,12 @@ static void grad_pack_cuda(void *buffers[], void *cl_arg)
     const float *g = SDP_VECF(buffers[0]);
     cudaStream_t st = starpu_cuda_get_local_stream();
     for (int c = 0; c < a->nchunks; c++) {
-        void *ret = buffers[1 + c];
-        size_t n = STARPU_VECTOR_GET_NX(ret);
+        size_t n = a->off[c + 1] - a->off[c];
         /* the same kernel and order as sumsq on the chunk: the same bits */
-        sdp_cuda_sumsq((double *)STARPU_VECTOR_GET_PTR(buffers[1 + a->nchunks + c]), g + a->off[c],
-                       n, sdp_cl_cuda_ws(0, sdp_cuda_sumsq_ws(n)), st);
-        sdp_cuda_cast(SDP_VEC(ret), SDP_CUDA_BF16, g + a->off[c], n, st);
+        sdp_cuda_sumsq((double *)STARPU_VECTOR_GET_PTR(buffers[1 + a->pack * a->nchunks + c]),
+                       g + a->off[c], n, sdp_cl_cuda_ws(0, sdp_cuda_sumsq_ws(n)), st);
+        if (a->pack)
+            sdp_cuda_cast(SDP_VEC(buffers[1 + c]), SDP_CUDA_BF16, g + a->off[c], n, st);
     }
     SDP_CUDA_CHECK(cudaGetLastError());
 }
@@ -152,37 +158,75 @@ struct starpu_codelet sdp_cl_grad_pack = {
     .model = &sdp_pm_grad_pack,
 };
 
-int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+static struct starpu_perfmodel sdp_pm_grad_sumsq = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_grad_sumsq_v1",
+    .footprint = sdp_cl_footprint,
+};
+
+struct starpu_codelet sdp_cl_grad_sumsq = {
+    .name = "grad_sumsq",
+    .cpu_funcs = { grad_pack_cpu },
+    .cpu_funcs_name = { "grad_pack_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { grad_pack_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_grad_sumsq,
+};
+
+/* grad_pack (ret given) or grad_sumsq (ret NULL) of the chunked f32 gradient grad */
+static int pack_submit(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                        sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq)
 {
-    int nc = sdp_rt_tensor_nparts(grad), rc;
+    const char *what = ret ? "grad_pack" : "grad_sumsq";
+    int nc = sdp_rt_tensor_nparts(grad), pack = ret != NULL, nb, rc;
     size_t n = sdp_rt_tensor_nelems(grad), argsize;
     struct sdp_grad_pack_args *a;
     struct sdp_cl_buf *b;
     if (nc < 1 || sdp_rt_tensor_dtype(grad) != SDP_F32)
-        return sdp_err(-EINVAL, "grad_pack: %s is not a chunked f32 gradient",
+        return sdp_err(-EINVAL, "%s: %s is not a chunked f32 gradient", what,
                        sdp_rt_tensor_name(grad));
-    for (int c = 0; c < nc; c++)
+    for (int c = 0; pack && c < nc; c++)
         if (sdp_rt_tensor_dtype(ret[c]) != SDP_BF16 ||
             sdp_rt_tensor_nelems(ret[c]) != sdp_rt_tensor_nelems(sdp_rt_tensor_part(grad, c)))
             return sdp_err(-EINVAL, "grad_pack: %s (bf16) does not match chunk %d of %s",
                            sdp_rt_tensor_name(ret[c]), c, sdp_rt_tensor_name(grad));
-    b = calloc((size_t)(2 * nc + 1), sizeof(*b));
+    nb = 1 + (1 + pack) * nc;
+    b = calloc((size_t)nb, sizeof(*b));
     if (!b)
-        return sdp_err(-ENOMEM, "grad_pack of %d chunks", nc);
-    argsize = sizeof(*a) + (size_t)nc * sizeof(size_t);
+        return sdp_err(-ENOMEM, "%s of %d chunks", what, nc);
+    argsize = sizeof(*a) + (size_t)(nc + 1) * sizeof(size_t);
     a = sdp_cl_args_alloc(argsize);
     a->key.d[0] = (int)(n & 0x7fffffff);
     a->key.d[1] = (int)(n >> 31);
     a->key.d[2] = nc;
+    a->key.d[3] = pack;
     a->nchunks = nc;
+    a->pack = pack;
     b[0] = (struct sdp_cl_buf){ grad, STARPU_R };
     for (int c = 0; c < nc; c++) {
         a->off[c] = sdp_rt_tensor_part_offset(grad, c);
-        b[1 + c] = (struct sdp_cl_buf){ ret[c], STARPU_W };
-        b[1 + nc + c] = (struct sdp_cl_buf){ sumsq[c], STARPU_W };
+        if (pack)
+            b[1 + c] = (struct sdp_cl_buf){ ret[c], STARPU_W };
+        b[1 + pack * nc + c] = (struct sdp_cl_buf){ sumsq[c], STARPU_W };
     }
-    rc = sdp_cl_submit(&sdp_cl_grad_pack, o, a, argsize, 3.0 * n, b, 2 * nc + 1);
+    a->off[nc] = n;
+    rc = sdp_cl_submit(pack ? &sdp_cl_grad_pack : &sdp_cl_grad_sumsq, o, a, argsize,
+                       (2.0 + pack) * n, b, nb);
     free(b);
     return rc;
+}
+
+int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                       sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq)
+{
+    return pack_submit(o, grad, ret, sumsq);
+}
+
+int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                        sdp_rt_tensor_t *const *sumsq)
+{
+    return pack_submit(o, grad, NULL, sumsq);
 }

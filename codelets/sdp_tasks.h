@@ -154,6 +154,12 @@ int sdp_task_grad_reduce(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
 int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                        sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq);
 
+/** sdp_task_grad_pack's squared norms alone (the fp32 return): grad (n) f32 R, read whole; for
+ * each chunk c: sumsq[c] (1) f64 W, the bits of sdp_task_sumsq on the chunk.  Reading the whole
+ * vector keeps it where it was made: a chunk's access would split it on its home node first. */
+int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                        sdp_rt_tensor_t *const *sumsq);
+
 /** dst (n) W = src (n) R, same dtype, on the executing worker's node: a step of the sharded
  * parameter route (a chunk into its owner's replica, then from there into every other rank's). */
 int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src);
@@ -180,6 +186,8 @@ enum sdp_norm_place {
                        its last backward (sdp_graph_conf) */
 };
 void sdp_tasks_place_norms(enum sdp_norm_place where);
+/** 1 when the norms run on the GPUs (SDP_NORMS_GPU with a CUDA worker), else 0. */
+int sdp_tasks_norms_on_gpu(void);
 /** Check that the GPU kernels support the model's shapes (head_dim, grouped-query ratio).
  * @return 0 or -EINVAL (logged) */
 struct sdp_model_cfg;

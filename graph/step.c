@@ -344,12 +344,19 @@ static int zero_grad(sdp_graph_t *g, int step, int mb, int gi, unsigned long lon
 
 /* The squared norms of group gi's gradient chunks, into sumsq[chunk0[gi] + c].  With one rank they
  * are submitted as soon as the group's gradient is final (after its backward in the last
- * micro-batch), before the window lets the gradient go: on a GPU they then read it where it was
- * made.  With more ranks the norms follow the reduction (optimizer()). */
+ * micro-batch), before the window lets the gradient go; with more ranks they follow the reduction
+ * (optimizer()).  Where the gradient is on a GPU (one rank with the norms there, or the GPU route's
+ * sum on rank 0), one task reads the whole gradient where it is: a chunk's own task would make
+ * StarPU split the vector on the host first, then bring each chunk back up.  On the host, one task
+ * per chunk reads the chunks AdamW reads, in parallel. */
 static int norms(sdp_graph_t *g, int step, int gi)
 {
+    struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
+    if ((g->R == 1 && sdp_tasks_norms_on_gpu()) || (g->R > 1 && g->route_gpu[gi])) {
+        o.on_rank = g->R > 1; /* rank 0's worker, where the route summed */
+        return sdp_task_grad_sumsq(&o, g->st->groups[gi].grad, &g->sumsq[g->chunk0[gi]]);
+    }
     for (int c = 0; c < g->st->groups[gi].nchunks; c++) {
-        struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
         o.hint.chunk = c;
         TRY_RET(sdp_task_sumsq(&o, g->sumsq[g->chunk0[gi] + c],
                                sdp_rt_tensor_part(g->st->groups[gi].grad, c)));
@@ -516,22 +523,19 @@ fail:
     return rc;
 }
 
-/* The gradient return of ranks 1..R-1 into rank 0's gradient, chunk by chunk (the route decides
- * where the sum runs). */
+/* The gradient return of ranks 1..R-1 into rank 0's gradient, one task per group on the whole
+ * vectors (the route decides where the sum runs).  Chunk by chunk, StarPU split every rank's
+ * gradient on the host first, so even the GPU route sent each gradient through host memory. */
 static int reduce_ranks(sdp_graph_t *g, int step)
 {
     struct sdp_state *st = g->st;
     sdp_rt_tensor_t *in[SDP_MAX_RANKS];
     for (int gi = 0; gi < st->ngroups; gi++) {
-        struct sdp_group_state *gs = &st->groups[gi];
-        for (int c = 0; c < gs->nchunks; c++) {
-            struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
-            o.hint.chunk = c;
-            o.on_rank = g->route_gpu[gi];
-            for (int r = 1; r < g->R; r++)
-                in[r - 1] = sdp_rt_tensor_part(grad_of(g, gi, r), c);
-            TRY_RET(sdp_task_grad_reduce(&o, sdp_rt_tensor_part(gs->grad, c), in, g->R - 1));
-        }
+        struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
+        o.on_rank = g->route_gpu[gi];
+        for (int r = 1; r < g->R; r++)
+            in[r - 1] = grad_of(g, gi, r);
+        TRY_RET(sdp_task_grad_reduce(&o, st->groups[gi].grad, in, g->R - 1));
     }
     return 0;
 }

@@ -44,6 +44,12 @@ const char *sdp_cli_place_norms(int ranks, int window)
         sdp_tasks_place_norms(SDP_NORMS_GPU);
         return "gpu";
     }
-    sdp_tasks_place_norms(window > 0 ? SDP_NORMS_HOST : SDP_NORMS_ANY);
-    return window > 0 ? "host" : "any";
+    /* several GPU ranks: the reduced gradient goes to the host for AdamW, split into its chunks
+     * there; a norm on a GPU would bring its chunk back up */
+    if (window > 0 || sdp_rt_ncuda() > 0) {
+        sdp_tasks_place_norms(SDP_NORMS_HOST);
+        return "host";
+    }
+    sdp_tasks_place_norms(SDP_NORMS_ANY);
+    return "any";
 }
