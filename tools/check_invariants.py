@@ -27,9 +27,11 @@ to a group's version and are skipped.  Waits (lines with "event": "wait", writte
 that held ready work back, e.g. sdp-slidedp's bounded staging) are not tasks: the invariants
 ignore them, and the checker reports their count and time per lane and reason.
 
---max-inflight LANE=N (repeatable): no more than N task events of the lane (its name, e.g.
-"CPU AdamW", or its lane_id) overlap in time, over all ranks and workers; an event ending at the
-instant another starts does not overlap it.  A breach counts as a violation.
+--max-inflight LANE=N (repeatable): no more than N staged task events of the lane (its name,
+e.g. "CPU AdamW", or its lane_id) overlap in time, over all ranks and workers; an event ending at
+the instant another starts does not overlap it.  Staged are the events the policy's bound covers:
+phases cast and update (a dispatch's param_fetch shares the parameter lane but fills no staging
+buffer).  A breach counts as a violation.
 
 --bwd-lookahead K: the backward's preparations ran at most K layers ahead of it (the graph's
 bwd_lookahead): the recomputation of layer l for a micro-batch, and the zeroing of layer l's
@@ -43,6 +45,7 @@ import sys
 from collections import defaultdict
 
 COMPUTE = {"fwd", "recompute", "bwd", "loss"}
+STAGED = {"cast", "update"}  # the phases under the staging bound (sdp_slidedp_is_staged)
 NO_PARAMS = {"zero"}  # clears a gradient accumulator: reads no parameters, only waits for its readers
 BACKWARD = {"bwd", "loss"}
 MAX_PRINT = 20  # violations printed per invariant (all are counted)
@@ -119,7 +122,8 @@ def max_overlap(evs):
 def check_inflight(events, limits, rep):
     tasks = [e for e in events if not is_wait(e)]
     for lane, limit in limits:
-        evs = [e for e in tasks if e.get("lane") == lane or str(e.get("lane_id")) == lane]
+        evs = [e for e in tasks if (e.get("lane") == lane or str(e.get("lane_id")) == lane)
+               and e.get("phase") in STAGED]
         peak, at = max_overlap(evs)
         print("lane %s: %d events, at most %d in flight (limit %d)" % (lane, len(evs), peak, limit))
         if peak > limit:
