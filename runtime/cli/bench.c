@@ -100,6 +100,7 @@ static int run(const struct bench_opts *b)
     size_t ntok = (size_t)b->batch * b->seq;
     int32_t *ids = NULL, *targets = NULL;
     double *step_s = NULL, gpu_peak = 0.0, t_init, t_start = 0.0, t_prev, span;
+    double t_go = sdp_cli_now_s(), t_rt = 0.0, t_state = 0.0, t_graph = 0.0, t_end;
     int rc = SDP_EXIT_FAILURE, state_made = 0, total = b->warmup + b->steps, gbf16;
     int wid[SDP_MAX_RANKS] = { 0 };
     unsigned long long need, avail;
@@ -141,6 +142,7 @@ static int run(const struct bench_opts *b)
     rc_conf.gpu_memory_gib = b->gpu_memory_gib;
     if (sdp_rt_init(&rc_conf))
         goto out_free;
+    t_rt = sdp_cli_now_s();
     gbf16 = grad_bf16(b, sdp_rt_ncuda() > 0);
     if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&cfg)) ||
@@ -148,6 +150,7 @@ static int run(const struct bench_opts *b)
                             gbf16 ? SDP_BF16 : SDP_F32, sdp_rt_ncuda() > 0))
         goto out;
     state_made = 1;
+    t_state = sdp_cli_now_s();
     if ((b->trace || b->events) && sdp_trace_start())
         goto out;
     t_init = sdp_cli_now_s();
@@ -177,6 +180,10 @@ static int run(const struct bench_opts *b)
         goto out;
     if (b->ranks == 1 && sdp_rt_rank_workers(1, wid))
         goto out;
+    t_graph = sdp_cli_now_s();
+    /* where a run's minutes go besides its steps (on a GPU host, pinning the state dominates) */
+    SDP_INFO("start-up %.1f s: StarPU %.1f s, state %.1f s, initialisation and graph %.1f s",
+             t_graph - t_go, t_rt - t_go, t_state - t_rt, t_graph - t_state);
     /* Pipelined (the default, as `train` runs): a step is submitted as soon as the previous one's
      * loss and norm are known, so its forward overlaps the previous updates; a step's time is the
      * interval between two returns of sdp_graph_step.  The timed steps start after a barrier and
@@ -260,6 +267,10 @@ static int run(const struct bench_opts *b)
             "gpu_peak_gib", gpu_peak, "host_peak_gib", sdp_rt_host_peak_rss() / 1073741824.0,
             "step_s", steps_arr, "settings", settings);
         json_object_set_new(o, "bytes_per_rank_per_step", routes);
+        json_object_set_new(o, "startup_s",
+                            json_pack("{s:f, s:f, s:f, s:f}", "total", t_graph - t_go, "starpu",
+                                      t_rt - t_go, "state", t_state - t_rt, "init_graph",
+                                      t_graph - t_state));
         if (steady > 0) /* pipelined: tokens per steady step (the intervals after the first) */
             json_object_set_new(o, "tokens_per_s_steady", json_real(steady));
         line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
@@ -272,12 +283,16 @@ static int run(const struct bench_opts *b)
     if ((b->trace || b->events) && sdp_trace_write(b->events, b->trace))
         rc = SDP_EXIT_FAILURE;
 out:
+    t_end = sdp_cli_now_s();
     sdp_graph_destroy(g);
     if (state_made)
         sdp_state_destroy(&st);
     sdp_trace_stop();
     sdp_tasks_shutdown();
     sdp_rt_shutdown();
+    if (t_graph > 0.0)
+        SDP_INFO("shutdown %.1f s, whole run %.1f s", sdp_cli_now_s() - t_end,
+                 sdp_cli_now_s() - t_go);
 out_free:
     free(ids);
     free(targets);
