@@ -11,11 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "codelets/sdp_tasks.h"
 #include "graph/step.h"
 #include "policies/sdp_policies.h"
 #include "runtime/cli/cli.h"
+#include "runtime/hfconfig.h"
 #include "runtime/init.h"
 #include "runtime/sdp_log.h"
 #include "runtime/state.h"
@@ -32,10 +34,11 @@ struct bench_opts {
 static void usage(FILE *f)
 {
     fprintf(
-        f, "usage: slidedp bench --model PRESET [options]\n"
+        f, "usage: slidedp bench --model PRESET|CONFIG [options]\n"
            "\n"
            "Time training steps of a preset model (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,\n"
-           "qwen3-14b) with random weights and random tokens; print one JSON line.\n"
+           "qwen3-14b), or of the model a Hugging Face config.json (or the directory holding it)\n"
+           "describes, with random weights and random tokens; print one JSON line.\n"
            "\n"
            "options:\n"
            "  --batch N            sequences per step (16)\n"
@@ -106,9 +109,15 @@ static int run(const struct bench_opts *b)
     unsigned long long need, avail;
 
     if (sdp_model_preset(b->model, &cfg)) {
-        sdp_err(-EINVAL, "unknown model preset '%s'", b->model);
-        sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b");
-        return SDP_EXIT_USAGE;
+        if (access(b->model, F_OK) != 0) {
+            sdp_err(-EINVAL, "unknown model preset '%s', and no such config file or directory",
+                    b->model);
+            sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b; or give a "
+                     "Hugging Face config.json or its directory");
+            return SDP_EXIT_USAGE;
+        }
+        if (sdp_hfconfig_load(b->model, &cfg)) /* names the file and the field */
+            return SDP_EXIT_USAGE;
     }
     if (b->batch % b->micro != 0) {
         sdp_err(-EINVAL, "--batch %d is not a multiple of --micro %d", b->batch, b->micro);

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # tests/e2e/: data-parallel ranks on CPU workers (--ranks R), chunk sweep, backward lookahead,
-# the bf16 gradient return, the NCCL reduction (two GPUs or more, else skipped)
+# the bf16 gradient return, the NCCL reduction (two GPUs or more, else skipped), slidedp bench
 TESTS += tests/e2e/test_e2e_ranks.sh
 EXTRA_DIST += tests/e2e/test_e2e_ranks.sh
 TESTS += tests/e2e/test_e2e_sweep.sh
@@ -11,3 +11,5 @@ TESTS += tests/e2e/test_e2e_grad_dtype.sh
 EXTRA_DIST += tests/e2e/test_e2e_grad_dtype.sh
 TESTS += tests/e2e/test_e2e_nccl.sh
 EXTRA_DIST += tests/e2e/test_e2e_nccl.sh
+TESTS += tests/e2e/test_e2e_bench.sh
+EXTRA_DIST += tests/e2e/test_e2e_bench.sh

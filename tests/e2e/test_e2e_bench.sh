@@ -1,0 +1,102 @@
+#!/bin/sh
+# slidedp bench on the tiny Qwen3 of tests/ref (a Hugging Face config.json given as --model), on
+# 2 CPU workers:
+#   - pipelined (the default): one JSON line with the documented fields, one time per timed step,
+#     tokens_per_s over the timed span and tokens_per_s_steady, settings.timing "pipelined",
+#     grad_dtype auto resolved to fp32 without a GPU, bytes per rank, start-up times that add up,
+#     and an event log the invariant checker passes;
+#   - --barrier --grad-dtype bf16: timing "barrier", grad_dtype "bf16", no steady figure;
+#   - --ranks 2: two ranks' bytes;
+#   - refusals with exit code 2: an unknown model, a malformed config, a bad --grad-dtype, a batch
+#     that is not a multiple of the micro-batch.
+set -u
+top=$(cd "${top_srcdir:-.}" && pwd)
+bin=${top_builddir:-.}/slidedp
+py=${PYTHON3:-python3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+model=$top/tests/ref/data/qwen3-tiny
+common="--model $model --batch 4 --micro 2 --seq 32 --steps 3 --warmup 1 --gpus 0 --cpus 2"
+
+run() { # NAME ARGS...: the JSON line into NAME.json
+    name=$1
+    shift
+    # shellcheck disable=SC2086
+    if ! "$bin" bench $common "$@" > "$tmp/$name.json" 2> "$tmp/$name.err"; then
+        echo "$name: bench failed"; cat "$tmp/$name.err"; fail=1
+    fi
+}
+run pipe --events "$tmp/pipe.events"
+run barrier --barrier --grad-dtype bf16
+run ranks --ranks 2
+
+"$py" - "$tmp" "$model" <<'PYEOF' || fail=1
+import json, sys
+tmp, model = sys.argv[1:]
+ok = True
+def load(name):
+    lines = open("%s/%s.json" % (tmp, name)).read().splitlines()
+    if len(lines) != 1:
+        raise SystemExit("%s: %d lines on stdout, want one JSON line" % (name, len(lines)))
+    return json.loads(lines[0])
+def want(cond, what):
+    global ok
+    print("  %s: %s" % ("ok" if cond else "FAIL", what))
+    ok = ok and cond
+p, b, r = load("pipe"), load("barrier"), load("ranks")
+for k in ("system", "model", "batch", "seq", "tokens_per_s", "model_tflops", "step_s_median",
+          "gpu_peak_gib", "host_peak_gib", "step_s", "settings", "bytes_per_rank_per_step",
+          "startup_s"):
+    want(k in p, "field %s" % k)
+s = p["settings"]
+want(p["system"] == "slidedp" and p["model"] == model and p["batch"] == 4 and p["seq"] == 32,
+     "system, model, batch, seq")
+want(len(p["step_s"]) == 3 and all(t > 0 for t in p["step_s"]), "3 timed steps: %s" % p["step_s"])
+want(p["tokens_per_s"] > 0 and p.get("tokens_per_s_steady", 0) > 0,
+     "tokens_per_s %.1f, steady %.1f" % (p["tokens_per_s"], p.get("tokens_per_s_steady", 0)))
+# pipelined: the span covers the 3 steps and the drain, so it is at least their sum
+want(p["tokens_per_s"] <= 4 * 32 * 3 / sum(p["step_s"]) * 1.0001,
+     "tokens_per_s counts the whole span (at most the steps' own rate)")
+want(s["timing"] == "pipelined" and s["grad_dtype"] == "fp32" and s["gpus"] == 0 and
+     s["cpu_workers"] == 2 and s["micro_batch"] == 2 and s["ranks"] == 1,
+     "settings: %s" % {k: s[k] for k in ("timing", "grad_dtype", "gpus", "cpu_workers")})
+st = p["startup_s"]
+parts = st["starpu"] + st["state"] + st["init_graph"]
+want(all(v >= 0 for v in st.values()) and abs(parts - st["total"]) < 1e-3,
+     "start-up parts %.4f add up to the total %.4f" % (parts, st["total"]))
+want(len(p["bytes_per_rank_per_step"]) == 1 and p["bytes_per_rank_per_step"][0]["rank"] == 0,
+     "bytes of one rank")
+want(b["settings"]["timing"] == "barrier" and b["settings"]["grad_dtype"] == "bf16" and
+     "tokens_per_s_steady" not in b, "--barrier --grad-dtype bf16")
+want(r["settings"]["ranks"] == 2 and [x["rank"] for x in r["bytes_per_rank_per_step"]] == [0, 1],
+     "--ranks 2: the bytes of ranks 0 and 1")
+sys.exit(0 if ok else 1)
+PYEOF
+
+"$py" "$top/tools/check_invariants.py" "$tmp/pipe.events" > "$tmp/check" 2>&1 ||
+    { echo "the checker fails the bench's event log"; tail -n 5 "$tmp/check"; fail=1; }
+echo "event log: $(tail -n 1 "$tmp/check")"
+
+refused() { # WHAT WORD ARGS...: exit code 2 and WORD in the message
+    what=$1 word=$2
+    shift 2
+    "$bin" bench "$@" > "$tmp/bad.out" 2>&1
+    rc=$?
+    if [ $rc -ne 2 ] || ! grep -q -- "$word" "$tmp/bad.out"; then
+        echo "$what: exit $rc, want 2 and '$word' named"; cat "$tmp/bad.out"; fail=1
+    else
+        echo "  ok: $what refused: $(grep -m 1 -- "$word" "$tmp/bad.out")"
+    fi
+}
+refused "unknown model" "nosuch-model" --model nosuch-model --gpus 0
+printf '{"model_type": "qwen3", "hidden_size": "wide"}\n' > "$tmp/config.json"
+refused "malformed config.json" "config.json" --model "$tmp/config.json" --gpus 0
+refused "--grad-dtype fp16" "grad-dtype" --model "$model" --grad-dtype fp16 --gpus 0
+refused "batch 3, micro 2" "micro-batches" --model "$model" --batch 3 --micro 2 --gpus 0
+
+if [ $fail -ne 0 ]; then
+    echo FAIL
+    exit 1
+fi
+echo PASS
