@@ -815,14 +815,14 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
     return 0;
 }
 
-/* Warmup: lr * (s+1) / warmup for s < warmup.  Then, with progress
- * p = (s - warmup) / (steps - warmup) clamped to [0, 1] and lr_min = lr * min_lr_ratio:
- *   cosine    lr_min + 0.5 (lr - lr_min) (1 + cos(pi p))   (Loshchilov & Hutter, SGDR, 2017)
- *   linear    lr_min + (lr - lr_min) (1 - p)
- *   constant  lr */
+int sdp_grad_bf16_choice(int grad_dtype, int ranks, int on_gpu)
+{
+    return grad_dtype > 0 || (grad_dtype < 0 && ranks == 1 && on_gpu);
+}
+
 int sdp_recipe_grad_bf16(const struct sdp_recipe *r, int on_gpu)
 {
-    return r->grad_bf16 > 0 || (r->grad_bf16 < 0 && r->ranks == 1 && on_gpu);
+    return sdp_grad_bf16_choice(r->grad_bf16, r->ranks, on_gpu);
 }
 
 int sdp_recipe_grad_routes(const struct sdp_recipe *r, int ngroups, unsigned char *gpu)
@@ -869,6 +869,11 @@ bad:
     return -EINVAL;
 }
 
+/* Warmup: lr * (s+1) / warmup for s < warmup.  Then, with progress
+ * p = (s - warmup) / (steps - warmup) clamped to [0, 1] and lr_min = lr * min_lr_ratio:
+ *   cosine    lr_min + 0.5 (lr - lr_min) (1 + cos(pi p))   (Loshchilov & Hutter, SGDR, 2017)
+ *   linear    lr_min + (lr - lr_min) (1 - p)
+ *   constant  lr */
 double sdp_recipe_lr_at(const struct sdp_recipe *r, int s)
 {
     double lr = r->lr, lr_min = r->lr * r->min_lr_ratio, p;

@@ -133,6 +133,8 @@ int sdp_recipe_grad_routes(const struct sdp_recipe *r, int ngroups, unsigned cha
  * whose compute is on a GPU (on_gpu); fp32 otherwise.  On a GPU the bf16 return halves the
  * gradient's PCIe and DRAM bytes and the host state; on the CPU it saves nothing. */
 int sdp_recipe_grad_bf16(const struct sdp_recipe *r, int on_gpu);
+/** The same rule for a requested dtype (-1 auto, 0 fp32, 1 bf16) and a rank count (bench). */
+int sdp_grad_bf16_choice(int grad_dtype, int ranks, int on_gpu);
 
 /** Learning rate for optimizer step s (0-based) of r->steps: linear warmup (s+1)/warmup, then
  * cosine or linear decay to lr * min_lr_ratio, or constant. */

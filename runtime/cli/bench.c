@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "codelets/sdp_tasks.h"
+#include "graph/recipe.h"
 #include "graph/step.h"
 #include "policies/sdp_policies.h"
 #include "runtime/cli/cli.h"
@@ -83,11 +84,11 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* Whether the gradient returns in bf16: --grad-dtype bf16, or auto with one rank on a GPU. */
+/* Whether the gradient returns in bf16 (--grad-dtype; the recipe's rule). */
 static int grad_bf16(const struct bench_opts *b, int on_gpu)
 {
-    return !strcmp(b->grad_dtype, "bf16") ||
-           (!strcmp(b->grad_dtype, "auto") && b->ranks == 1 && on_gpu);
+    int want = !strcmp(b->grad_dtype, "auto") ? -1 : !strcmp(b->grad_dtype, "bf16");
+    return sdp_grad_bf16_choice(want, b->ranks, on_gpu);
 }
 
 static int run(const struct bench_opts *b)
