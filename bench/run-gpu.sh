@@ -19,7 +19,8 @@
 #            PyTorch GPU-resident where it fits the GPU; MODEL/BATCH are ignored
 #   targets  the goals of the schedule issue under their GPU limits, most telling first: qwen3-4b/16
 #            with the bf16 and the fp32 return unbounded, qwen3-4b/16 bf16 at 15 GiB, qwen3-4b/32
-#            bf16 at 23 GiB, qwen3-8b/16 bf16; each with its event log; MODEL/BATCH are ignored
+#            bf16 at 23 GiB, qwen3-8b/16 bf16; each with its event log; MODEL/BATCH are ignored;
+#            TARGETS="MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB; ..." runs another list
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
@@ -144,12 +145,15 @@ for stage in $stages; do
     targets)
         # StarPU's limit leaves out the CUDA context and the libraries' own memory (about 0.5
         # GiB on the H200): 15 and 23 GiB keep the peaks within the goals' 16 and 24
-        for spec in "qwen3-4b 16 bf16 0" "qwen3-4b 16 fp32 0" "qwen3-4b 16 bf16 15" \
-            "qwen3-4b 32 bf16 23" "qwen3-8b 16 bf16 0"; do
-            read -r hm hb gd gib <<< "$spec"
-            name=$hm-b$hb-grad-$gd-gib$gib
+        # TARGETS: "MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB; ..." replaces the list
+        IFS=';' read -r -a specs <<< "${TARGETS:-qwen3-4b 16 bf16 0 64; qwen3-4b 16 fp32 0 64;
+            qwen3-4b 16 bf16 15 64; qwen3-4b 32 bf16 23 64; qwen3-8b 16 bf16 0 64}"
+        for spec in "${specs[@]}"; do
+            read -r hm hb gd gib chunk <<< "$spec"
+            name=$hm-b$hb-grad-$gd-gib$gib-chunk$chunk
             bench "$name" 300 --model "$hm" --batch "$hb" --seq 1024 --steps 4 --warmup 2 \
-                --grad-dtype "$gd" --gpu-memory-gib "$gib" --events "$out/events-$name.jsonl"
+                --grad-dtype "$gd" --gpu-memory-gib "$gib" --chunk-mib "$chunk" \
+                --events "$out/events-$name.jsonl"
         done
         lanes
         ;;
