@@ -25,7 +25,8 @@
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
 #            GPU in every route combination (MODEL/BATCH per GPU), the GPU reduction through NCCL
-#            (--collectives nccl) and through StarPU
+#            (--collectives nccl) and through StarPU; RANKS="R PARAM GRAD COLL; ..." runs another
+#            list (R = all: every GPU)
 #   correct  100 steps of recipes/qwen3-0.6b-compare.yaml at 16 sequences per step (micro-batches of
 #            4) on 1 GPU, on 2 (replicated, CPU reduction) and on every GPU with each of the four
 #            route combinations; the largest loss difference of each run against one GPU
@@ -176,10 +177,13 @@ for stage in $stages; do
         log "test_e2e_nccl.sh: exit $? $(tail -n 1 "$out/nccl.log")"
         # one GPU, then every GPU: the NCCL runs first (the GPU reduction the design intends),
         # then the host routes, then the GPU reduction through StarPU's own copies
-        for spec in "1 replicated cpu starpu" "$ngpu replicated gpu nccl" "$ngpu replicated cpu starpu" \
-            "$ngpu sharded gpu nccl" "$ngpu sharded cpu starpu" "$ngpu replicated gpu starpu" \
-            "$ngpu sharded gpu starpu"; do
+        # RANKS: "R PARAM_ROUTE GRAD_ROUTE COLLECTIVES; ..." replaces the list (R may be "all")
+        IFS=';' read -r -a specs <<< "${RANKS:-1 replicated cpu starpu; all replicated gpu nccl;
+            all replicated cpu starpu; all sharded gpu nccl; all sharded cpu starpu;
+            all replicated gpu starpu; all sharded gpu starpu}"
+        for spec in "${specs[@]}"; do
             read -r R pr route coll <<< "$spec"
+            [ "$R" = all ] && R=$ngpu
             bench "ranks$R-$pr-$route-$coll" 300 --model "$model" --batch $((batch * R)) \
                 --seq 1024 --steps 5 --warmup 3 --gpus "$R" --ranks "$R" --param-route "$pr" \
                 --grad-route "$route" --collectives "$coll"

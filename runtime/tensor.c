@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <starpu.h>
 
@@ -17,7 +18,7 @@ struct sdp_rt_tensor {
     enum sdp_dtype dtype;
     size_t nelems;
     void *data;       /* host memory (persistent tensors only) */
-    int malloc_flags; /* how data was allocated (pinned or pageable) */
+    int malloc_flags; /* how data was allocated: StarPU's flags (pinned or not), or MAPPED */
     int temporary;
     int is_part; /* a partition child: owned by its parent */
     char name[64];
@@ -57,6 +58,9 @@ static int check_size(size_t nelems, const char *name)
     return 0;
 }
 
+/* malloc_flags of host memory mapped by map_zeroed() rather than allocated by StarPU. */
+#define MAPPED (-1)
+
 /* Cleared after the first refused pinned allocation, so one warning covers the run. */
 static int pinned_ok = 1;
 
@@ -68,6 +72,21 @@ enum backing {
                  nor touched, so no pages exist unless StarPU writes the tensor back (which
                  sdp_rt_tensor_discard() after the last use avoids) */
 };
+
+/* Anonymous pages: zero by definition, so nothing is touched here; the first writer faults them
+ * in (the initialisation and the first update run on every core, where one thread's memset of tens
+ * of GiB took most of a large model's start-up).  Huge pages where the kernel allows them: fewer
+ * faults and TLB misses for the update's streams. */
+static void *map_zeroed(size_t nbytes)
+{
+    void *p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, nbytes, MADV_HUGEPAGE); /* advice only: refused where THP is off */
+#endif
+    return p;
+}
 
 static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name,
                   enum backing how)
@@ -83,18 +102,21 @@ static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const
     /* Not STARPU_MALLOC_COUNT: StarPU sizes the host node from hwloc's view of the machine, which
      * containers can understate by an order of magnitude; the host budget is checked by the CLI
      * against MemAvailable and the cgroup limit instead. */
-    t->malloc_flags = how == PINNED && pinned_ok ? STARPU_MALLOC_PINNED : 0;
-    if (starpu_malloc_flags(&t->data, nbytes, t->malloc_flags) != 0 && t->malloc_flags) {
-        /* Pinning can be refused (driver or container limits): fall back to pageable host memory,
-         * which StarPU stages through its own pinned buffers, slower but correct. */
-        pinned_ok = 0;
-        SDP_WARN(
-            "cannot pin %.1f MiB of host memory for tensor %s; using pageable memory from now on "
-            "(host-device copies will be slower)",
-            nbytes / 1048576.0, name);
-        t->malloc_flags = 0;
-        if (starpu_malloc_flags(&t->data, nbytes, t->malloc_flags) != 0)
+    if (how == PINNED && pinned_ok) {
+        t->malloc_flags = STARPU_MALLOC_PINNED;
+        if (starpu_malloc_flags(&t->data, nbytes, t->malloc_flags) != 0) {
+            /* Pinning can be refused (driver or container limits): fall back to pageable host
+             * memory, which StarPU stages through its own pinned buffers, slower but correct. */
+            pinned_ok = 0;
             t->data = NULL;
+            SDP_WARN("cannot pin %.1f MiB of host memory for tensor %s; using pageable memory from "
+                     "now on (host-device copies will be slower)",
+                     nbytes / 1048576.0, name);
+        }
+    }
+    if (!t->data) {
+        t->malloc_flags = MAPPED;
+        t->data = map_zeroed(nbytes);
     }
     if (!t->data) {
         free(t);
@@ -103,7 +125,7 @@ static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const
         sdp_hint("lower the model size or batch, or free host memory");
         return rc;
     }
-    if (how != RESERVED)
+    if (t->malloc_flags != MAPPED) /* pinned pages exist already: zeroing them is a plain write */
         memset(t->data, 0, nbytes);
     t->dtype = dt;
     t->nelems = nelems;
@@ -168,7 +190,9 @@ void sdp_rt_tensor_release(sdp_rt_tensor_t *t)
         free(t->part_lens);
     }
     starpu_data_unregister(t->handle);
-    if (t->data)
+    if (t->data && t->malloc_flags == MAPPED)
+        munmap(t->data, t->nelems * sdp_dtype_size(t->dtype));
+    else if (t->data)
         starpu_free_flags(t->data, t->nelems * sdp_dtype_size(t->dtype), t->malloc_flags);
     free(t);
 }
