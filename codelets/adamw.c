@@ -124,7 +124,7 @@ int sdp_task_grad_norm(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_
 /* ---- adamw ---- */
 struct sdp_adamw_args {
     struct sdp_shape_key key; /* n (low 31 bits, high bits), work element size, has_clip,
-                                 gradient element size */
+                                 gradient element size, partial */
     struct sdp_adamw_hp hp;
     int skip_nonfinite; /* leave the state unchanged when the global norm is not finite */
     int nsegs;
@@ -181,6 +181,21 @@ struct starpu_codelet sdp_cl_adamw = {
     .model = &sdp_pm_adamw,
 };
 
+/* The same kernel under its own name, so the trace and the checker tell an early update (rows no
+ * later backward task writes) from the update of the rest. */
+static struct starpu_perfmodel sdp_pm_adamw_early = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_adamw_early_v1",
+    .footprint = sdp_cl_footprint,
+};
+struct starpu_codelet sdp_cl_adamw_early = {
+    .name = "adamw_early",
+    .cpu_funcs = { adamw_cpu },
+    .cpu_funcs_name = { "adamw_cpu" },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_adamw_early,
+};
+
 int sdp_task_adamw(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_rt_tensor_t *grad,
                    sdp_rt_tensor_t *m, sdp_rt_tensor_t *v, sdp_rt_tensor_t *work,
                    sdp_rt_tensor_t *clip, double lr, double beta1, double beta2, double eps,
@@ -190,18 +205,27 @@ int sdp_task_adamw(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_r
                              weight_decay, step, segs, nsegs);
 }
 
-int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_rt_tensor_t *grad,
-                      sdp_rt_tensor_t *m, sdp_rt_tensor_t *v, sdp_rt_tensor_t *work,
-                      sdp_rt_tensor_t *clip, int skip_nonfinite, double lr, double beta1,
-                      double beta2, double eps, double weight_decay, int step,
-                      const struct sdp_adamw_segment *segs, int nsegs)
+static int adamw_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,
+                        sdp_rt_tensor_t *master, sdp_rt_tensor_t *grad, sdp_rt_tensor_t *m,
+                        sdp_rt_tensor_t *v, sdp_rt_tensor_t *work, sdp_rt_tensor_t *clip,
+                        int skip_nonfinite, double lr, double beta1, double beta2, double eps,
+                        double weight_decay, int step, const struct sdp_adamw_segment *segs,
+                        int nsegs)
 {
     size_t argsize =
         sizeof(struct sdp_adamw_args) + (size_t)nsegs * sizeof(struct sdp_adamw_segment);
     struct sdp_adamw_args *a;
-    size_t n = sdp_rt_tensor_nelems(master);
-    struct sdp_cl_buf b[] = { { master, STARPU_RW }, { grad, STARPU_R }, { m, STARPU_RW },
-                              { v, STARPU_RW },      { work, STARPU_W }, { clip, STARPU_R } };
+    size_t n = sdp_rt_tensor_nelems(master), covered = 0;
+    for (int s = 0; s < nsegs; s++)
+        covered += segs[s].nelems;
+    /* segments that leave part of the chunk to another update keep that part of the working copy:
+     * read-write then, write-only (nothing fetched) when they cover it all */
+    struct sdp_cl_buf b[] = { { master, STARPU_RW },
+                              { grad, STARPU_R },
+                              { m, STARPU_RW },
+                              { v, STARPU_RW },
+                              { work, covered == n ? STARPU_W : STARPU_RW },
+                              { clip, STARPU_R } };
     if (sdp_rt_tensor_nelems(grad) != n ||
         (sdp_rt_tensor_dtype(grad) != SDP_F32 && sdp_rt_tensor_dtype(grad) != SDP_BF16))
         return sdp_err(-EINVAL, "adamw: gradient %s is not an f32 or bf16 vector of %zu",
@@ -212,6 +236,7 @@ int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sd
     a->key.d[2] = (int)sdp_dtype_size(sdp_rt_tensor_dtype(work));
     a->key.d[3] = clip != NULL;
     a->key.d[4] = (int)sdp_dtype_size(sdp_rt_tensor_dtype(grad));
+    a->key.d[5] = covered != n; /* part of a chunk: a history of its own */
     a->hp.lr = (float)lr;
     a->hp.beta1 = (float)beta1;
     a->hp.beta2 = (float)beta2;
@@ -222,5 +247,25 @@ int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sd
     a->skip_nonfinite = skip_nonfinite;
     a->nsegs = nsegs;
     memcpy(a->segs, segs, (size_t)nsegs * sizeof(*segs));
-    return sdp_cl_submit(&sdp_cl_adamw, o, a, argsize, 12.0 * n, b, clip ? 6 : 5);
+    return sdp_cl_submit(cl, o, a, argsize, 12.0 * (double)covered, b, clip ? 6 : 5);
+}
+
+int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_rt_tensor_t *grad,
+                      sdp_rt_tensor_t *m, sdp_rt_tensor_t *v, sdp_rt_tensor_t *work,
+                      sdp_rt_tensor_t *clip, int skip_nonfinite, double lr, double beta1,
+                      double beta2, double eps, double weight_decay, int step,
+                      const struct sdp_adamw_segment *segs, int nsegs)
+{
+    return adamw_submit(&sdp_cl_adamw, o, master, grad, m, v, work, clip, skip_nonfinite, lr, beta1,
+                        beta2, eps, weight_decay, step, segs, nsegs);
+}
+
+int sdp_task_adamw_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
+                         sdp_rt_tensor_t *grad, sdp_rt_tensor_t *m, sdp_rt_tensor_t *v,
+                         sdp_rt_tensor_t *work, double lr, double beta1, double beta2, double eps,
+                         double weight_decay, int step, const struct sdp_adamw_segment *segs,
+                         int nsegs)
+{
+    return adamw_submit(&sdp_cl_adamw_early, o, master, grad, m, v, work, NULL, 0, lr, beta1, beta2,
+                        eps, weight_decay, step, segs, nsegs);
 }

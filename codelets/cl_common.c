@@ -108,9 +108,9 @@ static enum sdp_trace_lane op_lane(const char *name)
         return SDP_LANE_PARAM_H2D;
     if (!strcmp(name, "sumsq") || !strcmp(name, "grad_norm") || !strcmp(name, "grad_reduce") ||
         !strcmp(name, "grad_reduce_nccl") || !strcmp(name, "grad_pack") ||
-        !strcmp(name, "grad_sumsq"))
+        !strcmp(name, "grad_pack_early") || !strcmp(name, "grad_sumsq"))
         return SDP_LANE_GRAD_REDUCE;
-    if (!strcmp(name, "adamw"))
+    if (!strcmp(name, "adamw") || !strcmp(name, "adamw_early"))
         return SDP_LANE_CPU_ADAMW;
     return SDP_LANE_GPU_COMPUTE; /* forward, recompute, backward, loss ops and zero */
 }

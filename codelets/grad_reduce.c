@@ -158,6 +158,26 @@ struct starpu_codelet sdp_cl_grad_pack = {
     .model = &sdp_pm_grad_pack,
 };
 
+/* grad_pack under its own name: the pack of a gradient that is final only outside some rows
+ * (the early update of the embedding's untouched rows, graph/step.c), told apart in the trace. */
+static struct starpu_perfmodel sdp_pm_grad_pack_early = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_grad_pack_early_v1",
+    .footprint = sdp_cl_footprint,
+};
+
+struct starpu_codelet sdp_cl_grad_pack_early = {
+    .name = "grad_pack_early",
+    .cpu_funcs = { grad_pack_cpu },
+    .cpu_funcs_name = { "grad_pack_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { grad_pack_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_grad_pack_early,
+};
+
 static struct starpu_perfmodel sdp_pm_grad_sumsq = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "sdp_grad_sumsq_v1",
@@ -177,10 +197,11 @@ struct starpu_codelet sdp_cl_grad_sumsq = {
 };
 
 /* grad_pack (ret given) or grad_sumsq (ret NULL) of the chunked f32 gradient grad */
-static int pack_submit(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
-                       sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq)
+static int pack_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,
+                       sdp_rt_tensor_t *grad, sdp_rt_tensor_t *const *ret,
+                       sdp_rt_tensor_t *const *sumsq)
 {
-    const char *what = ret ? "grad_pack" : "grad_sumsq";
+    const char *what = cl->name;
     int nc = sdp_rt_tensor_nparts(grad), pack = ret != NULL, nb, rc;
     size_t n = sdp_rt_tensor_nelems(grad), argsize;
     struct sdp_grad_pack_args *a;
@@ -191,7 +212,7 @@ static int pack_submit(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
     for (int c = 0; pack && c < nc; c++)
         if (sdp_rt_tensor_dtype(ret[c]) != SDP_BF16 ||
             sdp_rt_tensor_nelems(ret[c]) != sdp_rt_tensor_nelems(sdp_rt_tensor_part(grad, c)))
-            return sdp_err(-EINVAL, "grad_pack: %s (bf16) does not match chunk %d of %s",
+            return sdp_err(-EINVAL, "%s: %s (bf16) does not match chunk %d of %s", what,
                            sdp_rt_tensor_name(ret[c]), c, sdp_rt_tensor_name(grad));
     nb = 1 + (1 + pack) * nc;
     b = calloc((size_t)nb, sizeof(*b));
@@ -213,8 +234,7 @@ static int pack_submit(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
         b[1 + pack * nc + c] = (struct sdp_cl_buf){ sumsq[c], STARPU_W };
     }
     a->off[nc] = n;
-    rc = sdp_cl_submit(pack ? &sdp_cl_grad_pack : &sdp_cl_grad_sumsq, o, a, argsize,
-                       (2.0 + pack) * n, b, nb);
+    rc = sdp_cl_submit(cl, o, a, argsize, (2.0 + pack) * n, b, nb);
     free(b);
     return rc;
 }
@@ -222,11 +242,17 @@ static int pack_submit(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
 int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                        sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq)
 {
-    return pack_submit(o, grad, ret, sumsq);
+    return pack_submit(&sdp_cl_grad_pack, o, grad, ret, sumsq);
+}
+
+int sdp_task_grad_pack_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                             sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq)
+{
+    return pack_submit(&sdp_cl_grad_pack_early, o, grad, ret, sumsq);
 }
 
 int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                         sdp_rt_tensor_t *const *sumsq)
 {
-    return pack_submit(o, grad, NULL, sumsq);
+    return pack_submit(&sdp_cl_grad_sumsq, o, grad, NULL, sumsq);
 }

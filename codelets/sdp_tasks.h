@@ -141,6 +141,16 @@ int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sd
                       double beta2, double eps, double weight_decay, int step,
                       const struct sdp_adamw_segment *segs, int nsegs);
 
+/** An early update (codelet adamw_early, no clipping): sdp_task_adamw's kernel on segments of a
+ * chunk whose gradient is already final there while other elements still wait for a backward
+ * task; a later sdp_task_adamw_ex of the same step takes the rest.  Segments that do not cover
+ * the chunk make the working copy read-write (the rest of it kept), in either task. */
+int sdp_task_adamw_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
+                         sdp_rt_tensor_t *grad, sdp_rt_tensor_t *m, sdp_rt_tensor_t *v,
+                         sdp_rt_tensor_t *work, double lr, double beta1, double beta2, double eps,
+                         double weight_decay, int step, const struct sdp_adamw_segment *segs,
+                         int nsegs);
+
 /** out (n) f32 RW += in[0] + ... + in[nin - 1] (each (n) f32 R), added in that order.  The
  * gradient return of data-parallel ranks; where it runs decides the route (CPU or GPU
  * reduction). */
@@ -153,6 +163,11 @@ int sdp_task_grad_reduce(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
  * rounded to nearest even (NaN kept).  Runs where the norms run (sdp_tasks_place_norms). */
 int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                        sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq);
+
+/** sdp_task_grad_pack under the name grad_pack_early: the pack of a gradient that later backward
+ * tasks still add to in some rows (the early update's input; its sumsq are not the norms). */
+int sdp_task_grad_pack_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                             sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq);
 
 /** sdp_task_grad_pack's squared norms alone (the fp32 return): grad (n) f32 R, read whole; for
  * each chunk c: sumsq[c] (1) f64 W, the bits of sdp_task_sumsq on the chunk.  Reading the whole

@@ -64,6 +64,10 @@ struct sdp_graph_conf {
     double beta1, beta2, eps, weight_decay, max_grad_norm;
     int skip_nonfinite; /* 1: AdamW leaves the state untouched when the gradient is not finite
                            (the updates then wait for the global norm, as with clipping) */
+    int embed_early;    /* 0: update the tied embedding's rows that the step's tokens do not
+                           select during the backward, where it applies (one rank, bf16 return, no
+                           clipping); -1: the whole embedding after its backward (graph/step.c,
+                           early_embed) */
 };
 
 struct sdp_step_result {

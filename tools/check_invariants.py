@@ -19,6 +19,11 @@ use only the times, so they hold on any log, from any number of ranks:
      With the bf16 gradient return, the group's grad_pack event (its final gradient packed) must
      follow that backward, precede the group's updates, and end before the next step's zero of
      the group's accumulator starts.
+     An early update (adamw_early: the tied embedding's rows that none of the step's tokens
+     selects, graph/step.c) needs only the backward events that write those rows: every backward
+     event of its group but the embedding's backward (ROWS_OF_TOKENS), which adds to the rows of
+     the step's tokens only.  Its pack is grad_pack_early, under the same rule; the group's other
+     updates follow the group's grad_pack as usual.
   3. No compute event of group g at step s+1 starts before every update of group g at step s has
      ended.
 
@@ -46,7 +51,12 @@ from collections import defaultdict
 
 COMPUTE = {"fwd", "recompute", "bwd", "loss"}
 STAGED = {"cast", "update"}  # the phases under the staging bound (sdp_slidedp_is_staged)
-NO_PARAMS = {"zero"}  # clears a gradient accumulator: reads no parameters, only waits for its readers
+# clears a gradient accumulator / adds the output gradient into the embedding's gradient rows:
+# neither reads parameters
+NO_PARAMS = {"zero", "embedding_bwd"}
+# backward events that write only the gradient rows of the step's tokens (not an early update's)
+ROWS_OF_TOKENS = {"embedding_bwd"}
+EARLY = {"adamw_early", "grad_pack_early"}
 BACKWARD = {"bwd", "loss"}
 MAX_PRINT = 20  # violations printed per invariant (all are counted)
 
@@ -241,19 +251,20 @@ def check(events):
             rep.add(1, "step %d group %d: events record versions %s" % (s, g, recorded))
 
     # ---- invariant 2: the update consumes the final gradient of every rank ----
-    bwd_last = {}
+    bwd_last, bwd_last_early = {}, {}
     for e in ev:
         if e["phase"] in BACKWARD:
             key = (e["step"], e["group"])
             if key not in bwd_last or e["end_us"] > bwd_last[key]["end_us"]:
                 bwd_last[key] = e
+            if e["name"] not in ROWS_OF_TOKENS and (
+                    key not in bwd_last_early or e["end_us"] > bwd_last_early[key]["end_us"]):
+                bwd_last_early[key] = e
     for g, per_step in updates.items():
         for s, us in per_step.items():
-            last = bwd_last.get((s, g))
-            if last is None:
-                continue
             for u in us:
-                if u["start_us"] < last["end_us"]:
+                last = (bwd_last_early if u["name"] in EARLY else bwd_last).get((s, g))
+                if last is not None and u["start_us"] < last["end_us"]:
                     rep.add(2, "%s starts at %.1f us, before %s ends at %.1f us"
                             % (describe(u), u["start_us"], describe(last), last["end_us"]))
 
@@ -261,19 +272,22 @@ def check(events):
     # step) is the gradient's final form: the group's updates start after it, and the next
     # step's zeroing of that accumulator after it too (else the pack would read a cleared or
     # partly re-accumulated gradient) ----
-    packs = {}
+    packs, early_packs = {}, {}
     for e in ev:
         if e["name"] == "grad_pack":
             packs[(e["step"], e["group"])] = e
-    for (s, g), p in sorted(packs.items()):
-        last = bwd_last.get((s, g))
-        if last is not None and p["start_us"] < last["end_us"]:
-            rep.add(2, "%s starts at %.1f us, before %s ends at %.1f us"
-                    % (describe(p), p["start_us"], describe(last), last["end_us"]))
-        for u in updates.get(g, {}).get(s, []):
-            if u["start_us"] < p["end_us"]:
+        elif e["name"] == "grad_pack_early":
+            early_packs[(e["step"], e["group"])] = e
+    for early, table in ((False, packs), (True, early_packs)):
+        for (s, g), p in sorted(table.items()):
+            last = (bwd_last_early if early else bwd_last).get((s, g))
+            if last is not None and p["start_us"] < last["end_us"]:
                 rep.add(2, "%s starts at %.1f us, before %s ends at %.1f us"
-                        % (describe(u), u["start_us"], describe(p), p["end_us"]))
+                        % (describe(p), p["start_us"], describe(last), last["end_us"]))
+            for u in updates.get(g, {}).get(s, []):
+                if (u["name"] in EARLY) == early and u["start_us"] < p["end_us"]:
+                    rep.add(2, "%s starts at %.1f us, before %s ends at %.1f us"
+                            % (describe(u), u["start_us"], describe(p), p["end_us"]))
     for e in ev:
         p = packs.get((e["step"] - 1, e["group"]))
         if e["name"] == "zero" and p is not None and e["start_us"] < p["end_us"]:

@@ -27,6 +27,7 @@
 struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
+    int embed_early_off;
     int lookahead, staging_depth, prefetch_groups, nccl, barrier;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
@@ -50,6 +51,8 @@ static void usage(FILE *f)
            "  --precision P        bf16 or fp32 (bf16)\n"
            "  --grad-dtype D       gradient AdamW reads: fp32, bf16 (packed where it was made) or\n"
            "                       auto (bf16 for one rank on a GPU, else fp32; the default)\n"
+           "  --embed-early X      on or off: update the tied embedding's rows outside the step's\n"
+           "                       tokens during the backward (one rank, bf16 return; on)\n"
            "  --activations A      recompute, keep or offload (recompute; offload: recompute, and\n"
            "                       each layer's saved input waits on the host)\n"
            "  --chunk-mib X        parameter chunk, MiB of fp32 master (64)\n"
@@ -177,6 +180,7 @@ static int run(const struct bench_opts *b)
     gc.eps = 1e-8;
     gc.weight_decay = 0.1;
     gc.max_grad_norm = b->max_grad_norm;
+    gc.embed_early = b->embed_early_off ? -1 : 0;
     gc.window = b->window;
     gc.bwd_lookahead = b->lookahead;
     norms_at = sdp_cli_place_norms(b->ranks, b->window);
@@ -269,6 +273,7 @@ static int run(const struct bench_opts *b)
         json_object_set_new(settings, "staging_depth", json_integer(b->staging_depth));
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
         json_object_set_new(settings, "collectives", json_string(b->nccl ? "nccl" : "starpu"));
+        json_object_set_new(settings, "embed_early", json_boolean(!b->embed_early_off));
         json_object_set_new(settings, "timing", json_string(b->barrier ? "barrier" : "pipelined"));
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
@@ -351,6 +356,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "trace", required_argument, NULL, 'X' },
         { "events", required_argument, NULL, 'E' },
         { "barrier", no_argument, NULL, 'B' },
+        { "embed-early", required_argument, NULL, 1000 },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -392,6 +398,13 @@ int sdp_cli_bench(int argc, char **argv)
                 return SDP_EXIT_USAGE;
             }
             b.grad_dtype = optarg;
+            break;
+        case 1000:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "slidedp bench: --embed-early expects on or off\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.embed_early_off = !strcmp(optarg, "off");
             break;
         case 'a':
             if (strcmp(optarg, "recompute") && strcmp(optarg, "keep") &&

@@ -46,6 +46,9 @@ static void usage(FILE *f)
         "  --precision P      fp32 or bf16 (overrides train.precision)\n"
         "  --grad-dtype D     auto, fp32 or bf16: the gradient AdamW reads (overrides "
         "train.grad_dtype)\n"
+        "  --embed-early X    on (default) or off: update the tied embedding's rows outside the\n"
+        "                     step's tokens during the backward (one rank, bf16 return, no\n"
+        "                     clipping)\n"
         "  --collectives C    starpu or nccl: how the GPU-reduction route moves gradients "
         "(overrides\n"
         "                     train.collectives)\n"
@@ -99,7 +102,7 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 }
 
 struct overrides {
-    int steps, cpus, gpus, checkpoint_every, no_resume, ranks, param_delay;
+    int steps, cpus, gpus, checkpoint_every, no_resume, ranks, param_delay, embed_early_off;
     const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route, *route_groups,
         *param_route, *grad_dtype, *collectives;
     int quiet;
@@ -451,6 +454,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     gc.weight_decay = r->weight_decay;
     gc.max_grad_norm = r->max_grad_norm;
     gc.skip_nonfinite = r->skip_nonfinite;
+    gc.embed_early = ov->embed_early_off ? -1 : 0;
     gc.nranks = r->ranks;
     gc.param_delay = r->param_delay;
     if (r->param_delay)
@@ -615,6 +619,7 @@ int sdp_cli_train(int argc, char **argv)
         { "param-route", required_argument, NULL, 'Y' },
         { "grad-dtype", required_argument, NULL, 'D' },
         { "collectives", required_argument, NULL, 'C' },
+        { "embed-early", required_argument, NULL, 1000 },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -699,6 +704,13 @@ int sdp_cli_train(int argc, char **argv)
                 return SDP_EXIT_USAGE;
             }
             ov.grad_dtype = optarg;
+            break;
+        case 1000:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "slidedp train: --embed-early takes on or off, not '%s'\n", optarg);
+                return SDP_EXIT_USAGE;
+            }
+            ov.embed_early_off = !strcmp(optarg, "off");
             break;
         case 'C':
             if (strcmp(optarg, "starpu") && strcmp(optarg, "nccl")) {
