@@ -147,8 +147,8 @@ for stage in $stages; do
         # StarPU's limit leaves out the CUDA context and the libraries' own memory (about 0.5
         # GiB on the H200): 15 and 23 GiB keep the peaks within the goals' 16 and 24
         # TARGETS: "MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB; ..." replaces the list
-        IFS=';' read -r -a specs <<< "${TARGETS:-qwen3-4b 16 bf16 0 64; qwen3-4b 16 fp32 0 64;
-            qwen3-4b 16 bf16 15 64; qwen3-4b 32 bf16 23 64; qwen3-8b 16 bf16 0 64}"
+        IFS=';' read -r -a specs <<< "${TARGETS:-qwen3-4b 16 bf16 0 16; qwen3-4b 16 fp32 0 16;
+            qwen3-4b 16 bf16 15 16; qwen3-4b 32 bf16 23 16; qwen3-8b 16 bf16 0 16}"
         for spec in "${specs[@]}"; do
             read -r hm hb gd gib chunk <<< "$spec"
             name=$hm-b$hb-grad-$gd-gib$gib-chunk$chunk

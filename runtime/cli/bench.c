@@ -55,7 +55,7 @@ static void usage(FILE *f)
            "                       tokens during the backward (one rank, bf16 return; on)\n"
            "  --activations A      recompute, keep or offload (recompute; offload: recompute, and\n"
            "                       each layer's saved input waits on the host)\n"
-           "  --chunk-mib X        parameter chunk, MiB of fp32 master (64)\n"
+           "  --chunk-mib X        parameter chunk, MiB of fp32 master (16)\n"
            "  --gpus N             CUDA workers (-1 = all found, 0 = none; -1)\n"
            "  --gpu-memory-gib X   memory StarPU may use per GPU (0 = all)\n"
            "  --cpus N             CPU workers (0 = all cores)\n"
@@ -367,7 +367,7 @@ int sdp_cli_bench(int argc, char **argv)
                             .warmup = 2,
                             .gpus = -1,
                             .cpus = 0,
-                            .chunk_mib = 64,
+                            .chunk_mib = 16,
                             .precision = "bf16",
                             .grad_dtype = "auto",
                             .activations = "recompute",

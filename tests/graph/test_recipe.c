@@ -223,7 +223,7 @@ int main(void)
     CHECK(d.lr == 3e-4 && d.beta1 == 0.9 && d.beta2 == 0.95 && d.eps == 1e-8 &&
               d.weight_decay == 0.1 && d.max_grad_norm == 1.0 && d.lr_schedule == SDP_LR_COSINE &&
               d.warmup_steps == 0 && d.min_lr_ratio == 0.1 && d.steps == 100 && d.seed == 1234 &&
-              d.precision == SDP_PREC_BF16 && d.chunk_mib == 64 && d.recompute == 1 &&
+              d.precision == SDP_PREC_BF16 && d.chunk_mib == 16 && d.recompute == 1 &&
               d.shuffle == 1 && d.global_batch == 8 && d.micro_batch == 8 && d.seq_len == 1024 &&
               d.cpus == 0 && d.host_memory_gib == 0 && d.sched[0] == '\0' &&
               d.data_train[0] == '\0',
