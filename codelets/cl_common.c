@@ -104,7 +104,7 @@ static const char *phase_name(enum sdp_phase ph)
 static enum sdp_trace_lane op_lane(const char *name)
 {
     if (!strcmp(name, "cast") || !strcmp(name, "param_copy") || !strcmp(name, "param_bcast_nccl") ||
-        !strcmp(name, "param_fetch"))
+        !strcmp(name, "param_fetch") || !strcmp(name, "param_put"))
         return SDP_LANE_PARAM_H2D;
     if (!strcmp(name, "sumsq") || !strcmp(name, "grad_norm") || !strcmp(name, "grad_reduce") ||
         !strcmp(name, "grad_reduce_nccl") || !strcmp(name, "grad_pack") ||

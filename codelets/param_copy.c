@@ -9,7 +9,11 @@
  * when the previous layer's output is ready like the group's first compute task, so the policy
  * prefetches the weights over PCIe while the GPU still computes earlier groups (without it, the
  * first task of every layer waited for its weights: 3.7 ms a layer of qwen3-4b on the H200).
- * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_lookahead.sh. */
+ * param_put: dst[off, off + n) = src (n), dst whole and read-write: the working copy off the host
+ * (sdp_state.work_staged) takes each chunk AdamW wrote on the host where the compute keeps it,
+ * without a partition plan (StarPU would gather the chunks on the vector's home, the host).
+ * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_lookahead.sh,
+ * tests/e2e/test_e2e_work_home.sh. */
 #include "config.h"
 
 #include <string.h>
@@ -60,6 +64,65 @@ struct starpu_codelet sdp_cl_param_copy = {
     .modes = { STARPU_W, STARPU_R },
     .model = &sdp_pm_param_copy,
 };
+
+struct sdp_param_put_args {
+    struct sdp_shape_key key; /* bytes (low 31 bits, high bits) */
+    size_t off_bytes;
+};
+
+/* buffers: dst RW, src (n) R */
+static void param_put_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_param_put_args *a = cl_arg;
+    memcpy((char *)SDP_VEC(buffers[0]) + a->off_bytes, SDP_VEC(buffers[1]), nbytes_of(buffers[1]));
+}
+
+#ifdef SDP_HAVE_CUDA
+static void param_put_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_param_put_args *a = cl_arg;
+    SDP_CUDA_CHECK(cudaMemcpyAsync((char *)SDP_VEC(buffers[0]) + a->off_bytes, SDP_VEC(buffers[1]),
+                                   nbytes_of(buffers[1]), cudaMemcpyDeviceToDevice,
+                                   starpu_cuda_get_local_stream()));
+}
+#endif
+
+static struct starpu_perfmodel sdp_pm_param_put = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_param_put_v1",
+    .footprint = sdp_cl_footprint,
+};
+
+struct starpu_codelet sdp_cl_param_put = {
+    .name = "param_put",
+    .cpu_funcs = { param_put_cpu },
+    .cpu_funcs_name = { "param_put_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { param_put_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
+    .nbuffers = 2,
+    .modes = { STARPU_RW, STARPU_R },
+    .model = &sdp_pm_param_put,
+};
+
+int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
+                       sdp_rt_tensor_t *src)
+{
+    struct sdp_param_put_args *a;
+    size_t n = sdp_rt_tensor_nelems(src), es = sdp_dtype_size(sdp_rt_tensor_dtype(dst));
+    struct sdp_cl_buf b[] = { { dst, STARPU_RW }, { src, STARPU_R } };
+    if (sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst) || off > sdp_rt_tensor_nelems(dst) ||
+        n > sdp_rt_tensor_nelems(dst) - off)
+        return sdp_err(-EINVAL, "param_put: %s (%zu) does not fit %s (%zu) at %zu",
+                       sdp_rt_tensor_name(src), n, sdp_rt_tensor_name(dst),
+                       sdp_rt_tensor_nelems(dst), off);
+    a = sdp_cl_args_alloc(sizeof(*a));
+    a->key.d[0] = (int)((n * es) & 0x7fffffff);
+    a->key.d[1] = (int)((n * es) >> 31);
+    a->off_bytes = off * es;
+    return sdp_cl_submit(&sdp_cl_param_put, o, a, sizeof(*a), 0.0, b, 2);
+}
 
 /* buffers: the tensor (n) R, already where the task runs: nothing left to do */
 static void param_fetch_func(void *buffers[], void *cl_arg)

@@ -175,6 +175,11 @@ int sdp_task_grad_pack_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *gra
 int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                         sdp_rt_tensor_t *const *sumsq);
 
+/** dst (N) RW: elements [off, off + n) = src (n) R, same dtype, on the worker's node (a GPU where
+ * the compute runs).  The working copy off the host (sdp_state.work_staged) takes a chunk. */
+int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
+                       sdp_rt_tensor_t *src);
+
 /** dst (n) W = src (n) R, same dtype, on the executing worker's node: a step of the sharded
  * parameter route (a chunk into its owner's replica, then from there into every other rank's). */
 int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src);

@@ -43,6 +43,7 @@ int sdp_tasks_init(void)
         &sdp_cl_grad_sumsq,
         &sdp_cl_param_copy,
         &sdp_cl_param_fetch,
+        &sdp_cl_param_put,
     };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         sdp_cl_register(all[i]);
@@ -68,7 +69,7 @@ int sdp_tasks_place_compute(int on_gpu)
         &sdp_cl_rmsnorm_bwd,     &sdp_cl_qknorm_rope_fwd,   &sdp_cl_qknorm_rope_bwd,
         &sdp_cl_attention_fwd,   &sdp_cl_attention_bwd,     &sdp_cl_swiglu_fwd,
         &sdp_cl_swiglu_bwd,      &sdp_cl_lmhead_ce,         &sdp_cl_zero,
-        &sdp_cl_param_fetch,
+        &sdp_cl_param_fetch,     &sdp_cl_param_put,
     };
     if (on_gpu && starpu_cuda_worker_get_count() == 0)
         return sdp_err(-ENODEV, "compute placed on GPUs but StarPU has no CUDA worker");

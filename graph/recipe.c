@@ -87,6 +87,12 @@ static const char *const param_route_names[] = { "replicated", "sharded", NULL }
 static const char *const schedule_names[] = { "cosine", "linear", "constant", NULL };
 static const char *const optimizer_names[] = { "adamw", NULL };
 static const char *const collectives_names[] = { "starpu", "nccl", NULL };
+static const char *const work_home_names[] = { "host", "gpu", NULL };
+
+static void set_work_home(struct ctx *c, int i)
+{
+    c->r->work_on_gpu = i;
+}
 
 static void set_precision(struct ctx *c, int i)
 {
@@ -203,6 +209,7 @@ static const struct key train_keys[] = {
     { .name = "window", RF(window), INT_GE(0) },
     { .name = "bwd_lookahead", RF(bwd_lookahead), INT_GE(-1) },
     { .name = "grad_dtype", CHOICE(grad_dtype_names, set_grad_dtype) },
+    { .name = "work_home", CHOICE(work_home_names, set_work_home) },
     { .name = "staging_depth", RF(staging_depth), INT_GE(1) },
     { .name = "prefetch_groups", RF(prefetch_groups), INT_GE(0) },
     { .name = "collectives", CHOICE(collectives_names, set_collectives) },
@@ -800,6 +807,15 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
                 r->file, r->ranks);
         sdp_hint("set train.grad_dtype: fp32 for a multi-rank run (each rank's fp32 gradient is "
                  "reduced), or train.ranks: 1");
+        return -EINVAL;
+    }
+    if (r->work_on_gpu &&
+        (r->param_delay || r->param_sharded || r->gpu_memory_gib > 0 || r->window > 0)) {
+        sdp_err(-EINVAL,
+                "recipe %s: train.work_home gpu keeps every working copy on the GPUs; it does not "
+                "go with param_delay 1, param_route sharded, gpu_memory_gib or window",
+                r->file);
+        sdp_hint("drop those keys, or set train.work_home: host");
         return -EINVAL;
     }
     if (!(r->chunk_mib > 0) || !(r->lr > 0))

@@ -36,7 +36,11 @@
  *              least 4), prefetch_groups (sdp-slidedp: parameter groups a GPU may prefetch
  *              ahead; default SDP_WINDOW_DEPTH or 2), collectives (starpu | nccl: the
  *              GPU-reduction route and the sharded dispatch as StarPU transfers and tasks on the
- *              ranks' GPUs, or as NCCL reduce and broadcast over them; default starpu)
+ *              ranks' GPUs, or as NCCL reduce and broadcast over them; default starpu),
+ *              work_home (host, the default: the bf16 working copies live in pinned host
+ *              memory, updated in place; gpu: on the GPUs only, each chunk written by AdamW into a
+ *              stage and copied up, so the host holds 12 bytes a parameter; needs GPUs, window 0,
+ *              param_delay 0 and the replicated route)
  *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
  *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
  *              signal), keep_checkpoints (how many to keep)
@@ -102,6 +106,8 @@ struct sdp_recipe {
                                     forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
     int bwd_lookahead;           /* sdp_graph_conf.bwd_lookahead (default 1, -1 = no bound) */
     int grad_bf16;               /* train.grad_dtype: -1 auto (default), 0 fp32, 1 bf16 */
+    int work_on_gpu;             /* train.work_home: 0 host (default), 1 gpu (sdp_state's
+                                    work_staged: the working copies off the host) */
     int staging_depth;           /* sdp-slidedp: casts and updates in flight (0 = policy default) */
     int prefetch_groups; /* sdp-slidedp: groups a GPU prefetches ahead (-1 = policy default) */
     int nccl;            /* train.collectives: 0 starpu (default), 1 nccl (sdp_tasks_use_nccl) */

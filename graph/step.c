@@ -409,7 +409,7 @@ static int norms_if_final(sdp_graph_t *g, int step, int mb, int gi)
 static int early_embed(const sdp_graph_t *g)
 {
     return g->row_mark && g->R == 1 && g->lm_group == 0 && packs(g, 0) && g->c.embed_early >= 0 &&
-           !(g->c.max_grad_norm > 0) && !g->c.skip_nonfinite;
+           !(g->c.max_grad_norm > 0) && !g->c.skip_nonfinite && !g->st->work_staged;
 }
 
 static void add_seg(struct sdp_adamw_segment *segs, int *n, size_t off, size_t len, int decay)
@@ -462,6 +462,31 @@ static int chunk_segs(const sdp_graph_t *g, int gi, int c, int rows, struct sdp_
     return n;
 }
 
+/* Chunk c of group gi's working copy into the copy the compute reads, where it keeps it, when the
+ * working copies are off the host (sdp_state.work_staged): the stage AdamW or the cast wrote is
+ * copied in (StarPU brings it over PCIe) and dropped, so the host holds only the stages in
+ * flight.  Nothing to do otherwise: the chunk was written in place. */
+static int put_chunk(sdp_graph_t *g, int step, int gi, int c, enum sdp_phase ph)
+{
+    struct sdp_group_state *gs = &g->st->groups[gi];
+    struct sdp_task_opts o = opts(g, step, gi, -1, ph);
+    if (!g->st->work_staged)
+        return 0;
+    o.hint.chunk = c;
+    TRY_RET(sdp_task_param_put(&o, work_of(g, gi, step), sdp_rt_tensor_part_offset(gs->master, c),
+                               gs->work_stage[c]));
+    sdp_rt_tensor_discard(gs->work_stage[c]);
+    return 0;
+}
+
+/* Where AdamW or the cast writes chunk c of group gi's next working copy: the chunk itself, or its
+ * stage when the working copies are off the host. */
+static sdp_rt_tensor_t *work_chunk(const sdp_graph_t *g, int gi, int c, int step)
+{
+    const struct sdp_group_state *gs = &g->st->groups[gi];
+    return g->st->work_staged ? gs->work_stage[c] : sdp_rt_tensor_part(work_of(g, gi, step), c);
+}
+
 /* AdamW on chunk c of group gi (rows: chunk_segs), from the chunk's gradient (bf16 return: its
  * packed copy, given back to StarPU afterwards). */
 static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
@@ -470,8 +495,7 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
     struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_UPDATE);
     sdp_rt_tensor_t *grad = gs->grad_ret ? gs->grad_ret[c] : sdp_rt_tensor_part(gs->grad, c);
     sdp_rt_tensor_t *p = sdp_rt_tensor_part(gs->master, c), *m = sdp_rt_tensor_part(gs->m, c),
-                    *v = sdp_rt_tensor_part(gs->v, c),
-                    *w = sdp_rt_tensor_part(work_of(g, gi, step), c);
+                    *v = sdp_rt_tensor_part(gs->v, c), *w = work_chunk(g, gi, c, step);
     struct sdp_adamw_segment *segs;
     int nsegs = chunk_segs(g, gi, c, rows, &segs), rc = 0;
     if (nsegs < 0)
@@ -488,6 +512,8 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
     free(segs);
     if (!rc && gs->grad_ret) /* its memory goes back to StarPU for the next chunk */
         sdp_rt_tensor_discard(gs->grad_ret[c]);
+    if (!rc && nsegs > 0)
+        rc = put_chunk(g, step, gi, c, SDP_PH_UPDATE);
     return rc;
 }
 
@@ -681,15 +707,17 @@ static int refresh_work(sdp_graph_t *g, int step)
         return 0;
     for (int gi = 0; gi < st->ngroups; gi++) {
         struct sdp_group_state *gs = &st->groups[gi];
+        if (st->work_staged) { /* the copy off the host gets a first value where it is computed */
+            struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
+            TRY_RET(sdp_task_zero(&o, gs->work));
+        }
         for (int c = 0; c < gs->nchunks; c++) {
             struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
-            int rc;
             o.hint.chunk = c;
             o.priority = 1;
-            rc = sdp_task_cast(&o, sdp_rt_tensor_part(gs->work, c),
-                               sdp_rt_tensor_part(gs->master, c));
-            if (rc)
-                return rc;
+            TRY_RET(
+                sdp_task_cast(&o, work_chunk(g, gi, c, step), sdp_rt_tensor_part(gs->master, c)));
+            TRY_RET(put_chunk(g, step, gi, c, SDP_PH_CAST));
         }
     }
     st->work_valid = 1;
@@ -940,6 +968,13 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
         free(g);
         return sdp_err(-EINVAL, "graph: %d micro-batches cannot be shared by %d ranks (at most %d)",
                        c->n_micro, R, SDP_MAX_RANKS);
+    }
+    if (st->work_staged &&
+        (c->window > 0 || c->param_delay || (g->R > 1 && c->param_route == SDP_ROUTE_SHARDED))) {
+        free(g);
+        return sdp_err(-EINVAL,
+                       "graph: working copies off the host (train.work_home: gpu) need "
+                       "window 0 (no gpu_memory_gib), param_delay 0 and the replicated route");
     }
     g->nm_rank = c->n_micro / g->R;
     g->C = m->hidden_size;

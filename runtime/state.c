@@ -18,7 +18,8 @@
 #include "runtime/state.h"
 
 static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cfg, int g,
-                      enum sdp_dtype work_dtype, size_t chunk_elems, int grad_on_device)
+                      enum sdp_dtype work_dtype, size_t chunk_elems, int grad_on_device,
+                      int work_staged)
 {
     char name[64];
     size_t *parts;
@@ -45,6 +46,10 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
                  { &gs->work, "work", work_dtype, 0, 0 } };
     for (size_t i = 0; i < sizeof(list) / sizeof(list[0]) && !rc; i++) {
         snprintf(name, sizeof(name), "g%d.%s", g, list[i].what);
+        if (work_staged && list[i].t == &gs->work) { /* no host home, never split */
+            rc = sdp_rt_tensor_temp(list[i].t, list[i].dt, gs->nelems, name);
+            continue;
+        }
         /* masters and moments stay on the host; gradients and working copies cross PCIe, except
          * fp32 gradients packed on the GPU (bf16 return), which get address space, no pages */
         rc = list[i].host_only ? sdp_rt_tensor_create_host(list[i].t, list[i].dt, gs->nelems, name)
@@ -58,11 +63,13 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
 }
 
 size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype,
-                            enum sdp_dtype grad_dtype, int on_gpu)
+                            enum sdp_dtype grad_dtype, unsigned flags)
 {
     size_t per = 12 + sdp_dtype_size(work_dtype) + 4; /* master, m, v, working copy, fp32 grad */
-    if (grad_dtype == SDP_BF16 && on_gpu)
+    if (grad_dtype == SDP_BF16 && (flags & SDP_STATE_ON_GPU))
         per -= 4;
+    if (flags & SDP_STATE_WORK_STAGED)
+        per -= sdp_dtype_size(work_dtype);
     return sdp_model_num_params(cfg) * per;
 }
 
@@ -83,6 +90,23 @@ static int make_grad_ret(struct sdp_group_state *gs, int g)
     return 0;
 }
 
+/* The chunks AdamW writes when the working copy is off the host (work_staged): no host home. */
+static int make_work_stage(struct sdp_group_state *gs, int g, enum sdp_dtype work_dtype)
+{
+    char name[64];
+    gs->work_stage = calloc((size_t)gs->nchunks, sizeof(*gs->work_stage));
+    if (!gs->work_stage)
+        return sdp_err(-ENOMEM, "group %d: %d working-copy stages", g, gs->nchunks);
+    for (int c = 0; c < gs->nchunks; c++) {
+        snprintf(name, sizeof(name), "g%d.work_stage.%d", g, c);
+        int rc = sdp_rt_tensor_temp(&gs->work_stage[c], work_dtype,
+                                    sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->master, c)), name);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 int sdp_state_create(struct sdp_state *st, const struct sdp_model_cfg *cfg,
                      enum sdp_dtype work_dtype, size_t chunk_bytes)
 {
@@ -91,8 +115,9 @@ int sdp_state_create(struct sdp_state *st, const struct sdp_model_cfg *cfg,
 
 int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
                         enum sdp_dtype work_dtype, size_t chunk_bytes, enum sdp_dtype grad_dtype,
-                        int on_gpu)
+                        unsigned flags)
 {
+    int on_gpu = (flags & SDP_STATE_ON_GPU) != 0;
     int g, rc;
     memset(st, 0, sizeof(*st));
     st->cfg = *cfg;
@@ -101,6 +126,7 @@ int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
         return sdp_err(-EINVAL, "gradient dtype %s: f32 or bf16 expected",
                        sdp_dtype_name(grad_dtype));
     st->grad_dtype = grad_dtype;
+    st->work_staged = (flags & SDP_STATE_WORK_STAGED) != 0;
     st->chunk_elems = chunk_bytes / sizeof(float);
     if (st->chunk_elems < 1024)
         return sdp_err(-EINVAL, "chunk of %zu bytes is too small (at least 4 KiB)", chunk_bytes);
@@ -110,9 +136,11 @@ int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
         return sdp_err(-ENOMEM, "state of %d groups", st->ngroups);
     for (g = 0; g < st->ngroups; g++) {
         rc = make_group(&st->groups[g], cfg, g, work_dtype, st->chunk_elems,
-                        grad_dtype == SDP_BF16 && on_gpu);
+                        grad_dtype == SDP_BF16 && on_gpu, st->work_staged);
         if (!rc && grad_dtype == SDP_BF16)
             rc = make_grad_ret(&st->groups[g], g);
+        if (!rc && st->work_staged)
+            rc = make_work_stage(&st->groups[g], g, work_dtype);
         if (rc) {
             sdp_state_destroy(st);
             return rc;
@@ -122,7 +150,7 @@ int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
     SDP_INFO(
         "state: %zu parameters in %d groups, %d chunks of up to %.1f MiB, %.2f GiB of host memory",
         sdp_model_num_params(cfg), st->ngroups, st->nchunks_total, chunk_bytes / 1048576.0,
-        sdp_state_host_bytes(cfg, work_dtype, grad_dtype, on_gpu) / 1073741824.0);
+        sdp_state_host_bytes(cfg, work_dtype, grad_dtype, flags) / 1073741824.0);
     return 0;
 }
 
@@ -140,6 +168,9 @@ void sdp_state_destroy(struct sdp_state *st)
         for (int c = 0; gs->grad_ret && c < gs->nchunks; c++)
             sdp_rt_tensor_release(gs->grad_ret[c]);
         free(gs->grad_ret);
+        for (int c = 0; gs->work_stage && c < gs->nchunks; c++)
+            sdp_rt_tensor_release(gs->work_stage[c]);
+        free(gs->work_stage);
     }
     free(st->groups);
     st->groups = NULL;

@@ -26,7 +26,14 @@ struct sdp_group_state {
                                         bf16), without host home: StarPU allocates them where they
                                         are written or read, and the graph drops each after its
                                         update; or NULL */
+    sdp_rt_tensor_t **work_stage;    /* [nchunks] (work_staged) the chunks AdamW writes, without
+                                        host home, copied into `work` where it is computed and
+                                        dropped; or NULL */
 };
+
+/* sdp_state_create_ex flags */
+#define SDP_STATE_ON_GPU      1u /* the compute runs on GPUs */
+#define SDP_STATE_WORK_STAGED 2u /* working copies off the host (see sdp_state.work_staged) */
 
 struct sdp_state {
     struct sdp_model_cfg cfg;
@@ -37,6 +44,11 @@ struct sdp_state {
     struct sdp_group_state *groups;
     int work_valid;            /* working copies reflect the masters (set by the graph) */
     enum sdp_dtype grad_dtype; /* what AdamW reads: SDP_F32 (grad) or SDP_BF16 (grad_ret) */
+    int work_staged; /* 1: each group's working copy has no host home and is not split into
+                        chunks: AdamW writes a chunk into work_stage[c], a param_put copies it
+                        into the working copy where the compute keeps it (the GPU), and the
+                        stage is dropped.  The host then holds the masters and moments (12 bytes
+                        a parameter) and the stages in flight, not a working copy of the model */
 };
 
 /** Allocate and register the state of cfg.  chunk_bytes: bytes of fp32 master per chunk.
@@ -68,16 +80,17 @@ int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype);
  * the graph fills from the final fp32 gradient where it was made and drops after each chunk's
  * update: host memory holds only the chunks between their return and their update).  With on_gpu
  * and SDP_BF16 the fp32 accumulators get host address space but no pages: they live on the GPUs
- * and the graph discards them after packing.  @return as sdp_state_create */
+ * and the graph discards them after packing.  flags: SDP_STATE_ON_GPU (on_gpu above),
+ * SDP_STATE_WORK_STAGED (work_staged).  @return as sdp_state_create */
 int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
                         enum sdp_dtype work_dtype, size_t chunk_bytes, enum sdp_dtype grad_dtype,
-                        int on_gpu);
+                        unsigned flags);
 
 /** Host bytes the state of cfg needs for the whole run: master, m, v, working copy and the fp32
  * gradients, which with SDP_BF16 and on_gpu stay on the GPUs (see sdp_state_create_ex; the
- * bf16 chunks in flight are not counted). */
+ * bf16 chunks in flight are not counted); without the working copy with SDP_STATE_WORK_STAGED. */
 size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype,
-                            enum sdp_dtype grad_dtype, int on_gpu);
+                            enum sdp_dtype grad_dtype, unsigned flags);
 
 /** Element offset of tensor kind k in group g (aborts if absent: a bug in the caller). */
 size_t sdp_state_off(const struct sdp_state *st, int g, enum sdp_ptensor k);

@@ -27,7 +27,7 @@
 struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
-    int embed_early_off;
+    int embed_early_off, work_on_gpu;
     int lookahead, staging_depth, prefetch_groups, nccl, barrier;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
@@ -51,6 +51,8 @@ static void usage(FILE *f)
            "  --precision P        bf16 or fp32 (bf16)\n"
            "  --grad-dtype D       gradient AdamW reads: fp32, bf16 (packed where it was made) or\n"
            "                       auto (bf16 for one rank on a GPU, else fp32; the default)\n"
+           "  --work-home H        host or gpu: where the working copies live (host; gpu: the\n"
+           "                       host holds 12 bytes a parameter, see train.work_home)\n"
            "  --embed-early X      on or off: update the tied embedding's rows outside the step's\n"
            "                       tokens during the backward (one rank, bf16 return; on)\n"
            "  --activations A      recompute, keep or offload (recompute; offload: recompute, and\n"
@@ -131,7 +133,9 @@ static int run(const struct bench_opts *b)
         return SDP_EXIT_USAGE;
     /* as far as it is known before StarPU starts; resolved again once it has */
     gbf16 = grad_bf16(b, sdp_cli_may_use_gpu(b->gpus));
-    need = sdp_state_host_bytes(&cfg, dt, gbf16 ? SDP_BF16 : SDP_F32, sdp_cli_may_use_gpu(b->gpus));
+    need = sdp_state_host_bytes(&cfg, dt, gbf16 ? SDP_BF16 : SDP_F32,
+                                (sdp_cli_may_use_gpu(b->gpus) ? SDP_STATE_ON_GPU : 0) |
+                                    (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0));
     avail = sdp_rt_host_mem_available();
     if (avail > 0 && need > avail) {
         sdp_err(-ENOMEM,
@@ -160,7 +164,9 @@ static int run(const struct bench_opts *b)
     if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&cfg)) ||
         sdp_state_create_ex(&st, &cfg, dt, (size_t)(b->chunk_mib * 1048576.0),
-                            gbf16 ? SDP_BF16 : SDP_F32, sdp_rt_ncuda() > 0))
+                            gbf16 ? SDP_BF16 : SDP_F32,
+                            (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
+                                (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0)))
         goto out;
     state_made = 1;
     t_state = sdp_cli_now_s();
@@ -274,6 +280,7 @@ static int run(const struct bench_opts *b)
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
         json_object_set_new(settings, "collectives", json_string(b->nccl ? "nccl" : "starpu"));
         json_object_set_new(settings, "embed_early", json_boolean(!b->embed_early_off));
+        json_object_set_new(settings, "work_home", json_string(b->work_on_gpu ? "gpu" : "host"));
         json_object_set_new(settings, "timing", json_string(b->barrier ? "barrier" : "pipelined"));
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
@@ -357,6 +364,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "events", required_argument, NULL, 'E' },
         { "barrier", no_argument, NULL, 'B' },
         { "embed-early", required_argument, NULL, 1000 },
+        { "work-home", required_argument, NULL, 1001 },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -405,6 +413,13 @@ int sdp_cli_bench(int argc, char **argv)
                 return SDP_EXIT_USAGE;
             }
             b.embed_early_off = !strcmp(optarg, "off");
+            break;
+        case 1001:
+            if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
+                fprintf(stderr, "slidedp bench: --work-home expects host or gpu\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.work_on_gpu = !strcmp(optarg, "gpu");
             break;
         case 'a':
             if (strcmp(optarg, "recompute") && strcmp(optarg, "keep") &&

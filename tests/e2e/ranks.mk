@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # tests/e2e/: data-parallel ranks on CPU workers (--ranks R), chunk sweep, backward lookahead,
 # the bf16 gradient return, the NCCL reduction (two GPUs or more, else skipped), slidedp bench,
-# the early update of the tied embedding
+# the early update of the tied embedding, the working copies off the host
 TESTS += tests/e2e/test_e2e_ranks.sh
 EXTRA_DIST += tests/e2e/test_e2e_ranks.sh
 TESTS += tests/e2e/test_e2e_sweep.sh
@@ -16,3 +16,5 @@ TESTS += tests/e2e/test_e2e_bench.sh
 EXTRA_DIST += tests/e2e/test_e2e_bench.sh
 TESTS += tests/e2e/test_e2e_embed_early.sh
 EXTRA_DIST += tests/e2e/test_e2e_embed_early.sh
+TESTS += tests/e2e/test_e2e_work_home.sh
+EXTRA_DIST += tests/e2e/test_e2e_work_home.sh
