@@ -26,7 +26,8 @@
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
 #            GPU in every route combination (MODEL/BATCH per GPU), the GPU reduction through NCCL
 #            (--collectives nccl) and through StarPU; RANKS="R PARAM GRAD COLL; ..." runs another
-#            list (R = all: every GPU)
+#            list (R = all: every GPU); then PyTorch FSDP2 (PEER_SYSTEMS, default GPU-resident and
+#            CPU offload) on one GPU and on every GPU, MODEL/BATCH per GPU
 #   correct  100 steps of recipes/qwen3-0.6b-compare.yaml at 16 sequences per step (micro-batches of
 #            4) on 1 GPU, on 2 (replicated, CPU reduction) and on every GPU with each of the four
 #            route combinations; the largest loss difference of each run against one GPU
@@ -187,6 +188,16 @@ for stage in $stages; do
             bench "ranks$R-$pr-$route-$coll" 300 --model "$model" --batch $((batch * R)) \
                 --seq 1024 --steps 5 --warmup 3 --gpus "$R" --ranks "$R" --param-route "$pr" \
                 --grad-route "$route" --collectives "$coll"
+        done
+        # the PyTorch peers on the same workload: FSDP2 GPU-resident and with CPU offload, one GPU
+        # and every GPU (PEER_SYSTEMS="fsdp2 fsdp2-offload" by default)
+        for sys in ${PEER_SYSTEMS:-fsdp2 fsdp2-offload}; do
+            for R in 1 "$ngpu"; do
+                timeout 400 python3 bench/peers.py --system "$sys" --model "$model" --batch "$batch" \
+                    --seq 1024 --steps 3 --warmup 1 --ranks "$R" >> "$out/results.jsonl" \
+                    2> "$out/bench-$sys-ranks$R.log"
+                log "$sys ranks $R: exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-300)"
+            done
         done
         ;;
     correct)
