@@ -18,9 +18,10 @@
 #            bf16 return only: 14 bytes of host state per parameter instead of 18), each beside
 #            PyTorch GPU-resident where it fits the GPU; MODEL/BATCH are ignored
 #   targets  the goals of the schedule issue under their GPU limits, most telling first: qwen3-4b/16
-#            with the bf16 and the fp32 return unbounded, qwen3-4b/16 bf16 at 15 GiB, qwen3-4b/32
-#            bf16 at 23 GiB, qwen3-8b/16 bf16; each with its event log; MODEL/BATCH are ignored;
-#            TARGETS="MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB; ..." runs another list
+#            bf16 unbounded, qwen3-8b/16 with the working copies off the host (--work-home=gpu),
+#            qwen3-4b/16 at 15 GiB, qwen3-4b/32 at 23 GiB, qwen3-8b/16 with them on the host,
+#            qwen3-4b/16 with the fp32 return; each with its event log; MODEL/BATCH are ignored;
+#            TARGETS="MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB [BENCH_ARGS...]; ..." runs another list
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
@@ -147,15 +148,17 @@ for stage in $stages; do
     targets)
         # StarPU's limit leaves out the CUDA context and the libraries' own memory (about 0.5
         # GiB on the H200): 15 and 23 GiB keep the peaks within the goals' 16 and 24
-        # TARGETS: "MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB; ..." replaces the list
-        IFS=';' read -r -a specs <<< "${TARGETS:-qwen3-4b 16 bf16 0 16; qwen3-4b 16 fp32 0 16;
-            qwen3-4b 16 bf16 15 16; qwen3-4b 32 bf16 23 16; qwen3-8b 16 bf16 0 16}"
+        # TARGETS: "MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB [BENCH_ARGS...]; ..." replaces the list
+        IFS=';' read -r -a specs <<< "$(tr '\n' ' ' <<< "${TARGETS:-qwen3-4b 16 bf16 0 16; qwen3-8b 16 bf16 0 16 --work-home=gpu;
+            qwen3-4b 16 bf16 15 16; qwen3-4b 32 bf16 23 16; qwen3-8b 16 bf16 0 16;
+            qwen3-4b 16 fp32 0 16}")"
         for spec in "${specs[@]}"; do
-            read -r hm hb gd gib chunk <<< "$spec"
-            name=$hm-b$hb-grad-$gd-gib$gib-chunk$chunk
+            read -r hm hb gd gib chunk extra <<< "$spec"
+            name=$hm-b$hb-grad-$gd-gib$gib-chunk$chunk$(echo "${extra:-}" | tr -d ' =-' | sed 's/^/-/;s/^-$//')
+            # shellcheck disable=SC2086
             bench "$name" 300 --model "$hm" --batch "$hb" --seq 1024 --steps 4 --warmup 2 \
                 --grad-dtype "$gd" --gpu-memory-gib "$gib" --chunk-mib "$chunk" \
-                --events "$out/events-$name.jsonl"
+                --events "$out/events-$name.jsonl" ${extra:-}
         done
         lanes
         ;;
@@ -179,9 +182,9 @@ for stage in $stages; do
         # one GPU, then every GPU: the NCCL runs first (the GPU reduction the design intends),
         # then the host routes, then the GPU reduction through StarPU's own copies
         # RANKS: "R PARAM_ROUTE GRAD_ROUTE COLLECTIVES; ..." replaces the list (R may be "all")
-        IFS=';' read -r -a specs <<< "${RANKS:-1 replicated cpu starpu; all replicated gpu nccl;
+        IFS=';' read -r -a specs <<< "$(tr '\n' ' ' <<< "${RANKS:-1 replicated cpu starpu; all replicated gpu nccl;
             all replicated cpu starpu; all sharded gpu nccl; all sharded cpu starpu;
-            all replicated gpu starpu; all sharded gpu starpu}"
+            all replicated gpu starpu; all sharded gpu starpu}")"
         for spec in "${specs[@]}"; do
             read -r R pr route coll <<< "$spec"
             [ "$R" = all ] && R=$ngpu
