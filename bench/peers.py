@@ -158,10 +158,6 @@ def run(rank, args, out_q):
     out_q.put(out) if out_q is not None else print(json.dumps(out), flush=True)
 
 
-def spawned(rank, args, out_q):
-    run(rank, args, out_q)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--system", choices=["pytorch-gpu", "fsdp2", "fsdp2-offload"], required=True)
@@ -194,7 +190,7 @@ def main():
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     out_q = ctx.SimpleQueue()
-    mp.spawn(spawned, args=(args, out_q), nprocs=args.ranks, join=True)
+    mp.spawn(run, args=(args, out_q), nprocs=args.ranks, join=True)
     print(json.dumps(out_q.get()), flush=True)
     return 0
 

@@ -140,61 +140,31 @@ static void grad_pack_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-static struct starpu_perfmodel sdp_pm_grad_pack = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_grad_pack_v1",
-    .footprint = sdp_cl_footprint,
-};
-
-struct starpu_codelet sdp_cl_grad_pack = {
-    .name = "grad_pack",
-    .cpu_funcs = { grad_pack_cpu },
-    .cpu_funcs_name = { "grad_pack_cpu" },
+/* grad_pack, grad_pack_early and grad_sumsq: one kernel pair, three names (and perfmodels), so
+ * the trace and the checker tell them apart.  grad_pack_early is the pack of a gradient final only
+ * outside some rows (the early update of the tied embedding, graph/step.c). */
 #ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { grad_pack_cuda },
-    .cuda_flags = { STARPU_CUDA_ASYNC },
+#define PACK_CUDA .cuda_funcs = { grad_pack_cuda }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#else
+#define PACK_CUDA
 #endif
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &sdp_pm_grad_pack,
-};
+#define PACK_CODELET(var, cl_name)                                                                 \
+    static struct starpu_perfmodel var##_pm = {                                                    \
+        .type = STARPU_HISTORY_BASED,                                                              \
+        .symbol = "sdp_" cl_name "_v1",                                                            \
+        .footprint = sdp_cl_footprint,                                                             \
+    };                                                                                             \
+    struct starpu_codelet var = {                                                                  \
+        .name = cl_name,                                                                           \
+        .cpu_funcs = { grad_pack_cpu },                                                            \
+        .cpu_funcs_name = { "grad_pack_cpu" },                                                     \
+        PACK_CUDA.nbuffers = STARPU_VARIABLE_NBUFFERS,                                             \
+        .model = &var##_pm,                                                                        \
+    }
 
-/* grad_pack under its own name: the pack of a gradient that is final only outside some rows
- * (the early update of the embedding's untouched rows, graph/step.c), told apart in the trace. */
-static struct starpu_perfmodel sdp_pm_grad_pack_early = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_grad_pack_early_v1",
-    .footprint = sdp_cl_footprint,
-};
-
-struct starpu_codelet sdp_cl_grad_pack_early = {
-    .name = "grad_pack_early",
-    .cpu_funcs = { grad_pack_cpu },
-    .cpu_funcs_name = { "grad_pack_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { grad_pack_cuda },
-    .cuda_flags = { STARPU_CUDA_ASYNC },
-#endif
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &sdp_pm_grad_pack_early,
-};
-
-static struct starpu_perfmodel sdp_pm_grad_sumsq = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_grad_sumsq_v1",
-    .footprint = sdp_cl_footprint,
-};
-
-struct starpu_codelet sdp_cl_grad_sumsq = {
-    .name = "grad_sumsq",
-    .cpu_funcs = { grad_pack_cpu },
-    .cpu_funcs_name = { "grad_pack_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { grad_pack_cuda },
-    .cuda_flags = { STARPU_CUDA_ASYNC },
-#endif
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &sdp_pm_grad_sumsq,
-};
+PACK_CODELET(sdp_cl_grad_pack, "grad_pack");
+PACK_CODELET(sdp_cl_grad_pack_early, "grad_pack_early");
+PACK_CODELET(sdp_cl_grad_sumsq, "grad_sumsq");
 
 /* grad_pack (ret given) or grad_sumsq (ret NULL) of the chunked f32 gradient grad */
 static int pack_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,

@@ -165,7 +165,8 @@ int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                        sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq);
 
 /** sdp_task_grad_pack under the name grad_pack_early: the pack of a gradient that later backward
- * tasks still add to in some rows (the early update's input; its sumsq are not the norms). */
+ * tasks still add to in some rows (the early update's input; the group's final pack rewrites its
+ * sumsq, which are not the norms yet). */
 int sdp_task_grad_pack_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                              sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq);
 

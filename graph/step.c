@@ -37,8 +37,7 @@ struct sdp_graph {
     enum sdp_dtype act_dt; /* activations: the working copy's dtype (bf16 or f32) */
     size_t lm_off, norm_off, embed_off;
     unsigned char *row_mark; /* [V] (tied embedding): 1 for the rows the step's tokens select */
-    sdp_rt_tensor_t **early_sumsq; /* [group 0's chunks]: the early pack's sums (not the norms) */
-    double lr;                     /* the learning rate of the step being submitted */
+    double lr;               /* the learning rate of the step being submitted */
 };
 
 /* Activations of one decoder layer for one micro-batch. */
@@ -523,7 +522,8 @@ static int embed_early(sdp_graph_t *g, int step)
 {
     struct sdp_group_state *gs = &g->st->groups[0];
     struct sdp_task_opts o = opts(g, step, 0, -1, SDP_PH_NORM);
-    TRY_RET(sdp_task_grad_pack_early(&o, gs->grad, gs->grad_ret, g->early_sumsq));
+    /* its sums are not the norms: the group's pack after the embedding's backward rewrites them */
+    TRY_RET(sdp_task_grad_pack_early(&o, gs->grad, gs->grad_ret, &g->sumsq[g->chunk0[0]]));
     for (int c = 0; c < gs->nchunks; c++)
         TRY_RET(update_chunk(g, step, 0, c, 1));
     return 0;
@@ -680,7 +680,7 @@ static int reduce_ranks(sdp_graph_t *g, int step)
 
 /* Squared norms per chunk (already submitted with one rank, see norms()), the global norm, then
  * AdamW per chunk. */
-static int optimizer(sdp_graph_t *g, int step, double lr, int update)
+static int optimizer(sdp_graph_t *g, int step, int update)
 {
     struct sdp_state *st = g->st;
     int rc;
@@ -693,7 +693,6 @@ static int optimizer(sdp_graph_t *g, int step, double lr, int update)
     rc = sdp_task_grad_norm(&on, g->clip, g->sumsq, st->nchunks_total, g->c.max_grad_norm);
     if (rc || !update)
         return rc;
-    g->lr = lr;
     for (int gi = 0; gi < st->ngroups; gi++)
         for (int c = 0; c < st->groups[gi].nchunks; c++)
             TRY_RET(update_chunk(g, step, gi, c, gi == 0 && early_embed(g) ? 2 : 0));
@@ -780,7 +779,7 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
     g->ntags = 0;
     g->updating = update;
     g->lr = lr;
-    if (g->row_mark) { /* the embedding rows the step's tokens select (early_embed) */
+    if (early_embed(g)) { /* the embedding rows the step's tokens select */
         memset(g->row_mark, 0, (size_t)g->V);
         for (size_t i = 0; i < total; i++)
             g->row_mark[ids[i]] = 1;
@@ -801,7 +800,7 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
             rc = micro_batch(g, step, mb, ti, tt, (float)(1.0 / (double)valid));
     }
     if (!rc)
-        rc = optimizer(g, step, lr, update);
+        rc = optimizer(g, step, update);
     if (rc)
         return rc;
     if (update)
@@ -1025,13 +1024,8 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
         rc = sdp_rt_tensor_create(&g->clip, SDP_F64, 2, "clip");
     if (!rc && g->lm_group == 0 && st->groups[0].grad_ret) { /* early_embed's bookkeeping */
         g->row_mark = calloc((size_t)g->V, 1);
-        g->early_sumsq = calloc((size_t)st->groups[0].nchunks, sizeof(*g->early_sumsq));
-        if (!g->row_mark || !g->early_sumsq)
+        if (!g->row_mark)
             rc = sdp_err(-ENOMEM, "embedding rows");
-        for (int i = 0; !rc && i < st->groups[0].nchunks; i++) {
-            snprintf(name, sizeof(name), "sumsq_early.%d", i);
-            rc = sdp_rt_tensor_create(&g->early_sumsq[i], SDP_F64, 1, name);
-        }
     }
     g->last_update = -1;
     if (!rc && !(g->route_gpu = calloc((size_t)st->ngroups, 1)))
@@ -1109,9 +1103,6 @@ void sdp_graph_destroy(sdp_graph_t *g)
     for (int i = 0; g->sumsq && i < g->st->nchunks_total; i++)
         sdp_rt_tensor_release(g->sumsq[i]);
     sdp_rt_tensor_release(g->clip);
-    for (int i = 0; g->early_sumsq && i < g->st->groups[0].nchunks; i++)
-        sdp_rt_tensor_release(g->early_sumsq[i]);
-    free(g->early_sumsq);
     free(g->row_mark);
     for (int i = 0; g->rgrad && i < (g->R - 1) * g->st->ngroups; i++)
         sdp_rt_tensor_release(g->rgrad[i]);
