@@ -21,7 +21,8 @@
 #            bf16 unbounded, qwen3-8b/16 with the working copies off the host (--work-home=gpu),
 #            qwen3-4b/16 at 15 GiB, qwen3-4b/32 at 23 GiB, qwen3-8b/16 with them on the host,
 #            qwen3-4b/16 with the fp32 return; each with its event log; MODEL/BATCH are ignored;
-#            TARGETS="MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB [BENCH_ARGS...]; ..." runs another list
+#            TARGETS="MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB [BENCH_ARGS...]; ..." runs another list;
+#            a BENCH_ARGS word STARPU_NAME=VALUE sets that StarPU variable for that run alone
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
@@ -61,9 +62,11 @@ ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
     free -g | head -2
 } >> "$out/machine.txt" 2>&1
 log() { echo "$*" | tee -a "$out/summary.log"; }
+bench_env=() # StarPU variables for the next bench alone (the targets stage sets them)
 bench() { # NAME TIMEOUT ARGS...
     local name=$1 t=$2; shift 2
-    timeout "$t" "$b/slidedp" bench "$@" >> "$out/results.jsonl" 2> "$out/bench-$name.log"
+    timeout "$t" env ${bench_env[@]+"${bench_env[@]}"} "$b/slidedp" bench "$@" \
+        >> "$out/results.jsonl" 2> "$out/bench-$name.log"
     log "bench $name ($*): exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-400)"
 }
 
@@ -154,11 +157,18 @@ for stage in $stages; do
             qwen3-4b 16 fp32 0 16}")"
         for spec in "${specs[@]}"; do
             read -r hm hb gd gib chunk extra <<< "$spec"
-            name=$hm-b$hb-grad-$gd-gib$gib-chunk$chunk$(echo "${extra:-}" | tr -d ' =-' | sed 's/^/-/;s/^-$//')
-            # shellcheck disable=SC2086
+            # words of the form STARPU_NAME=VALUE are StarPU's environment for this run alone
+            bench_env=() args=()
+            for w in ${extra:-}; do
+                case $w in STARPU_*=*) bench_env+=("$w") ;; *) args+=("$w") ;; esac
+            done
+            name=$hm-b$hb-grad-$gd-gib$gib-chunk$chunk$(echo "${extra:-}" | sed 's/STARPU_//g' |
+                tr -cd 'a-zA-Z0-9 ' | tr -d ' ' | cut -c1-60 | sed 's/^/-/;s/^-$//')
             bench "$name" 300 --model "$hm" --batch "$hb" --seq 1024 --steps 4 --warmup 2 \
                 --grad-dtype "$gd" --gpu-memory-gib "$gib" --chunk-mib "$chunk" \
-                --events "$out/events-$name.jsonl" ${extra:-}
+                --events "$out/events-$name.jsonl" ${args[@]+"${args[@]}"}
+            log "  environment: ${bench_env[*]:-none}"
+            bench_env=()
         done
         lanes
         ;;
