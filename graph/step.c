@@ -286,6 +286,9 @@ static int owner_of(const sdp_graph_t *g, int gi, int c)
 static int fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after)
 {
     struct sdp_task_opts o = gated(g, opts(g, step, gi, -1, ph), after);
+    /* a bounded window: weights fetched far ahead would take the memory of the groups between */
+    if (g->c.window > 0)
+        o.hint.move = SDP_MOVE_FETCH_WINDOW;
     return sdp_task_param_fetch(&o, work_of(g, gi, step));
 }
 

@@ -27,11 +27,26 @@ static inline uint64_t sdp_slidedp_clamp(long v, int bits)
 }
 
 /* 1 for the tasks that fill staging buffers and fall under the backpressure bound: the casts and
- * the AdamW chunk updates (which also write the next working copy). */
+ * the AdamW chunk updates (which also write the next working copy).  Not a param_put of those
+ * phases: it empties a stage, and holding it back behind the casts or updates that fill the
+ * others would keep every stage on the host (qwen3-8b with the working copies off the host: the
+ * first casts left 1,894 stages, 14.8 GiB, waiting for the GPU's puts). */
 static inline int sdp_slidedp_is_staged(const struct sdp_hint *h)
 {
-    return h && (h->phase == SDP_PH_CAST || h->phase == SDP_PH_UPDATE);
+    return h && h->move != SDP_MOVE_PUT && (h->phase == SDP_PH_CAST || h->phase == SDP_PH_UPDATE);
 }
+
+/* 1 for the tasks that only move data (param_fetch, param_put): a CUDA worker running one does
+ * not move the position it computes at, which its prefetch window counts from. */
+static inline int sdp_slidedp_moves_only(const struct sdp_hint *h)
+{
+    return h && h->move != SDP_MOVE_NONE;
+}
+
+/* 1 when a task at pass position pos, with hint h, may run on a CUDA worker computing at cur now:
+ * every task but a windowed fetch (SDP_MOVE_FETCH_WINDOW), which must lie within the window
+ * (sdp_slidedp_in_window, below), or the worker must not have computed yet (cur < 0). */
+static inline int sdp_slidedp_gpu_may_run(const struct sdp_hint *h, long pos, long cur, int window);
 
 /* The critical-path key of a task; the smaller key runs first (ties: the earlier push).
  *
@@ -143,6 +158,13 @@ static inline int sdp_slidedp_in_window(long pos, long cur, int window)
     if (pos < 0)
         return 1;
     return cur >= 0 && pos - cur <= (long)window;
+}
+
+static inline int sdp_slidedp_gpu_may_run(const struct sdp_hint *h, long pos, long cur, int window)
+{
+    if (!h || h->move != SDP_MOVE_FETCH_WINDOW || cur < 0)
+        return 1;
+    return sdp_slidedp_in_window(pos, cur, window);
 }
 
 #endif

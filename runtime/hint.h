@@ -16,13 +16,28 @@ enum sdp_phase {
     SDP_PH_UPDATE
 };
 
+/* What a task that only moves data is for (the policies treat these apart; SDP_MOVE_NONE for every
+ * task that computes). */
+enum sdp_move {
+    SDP_MOVE_NONE,
+    /* param_put: empties a stage into the copy the compute reads; it frees staging memory, so
+     * it stays outside the staging bound */
+    SDP_MOVE_PUT,
+    /* param_fetch: brings a group's weights where the compute runs, early */
+    SDP_MOVE_FETCH,
+    /* the same under a bounded GPU window: a GPU runs it only within its prefetch window, so
+     * weights fetched far ahead do not take the memory that the groups in between need */
+    SDP_MOVE_FETCH_WINDOW
+};
+
 struct sdp_hint {
     int step;  /* optimizer step */
     int group; /* parameter group (0 embedding, 1..L layers, L+1 head) or -1 */
     int chunk; /* chunk within the group, or -1 */
     int mb;    /* micro-batch, or -1 */
     enum sdp_phase phase;
-    int rank; /* data-parallel rank whose worker runs the task (0 with one rank) */
+    int rank;           /* data-parallel rank whose worker runs the task (0 with one rank) */
+    enum sdp_move move; /* the data-moving tasks (set by their codelets' submitters) */
 };
 
 /** 1: every task carries its struct sdp_hint in starpu_task::sched_data, for the project's own
