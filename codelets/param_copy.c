@@ -113,7 +113,7 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
     size_t n = sdp_rt_tensor_nelems(src), es = sdp_dtype_size(sdp_rt_tensor_dtype(dst));
     struct sdp_cl_buf b[] = { { dst, STARPU_RW }, { src, STARPU_R } };
     struct sdp_task_opts op = *o;
-    op.hint.move = SDP_MOVE_PUT; /* it frees a stage: never held back by the staging bound */
+    op.hint.stage_role = SDP_STAGE_DRAIN; /* it empties a stage */
     if (sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst) || off > sdp_rt_tensor_nelems(dst) ||
         n > sdp_rt_tensor_nelems(dst) - off)
         return sdp_err(-EINVAL, "param_put: %s (%zu) does not fit %s (%zu) at %zu",
@@ -148,10 +148,7 @@ struct starpu_codelet sdp_cl_param_fetch = {
 int sdp_task_param_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t)
 {
     struct sdp_cl_buf b[] = { { t, STARPU_R } };
-    struct sdp_task_opts of = *o;
-    if (of.hint.move != SDP_MOVE_FETCH_WINDOW)
-        of.hint.move = SDP_MOVE_FETCH;
-    return sdp_cl_submit(&sdp_cl_param_fetch, &of, NULL, 0, 0.0, b, 1);
+    return sdp_cl_submit(&sdp_cl_param_fetch, o, NULL, 0, 0.0, b, 1);
 }
 
 int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src)

@@ -178,7 +178,7 @@ int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
 
 /** dst (N) RW: elements [off, off + n) = src (n) R, same dtype, on the worker's node (a GPU where
  * the compute runs).  The working copy off the host (sdp_state.work_staged) takes a chunk.  Its
- * hint says SDP_MOVE_PUT: it empties a stage, so the staging bound never holds it back. */
+ * hint says SDP_STAGE_DRAIN: it empties a stage, so the staging bound never holds it back. */
 int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
                        sdp_rt_tensor_t *src);
 
@@ -187,9 +187,7 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
 int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src);
 
 /** Read t (R) where the task runs, and nothing else: placed with the compute ops, it brings a
- * group's working copy to the GPU as soon as the copy is written (a dispatch with one rank).  Its
- * hint says SDP_MOVE_FETCH, or SDP_MOVE_FETCH_WINDOW when the caller set that (a bounded GPU
- * window: the policy then runs it only within the GPU's prefetch window). */
+ * group's working copy to the GPU as soon as the copy is written (a dispatch with one rank). */
 int sdp_task_param_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t);
 
 /* ---- setup ---- */

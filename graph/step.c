@@ -286,9 +286,6 @@ static int owner_of(const sdp_graph_t *g, int gi, int c)
 static int fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after)
 {
     struct sdp_task_opts o = gated(g, opts(g, step, gi, -1, ph), after);
-    /* a bounded window: weights fetched far ahead would take the memory of the groups between */
-    if (g->c.window > 0)
-        o.hint.move = SDP_MOVE_FETCH_WINDOW;
     return sdp_task_param_fetch(&o, work_of(g, gi, step));
 }
 
@@ -711,6 +708,8 @@ static int refresh_work(sdp_graph_t *g, int step)
         struct sdp_group_state *gs = &st->groups[gi];
         if (st->work_staged) { /* the copy off the host gets a first value where it is computed */
             struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
+            /* a GPU memset: no staging slot, so the group's puts need not wait for the casts */
+            o.hint.stage_role = SDP_STAGE_NONE;
             TRY_RET(sdp_task_zero(&o, gs->work));
         }
         for (int c = 0; c < gs->nchunks; c++) {

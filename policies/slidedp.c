@@ -140,27 +140,18 @@ static void heap_remove(struct entry *e)
     e->heap = NULL;
 }
 
-/* Under the lock: whether worker w may run e now (a CUDA worker holds back a windowed fetch
- * that lies beyond its prefetch window), and, with check, whether its codelet can run on w. */
-static int may_run(const struct sched *s, int w, const struct entry *e, int check)
-{
-    if (s->typebit[w] == 2 && e->has_hint &&
-        !sdp_slidedp_gpu_may_run(&e->hint, e->pos, s->cur_pos[w], s->window))
-        return 0;
-    return !check || starpu_worker_can_execute_task_first_impl((unsigned)w, e->task, NULL);
-}
-
-/* The first entry of h, in key order, that worker w may run: the top, or (when a codelet's
- * can_execute refuses w, or the top is a fetch beyond w's window) the best of a scan. */
-static struct entry *best_for(const struct sched *s, struct heap *h, int w, int check)
+/* The first entry of h, in key order, that worker w can run: the top, or (when a codelet's
+ * can_execute refuses w) the best of a scan. */
+static struct entry *best_for(struct heap *h, int w, int check)
 {
     struct entry *best = NULL;
     if (h->n == 0)
         return NULL;
-    if (may_run(s, w, h->a[0], check))
+    if (!check || starpu_worker_can_execute_task_first_impl((unsigned)w, h->a[0]->task, NULL))
         return h->a[0];
     for (int i = 1; i < h->n; i++)
-        if ((!best || before(h->a[i], best)) && may_run(s, w, h->a[i], check))
+        if ((!best || before(h->a[i], best)) &&
+            starpu_worker_can_execute_task_first_impl((unsigned)w, h->a[i]->task, NULL))
             best = h->a[i];
     return best;
 }
@@ -414,13 +405,13 @@ static struct entry *candidate(struct sched *s, int w, int staged)
 {
     struct entry *best = NULL, *e;
     struct queue *own = &s->wq[w];
-    e = best_for(s, staged ? &own->staged : &own->normal, w, 0);
+    e = best_for(staged ? &own->staged : &own->normal, w, 0);
     if (e)
         best = e;
     for (unsigned m = 1; m < NMASKS; m++) {
         if (!(m & s->typebit[w]))
             continue;
-        e = best_for(s, staged ? &s->pool[m].staged : &s->pool[m].normal, w, 1);
+        e = best_for(staged ? &s->pool[m].staged : &s->pool[m].normal, w, 1);
         if (e && (!best || before(e, best)))
             best = e;
     }
@@ -485,8 +476,7 @@ static struct starpu_task *pop_task(unsigned ctx)
 }
 
 /* A CUDA worker starts a task: when it moves to another group, the tasks queued for it that now
- * lie in its window get their inputs prefetched.  A task that only moves data (a fetch run
- * ahead, a put) computes nothing, so it leaves the position where it is. */
+ * lie in its window get their inputs prefetched. */
 static void pre_exec_hook(struct starpu_task *task, unsigned ctx)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
@@ -494,7 +484,7 @@ static void pre_exec_hook(struct starpu_task *task, unsigned ctx)
     struct sdp_hint h;
     struct queue *q;
     long pos;
-    if (w < 0 || s->typebit[w] != 2 || !read_hint(task, &h) || sdp_slidedp_moves_only(&h))
+    if (w < 0 || s->typebit[w] != 2 || !read_hint(task, &h))
         return;
     /* cur_pos[w] is written by worker w only: no lock to read it here */
     pos = sdp_slidedp_pass_pos(&h, __atomic_load_n(&s->ngroups, __ATOMIC_RELAXED));

@@ -16,18 +16,15 @@ enum sdp_phase {
     SDP_PH_UPDATE
 };
 
-/* What a task that only moves data is for (the policies treat these apart; SDP_MOVE_NONE for every
- * task that computes). */
-enum sdp_move {
-    SDP_MOVE_NONE,
-    /* param_put: empties a stage into the copy the compute reads; it frees staging memory, so
-     * it stays outside the staging bound */
-    SDP_MOVE_PUT,
-    /* param_fetch: brings a group's weights where the compute runs, early */
-    SDP_MOVE_FETCH,
-    /* the same under a bounded GPU window: a GPU runs it only within its prefetch window, so
-     * weights fetched far ahead do not take the memory that the groups in between need */
-    SDP_MOVE_FETCH_WINDOW
+/* A task's part in the staging buffers that casts and updates fill (sdp-slidedp bounds how many
+ * of those run at once). */
+enum sdp_stage_role {
+    /* by its phase: a cast or an update fills a buffer, a task of any other phase none */
+    SDP_STAGE_BY_PHASE,
+    /* fills none though its phase is one of those (the zeroing of a working copy off the host) */
+    SDP_STAGE_NONE,
+    /* empties one (param_put): outside the bound, and ordered to run as soon as it is ready */
+    SDP_STAGE_DRAIN
 };
 
 struct sdp_hint {
@@ -36,8 +33,8 @@ struct sdp_hint {
     int chunk; /* chunk within the group, or -1 */
     int mb;    /* micro-batch, or -1 */
     enum sdp_phase phase;
-    int rank;           /* data-parallel rank whose worker runs the task (0 with one rank) */
-    enum sdp_move move; /* the data-moving tasks (set by their codelets' submitters) */
+    int rank; /* data-parallel rank whose worker runs the task (0 with one rank) */
+    enum sdp_stage_role stage_role;
 };
 
 /** 1: every task carries its struct sdp_hint in starpu_task::sched_data, for the project's own

@@ -15,7 +15,7 @@
 static int fails, checks;
 
 static struct sdp_hint H(int step, int group, int chunk, int mb, int phase) {
-    struct sdp_hint h = { step, group, chunk, mb, phase, 0, SDP_MOVE_NONE };
+    struct sdp_hint h = { step, group, chunk, mb, phase, 0, SDP_STAGE_BY_PHASE };
     return h;
 }
 
@@ -194,11 +194,29 @@ int main(void)
     }
     expect(!sdp_slidedp_is_staged(NULL), "an unhinted task is not staged");
     for (int ph = SDP_PH_CAST; ph <= SDP_PH_UPDATE; ph += SDP_PH_UPDATE - SDP_PH_CAST) {
-        struct sdp_hint h = H(0, 1, 0, -1, ph);
-        h.move = SDP_MOVE_PUT;
+        struct sdp_hint h = H(0, 1, 0, -1, ph), z = h;
+        h.stage_role = SDP_STAGE_DRAIN;
+        z.stage_role = SDP_STAGE_NONE;
         snprintf(sa, sizeof(sa), "a put of phase %s empties a stage: not staged", phase_names[ph]);
         expect(!sdp_slidedp_is_staged(&h), sa);
-        expect(sdp_slidedp_moves_only(&h), "a put only moves data");
+        snprintf(sa, sizeof(sa), "a zeroing of phase %s fills no stage: not staged",
+                 phase_names[ph]);
+        expect(!sdp_slidedp_is_staged(&z), sa);
+    }
+
+    /* ---- a stage's drain runs as soon as it is ready ---- */
+    {
+        struct sdp_hint put = H(3, 5, 2, -1, SDP_PH_UPDATE), upd = put, cput = H(3, 5, 2, -1, 0);
+        struct sdp_hint bwd_top = H(3, 36, -1, 0, SDP_PH_BWD), bwd0 = H(3, 0, -1, 0, SDP_PH_BWD);
+        struct sdp_hint fwd5 = H(3, 5, -1, 0, SDP_PH_FWD), next_fwd5 = H(4, 5, -1, 0, SDP_PH_FWD);
+        put.stage_role = SDP_STAGE_DRAIN;
+        cput.stage_role = SDP_STAGE_DRAIN;
+        expect_before(put, bwd_top, "a step's put before the rest of that step's backward");
+        expect_before(put, bwd0, "a step's put before the embedding's backward");
+        expect_before(put, next_fwd5, "a put before the next forward of its group");
+        expect_before(upd, next_fwd5, "the update before the next forward of its group");
+        expect_before(bwd0, upd, "a plain update after its step's backward");
+        expect_before(cput, fwd5, "the first cast's put before the forward of its group");
     }
 
     /* ---- pass positions and the window (G = 4 groups: 0, 1, 2 = L, 3 = head) ---- */
@@ -226,25 +244,6 @@ int main(void)
         expect(sdp_slidedp_in_window(p0, p0 + 5, 2), "tasks behind the worker are in");
         expect(!sdp_slidedp_in_window(p0, -1, 2), "nothing computed yet: no prefetch");
         expect(sdp_slidedp_in_window(-1, p0, 0), "an unhinted task is in");
-
-        /* the fetches: a windowed one waits for the window, a plain one and compute never do */
-        struct sdp_hint fw = H(0, 2, -1, -1, SDP_PH_FWD), fp = fw, c2 = f2;
-        fw.move = SDP_MOVE_FETCH_WINDOW;
-        fp.move = SDP_MOVE_FETCH;
-        long pf = sdp_slidedp_pass_pos(&fw, G);
-        expect(pf == p0 + 2, "a fetch sits at its group's forward");
-        expect(sdp_slidedp_gpu_may_run(&fw, pf, p0, 2) && !sdp_slidedp_gpu_may_run(&fw, pf, p0, 1),
-               "a windowed fetch runs within the window only");
-        expect(sdp_slidedp_gpu_may_run(&fw, pf, -1, 0),
-               "nothing computed yet: a windowed fetch runs (no position to count from)");
-        expect(sdp_slidedp_gpu_may_run(&fw, pf, p0 + 5, 0), "a fetch behind the worker runs");
-        expect(sdp_slidedp_gpu_may_run(&fp, pf, p0, 0), "a plain fetch runs whenever ready");
-        expect(sdp_slidedp_gpu_may_run(&c2, pf, p0, 0), "compute runs whenever ready");
-        expect(sdp_slidedp_gpu_may_run(NULL, -1, p0, 0), "an unhinted task runs whenever ready");
-        expect(sdp_slidedp_moves_only(&fw) && sdp_slidedp_moves_only(&fp) &&
-                   !sdp_slidedp_moves_only(&c2) && !sdp_slidedp_moves_only(NULL),
-               "fetches only move data; compute and unhinted tasks do not");
-        expect(!sdp_slidedp_is_staged(&fw), "a fetch is not staged");
     }
 
     printf("%d checks, %d failed\n%s\n", checks, fails, fails ? "FAIL" : "PASS");
