@@ -112,8 +112,6 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
     struct sdp_param_put_args *a;
     size_t n = sdp_rt_tensor_nelems(src), es = sdp_dtype_size(sdp_rt_tensor_dtype(dst));
     struct sdp_cl_buf b[] = { { dst, STARPU_RW }, { src, STARPU_R } };
-    struct sdp_task_opts op = *o;
-    op.hint.stage_role = SDP_STAGE_DRAIN; /* it empties a stage */
     if (sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst) || off > sdp_rt_tensor_nelems(dst) ||
         n > sdp_rt_tensor_nelems(dst) - off)
         return sdp_err(-EINVAL, "param_put: %s (%zu) does not fit %s (%zu) at %zu",
@@ -123,7 +121,7 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
     a->key.d[0] = (int)((n * es) & 0x7fffffff);
     a->key.d[1] = (int)((n * es) >> 31);
     a->off_bytes = off * es;
-    return sdp_cl_submit(&sdp_cl_param_put, &op, a, sizeof(*a), 0.0, b, 2);
+    return sdp_cl_submit(&sdp_cl_param_put, o, a, sizeof(*a), 0.0, b, 2);
 }
 
 /* buffers: the tensor (n) R, already where the task runs: nothing left to do */

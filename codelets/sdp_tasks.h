@@ -177,8 +177,7 @@ int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                         sdp_rt_tensor_t *const *sumsq);
 
 /** dst (N) RW: elements [off, off + n) = src (n) R, same dtype, on the worker's node (a GPU where
- * the compute runs).  The working copy off the host (sdp_state.work_staged) takes a chunk.  Its
- * hint says SDP_STAGE_DRAIN: it empties a stage, so the staging bound never holds it back. */
+ * the compute runs).  The working copy off the host (sdp_state.work_staged) takes a chunk. */
 int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
                        sdp_rt_tensor_t *src);
 

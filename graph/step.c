@@ -708,8 +708,6 @@ static int refresh_work(sdp_graph_t *g, int step)
         struct sdp_group_state *gs = &st->groups[gi];
         if (st->work_staged) { /* the copy off the host gets a first value where it is computed */
             struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
-            /* a GPU memset: no staging slot, so the group's puts need not wait for the casts */
-            o.hint.stage_role = SDP_STAGE_NONE;
             TRY_RET(sdp_task_zero(&o, gs->work));
         }
         for (int c = 0; c < gs->nchunks; c++) {

@@ -27,14 +27,10 @@ static inline uint64_t sdp_slidedp_clamp(long v, int bits)
 }
 
 /* 1 for the tasks that fill staging buffers and fall under the backpressure bound: the casts and
- * the AdamW chunk updates (which also write the next working copy).  Not a task of those phases
- * that fills none (SDP_STAGE_NONE) or empties one (SDP_STAGE_DRAIN, a param_put): held back behind
- * the casts or updates that fill the others, the puts kept every stage on the host (qwen3-8b with
- * the working copies off the host: 1,894 stages, 14.8 GiB, during the first casts). */
+ * the AdamW chunk updates (which also write the next working copy). */
 static inline int sdp_slidedp_is_staged(const struct sdp_hint *h)
 {
-    return h && h->stage_role == SDP_STAGE_BY_PHASE &&
-           (h->phase == SDP_PH_CAST || h->phase == SDP_PH_UPDATE);
+    return h && (h->phase == SDP_PH_CAST || h->phase == SDP_PH_UPDATE);
 }
 
 /* The critical-path key of a task; the smaller key runs first (ties: the earlier push).
@@ -43,10 +39,7 @@ static inline int sdp_slidedp_is_staged(const struct sdp_hint *h)
  *   key = 2^31 - 1 - priority, in [0, 2^32)                             (no hint)
  *
  *   slot  = step + 2; step + 3 for an update: the update of step s writes the weights that the
- *           forward of step s + 1 reads, so it is ordered with that step's forward pass; but
- *           step + 2 for a stage's drain (SDP_STAGE_DRAIN) of any phase, which so comes before the
- *           rest of its step's backward: a put takes microseconds of the GPU, and each one that
- *           waits keeps a stage on the host
+ *           forward of step s + 1 reads, so it is ordered with that step's forward pass
  *           (step -1, evaluation outside training, gets slot 1; hinted keys are >= 2^40, so
  *           StarPU's own and other unhinted tasks, ordered by their priority, come first)
  *   stage = 0 forward pass (cast, update, fwd, loss), 1 backward pass (recompute, bwd, and a
@@ -70,7 +63,7 @@ static inline uint64_t sdp_slidedp_key(const struct sdp_hint *h, int priority)
     long slot, stage, gpos, tie;
     if (!h)
         return (uint64_t)(2147483647L - (long)priority);
-    slot = (long)h->step + (h->phase == SDP_PH_UPDATE && h->stage_role != SDP_STAGE_DRAIN ? 3 : 2);
+    slot = (long)h->step + (h->phase == SDP_PH_UPDATE ? 3 : 2);
     switch (h->phase) {
     case SDP_PH_RECOMPUTE:
     case SDP_PH_BWD:

@@ -16,17 +16,6 @@ enum sdp_phase {
     SDP_PH_UPDATE
 };
 
-/* A task's part in the staging buffers that casts and updates fill (sdp-slidedp bounds how many
- * of those run at once). */
-enum sdp_stage_role {
-    /* by its phase: a cast or an update fills a buffer, a task of any other phase none */
-    SDP_STAGE_BY_PHASE,
-    /* fills none though its phase is one of those (the zeroing of a working copy off the host) */
-    SDP_STAGE_NONE,
-    /* empties one (param_put): outside the bound, and ordered to run as soon as it is ready */
-    SDP_STAGE_DRAIN
-};
-
 struct sdp_hint {
     int step;  /* optimizer step */
     int group; /* parameter group (0 embedding, 1..L layers, L+1 head) or -1 */
@@ -34,7 +23,6 @@ struct sdp_hint {
     int mb;    /* micro-batch, or -1 */
     enum sdp_phase phase;
     int rank; /* data-parallel rank whose worker runs the task (0 with one rank) */
-    enum sdp_stage_role stage_role;
 };
 
 /** 1: every task carries its struct sdp_hint in starpu_task::sched_data, for the project's own

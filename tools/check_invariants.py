@@ -35,9 +35,8 @@ ignore them, and the checker reports their count and time per lane and reason.
 --max-inflight LANE=N (repeatable): no more than N staged task events of the lane (its name,
 e.g. "CPU AdamW", or its lane_id) overlap in time, over all ranks and workers; an event ending at
 the instant another starts does not overlap it.  Staged are the events the policy's bound covers:
-phases cast and update, less the param_put events of those phases (a put empties a stage; a
-dispatch's param_fetch shares the parameter lane but fills no staging buffer either).  A breach
-counts as a violation.
+phases cast and update (a dispatch's param_fetch shares the parameter lane but fills no staging
+buffer).  A breach counts as a violation.
 
 --bwd-lookahead K: the backward's preparations ran at most K layers ahead of it (the graph's
 bwd_lookahead): the recomputation of layer l for a micro-batch, and the zeroing of layer l's
@@ -52,7 +51,6 @@ from collections import defaultdict
 
 COMPUTE = {"fwd", "recompute", "bwd", "loss"}
 STAGED = {"cast", "update"}  # the phases under the staging bound (sdp_slidedp_is_staged)
-UNSTAGED = {"param_put"}  # tasks of those phases outside it: they empty a stage
 # clears a gradient accumulator / adds the output gradient into the embedding's gradient rows:
 # neither reads parameters
 NO_PARAMS = {"zero", "embedding_bwd"}
@@ -135,7 +133,7 @@ def check_inflight(events, limits, rep):
     tasks = [e for e in events if not is_wait(e)]
     for lane, limit in limits:
         evs = [e for e in tasks if (e.get("lane") == lane or str(e.get("lane_id")) == lane)
-               and e.get("phase") in STAGED and e.get("name") not in UNSTAGED]
+               and e.get("phase") in STAGED]
         peak, at = max_overlap(evs)
         print("lane %s: %d events, at most %d in flight (limit %d)" % (lane, len(evs), peak, limit))
         if peak > limit:

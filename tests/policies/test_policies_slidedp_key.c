@@ -15,7 +15,7 @@
 static int fails, checks;
 
 static struct sdp_hint H(int step, int group, int chunk, int mb, int phase) {
-    struct sdp_hint h = { step, group, chunk, mb, phase, 0, SDP_STAGE_BY_PHASE };
+    struct sdp_hint h = { step, group, chunk, mb, phase, 0 };
     return h;
 }
 
@@ -193,31 +193,6 @@ int main(void)
         expect(sdp_slidedp_is_staged(&h) == (ph == SDP_PH_CAST || ph == SDP_PH_UPDATE), sa);
     }
     expect(!sdp_slidedp_is_staged(NULL), "an unhinted task is not staged");
-    for (int ph = SDP_PH_CAST; ph <= SDP_PH_UPDATE; ph += SDP_PH_UPDATE - SDP_PH_CAST) {
-        struct sdp_hint h = H(0, 1, 0, -1, ph), z = h;
-        h.stage_role = SDP_STAGE_DRAIN;
-        z.stage_role = SDP_STAGE_NONE;
-        snprintf(sa, sizeof(sa), "a put of phase %s empties a stage: not staged", phase_names[ph]);
-        expect(!sdp_slidedp_is_staged(&h), sa);
-        snprintf(sa, sizeof(sa), "a zeroing of phase %s fills no stage: not staged",
-                 phase_names[ph]);
-        expect(!sdp_slidedp_is_staged(&z), sa);
-    }
-
-    /* ---- a stage's drain runs as soon as it is ready ---- */
-    {
-        struct sdp_hint put = H(3, 5, 2, -1, SDP_PH_UPDATE), upd = put, cput = H(3, 5, 2, -1, 0);
-        struct sdp_hint bwd_top = H(3, 36, -1, 0, SDP_PH_BWD), bwd0 = H(3, 0, -1, 0, SDP_PH_BWD);
-        struct sdp_hint fwd5 = H(3, 5, -1, 0, SDP_PH_FWD), next_fwd5 = H(4, 5, -1, 0, SDP_PH_FWD);
-        put.stage_role = SDP_STAGE_DRAIN;
-        cput.stage_role = SDP_STAGE_DRAIN;
-        expect_before(put, bwd_top, "a step's put before the rest of that step's backward");
-        expect_before(put, bwd0, "a step's put before the embedding's backward");
-        expect_before(put, next_fwd5, "a put before the next forward of its group");
-        expect_before(upd, next_fwd5, "the update before the next forward of its group");
-        expect_before(bwd0, upd, "a plain update after its step's backward");
-        expect_before(cput, fwd5, "the first cast's put before the forward of its group");
-    }
 
     /* ---- pass positions and the window (G = 4 groups: 0, 1, 2 = L, 3 = head) ---- */
     {
