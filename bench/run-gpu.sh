@@ -74,7 +74,7 @@ lanes() { # lane utilisation of every event log not yet summarised, then compres
     local ev
     for ev in "$out"/events-*.jsonl; do
         [ -f "$ev" ] || continue
-        python3 tools/lane_util.py "$ev" --timeline > "${ev%.jsonl}.lanes.txt" 2>&1
+        python3 tools/lane_util.py "$ev" --timeline --stages > "${ev%.jsonl}.lanes.txt" 2>&1
         log "lanes $(basename "$ev"): exit $?"
         python3 tools/check_invariants.py "$ev" > "${ev%.jsonl}.check.txt" 2>&1
         log "invariants $(basename "$ev"): exit $? $(tail -n 1 "${ev%.jsonl}.check.txt")"

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Lane utilisation of a run, from its task event log.
 
-Usage: lane_util.py EVENTS.jsonl [--steps A-B] [--json] [--timeline]
+Usage: lane_util.py EVENTS.jsonl [--steps A-B] [--json] [--timeline] [--stages]
 
 The log is the one `slidedp train --events FILE` or `slidedp bench --events FILE` writes
 (runtime/trace.h).  For every rank and lane, over the window from the first start to the last end
@@ -23,8 +23,17 @@ backward end); "overlap", how long the next step's forward ran beside this step'
 end - next forward start, when positive); "host idle", the time the update lane had nothing between
 this step's first update and the previous step's last (first update start - previous update end,
 when positive): the part of the step no host work can fill, from the end of the previous updates
-to the first new gradient.  Exits 2 when the log
-cannot be read or holds no selected event.  Test: tests/e2e/test_e2e_trace.sh.
+to the first new gradient.
+
+--stages reports, over the whole log (start-up included), the stages of a run whose working copies
+are off the host (train.work_home: gpu): each cast or AdamW event that a param_put of the same
+group, chunk and version follows wrote a stage on the host, and the stage lives from the writer's
+start to the put's end.  Per phase (cast: the first casts; update: the steps) and in all: how many
+stages, the most alive at once and when (ms from the log's first start), and the wait from the
+writer's end to the put's start (median, 90th percentile, largest).  The most alive at once times
+the stage size (2 bytes a parameter of a chunk: 8 MiB for 16 MiB chunks of fp32 masters) is the
+host memory the stages took beyond the masters and moments.  Exits 2 when the log cannot be read
+or holds no selected event.  Tests: tests/e2e/test_e2e_trace.sh, tests/e2e/test_e2e_work_home.sh.
 """
 import argparse
 import json
@@ -54,6 +63,8 @@ def main():
     ap.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     ap.add_argument("--timeline", action="store_true",
                     help="the critical-path milestones of every selected step")
+    ap.add_argument("--stages", action="store_true",
+                    help="the stages alive at once, with the working copies off the host")
     args = ap.parse_args()
     try:
         events = [json.loads(l) for l in open(args.events) if l.strip()]
@@ -97,6 +108,8 @@ def main():
            "lanes": rows}
     if args.timeline:
         out["timeline"] = timeline(events, sorted(keep), t0)
+    if args.stages:
+        out["stages"] = stages(events)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -114,7 +127,54 @@ def main():
         for t in out["timeline"]:
             print(" ".join("%9s" % ("-" if t.get(c) is None else
                                     ("%d" % t[c] if c == "step" else "%.1f" % t[c])) for c in cols))
+    if args.stages:
+        print("stages (writer start to put end; ms from the log's first start):")
+        print("%-7s %7s %9s %9s %11s %9s %9s" % ("phase", "stages", "max_alive", "at_ms",
+                                                "wait_median", "wait_p90", "wait_max"))
+        for ph in ("cast", "update", "all"):
+            s = out["stages"][ph]
+            if not s["stages"]:
+                print("%-7s %7d %9s" % (ph, 0, "-"))
+                continue
+            print("%-7s %7d %9d %9.1f %11.1f %9.1f %9.1f" % (
+                ph, s["stages"], s["max_alive"], s["at_ms"], s["wait_median_ms"],
+                s["wait_p90_ms"], s["wait_max_ms"]))
     return 0
+
+
+def stages(events):
+    """The stages of a run with the working copies off the host (see --stages)."""
+    tasks = [e for e in events if e.get("event", "task") != "wait"]
+    if not tasks:
+        return {}
+    t0 = min(e["start_us"] for e in tasks)
+    writers, puts = {}, {}
+    for e in tasks:
+        key = (e.get("rank", 0), e["group"], e["chunk"], e.get("version"))
+        if e.get("name") in ("cast", "adamw", "adamw_early"):
+            writers[key] = e
+        elif e.get("name") == "param_put":
+            puts[key] = e
+    out = {}
+    for ph in ("cast", "update", "all"):
+        pairs = [(w, puts[k]) for k, w in writers.items()
+                 if k in puts and (ph == "all" or w.get("phase") == ph)]
+        row = {"stages": len(pairs), "max_alive": 0, "at_ms": None, "wait_median_ms": None,
+               "wait_p90_ms": None, "wait_max_ms": None}
+        if pairs:
+            points = sorted([(w["start_us"], 1) for w, _ in pairs] +
+                            [(p["end_us"], -1) for _, p in pairs], key=lambda x: (x[0], x[1]))
+            alive = 0
+            for t, d in points:  # an end at the instant of a start frees first
+                alive += d
+                if alive > row["max_alive"]:
+                    row["max_alive"], row["at_ms"] = alive, (t - t0) / 1e3
+            waits = sorted(max(0.0, p["start_us"] - w["end_us"]) / 1e3 for w, p in pairs)
+            row["wait_median_ms"] = waits[len(waits) // 2]
+            row["wait_p90_ms"] = waits[min(len(waits) - 1, len(waits) * 9 // 10)]
+            row["wait_max_ms"] = waits[-1]
+        out[ph] = row
+    return out
 
 
 def timeline(events, keep, t0):

@@ -9,7 +9,9 @@
 # of group 2 moved before the end of the step-0 update of group 2 (invariant 3), a step-1 update
 # started before the last backward of its group (invariant 2), and one event recording another
 # version than its step's (invariant 1).  tools/lane_util.py must give every lane a busy fraction
-# within its window and a summed concurrency within the two workers.  Needs python3 (json only).
+# within its window and a summed concurrency within the two workers, and its --stages report must
+# give the counts, the most alive at once and the waits of a stage log written here, whose answers
+# are known.  Needs python3 (json only).
 set -u
 top=${top_srcdir:-.}
 bin=${top_builddir:-.}/slidedp
@@ -170,6 +172,44 @@ for t in tl:
     ok = ok and t["upd_start"] <= t["upd_end"] and t["tail"] == t["upd_end"] - t["bwd_end"]
     ok = ok and t["host_idle"] is not None and t["host_idle"] >= 0
 ok = ok and tl[0]["next_fwd"] == tl[1]["fwd_start"]
+sys.exit(0 if ok else 1)
+EOF
+
+# ---- the stages of working copies off the host (lane_util.py --stages), on a log made here ----
+python3 - "$tmp/stages.jsonl" <<'EOF'
+import json, sys
+def ev(name, phase, chunk, version, a, b, lane="param prepare+H2D"):
+    return {"name": name, "phase": phase, "step": 0, "group": 1, "chunk": chunk, "mb": -1,
+            "version": version, "lane": lane, "lane_id": 0, "worker": 0, "kind": "CPU",
+            "rank": 0, "start_us": a * 1e3, "end_us": b * 1e3}
+with open(sys.argv[1], "w") as f:
+    for e in (ev("cast", "cast", 0, 0, 0, 10), ev("cast", "cast", 1, 0, 5, 12),
+              ev("param_put", "cast", 0, 0, 30, 31), ev("param_put", "cast", 1, 0, 31, 32),
+              ev("matmul_fwd", "fwd", -1, 0, 32, 39, "GPU compute"),
+              ev("adamw", "update", 0, 1, 40, 50, "CPU AdamW"),
+              ev("param_put", "update", 0, 1, 50, 51),
+              ev("adamw", "update", 1, 1, 51, 60, "CPU AdamW"),  # starts as the first put ends
+              ev("param_put", "update", 1, 1, 70, 71),
+              ev("adamw", "update", 2, 1, 60, 65, "CPU AdamW")):  # no put: no stage
+        f.write(json.dumps(e) + "\n")
+EOF
+if python3 "$top/tools/lane_util.py" "$tmp/stages.jsonl" --json --stages > "$tmp/st.json" &&
+    python3 - "$tmp/st.json" <<'EOF'; then ok "stages"; else fail "stages"; fi
+import json, sys
+s = json.load(open(sys.argv[1]))["stages"]
+print("  stages:", s)
+# cast: alive from 0-31 and 5-32 (2 at 5 ms), waits 20 and 19 ms; update: 40-51 and 51-71 never
+# overlap (an end at the instant of a start frees first), waits 0 and 10 ms
+want = {"cast": (2, 2, 5.0, 20.0, 20.0, 20.0), "update": (2, 1, 40.0, 10.0, 10.0, 10.0),
+        "all": (4, 2, 5.0, 19.0, 20.0, 20.0)}
+ok = True
+for ph, w in want.items():
+    r = s[ph]
+    got = (r["stages"], r["max_alive"], r["at_ms"], r["wait_median_ms"], r["wait_p90_ms"],
+           r["wait_max_ms"])
+    if any(abs(g - x) > 1e-9 for g, x in zip(got, w)):
+        print("  %s: got %s, want %s" % (ph, got, w))
+        ok = False
 sys.exit(0 if ok else 1)
 EOF
 

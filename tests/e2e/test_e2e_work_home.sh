@@ -9,6 +9,7 @@
 #   - the state's host figure drops by the working copy (4 bytes a parameter in fp32);
 #   - the event log holds one param_put per chunk and step plus one per chunk for the first cast,
 #     host's none, and tools/check_invariants.py passes it (a put is part of its group's update);
+#   - tools/lane_util.py --stages pairs every put with the cast or AdamW that wrote its stage;
 #   - work_home gpu with gpu_memory_gib, an unknown --work-home and an unknown work_home value are
 #     refused with exit code 2 naming the key.
 set -u
@@ -64,6 +65,22 @@ puts = sum(1 for e in events("gpu") if e.get("name") == "param_put")
 print("param_put events: %d (chunks %d x (4 steps + the first cast) = %d); with host: %d"
       % (puts, chunks, chunks * 5, sum(1 for e in events("host") if e.get("name") == "param_put")))
 ok = ok and puts == chunks * 5 and all(e.get("name") != "param_put" for e in events("host"))
+sys.exit(0 if ok else 1)
+PYEOF
+# the stages of the run (tools/lane_util.py --stages): one per put, each writer paired with its put
+"$py" "$top/tools/lane_util.py" "$tmp/gpu.ev" --json --stages > "$tmp/st.json" 2> "$tmp/st.err" &&
+    "$py" - "$tmp/st.json" "$tmp/gpu.ev" <<'PYEOF' || { cat "$tmp/st.err"; fail=1; }
+import json, sys
+s = json.load(open(sys.argv[1]))["stages"]
+evs = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+puts = [e for e in evs if e.get("name") == "param_put"]
+first = sum(1 for e in puts if e["phase"] == "cast")
+print("stages: first casts %(stages)d, at most %(max_alive)d alive" % s["cast"] +
+      "; steps %(stages)d, at most %(max_alive)d alive, wait median %(wait_median_ms).1f ms" % s["update"])
+ok = s["all"]["stages"] == len(puts) and s["cast"]["stages"] == first
+ok = ok and s["update"]["stages"] == len(puts) - first
+ok = ok and all(1 <= s[p]["max_alive"] <= s[p]["stages"] and s[p]["wait_median_ms"] >= 0
+                for p in ("cast", "update", "all"))
 sys.exit(0 if ok else 1)
 PYEOF
 for ev in gpu gpu2; do
