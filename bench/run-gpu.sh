@@ -21,6 +21,7 @@
 #            bf16 unbounded, qwen3-8b/16 with the working copies off the host (--work-home=gpu),
 #            qwen3-4b/16 at 15 GiB, qwen3-4b/32 at 23 GiB, qwen3-8b/16 with them on the host,
 #            qwen3-4b/16 with the fp32 return; each with its event log; MODEL/BATCH are ignored;
+#            each with its memory log (--mem-log);
 #            TARGETS="MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB [BENCH_ARGS...]; ..." runs another list;
 #            a BENCH_ARGS word STARPU_NAME=VALUE sets that StarPU variable for that run alone
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
@@ -166,7 +167,8 @@ for stage in $stages; do
                 tr -cd 'a-zA-Z0-9 ' | tr -d ' ' | cut -c1-60 | sed 's/^/-/;s/^-$//')
             bench "$name" 300 --model "$hm" --batch "$hb" --seq 1024 --steps 4 --warmup 2 \
                 --grad-dtype "$gd" --gpu-memory-gib "$gib" --chunk-mib "$chunk" \
-                --events "$out/events-$name.jsonl" ${args[@]+"${args[@]}"}
+                --events "$out/events-$name.jsonl" --mem-log "$out/mem-$name.jsonl" \
+                ${args[@]+"${args[@]}"}
             log "  environment: ${bench_env[*]:-none}"
             bench_env=()
         done

@@ -4,9 +4,12 @@
  * bit-identical whatever worker runs a task. */
 #include "config.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <starpu.h>
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
@@ -241,4 +244,104 @@ unsigned long long sdp_rt_gpu_mem_total(int dev)
 unsigned long long sdp_rt_host_peak_rss(void)
 {
     return proc_kb("/proc/self/status", "VmHWM");
+}
+
+unsigned long long sdp_rt_host_rss(void)
+{
+    return proc_kb("/proc/self/status", "VmRSS");
+}
+
+/* ---- the memory sampler (sdp_rt_memlog_start) ---- */
+static struct {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    FILE *f;
+    double period_s, t0;
+    int running, stop;
+} memlog = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void memlog_sample(void)
+{
+    const double gib = 1073741824.0;
+    starpu_ssize_t used = starpu_memory_get_used(STARPU_MAIN_RAM);
+    starpu_ssize_t total = starpu_memory_get_total(STARPU_MAIN_RAM);
+    fprintf(memlog.f,
+            "{\"t_s\": %.3f, \"rss_gib\": %.3f, \"rss_peak_gib\": %.3f, \"host_available_gib\": "
+            "%.3f, \"starpu_host_used_gib\": %.3f, \"starpu_host_total_gib\": %.3f, "
+            "\"gpu_used_gib\": [",
+            now_s() - memlog.t0, sdp_rt_host_rss() / gib, sdp_rt_host_peak_rss() / gib,
+            sdp_rt_host_mem_available() / gib, used > 0 ? used / gib : 0.0,
+            total > 0 ? total / gib : 0.0);
+    for (int d = 0; d < sdp_rt_ncuda(); d++)
+        fprintf(memlog.f, "%s%.3f", d ? ", " : "", sdp_rt_gpu_mem_used(d) / gib);
+    fprintf(memlog.f, "]}\n");
+    fflush(memlog.f);
+}
+
+static void *memlog_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&memlog.lock);
+    while (!memlog.stop) {
+        struct timespec until;
+        double next = now_s() + memlog.period_s;
+        memlog_sample();
+        /* the condition variable runs on CLOCK_REALTIME: wait for the same span on it */
+        clock_gettime(CLOCK_REALTIME, &until);
+        double wake = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + (next - now_s());
+        until.tv_sec = (time_t)wake;
+        until.tv_nsec = (long)((wake - (double)until.tv_sec) * 1e9);
+        while (!memlog.stop && now_s() < next)
+            if (pthread_cond_timedwait(&memlog.cond, &memlog.lock, &until) == ETIMEDOUT)
+                break;
+    }
+    memlog_sample(); /* the last one, at the stop */
+    pthread_mutex_unlock(&memlog.lock);
+    return NULL;
+}
+
+int sdp_rt_memlog_start(const char *path, double period_s)
+{
+    int rc;
+    if (!(period_s > 0))
+        return sdp_err(-EINVAL, "memory log %s: the period must be positive, not %g s", path,
+                       period_s);
+    if (memlog.running)
+        return sdp_err(-EBUSY, "memory log %s: a memory log is already running", path);
+    memlog.f = fopen(path, "w");
+    if (!memlog.f)
+        return sdp_err(-errno, "memory log %s: cannot open for writing", path);
+    memlog.period_s = period_s;
+    memlog.t0 = now_s();
+    memlog.stop = 0;
+    rc = pthread_create(&memlog.thread, NULL, memlog_main, NULL);
+    if (rc) {
+        fclose(memlog.f);
+        memlog.f = NULL;
+        return sdp_err(-rc, "memory log %s: cannot start its thread", path);
+    }
+    memlog.running = 1;
+    return 0;
+}
+
+void sdp_rt_memlog_stop(void)
+{
+    if (!memlog.running)
+        return;
+    pthread_mutex_lock(&memlog.lock);
+    memlog.stop = 1;
+    pthread_cond_signal(&memlog.cond);
+    pthread_mutex_unlock(&memlog.lock);
+    pthread_join(memlog.thread, NULL);
+    fclose(memlog.f);
+    memlog.f = NULL;
+    memlog.running = 0;
 }

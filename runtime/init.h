@@ -47,5 +47,18 @@ unsigned long long sdp_rt_gpu_mem_total(int dev);
 unsigned long long sdp_rt_host_mem_available(void);
 /** Peak resident set size of this process in bytes (VmHWM). */
 unsigned long long sdp_rt_host_peak_rss(void);
+/** Resident set size of this process in bytes (VmRSS). */
+unsigned long long sdp_rt_host_rss(void);
+
+/** Start sampling the run's memory every period_s seconds (StarPU running): one JSON line per
+ * sample appended to path and flushed, so a run that stalls or is killed keeps every sample
+ * before it.  Fields: t_s (since the start), rss_gib, rss_peak_gib, host_available_gib
+ * (sdp_rt_host_mem_available), starpu_host_used_gib and starpu_host_total_gib (what StarPU counts
+ * of the host memory it allocated itself, against the size it gives the host node), gpu_used_gib
+ * (one per CUDA device, sdp_rt_gpu_mem_used).  @return 0, -EINVAL (period not positive), -EBUSY
+ * (already sampling), or -errno (the file or the thread; logged with the path) */
+int sdp_rt_memlog_start(const char *path, double period_s);
+/** Take a last sample and stop (no-op when not sampling).  Before StarPU stops. */
+void sdp_rt_memlog_stop(void);
 
 #endif

@@ -25,7 +25,7 @@
 #include "runtime/trace.h"
 
 struct bench_opts {
-    const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype;
+    const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype, *mem_log;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
     int embed_early_off, work_on_gpu;
     int lookahead, staging_depth, prefetch_groups, nccl, barrier;
@@ -78,7 +78,10 @@ static void usage(FILE *f)
            "  --barrier            wait for every task after each step (no overlap of a step's\n"
            "                       updates with the next step; tokens/s from the median step)\n"
            "  --trace FILE.json    Chrome/Perfetto timeline of every task, one track per lane\n"
-           "  --events FILE.jsonl  the task event log (tools/lane_util.py, check_invariants.py)\n");
+           "  --events FILE.jsonl  the task event log (tools/lane_util.py, check_invariants.py)\n"
+           "  --mem-log FILE.jsonl the run's memory every 0.5 s from StarPU's start (RSS, host\n"
+           "                       memory available, StarPU's host count, each GPU's use), one\n"
+           "                       JSON line a sample, flushed as written\n");
 }
 
 static uint64_t mix(uint64_t x)
@@ -160,6 +163,8 @@ static int run(const struct bench_opts *b)
     if (sdp_rt_init(&rc_conf))
         goto out_free;
     t_rt = sdp_cli_now_s();
+    if (b->mem_log && sdp_rt_memlog_start(b->mem_log, 0.5))
+        goto out;
     gbf16 = grad_bf16(b, sdp_rt_ncuda() > 0);
     if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&cfg)) ||
@@ -310,6 +315,7 @@ out:
     if (state_made)
         sdp_state_destroy(&st);
     sdp_trace_stop();
+    sdp_rt_memlog_stop();
     sdp_tasks_shutdown();
     sdp_rt_shutdown();
     if (t_graph > 0.0)
@@ -362,6 +368,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "param-route", required_argument, NULL, 'Y' },
         { "trace", required_argument, NULL, 'X' },
         { "events", required_argument, NULL, 'E' },
+        { "mem-log", required_argument, NULL, 1002 },
         { "barrier", no_argument, NULL, 'B' },
         { "embed-early", required_argument, NULL, 1000 },
         { "work-home", required_argument, NULL, 1001 },
@@ -438,6 +445,9 @@ int sdp_cli_bench(int argc, char **argv)
             break;
         case 'E':
             b.events = optarg;
+            break;
+        case 1002:
+            b.mem_log = optarg;
             break;
         case 'Y':
             if (strcmp(optarg, "replicated") && strcmp(optarg, "sharded")) {

@@ -4,11 +4,13 @@
 #   - pipelined (the default): one JSON line with the documented fields, one time per timed step,
 #     tokens_per_s over the timed span and tokens_per_s_steady, settings.timing "pipelined",
 #     grad_dtype auto resolved to fp32 without a GPU, bytes per rank, start-up times that add up,
-#     and an event log the invariant checker passes;
+#     an event log the invariant checker passes, and a memory log (--mem-log) of JSON lines with
+#     the documented fields, times in order and the RSS within its peak;
 #   - --barrier --grad-dtype bf16: timing "barrier", grad_dtype "bf16", no steady figure;
 #   - --ranks 2: two ranks' bytes;
 #   - refusals with exit code 2: an unknown model, a malformed config, a bad --grad-dtype, a batch
-#     that is not a multiple of the micro-batch.
+#     that is not a multiple of the micro-batch; a memory log that cannot be written exits 1
+#     naming its path.
 set -u
 top=$(cd "${top_srcdir:-.}" && pwd)
 bin=${top_builddir:-.}/slidedp
@@ -27,7 +29,7 @@ run() { # NAME ARGS...: the JSON line into NAME.json
         echo "$name: bench failed"; cat "$tmp/$name.err"; fail=1
     fi
 }
-run pipe --events "$tmp/pipe.events"
+run pipe --events "$tmp/pipe.events" --mem-log "$tmp/pipe.mem"
 run barrier --barrier --grad-dtype bf16
 run ranks --ranks 2
 
@@ -71,6 +73,19 @@ want(b["settings"]["timing"] == "barrier" and b["settings"]["grad_dtype"] == "bf
      "tokens_per_s_steady" not in b, "--barrier --grad-dtype bf16")
 want(r["settings"]["ranks"] == 2 and [x["rank"] for x in r["bytes_per_rank_per_step"]] == [0, 1],
      "--ranks 2: the bytes of ranks 0 and 1")
+mem = [json.loads(l) for l in open("%s/pipe.mem" % tmp)]
+keys = {"t_s", "rss_gib", "rss_peak_gib", "host_available_gib", "starpu_host_used_gib",
+        "starpu_host_total_gib", "gpu_used_gib"}
+want(len(mem) >= 2 and all(set(m) == keys for m in mem),
+     "memory log: %d samples with the documented fields" % len(mem))
+want(all(a["t_s"] <= b["t_s"] for a, b in zip(mem, mem[1:])) and mem[0]["t_s"] >= 0,
+     "memory log: times in order, %.2f to %.2f s" % (mem[0]["t_s"], mem[-1]["t_s"]))
+want(all(0 < m["rss_gib"] <= m["rss_peak_gib"] + 1e-3 and m["gpu_used_gib"] == [] and
+         m["starpu_host_total_gib"] > 0 and m["starpu_host_used_gib"] >= 0 for m in mem),
+     "memory log: RSS within its peak, StarPU's host size, no GPU")
+want(mem[-1]["rss_peak_gib"] <= p["host_peak_gib"] + 1e-3,
+     "memory log: the last peak %.3f GiB within the bench's %.3f GiB" % (
+         mem[-1]["rss_peak_gib"], p["host_peak_gib"]))
 sys.exit(0 if ok else 1)
 PYEOF
 
@@ -94,6 +109,14 @@ printf '{"model_type": "qwen3", "hidden_size": "wide"}\n' > "$tmp/config.json"
 refused "malformed config.json" "config.json" --model "$tmp/config.json" --gpus 0
 refused "--grad-dtype fp16" "grad-dtype" --model "$model" --grad-dtype fp16 --gpus 0
 refused "batch 3, micro 2" "micro-batches" --model "$model" --batch 3 --micro 2 --gpus 0
+# shellcheck disable=SC2086
+"$bin" bench $common --mem-log "$tmp/no/such/dir/m.jsonl" > "$tmp/bad.out" 2>&1
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q "no/such/dir/m.jsonl" "$tmp/bad.out"; then
+    echo "unwritable memory log: exit $rc, want 1 and its path named"; cat "$tmp/bad.out"; fail=1
+else
+    echo "  ok: unwritable memory log: $(grep -m 1 "no/such/dir" "$tmp/bad.out")"
+fi
 
 if [ $fail -ne 0 ]; then
     echo FAIL
