@@ -4,9 +4,10 @@
 
 1. Regenerates every reference with gen_hf_ref.py into a temporary folder and compares
    it with the committed files: ids, targets, config.json (less transformers_version)
-   and the model weights must be identical; logits, loss, grads, losses and grad_norm
-   must agree within 1e-5 relative to the tensor's largest magnitude (another torch
-   build or thread count may sum in another order and change the last bits).
+   and the model weights must be identical; logits, loss, grads, and the first entry of
+   losses and grad_norm must agree within 1e-5 relative to the tensor's largest magnitude
+   (another torch build or thread count may sum in another order and change the last
+   bits); the 10-step trajectories losses and grad_norm within 1e-3 (TRAJ_RTOL).
 2. Loads each committed model with transformers (from_pretrained) and recomputes the
    loss and logits of the committed batch: they must match the committed ones.
 3. A tied model's model.safetensors must not contain lm_head.weight.
@@ -35,6 +36,15 @@ import gen_hf_ref  # noqa: E402
 # summation order moves a result by about sqrt(512)*eps ~ 3e-6 of its scale. 1e-5 leaves
 # room for the 10 optimizer steps to carry such differences forward.
 RTOL = 1e-5
+# After the first AdamW step the trajectory amplifies those last bits: Adam's first update is
+# about lr * sign(g) for every element, so an element whose gradient is near zero may move by
+# 2 * lr = 0.02 the other way.  The same builds as the committed references (torch
+# 2.15.0+cu132, transformers 5.24.0) on another CPU reproduced step 0 exactly and the later
+# steps within 6.8e-5 (llama-tiny losses, 1.1e-5 of the scale) and 1.6e-3 (llama-tiny grad_norm,
+# 2.4e-4 of the scale).  1e-3 of the scale still fails a changed run: a learning rate 1% higher
+# moves llama-tiny's losses by 2.9e-3 and its grad_norm by 5.5e-2 of their scales.
+TRAJ_RTOL = 1e-3
+TRAJECTORIES = ("losses", "grad_norm")
 EXACT = ("ids", "targets")
 IGNORED_META = ("torch", "transformers")
 
@@ -52,13 +62,13 @@ def load(path):
         return {k: f.get_tensor(k) for k in f.keys()}, (f.metadata() or {})
 
 
-def close(a, b):
-    """max|a-b| <= RTOL * max|b| (scale-relative); returns (ok, err, scale)."""
+def close(a, b, rtol=RTOL):
+    """max|a-b| <= rtol * max|b| (scale-relative); returns (ok, err, scale)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False, float("inf"), 0.0
     scale = max(b.abs().max().item(), 1e-30)
     err = (a.double() - b.double()).abs().max().item()
-    return err <= RTOL * scale, err, scale
+    return err <= rtol * scale, err, scale
 
 
 def compare_dir(name, ref_dir, new_dir):
@@ -88,6 +98,13 @@ def compare_dir(name, ref_dir, new_dir):
             continue
         if k in EXACT:
             check(torch.equal(r_ref[k], r_new[k]), "%s %s identical" % (name, k))
+        elif k in TRAJECTORIES:
+            ok, err, scale = close(r_new[k][:1], r_ref[k][:1])
+            check(ok, "%s %s[0] max|diff| %.3g %s %.0e * %.4g"
+                  % (name, k, err, "<=" if ok else ">", RTOL, scale))
+            ok, err, scale = close(r_new[k], r_ref[k], TRAJ_RTOL)
+            check(ok, "%s %s (%d steps) max|diff| %.3g %s %.0e * %.4g"
+                  % (name, k, r_ref[k].numel(), err, "<=" if ok else ">", TRAJ_RTOL, scale))
         else:
             ok, err, scale = close(r_new[k], r_ref[k])
             if not ok or not k.startswith("grad."):
