@@ -257,16 +257,9 @@ static struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     FILE *f;
-    double period_s, t0;
+    double period_s, t0_us; /* t0 on starpu_timing_now's clock */
     int running, stop;
 } memlog = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void memlog_sample(void)
 {
@@ -277,9 +270,9 @@ static void memlog_sample(void)
             "{\"t_s\": %.3f, \"rss_gib\": %.3f, \"rss_peak_gib\": %.3f, \"host_available_gib\": "
             "%.3f, \"starpu_host_used_gib\": %.3f, \"starpu_host_total_gib\": %.3f, "
             "\"gpu_used_gib\": [",
-            now_s() - memlog.t0, sdp_rt_host_rss() / gib, sdp_rt_host_peak_rss() / gib,
-            sdp_rt_host_mem_available() / gib, used > 0 ? used / gib : 0.0,
-            total > 0 ? total / gib : 0.0);
+            (starpu_timing_now() - memlog.t0_us) / 1e6, sdp_rt_host_rss() / gib,
+            sdp_rt_host_peak_rss() / gib, sdp_rt_host_mem_available() / gib,
+            used > 0 ? used / gib : 0.0, total > 0 ? total / gib : 0.0);
     for (int d = 0; d < sdp_rt_ncuda(); d++)
         fprintf(memlog.f, "%s%.3f", d ? ", " : "", sdp_rt_gpu_mem_used(d) / gib);
     fprintf(memlog.f, "]}\n");
@@ -291,17 +284,15 @@ static void *memlog_main(void *arg)
     (void)arg;
     pthread_mutex_lock(&memlog.lock);
     while (!memlog.stop) {
-        struct timespec until;
-        double next = now_s() + memlog.period_s;
+        struct timespec until; /* the condition variable's clock: CLOCK_REALTIME */
         memlog_sample();
-        /* the condition variable runs on CLOCK_REALTIME: wait for the same span on it */
         clock_gettime(CLOCK_REALTIME, &until);
-        double wake = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + (next - now_s());
-        until.tv_sec = (time_t)wake;
-        until.tv_nsec = (long)((wake - (double)until.tv_sec) * 1e9);
-        while (!memlog.stop && now_s() < next)
-            if (pthread_cond_timedwait(&memlog.cond, &memlog.lock, &until) == ETIMEDOUT)
-                break;
+        long long ns = until.tv_nsec + (long long)(memlog.period_s * 1e9);
+        until.tv_sec += (time_t)(ns / 1000000000LL);
+        until.tv_nsec = (long)(ns % 1000000000LL);
+        while (!memlog.stop &&
+               pthread_cond_timedwait(&memlog.cond, &memlog.lock, &until) != ETIMEDOUT)
+            ; /* woken early (spuriously, or by the stop): wait on unless stopping */
     }
     memlog_sample(); /* the last one, at the stop */
     pthread_mutex_unlock(&memlog.lock);
@@ -320,7 +311,7 @@ int sdp_rt_memlog_start(const char *path, double period_s)
     if (!memlog.f)
         return sdp_err(-errno, "memory log %s: cannot open for writing", path);
     memlog.period_s = period_s;
-    memlog.t0 = now_s();
+    memlog.t0_us = starpu_timing_now();
     memlog.stop = 0;
     rc = pthread_create(&memlog.thread, NULL, memlog_main, NULL);
     if (rc) {

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Lane utilisation of a run, from its task event log.
 
-Usage: lane_util.py EVENTS.jsonl [--steps A-B] [--json] [--timeline] [--stages]
+Usage: lane_util.py EVENTS.jsonl [--steps A-B] [--json] [--timeline] [--stages] [--idle]
 
 The log is the one `slidedp train --events FILE` or `slidedp bench --events FILE` writes
 (runtime/trace.h).  For every rank and lane, over the window from the first start to the last end
@@ -24,6 +24,10 @@ end - next forward start, when positive); "host idle", the time the update lane 
 this step's first update and the previous step's last (first update start - previous update end,
 when positive): the part of the step no host work can fill, from the end of the previous updates
 to the first new gradient.
+
+--idle reports where each CUDA worker waited: every gap of more than 50 us between the end of
+its tasks so far and the start of its next task, summed per phase and name of the task that ends
+it, for the tasks of the selected steps (ms in all and per step, and how many gaps).
 
 --stages reports, over the whole log (start-up included), the stages of a run whose working copies
 are off the host (train.work_home: gpu): each cast or AdamW event that a param_put of the same
@@ -65,6 +69,8 @@ def main():
                     help="the critical-path milestones of every selected step")
     ap.add_argument("--stages", action="store_true",
                     help="the stages alive at once, with the working copies off the host")
+    ap.add_argument("--idle", action="store_true",
+                    help="the CUDA workers' idle time, by the task each gap waited for")
     args = ap.parse_args()
     try:
         events = [json.loads(l) for l in open(args.events) if l.strip()]
@@ -110,6 +116,8 @@ def main():
         out["timeline"] = timeline(events, sorted(keep), t0)
     if args.stages:
         out["stages"] = stages(events)
+    if args.idle:
+        out["idle"] = idle(events, keep)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -127,6 +135,14 @@ def main():
         for t in out["timeline"]:
             print(" ".join("%9s" % ("-" if t.get(c) is None else
                                     ("%d" % t[c] if c == "step" else "%.1f" % t[c])) for c in cols))
+    if args.idle:
+        print("CUDA workers idle before (gaps > 50 us, selected steps):")
+        print("%-4s %-6s %-10s %-24s %9s %9s %6s" % ("rank", "worker", "phase", "task", "ms",
+                                                     "ms/step", "gaps"))
+        for r in out["idle"]:
+            print("%-4d %-6d %-10s %-24s %9.1f %9.1f %6d" % (
+                r["rank"], r["worker"], r["phase"], r["name"], r["ms"], r["ms_per_step"],
+                r["gaps"]))
     if args.stages:
         print("stages (writer start to put end; ms from the log's first start):")
         print("%-7s %7s %9s %9s %11s %9s %9s" % ("phase", "stages", "max_alive", "at_ms",
@@ -140,6 +156,28 @@ def main():
                 ph, s["stages"], s["max_alive"], s["at_ms"], s["wait_median_ms"],
                 s["wait_p90_ms"], s["wait_max_ms"]))
     return 0
+
+
+def idle(events, keep):
+    """The CUDA workers' gaps before the tasks of the selected steps (see --idle)."""
+    byworker = defaultdict(list)
+    for e in events:
+        if e.get("event", "task") != "wait" and e.get("kind") == "CUDA":
+            byworker[(e.get("rank", 0), e.get("worker", -1))].append(e)
+    total, count = defaultdict(float), defaultdict(int)
+    for (rank, worker), evs in byworker.items():
+        evs.sort(key=lambda e: e["start_us"])
+        busy_until = None  # the latest end so far: tasks of one worker may overlap (streams)
+        for e in evs:
+            if busy_until is not None and e["start_us"] > busy_until + 50 and e["step"] in keep:
+                key = (rank, worker, e["phase"], e["name"])
+                total[key] += (e["start_us"] - busy_until) / 1e3
+                count[key] += 1
+            busy_until = e["end_us"] if busy_until is None else max(busy_until, e["end_us"])
+    nsteps = max(len(keep), 1)
+    return [{"rank": k[0], "worker": k[1], "phase": k[2], "name": k[3], "ms": v,
+             "ms_per_step": v / nsteps, "gaps": count[k]}
+            for k, v in sorted(total.items(), key=lambda kv: -kv[1])]
 
 
 def stages(events):

@@ -10,8 +10,8 @@
 # started before the last backward of its group (invariant 2), and one event recording another
 # version than its step's (invariant 1).  tools/lane_util.py must give every lane a busy fraction
 # within its window and a summed concurrency within the two workers, and its --stages report must
-# give the counts, the most alive at once and the waits of a stage log written here, whose answers
-# are known.  Needs python3 (json only).
+# give the counts, the most alive at once and the waits of a stage log written here, and its --idle
+# report the CUDA worker's gaps of another, whose answers are known.  Needs python3 (json only).
 set -u
 top=${top_srcdir:-.}
 bin=${top_builddir:-.}/slidedp
@@ -211,6 +211,32 @@ for ph, w in want.items():
         print("  %s: got %s, want %s" % (ph, got, w))
         ok = False
 sys.exit(0 if ok else 1)
+EOF
+
+# ---- the CUDA workers' idle time (lane_util.py --idle), on a log made here ----
+python3 - "$tmp/idle.jsonl" <<'EOF'
+import json, sys
+def ev(name, phase, step, a, b):  # times in microseconds
+    return {"name": name, "phase": phase, "step": step, "group": 1, "chunk": -1, "mb": 0,
+            "version": step, "lane": "GPU compute", "lane_id": 2, "worker": 0, "kind": "CUDA",
+            "rank": 0, "start_us": a, "end_us": b}
+with open(sys.argv[1], "w") as f:
+    for e in (ev("rmsnorm_fwd", "fwd", 0, 0, 10000),
+              ev("matmul_fwd", "fwd", 0, 10020, 20000),     # 20 us after: no gap
+              ev("param_fetch", "fwd", 0, 30000, 31000),    # 10 ms after
+              ev("matmul_fwd", "fwd", 0, 31000, 40000),
+              ev("swiglu_fwd", "fwd", 0, 35000, 45000),     # overlaps the matmul (a stream)
+              ev("matmul_bwd_data", "bwd", 0, 45500, 50000),  # 0.5 ms after the later end
+              ev("matmul_fwd", "fwd", 1, 60000, 61000)):    # step 1: not selected
+        f.write(json.dumps(e) + "\n")
+EOF
+if python3 "$top/tools/lane_util.py" "$tmp/idle.jsonl" --steps 0-0 --json --idle > "$tmp/idle.json" &&
+    python3 - "$tmp/idle.json" <<'EOF'; then ok "idle"; else fail "idle"; fi
+import json, sys
+rows = json.load(open(sys.argv[1]))["idle"]
+print("  idle:", rows)
+got = [(r["phase"], r["name"], round(r["ms"], 9), r["gaps"]) for r in rows]
+sys.exit(0 if got == [("fwd", "param_fetch", 10.0, 1), ("bwd", "matmul_bwd_data", 0.5, 1)] else 1)
 EOF
 
 [ "$fails" = 0 ] && { echo PASS; exit 0; }
