@@ -11,7 +11,11 @@
  * first task of every layer waited for its weights: 3.7 ms a layer of qwen3-4b on the H200).
  * param_put: dst[off, off + n) = src (n), dst whole and read-write: the working copy off the host
  * (sdp_state.work_staged) takes each chunk AdamW wrote on the host where the compute keeps it,
- * without a partition plan (StarPU would gather the chunks on the vector's home, the host).
+ * without a partition plan (StarPU would gather the chunks on the vector's home, the host).  The
+ * puts of one working copy commute (STARPU_COMMUTE): each writes its own range, so a put runs as
+ * soon as its stage is written, whatever the order the stages were written in; sdp-slidedp's
+ * bound on the stages alive relies on it (a put held behind an earlier chunk's unwritten stage
+ * would keep its own stage alive, and a full bound would then wait for itself).
  * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_lookahead.sh,
  * tests/e2e/test_e2e_work_home.sh. */
 #include "config.h"
@@ -102,7 +106,7 @@ struct starpu_codelet sdp_cl_param_put = {
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = 2,
-    .modes = { STARPU_RW, STARPU_R },
+    .modes = { STARPU_RW | STARPU_COMMUTE, STARPU_R },
     .model = &sdp_pm_param_put,
 };
 
@@ -111,7 +115,9 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
 {
     struct sdp_param_put_args *a;
     size_t n = sdp_rt_tensor_nelems(src), es = sdp_dtype_size(sdp_rt_tensor_dtype(dst));
-    struct sdp_cl_buf b[] = { { dst, STARPU_RW }, { src, STARPU_R } };
+    struct sdp_cl_buf b[] = { { dst, STARPU_RW | STARPU_COMMUTE }, { src, STARPU_R } };
+    struct sdp_task_opts op = *o;
+    op.hint.move = SDP_MOVE_PUT; /* it empties a stage */
     if (sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst) || off > sdp_rt_tensor_nelems(dst) ||
         n > sdp_rt_tensor_nelems(dst) - off)
         return sdp_err(-EINVAL, "param_put: %s (%zu) does not fit %s (%zu) at %zu",
@@ -121,7 +127,7 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
     a->key.d[0] = (int)((n * es) & 0x7fffffff);
     a->key.d[1] = (int)((n * es) >> 31);
     a->off_bytes = off * es;
-    return sdp_cl_submit(&sdp_cl_param_put, o, a, sizeof(*a), 0.0, b, 2);
+    return sdp_cl_submit(&sdp_cl_param_put, &op, a, sizeof(*a), 0.0, b, 2);
 }
 
 /* buffers: the tensor (n) R, already where the task runs: nothing left to do */
@@ -146,7 +152,9 @@ struct starpu_codelet sdp_cl_param_fetch = {
 int sdp_task_param_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t)
 {
     struct sdp_cl_buf b[] = { { t, STARPU_R } };
-    return sdp_cl_submit(&sdp_cl_param_fetch, o, NULL, 0, 0.0, b, 1);
+    struct sdp_task_opts of = *o;
+    of.hint.move = SDP_MOVE_FETCH;
+    return sdp_cl_submit(&sdp_cl_param_fetch, &of, NULL, 0, 0.0, b, 1);
 }
 
 int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src)

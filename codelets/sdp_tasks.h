@@ -177,7 +177,9 @@ int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                         sdp_rt_tensor_t *const *sumsq);
 
 /** dst (N) RW: elements [off, off + n) = src (n) R, same dtype, on the worker's node (a GPU where
- * the compute runs).  The working copy off the host (sdp_state.work_staged) takes a chunk. */
+ * the compute runs).  The working copy off the host (sdp_state.work_staged) takes a chunk.  dst's
+ * access commutes with the other puts' (each writes its own range); the hint says SDP_MOVE_PUT:
+ * it empties a stage, so sdp-slidedp never holds it back. */
 int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
                        sdp_rt_tensor_t *src);
 
@@ -186,7 +188,9 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
 int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src);
 
 /** Read t (R) where the task runs, and nothing else: placed with the compute ops, it brings a
- * group's working copy to the GPU as soon as the copy is written (a dispatch with one rank). */
+ * group's working copy to the GPU as soon as the copy is written (a dispatch with one rank).  Its
+ * hint says SDP_MOVE_FETCH: sdp-slidedp prefetches its input early and runs it only when the GPU
+ * comes near its group. */
 int sdp_task_param_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t);
 
 /* ---- setup ---- */

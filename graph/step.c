@@ -500,6 +500,8 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
     if (nsegs < 0)
         return sdp_err(nsegs, "AdamW segments of group %d, chunk %d", gi, c);
     o.hint.chunk = c;
+    if (g->st->work_staged) /* it writes the chunk's stage, alive until put_chunk's put */
+        o.hint.stage_role = SDP_STAGE_FILL;
     if (nsegs > 0 && rows == 1)
         rc = sdp_task_adamw_early(&o, p, grad, m, v, w, g->lr, g->c.beta1, g->c.beta2, g->c.eps,
                                   g->c.weight_decay, step + 1, segs, nsegs);
@@ -708,12 +710,16 @@ static int refresh_work(sdp_graph_t *g, int step)
         struct sdp_group_state *gs = &st->groups[gi];
         if (st->work_staged) { /* the copy off the host gets a first value where it is computed */
             struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
+            /* a GPU memset: no staging slot, so the group's puts need not wait for the casts */
+            o.hint.stage_role = SDP_STAGE_NONE;
             TRY_RET(sdp_task_zero(&o, gs->work));
         }
         for (int c = 0; c < gs->nchunks; c++) {
             struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
             o.hint.chunk = c;
             o.priority = 1;
+            if (st->work_staged)
+                o.hint.stage_role = SDP_STAGE_FILL;
             TRY_RET(
                 sdp_task_cast(&o, work_chunk(g, gi, c, step), sdp_rt_tensor_part(gs->master, c)));
             TRY_RET(put_chunk(g, step, gi, c, SDP_PH_CAST));

@@ -4,8 +4,13 @@
  * down, the update of group 0 first, the next step's forward ahead of later groups' updates).
  * Backpressure: at most `depth` casts and AdamW chunk updates (the tasks that fill staging
  * buffers) run at once; the others are held back in their queue, each hold recorded as a trace
- * wait.  A CUDA worker prefetches the inputs of its queued tasks only within `window` groups ahead
- * of the group it computes.  A monolithic policy (StarPU's starpu_sched_policy, no components):
+ * wait.  When the working copies are off the host, those tasks write stages, host buffers that
+ * live until a param_put has copied them to the GPU: at most `stages` are alive at once (the puts
+ * are never held back, and run ahead of their step's backward).  A CUDA worker prefetches the
+ * inputs of its queued tasks only within `window` groups ahead of the group it computes (every
+ * param_fetch's at once when it is queued, with SDP_FETCH_EAGER=1), and runs a param_fetch only
+ * within window - 1 groups, so that its weights have arrived (or when it has been idle for
+ * FETCH_IDLE_US).  A monolithic policy (StarPU's starpu_sched_policy, no components):
  *   push: a task that one worker only can run -> that worker's queue; any other -> the shared
  *         queue of its worker-type mask (CPU, CUDA, both, ...).  Each queue: a heap of ordinary
  *         tasks and a heap of staged (bounded) tasks.
@@ -31,6 +36,9 @@
 #define DEFAULT_DEPTH  4
 #define DEFAULT_WINDOW 2
 #define WAIT_STAGING   "staging full"
+#define WAIT_STAGES    "stages full"
+/* a CUDA worker with nothing else to run for this long runs a fetch beyond its window */
+#define FETCH_IDLE_US 5000.0
 
 struct heap;
 
@@ -40,7 +48,8 @@ struct entry {
     uint64_t key, seq;
     long pos;             /* pass position, for the prefetch window */
     double held_since_us; /* first refusal by the staging bound (starpu_timing_now), or 0 */
-    int staged, prefetched, idx;
+    const char *held_why; /* which bound refused it first: WAIT_STAGING or WAIT_STAGES */
+    int staged, fills, drains, prefetched, idx;
     struct sdp_hint hint; /* valid when has_hint */
     int has_hint;
     struct heap *heap;
@@ -65,9 +74,12 @@ struct sched {
     unsigned typebit[STARPU_NMAXWORKERS];
     int idle[STARPU_NMAXWORKERS]; /* found nothing: skips the lock until woken (atomic) */
     long cur_pos[STARPU_NMAXWORKERS];
+    double last_start_us[STARPU_NMAXWORKERS]; /* when the worker last started a task */
     long nqueued; /* atomic reads outside the lock */
     long nstaged; /* staged tasks queued */
     int depth, window, inflight, ngroups;
+    int stages, eager; /* the bound on stages alive; prefetch every fetch when queued */
+    long nalive;       /* stages alive: fills started minus puts ended */
     struct starpu_task **slots; /* the staged tasks in flight (depth of them at most) */
     uint64_t seq;
     struct entry *free_list;
@@ -140,18 +152,32 @@ static void heap_remove(struct entry *e)
     e->heap = NULL;
 }
 
-/* The first entry of h, in key order, that worker w can run: the top, or (when a codelet's
- * can_execute refuses w) the best of a scan. */
-static struct entry *best_for(struct heap *h, int w, int check)
+/* Under the lock: whether worker w may run e now (a CUDA worker holds back a param_fetch that
+ * lies beyond its window unless `idle`), and, with check, whether e's codelet can run on w;
+ * *gated is set when the window alone refused it. */
+static int may_run(const struct sched *s, int w, const struct entry *e, int check, int idle,
+                   int *gated)
+{
+    if (s->typebit[w] == 2 && e->has_hint && !idle &&
+        !sdp_slidedp_gpu_may_run(&e->hint, e->pos, s->cur_pos[w], s->window)) {
+        *gated = 1;
+        return 0;
+    }
+    return !check || starpu_worker_can_execute_task_first_impl((unsigned)w, e->task, NULL);
+}
+
+/* The first entry of h, in key order, that worker w may run: the top, or (when a codelet's
+ * can_execute refuses w, or the top is a fetch beyond w's window) the best of a scan. */
+static struct entry *best_for(const struct sched *s, struct heap *h, int w, int check, int idle,
+                              int *gated)
 {
     struct entry *best = NULL;
     if (h->n == 0)
         return NULL;
-    if (!check || starpu_worker_can_execute_task_first_impl((unsigned)w, h->a[0]->task, NULL))
+    if (may_run(s, w, h->a[0], check, idle, gated))
         return h->a[0];
     for (int i = 1; i < h->n; i++)
-        if ((!best || before(h->a[i], best)) &&
-            starpu_worker_can_execute_task_first_impl((unsigned)w, h->a[i]->task, NULL))
+        if ((!best || before(h->a[i], best)) && may_run(s, w, h->a[i], check, idle, gated))
             best = h->a[i];
     return best;
 }
@@ -203,7 +229,8 @@ static void maybe_prefetch(struct sched *s, int w, struct entry *e)
 {
     if (e->prefetched || e->task->prefetched || s->typebit[w] != 2)
         return;
-    if (!sdp_slidedp_in_window(e->pos, s->cur_pos[w], s->window))
+    if (!sdp_slidedp_in_window(e->pos, s->cur_pos[w], s->window) &&
+        !(s->eager && e->has_hint && e->hint.move == SDP_MOVE_FETCH))
         return;
     e->prefetched = 1;
     starpu_prefetch_task_input_for(e->task, (unsigned)w);
@@ -239,6 +266,7 @@ static void wake_all(const int *wake, int n)
 
 /* Set by sdp_policy_slidedp_configure() before StarPU starts (read by init_sched only). */
 static int conf_depth = 0, conf_window = -1;
+#define DEFAULT_STAGES_PER_SLOT 4 /* stages alive per staging slot, by default */
 
 void sdp_policy_slidedp_configure(int staging_depth, int prefetch_groups)
 {
@@ -276,6 +304,14 @@ static void init_sched(unsigned ctx)
         s->window = conf_window;
         window_from = "train.prefetch_groups";
     }
+    /* each slot's task writes a stage every few ms and the GPU empties it when it next looks */
+    s->stages = starpu_getenv_number_default("SDP_STAGE_BUFFERS", DEFAULT_STAGES_PER_SLOT * s->depth);
+    if (s->stages < 1) {
+        SDP_WARN("sdp-slidedp: SDP_STAGE_BUFFERS=%d must be at least 1; using %d", s->stages,
+                 DEFAULT_STAGES_PER_SLOT * s->depth);
+        s->stages = DEFAULT_STAGES_PER_SLOT * s->depth;
+    }
+    s->eager = starpu_getenv_number_default("SDP_FETCH_EAGER", 0) > 0;
     s->slots = calloc((size_t)s->depth, sizeof(*s->slots));
     SDP_ASSERT(s->slots != NULL, "sdp-slidedp: out of memory for %d staging slots", s->depth);
     for (int w = 0; w < STARPU_NMAXWORKERS; w++)
@@ -287,8 +323,10 @@ static void init_sched(unsigned ctx)
     if (!starpu_sched_ctx_max_priority_is_set(ctx))
         starpu_sched_ctx_set_max_priority(ctx, INT_MAX);
     sdp_hint_for_policy(1);
-    SDP_INFO("sdp-slidedp: staging depth %d (%s), prefetch window %d groups (%s)", s->depth,
-             depth_from, s->window, window_from);
+    SDP_INFO("sdp-slidedp: staging depth %d (%s), at most %d stages alive (SDP_STAGE_BUFFERS), "
+             "prefetch window %d groups (%s)%s",
+             s->depth, depth_from, s->stages, s->window, window_from,
+             s->eager ? ", fetches prefetched when queued (SDP_FETCH_EAGER)" : "");
 }
 
 static void free_heap(struct sched *s, struct heap *h)
@@ -370,6 +408,7 @@ static int push_task(struct starpu_task *task)
     e->key = sdp_slidedp_key(e->has_hint ? &e->hint : NULL, task->priority);
     e->seq = s->seq++;
     e->staged = e->has_hint && sdp_slidedp_is_staged(&e->hint);
+    e->fills = e->has_hint && sdp_slidedp_fills_stage(&e->hint);
     if (e->has_hint && e->hint.group + 1 > s->ngroups)
         __atomic_store_n(&s->ngroups, e->hint.group + 1, __ATOMIC_RELAXED);
     e->pos = sdp_slidedp_pass_pos(e->has_hint ? &e->hint : NULL, s->ngroups);
@@ -401,17 +440,17 @@ static int push_task(struct starpu_task *task)
 }
 
 /* The best candidate for worker w in one heap kind (staged or not) among w's queues. */
-static struct entry *candidate(struct sched *s, int w, int staged)
+static struct entry *candidate(struct sched *s, int w, int staged, int idle, int *gated)
 {
     struct entry *best = NULL, *e;
     struct queue *own = &s->wq[w];
-    e = best_for(staged ? &own->staged : &own->normal, w, 0);
+    e = best_for(s, staged ? &own->staged : &own->normal, w, 0, idle, gated);
     if (e)
         best = e;
     for (unsigned m = 1; m < NMASKS; m++) {
         if (!(m & s->typebit[w]))
             continue;
-        e = best_for(staged ? &s->pool[m].staged : &s->pool[m].normal, w, 1);
+        e = best_for(s, staged ? &s->pool[m].staged : &s->pool[m].normal, w, 1, idle, gated);
         if (e && (!best || before(e, best)))
             best = e;
     }
@@ -426,6 +465,8 @@ static struct starpu_task *pop_task(unsigned ctx)
     struct starpu_task *task = NULL;
     struct sdp_hint wait_hint = { 0 };
     double held_since = 0.0, now = 0.0;
+    const char *why = WAIT_STAGING;
+    int gated = 0;
 
     /* nothing queued, or nothing for us since we last looked (a push or a free slot wakes us) */
     if (__atomic_load_n(&s->nqueued, __ATOMIC_ACQUIRE) == 0 ||
@@ -433,14 +474,18 @@ static struct starpu_task *pop_task(unsigned ctx)
         return NULL;
 
     lock_relaxed(s);
-    normal = candidate(s, w, 0);
-    staged = candidate(s, w, 1);
+    normal = candidate(s, w, 0, 0, &gated);
+    staged = candidate(s, w, 1, 0, &gated);
+    if (!normal && !staged && gated &&
+        starpu_timing_now() - s->last_start_us[w] >= FETCH_IDLE_US) /* nothing to hold up */
+        normal = candidate(s, w, 0, 1, &gated);
     if (staged && (!normal || before(staged, normal))) {
-        if (s->inflight < s->depth) {
+        if (s->inflight < s->depth && (!staged->fills || s->nalive < s->stages)) {
             chosen = staged;
         } else if (staged->held_since_us == 0.0) {
-            /* the bound refuses the task this worker would run next: it waits from now */
+            /* a bound refuses the task this worker would run next: it waits from now */
             staged->held_since_us = starpu_timing_now();
+            staged->held_why = s->inflight < s->depth ? WAIT_STAGES : WAIT_STAGING;
         }
     }
     if (!chosen)
@@ -457,26 +502,32 @@ static struct starpu_task *pop_task(unsigned ctx)
                     break;
                 }
             __atomic_store_n(&s->inflight, s->inflight + 1, __ATOMIC_RELEASE);
+            if (chosen->fills)
+                s->nalive++;
             if (chosen->held_since_us > 0.0) {
+                why = chosen->held_why;
                 held_since = chosen->held_since_us;
                 wait_hint = chosen->hint;
                 now = starpu_timing_now();
             }
         }
         entry_free(s, chosen);
-    } else {
+    } else if (!gated) {
+        /* a worker that holds back a fetch beyond its window keeps looking: its computing
+         * moves the window, and after FETCH_IDLE_US idle it runs the fetch */
         __atomic_store_n(&s->idle[w], 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&s->lock);
     if (held_since > 0.0)
         sdp_trace_wait(wait_hint.phase == SDP_PH_CAST ? SDP_LANE_PARAM_H2D : SDP_LANE_CPU_ADAMW,
                        wait_hint.rank, wait_hint.step, wait_hint.group, wait_hint.chunk, held_since,
-                       now, WAIT_STAGING);
+                       now, why);
     return task;
 }
 
 /* A CUDA worker starts a task: when it moves to another group, the tasks queued for it that now
- * lie in its window get their inputs prefetched. */
+ * lie in its window get their inputs prefetched.  A task that only moves data (a fetch, a put)
+ * computes nothing, so it leaves the position where it is. */
 static void pre_exec_hook(struct starpu_task *task, unsigned ctx)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
@@ -484,7 +535,10 @@ static void pre_exec_hook(struct starpu_task *task, unsigned ctx)
     struct sdp_hint h;
     struct queue *q;
     long pos;
-    if (w < 0 || s->typebit[w] != 2 || !read_hint(task, &h))
+    if (w < 0 || s->typebit[w] != 2)
+        return;
+    s->last_start_us[w] = starpu_timing_now(); /* worker w's own: read by its pops only */
+    if (!read_hint(task, &h) || sdp_slidedp_moves_only(&h))
         return;
     /* cur_pos[w] is written by worker w only: no lock to read it here */
     pos = sdp_slidedp_pass_pos(&h, __atomic_load_n(&s->ngroups, __ATOMIC_RELAXED));
@@ -500,12 +554,23 @@ static void pre_exec_hook(struct starpu_task *task, unsigned ctx)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* A task ended: a staged one frees its slot, and the workers that stopped looking get woken
- * when staged tasks are held back. */
+/* A task ended: a staged one frees its slot, a put frees its stage, and the workers that stopped
+ * looking get woken when staged tasks are held back. */
 static void post_exec_hook(struct starpu_task *task, unsigned ctx)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
     int wake[STARPU_NMAXWORKERS], nwake = 0;
+    struct sdp_hint h;
+    if (read_hint(task, &h) && sdp_slidedp_drains_stage(&h)) {
+        lock_relaxed(s);
+        if (s->nalive > 0)
+            s->nalive--;
+        if (s->nstaged > 0)
+            nwake = take_idle(s, s->workers, s->nworkers, wake);
+        pthread_mutex_unlock(&s->lock);
+        wake_all(wake, nwake);
+        return;
+    }
     if (__atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) == 0)
         return;
     lock_relaxed(s);

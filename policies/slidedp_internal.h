@@ -27,10 +27,34 @@ static inline uint64_t sdp_slidedp_clamp(long v, int bits)
 }
 
 /* 1 for the tasks that fill staging buffers and fall under the backpressure bound: the casts and
- * the AdamW chunk updates (which also write the next working copy). */
+ * the AdamW chunk updates (which also write the next working copy).  Not a task of those phases
+ * that fills none (SDP_STAGE_NONE, the zeroing of a working copy off the host) or only moves data
+ * (a param_put empties a stage: held back behind the casts or updates that fill the others, the
+ * puts kept every stage on the host, 1,894 of them, 14.8 GiB, with qwen3-8b). */
 static inline int sdp_slidedp_is_staged(const struct sdp_hint *h)
 {
-    return h && (h->phase == SDP_PH_CAST || h->phase == SDP_PH_UPDATE);
+    return h && h->move == SDP_MOVE_NONE && h->stage_role != SDP_STAGE_NONE &&
+           (h->phase == SDP_PH_CAST || h->phase == SDP_PH_UPDATE);
+}
+
+/* 1 for a task that writes a stage (SDP_STAGE_FILL): the policy counts it alive from its start
+ * to the end of the put that empties it, and starts no new one while `stages` are alive. */
+static inline int sdp_slidedp_fills_stage(const struct sdp_hint *h)
+{
+    return h && h->stage_role == SDP_STAGE_FILL && sdp_slidedp_is_staged(h);
+}
+
+/* 1 for the put that empties a stage. */
+static inline int sdp_slidedp_drains_stage(const struct sdp_hint *h)
+{
+    return h && h->move == SDP_MOVE_PUT;
+}
+
+/* 1 for the tasks that only move data (param_fetch, param_put): a CUDA worker running one does
+ * not move the position it computes at, which its prefetch window counts from. */
+static inline int sdp_slidedp_moves_only(const struct sdp_hint *h)
+{
+    return h && h->move != SDP_MOVE_NONE;
 }
 
 /* The critical-path key of a task; the smaller key runs first (ties: the earlier push).
@@ -39,7 +63,10 @@ static inline int sdp_slidedp_is_staged(const struct sdp_hint *h)
  *   key = 2^31 - 1 - priority, in [0, 2^32)                             (no hint)
  *
  *   slot  = step + 2; step + 3 for an update: the update of step s writes the weights that the
- *           forward of step s + 1 reads, so it is ordered with that step's forward pass
+ *           forward of step s + 1 reads, so it is ordered with that step's forward pass; but
+ *           step + 2 for a put (SDP_MOVE_PUT) of any phase, which so comes before the rest of
+ *           its step's backward: it takes microseconds of the GPU, and while it waits its stage
+ *           stays on the host
  *           (step -1, evaluation outside training, gets slot 1; hinted keys are >= 2^40, so
  *           StarPU's own and other unhinted tasks, ordered by their priority, come first)
  *   stage = 0 forward pass (cast, update, fwd, loss), 1 backward pass (recompute, bwd, and a
@@ -63,7 +90,7 @@ static inline uint64_t sdp_slidedp_key(const struct sdp_hint *h, int priority)
     long slot, stage, gpos, tie;
     if (!h)
         return (uint64_t)(2147483647L - (long)priority);
-    slot = (long)h->step + (h->phase == SDP_PH_UPDATE ? 3 : 2);
+    slot = (long)h->step + (h->phase == SDP_PH_UPDATE && h->move != SDP_MOVE_PUT ? 3 : 2);
     switch (h->phase) {
     case SDP_PH_RECOMPUTE:
     case SDP_PH_BWD:
@@ -143,6 +170,20 @@ static inline int sdp_slidedp_in_window(long pos, long cur, int window)
     if (pos < 0)
         return 1;
     return cur >= 0 && pos - cur <= (long)window;
+}
+
+/* 1 when a CUDA worker computing at position cur may run a task at pos with hint h now: any task
+ * but a fetch (SDP_MOVE_FETCH), which must lie within window - 1 groups ahead (at least the
+ * worker's own group), or the worker must not have computed yet (cur < 0).  The policy prefetches
+ * a fetch's input once it lies within `window` groups, so the task, run a group later, finds its
+ * weights there; run earlier, it would hold the worker while they cross PCIe (qwen3-4b/16: the GPU
+ * ran fetches of groups far ahead between the forward's first kernels, 3-5 ms each, 137-182 ms
+ * a step). */
+static inline int sdp_slidedp_gpu_may_run(const struct sdp_hint *h, long pos, long cur, int window)
+{
+    if (!h || h->move != SDP_MOVE_FETCH || cur < 0 || pos < 0)
+        return 1;
+    return pos - cur <= (long)(window > 1 ? window - 1 : 0);
 }
 
 #endif

@@ -16,6 +16,28 @@ enum sdp_phase {
     SDP_PH_UPDATE
 };
 
+/* The tasks that only move a working copy (the policies treat them apart; SDP_MOVE_NONE, 0, for
+ * every task that computes). */
+enum sdp_move {
+    SDP_MOVE_NONE,
+    /* param_fetch: brings a group's weights where the compute runs, ahead of it */
+    SDP_MOVE_FETCH,
+    /* param_put: copies a stage into the working copy off the host and so empties the stage */
+    SDP_MOVE_PUT
+};
+
+/* A task's part in the staging buffers (sdp-slidedp bounds the tasks that fill them). */
+enum sdp_stage_role {
+    /* by its phase (0, the default): a cast or an update fills a buffer (the working copy on the
+     * host, written in place), a task of any other phase none */
+    SDP_STAGE_BY_PHASE,
+    /* fills none though its phase is one of those (the zeroing of a working copy off the host) */
+    SDP_STAGE_NONE,
+    /* writes a stage, a host buffer that lives until its param_put has run (the casts and
+     * updates when the working copies are off the host, sdp_state.work_staged) */
+    SDP_STAGE_FILL
+};
+
 struct sdp_hint {
     int step;  /* optimizer step */
     int group; /* parameter group (0 embedding, 1..L layers, L+1 head) or -1 */
@@ -23,6 +45,8 @@ struct sdp_hint {
     int mb;    /* micro-batch, or -1 */
     enum sdp_phase phase;
     int rank; /* data-parallel rank whose worker runs the task (0 with one rank) */
+    enum sdp_move move;             /* set by the submitters of param_fetch and param_put */
+    enum sdp_stage_role stage_role; /* set by graph/ where the phase does not tell */
 };
 
 /** 1: every task carries its struct sdp_hint in starpu_task::sched_data, for the project's own

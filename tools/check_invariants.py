@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 """Check the three invariants of synchronous data parallelism on a task event log.
 
-Usage: check_invariants.py [--max-inflight LANE=N ...] [--bwd-lookahead K] EVENTS.jsonl
+Usage: check_invariants.py [--max-inflight LANE=N ...] [--max-stages N] [--bwd-lookahead K]
+                           EVENTS.jsonl
 
 The log is the one `slidedp train --events FILE` writes (runtime/trace.h): one JSON object per
 task with name, phase, step, group, chunk, mb, version, rank, start_us, end_us.  Compute events
@@ -35,8 +36,14 @@ ignore them, and the checker reports their count and time per lane and reason.
 --max-inflight LANE=N (repeatable): no more than N staged task events of the lane (its name,
 e.g. "CPU AdamW", or its lane_id) overlap in time, over all ranks and workers; an event ending at
 the instant another starts does not overlap it.  Staged are the events the policy's bound covers:
-phases cast and update (a dispatch's param_fetch shares the parameter lane but fills no staging
+phases cast and update, but not the param_put that empties a stage or the zeroing of a working
+copy off the host (a dispatch's param_fetch shares the parameter lane but fills no staging
 buffer).  A breach counts as a violation.
+
+--max-stages N: with the working copies off the host, no more than N stages are alive at once: a
+stage lives from the start of the cast or adamw that writes it to the end of the param_put of
+the same phase, step, group and chunk that empties it (a writer without a put in the log counts
+to the log's end).  A breach counts as a violation.
 
 --bwd-lookahead K: the backward's preparations ran at most K layers ahead of it (the graph's
 bwd_lookahead): the recomputation of layer l for a micro-batch, and the zeroing of layer l's
@@ -51,6 +58,8 @@ from collections import defaultdict
 
 COMPUTE = {"fwd", "recompute", "bwd", "loss"}
 STAGED = {"cast", "update"}  # the phases under the staging bound (sdp_slidedp_is_staged)
+UNSTAGED = {"param_put", "param_fetch", "zero"}  # of those phases, the events outside it
+STAGE_WRITERS = {"cast", "adamw"}
 # clears a gradient accumulator / adds the output gradient into the embedding's gradient rows:
 # neither reads parameters
 NO_PARAMS = {"zero", "embedding_bwd"}
@@ -133,12 +142,41 @@ def check_inflight(events, limits, rep):
     tasks = [e for e in events if not is_wait(e)]
     for lane, limit in limits:
         evs = [e for e in tasks if (e.get("lane") == lane or str(e.get("lane_id")) == lane)
-               and e.get("phase") in STAGED]
+               and e.get("phase") in STAGED and e.get("name") not in UNSTAGED]
         peak, at = max_overlap(evs)
         print("lane %s: %d events, at most %d in flight (limit %d)" % (lane, len(evs), peak, limit))
         if peak > limit:
             rep.add("max-inflight", "lane %s runs %d events at once (limit %d), e.g. from %s"
                     % (lane, peak, limit, describe(at)))
+
+
+def check_stages(events, limit, rep):
+    tasks = [e for e in events if not is_wait(e)]
+    key = lambda e: (e.get("phase"), e.get("step"), e.get("group"), e.get("chunk"), e.get("rank", 0))
+    puts = defaultdict(list)
+    for e in tasks:
+        if e.get("name") == "param_put":
+            puts[key(e)].append(e)
+    for k in puts:
+        puts[k].sort(key=lambda e: e["end_us"])
+    writers = sorted((e for e in tasks if e.get("name") in STAGE_WRITERS and key(e) in puts),
+                     key=lambda e: e["start_us"])
+    last = max((e["end_us"] for e in tasks), default=0.0)
+    spans = []
+    for w in writers:
+        # the first put of the stage that ends after its writer
+        p = next((q for q in puts[key(w)] if q["end_us"] >= w["end_us"] and not q.get("_used")), None)
+        if p is not None:
+            p["_used"] = True
+        spans.append({"start_us": w["start_us"], "end_us": p["end_us"] if p else last,
+                      "name": w["name"], "phase": w["phase"], "step": w["step"],
+                      "group": w["group"], "chunk": w["chunk"], "mb": -1,
+                      "rank": w.get("rank", 0), "worker": w.get("worker")})
+    peak, at = max_overlap(spans)
+    print("stages: %d written, at most %d alive (limit %d)" % (len(spans), peak, limit))
+    if peak > limit:
+        rep.add("max-stages", "%d stages alive at once (limit %d), e.g. from %s"
+                % (peak, limit, describe(at)))
 
 
 def check_lookahead(events, k, rep):
@@ -315,13 +353,13 @@ def check(events):
 
 
 def usage():
-    print("usage: check_invariants.py [--max-inflight LANE=N ...] [--bwd-lookahead K] EVENTS.jsonl",
-          file=sys.stderr)
+    print("usage: check_invariants.py [--max-inflight LANE=N ...] [--max-stages N] "
+          "[--bwd-lookahead K] EVENTS.jsonl", file=sys.stderr)
     return 2
 
 
 def main(argv):
-    limits, paths, lookahead = [], [], None
+    limits, paths, lookahead, stages = [], [], None, None
     args = argv[1:]
     while args:
         a = args.pop(0)
@@ -333,6 +371,12 @@ def main(argv):
                 print("--max-inflight wants LANE=N, not '%s'" % spec, file=sys.stderr)
                 return usage()
             limits.append((lane, int(n)))
+        elif a == "--max-stages" or a.startswith("--max-stages="):
+            v = a.split("=", 1)[1] if "=" in a else (args.pop(0) if args else "")
+            if not v.isdigit():
+                print("--max-stages wants a number of stages, not '%s'" % v, file=sys.stderr)
+                return usage()
+            stages = int(v)
         elif a == "--bwd-lookahead" or a.startswith("--bwd-lookahead="):
             v = a.split("=", 1)[1] if "=" in a else (args.pop(0) if args else "")
             if not v.isdigit():
@@ -355,6 +399,8 @@ def main(argv):
         return 2
     rep = check(events)
     check_inflight(events, limits, rep)
+    if stages is not None:
+        check_stages(events, stages, rep)
     if lookahead is not None:
         check_lookahead(events, lookahead, rep)
     report_waits(events)
@@ -364,6 +410,7 @@ def main(argv):
             for i, n in sorted(rep.count.items(), key=lambda kv: str(kv[0])))))
         return 1
     print("invariants 1, 2 and 3 hold" + ("; in-flight limits hold" if limits else "") +
+          ("; the stage bound holds" if stages is not None else "") +
           ("; the backward lookahead holds" if lookahead is not None else ""))
     return 0
 

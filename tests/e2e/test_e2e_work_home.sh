@@ -10,6 +10,10 @@
 #   - the event log holds one param_put per chunk and step plus one per chunk for the first cast,
 #     host's none, and tools/check_invariants.py passes it (a put is part of its group's update);
 #   - tools/lane_util.py --stages pairs every put with the cast or AdamW that wrote its stage;
+#   - with SDP_STAGE_BUFFERS=2, sdp-slidedp keeps at most 2 stages alive (the puts commute, so a
+#     full bound never waits for itself): the losses stay bit-identical, the checker's
+#     --max-stages 2 passes the log and --max-stages 1 fails it, and the log holds "stages full"
+#     waits;
 #   - work_home gpu with gpu_memory_gib, an unknown --work-home and an unknown work_home value are
 #     refused with exit code 2 naming the key.
 set -u
@@ -34,6 +38,8 @@ run host --work-home host
 run gpu --work-home gpu
 run host2 --work-home host --ranks 2
 run gpu2 --work-home gpu --ranks 2
+SDP_STAGE_BUFFERS=2 && export SDP_STAGE_BUFFERS && run gpu3 --work-home gpu
+unset SDP_STAGE_BUFFERS
 for n in host gpu; do
     echo "$n: $(grep -o 'state: .*' "$tmp/$n.err")"
 done
@@ -50,7 +56,7 @@ def state(n):
                   open(os.path.join(tmp, n + ".err")).read())
     return int(m.group(1)), int(m.group(2)), float(m.group(3))
 ok = True
-for a, b in (("host", "gpu"), ("host2", "gpu2")):
+for a, b in (("host", "gpu"), ("host2", "gpu2"), ("host", "gpu3")):
     x, y = metrics(a), metrics(b)
     print("%s: %s\n%s: %s" % (a, x, b, y))
     if len(x) != 4 or x != y:
@@ -88,6 +94,22 @@ for ev in gpu gpu2; do
         { echo "the checker fails the run $ev:"; tail -n 5 "$tmp/check"; fail=1; }
     echo "$ev: $(tail -n 1 "$tmp/check")"
 done
+
+# the stage bound: 2 alive at most, seen by the checker, which fails a bound of 1 on the same log
+if "$py" "$top/tools/check_invariants.py" --max-stages 2 "$tmp/gpu3.ev" > "$tmp/check3" 2>&1 &&
+    grep -q "stages full" "$tmp/check3"; then
+    echo "gpu3: $(grep '^stages:' "$tmp/check3"); $(grep -m 1 'stages full' "$tmp/check3" | sed 's/^ *//')"
+else
+    echo "gpu3: the checker with --max-stages 2 fails the run, or no 'stages full' wait:"
+    tail -n 8 "$tmp/check3"; fail=1
+fi
+"$py" "$top/tools/check_invariants.py" --max-stages 1 "$tmp/gpu3.ev" > "$tmp/check1" 2>&1
+st=$?
+if [ $st -eq 1 ] && grep -q "max-stages" "$tmp/check1"; then
+    echo "gpu3 with --max-stages 1: exit 1, $(grep -m 1 'alive at once' "$tmp/check1" | cut -c1-100)"
+else
+    echo "gpu3 with --max-stages 1: exit $st, not 1"; tail -n 5 "$tmp/check1"; fail=1
+fi
 
 expect2() { # WHAT PATTERN ARGS...
     what=$1 pat=$2

@@ -15,7 +15,7 @@
 static int fails, checks;
 
 static struct sdp_hint H(int step, int group, int chunk, int mb, int phase) {
-    struct sdp_hint h = { step, group, chunk, mb, phase, 0 };
+    struct sdp_hint h = { step, group, chunk, mb, phase, 0, SDP_MOVE_NONE, SDP_STAGE_BY_PHASE };
     return h;
 }
 
@@ -193,6 +193,50 @@ int main(void)
         expect(sdp_slidedp_is_staged(&h) == (ph == SDP_PH_CAST || ph == SDP_PH_UPDATE), sa);
     }
     expect(!sdp_slidedp_is_staged(NULL), "an unhinted task is not staged");
+    {
+        struct sdp_hint put = H(0, 1, 0, -1, SDP_PH_UPDATE), zero = H(0, 1, -1, -1, SDP_PH_CAST),
+                        fill = H(0, 1, 0, -1, SDP_PH_UPDATE), cast = H(0, 1, 0, -1, SDP_PH_CAST),
+                        fetch = H(1, 1, -1, -1, SDP_PH_FWD);
+        put.move = SDP_MOVE_PUT;
+        zero.stage_role = SDP_STAGE_NONE;
+        fill.stage_role = SDP_STAGE_FILL;
+        fetch.move = SDP_MOVE_FETCH;
+        expect(!sdp_slidedp_is_staged(&put) && sdp_slidedp_drains_stage(&put) &&
+                   !sdp_slidedp_fills_stage(&put),
+               "a put empties a stage and is never held back");
+        expect(!sdp_slidedp_is_staged(&zero) && !sdp_slidedp_fills_stage(&zero),
+               "the zeroing of a working copy off the host takes no slot");
+        expect(sdp_slidedp_is_staged(&fill) && sdp_slidedp_fills_stage(&fill) &&
+                   !sdp_slidedp_drains_stage(&fill),
+               "an update that writes a stage takes a slot and a stage");
+        expect(sdp_slidedp_is_staged(&cast) && !sdp_slidedp_fills_stage(&cast),
+               "a cast in place takes a slot, no stage");
+        expect(sdp_slidedp_moves_only(&put) && sdp_slidedp_moves_only(&fetch) &&
+                   !sdp_slidedp_moves_only(&fill),
+               "puts and fetches only move data");
+        expect_before(put, H(0, 0, -1, 0, SDP_PH_BWD),
+                      "a step's put before the rest of its backward");
+        expect_before(H(0, 1, -1, 0, SDP_PH_BWD), fill,
+                      "but the update that fills the stage after the backward of its step");
+        /* the fetch gate: window 2 runs a fetch one group ahead, not two */
+        {
+            const int G = 4;
+            long f = sdp_slidedp_pass_pos(&fetch, G);
+            struct sdp_hint comp = fetch;
+            comp.move = SDP_MOVE_NONE;
+            expect(sdp_slidedp_gpu_may_run(&fetch, f, f - 1, 2) &&
+                       !sdp_slidedp_gpu_may_run(&fetch, f, f - 2, 2),
+                   "window 2: a fetch runs from one group ahead of the worker");
+            expect(sdp_slidedp_gpu_may_run(&fetch, f, f, 0) &&
+                       !sdp_slidedp_gpu_may_run(&fetch, f, f - 1, 0),
+                   "window 0: a fetch runs at its own group");
+            expect(sdp_slidedp_gpu_may_run(&fetch, f, -1, 2),
+                   "nothing computed yet: a fetch may run");
+            expect(sdp_slidedp_gpu_may_run(&comp, f, f - 10, 2),
+                   "a compute task is never held by the window");
+            expect(sdp_slidedp_gpu_may_run(&fetch, f, f + 5, 2), "a fetch behind the worker runs");
+        }
+    }
 
     /* ---- pass positions and the window (G = 4 groups: 0, 1, 2 = L, 3 = head) ---- */
     {
