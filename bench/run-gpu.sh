@@ -23,7 +23,7 @@
 #            qwen3-4b/16 with the fp32 return; each with its event log; MODEL/BATCH are ignored;
 #            each with its memory log (--mem-log);
 #            TARGETS="MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB [BENCH_ARGS...]; ..." runs another list;
-#            a BENCH_ARGS word STARPU_NAME=VALUE sets that StarPU variable for that run alone
+#            a BENCH_ARGS word STARPU_NAME=VALUE or SDP_NAME=VALUE sets that variable for that run alone
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
@@ -158,12 +158,13 @@ for stage in $stages; do
             qwen3-4b 16 fp32 0 16}")"
         for spec in "${specs[@]}"; do
             read -r hm hb gd gib chunk extra <<< "$spec"
-            # words of the form STARPU_NAME=VALUE are StarPU's environment for this run alone
+            # words of the form STARPU_NAME=VALUE or SDP_NAME=VALUE (StarPU's and the policy's
+            # variables) are the environment of this run alone
             bench_env=() args=()
             for w in ${extra:-}; do
-                case $w in STARPU_*=*) bench_env+=("$w") ;; *) args+=("$w") ;; esac
+                case $w in STARPU_*=* | SDP_*=*) bench_env+=("$w") ;; *) args+=("$w") ;; esac
             done
-            name=$hm-b$hb-grad-$gd-gib$gib-chunk$chunk$(echo "${extra:-}" | sed 's/STARPU_//g' |
+            name=$hm-b$hb-grad-$gd-gib$gib-chunk$chunk$(echo "${extra:-}" | sed 's/STARPU_//g;s/SDP_//g' |
                 tr -cd 'a-zA-Z0-9 ' | tr -d ' ' | cut -c1-60 | sed 's/^/-/;s/^-$//')
             bench "$name" 300 --model "$hm" --batch "$hb" --seq 1024 --steps 4 --warmup 2 \
                 --grad-dtype "$gd" --gpu-memory-gib "$gib" --chunk-mib "$chunk" \

@@ -26,7 +26,7 @@ done
 mkdir -p "$out/bench"
 cp bench/host_adamw "$out/bench/"
 for lib in libjansson.so.4 libyaml-0.so.2 libutf8proc.so.2 libpcre2-8.so.0 libhwloc.so.15; do
-    path=$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')
+    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !f { print $NF; f = 1 }')
     [ -n "$path" ] && cp -L "$path" "$out/lib/"
 done
 du -sh "$out"
