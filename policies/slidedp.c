@@ -597,7 +597,7 @@ struct starpu_sched_policy sdp_policy_slidedp = {
     .remove_workers = remove_workers,
     .prefetches = 1,
     .policy_name = "sdp-slidedp",
-    .policy_description = "SlideDP: critical-path order, bounded staging (SDP_STAGING_DEPTH), "
-                          "prefetch window (SDP_WINDOW_DEPTH)",
+    .policy_description = "SlideDP: critical-path order, bounded staging (SDP_STAGING_DEPTH) "
+                          "and stages (SDP_STAGE_BUFFERS), prefetch window (SDP_WINDOW_DEPTH)",
     .worker_type = STARPU_WORKER_LIST,
 };
