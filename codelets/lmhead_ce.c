@@ -4,6 +4,8 @@
  * Tests: tests/kernels/test_kernels_lmhead_ce.c, tests/e2e. */
 #include "config.h"
 
+#include <stdlib.h>
+
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
@@ -49,14 +51,29 @@ static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
 }
 
 #ifdef SDP_HAVE_CUDA
-/* GPU blocks: 2^28 fp32 logits (1 GiB) per block keeps the GEMMs large at production shapes. */
+/* GPU blocks: 2^28 fp32 logits (1 GiB) per block keeps the GEMMs large at production shapes.
+ * SDP_LMHEAD_BLOCK_MIB sets another size (at least 1 MiB; read once): the block's logits live in
+ * a workspace that StarPU's GPU memory limit counts but cannot evict. */
 #define LMHEAD_CUDA_BLOCK_FLOATS ((size_t)1 << 28)
+
+static size_t cuda_block_floats(void)
+{
+    static size_t floats; /* one value, whichever GPU's worker reads the variable first */
+    size_t f = __atomic_load_n(&floats, __ATOMIC_RELAXED);
+    if (!f) {
+        const char *v = getenv("SDP_LMHEAD_BLOCK_MIB");
+        long mib = v && *v ? strtol(v, NULL, 10) : 0;
+        f = mib >= 1 ? (size_t)mib << 18 : LMHEAD_CUDA_BLOCK_FLOATS;
+        __atomic_store_n(&floats, f, __ATOMIC_RELAXED);
+    }
+    return f;
+}
 
 static void lmhead_ce_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_lmhead_ce_args *a = cl_arg;
     int N = a->key.d[0], C = a->key.d[1], V = a->key.d[2];
-    int rows = block_rows(N, V, LMHEAD_CUDA_BLOCK_FLOATS);
+    int rows = block_rows(N, V, cuda_block_floats());
     size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[4]), ltb,
            wsb = sdp_cuda_lmhead_ce_ws(N, C, V, rows);
     void *lt_ws = sdp_cl_cublaslt_ws(&ltb);
