@@ -75,11 +75,11 @@ struct sched {
     int idle[STARPU_NMAXWORKERS]; /* found nothing: skips the lock until woken (atomic) */
     long cur_pos[STARPU_NMAXWORKERS];
     double last_start_us[STARPU_NMAXWORKERS]; /* when the worker last started a task */
-    long nqueued; /* atomic reads outside the lock */
-    long nstaged; /* staged tasks queued */
+    long nqueued;                             /* atomic reads outside the lock */
+    long nstaged;                             /* staged tasks queued */
     int depth, window, inflight, ngroups;
-    int stages, eager; /* the bound on stages alive; prefetch every fetch when queued */
-    long nalive;       /* stages alive: fills started minus puts ended */
+    int stages, eager;          /* the bound on stages alive; prefetch every fetch when queued */
+    long nalive;                /* stages alive: fills started minus puts ended */
     struct starpu_task **slots; /* the staged tasks in flight (depth of them at most) */
     uint64_t seq;
     struct entry *free_list;
@@ -305,7 +305,8 @@ static void init_sched(unsigned ctx)
         window_from = "train.prefetch_groups";
     }
     /* each slot's task writes a stage every few ms and the GPU empties it when it next looks */
-    s->stages = starpu_getenv_number_default("SDP_STAGE_BUFFERS", DEFAULT_STAGES_PER_SLOT * s->depth);
+    s->stages =
+        starpu_getenv_number_default("SDP_STAGE_BUFFERS", DEFAULT_STAGES_PER_SLOT * s->depth);
     if (s->stages < 1) {
         SDP_WARN("sdp-slidedp: SDP_STAGE_BUFFERS=%d must be at least 1; using %d", s->stages,
                  DEFAULT_STAGES_PER_SLOT * s->depth);

@@ -44,8 +44,8 @@ struct sdp_hint {
     int chunk; /* chunk within the group, or -1 */
     int mb;    /* micro-batch, or -1 */
     enum sdp_phase phase;
-    int rank; /* data-parallel rank whose worker runs the task (0 with one rank) */
-    enum sdp_move move;             /* set by the submitters of param_fetch and param_put */
+    int rank;           /* data-parallel rank whose worker runs the task (0 with one rank) */
+    enum sdp_move move; /* set by the submitters of param_fetch and param_put */
     enum sdp_stage_role stage_role; /* set by graph/ where the phase does not tell */
 };
 
