@@ -49,7 +49,7 @@ struct entry {
     long pos;             /* pass position, for the prefetch window */
     double held_since_us; /* first refusal by the staging bound (starpu_timing_now), or 0 */
     const char *held_why; /* which bound refused it first: WAIT_STAGING or WAIT_STAGES */
-    int staged, fills, drains, prefetched, idx;
+    int staged, fills, prefetched, idx;
     struct sdp_hint hint; /* valid when has_hint */
     int has_hint;
     struct heap *heap;
