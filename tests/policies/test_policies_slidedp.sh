@@ -3,7 +3,8 @@
 # sdp-slidedp end to end, on tests/e2e/data/micro-qwen3.yaml (4 steps, 2 CPU workers, fp32):
 #  1. the losses and gradient norms are bit-identical to those of StarPU's eager policy;
 #  2. with SDP_STAGING_DEPTH=1 (and again with train.staging_depth: 1 in the recipe, which wins
-#     over SDP_STAGING_DEPTH=3) and the events log on, tools/check_invariants.py passes the log,
+#     over SDP_STAGING_DEPTH=3, reported with the default bound on stages alive, 4 per slot) and
+#     the events log on, tools/check_invariants.py passes the log,
 #     including --max-inflight 1 on the CPU AdamW and cast lanes (the bound of the policy); a copy
 #     of the log with two overlapping adamw must fail that check;
 #  3. wait events, if any, are well formed, lie on the lane of a bounded op, and appear in the
@@ -60,7 +61,7 @@ grep -q "staging depth 1" "$tmp/depth1.err" || fail "depth1: the policy did not 
   printf '  staging_depth: 1\n  prefetch_groups: 0\n'; } > "$tmp/depth1.yaml"
 if SDP_STAGING_DEPTH=3 "$bin" train "$tmp/depth1.yaml" --cpus 2 --gpus 0 -q --sched sdp-slidedp \
     --metrics "$tmp/recipe1.jsonl" --events "$tmp/recipe1.events" 2> "$tmp/recipe1.err" &&
-    grep -q "staging depth 1 (train.staging_depth), prefetch window 0 groups (train.prefetch_groups)" \
+    grep -q "staging depth 1 (train.staging_depth), at most 4 stages alive (SDP_STAGE_BUFFERS), prefetch window 0 groups (train.prefetch_groups)" \
         "$tmp/recipe1.err" &&
     python3 "$checker" --max-inflight "CPU AdamW=1" --max-inflight "param prepare+H2D=1" \
         "$tmp/recipe1.events" > "$tmp/recipe1.check"; then
