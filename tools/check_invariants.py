@@ -42,8 +42,9 @@ buffer).  A breach counts as a violation.
 
 --max-stages N: with the working copies off the host, no more than N stages are alive at once: a
 stage lives from the start of the cast or adamw that writes it to the end of the param_put of
-the same phase, step, group and chunk that empties it (a writer without a put in the log counts
-to the log's end).  A breach counts as a violation.
+the same rank, group, chunk and version that empties it (tools/lane_util.py --stages pairs them
+alike; in a log with puts, a writer without its put counts to the log's end).  A breach counts as
+a violation.
 
 --bwd-lookahead K: the backward's preparations ran at most K layers ahead of it (the graph's
 bwd_lookahead): the recomputation of layer l for a micro-batch, and the zeroing of layer l's
@@ -59,7 +60,7 @@ from collections import defaultdict
 COMPUTE = {"fwd", "recompute", "bwd", "loss"}
 STAGED = {"cast", "update"}  # the phases under the staging bound (sdp_slidedp_is_staged)
 UNSTAGED = {"param_put", "param_fetch", "zero"}  # of those phases, the events outside it
-STAGE_WRITERS = {"cast", "adamw"}
+STAGE_WRITERS = {"cast", "adamw", "adamw_early"}
 # clears a gradient accumulator / adds the output gradient into the embedding's gradient rows:
 # neither reads parameters
 NO_PARAMS = {"zero", "embedding_bwd"}
@@ -152,26 +153,11 @@ def check_inflight(events, limits, rep):
 
 def check_stages(events, limit, rep):
     tasks = [e for e in events if not is_wait(e)]
-    key = lambda e: (e.get("phase"), e.get("step"), e.get("group"), e.get("chunk"), e.get("rank", 0))
-    puts = defaultdict(list)
-    for e in tasks:
-        if e.get("name") == "param_put":
-            puts[key(e)].append(e)
-    for k in puts:
-        puts[k].sort(key=lambda e: e["end_us"])
-    writers = sorted((e for e in tasks if e.get("name") in STAGE_WRITERS and key(e) in puts),
-                     key=lambda e: e["start_us"])
+    key = lambda e: (e.get("rank", 0), e["group"], e["chunk"], e.get("version"))
+    puts = {key(e): e for e in tasks if e.get("name") == "param_put"}
     last = max((e["end_us"] for e in tasks), default=0.0)
-    spans = []
-    for w in writers:
-        # the first put of the stage that ends after its writer
-        p = next((q for q in puts[key(w)] if q["end_us"] >= w["end_us"] and not q.get("_used")), None)
-        if p is not None:
-            p["_used"] = True
-        spans.append({"start_us": w["start_us"], "end_us": p["end_us"] if p else last,
-                      "name": w["name"], "phase": w["phase"], "step": w["step"],
-                      "group": w["group"], "chunk": w["chunk"], "mb": -1,
-                      "rank": w.get("rank", 0), "worker": w.get("worker")})
+    spans = [dict(w, end_us=puts[key(w)]["end_us"] if key(w) in puts else last)
+             for w in tasks if puts and w.get("name") in STAGE_WRITERS]
     peak, at = max_overlap(spans)
     print("stages: %d written, at most %d alive (limit %d)" % (len(spans), peak, limit))
     if peak > limit:
@@ -358,31 +344,42 @@ def usage():
     return 2
 
 
+def option(name, a, args):
+    """The value of option `name` when a is it (`--name V` or `--name=V`), else None."""
+    if a == name:
+        return args.pop(0) if args else ""
+    return a.split("=", 1)[1] if a.startswith(name + "=") else None
+
+
+def count(name, v, what):
+    """int(v), or None after saying that option `name` wants a number of `what`."""
+    if v.isdigit():
+        return int(v)
+    print("%s wants a number of %s, not '%s'" % (name, what, v), file=sys.stderr)
+    return None
+
+
 def main(argv):
     limits, paths, lookahead, stages = [], [], None, None
     args = argv[1:]
     while args:
         a = args.pop(0)
-        if a == "--max-inflight" or a.startswith("--max-inflight="):
-            spec = a.split("=", 1)[1] if a.startswith("--max-inflight=") else (
-                args.pop(0) if args else "")
+        spec, stages_v, lookahead_v = (option(n, a, args) for n in
+                                       ("--max-inflight", "--max-stages", "--bwd-lookahead"))
+        if spec is not None:
             lane, _, n = spec.rpartition("=")
             if not lane or not n.isdigit():
                 print("--max-inflight wants LANE=N, not '%s'" % spec, file=sys.stderr)
                 return usage()
             limits.append((lane, int(n)))
-        elif a == "--max-stages" or a.startswith("--max-stages="):
-            v = a.split("=", 1)[1] if "=" in a else (args.pop(0) if args else "")
-            if not v.isdigit():
-                print("--max-stages wants a number of stages, not '%s'" % v, file=sys.stderr)
+        elif stages_v is not None:
+            stages = count("--max-stages", stages_v, "stages")
+            if stages is None:
                 return usage()
-            stages = int(v)
-        elif a == "--bwd-lookahead" or a.startswith("--bwd-lookahead="):
-            v = a.split("=", 1)[1] if "=" in a else (args.pop(0) if args else "")
-            if not v.isdigit():
-                print("--bwd-lookahead wants a number of layers, not '%s'" % v, file=sys.stderr)
+        elif lookahead_v is not None:
+            lookahead = count("--bwd-lookahead", lookahead_v, "layers")
+            if lookahead is None:
                 return usage()
-            lookahead = int(v)
         elif a.startswith("-") and a != "-":
             return usage()
         else:

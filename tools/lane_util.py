@@ -3,6 +3,7 @@
 """Lane utilisation of a run, from its task event log.
 
 Usage: lane_util.py EVENTS.jsonl [--steps A-B] [--json] [--timeline] [--stages] [--idle]
+                    [--long MS]
 
 The log is the one `slidedp train --events FILE` or `slidedp bench --events FILE` writes
 (runtime/trace.h).  For every rank and lane, over the window from the first start to the last end
@@ -29,6 +30,11 @@ to the first new gradient.
 its tasks so far and the start of its next task, summed per phase and name of the task that ends
 it, for the tasks of the selected steps (ms in all and per step, and how many gaps).
 
+--long MS lists the CUDA tasks of the selected steps that took longer than MS ms, in time order,
+each with how many other task events (any worker, any lane) ended while it ran: a long task that
+nothing else ended beside held the whole run, not just its own GPU.  The LM head's lmhead_ce
+(one task for the whole loss) is left out.
+
 --stages reports, over the whole log (start-up included), the stages of a run whose working copies
 are off the host (train.work_home: gpu): each cast or AdamW event that a param_put of the same
 group, chunk and version follows wrote a stage on the host, and the stage lives from the writer's
@@ -40,6 +46,7 @@ host memory the stages took beyond the masters and moments.  Exits 2 when the lo
 or holds no selected event.  Tests: tests/e2e/test_e2e_trace.sh, tests/e2e/test_e2e_work_home.sh.
 """
 import argparse
+import bisect
 import json
 import sys
 from collections import defaultdict
@@ -71,6 +78,8 @@ def main():
                     help="the stages alive at once, with the working copies off the host")
     ap.add_argument("--idle", action="store_true",
                     help="the CUDA workers' idle time, by the task each gap waited for")
+    ap.add_argument("--long", type=float, metavar="MS",
+                    help="the CUDA tasks longer than MS ms, and what ended beside them")
     args = ap.parse_args()
     try:
         events = [json.loads(l) for l in open(args.events) if l.strip()]
@@ -118,6 +127,8 @@ def main():
         out["stages"] = stages(events)
     if args.idle:
         out["idle"] = idle(events, keep)
+    if args.long is not None:
+        out["long"] = long_tasks(events, keep, args.long)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -143,6 +154,14 @@ def main():
             print("%-4d %-6d %-10s %-24s %9.1f %9.1f %6d" % (
                 r["rank"], r["worker"], r["phase"], r["name"], r["ms"], r["ms_per_step"],
                 r["gaps"]))
+    if args.long is not None:
+        print("CUDA tasks longer than %g ms (selected steps; ms from the window's start):" % args.long)
+        print("%-4s %-6s %-4s %-10s %-20s %5s %9s %9s %7s" % (
+            "rank", "worker", "step", "phase", "task", "group", "start", "ms", "others"))
+        for r in out["long"]:
+            print("%-4d %-6d %-4d %-10s %-20s %5d %9.1f %9.1f %7d" % (
+                r["rank"], r["worker"], r["step"], r["phase"], r["name"], r["group"],
+                (r["start_us"] - t0) / 1e3, r["ms"], r["others_ended"]))
     if args.stages:
         print("stages (writer start to put end; ms from the log's first start):")
         print("%-7s %7s %9s %9s %11s %9s %9s" % ("phase", "stages", "max_alive", "at_ms",
@@ -178,6 +197,24 @@ def idle(events, keep):
     return [{"rank": k[0], "worker": k[1], "phase": k[2], "name": k[3], "ms": v,
              "ms_per_step": v / nsteps, "gaps": count[k]}
             for k, v in sorted(total.items(), key=lambda kv: -kv[1])]
+
+
+def long_tasks(events, keep, ms):
+    """The CUDA tasks of the selected steps longer than ms (see --long)."""
+    tasks = [e for e in events if e.get("event", "task") != "wait"]
+    ends = sorted(e["end_us"] for e in tasks)
+    out = []
+    for e in sorted(tasks, key=lambda e: e["start_us"]):
+        dur = (e["end_us"] - e["start_us"]) / 1e3
+        if (e.get("kind") != "CUDA" or e.get("step", -1) not in keep or dur <= ms or
+                e["name"] == "lmhead_ce"):
+            continue
+        # task events (the task itself excluded) that ended strictly inside it
+        inside = bisect.bisect_left(ends, e["end_us"]) - bisect.bisect_right(ends, e["start_us"])
+        out.append({"rank": e.get("rank", 0), "worker": e.get("worker", -1), "step": e["step"],
+                    "phase": e["phase"], "name": e["name"], "group": e["group"],
+                    "start_us": e["start_us"], "ms": dur, "others_ended": inside})
+    return out
 
 
 def stages(events):

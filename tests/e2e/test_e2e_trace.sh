@@ -11,7 +11,8 @@
 # version than its step's (invariant 1).  tools/lane_util.py must give every lane a busy fraction
 # within its window and a summed concurrency within the two workers, and its --stages report must
 # give the counts, the most alive at once and the waits of a stage log written here, and its --idle
-# report the CUDA worker's gaps of another, whose answers are known.  Needs python3 (json only).
+# report the CUDA worker's gaps of another, whose answers are known, and its --long report the long
+# CUDA tasks of that log and what ended beside them.  Needs python3 (json only).
 set -u
 top=${top_srcdir:-.}
 bin=${top_builddir:-.}/slidedp
@@ -229,6 +230,9 @@ with open(sys.argv[1], "w") as f:
               ev("matmul_bwd_data", "bwd", 0, 45500, 50000),  # 0.5 ms after the later end
               ev("matmul_fwd", "fwd", 1, 60000, 61000)):    # step 1: not selected
         f.write(json.dumps(e) + "\n")
+    cpu = ev("adamw", "update", 0, 1000, 5000)  # ends inside the first rmsnorm_fwd
+    cpu.update({"lane": "CPU AdamW", "lane_id": 5, "worker": 1, "kind": "CPU"})
+    f.write(json.dumps(cpu) + "\n")
 EOF
 if python3 "$top/tools/lane_util.py" "$tmp/idle.jsonl" --steps 0-0 --json --idle > "$tmp/idle.json" &&
     python3 - "$tmp/idle.json" <<'EOF'; then ok "idle"; else fail "idle"; fi
@@ -237,6 +241,16 @@ rows = json.load(open(sys.argv[1]))["idle"]
 print("  idle:", rows)
 got = [(r["phase"], r["name"], round(r["ms"], 9), r["gaps"]) for r in rows]
 sys.exit(0 if got == [("fwd", "param_fetch", 10.0, 1), ("bwd", "matmul_bwd_data", 0.5, 1)] else 1)
+EOF
+# the CUDA tasks above 9.5 ms (lane_util.py --long), with the events that ended inside each
+if python3 "$top/tools/lane_util.py" "$tmp/idle.jsonl" --steps 0-0 --json --long 9.5 > "$tmp/long.json" &&
+    python3 - "$tmp/long.json" <<'EOF'; then ok "long"; else fail "long"; fi
+import json, sys
+rows = json.load(open(sys.argv[1]))["long"]
+print("  long:", rows)
+got = [(r["name"], round(r["ms"], 9), r["others_ended"]) for r in rows]
+sys.exit(0 if got == [("rmsnorm_fwd", 10.0, 1), ("matmul_fwd", 9.98, 0), ("swiglu_fwd", 10.0, 1)]
+         else 1)
 EOF
 
 [ "$fails" = 0 ] && { echo PASS; exit 0; }
