@@ -5,6 +5,9 @@
  * tests/e2e. */
 #include "config.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
@@ -38,12 +41,51 @@ static void attention_bwd_cpu(void *buffers[], void *cl_arg)
 }
 
 #ifdef SDP_HAVE_CUDA
+#ifdef SDP_HAVE_CUDNN_FRONTEND
+/* bf16 attention goes through cuDNN's fused graphs unless SDP_ATTENTION=own; a shape cuDNN cannot
+ * run falls back to the kernels of codelets/cuda/attention.cu, with one warning per direction. */
+static int use_cudnn(int dt)
+{
+    static int choice = -1; /* -1 unread, 0 own kernels, 1 cuDNN (sdp_rt_init checked the value) */
+    int c = __atomic_load_n(&choice, __ATOMIC_RELAXED);
+    if (c < 0) {
+        const char *v = getenv("SDP_ATTENTION");
+        c = !(v && !strcmp(v, "own"));
+        __atomic_store_n(&choice, c, __ATOMIC_RELAXED);
+    }
+    return c && dt == SDP_CUDA_BF16;
+}
+
+static void cudnn_fell_back(int bwd)
+{
+    static int warned[2];
+    if (!warned[bwd]) {
+        warned[bwd] = 1;
+        SDP_WARN("attention %s: cuDNN cannot run this shape (%s); using the own kernels",
+                 bwd ? "backward" : "forward", sdp_cudnn_attention_error());
+    }
+}
+#endif
+
 static void attention_fwd_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_attention_args *a = cl_arg;
-    sdp_cuda_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]),
-                           a->key.d[0], a->key.d[1], a->key.d[2], a->key.d[3], a->key.d[4],
-                           SDP_CL_DT(buffers[0]), starpu_cuda_get_local_stream());
+    int B = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3], HD = a->key.d[4];
+#ifdef SDP_HAVE_CUDNN_FRONTEND
+    size_t ws;
+    if (use_cudnn(SDP_CL_DT(buffers[0]))) {
+        if (sdp_cudnn_attention_ws(&ws, 0, B, T, NH, NKV, HD) == 0 &&
+            sdp_cudnn_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]),
+                                    B, T, NH, NKV, HD, sdp_cl_cuda_ws(0, ws),
+                                    starpu_cuda_get_local_stream()) == 0) {
+            SDP_CUDA_CHECK(cudaGetLastError());
+            return;
+        }
+        cudnn_fell_back(0);
+    }
+#endif
+    sdp_cuda_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]), B, T,
+                           NH, NKV, HD, SDP_CL_DT(buffers[0]), starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -51,6 +93,19 @@ static void attention_bwd_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_attention_args *a = cl_arg;
     int B = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3], HD = a->key.d[4];
+#ifdef SDP_HAVE_CUDNN_FRONTEND
+    size_t ws;
+    if (use_cudnn(SDP_CL_DT(buffers[0]))) {
+        if (sdp_cudnn_attention_ws(&ws, 1, B, T, NH, NKV, HD) == 0 &&
+            sdp_cudnn_attention_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]), SDP_VEC(buffers[2]),
+                                    SDP_VEC(buffers[3]), SDP_VECF(buffers[4]), B, T, NH, NKV, HD,
+                                    sdp_cl_cuda_ws(0, ws), starpu_cuda_get_local_stream()) == 0) {
+            SDP_CUDA_CHECK(cudaGetLastError());
+            return;
+        }
+        cudnn_fell_back(1);
+    }
+#endif
     sdp_cuda_attention_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]), SDP_VEC(buffers[2]),
                            SDP_VEC(buffers[3]), SDP_VECF(buffers[4]), B, T, NH, NKV, HD,
                            SDP_CL_DT(buffers[0]),

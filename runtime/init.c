@@ -43,6 +43,13 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
         return rc;
     }
 #endif
+    const char *att = getenv("SDP_ATTENTION");
+    if (att && *att && strcmp(att, "own") && strcmp(att, "cudnn")) {
+        rc = sdp_err(-EINVAL, "SDP_ATTENTION=%s is neither own nor cudnn", att);
+        sdp_hint("unset it (cuDNN's fused attention where built, else the project's kernels), or "
+                 "give SDP_ATTENTION=own for the project's kernels");
+        return rc;
+    }
     if (c->gpu_memory_gib > 0) {
         char mib[32];
         snprintf(mib, sizeof(mib), "%.0f", c->gpu_memory_gib * 1024.0);
@@ -80,6 +87,15 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
     SDP_INFO("StarPU %d.%d: %u CPU workers, %u CUDA workers, policy %s", STARPU_MAJOR_VERSION,
              STARPU_MINOR_VERSION, starpu_cpu_worker_get_count(), starpu_cuda_worker_get_count(),
              c->sched_name && c->sched_name[0] ? c->sched_name : "default");
+    if (starpu_cuda_worker_get_count() > 0)
+        SDP_INFO("attention on the GPU in bf16: %s",
+#ifdef SDP_HAVE_CUDNN_FRONTEND
+                 att && !strcmp(att, "own") ? "the project's kernels (SDP_ATTENTION=own)"
+                                            : "cuDNN's fused graphs"
+#else
+                 "the project's kernels (built without cudnn_frontend)"
+#endif
+        );
     return 0;
 }
 

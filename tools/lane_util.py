@@ -3,7 +3,7 @@
 """Lane utilisation of a run, from its task event log.
 
 Usage: lane_util.py EVENTS.jsonl [--steps A-B] [--json] [--timeline] [--stages] [--idle]
-                    [--long MS]
+                    [--long MS] [--by-task]
 
 The log is the one `slidedp train --events FILE` or `slidedp bench --events FILE` writes
 (runtime/trace.h).  For every rank and lane, over the window from the first start to the last end
@@ -34,6 +34,9 @@ it, for the tasks of the selected steps (ms in all and per step, and how many ga
 each with how many other task events (any worker, any lane) ended while it ran: a long task that
 nothing else ended beside held the whole run, not just its own GPU.  The LM head's lmhead_ce
 (one task for the whole loss) is left out.
+
+--by-task sums the CUDA tasks of the selected steps by phase and name: ms in all and per step,
+how many, and the share of the CUDA workers' task time; where the GPU's time goes, op by op.
 
 --stages reports, over the whole log (start-up included), the stages of a run whose working copies
 are off the host (train.work_home: gpu): each cast or AdamW event that a param_put of the same
@@ -80,6 +83,8 @@ def main():
                     help="the CUDA workers' idle time, by the task each gap waited for")
     ap.add_argument("--long", type=float, metavar="MS",
                     help="the CUDA tasks longer than MS ms, and what ended beside them")
+    ap.add_argument("--by-task", action="store_true",
+                    help="the CUDA task time by phase and task name")
     args = ap.parse_args()
     try:
         events = [json.loads(l) for l in open(args.events) if l.strip()]
@@ -129,6 +134,8 @@ def main():
         out["idle"] = idle(events, keep)
     if args.long is not None:
         out["long"] = long_tasks(events, keep, args.long)
+    if args.by_task:
+        out["by_task"] = by_task(tasks, len(keep))
     if args.json:
         print(json.dumps(out))
         return 0
@@ -162,6 +169,12 @@ def main():
             print("%-4d %-6d %-4d %-10s %-20s %5d %9.1f %9.1f %7d" % (
                 r["rank"], r["worker"], r["step"], r["phase"], r["name"], r["group"],
                 (r["start_us"] - t0) / 1e3, r["ms"], r["others_ended"]))
+    if args.by_task:
+        print("CUDA task time by phase and task (selected steps):")
+        print("%-10s %-24s %9s %9s %6s %6s" % ("phase", "task", "ms", "ms/step", "tasks", "share"))
+        for r in out["by_task"]:
+            print("%-10s %-24s %9.1f %9.1f %6d %5.1f%%" % (
+                r["phase"], r["name"], r["ms"], r["ms_per_step"], r["tasks"], 100 * r["share"]))
     if args.stages:
         print("stages (writer start to put end; ms from the log's first start):")
         print("%-7s %7s %9s %9s %11s %9s %9s" % ("phase", "stages", "max_alive", "at_ms",
@@ -175,6 +188,21 @@ def main():
                 ph, s["stages"], s["max_alive"], s["at_ms"], s["wait_median_ms"],
                 s["wait_p90_ms"], s["wait_max_ms"]))
     return 0
+
+
+def by_task(tasks, nsteps):
+    """The CUDA task time of the selected steps by phase and name (see --by-task)."""
+    total, count = defaultdict(float), defaultdict(int)
+    for e in tasks:
+        if e.get("kind") == "CUDA":
+            key = (e.get("phase", "?"), e["name"])
+            total[key] += (e["end_us"] - e["start_us"]) / 1e3
+            count[key] += 1
+    alltime = max(sum(total.values()), 1e-9)
+    nsteps = max(nsteps, 1)
+    return [{"phase": k[0], "name": k[1], "ms": v, "ms_per_step": v / nsteps, "tasks": count[k],
+             "share": v / alltime}
+            for k, v in sorted(total.items(), key=lambda kv: -kv[1])]
 
 
 def idle(events, keep):

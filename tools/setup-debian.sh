@@ -4,6 +4,7 @@
 #   1. Debian packages (compiler, autotools, hwloc, OpenBLAS, jansson, libyaml, PCRE2, utf8proc,
 #      Python, clang-format, gnuplot, Slurm and munge for the Slurm test),
 #   2. a Python virtual environment with the reference packages (torch CPU, transformers, tokenizers),
+#      and with nvcc present the headers of cuDNN's C++ frontend (for the fused attention),
 #   3. StarPU 1.4.10 built from Debian's source tarball (with CUDA when nvcc is present),
 # into a prefix that is reused when it is already built.  Idempotent: running it twice is cheap.
 #
@@ -20,7 +21,7 @@ with_cuda=auto
 
 usage()
 {
-    sed -n '3,11p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,12p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 while [ $# -gt 0 ]; do
@@ -62,6 +63,9 @@ if [ "$do_apt" = 1 ]; then
 fi
 
 # ---- 2. Python reference environment ----
+if [ "$with_cuda" = auto ]; then
+    if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then with_cuda=yes; else with_cuda=no; fi
+fi
 venv="$prefix/venv"
 if [ "$do_python" = 1 ]; then
     if [ ! -x "$venv/bin/python" ]; then
@@ -75,6 +79,12 @@ if [ "$do_python" = 1 ]; then
     else
         say "Python reference packages already installed"
     fi
+    # cuDNN's header-only C++ frontend for the fused attention of CUDA builds (configure looks for
+    # it in this environment); only its headers are used, so none of its Python dependencies
+    if [ "$with_cuda" = yes ] && [ ! -f "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/include/cudnn_frontend.h" ]; then
+        say "installing cudnn_frontend's headers (PyPI nvidia-cudnn-frontend) into $venv"
+        "$venv/bin/pip" install -q --no-deps "nvidia-cudnn-frontend==1.32.0"
+    fi
 fi
 
 # ---- 3. StarPU 1.4.10 from Debian's source package ----
@@ -82,9 +92,6 @@ starpu_ver=1.4.10
 starpu_tar="starpu_${starpu_ver}+dfsg.orig.tar.gz"
 starpu_sha=6b3bb9ec0d79f937882148b2da09ae6cb0ad4d1e83a104be45723dd70eba99c3
 starpu_prefix="$prefix/starpu"
-if [ "$with_cuda" = auto ]; then
-    if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then with_cuda=yes; else with_cuda=no; fi
-fi
 stamp="$starpu_prefix/.slidedp-build-$starpu_ver-cuda-$with_cuda"
 if [ "$do_starpu" = 1 ]; then
     if [ -f "$stamp" ] && [ -f "$starpu_prefix/lib/pkgconfig/starpu-1.4.pc" ]; then

@@ -1,5 +1,9 @@
 # codelets/cuda/attention.mk: CUDA kernels (included by Makefile.am when CUDA is present)
 libsdp_a_SOURCES += codelets/cuda/attention.cu
+if SDP_CUDNN_FE
+# cuDNN's fused attention graphs (header-only cudnn_frontend; slow to compile: about 4 min)
+libsdp_a_SOURCES += codelets/cuda/attention_cudnn.cu
+endif
 check_PROGRAMS += tests/kernels/test_cuda_attention
 TESTS += tests/kernels/test_cuda_attention
 tests_kernels_test_cuda_attention_SOURCES = tests/kernels/test_cuda_attention.c tests/lib/sdp_test.h

@@ -92,6 +92,20 @@ void sdp_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const
                             const float *lse, int B, int T, int NH, int NKV, int HD, int dt,
                             void *ws, cudaStream_t s);
 
+/* ---- the same attention through cuDNN's fused flash-attention graphs (bf16 only) ----
+ * Built when configure finds cudnn_frontend (SDP_HAVE_CUDNN_FRONTEND).  Each returns 0 when done,
+ * or -1 with nothing enqueued and the reason in sdp_cudnn_attention_error() (this thread's last
+ * failure); a shape cuDNN has no engine for fails at once on later calls.  The graphs and the
+ * cuDNN handle belong to the calling thread and its current device. */
+/** *ws: the workspace bytes of the forward (bwd 0) or backward (bwd 1) of this shape */
+int sdp_cudnn_attention_ws(size_t *ws, int bwd, int B, int T, int NH, int NKV, int HD);
+int sdp_cudnn_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV,
+                            int HD, void *ws, cudaStream_t s);
+int sdp_cudnn_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
+                            const float *lse, int B, int T, int NH, int NKV, int HD, void *ws,
+                            cudaStream_t s);
+const char *sdp_cudnn_attention_error(void);
+
 /* ---- SwiGLU on gu (N, 2I) = gate | up ---- */
 void sdp_cuda_swiglu_fwd(void *out, const void *gu, int N, int inter, int dt, cudaStream_t s);
 void sdp_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int inter, int dt,

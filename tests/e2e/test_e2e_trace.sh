@@ -252,6 +252,21 @@ got = [(r["name"], round(r["ms"], 9), r["others_ended"]) for r in rows]
 sys.exit(0 if got == [("rmsnorm_fwd", 10.0, 1), ("matmul_fwd", 9.98, 0), ("swiglu_fwd", 10.0, 1)]
          else 1)
 EOF
+# the CUDA task time by phase and name (lane_util.py --by-task): the CPU's adamw is not counted
+if python3 "$top/tools/lane_util.py" "$tmp/idle.jsonl" --steps 0-0 --json --by-task > "$tmp/bytask.json" &&
+    python3 - "$tmp/bytask.json" <<'EOF'; then ok "by-task"; else fail "by-task"; fi
+import json, sys
+rows = json.load(open(sys.argv[1]))["by_task"]
+print("  by task:", rows)
+got = [(r["phase"], r["name"], round(r["ms"], 9), r["tasks"], round(r["share"], 9)) for r in rows]
+# 44.48 ms of CUDA tasks in step 0: matmul_fwd 9.98 + 9, rmsnorm_fwd 10, swiglu_fwd 10, ...
+sys.exit(0 if got == [("fwd", "matmul_fwd", 18.98, 2, 0.426708633),
+                      ("fwd", "rmsnorm_fwd", 10.0, 1, 0.224820144),
+                      ("fwd", "swiglu_fwd", 10.0, 1, 0.224820144),
+                      ("bwd", "matmul_bwd_data", 4.5, 1, 0.101169065),
+                      ("fwd", "param_fetch", 1.0, 1, 0.022482014)]
+         else 1)
+EOF
 
 [ "$fails" = 0 ] && { echo PASS; exit 0; }
 echo FAIL
