@@ -56,6 +56,17 @@ static int use_cudnn(int dt)
     return c && dt == SDP_CUDA_BF16;
 }
 
+/* once per direction: how cuDNN runs the first shape it gets */
+static void cudnn_report(int bwd, int B, int T, int NH, int NKV, int HD, size_t ws)
+{
+    static int said[2];
+    if (!__atomic_exchange_n(&said[bwd], 1, __ATOMIC_RELAXED))
+        SDP_INFO("attention %s through cuDNN: %d sequences in calls of %d, workspace %.1f MiB "
+                 "(SDP_ATTENTION_WS_MIB caps it)",
+                 bwd ? "backward" : "forward", B, sdp_cudnn_attention_batch(bwd, B, T, NH, NKV, HD),
+                 ws / 1048576.0);
+}
+
 static void cudnn_fell_back(int bwd)
 {
     static int warned[2];
@@ -79,13 +90,14 @@ static void attention_fwd_cuda(void *buffers[], void *cl_arg)
                                     B, T, NH, NKV, HD, sdp_cl_cuda_ws(0, ws),
                                     starpu_cuda_get_local_stream()) == 0) {
             SDP_CUDA_CHECK(cudaGetLastError());
+            cudnn_report(0, B, T, NH, NKV, HD, ws);
             return;
         }
         cudnn_fell_back(0);
     }
 #endif
-    sdp_cuda_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]), B, T,
-                           NH, NKV, HD, SDP_CL_DT(buffers[0]), starpu_cuda_get_local_stream());
+    sdp_cuda_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]), B, T, NH,
+                           NKV, HD, SDP_CL_DT(buffers[0]), starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -101,6 +113,7 @@ static void attention_bwd_cuda(void *buffers[], void *cl_arg)
                                     SDP_VEC(buffers[3]), SDP_VECF(buffers[4]), B, T, NH, NKV, HD,
                                     sdp_cl_cuda_ws(0, ws), starpu_cuda_get_local_stream()) == 0) {
             SDP_CUDA_CHECK(cudaGetLastError());
+            cudnn_report(1, B, T, NH, NKV, HD, ws);
             return;
         }
         cudnn_fell_back(1);

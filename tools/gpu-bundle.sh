@@ -21,6 +21,8 @@ for t in tests/*/test_*; do
     case "$t" in *.o|*.log|*.trs) continue ;; esac
     [ -x "$t" ] && [ -f "$t" ] && { mkdir -p "$out/$(dirname "$t")"; cp "$t" "$out/$t"; }
 done
+# the bundle's programs without their debug sections (the build tree keeps them): a smaller copy
+find "$out" -type f -perm -u+x ! -name '*.so*' -exec strip --strip-debug {} +
 # what was built: the commit, and whether the tree had changes on top of it
 { git -C "$top" rev-parse HEAD; git -C "$top" status --short | sed 's/^/changed: /'; } > "$out/BUILD_INFO"
 mkdir -p "$out/bench"

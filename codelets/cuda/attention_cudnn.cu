@@ -3,10 +3,12 @@
  * header-only, over cuDNN's backend API): the same contract as sdp_cuda_attention_fwd/bwd (fused
  * qkv (B*T, (NH + 2 NKV) HD), out (B*T, NH*HD), lse (B, NH, T) natural log-sum-exp of the scaled
  * scores), in bf16 only.  Q, K, V, O, dQ, dK, dV are strided views of the packed rows, so nothing
- * is copied.  The graphs are built once per shape and thread (a StarPU CUDA worker keeps its
+ * is copied; a batch whose backward workspace would pass SDP_ATTENTION_WS_MIB runs in sub-batches.
+ * The graphs are built once per shape and thread (a StarPU CUDA worker keeps its
  * device), with one cuDNN handle per thread.  Test: tests/kernels/test_cuda_attention.c. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <memory>
@@ -19,7 +21,8 @@
 
 namespace fe = cudnn_frontend;
 
-namespace {
+namespace
+{
 
 enum : int64_t { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV };
 
@@ -103,8 +106,10 @@ std::shared_ptr<fe::graph::Graph> build(int bwd, int B, int T, int NH, int NKV, 
                        .set_causal_mask(true)
                        .set_attn_scale(scale);
         auto [O, stats] = g->sdpa(Q, K, V, opt);
-        O->set_output(true).set_uid(UID_O).set_dim({ B, NH, T, HD }).set_stride(
-            { (int64_t)T * C, HD, C, 1 });
+        O->set_output(true)
+            .set_uid(UID_O)
+            .set_dim({ B, NH, T, HD })
+            .set_stride({ (int64_t)T * C, HD, C, 1 });
         stats->set_output(true)
             .set_uid(UID_STATS)
             .set_data_type(fe::DataType_t::FLOAT)
@@ -124,12 +129,18 @@ std::shared_ptr<fe::graph::Graph> build(int bwd, int B, int T, int NH, int NKV, 
                        .set_causal_mask(true)
                        .set_attn_scale(scale);
         auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opt);
-        dQ->set_output(true).set_uid(UID_DQ).set_dim({ B, NH, T, HD }).set_stride(
-            { (int64_t)T * QKV, HD, QKV, 1 });
-        dK->set_output(true).set_uid(UID_DK).set_dim({ B, NKV, T, HD }).set_stride(
-            { (int64_t)T * QKV, HD, QKV, 1 });
-        dV->set_output(true).set_uid(UID_DV).set_dim({ B, NKV, T, HD }).set_stride(
-            { (int64_t)T * QKV, HD, QKV, 1 });
+        dQ->set_output(true)
+            .set_uid(UID_DQ)
+            .set_dim({ B, NH, T, HD })
+            .set_stride({ (int64_t)T * QKV, HD, QKV, 1 });
+        dK->set_output(true)
+            .set_uid(UID_DK)
+            .set_dim({ B, NKV, T, HD })
+            .set_stride({ (int64_t)T * QKV, HD, QKV, 1 });
+        dV->set_output(true)
+            .set_uid(UID_DV)
+            .set_dim({ B, NKV, T, HD })
+            .set_stride({ (int64_t)T * QKV, HD, QKV, 1 });
     }
     fe::error_t e = g->build(ts.handle, { fe::HeurMode_t::A });
     if (!e.is_good()) {
@@ -174,53 +185,103 @@ int run(plan *p, std::unordered_map<int64_t, void *> &pack, void *ws, cudaStream
     return 0;
 }
 
+/* The sequences per cuDNN call: the largest divisor of B whose workspace fits the cap
+ * (SDP_ATTENTION_WS_MIB, default 128 MiB; the backward's grows with B, and under a GPU memory limit
+ * every byte of it is taken from the data StarPU may keep).  Sequences are independent, so a call
+ * per sub-batch computes the same values; the sub-batches run one after the other on the stream
+ * and share the workspace. */
+plan *pick(int bwd, int B, int T, int NH, int NKV, int HD, int *bs_out)
+{
+    static const double cap_mib = [] {
+        const char *v = getenv("SDP_ATTENTION_WS_MIB");
+        const double m = v && *v ? atof(v) : 128.0;
+        return m > 0 ? m : 128.0;
+    }();
+    plan *best = nullptr;
+    for (int bs = B; bs >= 1; bs--) {
+        if (B % bs)
+            continue;
+        plan *p = find(bwd, bs, T, NH, NKV, HD);
+        if (!p)
+            return nullptr;
+        best = p;
+        *bs_out = bs;
+        if ((double)p->ws <= cap_mib * 1048576.0)
+            break;
+    }
+    return best;
+}
+
 } // namespace
 
 extern "C" int sdp_cudnn_attention_ws(size_t *ws, int bwd, int B, int T, int NH, int NKV, int HD)
 {
-    plan *p = find(bwd != 0, B, T, NH, NKV, HD);
+    int bs;
+    plan *p = pick(bwd != 0, B, T, NH, NKV, HD, &bs);
     if (!p)
         return -1;
     *ws = (size_t)p->ws;
     return 0;
 }
 
+extern "C" int sdp_cudnn_attention_batch(int bwd, int B, int T, int NH, int NKV, int HD)
+{
+    int bs;
+    return pick(bwd != 0, B, T, NH, NKV, HD, &bs) ? bs : -1;
+}
+
 extern "C" int sdp_cudnn_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int NH,
                                        int NKV, int HD, void *ws, cudaStream_t s)
 {
-    plan *p = find(0, B, T, NH, NKV, HD);
+    int bs;
+    plan *p = pick(0, B, T, NH, NKV, HD, &bs);
     if (!p)
         return -1;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
     const size_t kof = (size_t)NH * HD * 2, vof = (size_t)(NH + NKV) * HD * 2;
-    char *base = (char *)const_cast<void *>(qkv);
-    std::unordered_map<int64_t, void *> pack = {
-        { UID_Q, base }, { UID_K, base + kof }, { UID_V, base + vof },
-        { UID_O, out },  { UID_STATS, lse },
-    };
-    return run(p, pack, ws, s);
+    for (int b0 = 0; b0 < B; b0 += bs) {
+        char *base = (char *)const_cast<void *>(qkv) + (size_t)b0 * T * QKV * 2;
+        std::unordered_map<int64_t, void *> pack = {
+            { UID_Q, base },
+            { UID_K, base + kof },
+            { UID_V, base + vof },
+            { UID_O, (char *)out + (size_t)b0 * T * C * 2 },
+            { UID_STATS, lse + (size_t)b0 * NH * T },
+        };
+        if (run(p, pack, ws, s))
+            return -1;
+    }
+    return 0;
 }
 
 extern "C" int sdp_cudnn_attention_bwd(void *dqkv, const void *dout, const void *qkv,
                                        const void *out, const float *lse, int B, int T, int NH,
                                        int NKV, int HD, void *ws, cudaStream_t s)
 {
-    plan *p = find(1, B, T, NH, NKV, HD);
+    int bs;
+    plan *p = pick(1, B, T, NH, NKV, HD, &bs);
     if (!p)
         return -1;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
     const size_t kof = (size_t)NH * HD * 2, vof = (size_t)(NH + NKV) * HD * 2;
-    char *base = (char *)const_cast<void *>(qkv), *dbase = (char *)dqkv;
-    std::unordered_map<int64_t, void *> pack = {
-        { UID_Q, base },
-        { UID_K, base + kof },
-        { UID_V, base + vof },
-        { UID_O, const_cast<void *>(out) },
-        { UID_DO, const_cast<void *>(dout) },
-        { UID_STATS, const_cast<float *>(lse) },
-        { UID_DQ, dbase },
-        { UID_DK, dbase + kof },
-        { UID_DV, dbase + vof },
-    };
-    return run(p, pack, ws, s);
+    for (int b0 = 0; b0 < B; b0 += bs) {
+        char *base = (char *)const_cast<void *>(qkv) + (size_t)b0 * T * QKV * 2;
+        char *dbase = (char *)dqkv + (size_t)b0 * T * QKV * 2;
+        std::unordered_map<int64_t, void *> pack = {
+            { UID_Q, base },
+            { UID_K, base + kof },
+            { UID_V, base + vof },
+            { UID_O, (char *)const_cast<void *>(out) + (size_t)b0 * T * C * 2 },
+            { UID_DO, (char *)const_cast<void *>(dout) + (size_t)b0 * T * C * 2 },
+            { UID_STATS, const_cast<float *>(lse) + (size_t)b0 * NH * T },
+            { UID_DQ, dbase },
+            { UID_DK, dbase + kof },
+            { UID_DV, dbase + vof },
+        };
+        if (run(p, pack, ws, s))
+            return -1;
+    }
+    return 0;
 }
 
 extern "C" const char *sdp_cudnn_attention_error(void)

@@ -99,6 +99,9 @@ void sdp_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const
  * cuDNN handle belong to the calling thread and its current device. */
 /** *ws: the workspace bytes of the forward (bwd 0) or backward (bwd 1) of this shape */
 int sdp_cudnn_attention_ws(size_t *ws, int bwd, int B, int T, int NH, int NKV, int HD);
+/** the sequences per cuDNN call for this shape (B, or a divisor of it whose workspace fits
+ * SDP_ATTENTION_WS_MIB, default 128 MiB); -1 when cuDNN cannot run it */
+int sdp_cudnn_attention_batch(int bwd, int B, int T, int NH, int NKV, int HD);
 int sdp_cudnn_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV,
                             int HD, void *ws, cudaStream_t s);
 int sdp_cudnn_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
