@@ -52,14 +52,17 @@ static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
 
 #ifdef SDP_HAVE_CUDA
 /* GPU blocks: 2^28 fp32 logits (1 GiB) per block keeps the GEMMs large at production shapes; a
- * quarter of that under a GPU memory limit (STARPU_LIMIT_CUDA_MEM, which gpu_memory_gib sets): the
- * block's logits live in a workspace that the limit counts but StarPU cannot evict, and with 1 GiB
- * of it qwen3-4b/16 under 15 GiB stalled in StarPU's reclaim at the loss (steps of 1.6-1.75 s
- * among 1.2 s ones; 256 MiB: none, 128 MiB: none but slower GEMMs; unbounded, 256 MiB is 1.5%
- * slower: bench/results/2026-12-01-h200-fetch-gate.md).  SDP_LMHEAD_BLOCK_MIB sets another size
- * (at least 1 MiB).  Read once. */
+ * quarter of that under a GPU memory limit below 20 GiB (STARPU_LIMIT_CUDA_MEM, in MiB, which
+ * gpu_memory_gib sets): the block's logits live in a workspace that the limit counts but StarPU
+ * cannot evict, and with 1 GiB of it qwen3-4b/16 under 15 GiB stalled in StarPU's reclaim at the
+ * loss (steps of 1.6-1.75 s among 1.2 s ones; 256 MiB: none, 128 MiB: none but slower GEMMs;
+ * unbounded, 256 MiB is 1.5% slower: bench/results/2026-12-01-h200-fetch-gate.md).  Under 23 GiB,
+ * qwen3-4b/32 spends 132 ms a step in the LM head with 1 GiB and 182 ms with 256 MiB, without
+ * stalls (bench/results/2026-12-01-h200-cudnn-attention.md).  SDP_LMHEAD_BLOCK_MIB sets another
+ * size (at least 1 MiB).  Read once. */
 #define LMHEAD_CUDA_BLOCK_FLOATS         ((size_t)1 << 28)
 #define LMHEAD_CUDA_LIMITED_BLOCK_FLOATS ((size_t)1 << 26)
+#define LMHEAD_CUDA_SMALL_LIMIT_MIB      20480L
 
 static size_t cuda_block_floats(void)
 {
@@ -67,10 +70,11 @@ static size_t cuda_block_floats(void)
     size_t f = __atomic_load_n(&floats, __ATOMIC_RELAXED);
     if (!f) {
         const char *v = getenv("SDP_LMHEAD_BLOCK_MIB"), *lim = getenv("STARPU_LIMIT_CUDA_MEM");
-        long mib = v && *v ? strtol(v, NULL, 10) : 0;
-        f = mib >= 1               ? (size_t)mib << 18
-            : lim && atol(lim) > 0 ? LMHEAD_CUDA_LIMITED_BLOCK_FLOATS
-                                   : LMHEAD_CUDA_BLOCK_FLOATS;
+        long mib = v && *v ? strtol(v, NULL, 10) : 0, lim_mib = lim ? atol(lim) : 0;
+        f = mib >= 1 ? (size_t)mib << 18
+            : lim_mib > 0 && lim_mib < LMHEAD_CUDA_SMALL_LIMIT_MIB
+                ? LMHEAD_CUDA_LIMITED_BLOCK_FLOATS
+                : LMHEAD_CUDA_BLOCK_FLOATS;
         __atomic_store_n(&floats, f, __ATOMIC_RELAXED);
     }
     return f;
