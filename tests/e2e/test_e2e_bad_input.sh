@@ -2,7 +2,7 @@
 # Bad input to `slidedp train` must end before training with a clear message naming the file and exit
 # code 1 or 2, and must not change anything on disk: recipes with unknown keys or impossible values,
 # missing files, corrupt or mismatched safetensors, data shorter than a sequence, a model that does not
-# fit the host memory budget, an unknown policy.
+# fit the host memory budget, an unknown policy, an unknown SDP_ATTENTION.
 set -u
 top=${top_srcdir:-.}
 bin=${top_builddir:-.}/slidedp
@@ -52,6 +52,8 @@ expect 2 "No such file|cannot open|not found" -- "$bin" train "$tmp/missing.yaml
 recipe ok 's/steps: 4/steps: 1/'
 expect 2 "unknown scheduling policy 'fastest'" -- "$bin" train "$tmp/ok.yaml" --sched fastest
 expect 2 "expects an integer" -- "$bin" train "$tmp/ok.yaml" --steps two
+# an unknown choice of attention kernels in the environment: refused before StarPU starts
+expect 1 "SDP_ATTENTION=bogus is neither own nor cudnn" -- env SDP_ATTENTION=bogus "$bin" train "$tmp/ok.yaml"
 # NCCL collectives for ranks that are not on GPUs: a usage error with train.gpus 0
 recipe nccl 's/chunk_mib: 1/chunk_mib: 1\n  collectives: nccl\n  gpus: 0\n  ranks: 2/'
 expect 2 "train.collectives nccl needs the ranks on GPUs" -- "$bin" train "$tmp/nccl.yaml"
