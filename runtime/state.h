@@ -80,14 +80,17 @@ int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype);
  * the graph fills from the final fp32 gradient where it was made and drops after each chunk's
  * update: host memory holds only the chunks between their return and their update).  With on_gpu
  * and SDP_BF16 the fp32 accumulators get host address space but no pages: they live on the GPUs
- * and the graph discards them after packing.  flags: SDP_STATE_ON_GPU (on_gpu above),
+ * and the graph discards them after packing; except a tied embedding's (group 0), which lives
+ * through the whole backward and gets pinned pages for StarPU to evict it into under a GPU
+ * memory limit.  flags: SDP_STATE_ON_GPU (on_gpu above),
  * SDP_STATE_WORK_STAGED (work_staged).  @return as sdp_state_create */
 int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
                         enum sdp_dtype work_dtype, size_t chunk_bytes, enum sdp_dtype grad_dtype,
                         unsigned flags);
 
 /** Host bytes the state of cfg needs for the whole run: master, m, v, working copy and the fp32
- * gradients, which with SDP_BF16 and on_gpu stay on the GPUs (see sdp_state_create_ex; the
+ * gradients, which with SDP_BF16 and on_gpu stay on the GPUs but for a tied embedding's
+ * (see sdp_state_create_ex; the
  * bf16 chunks in flight are not counted); without the working copy with SDP_STATE_WORK_STAGED. */
 size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype,
                             enum sdp_dtype grad_dtype, unsigned flags);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <deque>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -32,13 +33,21 @@ struct plan {
     int64_t ws;
 };
 
+/* the sub-batch chosen for a whole batch (see pick), null plan when cuDNN cannot run it */
+struct choice {
+    int bwd, B, T, NH, NKV, HD, bs;
+    plan *p;
+};
+
 struct thread_state {
     cudnnHandle_t handle = nullptr;
     int device = -1;
-    std::vector<plan> plans;
+    std::deque<plan> plans; /* a deque: the pointers in choices stay valid as plans are added */
+    std::vector<choice> choices;
     char err[512] = "";
     ~thread_state()
     {
+        choices.clear();
         plans.clear();
         if (handle)
             cudnnDestroy(handle);
@@ -60,6 +69,7 @@ bool ensure_handle(void)
         return false;
     }
     if (ts.handle && ts.device != dev) { /* plans are per device */
+        ts.choices.clear();
         ts.plans.clear();
         cudnnDestroy(ts.handle);
         ts.handle = nullptr;
@@ -167,7 +177,7 @@ plan *find(int bwd, int B, int T, int NH, int NKV, int HD)
         p.g = nullptr;
     }
     ts.plans.push_back(p); /* a failure is remembered: no rebuild per call */
-    return p.g ? &ts.plans.back() : nullptr;
+    return ts.plans.back().g ? &ts.plans.back() : nullptr;
 }
 
 int run(plan *p, std::unordered_map<int64_t, void *> &pack, void *ws, cudaStream_t s)
@@ -189,7 +199,7 @@ int run(plan *p, std::unordered_map<int64_t, void *> &pack, void *ws, cudaStream
  * (SDP_ATTENTION_WS_MIB, default 128 MiB; the backward's grows with B, and under a GPU memory limit
  * every byte of it is taken from the data StarPU may keep).  Sequences are independent, so a call
  * per sub-batch computes the same values; the sub-batches run one after the other on the stream
- * and share the workspace. */
+ * and share the workspace.  The choice is made once per shape and thread. */
 plan *pick(int bwd, int B, int T, int NH, int NKV, int HD, int *bs_out)
 {
     static const double cap_mib = [] {
@@ -197,19 +207,68 @@ plan *pick(int bwd, int B, int T, int NH, int NKV, int HD, int *bs_out)
         const double m = v && *v ? atof(v) : 128.0;
         return m > 0 ? m : 128.0;
     }();
-    plan *best = nullptr;
+    if (B <= 0) {
+        set_err("shape", "B, T, NH, NKV, HD must be positive and NH a multiple of NKV");
+        return nullptr;
+    }
+    if (!ensure_handle()) /* also drops the choices of another device */
+        return nullptr;
+    for (const choice &c : ts.choices)
+        if (c.bwd == bwd && c.B == B && c.T == T && c.NH == NH && c.NKV == NKV && c.HD == HD) {
+            *bs_out = c.bs;
+            return c.p;
+        }
+    choice c = { bwd, B, T, NH, NKV, HD, 0, nullptr };
     for (int bs = B; bs >= 1; bs--) {
         if (B % bs)
             continue;
         plan *p = find(bwd, bs, T, NH, NKV, HD);
-        if (!p)
-            return nullptr;
-        best = p;
-        *bs_out = bs;
+        if (!p) { /* no engine for this sub-batch: the batch falls back */
+            c.p = nullptr;
+            break;
+        }
+        c.p = p;
+        c.bs = bs;
         if ((double)p->ws <= cap_mib * 1048576.0)
             break;
     }
-    return best;
+    ts.choices.push_back(c);
+    *bs_out = c.bs;
+    return c.p;
+}
+
+/* Runs the forward (writes out, lse) or the backward (reads out, lse, dout; writes dqkv) of B
+ * sequences in calls of the chosen sub-batch, each call on views offset to its first sequence. */
+int run_batches(int bwd, const void *qkv, void *out, float *lse, const void *dout, void *dqkv,
+                int B, int T, int NH, int NKV, int HD, void *ws, cudaStream_t s)
+{
+    int bs;
+    plan *p = pick(bwd, B, T, NH, NKV, HD, &bs);
+    if (!p)
+        return -1;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HD * 2, C = (size_t)NH * HD * 2; /* row bytes */
+    const size_t kof = (size_t)NH * HD * 2, vof = (size_t)(NH + NKV) * HD * 2;
+    for (int b0 = 0; b0 < B; b0 += bs) {
+        const size_t rows = (size_t)b0 * T;
+        char *q = (char *)const_cast<void *>(qkv) + rows * QKV;
+        std::unordered_map<int64_t, void *> pack = {
+            { UID_Q, q },
+            { UID_K, q + kof },
+            { UID_V, q + vof },
+            { UID_O, (char *)out + rows * C },
+            { UID_STATS, lse + (size_t)b0 * NH * T },
+        };
+        if (bwd) {
+            char *d = (char *)dqkv + rows * QKV;
+            pack[UID_DO] = (char *)const_cast<void *>(dout) + rows * C;
+            pack[UID_DQ] = d;
+            pack[UID_DK] = d + kof;
+            pack[UID_DV] = d + vof;
+        }
+        if (run(p, pack, ws, s))
+            return -1;
+    }
+    return 0;
 }
 
 } // namespace
@@ -233,55 +292,15 @@ extern "C" int sdp_cudnn_attention_batch(int bwd, int B, int T, int NH, int NKV,
 extern "C" int sdp_cudnn_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int NH,
                                        int NKV, int HD, void *ws, cudaStream_t s)
 {
-    int bs;
-    plan *p = pick(0, B, T, NH, NKV, HD, &bs);
-    if (!p)
-        return -1;
-    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
-    const size_t kof = (size_t)NH * HD * 2, vof = (size_t)(NH + NKV) * HD * 2;
-    for (int b0 = 0; b0 < B; b0 += bs) {
-        char *base = (char *)const_cast<void *>(qkv) + (size_t)b0 * T * QKV * 2;
-        std::unordered_map<int64_t, void *> pack = {
-            { UID_Q, base },
-            { UID_K, base + kof },
-            { UID_V, base + vof },
-            { UID_O, (char *)out + (size_t)b0 * T * C * 2 },
-            { UID_STATS, lse + (size_t)b0 * NH * T },
-        };
-        if (run(p, pack, ws, s))
-            return -1;
-    }
-    return 0;
+    return run_batches(0, qkv, out, lse, nullptr, nullptr, B, T, NH, NKV, HD, ws, s);
 }
 
 extern "C" int sdp_cudnn_attention_bwd(void *dqkv, const void *dout, const void *qkv,
                                        const void *out, const float *lse, int B, int T, int NH,
                                        int NKV, int HD, void *ws, cudaStream_t s)
 {
-    int bs;
-    plan *p = pick(1, B, T, NH, NKV, HD, &bs);
-    if (!p)
-        return -1;
-    const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
-    const size_t kof = (size_t)NH * HD * 2, vof = (size_t)(NH + NKV) * HD * 2;
-    for (int b0 = 0; b0 < B; b0 += bs) {
-        char *base = (char *)const_cast<void *>(qkv) + (size_t)b0 * T * QKV * 2;
-        char *dbase = (char *)dqkv + (size_t)b0 * T * QKV * 2;
-        std::unordered_map<int64_t, void *> pack = {
-            { UID_Q, base },
-            { UID_K, base + kof },
-            { UID_V, base + vof },
-            { UID_O, (char *)const_cast<void *>(out) + (size_t)b0 * T * C * 2 },
-            { UID_DO, (char *)const_cast<void *>(dout) + (size_t)b0 * T * C * 2 },
-            { UID_STATS, const_cast<float *>(lse) + (size_t)b0 * NH * T },
-            { UID_DQ, dbase },
-            { UID_DK, dbase + kof },
-            { UID_DV, dbase + vof },
-        };
-        if (run(p, pack, ws, s))
-            return -1;
-    }
-    return 0;
+    return run_batches(1, qkv, const_cast<void *>(out), const_cast<float *>(lse), dout, dqkv, B, T,
+                       NH, NKV, HD, ws, s);
 }
 
 extern "C" const char *sdp_cudnn_attention_error(void)
