@@ -3,7 +3,7 @@
 """Lane utilisation of a run, from its task event log.
 
 Usage: lane_util.py EVENTS.jsonl [--steps A-B] [--json] [--timeline] [--stages] [--idle]
-                    [--long MS] [--by-task]
+                    [--long MS] [--by-task] [--cpu-by-task]
 
 The log is the one `slidedp train --events FILE` or `slidedp bench --events FILE` writes
 (runtime/trace.h).  For every rank and lane, over the window from the first start to the last end
@@ -37,6 +37,11 @@ nothing else ended beside held the whole run, not just its own GPU.  The LM head
 
 --by-task sums the CUDA tasks of the selected steps by phase and name: ms in all and per step,
 how many, and the share of the CUDA workers' task time; where the GPU's time goes, op by op.
+Each row also gives the median task duration (the upper middle one for an even count) and the
+90th percentile (the task at 90% of the sorted durations).
+
+--cpu-by-task does the same for the CPU workers' tasks (AdamW's chunks, the casts): a host whose
+memory runs slower shows as a longer median chunk update at the same count.
 
 --stages reports, over the whole log (start-up included), the stages of a run whose working copies
 are off the host (train.work_home: gpu): each cast or AdamW event that a param_put of the same
@@ -85,6 +90,8 @@ def main():
                     help="the CUDA tasks longer than MS ms, and what ended beside them")
     ap.add_argument("--by-task", action="store_true",
                     help="the CUDA task time by phase and task name")
+    ap.add_argument("--cpu-by-task", action="store_true",
+                    help="the CPU task time by phase and task name")
     args = ap.parse_args()
     try:
         events = [json.loads(l) for l in open(args.events) if l.strip()]
@@ -136,6 +143,8 @@ def main():
         out["long"] = long_tasks(events, keep, args.long)
     if args.by_task:
         out["by_task"] = by_task(tasks, len(keep))
+    if args.cpu_by_task:
+        out["cpu_by_task"] = by_task(tasks, len(keep), "CPU")
     if args.json:
         print(json.dumps(out))
         return 0
@@ -169,12 +178,16 @@ def main():
             print("%-4d %-6d %-4d %-10s %-20s %5d %9.1f %9.1f %7d" % (
                 r["rank"], r["worker"], r["step"], r["phase"], r["name"], r["group"],
                 (r["start_us"] - t0) / 1e3, r["ms"], r["others_ended"]))
-    if args.by_task:
-        print("CUDA task time by phase and task (selected steps):")
-        print("%-10s %-24s %9s %9s %6s %6s" % ("phase", "task", "ms", "ms/step", "tasks", "share"))
-        for r in out["by_task"]:
-            print("%-10s %-24s %9.1f %9.1f %6d %5.1f%%" % (
-                r["phase"], r["name"], r["ms"], r["ms_per_step"], r["tasks"], 100 * r["share"]))
+    for key, kind in (("by_task", "CUDA"), ("cpu_by_task", "CPU")):
+        if key not in out:
+            continue
+        print("%s task time by phase and task (selected steps):" % kind)
+        print("%-10s %-24s %9s %9s %6s %6s %9s %9s" % ("phase", "task", "ms", "ms/step", "tasks",
+                                                       "share", "median", "p90"))
+        for r in out[key]:
+            print("%-10s %-24s %9.1f %9.1f %6d %5.1f%% %9.2f %9.2f" % (
+                r["phase"], r["name"], r["ms"], r["ms_per_step"], r["tasks"], 100 * r["share"],
+                r["median_ms"], r["p90_ms"]))
     if args.stages:
         print("stages (writer start to put end; ms from the log's first start):")
         print("%-7s %7s %9s %9s %11s %9s %9s" % ("phase", "stages", "max_alive", "at_ms",
@@ -190,19 +203,23 @@ def main():
     return 0
 
 
-def by_task(tasks, nsteps):
-    """The CUDA task time of the selected steps by phase and name (see --by-task)."""
-    total, count = defaultdict(float), defaultdict(int)
+def by_task(tasks, nsteps, kind="CUDA"):
+    """The task time of one worker kind in the selected steps by phase and name (see --by-task,
+    --cpu-by-task)."""
+    durs = defaultdict(list)
     for e in tasks:
-        if e.get("kind") == "CUDA":
-            key = (e.get("phase", "?"), e["name"])
-            total[key] += (e["end_us"] - e["start_us"]) / 1e3
-            count[key] += 1
+        if e.get("kind") == kind:
+            durs[(e.get("phase", "?"), e["name"])].append((e["end_us"] - e["start_us"]) / 1e3)
+    total = {k: sum(v) for k, v in durs.items()}
     alltime = max(sum(total.values()), 1e-9)
     nsteps = max(nsteps, 1)
-    return [{"phase": k[0], "name": k[1], "ms": v, "ms_per_step": v / nsteps, "tasks": count[k],
-             "share": v / alltime}
-            for k, v in sorted(total.items(), key=lambda kv: -kv[1])]
+    rows = []
+    for k, v in sorted(total.items(), key=lambda kv: -kv[1]):
+        d = sorted(durs[k])
+        rows.append({"phase": k[0], "name": k[1], "ms": v, "ms_per_step": v / nsteps,
+                     "tasks": len(d), "share": v / alltime, "median_ms": d[len(d) // 2],
+                     "p90_ms": d[min(len(d) - 1, int(0.9 * len(d)))]})
+    return rows
 
 
 def idle(events, keep):

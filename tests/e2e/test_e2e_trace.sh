@@ -252,6 +252,20 @@ got = [(r["name"], round(r["ms"], 9), r["others_ended"]) for r in rows]
 sys.exit(0 if got == [("rmsnorm_fwd", 10.0, 1), ("matmul_fwd", 9.98, 0), ("swiglu_fwd", 10.0, 1)]
          else 1)
 EOF
+# the CPU task time by phase and name (lane_util.py --cpu-by-task): the one adamw of 4 ms, and
+# the median and p90 of the CUDA matmul_fwd tasks of step 0 (9.98 and 9 ms: the upper middle)
+if python3 "$top/tools/lane_util.py" "$tmp/idle.jsonl" --steps 0-0 --json --by-task --cpu-by-task \
+    > "$tmp/cpubytask.json" &&
+    python3 - "$tmp/cpubytask.json" <<'EOF'; then ok "cpu-by-task"; else fail "cpu-by-task"; fi
+import json, sys
+out = json.load(open(sys.argv[1]))
+cpu = [(r["phase"], r["name"], round(r["ms"], 9), r["tasks"], r["share"], round(r["median_ms"], 9))
+       for r in out["cpu_by_task"]]
+mm = [r for r in out["by_task"] if r["name"] == "matmul_fwd"][0]
+print("  cpu by task:", cpu, " matmul_fwd median/p90:", mm["median_ms"], mm["p90_ms"])
+sys.exit(0 if cpu == [("update", "adamw", 4.0, 1, 1.0, 4.0)] and
+         (round(mm["median_ms"], 9), round(mm["p90_ms"], 9)) == (9.98, 9.98) else 1)
+EOF
 # the CUDA task time by phase and name (lane_util.py --by-task): the CPU's adamw is not counted
 if python3 "$top/tools/lane_util.py" "$tmp/idle.jsonl" --steps 0-0 --json --by-task > "$tmp/bytask.json" &&
     python3 - "$tmp/bytask.json" <<'EOF'; then ok "by-task"; else fail "by-task"; fi
