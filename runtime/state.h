@@ -81,9 +81,9 @@ int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype);
  * update: host memory holds only the chunks between their return and their update).  With on_gpu
  * and SDP_BF16 the fp32 accumulators get host address space but no pages: they live on the GPUs
  * and the graph discards them after packing; except a tied embedding's (group 0), which lives
- * through the whole backward and gets pinned pages for StarPU to evict it into under a GPU
- * memory limit.  flags: SDP_STATE_ON_GPU (on_gpu above),
- * SDP_STATE_WORK_STAGED (work_staged).  @return as sdp_state_create */
+ * through the whole backward and gets pinned pages for StarPU to write it back into.  flags:
+ * SDP_STATE_ON_GPU (on_gpu above), SDP_STATE_WORK_STAGED (work_staged).
+ * @return as sdp_state_create */
 int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
                         enum sdp_dtype work_dtype, size_t chunk_bytes, enum sdp_dtype grad_dtype,
                         unsigned flags);
