@@ -67,9 +67,9 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
  * backward, the first of the step, to the embedding's, the last.  StarPU may write it back to
  * its host home in between (qwen3-4b at 32 sequences: 1.56 GB more D2H a step than the gradient
  * return, with or without a GPU limit), and a write-back into pages that do not exist yet faults
- * them in and goes through StarPU's bounce buffers: that run stalled the GPU 111-140 ms a step
- * (13.6 GB/s).  Into pinned pages no task of it waits over 20 ms, and its step takes 1.88 s
- * instead of 1.97 (1.56 GB more pinned host memory). */
+ * them in and goes through StarPU's bounce buffers.  That run stalled the GPU 111-140 ms once a
+ * step; with the gradient in pinned pages no task of it waits over 20 ms, and its step takes
+ * 1.88 s instead of 1.97 (1.56 GB more pinned host memory). */
 static int tied_grad_pinned(const struct sdp_model_cfg *cfg, int g)
 {
     return g == 0 && cfg->tie_word_embeddings;

@@ -89,9 +89,9 @@ int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
                         unsigned flags);
 
 /** Host bytes the state of cfg needs for the whole run: master, m, v, working copy and the fp32
- * gradients, which with SDP_BF16 and on_gpu stay on the GPUs but for a tied embedding's
- * (see sdp_state_create_ex; the
- * bf16 chunks in flight are not counted); without the working copy with SDP_STATE_WORK_STAGED. */
+ * gradients, which with SDP_BF16 and on_gpu stay on the GPUs but for a tied embedding's (see
+ * sdp_state_create_ex; the bf16 chunks in flight are not counted); without the working copy with
+ * SDP_STATE_WORK_STAGED. */
 size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype,
                             enum sdp_dtype grad_dtype, unsigned flags);
 
