@@ -126,17 +126,23 @@ static void grad_pack_cpu(void *buffers[], void *cl_arg)
 static void grad_pack_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_grad_pack_args *a = cl_arg;
-    const float *g = SDP_VECF(buffers[0]);
-    cudaStream_t st = starpu_cuda_get_local_stream();
-    for (int c = 0; c < a->nchunks; c++) {
-        size_t n = a->off[c + 1] - a->off[c];
-        /* the same kernel and order as sumsq on the chunk: the same bits */
-        sdp_cuda_sumsq((double *)STARPU_VECTOR_GET_PTR(buffers[1 + a->pack * a->nchunks + c]),
-                       g + a->off[c], n, sdp_cl_cuda_ws(0, sdp_cuda_sumsq_ws(n)), st);
+    const int nc = a->nchunks;
+    double **sumsq = malloc((size_t)nc * sizeof(*sumsq));
+    uint16_t **dst = a->pack ? malloc((size_t)nc * sizeof(*dst)) : NULL;
+    SDP_ASSERT(sumsq && (dst || !a->pack), "out of memory for the pointers of %d chunks", nc);
+    for (int c = 0; c < nc; c++) {
+        sumsq[c] = (double *)STARPU_VECTOR_GET_PTR(buffers[1 + a->pack * nc + c]);
         if (a->pack)
-            sdp_cuda_cast(SDP_VEC(buffers[1 + c]), SDP_CUDA_BF16, g + a->off[c], n, st);
+            dst[c] = (uint16_t *)SDP_VEC(buffers[1 + c]);
     }
+    /* the same kernel and order as sumsq on each chunk: the same bits; and cast's bf16 bits.  All
+     * chunks in one pass over g, two launches per 64 chunks (sumsq.cu) */
+    sdp_cuda_sumsq_cast(sumsq, dst, SDP_VECF(buffers[0]), a->off, nc,
+                        sdp_cl_cuda_ws(0, sdp_cuda_sumsq_cast_ws(a->off, nc)),
+                        starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
+    free(sumsq);
+    free(dst);
 }
 #endif
 

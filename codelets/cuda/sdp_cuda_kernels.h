@@ -128,6 +128,14 @@ void sdp_cuda_lmhead_ce(cublasLtHandle_t lt, double *loss, void *dh, float *dw, 
 /** out (1) double = sum of squares of g (n) f32 (device).  ws: sdp_cuda_sumsq_ws(n) bytes. */
 size_t sdp_cuda_sumsq_ws(size_t n);
 void sdp_cuda_sumsq(double *out, const float *g, size_t n, void *ws, cudaStream_t s);
+/** For each chunk c < nchunks of g, elements [off[c], off[c + 1]) (off: a host array of nchunks + 1
+ * element offsets): *sumsq[c] (1) double (device) = its sum of squares, the bits sdp_cuda_sumsq
+ * gives on it; and, unless dst or dst[c] is NULL, dst[c] (its length) bf16 = its cast, the bits
+ * sdp_cuda_cast gives.  g is read once; two launches per 64 chunks.  ws:
+ * sdp_cuda_sumsq_cast_ws(off, nchunks) bytes. */
+size_t sdp_cuda_sumsq_cast_ws(const size_t *off, int nchunks);
+void sdp_cuda_sumsq_cast(double *const *sumsq, uint16_t *const *dst, const float *g,
+                         const size_t *off, int nchunks, void *ws, cudaStream_t s);
 /** out (n) f32 += in (n) f32 (device), one rank's gradient into rank 0's. */
 void sdp_cuda_add_f32(float *out, const float *in, size_t n, cudaStream_t s);
 
