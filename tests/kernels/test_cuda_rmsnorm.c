@@ -2,8 +2,9 @@
 /* Checks sdp_cuda_rmsnorm_fwd/_bwd against the CPU's sdp_cpu_rmsnorm_*_ref (out, rstd, dx with no
  * residual, with one and aliased to it) and dw against an fp64 sum, for f32 and bf16 storage (the
  * reference sees bf16-rounded inputs): random rows, a zero row, huge and tiny rows, odd D (scalar
- * path), D = 64, 128, 2560; the backward must be bitwise run-to-run deterministic.  Prints the
- * bandwidth at R = 16384, D = 2560. */
+ * path), D = 64, 128, 2560 and wide rows up to 16384; R from 1 (one block) to 40000 (many rows a
+ * block), odd and not a multiple of the backward's rows a step; the backward must be bitwise
+ * run-to-run deterministic.  Prints the bandwidth at R = 16384, D = 2560. */
 #include "config.h"
 
 #include <math.h>
@@ -219,6 +220,12 @@ int main(void)
         nfail += run_case(2048, 128, dt, RES_NONE, 6);
         nfail += run_case(2048, 2560, dt, RES_ALIAS, 7);
         nfail += run_case(1500, 2560, dt, RES_SEP, 8);
+        nfail += run_case(3, 2560, dt, RES_ALIAS, 9);
+        nfail += run_case(4099, 2560, dt, RES_SEP, 10);
+        nfail += run_case(40000, 64, dt, RES_ALIAS, 11);
+        nfail += run_case(7, 8192, dt, RES_ALIAS, 12);
+        nfail += run_case(5, 16384, dt, RES_NONE, 13);
+        nfail += run_case(3, 4999, dt, RES_ALIAS, 14);
     }
     bench(SDP_CUDA_BF16);
     bench(SDP_CUDA_F32);
