@@ -5,8 +5,8 @@
  * double.  Where HD and the pointers allow 16-byte vectors (qwen3's HD 128: 16 lanes a head) each
  * lane holds 8 bf16 or 4 f32 of one half of a head; otherwise one warp per head, element by
  * element.  The backward writes per-block dqnorm/dknorm partials (double) to ws, reduced in a
- * fixed order by a second kernel.  Enqueues only.  H200, N 16384, bf16: forward 242 -> 136 us,
- * backward 429 -> 359 us with the vector paths.
+ * fixed order by a second kernel.  Enqueues only.  H200, N 16384, bf16, measured with the first
+ * vector paths (one pair a slot in flight): forward 242 -> 136 us, backward 429 -> 359 us.
  * Test: tests/kernels/test_cuda_qknorm_rope.c (against sdp_cpu_qknorm_rope_*_ref). */
 #include <stdint.h>
 
@@ -277,49 +277,89 @@ static __global__ void colsum2_kernel(float *__restrict__ dqw, float *__restrict
  * For HD a multiple of 2 EPL with LPH a power of two in [2, 32] and 16-byte aligned rows (qwen3's
  * HD 128 in bf16: 16 lanes a head, two heads a warp).  A lane holds EPL consecutive elements of one
  * half of a head; rotate_half's partner of element i < half is i + half, held by the lane LPH / 2
- * away (one __shfl_xor).  The head's sums are butterflies over its LPH lanes.  The scalar kernels
- * above take every other shape; both compute each element with the same fp32 expressions. */
+ * away (one __shfl_xor).  The head's sums are butterflies over its LPH lanes.  A block's LPH-lane
+ * slots run through its tokens' (token, head) pairs vec_pairs at a time, the loads of all of them
+ * (and the backward's rstd) issued before any is used, so that a lane has several 16-byte loads in
+ * flight; stores are 16 bytes too.  The cos, sin and -sin of the block's tokens and the norm
+ * weights sit in shared memory, the sign chosen by the half, so that every lane rotates as
+ * x c + p s.  The scalar kernels above take every other shape; both compute each element with the
+ * same fp32 expressions. */
+
+static constexpr int vec_pairs = 2, fwd_vec_threads = 128, fwd_vec_tokens = 2;
+static constexpr int bwd_vec_threads = 256;
 
 template <typename T> struct vec16 {
     static constexpr int EPL = 16 / (int)sizeof(T);
-    union {
-        uint4 u;
-        T e[16 / sizeof(T)];
-    };
 };
 
-template <typename T>
-static __device__ __forceinline__ void load16(float (&f)[16 / sizeof(T)], const T *p)
+/* 16 bytes at p (16-byte aligned), by the read-only path */
+template <typename T> static __device__ __forceinline__ uint4 ld16(const T *p)
 {
-    vec16<T> r;
-    r.u = *reinterpret_cast<const uint4 *>(p);
-#pragma unroll
-    for (int k = 0; k < vec16<T>::EPL; k++)
-        f[k] = to_f(r.e[k]);
+    return __ldg(reinterpret_cast<const uint4 *>(p));
 }
 
-/* EPL elements of w from element i: one 16-byte load when w is 16-byte aligned */
-template <typename T>
-static __device__ __forceinline__ void load_w(float (&f)[16 / sizeof(T)], const T *w, int i,
-                                              int waligned)
+/* one 16-byte store at p (16-byte aligned): a plain uint4 assignment may come out as four */
+template <typename T> static __device__ __forceinline__ void st16(T *p, uint4 v)
 {
-    if (waligned) {
-        load16<T>(f, w + i);
-        return;
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(p)),
+                 "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+
+/* a 16-byte word as floats: 8 bf16 (the low half of a 32-bit word first) or 4 f32 */
+static __device__ __forceinline__ void unpack(float (&f)[8], uint4 v)
+{
+    const uint32_t w[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+        f[2 * m] = __uint_as_float(w[m] << 16);
+        f[2 * m + 1] = __uint_as_float(w[m] & 0xffff0000u);
     }
-#pragma unroll
-    for (int k = 0; k < vec16<T>::EPL; k++)
-        f[k] = to_f(w[i + k]);
 }
 
-template <typename T>
-static __device__ __forceinline__ void store16(T *p, const float (&f)[16 / sizeof(T)])
+static __device__ __forceinline__ void unpack(float (&f)[4], uint4 v)
 {
-    vec16<T> r;
+    f[0] = __uint_as_float(v.x);
+    f[1] = __uint_as_float(v.y);
+    f[2] = __uint_as_float(v.z);
+    f[3] = __uint_as_float(v.w);
+}
+
+/* from_f's bf16 of x in the upper 16 bits (the lower 16 are junk); bf16_rne is exact for all but
+ * NaN, bf16_any for all */
+static __device__ __forceinline__ uint32_t bf16_rne(float x)
+{
+    const uint32_t u = __float_as_uint(x);
+    return u + 0x7fffu + ((u >> 16) & 1u);
+}
+
+static __device__ __forceinline__ uint32_t bf16_any(float x)
+{
+    const uint32_t u = __float_as_uint(x);
+    return (u & 0x7fffffffu) > 0x7f800000u ? (u & 0x80000000u) | 0x7fc00000u : bf16_rne(x);
+}
+
+/* the 16-byte word of f rounded as from_f does: 8 bf16 or 4 f32.  A NaN among f makes their sum
+ * NaN and takes the exact path (so does an inf - inf, harmlessly). */
+static __device__ __forceinline__ uint4 pack(const float (&f)[8])
+{
+    const float s = ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
+    uint32_t w[4];
+    if (s == s) {
 #pragma unroll
-    for (int k = 0; k < vec16<T>::EPL; k++)
-        from_f(&r.e[k], f[k]);
-    *reinterpret_cast<uint4 *>(p) = r.u;
+        for (int m = 0; m < 4; m++)
+            w[m] = __byte_perm(bf16_rne(f[2 * m]), bf16_rne(f[2 * m + 1]), 0x7632);
+    } else {
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+            w[m] = __byte_perm(bf16_any(f[2 * m]), bf16_any(f[2 * m + 1]), 0x7632);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+static __device__ __forceinline__ uint4 pack(const float (&f)[4])
+{
+    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
+                      __float_as_uint(f[3]));
 }
 
 /* sum over the LPH lanes of a head (aligned groups of a warp); every lane of the warp calls it */
@@ -340,180 +380,261 @@ static __device__ __forceinline__ void partner(float (&p)[EPL], const float (&f)
         p[k] = __shfl_xor_sync(0xffffffffu, f[k], LPH / 2);
 }
 
-/* the v part of token rows [n0, n1) from src to dst in 16-byte words, by the whole block */
-template <typename T>
-static __device__ __forceinline__ void copy_v_rows(T *dst, const T *src, int n0, int n1, size_t QKV,
-                                                   int voff, int vwords)
+/* the partner half's raw 16-byte word (converted after the shuffle: the same floats) */
+template <int LPH> static __device__ __forceinline__ uint4 partner_raw(uint4 v)
 {
+    uint4 r;
+    r.x = __shfl_xor_sync(0xffffffffu, v.x, LPH / 2);
+    r.y = __shfl_xor_sync(0xffffffffu, v.y, LPH / 2);
+    r.z = __shfl_xor_sync(0xffffffffu, v.z, LPH / 2);
+    r.w = __shfl_xor_sync(0xffffffffu, v.w, LPH / 2);
+    return r;
+}
+
+/* the v part of token rows [n0, n1) from src to dst in 16-byte words, by the whole block: four
+ * words a thread loaded before any is stored */
+template <typename T>
+static __device__ __forceinline__ void copy_v_rows(T *__restrict__ dst, const T *__restrict__ src,
+                                                   int n0, int n1, size_t QKV, int voff, int vwords)
+{
+    constexpr int B = 4;
     const int nw = (n1 - n0) * vwords;
-    for (int j = threadIdx.x; j < nw; j += blockDim.x) {
-        const size_t row = (size_t)(n0 + j / vwords) * QKV + voff;
-        reinterpret_cast<uint4 *>(dst + row)[j % vwords] =
-            reinterpret_cast<const uint4 *>(src + row)[j % vwords];
+    for (int j0 = threadIdx.x; j0 < nw; j0 += B * blockDim.x) {
+        uint4 v[B];
+        size_t at[B];
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            const int q = j0 + b * (int)blockDim.x;
+            at[b] = (size_t)(n0 + q / vwords) * QKV + voff + (size_t)(q % vwords) * vec16<T>::EPL;
+            v[b] = q < nw ? ld16(src + at[b]) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int b = 0; b < B; b++)
+            if (j0 + b * (int)blockDim.x < nw)
+                st16(dst + at[b], v[b]);
     }
 }
 
-/* forward: one block per token, blockDim / LPH heads at a time */
-template <typename T, int LPH>
-static __global__ void
-qknorm_rope_fwd_vec_kernel(T *__restrict__ out, float *__restrict__ rstd, const T *__restrict__ qkv,
-                           const T *__restrict__ qw, const T *__restrict__ kw,
-                           const struct sdp_cuda_inv_freq inv, int Tlen, int NH, int NKV, float eps,
-                           int waligned)
+/* cos, sin and -sin of the fp32 angle pos * inv_freq[i], pos = (n0 + t) % Tlen, at [t half + i]
+ * for the nt tokens from n0: with the sign in the table, either half's rotation reads x c + p s */
+static __device__ __forceinline__ void rope_rows(float *cs, float *sn, float *snm,
+                                                 const struct sdp_cuda_inv_freq &inv, int n0,
+                                                 int nt, int Tlen, int half)
 {
-    constexpr int EPL = vec16<T>::EPL, HD = EPL * LPH, half = HD / 2;
-    __shared__ float cs[half], sn[half];
-    const int n = blockIdx.x, NQK = NH + NKV, slots = blockDim.x / LPH;
-    const size_t QKV = (size_t)(NQK + NKV) * HD;
-    const int j = threadIdx.x % LPH, up = j >= LPH / 2, i0 = j * EPL, ci = i0 - (up ? half : 0);
-    const T *xrow = qkv + (size_t)n * QKV;
-    T *yrow = out + (size_t)n * QKV;
+    for (int q = threadIdx.x; q < nt * half; q += blockDim.x) {
+        const float ang = (float)((n0 + q / half) % Tlen) * inv.f[q % half];
+        double sv, cv;
+        sincos((double)ang, &sv, &cv);
+        cs[q] = (float)cv;
+        sn[q] = (float)sv;
+        snm[q] = -(float)sv;
+    }
+}
 
-    rope_table(cs, sn, inv, n % Tlen, half);
+/* pair pr of a run through nh heads a token, as (token t, head h) */
+static __device__ __forceinline__ void pair_at(int &t, int &h, int pr, int nh)
+{
+    t = pr / nh;
+    h = pr - t * nh;
+}
+
+/* the pair step_t * nh + step_h (step_h < nh) further on */
+static __device__ __forceinline__ void pair_next(int &t, int &h, int step_t, int step_h, int nh)
+{
+    t += step_t;
+    h += step_h;
+    if (h >= nh) {
+        h -= nh;
+        t++;
+    }
+}
+
+/* forward: block b takes the tokens [b TPB, (b + 1) TPB), TPB = fwd_vec_tokens */
+template <typename T, int LPH>
+static __global__ void __launch_bounds__(fwd_vec_threads)
+    qknorm_rope_fwd_vec_kernel(T *__restrict__ out, float *__restrict__ rstd,
+                               const T *__restrict__ qkv, const T *__restrict__ qw,
+                               const T *__restrict__ kw, const struct sdp_cuda_inv_freq inv, int N,
+                               int Tlen, int NH, int NKV, float eps)
+{
+    constexpr int EPL = vec16<T>::EPL, HD = EPL * LPH, half = HD / 2, U = vec_pairs;
+    constexpr int TPB = fwd_vec_tokens;
+    __shared__ float cs[TPB * half], sn[TPB * half], snm[TPB * half], ws[2 * HD];
+    const int NQK = NH + NKV, slots = blockDim.x / LPH, n0 = blockIdx.x * TPB;
+    const int nt = N - n0 < TPB ? N - n0 : TPB, nqk = NQK > 0 ? NQK : 1;
+    const size_t QKV = (size_t)(NQK + NKV) * HD;
+    const int j = threadIdx.x % LPH, slot = threadIdx.x / LPH, up = j >= LPH / 2;
+    const int i0 = j * EPL, ci = i0 - (up ? half : 0);
+    const int P = nt * NQK, step = slots * U, step_t = step / nqk, step_h = step % nqk;
+    int t[U], h[U];
+
+    copy_v_rows(out, qkv, n0, n0 + nt, QKV, NQK * HD, NKV * HD / EPL);
+    rope_rows(cs, sn, snm, inv, n0, nt, Tlen, half);
+    if (qw)
+        for (int c = threadIdx.x; c < 2 * HD; c += blockDim.x)
+            ws[c] = to_f(c < HD ? qw[c] : kw[c - HD]);
     __syncthreads();
-    for (int base = 0; base < NQK; base += slots) { /* uniform trip count: shuffles need it */
-        const int h = base + (int)threadIdx.x / LPH, on = h < NQK;
-        const T *w = on ? (h < NH ? qw : kw) : nullptr;
-        float x[EPL], wv[EPL], p[EPL], y[EPL];
-        double ss = 0.0;
 #pragma unroll
-        for (int k = 0; k < EPL; k++)
-            x[k] = 0.0f;
-        if (on)
-            load16<T>(x, xrow + (size_t)h * HD + i0);
-        float rs = 1.0f;
-        if (qw) { /* the norm: the same for every head of the block */
+    for (int u = 0; u < U; u++)
+        pair_at(t[u], h[u], slot + u * slots, nqk);
+    for (int base = 0; base < P; base += step) { /* uniform trip count: shuffles need it */
+        uint4 xr[U];
+        size_t off[U];
+        int on[U];
 #pragma unroll
-            for (int k = 0; k < EPL; k++)
-                ss += (double)x[k] * x[k];
-            ss = head_sum<LPH>(ss);
-            rs = (float)(1.0 / sqrt(ss / HD + (double)eps));
-            if (on) {
-                if (j == 0)
-                    rstd[(size_t)n * NQK + h] = rs;
-                load_w<T>(wv, w, i0, waligned);
+        for (int u = 0; u < U; u++) { /* past the end, a pair of token n0 is loaded again */
+            on[u] = t[u] < nt;
+            off[u] = (size_t)(n0 + (on[u] ? t[u] : 0)) * QKV + (size_t)h[u] * HD + i0;
+            xr[u] = ld16(qkv + off[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float x[EPL], p[EPL], y[EPL];
+            unpack(x, xr[u]);
+            if (qw) { /* the norm: the same for every head of the block */
+                double ss = 0.0;
+#pragma unroll
+                for (int k = 0; k < EPL; k++)
+                    ss += (double)x[k] * x[k];
+                ss = head_sum<LPH>(ss);
+                const float rs = (float)(1.0 / sqrt(ss / HD + (double)eps));
+                const float *wv = ws + (h[u] < NH ? 0 : HD) + i0;
+                if (on[u] && j == 0)
+                    rstd[(size_t)(n0 + t[u]) * NQK + h[u]] = rs;
 #pragma unroll
                 for (int k = 0; k < EPL; k++)
                     x[k] = (x[k] * rs) * wv[k];
             }
-        }
-        partner<LPH, EPL>(p, x);
-        if (!on)
-            continue;
+            partner<LPH, EPL>(p, x);
+            const int tt = on[u] ? t[u] : 0;
+            const float *ct = cs + tt * half + ci, *st = (up ? sn : snm) + tt * half + ci;
 #pragma unroll
-        for (int k = 0; k < EPL; k++) /* a: the first half, b: the second */
-            y[k] =
-                up ? x[k] * cs[ci + k] + p[k] * sn[ci + k] : x[k] * cs[ci + k] - p[k] * sn[ci + k];
-        store16<T>(yrow + (size_t)h * HD + i0, y);
+            for (int k = 0; k < EPL; k++) /* ya = a c - b s, yb = b c + a s */
+                y[k] = x[k] * ct[k] + p[k] * st[k];
+            if (on[u])
+                st16(out + off[u], pack(y));
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            pair_next(t[u], h[u], step_t, step_h, nqk);
     }
-    copy_v_rows(out, qkv, n, n + 1, QKV, NQK * HD, NKV * HD / EPL);
 }
 
-/* backward: block b takes the tokens [b N / Gx, (b + 1) N / Gx), tc at a time, and runs through
- * their (token, head) pairs blockDim / LPH at a time; each lane keeps its EPL columns' dw sums of
- * q and of k heads in registers, and the block adds its slots' sums in slot order into part[b]
- * (2 HD doubles: q then k). */
+/* backward: block b takes the tokens [b N / Gx, (b + 1) N / Gx), at most tc (the launcher's Gx),
+ * copies their v part, then runs through their (token, q head) pairs and then their (token, k
+ * head) pairs (without the norm, one run of all heads).  A lane keeps its EPL columns' dw sums of
+ * the current run in registers (EPL doubles, not 2 EPL); at the end of a run the block adds its
+ * slots' sums in slot order into part[b] (2 HD doubles: q then k).  The partner half comes over as
+ * the raw 16-byte word; the norm weights sit in shared memory in double as well, so that
+ * (double) w costs no conversion a pair.  256 threads of at most 64 registers: 4 blocks an SM. */
 template <typename T, int LPH>
-static __global__ void
-qknorm_rope_bwd_vec_kernel(T *__restrict__ dqkv, double *__restrict__ part,
-                           const T *__restrict__ dout, const T *__restrict__ qkv,
-                           const T *__restrict__ qw, const T *__restrict__ kw,
-                           const float *__restrict__ rstd, const struct sdp_cuda_inv_freq inv,
-                           int N, int Tlen, int NH, int NKV, int tc, int waligned)
+static __global__ void __launch_bounds__(bwd_vec_threads, 4)
+    qknorm_rope_bwd_vec_kernel(T *__restrict__ dqkv, double *__restrict__ part,
+                               const T *__restrict__ dout, const T *__restrict__ qkv,
+                               const T *__restrict__ qw, const T *__restrict__ kw,
+                               const float *__restrict__ rstd, const struct sdp_cuda_inv_freq inv,
+                               int N, int Tlen, int NH, int NKV, int tc)
 {
-    constexpr int EPL = vec16<T>::EPL, HD = EPL * LPH, half = HD / 2;
+    constexpr int EPL = vec16<T>::EPL, HD = EPL * LPH, half = HD / 2, U = vec_pairs;
     extern __shared__ double smem[];
-    float *cs = (float *)smem, *sn = cs + (size_t)tc * half;
     const int NQK = NH + NKV, Gx = gridDim.x, slots = blockDim.x / LPH;
     const size_t QKV = (size_t)(NQK + NKV) * HD;
     const int j = threadIdx.x % LPH, slot = threadIdx.x / LPH, up = j >= LPH / 2;
     const int i0 = j * EPL, ci = i0 - (up ? half : 0);
     const int r0 = (int)((long long)blockIdx.x * N / Gx);
-    const int r1 = (int)((long long)(blockIdx.x + 1) * N / Gx);
+    const int nt = (int)((long long)(blockIdx.x + 1) * N / Gx) - r0;
     const int norm = qw != nullptr;
-    float wq[EPL], wk[EPL];
-    double aq[EPL], ak[EPL];
+    float *cs = (float *)smem, *sn = cs + (size_t)tc * half, *snm = sn + (size_t)tc * half;
+    double *wd = smem + (3 * (size_t)tc * half + 3) / 4 * 2; /* 16-byte aligned, 2 HD: q, k */
+    double *sums = wd + 2 * HD;                              /* slots x HD (when norm) */
+    float *wsf = (float *)(sums + (size_t)slots * HD);       /* 2 HD: the weights in float */
 
-#pragma unroll
-    for (int k = 0; k < EPL; k++)
-        aq[k] = ak[k] = 0.0;
-    if (norm) {
-        load_w<T>(wq, qw, i0, waligned);
-        load_w<T>(wk, kw, i0, waligned);
-    }
-    for (int n0 = r0; n0 < r1; n0 += tc) {
-        const int nt = r1 - n0 < tc ? r1 - n0 : tc;
-        __syncthreads(); /* the previous tokens are done with cs, sn */
-        for (int q = threadIdx.x; q < nt * half; q += blockDim.x) {
-            const float ang = (float)((n0 + q / half) % Tlen) * inv.f[q % half];
-            double sv, cv;
-            sincos((double)ang, &sv, &cv);
-            cs[q] = (float)cv;
-            sn[q] = (float)sv;
+    copy_v_rows(dqkv, dout, r0, r0 + nt, QKV, NQK * HD, NKV * HD / EPL);
+    rope_rows(cs, sn, snm, inv, r0, nt, Tlen, half);
+    if (norm)
+        for (int c = threadIdx.x; c < 2 * HD; c += blockDim.x) {
+            wsf[c] = to_f(c < HD ? qw[c] : kw[c - HD]);
+            wd[c] = (double)wsf[c];
         }
-        __syncthreads();
-        for (int base = 0; base < nt * NQK; base += slots) { /* uniform trip count */
-            const int pr = base + slot, on = pr < nt * NQK;
-            const int t = on ? pr / NQK : 0, h = on ? pr % NQK : 0, isk = h >= NH;
-            const size_t off = (size_t)(n0 + t) * QKV + (size_t)h * HD + i0;
-            const float *ct = cs + (size_t)t * half + ci, *st = sn + (size_t)t * half + ci;
-            float g[EPL], p[EPL], gu[EPL], x[EPL];
-#pragma unroll
-            for (int k = 0; k < EPL; k++)
-                g[k] = x[k] = 0.0f;
-            if (on) {
-                load16<T>(g, dout + off);
-                if (norm)
-                    load16<T>(x, qkv + off);
-            }
-            partner<LPH, EPL>(p, g);
-#pragma unroll
-            for (int k = 0; k < EPL; k++) /* the inverse rotation: ga = a c + b s, gb = b c - a s */
-                gu[k] = up ? g[k] * ct[k] - p[k] * st[k] : g[k] * ct[k] + p[k] * st[k];
-            if (!norm) {
-                if (on)
-                    store16<T>(dqkv + off, gu);
-                continue;
-            }
-            double dot = 0.0;
-#pragma unroll
-            for (int k = 0; k < EPL; k++)
-                dot += (double)gu[k] * (isk ? wk[k] : wq[k]) * x[k];
-            dot = head_sum<LPH>(dot);
-            if (!on)
-                continue;
-            const float rs = rstd[(size_t)(n0 + t) * NQK + h];
-            const float c = (float)((double)rs * rs * rs * dot / HD);
-            float d[EPL];
-#pragma unroll
-            for (int k = 0; k < EPL; k++) {
-                const float wv = isk ? wk[k] : wq[k];
-                const double a = (double)(gu[k] * x[k] * rs);
-                if (isk)
-                    ak[k] += a;
-                else
-                    aq[k] += a;
-                d[k] = rs * wv * gu[k] - c * x[k];
-            }
-            store16<T>(dqkv + off, d);
-        }
-    }
-    copy_v_rows(dqkv, dout, r0, r1, QKV, NQK * HD, NKV * HD / EPL);
-    if (!norm)
-        return;
-    __syncthreads();    /* cs, sn are free: the slots' sums go there */
-    double *acc = smem; /* slots x 2 HD */
-#pragma unroll
-    for (int k = 0; k < EPL; k++) {
-        acc[(size_t)slot * 2 * HD + i0 + k] = aq[k];
-        acc[(size_t)slot * 2 * HD + HD + i0 + k] = ak[k];
-    }
     __syncthreads();
-    for (int c = threadIdx.x; c < 2 * HD; c += blockDim.x) {
-        double sum = 0.0;
-        for (int sl = 0; sl < slots; sl++)
-            sum += acc[(size_t)sl * 2 * HD + c];
-        part[(size_t)blockIdx.x * 2 * HD + c] = sum;
+    for (int run = 0; run < (norm ? 2 : 1); run++) {
+        const int hb = run ? NH : 0, nh = norm ? (run ? NKV : NH) : NQK, nhd = nh > 0 ? nh : 1;
+        const int P = nt * nh, step = slots * U, step_t = step / nhd, step_h = step % nhd;
+        const double *wdr = wd + (run ? HD : 0) + i0;
+        const float *wf = wsf + (run ? HD : 0) + i0;
+        double acc[EPL];
+        int t[U], h[U];
+#pragma unroll
+        for (int k = 0; k < EPL; k++)
+            acc[k] = 0.0;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            pair_at(t[u], h[u], slot + u * slots, nhd);
+        for (int base = 0; base < P; base += step) { /* uniform trip count: shuffles need it */
+            uint4 g[U], x[U];
+            float rs[U];
+            size_t off[U];
+            int on[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) { /* past the end, a pair of token r0 is loaded again */
+                on[u] = t[u] < nt;
+                const unsigned n = (unsigned)(r0 + (on[u] ? t[u] : 0));
+                off[u] = (size_t)n * (unsigned)QKV + (unsigned)((hb + h[u]) * HD + i0);
+                g[u] = ld16(dout + off[u]);
+                x[u] = norm ? ld16(qkv + off[u]) : g[u];
+                rs[u] = norm ? rstd[(size_t)n * NQK + hb + h[u]] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const uint4 pw = partner_raw<LPH>(g[u]);
+                const int tt = on[u] ? t[u] : 0;
+                const float *ct = cs + tt * half + ci, *st = (up ? snm : sn) + tt * half + ci;
+                float gf[EPL], pf[EPL], gu[EPL], xf[EPL];
+                unpack(gf, g[u]);
+                unpack(pf, pw);
+#pragma unroll
+                for (int k = 0; k < EPL; k++) /* ga = a c + b s, gb = b c - a s */
+                    gu[k] = gf[k] * ct[k] + pf[k] * st[k];
+                if (!norm) {
+                    if (on[u])
+                        st16(dqkv + off[u], pack(gu));
+                    continue;
+                }
+                unpack(xf, x[u]);
+                double dot = 0.0;
+#pragma unroll
+                for (int k = 0; k < EPL; k++)
+                    dot += (double)gu[k] * wdr[k] * xf[k];
+                dot = head_sum<LPH>(dot);
+                if (!on[u])
+                    continue;
+                const float r = rs[u];
+                const float c = (float)((double)r * r * r * dot / HD);
+                float d[EPL];
+#pragma unroll
+                for (int k = 0; k < EPL; k++) {
+                    acc[k] += (double)(gu[k] * xf[k] * r);
+                    d[k] = r * wf[k] * gu[k] - c * xf[k];
+                }
+                st16(dqkv + off[u], pack(d));
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                pair_next(t[u], h[u], step_t, step_h, nhd);
+        }
+        if (!norm)
+            break;
+#pragma unroll
+        for (int k = 0; k < EPL; k++)
+            sums[(size_t)slot * HD + i0 + k] = acc[k];
+        __syncthreads();
+        for (int c = threadIdx.x; c < HD; c += blockDim.x) {
+            double sum = 0.0;
+            for (int sl = 0; sl < slots; sl++)
+                sum += sums[(size_t)sl * HD + c];
+            part[(size_t)blockIdx.x * 2 * HD + (run ? HD : 0) + c] = sum;
+        }
+        __syncthreads(); /* the k run reuses sums */
     }
 }
 
@@ -533,10 +654,19 @@ static int bwd_warps(int HD)
     return HD > 256 ? 4 : 8; /* keeps the shared dw sums and cos/sin within 32 KiB */
 }
 
-/* tokens whose cos/sin sit in shared memory at once (at most 2048 pairs, 16 KiB) */
+/* tokens whose cos/sin sit in shared memory at once (at most 2048 (token, i) pairs: 16 KiB, the
+ * vector backward's -sin 8 more) */
 static int bwd_tc(int HD)
 {
     return HD / 2 > 0 ? 2048 / (HD / 2) : 2048;
+}
+
+/* token blocks of the vector backward, whose tokens' cos/sin sit in shared memory all at once:
+ * bwd_blocks(N) unless that leaves a block more than bwd_tc(HD) tokens; a function of the shape */
+static int bwd_vec_blocks(int N, int HD)
+{
+    const int G = bwd_blocks(N), tc = bwd_tc(HD);
+    return (N + G - 1) / G <= tc ? G : (N + tc - 1) / tc;
 }
 
 /* KMAX: pairs per lane, a power of two >= HD / 64 (HD / 2 <= SDP_CUDA_MAX_HALF_HD = 256) */
@@ -615,8 +745,6 @@ static int al16(const void *p)
         }                                                                                          \
     } while (0)
 
-static const int fwd_vec_threads = 128, bwd_vec_threads = 256;
-
 /* The vector forward when the shape and pointers allow it; 0: use the scalar kernel. */
 template <typename T>
 static int fwd_vec(T *out, float *rstd, const T *qkv, const T *qw, const T *kw,
@@ -626,9 +754,9 @@ static int fwd_vec(T *out, float *rstd, const T *qkv, const T *qw, const T *kw,
     const int lph = vec_lph<T>(HD);
     if (!lph || !al16(out) || !al16(qkv) || (qw == nullptr) != (kw == nullptr))
         return 0;
-    const int wal = qw && al16(qw) && al16(kw);
-    SDP_LPH_DISPATCH(lph, qknorm_rope_fwd_vec_kernel, T, N, fwd_vec_threads, 0, s, out, rstd, qkv,
-                     qw, kw, inv, Tl, NH, NKV, eps, wal);
+    const int G = (N + fwd_vec_tokens - 1) / fwd_vec_tokens;
+    SDP_LPH_DISPATCH(lph, qknorm_rope_fwd_vec_kernel, T, G, fwd_vec_threads, 0, s, out, rstd, qkv,
+                     qw, kw, inv, N, Tl, NH, NKV, eps);
     return 1;
 }
 
@@ -641,12 +769,13 @@ static int bwd_vec(T *dqkv, float *dqw, float *dkw, const T *dout, const T *qkv,
     const int lph = vec_lph<T>(HD);
     if (!lph || !al16(dqkv) || !al16(dout) || !al16(qkv) || (qw == nullptr) != (kw == nullptr))
         return 0;
-    const int wal = qw && al16(qw) && al16(kw), Gx = bwd_blocks(N), tc = bwd_tc(HD);
-    const size_t tab = (size_t)tc * (HD / 2) * 2 * sizeof(float);
-    const size_t sums = (size_t)(bwd_vec_threads / lph) * 2 * HD * sizeof(double);
-    const size_t smem = tab > sums ? tab : sums;
+    const int Gx = bwd_vec_blocks(N, HD), tc = bwd_tc(HD);
+    const size_t tab = ((size_t)3 * tc * (HD / 2) + 3) / 4 * 16; /* cos, sin, -sin */
+    const size_t wsum = (size_t)(2 * HD + bwd_vec_threads / lph * HD) * sizeof(double) +
+                        (size_t)2 * HD * sizeof(float);
+    const size_t smem = tab + (qw ? wsum : 0); /* <= 24 + 22 KiB: HD <= 256, tc HD / 2 <= 2048 */
     SDP_LPH_DISPATCH(lph, qknorm_rope_bwd_vec_kernel, T, Gx, bwd_vec_threads, smem, s, dqkv, part,
-                     dout, qkv, qw, kw, rstd, inv, N, Tl, NH, NKV, tc, wal);
+                     dout, qkv, qw, kw, rstd, inv, N, Tl, NH, NKV, tc);
     if (qw)
         colsum2_kernel<<<(2 * HD + 31) / 32, dim3(32, 32), 0, s>>>(dqw, dkw, part, Gx, HD);
     return 1;
@@ -681,8 +810,9 @@ extern "C" size_t sdp_cuda_qknorm_rope_bwd_ws(int N, int NH, int NKV, int HD)
 {
     if (N <= 0 || HD <= 0)
         return 0;
-    return (size_t)bwd_blocks(N) * groups(NH + NKV, bwd_warps(HD)) * 2 * (size_t)HD *
-           sizeof(double);
+    const size_t scalar = (size_t)bwd_blocks(N) * groups(NH + NKV, bwd_warps(HD));
+    const size_t vec = (size_t)bwd_vec_blocks(N, HD); /* either dtype may take the vector path */
+    return (scalar > vec ? scalar : vec) * 2 * (size_t)HD * sizeof(double);
 }
 
 extern "C" void sdp_cuda_qknorm_rope_bwd(void *dqkv, float *dqnorm_w, float *dknorm_w,

@@ -3,9 +3,10 @@
  * dqkv) and dqnorm_w/dknorm_w against fp64 sums, with and without the per-head norm, for f32 and
  * bf16 storage (the reference sees bf16-rounded inputs): the tiny shape (HD 16, NH 4, NKV 2,
  * T 16), an odd HD, HD 256 and 512, the qwen3-4b heads (HD 128, NH 32, NKV 8, T 1024, B 2), an
- * odd count of q/k heads and more tokens than backward blocks (the vector paths and the scalar
- * ones); tolerances scale with the terms that cancel in the rotation and the norm backward.  Prints
- * the bandwidth at N = 16384. */
+ * odd count of q/k heads, more tokens than backward blocks, a vector slot's pairs running on past
+ * a token's heads, and more tokens a vector backward block than its cos/sin table holds at 1024
+ * blocks (the vector paths and the scalar ones); tolerances scale with the terms that cancel in the
+ * rotation and the norm backward.  Prints the bandwidth at N = 16384. */
 #include "config.h"
 
 #include <math.h>
@@ -251,8 +252,10 @@ int main(void)
         nfail += run_case(1, 300, 8, 8, 64, 0, dt, 6);
         nfail += run_case(1, 40, 5, 2, 256, 1, dt, 7);
         nfail += run_case(1, 20, 3, 1, 512, 1, dt, 8);
-        nfail += run_case(1, 33, 7, 2, 128, 1, dt, 9);  /* 9 q/k heads: a part-filled round */
-        nfail += run_case(3, 700, 6, 3, 64, 1, dt, 10); /* N = 2100: N / 1024 tokens a block */
+        nfail += run_case(1, 33, 7, 2, 128, 1, dt, 9);     /* 9 q/k heads: a part-filled round */
+        nfail += run_case(3, 700, 6, 3, 64, 1, dt, 10);    /* N = 2100: N / 1024 tokens a block */
+        nfail += run_case(1, 8200, 5, 1, 64, 1, dt, 11);   /* a slot's pairs wrap past a token */
+        nfail += run_case(1, 16500, 3, 1, 256, 1, dt, 12); /* > bwd_tc tokens: 1032 vector blocks */
     }
     bench(SDP_CUDA_BF16);
     bench(SDP_CUDA_F32);
