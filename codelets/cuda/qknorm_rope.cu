@@ -5,8 +5,9 @@
  * double.  Where HD and the pointers allow 16-byte vectors (qwen3's HD 128: 16 lanes a head) each
  * lane holds 8 bf16 or 4 f32 of one half of a head; otherwise one warp per head, element by
  * element.  The backward writes per-block dqnorm/dknorm partials (double) to ws, reduced in a
- * fixed order by a second kernel.  Enqueues only.  H200, N 16384, bf16, measured with the first
- * vector paths (one pair a slot in flight): forward 242 -> 136 us, backward 429 -> 359 us.
+ * fixed order by a second kernel.  Enqueues only.  H200, N 16384, bf16 (the test's perf lines):
+ * forward 242 us with the scalar kernel, 123 with the vector one; backward 429 and 227 us
+ * (bench/results/2026-12-02-h200-kernels.md).
  * Test: tests/kernels/test_cuda_qknorm_rope.c (against sdp_cpu_qknorm_rope_*_ref). */
 #include <stdint.h>
 
