@@ -62,19 +62,17 @@ static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
  * size (at least 1 MiB).  Read once. */
 #define LMHEAD_CUDA_BLOCK_FLOATS         ((size_t)1 << 28)
 #define LMHEAD_CUDA_LIMITED_BLOCK_FLOATS ((size_t)1 << 26)
-#define LMHEAD_CUDA_SMALL_LIMIT_MIB      20480L
 
 static size_t cuda_block_floats(void)
 {
     static size_t floats; /* one value, whichever GPU's worker reads the variable first */
     size_t f = __atomic_load_n(&floats, __ATOMIC_RELAXED);
     if (!f) {
-        const char *v = getenv("SDP_LMHEAD_BLOCK_MIB"), *lim = getenv("STARPU_LIMIT_CUDA_MEM");
-        long mib = v && *v ? strtol(v, NULL, 10) : 0, lim_mib = lim ? atol(lim) : 0;
-        f = mib >= 1 ? (size_t)mib << 18
-            : lim_mib > 0 && lim_mib < LMHEAD_CUDA_SMALL_LIMIT_MIB
-                ? LMHEAD_CUDA_LIMITED_BLOCK_FLOATS
-                : LMHEAD_CUDA_BLOCK_FLOATS;
+        const char *v = getenv("SDP_LMHEAD_BLOCK_MIB");
+        long mib = v && *v ? strtol(v, NULL, 10) : 0;
+        f = mib >= 1                     ? (size_t)mib << 18
+            : sdp_cuda_small_gpu_limit() ? LMHEAD_CUDA_LIMITED_BLOCK_FLOATS
+                                         : LMHEAD_CUDA_BLOCK_FLOATS;
         __atomic_store_n(&floats, f, __ATOMIC_RELAXED);
     }
     return f;

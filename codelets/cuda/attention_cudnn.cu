@@ -196,14 +196,12 @@ int run(plan *p, std::unordered_map<int64_t, void *> &pack, void *ws, cudaStream
 }
 
 /* The default cap on the backward's workspace: 1 GiB, or 128 MiB under a GPU memory limit below
- * 20 GiB (STARPU_LIMIT_CUDA_MEM, in MiB, which gpu_memory_gib sets), where the workspace is taken
- * from the data StarPU may keep.  The workspace grows by about 32 MiB a sequence at qwen3-4b's
- * heads and 1024 tokens; qwen3-4b/32 under 23 GiB on an H200: calls of 2 sequences (64 MiB) take
- * 3.43 ms a layer, calls of 16 (514 MiB) 2.72 ms, 17,484 against 17,759 tokens/s
- * (bench/results/2026-12-02-h200-kernels.md). */
-#define ATTN_WS_MIB          1024.0
-#define ATTN_LIMITED_WS_MIB  128.0
-#define ATTN_SMALL_LIMIT_MIB 20480L
+ * 20 GiB (sdp_cuda_small_gpu_limit), where the workspace is taken from the data StarPU may keep.
+ * The workspace grows by about 32 MiB a sequence at qwen3-4b's heads and 1024 tokens; qwen3-4b/32
+ * under 23 GiB on an H200: calls of 2 sequences (64 MiB) take 3.43 ms a layer, calls of 16 (514
+ * MiB) 2.72 ms, 17,484 against 17,759 tokens/s (bench/results/2026-12-02-h200-kernels.md). */
+#define ATTN_WS_MIB         1024.0
+#define ATTN_LIMITED_WS_MIB 128.0
 
 /* The sequences per cuDNN call: the largest divisor of B whose workspace fits the cap
  * (SDP_ATTENTION_WS_MIB, default above; the backward's grows with B).  Sequences are independent,
@@ -212,10 +210,8 @@ int run(plan *p, std::unordered_map<int64_t, void *> &pack, void *ws, cudaStream
 plan *pick(int bwd, int B, int T, int NH, int NKV, int HD, int *bs_out)
 {
     static const double cap_mib = [] {
-        const char *v = getenv("SDP_ATTENTION_WS_MIB"), *lim = getenv("STARPU_LIMIT_CUDA_MEM");
-        const long lim_mib = lim ? atol(lim) : 0;
-        const double dflt =
-            lim_mib > 0 && lim_mib < ATTN_SMALL_LIMIT_MIB ? ATTN_LIMITED_WS_MIB : ATTN_WS_MIB;
+        const char *v = getenv("SDP_ATTENTION_WS_MIB");
+        const double dflt = sdp_cuda_small_gpu_limit() ? ATTN_LIMITED_WS_MIB : ATTN_WS_MIB;
         const double m = v && *v ? atof(v) : dflt;
         return m > 0 ? m : dflt;
     }();

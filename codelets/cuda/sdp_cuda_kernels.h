@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -20,6 +21,18 @@ extern "C" {
 #endif
 
 enum sdp_cuda_dt { SDP_CUDA_F32 = 0, SDP_CUDA_BF16 = 1 };
+
+/* 1 under a GPU memory limit below 20 GiB (STARPU_LIMIT_CUDA_MEM, in MiB, which gpu_memory_gib
+ * sets): there a kernel's workspace, which the limit counts but StarPU cannot evict, is taken from
+ * the data StarPU may keep, so the LM head's logits blocks and cuDNN's attention workspace default
+ * to smaller sizes. */
+#define SDP_CUDA_SMALL_LIMIT_MIB 20480L
+static inline int sdp_cuda_small_gpu_limit(void)
+{
+    const char *v = getenv("STARPU_LIMIT_CUDA_MEM");
+    const long mib = v ? atol(v) : 0;
+    return mib > 0 && mib < SDP_CUDA_SMALL_LIMIT_MIB;
+}
 
 /* RoPE inverse frequencies passed by value (HD/2 <= 256). */
 #define SDP_CUDA_MAX_HALF_HD 256

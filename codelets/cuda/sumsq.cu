@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "codelets/cuda/sdp_cuda_kernels.h"
+#include "codelets/cuda/storage.cuh"
 
 static const int sumsq_threads = 256;
 
@@ -95,14 +96,12 @@ extern "C" void sdp_cuda_sumsq(double *out, const float *g, size_t n, void *ws, 
 
 /* ---- sumsq and bf16 cast of the chunks of a group ---- */
 
-/* cast.cu's f2bf: round to nearest even through the bit pattern, NaN -> quiet NaN with its sign */
+/* bf16 bits of x: storage.cuh's from_f, the CPU's rounding (and cast.cu's) */
 static __device__ __forceinline__ uint16_t f2bf(float x)
 {
-    uint32_t u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep the sign, force the quiet bit */
-        return (uint16_t)(((u >> 16) & 0x8000u) | 0x7fc0u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    uint16_t b;
+    from_f(&b, x);
+    return b;
 }
 
 /* Up to SUMSQ_CAST_BATCH chunks, passed by value (2.5 KB of kernel parameters). */
