@@ -6,6 +6,7 @@
  * sdp_trace_start.  Test: tests/e2e/test_e2e_trace.sh. */
 #include "config.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,10 @@ struct event {
     struct sdp_trace_tag tag;
     int worker, rank, is_cuda;
     double start_us, end_us;
+    /* a task's: pushed to the scheduler (ready), popped by its worker, its inputs there (0: not
+     * NAN: not recorded); the gaps before start_us tell a wait on the policy from one on a
+     * transfer */
+    double ready_us, popped_us, fetched_us;
     const char *why; /* a wait (sdp_trace_wait): its reason; NULL for a task */
 };
 
@@ -87,9 +92,18 @@ static void append(struct event *evp)
         }
         ev.start_us -= base_us;
         ev.end_us -= base_us;
+        ev.ready_us -= base_us; /* NAN stays NAN */
+        ev.popped_us -= base_us;
+        ev.fetched_us -= base_us;
         events[nevents++] = ev;
     }
     pthread_mutex_unlock(&lock);
+}
+
+/* A profiling time in us on starpu_timing_now's clock, NAN when StarPU left it unset. */
+static double stamp_us(struct timespec *t)
+{
+    return t->tv_sec || t->tv_nsec ? starpu_timing_timespec_to_us(t) : NAN;
 }
 
 void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *tag)
@@ -106,6 +120,9 @@ void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *t
         ev.tag.lane = SDP_LANE_CPU_COMPUTE;
     ev.start_us = starpu_timing_timespec_to_us(&pi->start_time);
     ev.end_us = starpu_timing_timespec_to_us(&pi->end_time);
+    ev.ready_us = stamp_us(&pi->push_end_time);
+    ev.popped_us = stamp_us(&pi->pop_end_time);
+    ev.fetched_us = stamp_us(&pi->acquire_data_end_time);
     ev.why = NULL;
     append(&ev);
 }
@@ -173,10 +190,17 @@ static void write_event_jsonl(FILE *f, const struct event *e)
     fprintf(f,
             "{\"name\": \"%s\", \"phase\": \"%s\", \"step\": %d, \"group\": %d, \"chunk\": %d, "
             "\"mb\": %d, \"version\": %d, \"lane\": \"%s\", \"lane_id\": %d, \"worker\": %d, "
-            "\"kind\": \"%s\", \"rank\": %d, \"start_us\": %.3f, \"end_us\": %.3f}\n",
+            "\"kind\": \"%s\", \"rank\": %d, \"start_us\": %.3f, \"end_us\": %.3f",
             e->tag.name, e->tag.phase, e->tag.step, e->tag.group, e->tag.chunk, e->tag.mb,
             e->tag.version, sdp_trace_lane_name(e->tag.lane), (int)e->tag.lane, e->worker,
             e->is_cuda ? "CUDA" : "CPU", e->rank, e->start_us, e->end_us);
+    if (!isnan(e->ready_us))
+        fprintf(f, ", \"ready_us\": %.3f", e->ready_us);
+    if (!isnan(e->popped_us))
+        fprintf(f, ", \"popped_us\": %.3f", e->popped_us);
+    if (!isnan(e->fetched_us))
+        fprintf(f, ", \"fetched_us\": %.3f", e->fetched_us);
+    fputs("}\n", f);
 }
 
 static void write_chrome(FILE *f, const struct event *ev, long n)

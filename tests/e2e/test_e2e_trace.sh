@@ -72,6 +72,17 @@ for e in evs:
     if e["lane"] != lanes.get((e["rank"], e["lane_id"])):
         bad.append("log lane %s is not Chrome thread %d" % (e["lane"], e["lane_id"]))
         break
+# a task's ready, popped and fetched times: all there, in that order, before it ends (a CPU task
+# starts after its inputs came; a CUDA task queued behind another is recorded as started when the
+# one ahead ends, which may come before or after its inputs)
+tasks = [e for e in evs if e["kind"] != "wait"]
+for e in tasks:
+    t = [e.get(k) for k in ("ready_us", "popped_us", "fetched_us")]
+    if None in t or not (t[0] <= t[1] + 1 <= t[2] + 2 <= e["end_us"] + 3) or \
+            (e["kind"] == "CPU" and t[2] > e["start_us"] + 1):
+        bad.append("task %s %s: ready/popped/fetched %s, start %.1f, end %.1f"
+                   % (e["name"], e["kind"], t, e["start_us"], e["end_us"]))
+        break
 steps = sorted({e["step"] for e in evs if e["step"] >= 0})
 casts = sum(1 for e in evs if e["name"] == "cast" and e["step"] == 0)
 print("steps %s, step-0 casts (one per chunk) %d" % (steps, casts))
