@@ -344,20 +344,6 @@ static int zero_grad(sdp_graph_t *g, int step, int mb, int gi, unsigned long lon
     return sdp_task_zero(&o, grad_of(g, gi, rank_of(g, mb)));
 }
 
-/* Group gi's chunk norms to the host as soon as a GPU wrote them, where the global norm reads
- * them after the step's last pack: otherwise all of the step's (about 1,000 for qwen3-4b) went
- * D2H then, one small copy after another, and the embedding's gradient chunks, which the step's
- * last updates wait for, queued behind them (qwen3-4b/32 on an H200: the global norm's inputs
- * took 8.6 ms to come, the first embedding chunk 6.3 ms). */
-static int norms_to_host(sdp_graph_t *g, int gi)
-{
-    if (!sdp_tasks_norms_on_gpu())
-        return 0;
-    for (int c = 0; c < g->st->groups[gi].nchunks; c++)
-        TRY_RET(sdp_rt_tensor_to_host(g->sumsq[g->chunk0[gi] + c]));
-    return 0;
-}
-
 /* The squared norms of group gi's gradient chunks, into sumsq[chunk0[gi] + c].  With one rank they
  * are submitted as soon as the group's gradient is final (after its backward in the last
  * micro-batch), before the window lets the gradient go; with more ranks they follow the reduction
@@ -370,8 +356,7 @@ static int norms(sdp_graph_t *g, int step, int gi)
     struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
     if ((g->R == 1 && sdp_tasks_norms_on_gpu()) || (g->R > 1 && g->route_gpu[gi])) {
         o.on_rank = g->R > 1; /* rank 0's worker, where the route summed */
-        TRY_RET(sdp_task_grad_sumsq(&o, g->st->groups[gi].grad, &g->sumsq[g->chunk0[gi]]));
-        return norms_to_host(g, gi);
+        return sdp_task_grad_sumsq(&o, g->st->groups[gi].grad, &g->sumsq[g->chunk0[gi]]);
     }
     for (int c = 0; c < g->st->groups[gi].nchunks; c++) {
         o.hint.chunk = c;
@@ -398,7 +383,7 @@ static int pack(sdp_graph_t *g, int step, int gi)
     struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
     TRY_RET(sdp_task_grad_pack(&o, gs->grad, gs->grad_ret, &g->sumsq[g->chunk0[gi]]));
     sdp_rt_tensor_discard(gs->grad);
-    return norms_to_host(g, gi);
+    return 0;
 }
 
 /* norms() (or pack(), which computes them too) of group gi if micro-batch mb was the last of the
@@ -1048,15 +1033,6 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
         if (!g->row_mark)
             rc = sdp_err(-ENOMEM, "embedding rows");
     }
-    /* One rank packing its gradients on the GPU (the bf16 return): the fp32 accumulators live
-     * there from their first writer to the pack, which drops them; their host homes are never
-     * read.  Without this, StarPU's tidying wrote the tied embedding's (1.56 GB for qwen3-4b)
-     * back to the host once a step, near the end of the backward, and the gradient chunks of
-     * the layers behind it waited 27-28 ms for their D2H (qwen3-4b/32 under 23 GiB on an H200:
-     * 10.38 GB of D2H a step instead of the 8.82 GB of the gradient return). */
-    for (int gi = 0; !rc && g->R == 1 && sdp_tasks_norms_on_gpu() && gi < st->ngroups; gi++)
-        if (st->groups[gi].grad_ret)
-            sdp_rt_tensor_keep_on_gpu(st->groups[gi].grad);
     g->last_update = -1;
     if (!rc && !(g->route_gpu = calloc((size_t)st->ngroups, 1)))
         rc = sdp_err(-ENOMEM, "routes");

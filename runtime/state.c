@@ -69,9 +69,7 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
  * return, with or without a GPU limit), and a write-back into pages that do not exist yet faults
  * them in and goes through StarPU's bounce buffers.  That run stalled the GPU 111-140 ms once a
  * step; with the gradient in pinned pages no task of it waits over 20 ms, and its step takes
- * 1.88 s instead of 1.97 (1.56 GB more pinned host memory).  With one rank the graph now keeps
- * the packed gradients on the GPU (sdp_rt_tensor_keep_on_gpu), so that write-back is gone; the
- * pages stay for the runs that write it on the host (several ranks, the CPU route). */
+ * 1.88 s instead of 1.97 (1.56 GB more pinned host memory). */
 static int tied_grad_pinned(const struct sdp_model_cfg *cfg, int g)
 {
     return g == 0 && cfg->tie_word_embeddings;

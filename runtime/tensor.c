@@ -311,36 +311,6 @@ void sdp_rt_tensor_wont_use(sdp_rt_tensor_t *t)
     starpu_data_wont_use(t->handle);
 }
 
-static void release_host(void *handle)
-{
-    starpu_data_release_on_node((starpu_data_handle_t)handle, STARPU_MAIN_RAM);
-}
-
-int sdp_rt_tensor_to_host(sdp_rt_tensor_t *t)
-{
-    /* an acquisition in submission order (after the writers submitted so far), released as soon
-     * as the host copy is valid: the copy stays, so a later reader on the host finds it there */
-    int rc = starpu_data_acquire_on_node_cb(t->handle, STARPU_MAIN_RAM, STARPU_R, release_host,
-                                            t->handle);
-    return rc ? sdp_err(rc < 0 ? rc : -EIO, "tensor %s: cannot bring it to the host", t->name) : 0;
-}
-
-int sdp_rt_tensor_keep_on_gpu(sdp_rt_tensor_t *t)
-{
-    int node = -1, ncuda = 0;
-    for (unsigned n = 0; n < starpu_memory_nodes_get_count(); n++)
-        if (starpu_node_get_kind(n) == STARPU_CUDA_RAM) {
-            node = (int)n;
-            ncuda++;
-        }
-    if (ncuda != 1 || node >= 32)
-        return 0;
-    /* StarPU neither evicts nor tidies (writes back) a replica on a node of the handle's
-     * write-through mask; a write elsewhere would be copied to that node */
-    starpu_data_set_wt_mask(t->handle, 1u << node);
-    return 1;
-}
-
 size_t sdp_rt_tensor_nelems(const sdp_rt_tensor_t *t)
 {
     return t->nelems;

@@ -59,15 +59,6 @@ void sdp_rt_tensor_release_acquire(sdp_rt_tensor_t *t);
 void sdp_rt_tensor_discard(sdp_rt_tensor_t *t);
 /** Tell StarPU the tensor will not be used for a while (its device copies may go first). */
 void sdp_rt_tensor_wont_use(sdp_rt_tensor_t *t);
-/** Bring the tensor to the host once the tasks submitted so far that write it are done, without
- * a task (a small result read later on the host: its transfer then does not wait behind others).
- * @return 0 or a negative errno (logged) */
-int sdp_rt_tensor_to_host(sdp_rt_tensor_t *t);
-/** Keep the tensor's copy on the one GPU while it is valid there: StarPU neither evicts it nor
- * writes it back to its host home to keep memory clean, and copies a write made elsewhere to the
- * GPU.  For data the GPU alone writes and reads, whose host home is never read.  @return 1, or 0
- * (nothing done) unless StarPU has exactly one CUDA memory node */
-int sdp_rt_tensor_keep_on_gpu(sdp_rt_tensor_t *t);
 
 size_t sdp_rt_tensor_nelems(const sdp_rt_tensor_t *t);
 enum sdp_dtype sdp_rt_tensor_dtype(const sdp_rt_tensor_t *t);
