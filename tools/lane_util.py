@@ -85,7 +85,8 @@ def main():
     ap.add_argument("--stages", action="store_true",
                     help="the stages alive at once, with the working copies off the host")
     ap.add_argument("--idle", action="store_true",
-                    help="the CUDA workers' idle time, by the task each gap waited for")
+                    help="the CUDA workers' idle time, by the task each gap waited for, split "
+                    "into the wait for a dependency, the scheduler, the inputs and the start")
     ap.add_argument("--long", type=float, metavar="MS",
                     help="the CUDA tasks longer than MS ms, and what ended beside them")
     ap.add_argument("--by-task", action="store_true",
@@ -164,12 +165,14 @@ def main():
                                     ("%d" % t[c] if c == "step" else "%.1f" % t[c])) for c in cols))
     if args.idle:
         print("CUDA workers idle before (gaps > 50 us, selected steps):")
-        print("%-4s %-6s %-10s %-24s %9s %9s %6s" % ("rank", "worker", "phase", "task", "ms",
-                                                     "ms/step", "gaps"))
+        print("%-4s %-6s %-10s %-24s %9s %9s %6s   per step: %s" % (
+            "rank", "worker", "phase", "task", "ms", "ms/step", "gaps", " ".join(
+                "%7s" % p for p in GAP_PARTS)))
+        nsteps = max(len(keep), 1)
         for r in out["idle"]:
-            print("%-4d %-6d %-10s %-24s %9.1f %9.1f %6d" % (
+            print("%-4d %-6d %-10s %-24s %9.1f %9.1f %6d             %s" % (
                 r["rank"], r["worker"], r["phase"], r["name"], r["ms"], r["ms_per_step"],
-                r["gaps"]))
+                r["gaps"], " ".join("%7.2f" % (r[p + "_ms"] / nsteps) for p in GAP_PARTS)))
     if args.long is not None:
         print("CUDA tasks longer than %g ms (selected steps; ms from the window's start):" % args.long)
         print("%-4s %-6s %-4s %-10s %-20s %5s %9s %9s %7s" % (
@@ -229,6 +232,7 @@ def idle(events, keep):
         if e.get("event", "task") != "wait" and e.get("kind") == "CUDA":
             byworker[(e.get("rank", 0), e.get("worker", -1))].append(e)
     total, count = defaultdict(float), defaultdict(int)
+    parts = defaultdict(lambda: dict.fromkeys(GAP_PARTS, 0.0))
     for (rank, worker), evs in byworker.items():
         evs.sort(key=lambda e: e["start_us"])
         busy_until = None  # the latest end so far: tasks of one worker may overlap (streams)
@@ -237,11 +241,40 @@ def idle(events, keep):
                 key = (rank, worker, e["phase"], e["name"])
                 total[key] += (e["start_us"] - busy_until) / 1e3
                 count[key] += 1
+                for part, ms in gap_parts(e, busy_until).items():
+                    parts[key][part] += ms
             busy_until = e["end_us"] if busy_until is None else max(busy_until, e["end_us"])
     nsteps = max(len(keep), 1)
-    return [{"rank": k[0], "worker": k[1], "phase": k[2], "name": k[3], "ms": v,
-             "ms_per_step": v / nsteps, "gaps": count[k]}
+    return [dict({"rank": k[0], "worker": k[1], "phase": k[2], "name": k[3], "ms": v,
+                  "ms_per_step": v / nsteps, "gaps": count[k]},
+                 **{p + "_ms": parts[k][p] for p in GAP_PARTS})
             for k, v in sorted(total.items(), key=lambda kv: -kv[1])]
+
+
+# The parts of a CUDA worker's gap before a task, from the task's ready_us, popped_us and
+# fetched_us (see --idle): waiting for a dependency (the gap's start to ready), for the
+# scheduler to hand it over (ready to popped), for its inputs (popped to fetched), and from there
+# to the recorded start.  StarPU records a task queued behind another as started when it sees
+# the one ahead end, so that last part is partly its bookkeeping, not the GPU's idle time.
+# "unrecorded": a gap before a task whose log has no such times.
+GAP_PARTS = ("dep", "sched", "data", "start", "unrecorded")
+
+
+def gap_parts(e, gap_start):
+    """The gap from gap_start to e's start split into GAP_PARTS, in ms."""
+    end = e["start_us"]
+    out = dict.fromkeys(GAP_PARTS, 0.0)
+    marks = [e.get(k) for k in ("ready_us", "popped_us", "fetched_us")]
+    if None in marks:
+        out["unrecorded"] = (end - gap_start) / 1e3
+        return out
+    t = gap_start
+    for part, mark in zip(GAP_PARTS[:3], marks):
+        m = min(max(mark, t), end)  # each mark clipped into what is left of the gap
+        out[part] = (m - t) / 1e3
+        t = m
+    out["start"] = (end - t) / 1e3
+    return out
 
 
 def long_tasks(events, keep, ms):

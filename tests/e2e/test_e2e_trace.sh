@@ -235,7 +235,9 @@ def ev(name, phase, step, a, b):  # times in microseconds
 with open(sys.argv[1], "w") as f:
     for e in (ev("rmsnorm_fwd", "fwd", 0, 0, 10000),
               ev("matmul_fwd", "fwd", 0, 10020, 20000),     # 20 us after: no gap
-              ev("param_fetch", "fwd", 0, 30000, 31000),    # 10 ms after
+              dict(ev("param_fetch", "fwd", 0, 30000, 31000),  # 10 ms after: ready 2 ms in,
+                   ready_us=22000, popped_us=25000,  # taken 3 ms later, its inputs 4 ms
+                   fetched_us=29000),                # after that, started 1 ms after them
               ev("matmul_fwd", "fwd", 0, 31000, 40000),
               ev("swiglu_fwd", "fwd", 0, 35000, 45000),     # overlaps the matmul (a stream)
               ev("matmul_bwd_data", "bwd", 0, 45500, 50000),  # 0.5 ms after the later end
@@ -250,8 +252,12 @@ if python3 "$top/tools/lane_util.py" "$tmp/idle.jsonl" --steps 0-0 --json --idle
 import json, sys
 rows = json.load(open(sys.argv[1]))["idle"]
 print("  idle:", rows)
-got = [(r["phase"], r["name"], round(r["ms"], 9), r["gaps"]) for r in rows]
-sys.exit(0 if got == [("fwd", "param_fetch", 10.0, 1), ("bwd", "matmul_bwd_data", 0.5, 1)] else 1)
+got = [(r["phase"], r["name"], round(r["ms"], 9), r["gaps"]) +
+       tuple(round(r[p + "_ms"], 9) for p in ("dep", "sched", "data", "start", "unrecorded"))
+       for r in rows]
+# the matmul_bwd_data event has no ready/popped/fetched times: its gap is unrecorded
+sys.exit(0 if got == [("fwd", "param_fetch", 10.0, 1, 2.0, 3.0, 4.0, 1.0, 0.0),
+                      ("bwd", "matmul_bwd_data", 0.5, 1, 0.0, 0.0, 0.0, 0.0, 0.5)] else 1)
 EOF
 # the CUDA tasks above 9.5 ms (lane_util.py --long), with the events that ended inside each
 if python3 "$top/tools/lane_util.py" "$tmp/idle.jsonl" --steps 0-0 --json --long 9.5 > "$tmp/long.json" &&
