@@ -3,7 +3,7 @@
 """Lane utilisation of a run, from its task event log.
 
 Usage: lane_util.py EVENTS.jsonl [--steps A-B] [--json] [--timeline] [--stages] [--idle]
-                    [--long MS] [--by-task] [--cpu-by-task]
+                    [--boundary] [--long MS] [--by-task] [--cpu-by-task]
 
 The log is the one `slidedp train --events FILE` or `slidedp bench --events FILE` writes
 (runtime/trace.h).  For every rank and lane, over the window from the first start to the last end
@@ -28,7 +28,18 @@ to the first new gradient.
 
 --idle reports where each CUDA worker waited: every gap of more than 50 us between the end of
 its tasks so far and the start of its next task, summed per phase and name of the task that ends
-it, for the tasks of the selected steps (ms in all and per step, and how many gaps).
+it, for the tasks of the selected steps (ms in all and per step, and how many gaps).  Where the log
+has each task's ready_us, popped_us and fetched_us, every gap is split into the wait for a
+dependency (the gap's start to ready), for the scheduler (ready to popped), for the task's inputs
+(popped to fetched, allocations included) and for its recorded start (fetched to start: StarPU
+records a CUDA task queued behind another as started when it sees the one ahead end, so this part
+is partly bookkeeping, not idle GPU); "unrecorded" for a task without those times.
+
+--boundary follows, for every selected step of rank 0 that the log's next step follows, the step
+boundary: the embedding's backward, the group-0 pack, the first group-0 update's inputs on the
+host, the last group-0 and group-1 updates, the next forward's embedding (when its inputs came, and
+its start) and the first task of layer 1 in the next forward, each in ms from the end of the
+embedding's backward; "gap" is that last milestone, the GPU's boundary between the steps.
 
 --long MS lists the CUDA tasks of the selected steps that took longer than MS ms, in time order,
 each with how many other task events (any worker, any lane) ended while it ran: a long task that
@@ -87,6 +98,8 @@ def main():
     ap.add_argument("--idle", action="store_true",
                     help="the CUDA workers' idle time, by the task each gap waited for, split "
                     "into the wait for a dependency, the scheduler, the inputs and the start")
+    ap.add_argument("--boundary", action="store_true",
+                    help="the milestones of each selected step's boundary with the next")
     ap.add_argument("--long", type=float, metavar="MS",
                     help="the CUDA tasks longer than MS ms, and what ended beside them")
     ap.add_argument("--by-task", action="store_true",
@@ -140,6 +153,8 @@ def main():
         out["stages"] = stages(events)
     if args.idle:
         out["idle"] = idle(events, keep)
+    if args.boundary:
+        out["boundary"] = boundary(events, sorted(keep))
     if args.long is not None:
         out["long"] = long_tasks(events, keep, args.long)
     if args.by_task:
@@ -173,6 +188,13 @@ def main():
             print("%-4d %-6d %-10s %-24s %9.1f %9.1f %6d             %s" % (
                 r["rank"], r["worker"], r["phase"], r["name"], r["ms"], r["ms_per_step"],
                 r["gaps"], " ".join("%7.2f" % (r[p + "_ms"] / nsteps) for p in GAP_PARTS)))
+    if args.boundary:
+        print("step boundaries of rank 0, ms from the end of the embedding's backward:")
+        print(" ".join("%11s" % c for c in BOUNDARY_COLS))
+        for b in out["boundary"]:
+            print(" ".join("%11s" % ("-" if b.get(c) is None else
+                                     ("%d" % b[c] if c == "step" else "%.1f" % b[c]))
+                           for c in BOUNDARY_COLS))
     if args.long is not None:
         print("CUDA tasks longer than %g ms (selected steps; ms from the window's start):" % args.long)
         print("%-4s %-6s %-4s %-10s %-20s %5s %9s %9s %7s" % (
@@ -274,6 +296,41 @@ def gap_parts(e, gap_start):
         out[part] = (m - t) / 1e3
         t = m
     out["start"] = (end - t) / 1e3
+    return out
+
+
+BOUNDARY_COLS = ("step", "pack0_end", "upd0_inputs", "upd0_end", "upd1_end", "emb_fetched",
+                 "emb_start", "gap")
+
+
+def boundary(events, steps):
+    """The step boundaries of rank 0 (see --boundary)."""
+    ev = [e for e in events if e.get("event", "task") != "wait" and e.get("rank", 0) == 0]
+    out = []
+    for s in steps:
+        ebwd = [e for e in ev if e["name"] == "embedding_bwd" and e["step"] == s]
+        nxt = [e for e in ev if e["step"] == s + 1 and e["phase"] == "fwd"]
+        if not ebwd or not nxt:
+            continue
+        t0 = max(e["end_us"] for e in ebwd)
+
+        def rel(vals, pick=max):
+            vals = [v for v in vals if v is not None]
+            return (pick(vals) - t0) / 1e3 if vals else None
+
+        upd = [e for e in ev if e["step"] == s and e["name"] == "adamw"]
+        emb = [e for e in nxt if e["name"] == "embedding_fwd"]
+        layer1 = [e for e in nxt if e["group"] == 1 and e["name"] != "param_fetch"]
+        out.append({
+            "step": s,
+            "pack0_end": rel([e["end_us"] for e in ev if e["step"] == s and e["group"] == 0 and
+                              e["name"] == "grad_pack"]),
+            "upd0_inputs": rel([e.get("fetched_us") for e in upd if e["group"] == 0], min),
+            "upd0_end": rel([e["end_us"] for e in upd if e["group"] == 0]),
+            "upd1_end": rel([e["end_us"] for e in upd if e["group"] == 1]),
+            "emb_fetched": rel([e.get("fetched_us") for e in emb], min),
+            "emb_start": rel([e["start_us"] for e in emb], min),
+            "gap": rel([e["start_us"] for e in layer1], min)})
     return out
 
 

@@ -299,6 +299,36 @@ sys.exit(0 if got == [("fwd", "matmul_fwd", 18.98, 2, 0.426708633),
          else 1)
 EOF
 
+# ---- the step boundary (lane_util.py --boundary), on a log made here ----
+python3 - "$tmp/bnd.jsonl" <<'EOF'
+import json, sys
+def ev(name, phase, step, group, a, b, kind="CUDA", **times):  # times in microseconds
+    e = {"name": name, "phase": phase, "step": step, "group": group, "chunk": -1, "mb": 0,
+         "version": step, "lane": "GPU compute", "lane_id": 2, "worker": 0, "kind": kind,
+         "rank": 0, "start_us": a, "end_us": b}
+    e.update(times)
+    return e
+with open(sys.argv[1], "w") as f:
+    for e in (ev("embedding_bwd", "bwd", 0, 0, 800, 1000),
+              ev("grad_pack", "norm", 0, 0, 1500, 2000),
+              ev("adamw", "update", 0, 0, 3000, 6000, "CPU", fetched_us=3000),
+              ev("adamw", "update", 0, 0, 3500, 7000, "CPU", fetched_us=3500),
+              ev("adamw", "update", 0, 1, 4000, 8000, "CPU", fetched_us=4000),
+              ev("embedding_fwd", "fwd", 1, 0, 9500, 9600, fetched_us=9000),
+              ev("param_fetch", "fwd", 1, 1, 9600, 9610),
+              ev("rmsnorm_fwd", "fwd", 1, 1, 10000, 10100)):
+        f.write(json.dumps(e) + "\n")
+EOF
+if python3 "$top/tools/lane_util.py" "$tmp/bnd.jsonl" --steps 0-1 --json --boundary > "$tmp/bnd.json" &&
+    python3 - "$tmp/bnd.json" <<'EOF'; then ok "boundary"; else fail "boundary"; fi
+import json, sys
+rows = json.load(open(sys.argv[1]))["boundary"]
+print("  boundary:", rows)
+want = [{"step": 0, "pack0_end": 1.0, "upd0_inputs": 2.0, "upd0_end": 6.0, "upd1_end": 7.0,
+         "emb_fetched": 8.0, "emb_start": 8.5, "gap": 9.0}]  # step 1 has no next step
+sys.exit(0 if rows == want else 1)
+EOF
+
 [ "$fails" = 0 ] && { echo PASS; exit 0; }
 echo FAIL
 exit 1
