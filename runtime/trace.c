@@ -22,9 +22,8 @@ struct event {
     struct sdp_trace_tag tag;
     int worker, rank, is_cuda;
     double start_us, end_us;
-    /* a task's: pushed to the scheduler (ready), popped by its worker, its inputs there (0: not
-     * NAN: not recorded); the gaps before start_us tell a wait on the policy from one on a
-     * transfer */
+    /* a task's: pushed to the scheduler (ready), popped by its worker, its inputs there (NAN:
+     * not recorded); the gaps before start_us tell a wait on the policy from one on a transfer */
     double ready_us, popped_us, fetched_us;
     const char *why; /* a wait (sdp_trace_wait): its reason; NULL for a task */
 };

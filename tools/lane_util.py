@@ -273,12 +273,7 @@ def idle(events, keep):
             for k, v in sorted(total.items(), key=lambda kv: -kv[1])]
 
 
-# The parts of a CUDA worker's gap before a task, from the task's ready_us, popped_us and
-# fetched_us (see --idle): waiting for a dependency (the gap's start to ready), for the
-# scheduler to hand it over (ready to popped), for its inputs (popped to fetched), and from there
-# to the recorded start.  StarPU records a task queued behind another as started when it sees
-# the one ahead end, so that last part is partly its bookkeeping, not the GPU's idle time.
-# "unrecorded": a gap before a task whose log has no such times.
+# The parts of a CUDA worker's gap before a task (see --idle in the module's text).
 GAP_PARTS = ("dep", "sched", "data", "start", "unrecorded")
 
 

@@ -225,19 +225,22 @@ for ph, w in want.items():
 sys.exit(0 if ok else 1)
 EOF
 
-# ---- the CUDA workers' idle time (lane_util.py --idle), on a log made here ----
-python3 - "$tmp/idle.jsonl" <<'EOF'
+# ---- logs made here: the CUDA workers' idle time (lane_util.py --idle and the options after
+# it) and the step boundary (lane_util.py --boundary) ----
+python3 - "$tmp/idle.jsonl" "$tmp/bnd.jsonl" <<'EOF'
 import json, sys
-def ev(name, phase, step, a, b):  # times in microseconds
-    return {"name": name, "phase": phase, "step": step, "group": 1, "chunk": -1, "mb": 0,
-            "version": step, "lane": "GPU compute", "lane_id": 2, "worker": 0, "kind": "CUDA",
-            "rank": 0, "start_us": a, "end_us": b}
+def ev(name, phase, step, a, b, group=1, kind="CUDA", **times):  # times in microseconds
+    e = {"name": name, "phase": phase, "step": step, "group": group, "chunk": -1, "mb": 0,
+         "version": step, "lane": "GPU compute", "lane_id": 2, "worker": 0, "kind": kind,
+         "rank": 0, "start_us": a, "end_us": b}
+    e.update(times)
+    return e
 with open(sys.argv[1], "w") as f:
     for e in (ev("rmsnorm_fwd", "fwd", 0, 0, 10000),
               ev("matmul_fwd", "fwd", 0, 10020, 20000),     # 20 us after: no gap
-              dict(ev("param_fetch", "fwd", 0, 30000, 31000),  # 10 ms after: ready 2 ms in,
-                   ready_us=22000, popped_us=25000,  # taken 3 ms later, its inputs 4 ms
-                   fetched_us=29000),                # after that, started 1 ms after them
+              ev("param_fetch", "fwd", 0, 30000, 31000,     # 10 ms after: ready 2 ms in,
+                 ready_us=22000, popped_us=25000,  # taken 3 ms later, its inputs 4 ms
+                 fetched_us=29000),                # after that, started 1 ms after them
               ev("matmul_fwd", "fwd", 0, 31000, 40000),
               ev("swiglu_fwd", "fwd", 0, 35000, 45000),     # overlaps the matmul (a stream)
               ev("matmul_bwd_data", "bwd", 0, 45500, 50000),  # 0.5 ms after the later end
@@ -246,6 +249,16 @@ with open(sys.argv[1], "w") as f:
     cpu = ev("adamw", "update", 0, 1000, 5000)  # ends inside the first rmsnorm_fwd
     cpu.update({"lane": "CPU AdamW", "lane_id": 5, "worker": 1, "kind": "CPU"})
     f.write(json.dumps(cpu) + "\n")
+with open(sys.argv[2], "w") as f:  # the boundary of step 0 (step 1 has no next step)
+    for e in (ev("embedding_bwd", "bwd", 0, 800, 1000, group=0),
+              ev("grad_pack", "norm", 0, 1500, 2000, group=0),
+              ev("adamw", "update", 0, 3000, 6000, group=0, kind="CPU", fetched_us=3000),
+              ev("adamw", "update", 0, 3500, 7000, group=0, kind="CPU", fetched_us=3500),
+              ev("adamw", "update", 0, 4000, 8000, group=1, kind="CPU", fetched_us=4000),
+              ev("embedding_fwd", "fwd", 1, 9500, 9600, group=0, fetched_us=9000),
+              ev("param_fetch", "fwd", 1, 9600, 9610, group=1),
+              ev("rmsnorm_fwd", "fwd", 1, 10000, 10100, group=1)):
+        f.write(json.dumps(e) + "\n")
 EOF
 if python3 "$top/tools/lane_util.py" "$tmp/idle.jsonl" --steps 0-0 --json --idle > "$tmp/idle.json" &&
     python3 - "$tmp/idle.json" <<'EOF'; then ok "idle"; else fail "idle"; fi
@@ -299,26 +312,7 @@ sys.exit(0 if got == [("fwd", "matmul_fwd", 18.98, 2, 0.426708633),
          else 1)
 EOF
 
-# ---- the step boundary (lane_util.py --boundary), on a log made here ----
-python3 - "$tmp/bnd.jsonl" <<'EOF'
-import json, sys
-def ev(name, phase, step, group, a, b, kind="CUDA", **times):  # times in microseconds
-    e = {"name": name, "phase": phase, "step": step, "group": group, "chunk": -1, "mb": 0,
-         "version": step, "lane": "GPU compute", "lane_id": 2, "worker": 0, "kind": kind,
-         "rank": 0, "start_us": a, "end_us": b}
-    e.update(times)
-    return e
-with open(sys.argv[1], "w") as f:
-    for e in (ev("embedding_bwd", "bwd", 0, 0, 800, 1000),
-              ev("grad_pack", "norm", 0, 0, 1500, 2000),
-              ev("adamw", "update", 0, 0, 3000, 6000, "CPU", fetched_us=3000),
-              ev("adamw", "update", 0, 0, 3500, 7000, "CPU", fetched_us=3500),
-              ev("adamw", "update", 0, 1, 4000, 8000, "CPU", fetched_us=4000),
-              ev("embedding_fwd", "fwd", 1, 0, 9500, 9600, fetched_us=9000),
-              ev("param_fetch", "fwd", 1, 1, 9600, 9610),
-              ev("rmsnorm_fwd", "fwd", 1, 1, 10000, 10100)):
-        f.write(json.dumps(e) + "\n")
-EOF
+# the step boundary (lane_util.py --boundary)
 if python3 "$top/tools/lane_util.py" "$tmp/bnd.jsonl" --steps 0-1 --json --boundary > "$tmp/bnd.json" &&
     python3 - "$tmp/bnd.json" <<'EOF'; then ok "boundary"; else fail "boundary"; fi
 import json, sys
