@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
@@ -24,9 +25,9 @@ struct sdp_lmhead_ce_args {
     float scale;
 };
 
-static int block_rows(int N, int V, size_t budget_floats)
+static int block_rows(int N, int V, size_t budget_elems)
 {
-    int rows = (int)(budget_floats / (size_t)V);
+    int rows = (int)(budget_elems / (size_t)V);
     if (rows < 1)
         rows = 1;
     return rows > N ? N : rows;
@@ -51,47 +52,62 @@ static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
 }
 
 #ifdef SDP_HAVE_CUDA
-/* GPU blocks: 2^28 fp32 logits (1 GiB) per block keeps the GEMMs large at production shapes; a
- * quarter of that under a GPU memory limit below 20 GiB (STARPU_LIMIT_CUDA_MEM, in MiB, which
- * gpu_memory_gib sets): the block's logits live in a workspace that the limit counts but StarPU
- * cannot evict, and with 1 GiB of it qwen3-4b/16 under 15 GiB stalled in StarPU's reclaim at the
- * loss (steps of 1.6-1.75 s among 1.2 s ones; 256 MiB: none, 128 MiB: none but slower GEMMs;
- * unbounded, 256 MiB is 1.5% slower: bench/results/2026-12-01-h200-fetch-gate.md).  Under 23 GiB,
- * qwen3-4b/32 spends 132 ms a step in the LM head with 1 GiB and 182 ms with 256 MiB, without
- * stalls (bench/results/2026-12-01-h200-cudnn-attention.md).  SDP_LMHEAD_BLOCK_MIB sets another
- * size (at least 1 MiB).  Read once. */
-#define LMHEAD_CUDA_BLOCK_FLOATS         ((size_t)1 << 28)
-#define LMHEAD_CUDA_LIMITED_BLOCK_FLOATS ((size_t)1 << 26)
+/* GPU blocks: 1 GiB of logits per block keeps the GEMMs large at production shapes (3,532 rows of
+ * Qwen3's 151,936-token vocabulary in bf16 logits, 1,766 in f32); a quarter of that under
+ * a GPU memory limit below 20 GiB (STARPU_LIMIT_CUDA_MEM, in MiB, which gpu_memory_gib sets): the
+ * block's logits live in a workspace that the limit counts but StarPU cannot evict, and with 1 GiB
+ * of it qwen3-4b/16 under 15 GiB stalled in StarPU's reclaim at the loss (steps of 1.6-1.75 s
+ * among 1.2 s ones; 256 MiB: none, 128 MiB: none but slower GEMMs; unbounded, 256 MiB is 1.5%
+ * slower: bench/results/2026-12-01-h200-fetch-gate.md, with fp32 logits).  SDP_LMHEAD_BLOCK_MIB
+ * sets another size (at least 1 MiB).  Read once. */
+#define LMHEAD_CUDA_BLOCK_BYTES         ((size_t)1 << 30)
+#define LMHEAD_CUDA_LIMITED_BLOCK_BYTES ((size_t)1 << 28)
 
-static size_t cuda_block_floats(void)
+static size_t cuda_block_bytes(void)
 {
-    static size_t floats; /* one value, whichever GPU's worker reads the variable first */
-    size_t f = __atomic_load_n(&floats, __ATOMIC_RELAXED);
-    if (!f) {
+    static size_t bytes; /* one value, whichever GPU's worker reads the variable first */
+    size_t b = __atomic_load_n(&bytes, __ATOMIC_RELAXED);
+    if (!b) {
         const char *v = getenv("SDP_LMHEAD_BLOCK_MIB");
         long mib = v && *v ? strtol(v, NULL, 10) : 0;
-        f = mib >= 1                     ? (size_t)mib << 18
-            : sdp_cuda_small_gpu_limit() ? LMHEAD_CUDA_LIMITED_BLOCK_FLOATS
-                                         : LMHEAD_CUDA_BLOCK_FLOATS;
-        __atomic_store_n(&floats, f, __ATOMIC_RELAXED);
+        b = mib >= 1                     ? (size_t)mib << 20
+            : sdp_cuda_small_gpu_limit() ? LMHEAD_CUDA_LIMITED_BLOCK_BYTES
+                                         : LMHEAD_CUDA_BLOCK_BYTES;
+        __atomic_store_n(&bytes, b, __ATOMIC_RELAXED);
     }
-    return f;
+    return b;
+}
+
+/* The logits' dtype for weights of dtype dt: bf16 for bf16 weights (as a bf16 model's logits
+ * are) unless SDP_LMHEAD_LOGITS=f32; always f32 for f32 weights.  Read once. */
+static int cuda_logits_dt(int dt)
+{
+    static int f32; /* 1: bf16 asked, 2: f32 asked */
+    int v = __atomic_load_n(&f32, __ATOMIC_RELAXED);
+    if (!v) {
+        const char *e = getenv("SDP_LMHEAD_LOGITS");
+        v = e && !strcmp(e, "f32") ? 2 : 1;
+        if (e && *e && strcmp(e, "f32") && strcmp(e, "bf16"))
+            SDP_WARN("SDP_LMHEAD_LOGITS=%s is neither bf16 nor f32; using bf16", e);
+        __atomic_store_n(&f32, v, __ATOMIC_RELAXED);
+    }
+    return dt == SDP_CUDA_BF16 && v == 1 ? SDP_CUDA_BF16 : SDP_CUDA_F32;
 }
 
 static void lmhead_ce_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_lmhead_ce_args *a = cl_arg;
-    int N = a->key.d[0], C = a->key.d[1], V = a->key.d[2];
-    int rows = block_rows(N, V, cuda_block_floats());
+    int N = a->key.d[0], C = a->key.d[1], V = a->key.d[2], dt = SDP_CL_DT(buffers[1]);
+    int zdt = cuda_logits_dt(dt);
+    int rows = block_rows(N, V, cuda_block_bytes() / (zdt == SDP_CUDA_BF16 ? 2 : 4));
     size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[4]), ltb,
-           wsb = sdp_cuda_lmhead_ce_ws(N, C, V, rows);
+           wsb = sdp_cuda_lmhead_ce_ws(N, C, V, rows, zdt);
     void *lt_ws = sdp_cl_cublaslt_ws(&ltb);
-    sdp_cuda_lmhead_ce(starpu_cublasLt_get_local_handle(),
-                       (double *)STARPU_VECTOR_GET_PTR(buffers[0]), SDP_VEC(buffers[1]),
-                       SDP_VECF(buffers[2]) + a->g_off, SDP_VEC(buffers[3]),
-                       (const char *)SDP_VEC(buffers[4]) + a->w_off * es, SDP_VEC(buffers[5]), N, C,
-                       V, a->scale, rows, SDP_CL_DT(buffers[1]), sdp_cl_cuda_ws(0, wsb), wsb, lt_ws,
-                       ltb, starpu_cuda_get_local_stream());
+    sdp_cuda_lmhead_ce(
+        starpu_cublasLt_get_local_handle(), (double *)STARPU_VECTOR_GET_PTR(buffers[0]),
+        SDP_VEC(buffers[1]), SDP_VECF(buffers[2]) + a->g_off, SDP_VEC(buffers[3]),
+        (const char *)SDP_VEC(buffers[4]) + a->w_off * es, SDP_VEC(buffers[5]), N, C, V, a->scale,
+        rows, dt, zdt, sdp_cl_cuda_ws(0, wsb), wsb, lt_ws, ltb, starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
 }
 #endif

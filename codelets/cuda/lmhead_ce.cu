@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
 /* LM head fused with softmax cross-entropy on the GPU, blocked over tokens so the (N, V) logits
- * never exist whole: per block, fp32 logits by cuBLASLt into the workspace, one kernel turning each
- * row into its loss term and dlogits (written over the row it reads), then two cuBLASLt GEMMs for
- * dh and dw.  The loss is reduced in double in a fixed order (no atomics): bit-reproducible.
- * Never allocates or synchronizes.  Test: tests/kernels/test_cuda_lmhead_ce.c (vs the CPU oracle).
+ * never exist whole: per block, logits by cuBLASLt into the workspace (fp32 accumulation, stored
+ * as zdt: f32, or for bf16 weights bf16 as a bf16 model's logits are), one kernel turning each
+ * row into its loss term (fp32 exp, double sums) and dlogits (as the weights' dtype, written over
+ * the row it reads), then two cuBLASLt GEMMs for dh and dw.  bf16 logits halve the block's bytes:
+ * the same workspace holds twice the rows, and the kernel moves half the data.  The loss
+ * is reduced in double in a fixed order (no atomics): bit-reproducible.  Never allocates or
+ * synchronizes.  Test: tests/kernels/test_cuda_lmhead_ce.c (vs the CPU oracle).
  */
 #include <math.h>
 #include <stdint.h>
@@ -23,19 +26,24 @@ static size_t align256(size_t n)
     return (n + 255) & ~(size_t)255;
 }
 
-/* Workspace: logits block (R, V) f32 | per-row loss (N) double | per-row validity (N) double. */
+/* Workspace: logits block (R, V) as dt | per-row loss (N) double | per-row validity (N) double. */
 static int clamp_rows(int N, int rows_per_block)
 {
     return rows_per_block <= 0 || rows_per_block > N ? N : rows_per_block;
 }
 
-extern "C" size_t sdp_cuda_lmhead_ce_ws(int N, int C, int V, int rows_per_block)
+static size_t logit_size(int dt)
+{
+    return dt == SDP_CUDA_BF16 ? 2 : 4;
+}
+
+extern "C" size_t sdp_cuda_lmhead_ce_ws(int N, int C, int V, int rows_per_block, int zdt)
 {
     (void)C;
     if (N <= 0 || V <= 0)
         return 256;
     const int R = clamp_rows(N, rows_per_block);
-    return align256((size_t)R * V * sizeof(float)) + 2 * align256((size_t)N * sizeof(double));
+    return align256((size_t)R * V * logit_size(zdt)) + 2 * align256((size_t)N * sizeof(double));
 }
 
 /* ---- per-row softmax cross-entropy ---- */
@@ -48,6 +56,35 @@ __device__ __forceinline__ void store(float *p, float v)
 __device__ __forceinline__ void store(__nv_bfloat16 *p, float v)
 {
     *p = __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ float load(const float *p)
+{
+    return *p;
+}
+
+__device__ __forceinline__ float load(const __nv_bfloat16 *p)
+{
+    return __bfloat162float(*p);
+}
+
+/* VEC consecutive elements from p (16-byte aligned): one float4 or one 8 x bf16 load. */
+template <int VEC> __device__ __forceinline__ void load_vec(float *x, const float *p)
+{
+    static_assert(VEC == 4, "f32 rows load 4 at a time");
+    const float4 q = *reinterpret_cast<const float4 *>(p);
+    x[0] = q.x, x[1] = q.y, x[2] = q.z, x[3] = q.w;
+}
+
+template <int VEC> __device__ __forceinline__ void load_vec(float *x, const __nv_bfloat16 *p)
+{
+    static_assert(VEC == 8, "bf16 rows load 8 at a time");
+    const uint4 q = *reinterpret_cast<const uint4 *>(p);
+    const __nv_bfloat162 *b = reinterpret_cast<const __nv_bfloat162 *>(&q);
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(b[i]);
+        x[2 * i] = f.x, x[2 * i + 1] = f.y;
+    }
 }
 
 /* Block-wide reductions over CE_THREADS threads, in a fixed order (warp shuffles, then warp 0). */
@@ -82,23 +119,25 @@ __device__ double block_sum(double v, double *sh)
     return v; /* valid in thread 0 */
 }
 
-/* One CTA per row r of z (R, V) f32 (row stride V).  Loss term lse(z) - z[t] in double (exp in
+/* One CTA per row r of z (R, V) as TZ (row stride V).  Loss term lse(z) - z[t] in double (exp in
  * fp32, each thread's partial sum in fp32, combined in double); then the row becomes
- * g = scale (softmax(z) - onehot(t)) as T, written from the row's start: for bf16 the dlogits
- * matrix has row stride 2V elements.  Each chunk of VEC * CE_THREADS elements is loaded, then a
- * barrier, then stored: a bf16 store of chunk j only overwrites fp32 elements of chunks <= j, all
- * loaded by then.  Targets outside [0, V) mark the row ignored: loss 0, g = 0. */
-template <typename T, int VEC>
+ * g = scale (softmax(z) - onehot(t)) as TG, written from the row's start (row stride V for TG = TZ,
+ * 2V bf16 elements over fp32 logits).  Same type: each element is stored where the thread that
+ * computed it read it.  bf16 over fp32: each chunk of VEC * CE_THREADS elements is loaded, then a
+ * barrier, then stored; a store of chunk j only overwrites elements of chunks <= j, all loaded by
+ * then.  VEC > 1: vector loads of VEC elements (rows then start 16-byte aligned: V % VEC == 0).
+ * Targets outside [0, V) mark the row ignored: loss 0, g = 0. */
+template <typename TZ, typename TG, int VEC>
 __global__ void __launch_bounds__(CE_THREADS)
-    ce_rows_kernel(float *z_all, int V, const int32_t *targets, float scale, double *row_loss,
+    ce_rows_kernel(TZ *z_all, int V, const int32_t *targets, float scale, double *row_loss,
                    double *row_valid)
 {
     __shared__ float shf[33];
     __shared__ double shd[32];
     __shared__ float zt;
     const int r = blockIdx.x;
-    float *z = z_all + (size_t)r * V;
-    T *g = reinterpret_cast<T *>(z);
+    TZ *z = z_all + (size_t)r * V;
+    TG *g = reinterpret_cast<TG *>(z);
     const int32_t t = targets[r];
     const int step = CE_THREADS * VEC;
 
@@ -110,19 +149,21 @@ __global__ void __launch_bounds__(CE_THREADS)
         return;
     }
     if (threadIdx.x == 0)
-        zt = z[t];
+        zt = load(z + t);
 
     /* pass 1: running max m and sum s of exp(z - m) per thread */
     float m = -INFINITY, s = 0.0f;
     for (int base = 0; base < V; base += step) {
         const int v0 = base + threadIdx.x * VEC;
         float x[VEC];
-        if (VEC == 4 && v0 < V) {
-            const float4 q = *reinterpret_cast<const float4 *>(z + v0);
-            x[0] = q.x, x[1] = q.y, x[2] = q.z, x[3] = q.w;
+        if constexpr (VEC > 1) {
+            if (v0 < V)
+                load_vec<VEC>(x, z + v0);
+            else
+                for (int i = 0; i < VEC; i++)
+                    x[i] = -INFINITY;
         } else {
-            for (int i = 0; i < VEC; i++)
-                x[i] = v0 + i < V ? z[v0 + i] : -INFINITY;
+            x[0] = v0 < V ? load(z + v0) : -INFINITY;
         }
         for (int i = 0; i < VEC; i++) {
             if (x[i] > m) {
@@ -144,18 +185,21 @@ __global__ void __launch_bounds__(CE_THREADS)
     __syncthreads();
     const float k = (float)((double)scale / shd[0]);
 
-    /* pass 2: g = scale softmax - scale onehot, stored over the row */
+    /* pass 2: g = scale softmax - scale onehot */
     for (int base = 0; base < V; base += step) {
         const int v0 = base + threadIdx.x * VEC;
         float x[VEC];
-        if (VEC == 4 && v0 < V) {
-            const float4 q = *reinterpret_cast<const float4 *>(z + v0);
-            x[0] = q.x, x[1] = q.y, x[2] = q.z, x[3] = q.w;
+        if constexpr (VEC > 1) {
+            if (v0 < V)
+                load_vec<VEC>(x, z + v0);
+            else
+                for (int i = 0; i < VEC; i++)
+                    x[i] = 0.0f;
         } else {
-            for (int i = 0; i < VEC; i++)
-                x[i] = v0 + i < V ? z[v0 + i] : 0.0f;
+            x[0] = v0 < V ? load(z + v0) : 0.0f;
         }
-        __syncthreads();
+        if constexpr (sizeof(TG) != sizeof(TZ))
+            __syncthreads();
         for (int i = 0; i < VEC; i++)
             if (v0 + i < V) {
                 float p = expf(x[i] - M) * k;
@@ -164,6 +208,18 @@ __global__ void __launch_bounds__(CE_THREADS)
                 store(g + v0 + i, p);
             }
     }
+}
+
+template <typename TZ, typename TG, int VEC>
+static void ce_rows(void *z, int bs, int V, const int32_t *targets, float scale, double *row_loss,
+                    double *row_valid, cudaStream_t s)
+{
+    if (V % VEC == 0)
+        ce_rows_kernel<TZ, TG, VEC>
+            <<<bs, CE_THREADS, 0, s>>>((TZ *)z, V, targets, scale, row_loss, row_valid);
+    else
+        ce_rows_kernel<TZ, TG, 1>
+            <<<bs, CE_THREADS, 0, s>>>((TZ *)z, V, targets, scale, row_loss, row_valid);
 }
 
 /* loss[0] = sum of row_loss, loss[1] = sum of row_valid, each in a fixed order (one CTA). */
@@ -192,18 +248,25 @@ static void ws_fail(const char *what, size_t have, size_t need)
 {
     fprintf(stderr, "[sdp][error][sdp_cuda_lmhead_ce@%s] %s: %zu bytes given, %zu needed\n",
             __FILE__, what, have, need);
-    fprintf(stderr, "hint: size it with sdp_cuda_lmhead_ce_ws() with the same rows_per_block\n");
+    fprintf(stderr,
+            "hint: size it with sdp_cuda_lmhead_ce_ws() with the same rows_per_block and zdt\n");
     abort();
 }
 
 extern "C" void sdp_cuda_lmhead_ce(cublasLtHandle_t lt, double *loss, void *dh, float *dw,
                                    const void *h, const void *w, const int32_t *targets, int N,
-                                   int C, int V, float scale, int rows_per_block, int dt, void *ws,
-                                   size_t ws_bytes, void *gemm_ws, size_t gemm_ws_bytes,
+                                   int C, int V, float scale, int rows_per_block, int dt, int zdt,
+                                   void *ws, size_t ws_bytes, void *gemm_ws, size_t gemm_ws_bytes,
                                    cudaStream_t s)
 {
     const size_t esz = dt == SDP_CUDA_BF16 ? 2 : 4;
 
+    if (zdt == SDP_CUDA_BF16 && dt != SDP_CUDA_BF16) {
+        fprintf(stderr, "[sdp][error][sdp_cuda_lmhead_ce@%s] bf16 logits of f32 weights\n",
+                __FILE__);
+        fprintf(stderr, "hint: f32 weights take f32 logits (zdt SDP_CUDA_F32)\n");
+        abort();
+    }
     if (N <= 0 || V <= 0) {
         cudaMemsetAsync(loss, 0, 2 * sizeof(double), s);
         if (N > 0 && C > 0)
@@ -211,42 +274,35 @@ extern "C" void sdp_cuda_lmhead_ce(cublasLtHandle_t lt, double *loss, void *dh, 
         return;
     }
     const int R = clamp_rows(N, rows_per_block);
-    const size_t need = sdp_cuda_lmhead_ce_ws(N, C, V, R);
+    const size_t need = sdp_cuda_lmhead_ce_ws(N, C, V, R, zdt);
     if (ws_bytes < need)
         ws_fail("workspace too small", ws_bytes, need);
-    float *z = (float *)ws;
-    double *row_loss = (double *)((char *)ws + align256((size_t)R * V * sizeof(float)));
+    void *z = ws; /* logits (bs, V) as zdt, then dlogits as dt from each row's start */
+    double *row_loss = (double *)((char *)ws + align256((size_t)R * V * logit_size(zdt)));
     double *row_valid = row_loss + align256((size_t)N * sizeof(double)) / sizeof(double);
-    /* dlogits (bs, V) as dt: f32 in place (ld V), bf16 from each row's start (ld 2V) */
-    const int ldg = dt == SDP_CUDA_BF16 ? 2 * V : V;
+    const int ldg = (int)((size_t)V * logit_size(zdt) / esz);
 
     for (int n0 = 0; n0 < N; n0 += R) {
         const int bs = N - n0 < R ? N - n0 : R;
         const char *hb = (const char *)h + (size_t)n0 * C * esz;
         char *dhb = (char *)dh + (size_t)n0 * C * esz;
 
-        /* logits^T (V, bs) f32 = w (C, V)^T . h_blk^T (C, bs), column-major */
+        /* logits^T (V, bs) = w (C, V)^T . h_blk^T (C, bs), column-major, fp32 accumulation */
         if (C > 0)
-            sdp_cuda_gemm_lt(lt, 1, 0, V, bs, C, w, C, hb, C, 0.0f, NULL, z, V, dt, SDP_CUDA_F32,
-                             gemm_ws, gemm_ws_bytes, s);
+            sdp_cuda_gemm_lt(lt, 1, 0, V, bs, C, w, C, hb, C, 0.0f, NULL, z, V, dt, zdt, gemm_ws,
+                             gemm_ws_bytes, s);
         else
-            cudaMemsetAsync(z, 0, (size_t)bs * V * sizeof(float), s);
+            cudaMemsetAsync(z, 0, (size_t)bs * V * logit_size(zdt), s);
 
-        if (dt == SDP_CUDA_BF16) {
-            if (V % 4 == 0)
-                ce_rows_kernel<__nv_bfloat16, 4><<<bs, CE_THREADS, 0, s>>>(
-                    z, V, targets + n0, scale, row_loss + n0, row_valid + n0);
-            else
-                ce_rows_kernel<__nv_bfloat16, 1><<<bs, CE_THREADS, 0, s>>>(
-                    z, V, targets + n0, scale, row_loss + n0, row_valid + n0);
-        } else {
-            if (V % 4 == 0)
-                ce_rows_kernel<float, 4><<<bs, CE_THREADS, 0, s>>>(z, V, targets + n0, scale,
-                                                                   row_loss + n0, row_valid + n0);
-            else
-                ce_rows_kernel<float, 1><<<bs, CE_THREADS, 0, s>>>(z, V, targets + n0, scale,
-                                                                   row_loss + n0, row_valid + n0);
-        }
+        if (zdt == SDP_CUDA_BF16)
+            ce_rows<__nv_bfloat16, __nv_bfloat16, 8>(z, bs, V, targets + n0, scale, row_loss + n0,
+                                                     row_valid + n0, s);
+        else if (dt == SDP_CUDA_BF16)
+            ce_rows<float, __nv_bfloat16, 4>(z, bs, V, targets + n0, scale, row_loss + n0,
+                                             row_valid + n0, s);
+        else
+            ce_rows<float, float, 4>(z, bs, V, targets + n0, scale, row_loss + n0, row_valid + n0,
+                                     s);
         if (C <= 0)
             continue;
         /* dh_blk^T (C, bs) = w^T (C, V) . g^T (V, bs) */

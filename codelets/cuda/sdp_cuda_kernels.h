@@ -130,12 +130,14 @@ void sdp_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int
 /* ---- LM head + cross-entropy, in blocks of rows so (N, V) logits never exist whole ----
  * loss (2) double, device: {sum of -log p(target) over valid rows, number of valid rows} (written).
  * dh (N, C) dt = scale * dloss/dh; dw (V, C) f32 += scale * dloss/dw; targets (N) int32, < 0
- * ignored. ws: at least sdp_cuda_lmhead_ce_ws(N, C, V, rows_per_block) bytes. */
-size_t sdp_cuda_lmhead_ce_ws(int N, int C, int V, int rows_per_block);
+ * ignored.  The logits are stored as zdt (SDP_CUDA_F32, or SDP_CUDA_BF16 for bf16 weights), the
+ * softmax computed from them in fp32.  ws: at least sdp_cuda_lmhead_ce_ws(N, C, V, rows_per_block,
+ * zdt) bytes. */
+size_t sdp_cuda_lmhead_ce_ws(int N, int C, int V, int rows_per_block, int zdt);
 void sdp_cuda_lmhead_ce(cublasLtHandle_t lt, double *loss, void *dh, float *dw, const void *h,
                         const void *w, const int32_t *targets, int N, int C, int V, float scale,
-                        int rows_per_block, int dt, void *ws, size_t ws_bytes, void *gemm_ws,
-                        size_t gemm_ws_bytes, cudaStream_t s);
+                        int rows_per_block, int dt, int zdt, void *ws, size_t ws_bytes,
+                        void *gemm_ws, size_t gemm_ws_bytes, cudaStream_t s);
 
 /* ---- optimizer support on the GPU ---- */
 /** out (1) double = sum of squares of g (n) f32 (device).  ws: sdp_cuda_sumsq_ws(n) bytes. */

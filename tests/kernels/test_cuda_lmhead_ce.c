@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* Checks the fused LM head + cross-entropy on the GPU (f32 and bf16, several rows-per-block values,
- * ignored targets including a whole ignored block, large logits, N = 1, V not a multiple of 4)
- * against the CPU fp64 oracle sdp_cpu_lmhead_ce_ref fed the same (bf16-rounded) inputs: loss sum,
- * valid count, dh, accumulated dw; also bit-reproducibility of the loss.  Then the qwen3-4b shape
- * (N=16384, C=2560, V=151936, bf16) is timed for three block sizes and two of its dh rows are
- * checked against an fp64 recomputation here. */
+/* Checks the fused LM head + cross-entropy on the GPU (f32; bf16 with f32 and with bf16 logits;
+ * several rows-per-block values, ignored targets including a whole ignored block, large logits,
+ * N = 1, V not a multiple of 4) against the CPU fp64 oracle sdp_cpu_lmhead_ce_ref fed the same
+ * (bf16-rounded) inputs: loss sum, valid count, dh, accumulated dw; also bit-reproducibility of
+ * the loss.  Then the qwen3-4b shape (N=16384, C=2560, V=151936, bf16) is timed for three block
+ * sizes with f32 logits and three with bf16 ones in the same workspaces, and two of its dh rows
+ * are checked against an fp64 recomputation here. */
 #include "config.h"
 
 #include <math.h>
@@ -73,18 +74,19 @@ static float *download(const void *d, size_t n, int dt)
 
 /* First-order error magnitudes of the GPU path in units of u32 (bounds: SDP_SAFETY u32 kappa), per
  * row n with Zn = max_v sum_c |h_nc w_vc| and Mn = max_v |z_nv| (as in the CPU kernel's test):
- *  logits (fp32-accumulated GEMM over C):   C Zn;  rho = 2 C Zn + 2 Mn + 4 for p = exp(z - max)
- *  loss_n:                                 rho + C Zn + 2
+ *  logits (fp32-accumulated GEMM over C):   Ez = C Zn, plus Mn u_bf16/u32 when stored as bf16;
+ *                                           rho = 2 Ez + 2 Mn + 4 for p = exp(z - max)
+ *  loss_n:                                 rho + Ez + 2
  *  g_nv: Eg = |scale| (P (rho + 3) + onehot), plus |g| u_bf16/u32 when g is stored as bf16
  *  dh_nc = sum_v g w over V terms:  sum_v (Eg + (V + 1) |g|) |w_vc|, plus |dh| u_bf16/u32 (bf16)
  *  dw_vc = dw0 + one GEMM of <= N terms per block (beta = 1):
  *          sum_n (Eg + (N + nblocks + 1) |g|) |h_nc| + nblocks |dw0| */
 static void kappa_run(double *kloss, double *kdh, double *kdw, const float *h, const float *w,
                       const float *dw0, const int32_t *tgt, int N, int C, int V, double scale,
-                      int nblocks, int bf16)
+                      int nblocks, int bf16, int zbf16)
 {
     double *z = sdp_test_alloc((size_t)V * 8), *Eg = sdp_test_alloc((size_t)V * 8);
-    const double ub = bf16 ? SDP_UBF16 / SDP_U32 : 0.0;
+    const double ub = bf16 ? SDP_UBF16 / SDP_U32 : 0.0, uz = zbf16 ? SDP_UBF16 / SDP_U32 : 0.0;
 
     *kloss = 0.0;
     for (size_t i = 0; i < (size_t)V * C; i++)
@@ -109,8 +111,8 @@ static void kappa_run(double *kloss, double *kdh, double *kdw, const float *h, c
         }
         for (int v = 0; v < V; v++)
             sum += exp(z[v] - mx);
-        const double lse = mx + log(sum), rho = 2.0 * C * Z + 2 * M + 4;
-        *kloss += rho + C * Z + 2;
+        const double Ez = C * Z + uz * M, lse = mx + log(sum), rho = 2.0 * Ez + 2 * M + 4;
+        *kloss += rho + Ez + 2;
         for (int v = 0; v < V; v++) {
             const double P = exp(z[v] - lse);
             z[v] = scale * (P - (v == tgt[n])); /* now g */
@@ -130,11 +132,11 @@ static void kappa_run(double *kloss, double *kdh, double *kdw, const float *h, c
     free(z), free(Eg);
 }
 
-static int run_case(struct sdp_rng *rng, int N, int C, int V, float hamp, int dt, const int *rpbs,
-                    int nrpb)
+static int run_case(struct sdp_rng *rng, int N, int C, int V, float hamp, int dt, int zdt,
+                    const int *rpbs, int nrpb)
 {
     const size_t nh = (size_t)N * C, nw = (size_t)V * C;
-    const int bf16 = dt == SDP_CUDA_BF16;
+    const int bf16 = dt == SDP_CUDA_BF16, zbf16 = zdt == SDP_CUDA_BF16;
     float *h = sdp_test_alloc(nh * 4), *w = sdp_test_alloc(nw * 4), *dw0 = sdp_test_alloc(nw * 4);
     float *rdh = sdp_test_alloc(nh * 4), *rdw = sdp_test_alloc(nw * 4);
     int32_t *tgt = sdp_test_alloc((size_t)N * 4);
@@ -161,8 +163,8 @@ static int run_case(struct sdp_rng *rng, int N, int C, int V, float hamp, int dt
     const float scale = 1.0f / (float)(nv > 0 ? nv : 1);
     memcpy(rdw, dw0, nw * 4);
     sdp_cpu_lmhead_ce_ref(&rloss, &rvalid, rdh, rdw, h, w, tgt, N, C, V, scale);
-    printf("-- %s N=%d C=%d V=%d, h std %g, %d valid rows\n", bf16 ? "bf16" : "f32", N, C, V,
-           (double)hamp, nv);
+    printf("-- %s, %s logits, N=%d C=%d V=%d, h std %g, %d valid rows\n", bf16 ? "bf16" : "f32",
+           zbf16 ? "bf16" : "f32", N, C, V, (double)hamp, nv);
 
     void *d_h = upload(h, nh, dt), *d_w = upload(w, nw, dt), *d_dh, *ws;
     float *d_dw;
@@ -177,22 +179,22 @@ static int run_case(struct sdp_rng *rng, int N, int C, int V, float hamp, int dt
     for (int b = 0; b < nrpb; b++) {
         const int rpb = rpbs[b], R = rpb > N ? N : rpb;
         const int nblocks = (N + R - 1) / R;
-        const size_t wsb = sdp_cuda_lmhead_ce_ws(N, C, V, rpb);
+        const size_t wsb = sdp_cuda_lmhead_ce_ws(N, C, V, rpb, zdt);
         CK(cudaMalloc(&ws, wsb));
         CK(cudaMemset(ws, 0xff, wsb)); /* NaN garbage: every read byte must have been written */
         for (int rep = 0; rep < 2; rep++) {
             CK(cudaMemcpy(d_dw, dw0, nw * 4, cudaMemcpyHostToDevice));
             CK(cudaMemset(d_dh, 0x7f, nh * 4));
             CK(cudaMemset(d_loss, 0x7f, 16));
-            sdp_cuda_lmhead_ce(lt, d_loss, d_dh, d_dw, d_h, d_w, d_tgt, N, C, V, scale, rpb, dt, ws,
-                               wsb, gemm_ws, GEMM_WS_BYTES, stream);
+            sdp_cuda_lmhead_ce(lt, d_loss, d_dh, d_dw, d_h, d_w, d_tgt, N, C, V, scale, rpb, dt,
+                               zdt, ws, wsb, gemm_ws, GEMM_WS_BYTES, stream);
             CK(cudaGetLastError());
             CK(cudaStreamSynchronize(stream));
             CK(cudaMemcpy(loss, d_loss, 16, cudaMemcpyDeviceToHost));
             if (rep == 0)
                 memcpy(loss_first, loss, 16);
         }
-        kappa_run(&kloss, kdh, kdw, h, w, dw0, tgt, N, C, V, scale, nblocks, bf16);
+        kappa_run(&kloss, kdh, kdw, h, w, dw0, tgt, N, C, V, scale, nblocks, bf16, zbf16);
         const double err = fabs(loss[0] - rloss), allowed = SDP_SAFETY * SDP_U32 * kloss;
         const int lbad =
             !(err <= allowed) || loss[1] != (double)rvalid || memcmp(loss, loss_first, 16);
@@ -250,7 +252,7 @@ static void prod_row_ref(double *dh, double *kdh, const float *h, const float *w
     }
     for (int v = 0; v < V; v++)
         sum += exp(z[v] - mx);
-    const double lse = mx + log(sum), rho = 2.0 * C * Z + 2 * M + 4;
+    const double lse = mx + log(sum), rho = 2.0 * (C * Z + ub * M) + 2 * M + 4;
     for (int v = 0; v < V; v++) {
         const double P = exp(z[v] - lse);
         z[v] = scale * (P - (v == t));
@@ -274,10 +276,14 @@ static int run_production(struct sdp_rng *rng)
 {
     enum { N = 16384, C = 2560, V = 151936 };
     const size_t nh = (size_t)N * C, nw = (size_t)V * C;
-    static const int rpbs[] = { 1024, 2048, 4096 };
+    /* f32 logits, then bf16 ones in the same workspaces (twice the rows) */
+    enum { NB = 6 };
+    static const int rpbs[NB] = { 1024, 2048, 4096, 2048, 4096, 8192 };
+    static const int zdts[NB] = { SDP_CUDA_F32,  SDP_CUDA_F32,  SDP_CUDA_F32,
+                                  SDP_CUDA_BF16, SDP_CUDA_BF16, SDP_CUDA_BF16 };
     float *h = sdp_test_alloc(nh * 4), *w = sdp_test_alloc(nw * 4);
     int32_t *tgt = sdp_test_alloc((size_t)N * 4);
-    double losses[3][2];
+    double losses[NB][2];
     int nv = 0, nfail = 0;
 
     sdp_fill_uniform(rng, h, nh, -1.0f, 1.0f); /* logits std ~ sqrt(C) 0.58 0.058 ~ 1.7 */
@@ -299,8 +305,8 @@ static int run_production(struct sdp_rng *rng)
     CK(cudaMemcpy(d_tgt, tgt, (size_t)N * 4, cudaMemcpyHostToDevice));
     printf("-- qwen3-4b LM head: N=%d C=%d V=%d bf16, %d valid rows\n", N, C, V, nv);
 
-    for (int b = 0; b < 3; b++) {
-        const size_t wsb = sdp_cuda_lmhead_ce_ws(N, C, V, rpbs[b]);
+    for (int b = 0; b < NB; b++) {
+        const size_t wsb = sdp_cuda_lmhead_ce_ws(N, C, V, rpbs[b], zdts[b]);
         cudaEvent_t e0, e1;
         float ms;
         const int iters = 3;
@@ -309,21 +315,21 @@ static int run_production(struct sdp_rng *rng)
         CK(cudaEventCreate(&e1));
         CK(cudaMemset(d_dw, 0, nw * 4));
         sdp_cuda_lmhead_ce(lt, d_loss, d_dh, d_dw, d_h, d_w, d_tgt, N, C, V, scale, rpbs[b],
-                           SDP_CUDA_BF16, ws, wsb, gemm_ws, GEMM_WS_BYTES, stream);
+                           SDP_CUDA_BF16, zdts[b], ws, wsb, gemm_ws, GEMM_WS_BYTES, stream);
         CK(cudaGetLastError());
         CK(cudaMemcpyAsync(losses[b], d_loss, 16, cudaMemcpyDeviceToHost, stream));
         CK(cudaEventRecord(e0, stream));
         for (int i = 0; i < iters; i++)
             sdp_cuda_lmhead_ce(lt, d_loss, d_dh, d_dw, d_h, d_w, d_tgt, N, C, V, scale, rpbs[b],
-                               SDP_CUDA_BF16, ws, wsb, gemm_ws, GEMM_WS_BYTES, stream);
+                               SDP_CUDA_BF16, zdts[b], ws, wsb, gemm_ws, GEMM_WS_BYTES, stream);
         CK(cudaEventRecord(e1, stream));
         CK(cudaEventSynchronize(e1));
         CK(cudaEventElapsedTime(&ms, e0, e1));
         ms /= iters;
-        printf("time bf16 lmhead_ce rows/block %-5d ws %7.1f MiB  %8.2f ms  %6.1f TFLOP/s "
-               "(6 N C V; LM head fwd reference 687.1)  loss/count %.9f\n",
-               rpbs[b], wsb / 1048576.0, ms, 6.0 * N * C * V / (ms * 1e-3) / 1e12,
-               losses[b][0] / losses[b][1]);
+        printf("time bf16 lmhead_ce %s logits rows/block %-5d ws %7.1f MiB  %8.2f ms  %6.1f "
+               "TFLOP/s (6 N C V; LM head fwd reference 687.1)  loss/count %.9f\n",
+               zdts[b] == SDP_CUDA_BF16 ? "bf16" : "f32 ", rpbs[b], wsb / 1048576.0, ms,
+               6.0 * N * C * V / (ms * 1e-3) / 1e12, losses[b][0] / losses[b][1]);
         cudaEventDestroy(e0), cudaEventDestroy(e1);
         cudaFree(ws);
         if (losses[b][1] != nv) {
@@ -332,15 +338,30 @@ static int run_production(struct sdp_rng *rng)
         }
     }
     /* Different block sizes only change the GEMM algorithms of the logits: the totals agree to a
-     * few fp32 roundings per row (each loss term ~ log V ~ 12, logit errors ~ sqrt(C) u32 |z|). */
-    for (int b = 1; b < 3; b++) {
-        const double rel = fabs(losses[b][0] - losses[0][0]) / fabs(losses[0][0]);
+     * few fp32 roundings per row (each loss term ~ log V ~ 12, logit errors ~ sqrt(C) u32 |z|),
+     * and where such an error flips a bf16 logit's rounding (about one in a thousand), the row's
+     * term moves by at most u_bf16 |z| (~0.01): a few 1e-7 of the total.  bf16 against f32
+     * logits: each row's term moves by at most about u_bf16 (|z_t| + max |z|) (~0.02 here), the
+     * roundings of independent rows of either sign, so the totals agree to about sqrt(N) 0.01 /
+     * (N 12) ~ 1e-5; allowed 1e-4. */
+    for (int b = 1; b < NB; b++) {
+        if (b == 3)
+            continue;
+        const int r = zdts[b] == zdts[0] ? 0 : 3;
+        const double rel = fabs(losses[b][0] - losses[r][0]) / fabs(losses[r][0]);
         const int bad = !(rel < 1e-5);
-        printf("loss rows/block %d vs %d: rel diff %.3g (allowed 1e-5)  %s\n", rpbs[b], rpbs[0],
-               rel, bad ? "BAD" : "ok");
+        printf("loss rows/block %d vs %d (%s logits): rel diff %.3g (allowed 1e-5)  %s\n", rpbs[b],
+               rpbs[r], zdts[b] == SDP_CUDA_BF16 ? "bf16" : "f32", rel, bad ? "BAD" : "ok");
         nfail += bad;
     }
-    /* dh rows of the last run (rows/block 4096) against fp64 */
+    {
+        const double rel = fabs(losses[3][0] - losses[0][0]) / fabs(losses[0][0]);
+        const int bad = !(rel < 1e-4);
+        printf("loss bf16 logits (rows/block %d) vs f32 (%d): rel diff %.3g (allowed 1e-4)  %s\n",
+               rpbs[3], rpbs[0], rel, bad ? "BAD" : "ok");
+        nfail += bad;
+    }
+    /* dh rows of the last run (bf16 logits, rows/block 8192) against fp64 */
     float *dh = download(d_dh, nh, SDP_CUDA_BF16);
     double *rdh = sdp_test_alloc(C * 8), *kdh = sdp_test_alloc(C * 8);
     const int rows[2] = { 5, N - 3 };
@@ -374,11 +395,14 @@ int main(int argc, char **argv)
     }
     CK(cudaStreamCreate(&stream));
     CK(cudaMalloc(&gemm_ws, GEMM_WS_BYTES));
-    for (int dt = SDP_CUDA_F32; dt <= SDP_CUDA_BF16; dt++) {
-        nfail += run_case(&rng, 24, 64, 37, 1.0f, dt, rpb_a, 3);   /* V odd: scalar path */
-        nfail += run_case(&rng, 32, 64, 1000, 1.0f, dt, rpb_b, 2); /* V % 4 == 0: float4 path */
-        nfail += run_case(&rng, 20, 48, 3000, 6.0f, dt, rpb_b, 1); /* large logits */
-        nfail += run_case(&rng, 1, 16, 5, 1.0f, dt, rpb_c, 1);     /* N = 1 */
+    /* f32; bf16 with f32 logits; bf16 with bf16 logits */
+    for (int k = 0; k < 3; k++) {
+        const int dt = k ? SDP_CUDA_BF16 : SDP_CUDA_F32,
+                  zdt = k == 2 ? SDP_CUDA_BF16 : SDP_CUDA_F32;
+        nfail += run_case(&rng, 24, 64, 37, 1.0f, dt, zdt, rpb_a, 3);   /* V odd: scalar path */
+        nfail += run_case(&rng, 32, 64, 1000, 1.0f, dt, zdt, rpb_b, 2); /* V % 8 == 0: vectors */
+        nfail += run_case(&rng, 20, 48, 3000, 6.0f, dt, zdt, rpb_b, 1); /* large logits */
+        nfail += run_case(&rng, 1, 16, 5, 1.0f, dt, zdt, rpb_c, 1);     /* N = 1 */
     }
     /* the production shape needs ~5 GiB of GPU memory; "quick" skips it */
     if (!(argc > 1 && !strcmp(argv[1], "quick")))
