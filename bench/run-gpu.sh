@@ -23,7 +23,8 @@
 #            qwen3-4b/16 with the fp32 return; each with its event log; MODEL/BATCH are ignored;
 #            each with its memory log (--mem-log);
 #            TARGETS="MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB [BENCH_ARGS...]; ..." runs another list;
-#            a BENCH_ARGS word STARPU_NAME=VALUE or SDP_NAME=VALUE sets that variable for that run alone
+#            a BENCH_ARGS word STARPU_NAME=VALUE or SDP_NAME=VALUE sets that variable for that run alone;
+#            TARGETS_ROUNDS=N runs the list N times, every other round in reverse order
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
@@ -156,7 +157,21 @@ for stage in $stages; do
         IFS=';' read -r -a specs <<< "$(tr '\n' ' ' <<< "${TARGETS:-qwen3-4b 16 bf16 0 16; qwen3-8b 16 bf16 0 16 --work-home=gpu;
             qwen3-4b 16 bf16 15 16; qwen3-4b 32 bf16 23 16; qwen3-8b 16 bf16 0 16;
             qwen3-4b 16 fp32 0 16}")"
-        for spec in "${specs[@]}"; do
+        # TARGETS_ROUNDS=N runs the list N times, every other round in reverse order, so that a
+        # variant's place in the sequence (what the runs before it left in the host's memory and
+        # the GPU's state) does not pass for its effect; a name met again gets -2, -3, ...
+        rounds=${TARGETS_ROUNDS:-1}
+        order=()
+        for ((r = 0; r < rounds; r++)); do
+            if ((r % 2 == 0)); then
+                for ((i = 0; i < ${#specs[@]}; i++)); do order+=("$i"); done
+            else
+                for ((i = ${#specs[@]} - 1; i >= 0; i--)); do order+=("$i"); done
+            fi
+        done
+        declare -A seen=()
+        for i in "${order[@]}"; do
+            spec=${specs[$i]}
             read -r hm hb gd gib chunk extra <<< "$spec"
             # words of the form STARPU_NAME=VALUE or SDP_NAME=VALUE (StarPU's and the policy's
             # variables) are the environment of this run alone
@@ -166,6 +181,8 @@ for stage in $stages; do
             done
             name=$hm-b$hb-grad-$gd-gib$gib-chunk$chunk$(echo "${extra:-}" | sed 's/STARPU_//g;s/SDP_//g' |
                 tr -cd 'a-zA-Z0-9 ' | tr -d ' ' | cut -c1-60 | sed 's/^/-/;s/^-$//')
+            seen[$name]=$((${seen[$name]:-0} + 1))
+            ((${seen[$name]} > 1)) && name=$name-${seen[$name]}
             bench "$name" 300 --model "$hm" --batch "$hb" --seq 1024 --steps 4 --warmup 2 \
                 --grad-dtype "$gd" --gpu-memory-gib "$gib" --chunk-mib "$chunk" \
                 --events "$out/events-$name.jsonl" --mem-log "$out/mem-$name.jsonl" \
