@@ -39,7 +39,11 @@ is partly bookkeeping, not idle GPU); "unrecorded" for a task without those time
 boundary: the embedding's backward, the group-0 pack, the first group-0 update's inputs on the
 host, the last group-0 and group-1 updates, the next forward's embedding (when its inputs came, and
 its start) and the first task of layer 1 in the next forward, each in ms from the end of the
-embedding's backward; "gap" is that last milestone, the GPU's boundary between the steps.
+embedding's backward; "gap" is that last milestone, the GPU's boundary between the steps.  Then
+"upd_end", the end of the step's last update (any group, early ones included), and "cpu_floor",
+the AdamW work of the step still to run at the embedding's backward divided among the CPU workers
+that ran updates in the log: the soonest the updates could end if every worker ran them back to
+back from then on (the host's share of the boundary).
 
 --long MS lists the CUDA tasks of the selected steps that took longer than MS ms, in time order,
 each with how many other task events (any worker, any lane) ended while it ran: a long task that
@@ -295,12 +299,14 @@ def gap_parts(e, gap_start):
 
 
 BOUNDARY_COLS = ("step", "pack0_end", "upd0_inputs", "upd0_end", "upd1_end", "emb_fetched",
-                 "emb_start", "gap")
+                 "emb_start", "gap", "upd_end", "cpu_floor")
+UPDATES = ("adamw", "adamw_early")
 
 
 def boundary(events, steps):
     """The step boundaries of rank 0 (see --boundary)."""
     ev = [e for e in events if e.get("event", "task") != "wait" and e.get("rank", 0) == 0]
+    nupd = len({e.get("worker") for e in ev if e["name"] in UPDATES and e.get("kind") == "CPU"})
     out = []
     for s in steps:
         ebwd = [e for e in ev if e["name"] == "embedding_bwd" and e["step"] == s]
@@ -314,6 +320,8 @@ def boundary(events, steps):
             return (pick(vals) - t0) / 1e3 if vals else None
 
         upd = [e for e in ev if e["step"] == s and e["name"] == "adamw"]
+        every = [e for e in ev if e["step"] == s and e["name"] in UPDATES]
+        left = sum(max(0.0, e["end_us"] - max(e["start_us"], t0)) for e in every)
         emb = [e for e in nxt if e["name"] == "embedding_fwd"]
         layer1 = [e for e in nxt if e["group"] == 1 and e["name"] != "param_fetch"]
         out.append({
@@ -325,7 +333,9 @@ def boundary(events, steps):
             "upd1_end": rel([e["end_us"] for e in upd if e["group"] == 1]),
             "emb_fetched": rel([e.get("fetched_us") for e in emb], min),
             "emb_start": rel([e["start_us"] for e in emb], min),
-            "gap": rel([e["start_us"] for e in layer1], min)})
+            "gap": rel([e["start_us"] for e in layer1], min),
+            "upd_end": rel([e["end_us"] for e in every]),
+            "cpu_floor": left / nupd / 1e3 if every else None})
     return out
 
 

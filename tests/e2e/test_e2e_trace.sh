@@ -252,9 +252,10 @@ with open(sys.argv[1], "w") as f:
 with open(sys.argv[2], "w") as f:  # the boundary of step 0 (step 1 has no next step)
     for e in (ev("embedding_bwd", "bwd", 0, 800, 1000, group=0),
               ev("grad_pack", "norm", 0, 1500, 2000, group=0),
-              ev("adamw", "update", 0, 3000, 6000, group=0, kind="CPU", fetched_us=3000),
-              ev("adamw", "update", 0, 3500, 7000, group=0, kind="CPU", fetched_us=3500),
-              ev("adamw", "update", 0, 4000, 8000, group=1, kind="CPU", fetched_us=4000),
+              ev("adamw_early", "update", 0, 500, 1500, group=0, kind="CPU", worker=3),
+              ev("adamw", "update", 0, 3000, 6000, group=0, kind="CPU", fetched_us=3000, worker=1),
+              ev("adamw", "update", 0, 3500, 7000, group=0, kind="CPU", fetched_us=3500, worker=2),
+              ev("adamw", "update", 0, 4000, 8000, group=1, kind="CPU", fetched_us=4000, worker=1),
               ev("embedding_fwd", "fwd", 1, 9500, 9600, group=0, fetched_us=9000),
               ev("param_fetch", "fwd", 1, 9600, 9610, group=1),
               ev("rmsnorm_fwd", "fwd", 1, 10000, 10100, group=1)):
@@ -316,10 +317,14 @@ EOF
 if python3 "$top/tools/lane_util.py" "$tmp/bnd.jsonl" --steps 0-1 --json --boundary > "$tmp/bnd.json" &&
     python3 - "$tmp/bnd.json" <<'EOF'; then ok "boundary"; else fail "boundary"; fi
 import json, sys
-rows = json.load(open(sys.argv[1]))["boundary"]
+rows = [{k: round(v, 9) if isinstance(v, float) else v for k, v in r.items()}
+        for r in json.load(open(sys.argv[1]))["boundary"]]
 print("  boundary:", rows)
+# upd_end: the last update's end; cpu_floor: 0.5 ms of the early update and 3 + 3.5 + 4 ms of
+# the others after the embedding's backward (1 ms), over the 3 workers that ran updates
 want = [{"step": 0, "pack0_end": 1.0, "upd0_inputs": 2.0, "upd0_end": 6.0, "upd1_end": 7.0,
-         "emb_fetched": 8.0, "emb_start": 8.5, "gap": 9.0}]  # step 1 has no next step
+         "emb_fetched": 8.0, "emb_start": 8.5, "gap": 9.0, "upd_end": 7.0,
+         "cpu_floor": round(11.0 / 3, 9)}]  # step 1 has no next step
 sys.exit(0 if rows == want else 1)
 EOF
 
