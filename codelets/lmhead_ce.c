@@ -82,16 +82,16 @@ static size_t cuda_block_bytes(void)
  * are) unless SDP_LMHEAD_LOGITS=f32; always f32 for f32 weights.  Read once. */
 static int cuda_logits_dt(int dt)
 {
-    static int f32; /* 1: bf16 asked, 2: f32 asked */
-    int v = __atomic_load_n(&f32, __ATOMIC_RELAXED);
+    static int asked; /* 0: not read yet, then SDP_CUDA_F32 or SDP_CUDA_BF16 + 1 */
+    int v = __atomic_load_n(&asked, __ATOMIC_RELAXED);
     if (!v) {
         const char *e = getenv("SDP_LMHEAD_LOGITS");
-        v = e && !strcmp(e, "f32") ? 2 : 1;
         if (e && *e && strcmp(e, "f32") && strcmp(e, "bf16"))
             SDP_WARN("SDP_LMHEAD_LOGITS=%s is neither bf16 nor f32; using bf16", e);
-        __atomic_store_n(&f32, v, __ATOMIC_RELAXED);
+        v = 1 + (e && !strcmp(e, "f32") ? SDP_CUDA_F32 : SDP_CUDA_BF16);
+        __atomic_store_n(&asked, v, __ATOMIC_RELAXED);
     }
-    return dt == SDP_CUDA_BF16 && v == 1 ? SDP_CUDA_BF16 : SDP_CUDA_F32;
+    return dt == SDP_CUDA_BF16 ? v - 1 : SDP_CUDA_F32;
 }
 
 static void lmhead_ce_cuda(void *buffers[], void *cl_arg)

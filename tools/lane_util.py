@@ -335,7 +335,7 @@ def boundary(events, steps):
             "emb_start": rel([e["start_us"] for e in emb], min),
             "gap": rel([e["start_us"] for e in layer1], min),
             "upd_end": rel([e["end_us"] for e in every]),
-            "cpu_floor": left / nupd / 1e3 if every else None})
+            "cpu_floor": left / nupd / 1e3 if every and nupd else None})
     return out
 
 

@@ -26,13 +26,14 @@ static size_t align256(size_t n)
     return (n + 255) & ~(size_t)255;
 }
 
-/* Workspace: logits block (R, V) as dt | per-row loss (N) double | per-row validity (N) double. */
+/* Workspace: logits block (R, V) as zdt | per-row loss (N) double | per-row validity (N) double. */
 static int clamp_rows(int N, int rows_per_block)
 {
     return rows_per_block <= 0 || rows_per_block > N ? N : rows_per_block;
 }
 
-static size_t logit_size(int dt)
+/* Bytes of one element of dtype dt. */
+static size_t dt_size(int dt)
 {
     return dt == SDP_CUDA_BF16 ? 2 : 4;
 }
@@ -43,7 +44,7 @@ extern "C" size_t sdp_cuda_lmhead_ce_ws(int N, int C, int V, int rows_per_block,
     if (N <= 0 || V <= 0)
         return 256;
     const int R = clamp_rows(N, rows_per_block);
-    return align256((size_t)R * V * logit_size(zdt)) + 2 * align256((size_t)N * sizeof(double));
+    return align256((size_t)R * V * dt_size(zdt)) + 2 * align256((size_t)N * sizeof(double));
 }
 
 /* ---- per-row softmax cross-entropy ---- */
@@ -259,7 +260,7 @@ extern "C" void sdp_cuda_lmhead_ce(cublasLtHandle_t lt, double *loss, void *dh, 
                                    void *ws, size_t ws_bytes, void *gemm_ws, size_t gemm_ws_bytes,
                                    cudaStream_t s)
 {
-    const size_t esz = dt == SDP_CUDA_BF16 ? 2 : 4;
+    const size_t esz = dt_size(dt);
 
     if (zdt == SDP_CUDA_BF16 && dt != SDP_CUDA_BF16) {
         fprintf(stderr, "[sdp][error][sdp_cuda_lmhead_ce@%s] bf16 logits of f32 weights\n",
@@ -278,9 +279,9 @@ extern "C" void sdp_cuda_lmhead_ce(cublasLtHandle_t lt, double *loss, void *dh, 
     if (ws_bytes < need)
         ws_fail("workspace too small", ws_bytes, need);
     void *z = ws; /* logits (bs, V) as zdt, then dlogits as dt from each row's start */
-    double *row_loss = (double *)((char *)ws + align256((size_t)R * V * logit_size(zdt)));
+    double *row_loss = (double *)((char *)ws + align256((size_t)R * V * dt_size(zdt)));
     double *row_valid = row_loss + align256((size_t)N * sizeof(double)) / sizeof(double);
-    const int ldg = (int)((size_t)V * logit_size(zdt) / esz);
+    const int ldg = (int)((size_t)V * dt_size(zdt) / esz);
 
     for (int n0 = 0; n0 < N; n0 += R) {
         const int bs = N - n0 < R ? N - n0 : R;
@@ -292,7 +293,7 @@ extern "C" void sdp_cuda_lmhead_ce(cublasLtHandle_t lt, double *loss, void *dh, 
             sdp_cuda_gemm_lt(lt, 1, 0, V, bs, C, w, C, hb, C, 0.0f, NULL, z, V, dt, zdt, gemm_ws,
                              gemm_ws_bytes, s);
         else
-            cudaMemsetAsync(z, 0, (size_t)bs * V * logit_size(zdt), s);
+            cudaMemsetAsync(z, 0, (size_t)bs * V * dt_size(zdt), s);
 
         if (zdt == SDP_CUDA_BF16)
             ce_rows<__nv_bfloat16, __nv_bfloat16, 8>(z, bs, V, targets + n0, scale, row_loss + n0,
