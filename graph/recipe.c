@@ -80,7 +80,7 @@ struct ctx {
 
 static const char *const precision_names[] = { "fp32", "bf16", NULL };
 static const char *const grad_dtype_names[] = { "auto", "fp32", "bf16", NULL };
-static const char *const activation_names[] = { "recompute", "keep", "offload", NULL };
+static const char *const activation_names[] = { "recompute", "keep", "offload", "selective", NULL };
 static const char *const on_nan_names[] = { "stop", "skip", NULL };
 static const char *const grad_route_names[] = { "cpu", "gpu", NULL };
 static const char *const param_route_names[] = { "replicated", "sharded", NULL };
@@ -111,7 +111,7 @@ static void set_collectives(struct ctx *c, int i)
 
 static void set_activations(struct ctx *c, int i)
 {
-    c->r->recompute = i != 1;
+    c->r->recompute = i == 1 ? 0 : i == 3 ? 2 : 1;
     c->r->act_offload = i == 2;
 }
 
@@ -208,6 +208,7 @@ static const struct key train_keys[] = {
     { .name = "grad_route_groups", .type = K_STR, RF(grad_route_groups) },
     { .name = "window", RF(window), INT_GE(0) },
     { .name = "bwd_lookahead", RF(bwd_lookahead), INT_GE(-1) },
+    { .name = "keep_last", RF(keep_last), INT_GE(0) },
     { .name = "grad_dtype", CHOICE(grad_dtype_names, set_grad_dtype) },
     { .name = "work_home", CHOICE(work_home_names, set_work_home) },
     { .name = "staging_depth", RF(staging_depth), INT_GE(1) },
@@ -816,6 +817,12 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
                 "go with param_delay 1, param_route sharded, gpu_memory_gib or window",
                 r->file);
         sdp_hint("drop those keys, or set train.work_home: host");
+        return -EINVAL;
+    }
+    if (r->model.num_layers > 0 && r->keep_last > r->model.num_layers) {
+        sdp_err(-EINVAL, "recipe %s: train.keep_last=%d exceeds the model's %d layers", r->file,
+                r->keep_last, r->model.num_layers);
+        sdp_hint("lower train.keep_last (0: every layer recomputed)");
         return -EINVAL;
     }
     if (!(r->chunk_mib > 0) || !(r->lr > 0))

@@ -11,7 +11,8 @@
  *   optimizer  name (adamw), lr, beta1, beta2, eps, weight_decay, max_grad_norm (0: none)
  *   schedule   name (cosine | linear | constant), warmup_steps, min_lr_ratio
  *   train      steps, seed, precision (fp32 | bf16), chunk_mib, activations (recompute |
- *              keep | offload: recompute, the saved layer inputs wait on the host), sched
+ *              keep | offload: recompute, the saved layer inputs wait on the host | selective:
+ *              recompute, the mid residuals kept too), sched
  *              (StarPU policy), cpus (CPU workers, 0 = all), host_memory_gib
  *              (0 = detect), gpus (CUDA workers, -1 = all found, 0 = none), gpu_memory_gib
  *              (memory StarPU may use per GPU, 0 = all), on_nan (stop | skip: a step whose
@@ -28,7 +29,8 @@
  *              param_delay (0: synchronous, the default; 1: RoundPipe's asynchronous optimizer,
  *              where step s computes with the weights from before step s - 1's update),
  *              bwd_lookahead (layers the backward's recomputation and gradient zeroing may run
- *              ahead of it: default 1; -1 = no bound; see sdp_graph_conf), grad_dtype (auto |
+ *              ahead of it: default 1; -1 = no bound; see sdp_graph_conf), keep_last (with
+ *              recomputation, the top layers that keep their activations; 0), grad_dtype (auto |
  *              fp32 | bf16: the gradient AdamW reads; bf16 packs the final fp32 gradient where it
  *              was made, halving the return's bytes; auto, the default: bf16 for one rank on a
  *              GPU, else fp32; sdp_recipe_grad_bf16), staging_depth (sdp-slidedp:
@@ -89,7 +91,8 @@ struct sdp_recipe {
     unsigned long long seed;
     enum sdp_precision precision;
     double chunk_mib;       /* parameter chunk size, MiB of fp32 master */
-    int recompute;          /* 1: recompute activations in backward (default), 0: keep */
+    int recompute;          /* 1: recompute activations in backward (default), 0: keep, 2:
+                               selective (the mid residuals kept too; sdp_graph_conf) */
     int act_offload;        /* activations: offload (the saved layer inputs wait on the host) */
     char sched[64];         /* StarPU policy name ("" = runtime default) */
     int cpus;               /* CPU workers (0 = all cores) */
@@ -105,6 +108,7 @@ struct sdp_recipe {
     int window;                  /* GPU window: release layers after use, keeping the last `window`
                                     forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
     int bwd_lookahead;           /* sdp_graph_conf.bwd_lookahead (default 1, -1 = no bound) */
+    int keep_last;               /* sdp_graph_conf.keep_last (default 0) */
     int grad_bf16;               /* train.grad_dtype: -1 auto (default), 0 fp32, 1 bf16 */
     int work_on_gpu;             /* train.work_home: 0 host (default), 1 gpu (sdp_state's
                                     work_staged: the working copies off the host) */

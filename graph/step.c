@@ -163,11 +163,28 @@ static void release_acts(struct layer_acts *a)
     }
 }
 
+/* The MLP half of layer l's forward up to the down projection: a->xmid -> a->h2 (norm), a->gu,
+ * a->act; the first task with options o1, the others with o. */
+static int mlp_fwd(sdp_graph_t *g, const struct sdp_task_opts *o1, const struct sdp_task_opts *o,
+                   int l, sdp_rt_tensor_t *W, struct layer_acts *a, int N, float eps)
+{
+    struct sdp_state *st = g->st;
+    TRY_RET(sdp_task_rmsnorm_fwd(o1, a->h2, a->rstd2, a->xmid, W, sdp_state_off(st, l, SDP_PT_LN2),
+                                 N, g->C, eps));
+    TRY_RET(sdp_task_matmul_fwd(o, a->gu, NULL, a->h2, W, sdp_state_off(st, l, SDP_PT_GATE), N,
+                                g->C, 2 * g->I));
+    return sdp_task_swiglu_fwd(o, a->act, a->gu, N, g->I);
+}
+
 /* Forward of decoder layer l (group l) on x (N, C).  Fills a with every intermediate; writes the
  * layer output into out (N, C) unless out is NULL (recomputation needs the intermediates only).
- * The first task waits for the task tagged `after` (0: none). */
+ * mid, when given (selective recomputation), is the layer's mid residual x + attention kept from
+ * the forward: a takes it over as its xmid, the attention's output projection is not computed
+ * again, and the MLP half, which needs only mid, is submitted first, since the backward starts
+ * there.  The first task of each half waits for the task tagged `after` (0: none). */
 static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph, sdp_rt_tensor_t *x,
-                     struct layer_acts *a, sdp_rt_tensor_t *out, unsigned long long after)
+                     sdp_rt_tensor_t *mid, struct layer_acts *a, sdp_rt_tensor_t *out,
+                     unsigned long long after)
 {
     struct sdp_state *st = g->st;
     sdp_rt_tensor_t *W = compute_work(g, l, step, rank_of(g, mb));
@@ -176,6 +193,7 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
     float eps = (float)st->cfg.rms_norm_eps;
     struct sdp_task_opts o = opts(g, step, l, mb, ph);
     memset(a, 0, sizeof(*a));
+    a->xmid = mid; /* taken over even if a temporary below cannot be made */
     TRY_RET(temp(&a->h1, g->act_dt, (size_t)N * g->C, "h1", mb, l));
     TRY_RET(temp(&a->rstd1, SDP_F32, (size_t)N, "rstd1", mb, l));
     TRY_RET(temp(&a->qkv, g->act_dt, (size_t)N * g->QKV, "qkv", mb, l));
@@ -184,13 +202,19 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
         TRY_RET(temp(&a->rstdqk, SDP_F32, (size_t)N * (g->NH + g->NKV), "rstd_qk", mb, l));
     TRY_RET(temp(&a->att, g->act_dt, (size_t)N * g->NH * g->HD, "att", mb, l));
     TRY_RET(temp(&a->lse, SDP_F32, (size_t)B * g->NH * T, "lse", mb, l));
-    TRY_RET(temp(&a->xmid, g->act_dt, (size_t)N * g->C, "xmid", mb, l));
+    if (!mid)
+        TRY_RET(temp(&a->xmid, g->act_dt, (size_t)N * g->C, "xmid", mb, l));
     TRY_RET(temp(&a->h2, g->act_dt, (size_t)N * g->C, "h2", mb, l));
     TRY_RET(temp(&a->rstd2, SDP_F32, (size_t)N, "rstd2", mb, l));
     TRY_RET(temp(&a->gu, g->act_dt, (size_t)N * 2 * g->I, "gate_up", mb, l));
     TRY_RET(temp(&a->act, g->act_dt, (size_t)N * g->I, "swiglu", mb, l));
 
-    struct sdp_task_opts o1 = gated(g, o, after);
+    struct sdp_task_opts o1;
+    if (mid) {
+        o1 = gated(g, o, after); /* a tag per task: each one is waited for at the step's end */
+        TRY_RET(mlp_fwd(g, &o1, &o, l, W, a, N, eps));
+    }
+    o1 = gated(g, o, after);
     TRY_RET(sdp_task_rmsnorm_fwd(&o1, a->h1, a->rstd1, x, W, sdp_state_off(st, l, SDP_PT_LN1), N,
                                  g->C, eps));
     TRY_RET(sdp_task_matmul_fwd(&o, a->qkv, NULL, a->h1, W, sdp_state_off(st, l, SDP_PT_Q), N, g->C,
@@ -200,13 +224,11 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
                                      qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1, &g->rope,
                                      N, T, g->NH, g->NKV, g->HD, eps));
     TRY_RET(sdp_task_attention_fwd(&o, a->att, a->lse, a->qkv2, B, T, g->NH, g->NKV, g->HD));
+    if (mid)
+        return 0;
     TRY_RET(sdp_task_matmul_fwd(&o, a->xmid, x, a->att, W, sdp_state_off(st, l, SDP_PT_O), N,
                                 g->NH * g->HD, g->C));
-    TRY_RET(sdp_task_rmsnorm_fwd(&o, a->h2, a->rstd2, a->xmid, W, sdp_state_off(st, l, SDP_PT_LN2),
-                                 N, g->C, eps));
-    TRY_RET(sdp_task_matmul_fwd(&o, a->gu, NULL, a->h2, W, sdp_state_off(st, l, SDP_PT_GATE), N,
-                                g->C, 2 * g->I));
-    TRY_RET(sdp_task_swiglu_fwd(&o, a->act, a->gu, N, g->I));
+    TRY_RET(mlp_fwd(g, &o, &o, l, W, a, N, eps));
     if (out)
         TRY_RET(sdp_task_matmul_fwd(&o, out, a->xmid, a->act, W, sdp_state_off(st, l, SDP_PT_DOWN),
                                     N, g->I, g->C));
@@ -542,6 +564,14 @@ static void window_release(sdp_graph_t *g, int step, int gi, int r)
         sdp_rt_tensor_wont_use(grad_of(g, gi, r));
 }
 
+/* Whether the backward recomputes layer l's activations: with recompute, every layer but the
+ * top keep_last, whose backward follows their forward closely (the last layer's right after the
+ * LM head), so they keep theirs from the forward. */
+static int recomputed(const sdp_graph_t *g, int l)
+{
+    return g->c.recompute && l <= g->L - g->c.keep_last;
+}
+
 /* What layer l's backward preparations (recomputation, gradient zeroing) wait for: the end of
  * the backward of layer l + 1 + bwd_lookahead (done[L + 1]: the final norm's), or nothing. */
 static unsigned long long bwd_gate(const sdp_graph_t *g, const unsigned long long *done, int l)
@@ -558,6 +588,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     int B = g->c.micro_batch, T = g->c.seq_len, N = B * T, L = g->L;
     float eps = (float)st->cfg.rms_norm_eps;
     sdp_rt_tensor_t **xs = calloc((size_t)L + 1, sizeof(*xs));
+    sdp_rt_tensor_t **mids = calloc((size_t)L + 1, sizeof(*mids)); /* recompute 2: kept xmid */
     struct layer_acts *kept = calloc((size_t)L + 1, sizeof(*kept));
     unsigned long long *done = calloc((size_t)L + 2, sizeof(*done)); /* bwd end tags (bwd_gate) */
     sdp_rt_tensor_t *hN = NULL, *rstdN = NULL, *dh = NULL, *dres = NULL;
@@ -565,8 +596,9 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     int rc = 0, l, r = rank_of(g, mb);
     /* the rank's last micro-batch of the step: with a bounded window, GPU copies go after it */
     int last = g->c.window > 0 && (mb + 1) % g->nm_rank == 0;
-    if (!xs || !kept || !done) {
+    if (!xs || !mids || !kept || !done) {
         free(xs);
+        free(mids);
         free(kept);
         free(done);
         return sdp_err(-ENOMEM, "micro-batch bookkeeping for %d layers", L);
@@ -580,11 +612,18 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     for (l = 1; l <= L; l++) {
         TRY_GOTO(temp(&xs[l], g->act_dt, (size_t)N * g->C, "x", mb, l));
         TRY_GOTO(dispatch(g, step, mb, l));
-        TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], &kept[l], xs[l], 0));
-        if (g->c.recompute)
+        TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], NULL, &kept[l], xs[l], 0));
+        if (recomputed(g, l) && g->c.recompute == 2) { /* selective: the mid residual stays */
+            mids[l] = kept[l].xmid;
+            kept[l].xmid = NULL;
+        }
+        if (recomputed(g, l)) /* else kept whole for the backward */
             release_acts(&kept[l]);
-        if (g->c.recompute && g->c.offload_inputs) /* back for layer l's recomputation */
+        if (recomputed(g, l) && g->c.offload_inputs) { /* back for layer l's recomputation */
             sdp_rt_tensor_wont_use(xs[l - 1]);
+            if (mids[l])
+                sdp_rt_tensor_wont_use(mids[l]);
+        }
         if (last && l <= L - g->c.window && !g->rwork)
             sdp_rt_tensor_wont_use(work_of(g, l, step));
     }
@@ -619,11 +658,14 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         /* with a bounded window the forward let these weights go (after the step's last
          * micro-batch: this fetch follows that in submission order) */
         if (last && !g->rwork)
-            TRY_GOTO(fetch(g, step, l, g->c.recompute ? SDP_PH_RECOMPUTE : SDP_PH_BWD,
+            TRY_GOTO(fetch(g, step, l, recomputed(g, l) ? SDP_PH_RECOMPUTE : SDP_PH_BWD,
                            bwd_gate(g, done, l)));
-        if (g->c.recompute)
-            TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], &kept[l], NULL,
+        if (recomputed(g, l)) {
+            sdp_rt_tensor_t *mid = mids[l]; /* kept[l] takes it over */
+            mids[l] = NULL;
+            TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], mid, &kept[l], NULL,
                                bwd_gate(g, done, l)));
+        }
         TRY_GOTO(zero_grad(g, step, mb, l, bwd_gate(g, done, l)));
         TRY_GOTO(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres,
                            g->c.bwd_lookahead >= 0 ? &done[l] : NULL));
@@ -652,12 +694,14 @@ fail:
     for (l = 0; l <= L; l++) {
         release_acts(&kept[l]);
         sdp_rt_tensor_release(xs[l]);
+        sdp_rt_tensor_release(mids[l]);
     }
     sdp_rt_tensor_release(hN);
     sdp_rt_tensor_release(rstdN);
     sdp_rt_tensor_release(dh);
     sdp_rt_tensor_release(dres);
     free(xs);
+    free(mids);
     free(kept);
     free(done);
     return rc;
@@ -871,7 +915,7 @@ int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits
                                     sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
     for (l = 1; l <= g->L; l++) {
         TRY_GOTO(temp(&y, g->act_dt, (size_t)N * g->C, "x", 0, l));
-        rc = layer_fwd(g, -1, 0, l, SDP_PH_FWD, x, &a, y, 0);
+        rc = layer_fwd(g, -1, 0, l, SDP_PH_FWD, x, NULL, &a, y, 0);
         release_acts(&a);
         if (rc)
             goto fail;
@@ -943,10 +987,13 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
         group_max = ne > group_max ? ne : group_max;
     }
     bytes = 2ull * group_max * (es + 4); /* work + fp32 grad */
-    /* saved layer inputs (offloaded: the few around the layer at work), d_x, h */
-    bytes += n * (unsigned long long)m->hidden_size * es *
-             ((c->recompute && c->offload_inputs ? 4 : m->num_layers) + 3);
-    bytes += 2ull * sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, 0);
+    /* saved layer inputs and, selective, mid residuals (offloaded: the few around the layer at
+     * work), d_x, h */
+    bytes +=
+        n * (unsigned long long)m->hidden_size * es *
+        ((c->recompute && c->offload_inputs ? 4 : m->num_layers) * (c->recompute == 2 ? 2 : 1) + 3);
+    bytes += (2ull + (c->recompute ? (unsigned)c->keep_last : 0u)) *
+             sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, 0);
     bytes +=
         (1ull << 30) + (64ull << 20); /* LM-head logits block, cuBLASLt and kernel workspaces */
     return bytes;
@@ -980,6 +1027,12 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
         return sdp_err(-EINVAL,
                        "graph: working copies off the host (train.work_home: gpu) need "
                        "window 0 (no gpu_memory_gib), param_delay 0 and the replicated route");
+    }
+    if (c->keep_last < 0 || c->keep_last > m->num_layers) {
+        int k = c->keep_last;
+        free(g);
+        return sdp_err(-EINVAL, "graph: keep_last = %d is outside 0..%d (the model's layers)", k,
+                       m->num_layers);
     }
     g->nm_rank = c->n_micro / g->R;
     g->C = m->hidden_size;

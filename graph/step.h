@@ -51,7 +51,12 @@ struct sdp_graph_conf {
                         before the release, and the CLI runs them on the GPU; with more ranks it
                         runs them on the host (sdp_cli_place_norms) */
     int seq_len;     /* T */
-    int recompute;   /* 1: recompute activations in backward; 0: keep them from the forward */
+    int recompute;   /* 1: recompute activations in backward from each layer's saved input; 2:
+                        selective, each layer's mid residual (input + attention) kept too, so the
+                        recomputation skips the attention's output projection; 0: keep every
+                        activation from the forward */
+    int keep_last;   /* with recompute: the top keep_last layers keep every activation from the
+                        forward instead (0: none) */
     int offload_inputs; /* with recompute: each layer's saved input leaves the GPU once the forward
                            has read it (StarPU moves it to the host) and comes back for that
                            layer's recomputation: the activation offload/reload lane */

@@ -124,8 +124,8 @@ double sdp_model_layer_fwd_flops(const struct sdp_model_cfg *cfg, int B, int T);
 double sdp_model_train_flops_per_token(const struct sdp_model_cfg *cfg, int T);
 
 /** Bytes of the activations one decoder layer keeps between forward and backward for B*T tokens
- * when it is recomputed (its input only) and when it is kept whole (every intermediate), in
- * elements of elem_bytes. */
+ * when it is recomputed (recompute 1: its input only; 2, selective: its input and its mid
+ * residual) and when it is kept whole (0: every intermediate), in elements of elem_bytes. */
 size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, int elem_bytes,
                                  int recompute);
 

@@ -28,7 +28,7 @@ struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype, *mem_log;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
     int embed_early_off, work_on_gpu;
-    int lookahead, staging_depth, prefetch_groups, nccl, barrier;
+    int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
 };
@@ -55,8 +55,10 @@ static void usage(FILE *f)
            "                       host holds 12 bytes a parameter, see train.work_home)\n"
            "  --embed-early X      on or off: update the tied embedding's rows outside the step's\n"
            "                       tokens during the backward (one rank, bf16 return; on)\n"
-           "  --activations A      recompute, keep or offload (recompute; offload: recompute, and\n"
-           "                       each layer's saved input waits on the host)\n"
+           "  --activations A      recompute, keep, offload or selective (recompute; offload:\n"
+           "                       recompute, and each layer's saved input waits on the host;\n"
+           "                       selective: the mid residuals kept too, so the attention's\n"
+           "                       output projection is not recomputed)\n"
            "  --chunk-mib X        parameter chunk, MiB of fp32 master (16)\n"
            "  --gpus N             CUDA workers (-1 = all found, 0 = none; -1)\n"
            "  --gpu-memory-gib X   memory StarPU may use per GPU (0 = all)\n"
@@ -71,6 +73,8 @@ static void usage(FILE *f)
            "                       --gpu-memory-gib, else 0: no release)\n"
            "  --bwd-lookahead N    layers the backward's recomputation and gradient zeroing may\n"
            "                       run ahead of it (1; -1 = no bound)\n"
+           "  --keep-last N        with recomputation, the top N layers keep every activation\n"
+           "                       from the forward (0)\n"
            "  --ranks R            data-parallel ranks, one per GPU (1); the batch is shared\n"
            "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n"
            "  --collectives starpu|nccl  the GPU-reduction route's transfers and sum (starpu)\n"
@@ -184,7 +188,9 @@ static int run(const struct bench_opts *b)
     gc.micro_batch = b->micro;
     gc.n_micro = b->batch / b->micro;
     gc.seq_len = b->seq;
-    gc.recompute = strcmp(b->activations, "keep") != 0;
+    gc.recompute = !strcmp(b->activations, "keep")        ? 0
+                   : !strcmp(b->activations, "selective") ? 2
+                                                          : 1;
     gc.offload_inputs = strcmp(b->activations, "offload") == 0;
     gc.beta1 = 0.9;
     gc.beta2 = 0.95;
@@ -194,6 +200,7 @@ static int run(const struct bench_opts *b)
     gc.embed_early = b->embed_early_off ? -1 : 0;
     gc.window = b->window;
     gc.bwd_lookahead = b->lookahead;
+    gc.keep_last = b->keep_last;
     norms_at = sdp_cli_place_norms(b->ranks, b->window);
     gc.nranks = b->ranks;
     gc.grad_route = b->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
@@ -281,6 +288,7 @@ static int run(const struct bench_opts *b)
             "param_route", b->sharded ? "sharded" : "replicated", "max_grad_norm",
             b->max_grad_norm);
         /* as asked: 0 / -1 = the policy's default (its log line says which it used) */
+        json_object_set_new(settings, "keep_last", json_integer(b->keep_last));
         json_object_set_new(settings, "staging_depth", json_integer(b->staging_depth));
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
         json_object_set_new(settings, "collectives", json_string(b->nccl ? "nccl" : "starpu"));
@@ -360,6 +368,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "max-grad-norm", required_argument, NULL, 'N' },
         { "window", required_argument, NULL, 'W' },
         { "bwd-lookahead", required_argument, NULL, 'L' },
+        { "keep-last", required_argument, NULL, 'K' },
         { "staging-depth", required_argument, NULL, 'Q' },
         { "prefetch-groups", required_argument, NULL, 'F' },
         { "ranks", required_argument, NULL, 'R' },
@@ -430,9 +439,9 @@ int sdp_cli_bench(int argc, char **argv)
             break;
         case 'a':
             if (strcmp(optarg, "recompute") && strcmp(optarg, "keep") &&
-                strcmp(optarg, "offload")) {
-                fprintf(stderr,
-                        "slidedp bench: --activations expects recompute, keep or offload\n");
+                strcmp(optarg, "offload") && strcmp(optarg, "selective")) {
+                fprintf(stderr, "slidedp bench: --activations expects recompute, keep, offload or "
+                                "selective\n");
                 return SDP_EXIT_USAGE;
             }
             b.activations = optarg;
@@ -496,12 +505,15 @@ int sdp_cli_bench(int argc, char **argv)
         case 'W':
         case 'R':
         case 'L':
+        case 'K':
         case 'Q':
         case 'F':
             if (parse_num("an integer option", optarg,
                           opt == 'g' || opt == 'L'
                               ? -1
-                              : (opt == 'w' || opt == 'c' || opt == 'W' || opt == 'F' ? 0 : 1),
+                              : (opt == 'w' || opt == 'c' || opt == 'W' || opt == 'F' || opt == 'K'
+                                     ? 0
+                                     : 1),
                           &v) ||
                 v != (int)v)
                 return SDP_EXIT_USAGE;
@@ -514,6 +526,7 @@ int sdp_cli_bench(int argc, char **argv)
               : opt == 'W' ? &b.window
               : opt == 'R' ? &b.ranks
               : opt == 'L' ? &b.lookahead
+              : opt == 'K' ? &b.keep_last
               : opt == 'Q' ? &b.staging_depth
               : opt == 'F' ? &b.prefetch_groups
                            : &b.cpus) = (int)v;

@@ -454,6 +454,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     gc.recompute = r->recompute;
     gc.offload_inputs = r->act_offload;
     gc.bwd_lookahead = r->bwd_lookahead;
+    gc.keep_last = r->keep_last;
     gc.beta1 = r->beta1;
     gc.beta2 = r->beta2;
     gc.eps = r->eps;

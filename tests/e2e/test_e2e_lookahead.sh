@@ -3,7 +3,9 @@
 # recomputation and gradient zeroing start only after the backward of layer l + 1 + K has ended.
 # On a 6-layer model trained 4 steps on 2 CPU workers, for K = -1 (no bound), 0, 1 and 2:
 #   - the fp32 losses are bit-identical (the bound changes the order of tasks, never the sums),
-#     also with activations: offload (the saved layer inputs wait on the host; K = 1);
+#     also with activations: offload (the saved layer inputs wait on the host; K = 1) and
+#     activations: selective (the mid residuals kept, the output projection not recomputed; K = 1
+#     and K = -1), also with keep_last: 2 (the top two layers not recomputed);
 #   - tools/check_invariants.py --bwd-lookahead K passes every bounded run's event log, and the
 #     tighter --bwd-lookahead K-1 fails it (the bound is what held the tasks back, not chance);
 #   - the unbounded run fails --bwd-lookahead 0 (its recomputations run ahead of the backward);
@@ -51,12 +53,51 @@ fi
 "$py" "$top/tools/check_invariants.py" --bwd-lookahead 1 "$tmp/eoff.jsonl" > "$tmp/coff" 2>&1 ||
     { echo "activations offload: the checker fails the run"; tail -n 5 "$tmp/coff"; fail=1; }
 echo "activations offload: $(tail -n 1 "$tmp/coff")"
+# activations: selective: the recomputation reads the forward's mid residual instead of computing
+# it again from the same inputs, so the sums are the same; both gates
+for K in 1 -1; do
+    recipe "$K" "$tmp/sel$K.yaml"
+    sed -i 's/^  chunk_mib: 1$/  chunk_mib: 1\n  activations: selective/' "$tmp/sel$K.yaml"
+    grep -q "activations: selective" "$tmp/sel$K.yaml" || { echo "could not make the selective recipe"; fail=1; }
+    if ! "$bin" train "$tmp/sel$K.yaml" --cpus 2 -q --metrics "$tmp/msel$K.jsonl" \
+        --events "$tmp/esel$K.jsonl" 2> "$tmp/errsel$K"; then
+        echo "activations selective, bwd_lookahead $K: training failed"; cat "$tmp/errsel$K"; fail=1
+    fi
+    gate=""; [ "$K" -ge 0 ] && gate="--bwd-lookahead $K"
+    # shellcheck disable=SC2086
+    "$py" "$top/tools/check_invariants.py" $gate "$tmp/esel$K.jsonl" > "$tmp/csel$K" 2>&1 ||
+        { echo "activations selective, bwd_lookahead $K: the checker fails the run"; tail -n 5 "$tmp/csel$K"; fail=1; }
+    echo "activations selective, bwd_lookahead $K: $(tail -n 1 "$tmp/csel$K")"
+    # the attention's output projection (one matmul_fwd of four) is not recomputed
+    n=$(grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/esel$K.jsonl")
+    nfull=$(grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/e$K.jsonl")
+    echo "activations selective, bwd_lookahead $K: $n recomputed matmuls against $nfull"
+    [ "$n" -gt 0 ] && [ $((n * 3)) -eq $((nfull * 2)) ] ||
+        { echo "want two thirds of the full recomputation's matmuls"; fail=1; }
+done
+# keep_last: 2 with selective: the top two of six layers keep their activations, not recomputed
+recipe 1 "$tmp/keep.yaml"
+sed -i 's/^  chunk_mib: 1$/  chunk_mib: 1\n  activations: selective\n  keep_last: 2/' "$tmp/keep.yaml"
+grep -q "keep_last: 2" "$tmp/keep.yaml" || { echo "could not make the keep_last recipe"; fail=1; }
+if ! "$bin" train "$tmp/keep.yaml" --cpus 2 -q --metrics "$tmp/mkeep.jsonl" --events "$tmp/ekeep.jsonl" \
+    2> "$tmp/errkeep"; then
+    echo "keep_last 2: training failed"; cat "$tmp/errkeep"; fail=1
+fi
+"$py" "$top/tools/check_invariants.py" --bwd-lookahead 1 "$tmp/ekeep.jsonl" > "$tmp/ckeep" 2>&1 ||
+    { echo "keep_last 2: the checker fails the run"; tail -n 5 "$tmp/ckeep"; fail=1; }
+echo "keep_last 2: $(tail -n 1 "$tmp/ckeep")"
+n=$(grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/ekeep.jsonl")
+nfull=$(grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/e1.jsonl")
+echo "keep_last 2: $n recomputed matmuls against $nfull"
+[ "$n" -gt 0 ] && [ $((n * 3 * 6)) -eq $((nfull * 2 * 4)) ] ||
+    { echo "want two thirds of the matmuls of four layers of six"; fail=1; }
 
 "$py" "$top/tools/check_invariants.py" --bwd-lookahead 0 "$tmp/e-1.jsonl" > "$tmp/c-1" 2>&1
 [ $? -eq 1 ] || { echo "the unbounded run must fail the check for 0"; fail=1; }
 echo "unbounded against 0: $(tail -n 1 "$tmp/c-1")"
 
-"$py" - "$tmp"/m-1.jsonl "$tmp"/m0.jsonl "$tmp"/m1.jsonl "$tmp"/m2.jsonl "$tmp"/moff.jsonl <<'PYEOF' || fail=1
+"$py" - "$tmp"/m-1.jsonl "$tmp"/m0.jsonl "$tmp"/m1.jsonl "$tmp"/m2.jsonl "$tmp"/moff.jsonl \
+    "$tmp"/msel1.jsonl "$tmp"/msel-1.jsonl "$tmp"/mkeep.jsonl <<'PYEOF' || fail=1
 import json, sys
 runs = [[json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:]]
 for p, r in zip(sys.argv[1:], runs):

@@ -40,7 +40,8 @@ static void write_file(const char *path, const char *text)
     fclose(f);
 }
 
-/* Load path with stderr redirected into err (NUL-terminated). */
+/* Load path (validate r instead when path is NULL) with stderr redirected into err
+ * (NUL-terminated). */
 static int load_capture(const char *path, struct sdp_recipe *r, char *err, size_t errlen)
 {
     char cap[300];
@@ -52,7 +53,7 @@ static int load_capture(const char *path, struct sdp_recipe *r, char *err, size_
     saved = dup(2);
     fd = open(cap, O_RDWR | O_CREAT | O_TRUNC, 0600);
     dup2(fd, 2);
-    rc = sdp_recipe_load(path, r);
+    rc = path ? sdp_recipe_load(path, r) : sdp_recipe_validate(r);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -181,6 +182,7 @@ static const char good_recipe[] =
     "  window: 3\n"
     "  param_delay: 1\n"
     "  bwd_lookahead: 2\n"
+    "  keep_last: 1\n"
     "  grad_dtype: fp32\n"
     "  staging_depth: 3\n"
     "  prefetch_groups: 0\n"
@@ -279,6 +281,7 @@ int main(void)
           r.window, r.param_delay, r.bwd_lookahead);
     CHECK(d.bwd_lookahead == 1 && d.window == -1 && d.param_delay == 0 && d.ranks == 1,
           "defaults of the window keys");
+    CHECK(r.keep_last == 1 && d.keep_last == 0, "train.keep_last %d, and its default", r.keep_last);
     CHECK(r.grad_bf16 == 0 && d.grad_bf16 == -1, "train.grad_dtype fp32, and its default (auto)");
     CHECK(!sdp_recipe_grad_bf16(&r, 1) && !sdp_recipe_grad_bf16(&d, 0) &&
               sdp_recipe_grad_bf16(&d, 1),
@@ -324,6 +327,20 @@ int main(void)
     rc = load_capture(path, &r, err, sizeof(err));
     CHECK(rc == 0 && r.recompute == 1 && r.act_offload == 1, "activations offload: %d %s", rc, err);
     CHECK(d.act_offload == 0, "activations offload is not the default");
+    /* activations: selective is recomputation with the mid residuals kept (recompute 2) */
+    write_file(path, "model:\n  preset: qwen3-0.6b\ndata:\n  train: /d.tok\ntrain:\n"
+                     "  activations: selective\n");
+    rc = load_capture(path, &r, err, sizeof(err));
+    CHECK(rc == 0 && r.recompute == 2 && r.act_offload == 0, "activations selective: %d %s", rc,
+          err);
+    /* keep_last: at most the model's layers (qwen3-0.6b has 28), a validation error naming it */
+    write_file(path, "model:\n  preset: qwen3-0.6b\ndata:\n  train: /d.tok\ntrain:\n"
+                     "  keep_last: 29\n");
+    rc = load_capture(path, &r, err, sizeof(err));
+    CHECK(rc == 0 && r.keep_last == 29, "keep_last 29 loads: %d %s", rc, err);
+    rc = load_capture(NULL, &r, err, sizeof(err));
+    printf("keep_last 29 -> %d; %.*s\n", rc, (int)strcspn(err, "\n"), err);
+    CHECK(rc == -EINVAL && strstr(err, "train.keep_last=29"), "keep_last 29 -> %d: %s", rc, err);
 
     /* the bf16 gradient return: one rank only (a validation error naming the key) */
     write_file(path, "model:\n  preset: qwen3-0.6b\ndata:\n  train: /d.tok\nbatch:\n  global: 4\n"
@@ -336,24 +353,7 @@ int main(void)
     CHECK(!sdp_recipe_grad_bf16(&d, 1), "auto with two ranks returns fp32");
     d.ranks = 1;
     r.ranks = 2;
-    {
-        char vcap[300];
-        int saved = dup(2), fd;
-        ssize_t n;
-        snprintf(vcap, sizeof(vcap), "%s/validate.txt", dir);
-        fflush(stderr);
-        fd = open(vcap, O_RDWR | O_CREAT | O_TRUNC, 0600);
-        dup2(fd, 2);
-        rc = sdp_recipe_validate(&r);
-        fflush(stderr);
-        dup2(saved, 2);
-        close(saved);
-        lseek(fd, 0, SEEK_SET);
-        n = read(fd, err, sizeof(err) - 1);
-        err[n > 0 ? n : 0] = '\0';
-        close(fd);
-        unlink(vcap);
-    }
+    rc = load_capture(NULL, &r, err, sizeof(err));
     printf("grad_dtype bf16 with 2 ranks -> %d; %.*s\n", rc, (int)strcspn(err, "\n"), err);
     CHECK(rc == -EINVAL && strstr(err, "train.grad_dtype") != NULL,
           "grad_dtype bf16 with 2 ranks -> %d (%s)", rc, err);
