@@ -695,6 +695,7 @@ void sdp_recipe_defaults(struct sdp_recipe *r)
     r->ranks = 1;
     r->window = -1;
     r->bwd_lookahead = 1;
+    r->keep_last = 1;
     r->grad_bf16 = -1;
     r->prefetch_groups = -1;
 }

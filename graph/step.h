@@ -56,7 +56,8 @@ struct sdp_graph_conf {
                         recomputation skips the attention's output projection; 0: keep every
                         activation from the forward */
     int keep_last;   /* with recompute: the top keep_last layers keep every activation from the
-                        forward instead (0: none) */
+                        forward instead (0: none; the recipe's and the bench's default is 1: the
+                        last layer's backward follows the LM head) */
     int offload_inputs; /* with recompute: each layer's saved input leaves the GPU once the forward
                            has read it (StarPU moves it to the host) and comes back for that
                            layer's recomputation: the activation offload/reload lane */

@@ -4,7 +4,7 @@
 # libraries a minimal host may lack (jansson, libyaml, utf8proc, PCRE2, hwloc; OpenBLAS and the CUDA
 # libraries are expected on the host).
 # Run `tools/setup-debian.sh` first.  Usage: tools/gpu-bundle.sh [BUNDLE_DIR]   (default build-gpu)
-# On the GPU host, from the source tree:  LD_LIBRARY_PATH=deps/starpu/lib:build-gpu/lib build-gpu/slidedp ...
+# On the GPU host, from the source tree:  LD_LIBRARY_PATH=build-gpu/lib build-gpu/slidedp ...
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$top/build-gpu}
@@ -31,4 +31,11 @@ for lib in libjansson.so.4 libyaml-0.so.2 libutf8proc.so.2 libpcre2-8.so.0 libhw
     path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !f { print $NF; f = 1 }')
     [ -n "$path" ] && cp -L "$path" "$out/lib/"
 done
+# StarPU itself, without its debug sections (a seventh of its size): the bundle then needs no
+# deps/starpu on the GPU host
+starpu_lib=$(ls "$top"/deps/starpu/lib/libstarpu-1.4.so.* 2> /dev/null | sort | tail -n 1)
+if [ -n "$starpu_lib" ]; then
+    cp -L "$starpu_lib" "$out/lib/libstarpu-1.4.so.9"
+    strip --strip-debug "$out/lib/libstarpu-1.4.so.9"
+fi
 du -sh "$out"

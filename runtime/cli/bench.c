@@ -74,7 +74,7 @@ static void usage(FILE *f)
            "  --bwd-lookahead N    layers the backward's recomputation and gradient zeroing may\n"
            "                       run ahead of it (1; -1 = no bound)\n"
            "  --keep-last N        with recomputation, the top N layers keep every activation\n"
-           "                       from the forward (0)\n"
+           "                       from the forward (1; 0 = every layer recomputed)\n"
            "  --ranks R            data-parallel ranks, one per GPU (1); the batch is shared\n"
            "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n"
            "  --collectives starpu|nccl  the GPU-reduction route's transfers and sum (starpu)\n"
@@ -398,6 +398,7 @@ int sdp_cli_bench(int argc, char **argv)
                             .sched = "sdp-slidedp",
                             .window = -1,
                             .lookahead = 1,
+                            .keep_last = 1,
                             .prefetch_groups = -1,
                             .ranks = 1,
                             .seed = 1234 };

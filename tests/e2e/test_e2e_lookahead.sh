@@ -5,7 +5,8 @@
 #   - the fp32 losses are bit-identical (the bound changes the order of tasks, never the sums),
 #     also with activations: offload (the saved layer inputs wait on the host; K = 1) and
 #     activations: selective (the mid residuals kept, the output projection not recomputed; K = 1
-#     and K = -1), also with keep_last: 2 (the top two layers not recomputed);
+#     and K = -1), also with keep_last: 2 (the top two layers not recomputed; the default, 1,
+#     keeps the last layer's) and keep_last: 0 (every layer recomputed);
 #   - tools/check_invariants.py --bwd-lookahead K passes every bounded run's event log, and the
 #     tighter --bwd-lookahead K-1 fails it (the bound is what held the tasks back, not chance);
 #   - the unbounded run fails --bwd-lookahead 0 (its recomputations run ahead of the backward);
@@ -76,6 +77,14 @@ for K in 1 -1; do
         { echo "want two thirds of the full recomputation's matmuls"; fail=1; }
 done
 # keep_last: 2 with selective: the top two of six layers keep their activations, not recomputed
+# (the runs above, with the default of 1, recompute five), and keep_last: 0 recomputes all six
+recipe 1 "$tmp/all.yaml"
+sed -i 's/^  chunk_mib: 1$/  chunk_mib: 1\n  keep_last: 0/' "$tmp/all.yaml"
+if ! "$bin" train "$tmp/all.yaml" --cpus 2 -q --metrics "$tmp/mall.jsonl" --events "$tmp/eall.jsonl" \
+    2> "$tmp/errall"; then
+    echo "keep_last 0: training failed"; cat "$tmp/errall"; fail=1
+fi
+nall=$(grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/eall.jsonl")
 recipe 1 "$tmp/keep.yaml"
 sed -i 's/^  chunk_mib: 1$/  chunk_mib: 1\n  activations: selective\n  keep_last: 2/' "$tmp/keep.yaml"
 grep -q "keep_last: 2" "$tmp/keep.yaml" || { echo "could not make the keep_last recipe"; fail=1; }
@@ -88,16 +97,16 @@ fi
 echo "keep_last 2: $(tail -n 1 "$tmp/ckeep")"
 n=$(grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/ekeep.jsonl")
 nfull=$(grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/e1.jsonl")
-echo "keep_last 2: $n recomputed matmuls against $nfull"
-[ "$n" -gt 0 ] && [ $((n * 3 * 6)) -eq $((nfull * 2 * 4)) ] ||
-    { echo "want two thirds of the matmuls of four layers of six"; fail=1; }
+echo "keep_last 2: $n recomputed matmuls, the default $nfull, keep_last 0 $nall"
+[ "$n" -gt 0 ] && [ $((n * 3 * 5)) -eq $((nfull * 2 * 4)) ] && [ $((nall * 5)) -eq $((nfull * 6)) ] ||
+    { echo "want 2/3 of the matmuls of four layers, five by default, six with keep_last 0"; fail=1; }
 
 "$py" "$top/tools/check_invariants.py" --bwd-lookahead 0 "$tmp/e-1.jsonl" > "$tmp/c-1" 2>&1
 [ $? -eq 1 ] || { echo "the unbounded run must fail the check for 0"; fail=1; }
 echo "unbounded against 0: $(tail -n 1 "$tmp/c-1")"
 
 "$py" - "$tmp"/m-1.jsonl "$tmp"/m0.jsonl "$tmp"/m1.jsonl "$tmp"/m2.jsonl "$tmp"/moff.jsonl \
-    "$tmp"/msel1.jsonl "$tmp"/msel-1.jsonl "$tmp"/mkeep.jsonl <<'PYEOF' || fail=1
+    "$tmp"/msel1.jsonl "$tmp"/msel-1.jsonl "$tmp"/mkeep.jsonl "$tmp"/mall.jsonl <<'PYEOF' || fail=1
 import json, sys
 runs = [[json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:]]
 for p, r in zip(sys.argv[1:], runs):

@@ -182,7 +182,7 @@ static const char good_recipe[] =
     "  window: 3\n"
     "  param_delay: 1\n"
     "  bwd_lookahead: 2\n"
-    "  keep_last: 1\n"
+    "  keep_last: 2\n"
     "  grad_dtype: fp32\n"
     "  staging_depth: 3\n"
     "  prefetch_groups: 0\n"
@@ -281,7 +281,7 @@ int main(void)
           r.window, r.param_delay, r.bwd_lookahead);
     CHECK(d.bwd_lookahead == 1 && d.window == -1 && d.param_delay == 0 && d.ranks == 1,
           "defaults of the window keys");
-    CHECK(r.keep_last == 1 && d.keep_last == 0, "train.keep_last %d, and its default", r.keep_last);
+    CHECK(r.keep_last == 2 && d.keep_last == 1, "train.keep_last %d, and its default", r.keep_last);
     CHECK(r.grad_bf16 == 0 && d.grad_bf16 == -1, "train.grad_dtype fp32, and its default (auto)");
     CHECK(!sdp_recipe_grad_bf16(&r, 1) && !sdp_recipe_grad_bf16(&d, 0) &&
               sdp_recipe_grad_bf16(&d, 1),
