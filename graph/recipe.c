@@ -80,8 +80,7 @@ struct ctx {
 
 static const char *const precision_names[] = { "fp32", "bf16", NULL };
 static const char *const grad_dtype_names[] = { "auto", "fp32", "bf16", NULL };
-static const char *const activation_names[] = { "recompute",         "keep", "offload", "selective",
-                                                "selective-offload", NULL };
+static const char *const activation_names[] = { "recompute", "keep", "offload", "selective", NULL };
 static const char *const on_nan_names[] = { "stop", "skip", NULL };
 static const char *const grad_route_names[] = { "cpu", "gpu", NULL };
 static const char *const param_route_names[] = { "replicated", "sharded", NULL };
@@ -112,8 +111,8 @@ static void set_collectives(struct ctx *c, int i)
 
 static void set_activations(struct ctx *c, int i)
 {
-    c->r->recompute = i == 1 ? 0 : i >= 3 ? 2 : 1;
-    c->r->act_offload = i == 2 || i == 4;
+    c->r->recompute = i == 1 ? 0 : i == 3 ? 2 : 1;
+    c->r->act_offload = i == 2;
 }
 
 static void set_on_nan(struct ctx *c, int i)

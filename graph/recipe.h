@@ -12,8 +12,7 @@
  *   schedule   name (cosine | linear | constant), warmup_steps, min_lr_ratio
  *   train      steps, seed, precision (fp32 | bf16), chunk_mib, activations (recompute |
  *              keep | offload: recompute, the saved layer inputs wait on the host | selective:
- *              recompute, the mid residuals kept too | selective-offload: both, the inputs
- *              and the mid residuals wait on the host), sched
+ *              recompute, the mid residuals kept too), sched
  *              (StarPU policy), cpus (CPU workers, 0 = all), host_memory_gib
  *              (0 = detect), gpus (CUDA workers, -1 = all found, 0 = none), gpu_memory_gib
  *              (memory StarPU may use per GPU, 0 = all), on_nan (stop | skip: a step whose

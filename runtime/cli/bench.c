@@ -55,12 +55,10 @@ static void usage(FILE *f)
            "                       host holds 12 bytes a parameter, see train.work_home)\n"
            "  --embed-early X      on or off: update the tied embedding's rows outside the step's\n"
            "                       tokens during the backward (one rank, bf16 return; on)\n"
-           "  --activations A      recompute, keep, offload, selective or selective-offload\n"
-           "                       (recompute; offload: recompute, and each layer's saved input\n"
-           "                       waits on the host;\n"
+           "  --activations A      recompute, keep, offload or selective (recompute; offload:\n"
+           "                       recompute, and each layer's saved input waits on the host;\n"
            "                       selective: the mid residuals kept too, so the attention's\n"
-           "                       output projection is not recomputed; selective-offload:\n"
-           "                       both, the inputs and mid residuals wait on the host)\n"
+           "                       output projection is not recomputed)\n"
            "  --chunk-mib X        parameter chunk, MiB of fp32 master (16)\n"
            "  --gpus N             CUDA workers (-1 = all found, 0 = none; -1)\n"
            "  --gpu-memory-gib X   memory StarPU may use per GPU (0 = all)\n"
@@ -190,11 +188,10 @@ static int run(const struct bench_opts *b)
     gc.micro_batch = b->micro;
     gc.n_micro = b->batch / b->micro;
     gc.seq_len = b->seq;
-    gc.recompute = !strcmp(b->activations, "keep")            ? 0
-                   : !strncmp(b->activations, "selective", 9) ? 2
-                                                              : 1;
-    gc.offload_inputs =
-        !strcmp(b->activations, "offload") || !strcmp(b->activations, "selective-offload");
+    gc.recompute = !strcmp(b->activations, "keep")        ? 0
+                   : !strcmp(b->activations, "selective") ? 2
+                                                          : 1;
+    gc.offload_inputs = strcmp(b->activations, "offload") == 0;
     gc.beta1 = 0.9;
     gc.beta2 = 0.95;
     gc.eps = 1e-8;
@@ -443,10 +440,9 @@ int sdp_cli_bench(int argc, char **argv)
             break;
         case 'a':
             if (strcmp(optarg, "recompute") && strcmp(optarg, "keep") &&
-                strcmp(optarg, "offload") && strcmp(optarg, "selective") &&
-                strcmp(optarg, "selective-offload")) {
-                fprintf(stderr, "slidedp bench: --activations expects recompute, keep, offload, "
-                                "selective or selective-offload\n");
+                strcmp(optarg, "offload") && strcmp(optarg, "selective")) {
+                fprintf(stderr, "slidedp bench: --activations expects recompute, keep, offload or "
+                                "selective\n");
                 return SDP_EXIT_USAGE;
             }
             b.activations = optarg;
