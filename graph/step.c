@@ -981,19 +981,22 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
                                            const struct sdp_graph_conf *c)
 {
     size_t es = sdp_dtype_size(work_dtype), group_max = 0;
-    unsigned long long n = (unsigned long long)c->micro_batch * c->seq_len, bytes;
+    unsigned long long n = (unsigned long long)c->micro_batch * c->seq_len, bytes, saved, nfull;
     for (int g = 0; g < sdp_model_num_groups(m); g++) {
         size_t ne = sdp_model_group_nelems(m, g);
         group_max = ne > group_max ? ne : group_max;
     }
     bytes = 2ull * group_max * (es + 4); /* work + fp32 grad */
-    /* saved layer inputs and, selective, mid residuals (offloaded: the few around the layer at
-     * work), d_x, h */
-    bytes +=
-        n * (unsigned long long)m->hidden_size * es *
-        ((c->recompute && c->offload_inputs ? 4 : m->num_layers) * (c->recompute == 2 ? 2 : 1) + 3);
-    bytes += (2ull + (c->recompute ? (unsigned)c->keep_last : 0u)) *
-             sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, 0);
+    /* d_x, h and, recomputing, the saved layer inputs and (selective) mid residuals (offloaded:
+     * the few around the layer at work) */
+    saved = c->recompute
+                ? (c->offload_inputs ? 4u : (unsigned)m->num_layers) * (c->recompute == 2 ? 2u : 1u)
+                : 0u;
+    bytes += n * (unsigned long long)m->hidden_size * es * (saved + 3);
+    /* every intermediate of the layers at work (two), of those that keep theirs from the forward
+     * (keep_last; all of them without recomputation) */
+    nfull = c->recompute ? 2u + (unsigned)c->keep_last : (unsigned)m->num_layers + 1u;
+    bytes += nfull * sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, 0);
     bytes +=
         (1ull << 30) + (64ull << 20); /* LM-head logits block, cuBLASLt and kernel workspaces */
     return bytes;

@@ -101,8 +101,10 @@ struct sdp_route_bytes {
 void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_bytes *rb);
 
 /** Smallest GPU memory (bytes) a run of this configuration needs on one GPU: two parameter groups
- * in flight (working copy + fp32 gradient), the saved layer inputs of one micro-batch, one layer's
- * intermediates and gradients, and the LM head's logits block and workspaces. */
+ * in flight (working copy + fp32 gradient), what one micro-batch keeps between its forward and
+ * backward (c->recompute, offload_inputs, keep_last: the saved layer inputs and mid residuals, the
+ * kept layers' intermediates; every layer's without recomputation), two layers' intermediates
+ * and gradients at work, and the LM head's logits block and workspaces. */
 unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
                                            const struct sdp_graph_conf *c);
 

@@ -237,7 +237,11 @@ static void group_name(const struct sdp_recipe *r, int g, char *out, size_t len)
  */
 static int check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_dt)
 {
-    struct sdp_graph_conf gc = { .micro_batch = r->micro_batch, .seq_len = r->seq_len };
+    struct sdp_graph_conf gc = { .micro_batch = r->micro_batch,
+                                 .seq_len = r->seq_len,
+                                 .recompute = r->recompute,
+                                 .offload_inputs = r->act_offload,
+                                 .keep_last = r->keep_last };
     unsigned long long total = sdp_rt_gpu_mem_total(0);
     unsigned long long limit =
         r->gpu_memory_gib > 0 ? (unsigned long long)(r->gpu_memory_gib * 1073741824.0) : total;
@@ -254,7 +258,8 @@ static int check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_dt)
                 "gradients, one micro-batch of activations), the %s allows %.1f GiB",
                 r->file, need / 1073741824.0, r->gpu_memory_gib > 0 ? "recipe" : "GPU",
                 limit / 1073741824.0);
-        sdp_hint("lower batch.micro or data.seq_len, or raise train.gpu_memory_gib");
+        sdp_hint("lower batch.micro or data.seq_len, set train.keep_last: 0 or train.activations: "
+                 "offload, or raise train.gpu_memory_gib");
         return -ENOMEM;
     }
     return 0;

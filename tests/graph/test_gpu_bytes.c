@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/* sdp_graph_gpu_bytes_min, the GPU memory a run needs at least (the train command refuses a GPU
+ * limit below it): each activation setting against the parts it adds, computed here from the
+ * model's shapes, and the benchmarks' qwen3-4b configurations under the limits they run with. */
+#include "config.h"
+
+#include <stdio.h>
+
+#include "graph/step.h"
+#include "models/sdp_models.h"
+
+static int nfail;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            printf("FAIL: ");                                                                      \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+            nfail++;                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static unsigned long long need(const struct sdp_model_cfg *m, int B, int recompute, int offload,
+                               int keep_last)
+{
+    struct sdp_graph_conf c = { .micro_batch = B,
+                                .seq_len = 1024,
+                                .recompute = recompute,
+                                .offload_inputs = offload,
+                                .keep_last = keep_last };
+    return sdp_graph_gpu_bytes_min(m, SDP_BF16, &c);
+}
+
+int main(void)
+{
+    struct sdp_model_cfg m;
+    const double gib = 1073741824.0;
+    if (sdp_model_preset("qwen3-4b", &m)) {
+        printf("no qwen3-4b preset\nFAIL\n");
+        return 1;
+    }
+    const unsigned long long L = (unsigned long long)m.num_layers;
+    for (int B = 16; B <= 32; B += 16) {
+        /* one layer input (bf16) and every intermediate of one layer, for B x 1024 tokens */
+        unsigned long long in = (unsigned long long)B * 1024 * m.hidden_size * 2;
+        unsigned long long full = sdp_model_layer_act_bytes(&m, B, 1024, 2, 0);
+        unsigned long long base = need(&m, B, 1, 0, 0);
+        printf("qwen3-4b/%d: recompute %.2f GiB (layer input %.0f MiB, layer %.0f MiB)\n", B,
+               base / gib, in / 1048576.0, full / 1048576.0);
+        CHECK(need(&m, B, 1, 0, 1) == base + full, "keep_last 1 adds one layer's intermediates");
+        CHECK(need(&m, B, 1, 0, 3) == base + 3 * full, "keep_last 3 adds three");
+        CHECK(need(&m, B, 2, 0, 0) == base + L * in, "selective adds a mid residual a layer");
+        CHECK(need(&m, B, 1, 1, 0) == base - (L - 4) * in, "offload keeps four inputs");
+        CHECK(need(&m, B, 2, 1, 0) == base - L * in + 8 * in,
+              "selective offload keeps four inputs and four residuals");
+        CHECK(need(&m, B, 0, 0, 0) == base - L * in + (L - 1) * full,
+              "keep: every layer's intermediates, no separate inputs");
+        CHECK(need(&m, B, 0, 0, 5) == need(&m, B, 0, 0, 0), "keep_last means nothing in keep");
+    }
+    /* the benchmarks' settings fit their limits: qwen3-4b/32 under 23 GiB and qwen3-4b/16 under
+     * 15 GiB with the defaults (recompute, the last layer kept) */
+    printf("qwen3-4b/32, keep_last 1: %.2f GiB; qwen3-4b/16: %.2f GiB\n",
+           need(&m, 32, 1, 0, 1) / gib, need(&m, 16, 1, 0, 1) / gib);
+    CHECK(need(&m, 32, 1, 0, 1) < 23 * gib, "qwen3-4b/32 must fit 23 GiB");
+    CHECK(need(&m, 16, 1, 0, 1) < 15 * gib, "qwen3-4b/16 must fit 15 GiB");
+    CHECK(need(&m, 32, 0, 0, 0) > 80 * gib, "qwen3-4b/32 keeping every activation needs > 80 GiB");
+    printf("%s\n", nfail ? "FAIL" : "PASS");
+    return nfail ? 1 : 0;
+}
