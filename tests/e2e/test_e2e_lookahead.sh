@@ -43,60 +43,39 @@ for K in -1 0 1 2; do
         echo "bwd_lookahead $K against $((K - 1)): $(tail -n 1 "$tmp/t$K")"
     fi
 done
-# activations: offload (the saved layer inputs leave the GPU after the forward): the same sums
-recipe 1 "$tmp/off.yaml"
-sed -i 's/^  chunk_mib: 1$/  chunk_mib: 1\n  activations: offload/' "$tmp/off.yaml"
-grep -q "activations: offload" "$tmp/off.yaml" || { echo "could not make the offload recipe"; fail=1; }
-if ! "$bin" train "$tmp/off.yaml" --cpus 2 -q --metrics "$tmp/moff.jsonl" --events "$tmp/eoff.jsonl" \
-    2> "$tmp/erroff"; then
-    echo "activations offload: training failed"; cat "$tmp/erroff"; fail=1
-fi
-"$py" "$top/tools/check_invariants.py" --bwd-lookahead 1 "$tmp/eoff.jsonl" > "$tmp/coff" 2>&1 ||
-    { echo "activations offload: the checker fails the run"; tail -n 5 "$tmp/coff"; fail=1; }
-echo "activations offload: $(tail -n 1 "$tmp/coff")"
-# activations: selective: the recomputation reads the forward's mid residual instead of computing
-# it again from the same inputs, so the sums are the same; both gates
-for K in 1 -1; do
-    recipe "$K" "$tmp/sel$K.yaml"
-    sed -i 's/^  chunk_mib: 1$/  chunk_mib: 1\n  activations: selective/' "$tmp/sel$K.yaml"
-    grep -q "activations: selective" "$tmp/sel$K.yaml" || { echo "could not make the selective recipe"; fail=1; }
-    if ! "$bin" train "$tmp/sel$K.yaml" --cpus 2 -q --metrics "$tmp/msel$K.jsonl" \
-        --events "$tmp/esel$K.jsonl" 2> "$tmp/errsel$K"; then
-        echo "activations selective, bwd_lookahead $K: training failed"; cat "$tmp/errsel$K"; fail=1
+variant() { # NAME K KEYS: the recipe with bwd_lookahead K and the train keys KEYS (printf %b)
+    # trained into m/e NAME.jsonl, and the checker's verdict on its event log
+    recipe "$2" "$tmp/$1.yaml"
+    printf '%b' "$3" >> "$tmp/$1.yaml"
+    if ! "$bin" train "$tmp/$1.yaml" --cpus 2 -q --metrics "$tmp/m$1.jsonl" --events "$tmp/e$1.jsonl" \
+        2> "$tmp/err$1"; then
+        echo "$1: training failed"; cat "$tmp/err$1"; fail=1; return
     fi
-    gate=""; [ "$K" -ge 0 ] && gate="--bwd-lookahead $K"
+    gate=""; [ "$2" -ge 0 ] && gate="--bwd-lookahead $2"
     # shellcheck disable=SC2086
-    "$py" "$top/tools/check_invariants.py" $gate "$tmp/esel$K.jsonl" > "$tmp/csel$K" 2>&1 ||
-        { echo "activations selective, bwd_lookahead $K: the checker fails the run"; tail -n 5 "$tmp/csel$K"; fail=1; }
-    echo "activations selective, bwd_lookahead $K: $(tail -n 1 "$tmp/csel$K")"
-    # the attention's output projection (one matmul_fwd of four) is not recomputed
-    n=$(grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/esel$K.jsonl")
-    nfull=$(grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/e$K.jsonl")
-    echo "activations selective, bwd_lookahead $K: $n recomputed matmuls against $nfull"
+    "$py" "$top/tools/check_invariants.py" $gate "$tmp/e$1.jsonl" > "$tmp/c$1" 2>&1 ||
+        { echo "$1: the checker fails the run"; tail -n 5 "$tmp/c$1"; fail=1; }
+    echo "$1: $(tail -n 1 "$tmp/c$1")"
+}
+recomputed() { grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/e$1.jsonl"; }
+
+# activations: offload (the saved layer inputs leave the GPU after the forward): the same sums
+variant off 1 '  activations: offload\n'
+# activations: selective: the recomputation reads the forward's mid residual instead of computing
+# it again from the same inputs, so the sums are the same; both gates.  The attention's output
+# projection (one matmul_fwd of the three recomputed) is not recomputed.
+for K in 1 -1; do
+    variant "sel$K" "$K" '  activations: selective\n'
+    n=$(recomputed "sel$K"); nfull=$(recomputed "$K")
+    echo "sel$K: $n recomputed matmuls against $nfull"
     [ "$n" -gt 0 ] && [ $((n * 3)) -eq $((nfull * 2)) ] ||
         { echo "want two thirds of the full recomputation's matmuls"; fail=1; }
 done
 # keep_last: 2 with selective: the top two of six layers keep their activations, not recomputed
 # (the runs above, with the default of 1, recompute five), and keep_last: 0 recomputes all six
-recipe 1 "$tmp/all.yaml"
-sed -i 's/^  chunk_mib: 1$/  chunk_mib: 1\n  keep_last: 0/' "$tmp/all.yaml"
-if ! "$bin" train "$tmp/all.yaml" --cpus 2 -q --metrics "$tmp/mall.jsonl" --events "$tmp/eall.jsonl" \
-    2> "$tmp/errall"; then
-    echo "keep_last 0: training failed"; cat "$tmp/errall"; fail=1
-fi
-nall=$(grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/eall.jsonl")
-recipe 1 "$tmp/keep.yaml"
-sed -i 's/^  chunk_mib: 1$/  chunk_mib: 1\n  activations: selective\n  keep_last: 2/' "$tmp/keep.yaml"
-grep -q "keep_last: 2" "$tmp/keep.yaml" || { echo "could not make the keep_last recipe"; fail=1; }
-if ! "$bin" train "$tmp/keep.yaml" --cpus 2 -q --metrics "$tmp/mkeep.jsonl" --events "$tmp/ekeep.jsonl" \
-    2> "$tmp/errkeep"; then
-    echo "keep_last 2: training failed"; cat "$tmp/errkeep"; fail=1
-fi
-"$py" "$top/tools/check_invariants.py" --bwd-lookahead 1 "$tmp/ekeep.jsonl" > "$tmp/ckeep" 2>&1 ||
-    { echo "keep_last 2: the checker fails the run"; tail -n 5 "$tmp/ckeep"; fail=1; }
-echo "keep_last 2: $(tail -n 1 "$tmp/ckeep")"
-n=$(grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/ekeep.jsonl")
-nfull=$(grep -c '"name": "matmul_fwd", "phase": "recompute"' "$tmp/e1.jsonl")
+variant all 1 '  keep_last: 0\n'
+variant keep 1 '  activations: selective\n  keep_last: 2\n'
+n=$(recomputed keep); nfull=$(recomputed 1); nall=$(recomputed all)
 echo "keep_last 2: $n recomputed matmuls, the default $nfull, keep_last 0 $nall"
 [ "$n" -gt 0 ] && [ $((n * 3 * 5)) -eq $((nfull * 2 * 4)) ] && [ $((nall * 5)) -eq $((nfull * 6)) ] ||
     { echo "want 2/3 of the matmuls of four layers, five by default, six with keep_last 0"; fail=1; }
