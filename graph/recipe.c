@@ -109,10 +109,29 @@ static void set_collectives(struct ctx *c, int i)
     c->r->nccl = i == 1;
 }
 
+/* activation_names' settings: enum sdp_recompute, and whether the saved inputs are offloaded */
+static const struct {
+    int recompute, offload;
+} activation_modes[] = { { SDP_RECOMPUTE_FULL, 0 },
+                         { SDP_RECOMPUTE_NONE, 0 },
+                         { SDP_RECOMPUTE_FULL, 1 },
+                         { SDP_RECOMPUTE_SELECTIVE, 0 } };
+
 static void set_activations(struct ctx *c, int i)
 {
-    c->r->recompute = i == 1 ? 0 : i == 3 ? 2 : 1;
-    c->r->act_offload = i == 2;
+    c->r->recompute = activation_modes[i].recompute;
+    c->r->act_offload = activation_modes[i].offload;
+}
+
+int sdp_recipe_activations(const char *name, int *recompute, int *offload)
+{
+    for (int i = 0; activation_names[i]; i++)
+        if (!strcmp(name, activation_names[i])) {
+            *recompute = activation_modes[i].recompute;
+            *offload = activation_modes[i].offload;
+            return 0;
+        }
+    return -EINVAL;
 }
 
 static void set_on_nan(struct ctx *c, int i)

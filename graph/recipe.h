@@ -91,8 +91,7 @@ struct sdp_recipe {
     unsigned long long seed;
     enum sdp_precision precision;
     double chunk_mib;       /* parameter chunk size, MiB of fp32 master */
-    int recompute;          /* 1: recompute activations in backward (default), 0: keep, 2:
-                               selective (the mid residuals kept too; sdp_graph_conf) */
+    int recompute;          /* enum sdp_recompute (FULL, the default; sdp_graph_conf) */
     int act_offload;        /* activations: offload (the saved layer inputs wait on the host) */
     char sched[64];         /* StarPU policy name ("" = runtime default) */
     int cpus;               /* CPU workers (0 = all cores) */
@@ -143,6 +142,11 @@ int sdp_recipe_grad_routes(const struct sdp_recipe *r, int ngroups, unsigned cha
  * whose compute is on a GPU (on_gpu); fp32 otherwise.  On a GPU the bf16 return halves the
  * gradient's PCIe and DRAM bytes and the host state; on the CPU it saves nothing. */
 int sdp_recipe_grad_bf16(const struct sdp_recipe *r, int on_gpu);
+
+/** The settings of a train.activations name (recompute, keep, offload, selective), for a command
+ * line that takes the same names: *recompute (enum sdp_recompute) and *offload (the saved inputs
+ * wait on the host).  0, or -EINVAL for another name. */
+int sdp_recipe_activations(const char *name, int *recompute, int *offload);
 /** The same rule for a requested dtype (-1 auto, 0 fp32, 1 bf16) and a rank count (bench). */
 int sdp_grad_bf16_choice(int grad_dtype, int ranks, int on_gpu);
 

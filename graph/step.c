@@ -588,7 +588,6 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     int B = g->c.micro_batch, T = g->c.seq_len, N = B * T, L = g->L;
     float eps = (float)st->cfg.rms_norm_eps;
     sdp_rt_tensor_t **xs = calloc((size_t)L + 1, sizeof(*xs));
-    sdp_rt_tensor_t **mids = calloc((size_t)L + 1, sizeof(*mids)); /* recompute 2: kept xmid */
     struct layer_acts *kept = calloc((size_t)L + 1, sizeof(*kept));
     unsigned long long *done = calloc((size_t)L + 2, sizeof(*done)); /* bwd end tags (bwd_gate) */
     sdp_rt_tensor_t *hN = NULL, *rstdN = NULL, *dh = NULL, *dres = NULL;
@@ -596,9 +595,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     int rc = 0, l, r = rank_of(g, mb);
     /* the rank's last micro-batch of the step: with a bounded window, GPU copies go after it */
     int last = g->c.window > 0 && (mb + 1) % g->nm_rank == 0;
-    if (!xs || !mids || !kept || !done) {
+    if (!xs || !kept || !done) {
         free(xs);
-        free(mids);
         free(kept);
         free(done);
         return sdp_err(-ENOMEM, "micro-batch bookkeeping for %d layers", L);
@@ -613,16 +611,18 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         TRY_GOTO(temp(&xs[l], g->act_dt, (size_t)N * g->C, "x", mb, l));
         TRY_GOTO(dispatch(g, step, mb, l));
         TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], NULL, &kept[l], xs[l], 0));
-        if (recomputed(g, l) && g->c.recompute == 2) { /* selective: the mid residual stays */
-            mids[l] = kept[l].xmid;
-            kept[l].xmid = NULL;
-        }
-        if (recomputed(g, l)) /* else kept whole for the backward */
+        if (recomputed(g, l)) { /* else kept whole for the backward */
+            /* selective: only the mid residual stays for the recomputation */
+            sdp_rt_tensor_t *mid = g->c.recompute == SDP_RECOMPUTE_SELECTIVE ? kept[l].xmid : NULL;
+            if (mid)
+                kept[l].xmid = NULL;
             release_acts(&kept[l]);
+            kept[l].xmid = mid;
+        }
         if (recomputed(g, l) && g->c.offload_inputs) { /* back for layer l's recomputation */
             sdp_rt_tensor_wont_use(xs[l - 1]);
-            if (mids[l])
-                sdp_rt_tensor_wont_use(mids[l]);
+            if (kept[l].xmid)
+                sdp_rt_tensor_wont_use(kept[l].xmid);
         }
         if (last && l <= L - g->c.window && !g->rwork)
             sdp_rt_tensor_wont_use(work_of(g, l, step));
@@ -660,12 +660,9 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         if (last && !g->rwork)
             TRY_GOTO(fetch(g, step, l, recomputed(g, l) ? SDP_PH_RECOMPUTE : SDP_PH_BWD,
                            bwd_gate(g, done, l)));
-        if (recomputed(g, l)) {
-            sdp_rt_tensor_t *mid = mids[l]; /* kept[l] takes it over */
-            mids[l] = NULL;
-            TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], mid, &kept[l], NULL,
-                               bwd_gate(g, done, l)));
-        }
+        if (recomputed(g, l)) /* kept[l] holds the mid residual, if any, and fills up */
+            TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], kept[l].xmid, &kept[l],
+                               NULL, bwd_gate(g, done, l)));
         TRY_GOTO(zero_grad(g, step, mb, l, bwd_gate(g, done, l)));
         TRY_GOTO(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres,
                            g->c.bwd_lookahead >= 0 ? &done[l] : NULL));
@@ -694,14 +691,12 @@ fail:
     for (l = 0; l <= L; l++) {
         release_acts(&kept[l]);
         sdp_rt_tensor_release(xs[l]);
-        sdp_rt_tensor_release(mids[l]);
     }
     sdp_rt_tensor_release(hN);
     sdp_rt_tensor_release(rstdN);
     sdp_rt_tensor_release(dh);
     sdp_rt_tensor_release(dres);
     free(xs);
-    free(mids);
     free(kept);
     free(done);
     return rc;
@@ -981,18 +976,18 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
                                            const struct sdp_graph_conf *c)
 {
     size_t es = sdp_dtype_size(work_dtype), group_max = 0;
-    unsigned long long n = (unsigned long long)c->micro_batch * c->seq_len, bytes, saved, nfull;
+    unsigned long long n = (unsigned long long)c->micro_batch * c->seq_len, bytes, nfull;
     for (int g = 0; g < sdp_model_num_groups(m); g++) {
         size_t ne = sdp_model_group_nelems(m, g);
         group_max = ne > group_max ? ne : group_max;
     }
-    bytes = 2ull * group_max * (es + 4); /* work + fp32 grad */
-    /* d_x, h and, recomputing, the saved layer inputs and (selective) mid residuals (offloaded:
-     * the few around the layer at work) */
-    saved = c->recompute
-                ? (c->offload_inputs ? 4u : (unsigned)m->num_layers) * (c->recompute == 2 ? 2u : 1u)
-                : 0u;
-    bytes += n * (unsigned long long)m->hidden_size * es * (saved + 3);
+    bytes = 2ull * group_max * (es + 4);                      /* work + fp32 grad */
+    bytes += 3 * n * (unsigned long long)m->hidden_size * es; /* d_x, h */
+    /* recomputing, what each layer saves (its input; selective, its mid residual too) for every
+     * layer or, offloaded, the few around the layer at work */
+    if (c->recompute)
+        bytes += (c->offload_inputs ? 4ull : (unsigned long long)m->num_layers) *
+                 sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, c->recompute);
     /* every intermediate of the layers at work (two), of those that keep theirs from the forward
      * (keep_last; all of them without recomputation) */
     nfull = c->recompute ? 2u + (unsigned)c->keep_last : (unsigned)m->num_layers + 1u;

@@ -51,10 +51,10 @@ struct sdp_graph_conf {
                         before the release, and the CLI runs them on the GPU; with more ranks it
                         runs them on the host (sdp_cli_place_norms) */
     int seq_len;     /* T */
-    int recompute;   /* 1: recompute activations in backward from each layer's saved input; 2:
-                        selective, each layer's mid residual (input + attention) kept too, so the
-                        recomputation skips the attention's output projection; 0: keep every
-                        activation from the forward */
+    int recompute;   /* enum sdp_recompute: FULL recomputes the activations in backward from each
+                        layer's saved input; SELECTIVE keeps each layer's mid residual (input +
+                        attention) too, so the recomputation skips the attention's output
+                        projection; NONE keeps every activation from the forward */
     int keep_last;   /* with recompute: the top keep_last layers keep every activation from the
                         forward instead (0: none; the recipe's and the bench's default is 1: the
                         last layer's backward follows the LM head) */

@@ -322,7 +322,7 @@ size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, 
     const size_t NH = (size_t)cfg->num_heads, NKV = (size_t)cfg->num_kv_heads;
     const size_t eb = (size_t)elem_bytes;
     if (recompute)
-        return N * C * eb * (recompute == 2 ? 2 : 1);
+        return N * C * eb * (recompute == SDP_RECOMPUTE_SELECTIVE ? 2 : 1);
     size_t elems = 4 * C + (NH + 2 * NKV) * HD + (NH + NKV) * HD + NH * HD + 3 * I;
     size_t f32 = 2 + NH + (cfg->qk_norm ? NH + NKV : 0);
     return N * (elems * eb + f32 * 4);

@@ -123,9 +123,15 @@ double sdp_model_layer_fwd_flops(const struct sdp_model_cfg *cfg, int B, int T);
  * 6 * matmul params + 6 * L * NH * HD * T (recomputation not counted). */
 double sdp_model_train_flops_per_token(const struct sdp_model_cfg *cfg, int T);
 
+/* What the backward does with a layer's activations (sdp_graph_conf.recompute, the recipe's
+ * train.activations): keep them all from the forward, recompute them from the layer's input, or
+ * recompute them from the input and the mid residual (input + attention) kept too. */
+enum sdp_recompute { SDP_RECOMPUTE_NONE = 0, SDP_RECOMPUTE_FULL = 1, SDP_RECOMPUTE_SELECTIVE = 2 };
+
 /** Bytes of the activations one decoder layer keeps between forward and backward for B*T tokens
- * when it is recomputed (recompute 1: its input only; 2, selective: its input and its mid
- * residual) and when it is kept whole (0: every intermediate), in elements of elem_bytes. */
+ * (recompute: enum sdp_recompute): its input when it is recomputed, its input and its mid
+ * residual when selectively, every intermediate when it is kept whole; in elements of
+ * elem_bytes. */
 size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, int elem_bytes,
                                  int recompute);
 

@@ -188,10 +188,7 @@ static int run(const struct bench_opts *b)
     gc.micro_batch = b->micro;
     gc.n_micro = b->batch / b->micro;
     gc.seq_len = b->seq;
-    gc.recompute = !strcmp(b->activations, "keep")        ? 0
-                   : !strcmp(b->activations, "selective") ? 2
-                                                          : 1;
-    gc.offload_inputs = strcmp(b->activations, "offload") == 0;
+    sdp_recipe_activations(b->activations, &gc.recompute, &gc.offload_inputs); /* checked */
     gc.beta1 = 0.9;
     gc.beta2 = 0.95;
     gc.eps = 1e-8;
@@ -439,8 +436,7 @@ int sdp_cli_bench(int argc, char **argv)
             b.work_on_gpu = !strcmp(optarg, "gpu");
             break;
         case 'a':
-            if (strcmp(optarg, "recompute") && strcmp(optarg, "keep") &&
-                strcmp(optarg, "offload") && strcmp(optarg, "selective")) {
+            if (sdp_recipe_activations(optarg, &(int){ 0 }, &(int){ 0 })) {
                 fprintf(stderr, "slidedp bench: --activations expects recompute, keep, offload or "
                                 "selective\n");
                 return SDP_EXIT_USAGE;

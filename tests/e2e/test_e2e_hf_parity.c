@@ -171,11 +171,12 @@ static int run_case(const char *dir, const struct ref *r, const struct sdp_model
     int bad = 0;
     float *logits = NULL;
     gc.recompute = recompute;
-    gc.keep_last = recompute == 2; /* the selective case keeps the last layer's too */
+    gc.keep_last =
+        recompute == SDP_RECOMPUTE_SELECTIVE; /* the selective case keeps the last layer's too */
     printf("%s: %s, micro-batch %d x %d, %s\n", dir, bf16 ? "bf16" : "fp32", gc.n_micro, micro,
-           recompute == 2 ? "selective recompute, last layer kept"
-           : recompute    ? "recompute"
-                          : "keep activations");
+           recompute == SDP_RECOMPUTE_SELECTIVE ? "selective recompute, last layer kept"
+           : recompute                          ? "recompute"
+                                                : "keep activations");
     if (sdp_state_create(&st, cfg, bf16 ? SDP_BF16 : SDP_F32, 16384) ||
         sdp_state_load_hf(&st, dir) || sdp_graph_create(&g, &st, &gc)) {
         printf("setup failed\n");
@@ -305,7 +306,8 @@ int main(void)
         nfail += run_case(dir, &r, &cfg, 0, r.B / 2, 1); /* fp32, gradient accumulation */
         nfail += run_case(dir, &r, &cfg, 0, r.B / 2, 0); /* fp32, activations kept */
         nfail += run_case(dir, &r, &cfg, 1, r.B, 1);     /* bf16 working weights */
-        nfail += run_case(dir, &r, &cfg, 1, r.B / 2, 2); /* bf16, mid residuals, last layer kept */
+        nfail += run_case(dir, &r, &cfg, 1, r.B / 2,
+                          SDP_RECOMPUTE_SELECTIVE); /* bf16, mid residuals, last layer kept */
         sdp_st_close(r.st);
         free(r.ids);
         free(r.targets);

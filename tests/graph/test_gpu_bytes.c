@@ -21,6 +21,8 @@ static int nfail;
         }                                                                                          \
     } while (0)
 
+enum { NONE = SDP_RECOMPUTE_NONE, FULL = SDP_RECOMPUTE_FULL, SEL = SDP_RECOMPUTE_SELECTIVE };
+
 static unsigned long long need(const struct sdp_model_cfg *m, int B, int recompute, int offload,
                                int keep_last)
 {
@@ -45,26 +47,28 @@ int main(void)
         /* one layer input (bf16) and every intermediate of one layer, for B x 1024 tokens */
         unsigned long long in = (unsigned long long)B * 1024 * m.hidden_size * 2;
         unsigned long long full = sdp_model_layer_act_bytes(&m, B, 1024, 2, 0);
-        unsigned long long base = need(&m, B, 1, 0, 0);
+        unsigned long long base = need(&m, B, FULL, 0, 0);
         printf("qwen3-4b/%d: recompute %.2f GiB (layer input %.0f MiB, layer %.0f MiB)\n", B,
                base / gib, in / 1048576.0, full / 1048576.0);
-        CHECK(need(&m, B, 1, 0, 1) == base + full, "keep_last 1 adds one layer's intermediates");
-        CHECK(need(&m, B, 1, 0, 3) == base + 3 * full, "keep_last 3 adds three");
-        CHECK(need(&m, B, 2, 0, 0) == base + L * in, "selective adds a mid residual a layer");
-        CHECK(need(&m, B, 1, 1, 0) == base - (L - 4) * in, "offload keeps four inputs");
-        CHECK(need(&m, B, 2, 1, 0) == base - L * in + 8 * in,
+        CHECK(need(&m, B, FULL, 0, 1) == base + full, "keep_last 1 adds one layer's intermediates");
+        CHECK(need(&m, B, FULL, 0, 3) == base + 3 * full, "keep_last 3 adds three");
+        CHECK(need(&m, B, SEL, 0, 0) == base + L * in, "selective adds a mid residual a layer");
+        CHECK(need(&m, B, FULL, 1, 0) == base - (L - 4) * in, "offload keeps four inputs");
+        CHECK(need(&m, B, SEL, 1, 0) == base - L * in + 8 * in,
               "selective offload keeps four inputs and four residuals");
-        CHECK(need(&m, B, 0, 0, 0) == base - L * in + (L - 1) * full,
+        CHECK(need(&m, B, NONE, 0, 0) == base - L * in + (L - 1) * full,
               "keep: every layer's intermediates, no separate inputs");
-        CHECK(need(&m, B, 0, 0, 5) == need(&m, B, 0, 0, 0), "keep_last means nothing in keep");
+        CHECK(need(&m, B, NONE, 0, 5) == need(&m, B, NONE, 0, 0),
+              "keep_last means nothing in keep");
     }
     /* the benchmarks' settings fit their limits: qwen3-4b/32 under 23 GiB and qwen3-4b/16 under
      * 15 GiB with the defaults (recompute, the last layer kept) */
     printf("qwen3-4b/32, keep_last 1: %.2f GiB; qwen3-4b/16: %.2f GiB\n",
-           need(&m, 32, 1, 0, 1) / gib, need(&m, 16, 1, 0, 1) / gib);
-    CHECK(need(&m, 32, 1, 0, 1) < 23 * gib, "qwen3-4b/32 must fit 23 GiB");
-    CHECK(need(&m, 16, 1, 0, 1) < 15 * gib, "qwen3-4b/16 must fit 15 GiB");
-    CHECK(need(&m, 32, 0, 0, 0) > 80 * gib, "qwen3-4b/32 keeping every activation needs > 80 GiB");
+           need(&m, 32, FULL, 0, 1) / gib, need(&m, 16, FULL, 0, 1) / gib);
+    CHECK(need(&m, 32, FULL, 0, 1) < 23 * gib, "qwen3-4b/32 must fit 23 GiB");
+    CHECK(need(&m, 16, FULL, 0, 1) < 15 * gib, "qwen3-4b/16 must fit 15 GiB");
+    CHECK(need(&m, 32, NONE, 0, 0) > 80 * gib,
+          "qwen3-4b/32 keeping every activation needs > 80 GiB");
     printf("%s\n", nfail ? "FAIL" : "PASS");
     return nfail ? 1 : 0;
 }

@@ -327,12 +327,24 @@ int main(void)
     rc = load_capture(path, &r, err, sizeof(err));
     CHECK(rc == 0 && r.recompute == 1 && r.act_offload == 1, "activations offload: %d %s", rc, err);
     CHECK(d.act_offload == 0, "activations offload is not the default");
-    /* activations: selective is recomputation with the mid residuals kept (recompute 2) */
+    /* activations: selective is recomputation with the mid residuals kept */
     write_file(path, "model:\n  preset: qwen3-0.6b\ndata:\n  train: /d.tok\ntrain:\n"
                      "  activations: selective\n");
     rc = load_capture(path, &r, err, sizeof(err));
-    CHECK(rc == 0 && r.recompute == 2 && r.act_offload == 0, "activations selective: %d %s", rc,
-          err);
+    CHECK(rc == 0 && r.recompute == SDP_RECOMPUTE_SELECTIVE && r.act_offload == 0,
+          "activations selective: %d %s", rc, err);
+    { /* the same names on a command line (slidedp bench --activations) */
+        int rec = -1, off = -1;
+        CHECK(sdp_recipe_activations("selective", &rec, &off) == 0 &&
+                  rec == SDP_RECOMPUTE_SELECTIVE && off == 0,
+              "selective by name: %d %d", rec, off);
+        CHECK(sdp_recipe_activations("offload", &rec, &off) == 0 && rec == SDP_RECOMPUTE_FULL &&
+                  off == 1,
+              "offload by name: %d %d", rec, off);
+        CHECK(sdp_recipe_activations("keep", &rec, &off) == 0 && rec == SDP_RECOMPUTE_NONE,
+              "keep by name: %d", rec);
+        CHECK(sdp_recipe_activations("bogus", &rec, &off) == -EINVAL, "bogus name accepted");
+    }
     /* keep_last: at most the model's layers (qwen3-0.6b has 28), a validation error naming it */
     write_file(path, "model:\n  preset: qwen3-0.6b\ndata:\n  train: /d.tok\ntrain:\n"
                      "  keep_last: 29\n");
