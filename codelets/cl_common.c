@@ -108,7 +108,8 @@ static enum sdp_trace_lane op_lane(const char *name)
         return SDP_LANE_PARAM_H2D;
     if (!strcmp(name, "sumsq") || !strcmp(name, "grad_norm") || !strcmp(name, "grad_reduce") ||
         !strcmp(name, "grad_reduce_nccl") || !strcmp(name, "grad_pack") ||
-        !strcmp(name, "grad_pack_early") || !strcmp(name, "grad_sumsq"))
+        !strcmp(name, "grad_pack_early") || !strcmp(name, "grad_pack_mlp") ||
+        !strcmp(name, "grad_sumsq"))
         return SDP_LANE_GRAD_REDUCE;
     if (!strcmp(name, "adamw") || !strcmp(name, "adamw_early"))
         return SDP_LANE_CPU_ADAMW;
@@ -153,6 +154,7 @@ static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp
         /* set by the graph: the adamw of step s writes version s + 1; the rest of step s reads
          * version s (s - 1 with the asynchronous optimizer) */
         a->tag.version = o->version;
+        a->tag.grad_lim = o->hint.grad_lim;
     } else {
         a->tag.phase = "unknown";
         a->tag.step = a->tag.group = a->tag.chunk = a->tag.mb = a->tag.version = -1;

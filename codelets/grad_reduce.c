@@ -146,9 +146,11 @@ static void grad_pack_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-/* grad_pack, grad_pack_early and grad_sumsq: one kernel pair, three names (and perfmodels), so
- * the trace and the checker tell them apart.  grad_pack_early is the pack of a gradient final only
- * outside some rows (the early update of the tied embedding, graph/step.c). */
+/* grad_pack, grad_pack_early, grad_pack_mlp and grad_sumsq: one kernel pair, four names (and
+ * perfmodels), so the trace and the checker tell them apart.  grad_pack_early is the pack of a
+ * gradient final only outside some rows (the early update of the tied embedding, graph/step.c);
+ * grad_pack_mlp the pack of a layer's last chunks, those of its MLP weights alone, final before the
+ * rest of the layer's backward (the early MLP update, graph/step.c). */
 #ifdef SDP_HAVE_CUDA
 #define PACK_CUDA .cuda_funcs = { grad_pack_cuda }, .cuda_flags = { STARPU_CUDA_ASYNC },
 #else
@@ -170,22 +172,30 @@ static void grad_pack_cuda(void *buffers[], void *cl_arg)
 
 PACK_CODELET(sdp_cl_grad_pack, "grad_pack");
 PACK_CODELET(sdp_cl_grad_pack_early, "grad_pack_early");
+PACK_CODELET(sdp_cl_grad_pack_mlp, "grad_pack_mlp");
 PACK_CODELET(sdp_cl_grad_sumsq, "grad_sumsq");
 
-/* grad_pack (ret given) or grad_sumsq (ret NULL) of the chunked f32 gradient grad */
+/* grad_pack (ret given) or grad_sumsq (ret NULL) of chunks [c0, c1) of the chunked f32 gradient
+ * grad (ret and sumsq indexed by chunk) */
 static int pack_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,
                        sdp_rt_tensor_t *grad, sdp_rt_tensor_t *const *ret,
-                       sdp_rt_tensor_t *const *sumsq)
+                       sdp_rt_tensor_t *const *sumsq, int c0, int c1)
 {
     const char *what = cl->name;
-    int nc = sdp_rt_tensor_nparts(grad), pack = ret != NULL, nb, rc;
+    int nc, pack = ret != NULL, nb, rc;
     size_t n = sdp_rt_tensor_nelems(grad), argsize;
     struct sdp_grad_pack_args *a;
     struct sdp_cl_buf *b;
-    if (nc < 1 || sdp_rt_tensor_dtype(grad) != SDP_F32)
+    if (sdp_rt_tensor_nparts(grad) < 1 || sdp_rt_tensor_dtype(grad) != SDP_F32)
         return sdp_err(-EINVAL, "%s: %s is not a chunked f32 gradient", what,
                        sdp_rt_tensor_name(grad));
-    for (int c = 0; pack && c < nc; c++)
+    if (c1 < 0)
+        c1 = sdp_rt_tensor_nparts(grad);
+    if (c0 < 0 || c0 >= c1 || c1 > sdp_rt_tensor_nparts(grad))
+        return sdp_err(-EINVAL, "%s: chunks [%d, %d) of %s, which has %d", what, c0, c1,
+                       sdp_rt_tensor_name(grad), sdp_rt_tensor_nparts(grad));
+    nc = c1 - c0;
+    for (int c = c0; pack && c < c1; c++)
         if (sdp_rt_tensor_dtype(ret[c]) != SDP_BF16 ||
             sdp_rt_tensor_nelems(ret[c]) != sdp_rt_tensor_nelems(sdp_rt_tensor_part(grad, c)))
             return sdp_err(-EINVAL, "%s: %s (bf16) does not match chunk %d of %s", what,
@@ -196,6 +206,8 @@ static int pack_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,
         return sdp_err(-ENOMEM, "%s of %d chunks", what, nc);
     argsize = sizeof(*a) + (size_t)(nc + 1) * sizeof(size_t);
     a = sdp_cl_args_alloc(argsize);
+    a->off[nc] = c1 < sdp_rt_tensor_nparts(grad) ? sdp_rt_tensor_part_offset(grad, c1) : n;
+    n = a->off[nc] - sdp_rt_tensor_part_offset(grad, c0); /* the elements packed */
     a->key.d[0] = (int)(n & 0x7fffffff);
     a->key.d[1] = (int)(n >> 31);
     a->key.d[2] = nc;
@@ -203,13 +215,12 @@ static int pack_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,
     a->nchunks = nc;
     a->pack = pack;
     b[0] = (struct sdp_cl_buf){ grad, STARPU_R };
-    for (int c = 0; c < nc; c++) {
-        a->off[c] = sdp_rt_tensor_part_offset(grad, c);
+    for (int i = 0; i < nc; i++) {
+        a->off[i] = sdp_rt_tensor_part_offset(grad, c0 + i);
         if (pack)
-            b[1 + c] = (struct sdp_cl_buf){ ret[c], STARPU_W };
-        b[1 + pack * nc + c] = (struct sdp_cl_buf){ sumsq[c], STARPU_W };
+            b[1 + i] = (struct sdp_cl_buf){ ret[c0 + i], STARPU_W };
+        b[1 + pack * nc + i] = (struct sdp_cl_buf){ sumsq[c0 + i], STARPU_W };
     }
-    a->off[nc] = n;
     rc = sdp_cl_submit(cl, o, a, argsize, (2.0 + pack) * n, b, nb);
     free(b);
     return rc;
@@ -218,17 +229,29 @@ static int pack_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,
 int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                        sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq)
 {
-    return pack_submit(&sdp_cl_grad_pack, o, grad, ret, sumsq);
+    return pack_submit(&sdp_cl_grad_pack, o, grad, ret, sumsq, 0, -1);
+}
+
+int sdp_task_grad_pack_head(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                            sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq, int c1)
+{
+    return pack_submit(&sdp_cl_grad_pack, o, grad, ret, sumsq, 0, c1);
+}
+
+int sdp_task_grad_pack_mlp(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                           sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq, int c0)
+{
+    return pack_submit(&sdp_cl_grad_pack_mlp, o, grad, ret, sumsq, c0, -1);
 }
 
 int sdp_task_grad_pack_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                              sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq)
 {
-    return pack_submit(&sdp_cl_grad_pack_early, o, grad, ret, sumsq);
+    return pack_submit(&sdp_cl_grad_pack_early, o, grad, ret, sumsq, 0, -1);
 }
 
 int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                         sdp_rt_tensor_t *const *sumsq)
 {
-    return pack_submit(&sdp_cl_grad_sumsq, o, grad, NULL, sumsq);
+    return pack_submit(&sdp_cl_grad_sumsq, o, grad, NULL, sumsq, 0, -1);
 }

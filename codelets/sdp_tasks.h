@@ -170,6 +170,16 @@ int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
 int sdp_task_grad_pack_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                              sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq);
 
+/** sdp_task_grad_pack of chunks [0, c1) only (the rest of a group whose last chunks
+ * sdp_task_grad_pack_mlp packed). */
+int sdp_task_grad_pack_head(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                            sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq, int c1);
+
+/** sdp_task_grad_pack of chunks [c0, nchunks) only, under the name grad_pack_mlp: the chunks of a
+ * layer's MLP weights, final while the layer's backward still adds to the chunks before c0. */
+int sdp_task_grad_pack_mlp(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                           sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq, int c0);
+
 /** sdp_task_grad_pack's squared norms alone (the fp32 return): grad (n) f32 R, read whole; for
  * each chunk c: sumsq[c] (1) f64 W, the bits of sdp_task_sumsq on the chunk.  Reading the whole
  * vector keeps it where it was made: a chunk's access would split it on its home node first. */

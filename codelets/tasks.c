@@ -40,6 +40,7 @@ int sdp_tasks_init(void)
         &sdp_cl_grad_reduce,
         &sdp_cl_grad_pack,
         &sdp_cl_grad_pack_early,
+        &sdp_cl_grad_pack_mlp,
         &sdp_cl_grad_sumsq,
         &sdp_cl_param_copy,
         &sdp_cl_param_fetch,
@@ -90,6 +91,7 @@ void sdp_tasks_place_norms(enum sdp_norm_place where)
                              : 0;
     sdp_cl_grad_pack.where = sdp_cl_sumsq.where; /* the bf16 return packs where the norms read */
     sdp_cl_grad_pack_early.where = sdp_cl_sumsq.where;
+    sdp_cl_grad_pack_mlp.where = sdp_cl_sumsq.where;
     /* on the GPUs with one rank; with several, the graph pins it to rank 0's worker */
     sdp_cl_grad_sumsq.where = where == SDP_NORMS_GPU ? sdp_cl_sumsq.where : 0;
 }

@@ -235,8 +235,12 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
     return 0;
 }
 
+static int mlp_early(const sdp_graph_t *g, int gi, int mb);
+
 /* Backward of decoder layer l: dres (N, C) holds d(out) on entry and d(x) on exit (updated in
- * place).  With done != NULL the last task gets a tag, stored there once it is submitted. */
+ * place).  With done != NULL the last task gets a tag, stored there once it is submitted.  With
+ * the early MLP update (mlp_early) the chunks of the MLP's weights are packed once their last
+ * gradient is in, and the tasks after that pack are marked as writing only the chunks before. */
 static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x,
                      struct layer_acts *a, sdp_rt_tensor_t *dres, unsigned long long *done)
 {
@@ -254,17 +258,28 @@ static int layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x
     size_t off_qn = qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1;
     size_t off_kn = qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1;
 
-    /* MLP */
+    /* MLP; with the early MLP update its tasks that write no gradient are marked so (od) */
+    int c_mlp = mlp_early(g, l, mb);
+    struct sdp_task_opts od = o;
+    if (c_mlp > 0)
+        od.hint.grad_lim = c_mlp;
     TRY_RET(temp(&dact, g->act_dt, (size_t)N * g->I, "d_swiglu", mb, l));
-    TRY_RET(sdp_task_matmul_bwd_data(&o, dact, dres, W, off_down, N, g->I, g->C));
+    TRY_RET(sdp_task_matmul_bwd_data(&od, dact, dres, W, off_down, N, g->I, g->C));
     TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_down, dres, a->act, N, g->I, g->C));
     TRY_RET(temp(&dgu, g->act_dt, (size_t)N * 2 * g->I, "d_gate_up", mb, l));
-    TRY_RET(sdp_task_swiglu_bwd(&o, dgu, dact, a->gu, N, g->I));
+    TRY_RET(sdp_task_swiglu_bwd(&od, dgu, dact, a->gu, N, g->I));
     sdp_rt_tensor_release(dact);
     TRY_RET(temp(&dh2, g->act_dt, (size_t)N * g->C, "d_h2", mb, l));
-    TRY_RET(sdp_task_matmul_bwd_data(&o, dh2, dgu, W, off_gate, N, g->C, 2 * g->I));
+    TRY_RET(sdp_task_matmul_bwd_data(&od, dh2, dgu, W, off_gate, N, g->C, 2 * g->I));
     TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_gate, dgu, a->h2, N, g->C, 2 * g->I));
     sdp_rt_tensor_release(dgu);
+    if (c_mlp > 0) { /* the MLP's weight gradients are final: their chunks go */
+        struct sdp_task_opts op = opts(g, step, l, -1, SDP_PH_NORM);
+        op.hint.chunk = c_mlp;
+        TRY_RET(
+            sdp_task_grad_pack_mlp(&op, G, st->groups[l].grad_ret, &g->sumsq[g->chunk0[l]], c_mlp));
+        o.hint.grad_lim = c_mlp;
+    }
     TRY_RET(
         sdp_task_rmsnorm_bwd(&o, dres, 1, G, off_ln2, dh2, a->xmid, W, off_ln2, a->rstd2, N, g->C));
     sdp_rt_tensor_release(dh2);
@@ -395,15 +410,64 @@ static int packs(const sdp_graph_t *g, int gi)
     return g->st->groups[gi].grad_ret && g->updating;
 }
 
+/* The first chunk of layer group gi that holds only MLP weights (gate, up, down, the group's last
+ * tensors), or -1 when no chunk does or they are not the group's tail. */
+static int mlp_chunk0(const sdp_graph_t *g, int gi)
+{
+    const struct sdp_group_state *gs = &g->st->groups[gi];
+    size_t tail = (size_t)-1, end = 0;
+    for (int i = 0; i < gs->ntensors; i++) {
+        const struct sdp_param_desc *d = &gs->tensors[i];
+        if (d->kind == SDP_PT_GATE || d->kind == SDP_PT_UP || d->kind == SDP_PT_DOWN)
+            tail = d->offset < tail ? d->offset : tail;
+    }
+    if (tail == (size_t)-1)
+        return -1;
+    for (int i = 0; i < gs->ntensors; i++) {
+        const struct sdp_param_desc *d = &gs->tensors[i];
+        if (d->kind != SDP_PT_GATE && d->kind != SDP_PT_UP && d->kind != SDP_PT_DOWN) {
+            size_t e = d->offset + (size_t)d->rows * d->cols;
+            end = e > end ? e : end;
+        }
+    }
+    if (end > tail)
+        return -1;
+    for (int c = 1; c < gs->nchunks; c++)
+        if (sdp_rt_tensor_part_offset(gs->grad, c) >= tail)
+            return c;
+    return -1;
+}
+
+/* The early MLP update: with one rank, the bf16 return, no clipping, a step that updates and the
+ * working copies off the host (sdp_state.work_staged), the gradient of a layer's MLP weights (the
+ * layer's last tensors) is final once the MLP's backward of the step's last micro-batch has run,
+ * while the attention's backward still adds to the chunks before them.  The chunks that hold only
+ * MLP weights are then packed (grad_pack_mlp) and their AdamW, which writes stages, may start;
+ * each stage's put into the working copy the compute reads waits for the layer's backward to have
+ * read it.  The layer's other chunks are packed after its backward.  With the working copies on
+ * the host AdamW writes the chunk of the copy itself, which StarPU lets it do only once every task
+ * reading the group's copy has run, so there it would gain nothing and does not apply.
+ * Returns the first such chunk of group gi for micro-batch mb, or -1 where it does not apply. */
+static int mlp_early(const sdp_graph_t *g, int gi, int mb)
+{
+    if (g->R != 1 || mb != g->c.n_micro - 1 || g->c.mlp_early < 0 || gi < 1 || gi > g->L ||
+        !packs(g, gi) || g->c.max_grad_norm > 0 || g->c.skip_nonfinite || !g->st->work_staged)
+        return -1;
+    return mlp_chunk0(g, gi);
+}
+
 /* The bf16 gradient return of group gi (one rank): one task reads the final fp32 gradient whole
  * where it was made and writes each chunk's squared norm and bf16 copy; the accumulator is then
  * discarded, unsplit, so nothing of it comes back to the host and the next step's zeroing waits
  * for the pack through the accumulator's own dependencies. */
-static int pack(sdp_graph_t *g, int step, int gi)
+static int pack(sdp_graph_t *g, int step, int mb, int gi)
 {
     struct sdp_group_state *gs = &g->st->groups[gi];
     struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
-    TRY_RET(sdp_task_grad_pack(&o, gs->grad, gs->grad_ret, &g->sumsq[g->chunk0[gi]]));
+    int c1 = mlp_early(g, gi, mb); /* the chunks from c1 on were packed already */
+    TRY_RET(c1 > 0
+                ? sdp_task_grad_pack_head(&o, gs->grad, gs->grad_ret, &g->sumsq[g->chunk0[gi]], c1)
+                : sdp_task_grad_pack(&o, gs->grad, gs->grad_ret, &g->sumsq[g->chunk0[gi]]));
     sdp_rt_tensor_discard(gs->grad);
     return 0;
 }
@@ -414,7 +478,7 @@ static int norms_if_final(sdp_graph_t *g, int step, int mb, int gi)
 {
     if (g->R != 1 || mb != g->c.n_micro - 1)
         return 0;
-    return packs(g, gi) ? pack(g, step, gi) : norms(g, step, gi);
+    return packs(g, gi) ? pack(g, step, mb, gi) : norms(g, step, gi);
 }
 
 /* The early update of the tied embedding: with one rank, the bf16 return, no clipping and a step

@@ -47,6 +47,9 @@ struct sdp_hint {
     int rank;           /* data-parallel rank whose worker runs the task (0 with one rank) */
     enum sdp_move move; /* set by the submitters of param_fetch and param_put */
     enum sdp_stage_role stage_role; /* set by graph/ where the phase does not tell */
+    /* > 0: the task writes no chunk of its group's gradient at or after this one (the backward
+     * of a layer's attention half, after the early pack of its MLP chunks); 0: unknown, any */
+    int grad_lim;
 };
 
 /** 1: every task carries its struct sdp_hint in starpu_task::sched_data, for the project's own

@@ -193,6 +193,8 @@ static void write_event_jsonl(FILE *f, const struct event *e)
             e->tag.name, e->tag.phase, e->tag.step, e->tag.group, e->tag.chunk, e->tag.mb,
             e->tag.version, sdp_trace_lane_name(e->tag.lane), (int)e->tag.lane, e->worker,
             e->is_cuda ? "CUDA" : "CPU", e->rank, e->start_us, e->end_us);
+    if (e->tag.grad_lim > 0)
+        fprintf(f, ", \"grad_lim\": %d", e->tag.grad_lim);
     if (!isnan(e->ready_us))
         fprintf(f, ", \"ready_us\": %.3f", e->ready_us);
     if (!isnan(e->popped_us))

@@ -14,7 +14,9 @@ use only the times, so they hold on any log, from any number of ranks:
      version an event read is derived from the times: one more than the latest step whose updates
      of the group all ended before the event started (the log's first step when none did).  An
      event that overlaps an update of its group reads torn weights.  The recorded version must
-     agree with the derived one.
+     agree with the derived one.  With the working copies off the host AdamW writes stages and
+     param_put the copy the compute reads: where a group's update has param_put events, those are
+     the writers that count here.
   2. The update of group g at step s starts after every backward (and loss) event of group g at
      step s, on every rank, has ended: it consumes the final, aggregated gradient.
      With the bf16 gradient return, the group's grad_pack event (its final gradient packed) must
@@ -25,6 +27,12 @@ use only the times, so they hold on any log, from any number of ranks:
      event of its group but the embedding's backward (ROWS_OF_TOKENS), which adds to the rows of
      the step's tokens only.  Its pack is grad_pack_early, under the same rule; the group's other
      updates follow the group's grad_pack as usual.
+     The early MLP update (graph/step.c, mlp_early): grad_pack_mlp packs a layer's chunks from
+     its own (the event's chunk) on, those of the MLP's weights, before the attention half of
+     the layer's backward, whose events carry grad_lim (they write no gradient chunk from it
+     on).  An update of a chunk, and that pack, need only the backward events that may write the
+     chunk: those without grad_lim or with a grad_lim above the chunk.  The updates of those
+     chunks follow grad_pack_mlp; the layer's other updates follow its grad_pack.
   3. No compute event of group g at step s+1 starts before every update of group g at step s has
      ended.
 
@@ -239,6 +247,10 @@ def check(events):
             us = ups.get(s2)
             if not us:
                 continue
+            # with the working copies off the host AdamW writes stages and param_put the copy
+            # the compute reads: where a group's update has puts, they are its writers
+            puts = [u for u in us if u["name"] == "param_put"]
+            us = puts or us
             last_end = max(u["end_us"] for u in us)
             if last_end <= e["start_us"]:
                 applied.append(s2)
@@ -275,48 +287,73 @@ def check(events):
             rep.add(1, "step %d group %d: events record versions %s" % (s, g, recorded))
 
     # ---- invariant 2: the update consumes the final gradient of every rank ----
-    bwd_last, bwd_last_early = {}, {}
+    bwd_of = defaultdict(list)
     for e in ev:
         if e["phase"] in BACKWARD:
-            key = (e["step"], e["group"])
-            if key not in bwd_last or e["end_us"] > bwd_last[key]["end_us"]:
-                bwd_last[key] = e
-            if e["name"] not in ROWS_OF_TOKENS and (
-                    key not in bwd_last_early or e["end_us"] > bwd_last_early[key]["end_us"]):
-                bwd_last_early[key] = e
+            bwd_of[(e["step"], e["group"])].append(e)
+
+    def last_writer(s, g, chunk, early):
+        """The last-ending backward event of step s and group g that may write gradient chunk
+        `chunk` (-1: any): all of them but those that write only chunks below a limit at or under
+        it (grad_lim) and, for an early update or its pack, the backward that writes only the rows
+        of the step's tokens."""
+        best = None
+        for b in bwd_of.get((s, g), ()):
+            lim = b.get("grad_lim", 0)
+            if chunk >= 0 and 0 < lim <= chunk:
+                continue
+            if early and b["name"] in ROWS_OF_TOKENS:
+                continue
+            if best is None or b["end_us"] > best["end_us"]:
+                best = b
+        return best
+
     for g, per_step in updates.items():
         for s, us in per_step.items():
             for u in us:
-                last = (bwd_last_early if u["name"] in EARLY else bwd_last).get((s, g))
+                last = last_writer(s, g, u.get("chunk", -1), u["name"] in EARLY)
                 if last is not None and u["start_us"] < last["end_us"]:
                     rep.add(2, "%s starts at %.1f us, before %s ends at %.1f us"
                             % (describe(u), u["start_us"], describe(last), last["end_us"]))
 
     # ---- invariant 2 with the bf16 gradient return: the pack (grad_pack, one per group and
-    # step) is the gradient's final form: the group's updates start after it, and the next
-    # step's zeroing of that accumulator after it too (else the pack would read a cleared or
-    # partly re-accumulated gradient) ----
-    packs, early_packs = {}, {}
+    # step; with the early MLP update, grad_pack_mlp packs the chunks from its own on) is the
+    # gradient's final form: the updates of its chunks start after it, and the next step's
+    # zeroing of that accumulator after it too (else the pack would read a cleared or partly
+    # re-accumulated gradient) ----
+    packs, early_packs, mlp_packs = {}, {}, {}
     for e in ev:
-        if e["name"] == "grad_pack":
-            packs[(e["step"], e["group"])] = e
-        elif e["name"] == "grad_pack_early":
-            early_packs[(e["step"], e["group"])] = e
-    for early, table in ((False, packs), (True, early_packs)):
+        table = {"grad_pack": packs, "grad_pack_early": early_packs,
+                 "grad_pack_mlp": mlp_packs}.get(e["name"])
+        if table is not None:
+            table[(e["step"], e["group"])] = e
+    for table, early in ((packs, False), (early_packs, True), (mlp_packs, False)):
         for (s, g), p in sorted(table.items()):
-            last = (bwd_last_early if early else bwd_last).get((s, g))
+            last = last_writer(s, g, p.get("chunk", -1) if table is mlp_packs else -1, early)
             if last is not None and p["start_us"] < last["end_us"]:
                 rep.add(2, "%s starts at %.1f us, before %s ends at %.1f us"
                         % (describe(p), p["start_us"], describe(last), last["end_us"]))
-            for u in updates.get(g, {}).get(s, []):
-                if (u["name"] in EARLY) == early and u["start_us"] < p["end_us"]:
+    for g, per_step in updates.items():
+        for s, us in per_step.items():
+            for u in us:
+                mlp = mlp_packs.get((s, g))
+                if u["name"] in EARLY:
+                    p = early_packs.get((s, g))
+                elif mlp is not None and u.get("chunk", -1) >= mlp.get("chunk", 0):
+                    p = mlp
+                else:
+                    p = packs.get((s, g))
+                if p is not None and u["start_us"] < p["end_us"]:
                     rep.add(2, "%s starts at %.1f us, before %s ends at %.1f us"
                             % (describe(u), u["start_us"], describe(p), p["end_us"]))
     for e in ev:
-        p = packs.get((e["step"] - 1, e["group"]))
-        if e["name"] == "zero" and p is not None and e["start_us"] < p["end_us"]:
-            rep.add(2, "%s starts at %.1f us, before %s (the previous step's) ends at %.1f us"
-                    % (describe(e), e["start_us"], describe(p), p["end_us"]))
+        if e["name"] != "zero":
+            continue
+        for table in (packs, mlp_packs):
+            p = table.get((e["step"] - 1, e["group"]))
+            if p is not None and e["start_us"] < p["end_us"]:
+                rep.add(2, "%s starts at %.1f us, before %s (the previous step's) ends at %.1f us"
+                        % (describe(e), e["start_us"], describe(p), p["end_us"]))
 
     # ---- invariant 3: the next step's dispatch of a group waits for its update ----
     for e in compute:

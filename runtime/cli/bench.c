@@ -27,7 +27,7 @@
 struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype, *mem_log;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
-    int embed_early_off, work_on_gpu;
+    int embed_early_off, mlp_early_off, work_on_gpu;
     int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
@@ -55,6 +55,8 @@ static void usage(FILE *f)
            "                       host holds 12 bytes a parameter, see train.work_home)\n"
            "  --embed-early X      on or off: update the tied embedding's rows outside the step's\n"
            "                       tokens during the backward (one rank, bf16 return; on)\n"
+           "  --mlp-early X        on or off: pack and update each layer's chunks of MLP weights\n"
+           "                       once the MLP's backward has run (one rank, bf16 return; on)\n"
            "  --activations A      recompute, keep, offload or selective (recompute; offload:\n"
            "                       recompute, and each layer's saved input waits on the host;\n"
            "                       selective: the mid residuals kept too, so the attention's\n"
@@ -195,6 +197,7 @@ static int run(const struct bench_opts *b)
     gc.weight_decay = 0.1;
     gc.max_grad_norm = b->max_grad_norm;
     gc.embed_early = b->embed_early_off ? -1 : 0;
+    gc.mlp_early = b->mlp_early_off ? -1 : 0;
     gc.window = b->window;
     gc.bwd_lookahead = b->lookahead;
     gc.keep_last = b->keep_last;
@@ -290,6 +293,7 @@ static int run(const struct bench_opts *b)
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
         json_object_set_new(settings, "collectives", json_string(b->nccl ? "nccl" : "starpu"));
         json_object_set_new(settings, "embed_early", json_boolean(!b->embed_early_off));
+        json_object_set_new(settings, "mlp_early", json_boolean(!b->mlp_early_off));
         json_object_set_new(settings, "work_home", json_string(b->work_on_gpu ? "gpu" : "host"));
         json_object_set_new(settings, "timing", json_string(b->barrier ? "barrier" : "pipelined"));
         o = json_pack(
@@ -378,6 +382,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "barrier", no_argument, NULL, 'B' },
         { "embed-early", required_argument, NULL, 1000 },
         { "work-home", required_argument, NULL, 1001 },
+        { "mlp-early", required_argument, NULL, 1003 },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -427,6 +432,13 @@ int sdp_cli_bench(int argc, char **argv)
                 return SDP_EXIT_USAGE;
             }
             b.embed_early_off = !strcmp(optarg, "off");
+            break;
+        case 1003:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "slidedp bench: --mlp-early expects on or off\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.mlp_early_off = !strcmp(optarg, "off");
             break;
         case 1001:
             if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {

@@ -16,5 +16,8 @@ TESTS += tests/e2e/test_e2e_bench.sh
 EXTRA_DIST += tests/e2e/test_e2e_bench.sh
 TESTS += tests/e2e/test_e2e_embed_early.sh
 EXTRA_DIST += tests/e2e/test_e2e_embed_early.sh
+# the early MLP update: the same bits, its pack and marks in the log, the checker on broken logs
+TESTS += tests/e2e/test_e2e_mlp_early.sh
+EXTRA_DIST += tests/e2e/test_e2e_mlp_early.sh
 TESTS += tests/e2e/test_e2e_work_home.sh
 EXTRA_DIST += tests/e2e/test_e2e_work_home.sh
