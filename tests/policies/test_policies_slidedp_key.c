@@ -15,7 +15,7 @@
 static int fails, checks;
 
 static struct sdp_hint H(int step, int group, int chunk, int mb, int phase) {
-    struct sdp_hint h = { step, group, chunk, mb, phase, 0, SDP_MOVE_NONE, SDP_STAGE_BY_PHASE };
+    struct sdp_hint h = { step, group, chunk, mb, phase, 0, SDP_MOVE_NONE, SDP_STAGE_BY_PHASE, 0 };
     return h;
 }
 
