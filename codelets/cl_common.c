@@ -111,7 +111,7 @@ static enum sdp_trace_lane op_lane(const char *name)
         !strcmp(name, "grad_pack_early") || !strcmp(name, "grad_pack_mlp") ||
         !strcmp(name, "grad_sumsq"))
         return SDP_LANE_GRAD_REDUCE;
-    if (!strcmp(name, "adamw") || !strcmp(name, "adamw_early"))
+    if (!strcmp(name, "adamw") || !strcmp(name, "adamw_early") || !strcmp(name, "stage_put"))
         return SDP_LANE_CPU_ADAMW;
     return SDP_LANE_GPU_COMPUTE; /* forward, recompute, backward, loss ops and zero */
 }

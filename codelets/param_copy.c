@@ -130,6 +130,42 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
     return sdp_cl_submit(&sdp_cl_param_put, &op, a, sizeof(*a), 0.0, b, 2);
 }
 
+/* stage_put: a chunk of the working copy on the host = the stage an early AdamW wrote (the
+ * early MLP update, graph/step.c), on a CPU worker: param_copy's copy under its own name, since
+ * it empties a stage like param_put does. */
+static struct starpu_perfmodel sdp_pm_stage_put = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_stage_put_v1",
+    .footprint = sdp_cl_footprint,
+};
+
+struct starpu_codelet sdp_cl_stage_put = {
+    .name = "stage_put",
+    .where = STARPU_CPU,
+    .cpu_funcs = { param_copy_cpu },
+    .cpu_funcs_name = { "param_copy_cpu" },
+    .nbuffers = 2,
+    .modes = { STARPU_W, STARPU_R },
+    .model = &sdp_pm_stage_put,
+};
+
+int sdp_task_stage_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src)
+{
+    struct sdp_param_copy_args *a;
+    size_t n = sdp_rt_tensor_nelems(dst), nbytes;
+    struct sdp_cl_buf b[] = { { dst, STARPU_W }, { src, STARPU_R } };
+    struct sdp_task_opts op = *o;
+    op.hint.move = SDP_MOVE_PUT; /* it empties a stage */
+    if (sdp_rt_tensor_nelems(src) != n || sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst))
+        return sdp_err(-EINVAL, "stage_put: %s and %s differ in size or dtype",
+                       sdp_rt_tensor_name(dst), sdp_rt_tensor_name(src));
+    nbytes = n * sdp_dtype_size(sdp_rt_tensor_dtype(dst));
+    a = sdp_cl_args_alloc(sizeof(*a));
+    a->key.d[0] = (int)(nbytes & 0x7fffffff);
+    a->key.d[1] = (int)(nbytes >> 31);
+    return sdp_cl_submit(&sdp_cl_stage_put, &op, a, sizeof(*a), 0.0, b, 2);
+}
+
 /* buffers: the tensor (n) R, already where the task runs: nothing left to do */
 static void param_fetch_func(void *buffers[], void *cl_arg)
 {

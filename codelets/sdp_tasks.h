@@ -193,6 +193,11 @@ int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
 int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
                        sdp_rt_tensor_t *src);
 
+/** dst (n) W = src (n) R, same dtype, on a CPU worker: a chunk of the working copy on the host
+ * takes the stage an early AdamW wrote (the early MLP update).  The hint says SDP_MOVE_PUT, as
+ * sdp_task_param_put's. */
+int sdp_task_stage_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src);
+
 /** dst (n) W = src (n) R, same dtype, on the executing worker's node: a step of the sharded
  * parameter route (a chunk into its owner's replica, then from there into every other rank's). */
 int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src);

@@ -45,6 +45,7 @@ int sdp_tasks_init(void)
         &sdp_cl_param_copy,
         &sdp_cl_param_fetch,
         &sdp_cl_param_put,
+        &sdp_cl_stage_put,
     };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         sdp_cl_register(all[i]);

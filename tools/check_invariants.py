@@ -14,9 +14,9 @@ use only the times, so they hold on any log, from any number of ranks:
      version an event read is derived from the times: one more than the latest step whose updates
      of the group all ended before the event started (the log's first step when none did).  An
      event that overlaps an update of its group reads torn weights.  The recorded version must
-     agree with the derived one.  With the working copies off the host AdamW writes stages and
-     param_put the copy the compute reads: where a group's update has param_put events, those are
-     the writers that count here.
+     agree with the derived one.  An AdamW whose chunk has a put (param_put with the working
+     copies off the host, stage_put for the early MLP update) wrote a stage: the put wrote the
+     copy the compute reads, and it is the writer that counts here.
   2. The update of group g at step s starts after every backward (and loss) event of group g at
      step s, on every rank, has ended: it consumes the final, aggregated gradient.
      With the bf16 gradient return, the group's grad_pack event (its final gradient packed) must
@@ -67,7 +67,7 @@ from collections import defaultdict
 
 COMPUTE = {"fwd", "recompute", "bwd", "loss"}
 STAGED = {"cast", "update"}  # the phases under the staging bound (sdp_slidedp_is_staged)
-UNSTAGED = {"param_put", "param_fetch", "zero"}  # of those phases, the events outside it
+UNSTAGED = {"param_put", "stage_put", "param_fetch", "zero"}  # of those phases, the events outside it
 STAGE_WRITERS = {"cast", "adamw", "adamw_early"}
 # clears a gradient accumulator / adds the output gradient into the embedding's gradient rows:
 # neither reads parameters
@@ -75,6 +75,7 @@ NO_PARAMS = {"zero", "embedding_bwd"}
 # backward events that write only the gradient rows of the step's tokens (not an early update's)
 ROWS_OF_TOKENS = {"embedding_bwd"}
 EARLY = {"adamw_early", "grad_pack_early"}
+PUTS = {"param_put", "stage_put"}  # copy a stage an AdamW wrote into the working copy
 BACKWARD = {"bwd", "loss"}
 MAX_PRINT = 20  # violations printed per invariant (all are counted)
 
@@ -162,10 +163,13 @@ def check_inflight(events, limits, rep):
 def check_stages(events, limit, rep):
     tasks = [e for e in events if not is_wait(e)]
     key = lambda e: (e.get("rank", 0), e["group"], e["chunk"], e.get("version"))
-    puts = {key(e): e for e in tasks if e.get("name") == "param_put"}
+    puts = {key(e): e for e in tasks if e.get("name") in PUTS}
+    # off the host every writer has a stage (one without its put stays alive to the end); on the
+    # host only the early MLP update's writers do, those with a stage_put
+    off_host = any(e.get("name") == "param_put" for e in tasks)
     last = max((e["end_us"] for e in tasks), default=0.0)
     spans = [dict(w, end_us=puts[key(w)]["end_us"] if key(w) in puts else last)
-             for w in tasks if puts and w.get("name") in STAGE_WRITERS]
+             for w in tasks if w.get("name") in STAGE_WRITERS and (off_host or key(w) in puts)]
     peak, at = max_overlap(spans)
     print("stages: %d written, at most %d alive (limit %d)" % (len(spans), peak, limit))
     if peak > limit:
@@ -247,10 +251,10 @@ def check(events):
             us = ups.get(s2)
             if not us:
                 continue
-            # with the working copies off the host AdamW writes stages and param_put the copy
-            # the compute reads: where a group's update has puts, they are its writers
-            puts = [u for u in us if u["name"] == "param_put"]
-            us = puts or us
+            # an AdamW whose chunk has a put (param_put, stage_put) wrote a stage, and the put
+            # the copy the compute reads: the writers are the puts and the other AdamWs
+            put_chunks = {u.get("chunk", -1) for u in us if u["name"] in PUTS}
+            us = [u for u in us if u["name"] in PUTS or u.get("chunk", -1) not in put_chunks]
             last_end = max(u["end_us"] for u in us)
             if last_end <= e["start_us"]:
                 applied.append(s2)

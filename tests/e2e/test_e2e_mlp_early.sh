@@ -14,8 +14,10 @@
 #     MLP chunk is moved before its grad_pack_mlp ends, once a grad_pack_mlp is moved before the
 #     MLP backward it packs ends, or once the grad_lim marks are dropped (the attention half's
 #     events then count as writers of the MLP chunks);
-#   - with clipping (the recipe's max_grad_norm: 1.0) or the working copies on the host there is
-#     no grad_pack_mlp;
+#   - with the working copies on the host it applies to layer 1 alone (its update ends the step),
+#     whose MLP chunks each take a stage and a stage_put: the same bits again, one grad_pack_mlp a
+#     step, one stage_put per such chunk, and the checker passes that log too;
+#   - with clipping (the recipe's max_grad_norm: 1.0) there is no grad_pack_mlp;
 #   - --mlp-early with another value is refused with exit code 2.
 set -u
 top=$(cd "${top_srcdir:-.}" && pwd)
@@ -40,6 +42,7 @@ run on "$tmp/r.yaml" --work-home gpu --mlp-early on
 run off "$tmp/r.yaml" --work-home gpu --mlp-early off
 run clip "$tmp/clip.yaml" --work-home gpu
 run host "$tmp/r.yaml"
+run hostoff "$tmp/r.yaml" --mlp-early off
 
 "$py" - "$tmp" <<'PYEOF' || fail=1
 import json, os, sys
@@ -52,7 +55,10 @@ ok = True
 a, b = metrics("on"), metrics("off")
 print("with the early MLP update:   ", a)
 print("without the early MLP update:", b)
-if len(a) != 4 or a != b:
+c, d = metrics("host"), metrics("hostoff")
+print("on the host, with it:        ", c)
+print("on the host, without it:     ", d)
+if len(a) != 4 or a != b or len(c) != 4 or c != d:
     print("the losses and norms are not bit-identical")
     ok = False
 on, off, clip, host = events("on"), events("off"), events("clip"), events("host")
@@ -60,13 +66,19 @@ def count(ev, name):
     return sum(1 for e in ev if e.get("name") == name)
 def marked(ev):
     return sum(1 for e in ev if e.get("grad_lim", 0) > 0)
-print("grad_pack_mlp with it: %d, without it: %d, with clipping: %d, on the host: %d; events with "
-      "grad_lim: %d, %d" % (count(on, "grad_pack_mlp"), count(off, "grad_pack_mlp"),
-                            count(clip, "grad_pack_mlp"), count(host, "grad_pack_mlp"), marked(on),
-                            marked(off)))
+print("grad_pack_mlp with it: %d, without it: %d, with clipping: %d, on the host: %d (layers %s, "
+      "%d stage_put); events with grad_lim: %d, %d"
+      % (count(on, "grad_pack_mlp"), count(off, "grad_pack_mlp"), count(clip, "grad_pack_mlp"),
+         count(host, "grad_pack_mlp"),
+         sorted({e["group"] for e in host if e.get("name") == "grad_pack_mlp"}),
+         count(host, "stage_put"), marked(on), marked(off)))
 ok = ok and count(on, "grad_pack_mlp") == 4 * 4 and marked(on) > 0
 ok = ok and count(off, "grad_pack_mlp") == 0 and count(clip, "grad_pack_mlp") == 0
-ok = ok and count(host, "grad_pack_mlp") == 0
+hp = [e for e in host if e.get("name") == "grad_pack_mlp"]
+ok = ok and len(hp) == 4 and {e["group"] for e in hp} == {1}
+nmlp = sum(1 for e in host if e.get("name") == "adamw" and e["group"] == 1
+           and e["chunk"] >= hp[0]["chunk"])
+ok = ok and nmlp > 0 and count(host, "stage_put") == nmlp
 ok = ok and marked(off) == 0
 packs = {(e["step"], e["group"]): e for e in on if e.get("name") == "grad_pack_mlp"}
 bwd_end = {}
@@ -98,7 +110,7 @@ for n, ev in (("moved", moved), ("packed", packed), ("unmarked", unmarked)):
             f.write(json.dumps(e) + "\n")
 sys.exit(0 if ok else 1)
 PYEOF
-for ev in on off clip host; do
+for ev in on off clip host hostoff; do
     "$py" "$top/tools/check_invariants.py" "$tmp/$ev.ev" > "$tmp/check" 2>&1 ||
         { echo "the checker fails the run $ev:"; tail -n 5 "$tmp/check"; fail=1; }
     echo "$ev: $(tail -n 1 "$tmp/check")"
