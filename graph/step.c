@@ -447,17 +447,19 @@ static int mlp_chunk0(const sdp_graph_t *g, int gi)
  * backward.  With the working copies off the host (sdp_state.work_staged) every update writes a
  * stage anyway, and it applies to every layer.  With them on the host an update writes its chunk
  * of the copy in place, which StarPU lets it do only once every task reading the group's copy has
- * run; there it applies to layer 1 alone, whose update ends the step (the next forward waits for
- * it), and its MLP chunks take a stage and a stage_put each, a copy of the chunk that the other
- * layers, updated while the backward goes on, would pay for nothing.  Layer 1's MLP chunks, 18 of
- * qwen3-4b's 25, so update on the CPU while the GPU still runs the attention's backward and the
- * embedding's.  Returns the first such chunk of group gi for micro-batch mb, or -1 where it does
- * not apply. */
+ * run; there it applies, when asked for (mlp_early 1), to layer 1 alone, whose update ends the
+ * step (the next forward waits for it), and its MLP chunks take a stage and a stage_put each, a
+ * copy of the chunk that the other layers, updated while the backward goes on, would pay for
+ * nothing.  Layer 1's MLP chunks, 18 of qwen3-4b's 25, then update on the CPU while the GPU still
+ * runs the attention's backward and the embedding's, if the CPU has the time: on an H200 host
+ * whose AdamW lagged the backward it gained nothing at qwen3-4b/32 (17,710 tokens/s against
+ * 17,836 without; bench/results/2026-12-03-h200-mlp-early.md), so it is not the default there.
+ * Returns the first such chunk of group gi for micro-batch mb, or -1 where it does not apply. */
 static int mlp_early(const sdp_graph_t *g, int gi, int mb)
 {
     if (g->R != 1 || mb != g->c.n_micro - 1 || g->c.mlp_early < 0 || gi < 1 || gi > g->L ||
         !packs(g, gi) || g->c.max_grad_norm > 0 || g->c.skip_nonfinite ||
-        (!g->st->work_staged && gi != 1))
+        (!g->st->work_staged && (gi != 1 || g->c.mlp_early < 1)))
         return -1;
     return mlp_chunk0(g, gi);
 }

@@ -76,8 +76,9 @@ struct sdp_graph_conf {
                            early_embed) */
     int mlp_early;      /* 0: pack and update a layer's chunks that hold only its MLP weights as
                            soon as the MLP's backward of the step's last micro-batch has run,
-                           where it applies (one rank, bf16 return, no clipping); -1: with the
-                           rest of the layer, after its backward (graph/step.c, mlp_early) */
+                           where it applies (one rank, bf16 return, no clipping, working copies
+                           off the host); 1: also layer 1's with the working copies on the host;
+                           -1: never (graph/step.c, mlp_early) */
 };
 
 struct sdp_step_result {

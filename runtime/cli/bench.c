@@ -27,7 +27,7 @@
 struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype, *mem_log;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
-    int embed_early_off, mlp_early_off, work_on_gpu;
+    int embed_early_off, mlp_early_opt, work_on_gpu;
     int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
@@ -56,7 +56,9 @@ static void usage(FILE *f)
            "  --embed-early X      on or off: update the tied embedding's rows outside the step's\n"
            "                       tokens during the backward (one rank, bf16 return; on)\n"
            "  --mlp-early X        on or off: pack and update each layer's chunks of MLP weights\n"
-           "                       once the MLP's backward has run (one rank, bf16 return; on)\n"
+           "                       once the MLP's backward has run (one rank, bf16 return; by\n"
+           "                       default with --work-home gpu only; on: layer 1's on the host\n"
+           "                       too)\n"
            "  --activations A      recompute, keep, offload or selective (recompute; offload:\n"
            "                       recompute, and each layer's saved input waits on the host;\n"
            "                       selective: the mid residuals kept too, so the attention's\n"
@@ -197,7 +199,7 @@ static int run(const struct bench_opts *b)
     gc.weight_decay = 0.1;
     gc.max_grad_norm = b->max_grad_norm;
     gc.embed_early = b->embed_early_off ? -1 : 0;
-    gc.mlp_early = b->mlp_early_off ? -1 : 0;
+    gc.mlp_early = b->mlp_early_opt;
     gc.window = b->window;
     gc.bwd_lookahead = b->lookahead;
     gc.keep_last = b->keep_last;
@@ -293,7 +295,10 @@ static int run(const struct bench_opts *b)
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
         json_object_set_new(settings, "collectives", json_string(b->nccl ? "nccl" : "starpu"));
         json_object_set_new(settings, "embed_early", json_boolean(!b->embed_early_off));
-        json_object_set_new(settings, "mlp_early", json_boolean(!b->mlp_early_off));
+        json_object_set_new(settings, "mlp_early",
+                            json_string(b->mlp_early_opt < 0   ? "off"
+                                        : b->mlp_early_opt > 0 ? "on"
+                                                               : "default"));
         json_object_set_new(settings, "work_home", json_string(b->work_on_gpu ? "gpu" : "host"));
         json_object_set_new(settings, "timing", json_string(b->barrier ? "barrier" : "pipelined"));
         o = json_pack(
@@ -438,7 +443,7 @@ int sdp_cli_bench(int argc, char **argv)
                 fprintf(stderr, "slidedp bench: --mlp-early expects on or off\n");
                 return SDP_EXIT_USAGE;
             }
-            b.mlp_early_off = !strcmp(optarg, "off");
+            b.mlp_early_opt = !strcmp(optarg, "off") ? -1 : 1;
             break;
         case 1001:
             if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {

@@ -51,9 +51,10 @@ static void usage(FILE *f)
         "  --embed-early X    on (default) or off: update the tied embedding's rows outside the\n"
         "                     step's tokens during the backward (one rank, bf16 return, no\n"
         "                     clipping)\n"
-        "  --mlp-early X      on (default) or off: pack and update each layer's chunks of MLP\n"
-        "                     weights once the MLP's backward has run (one rank, bf16 return,\n"
-        "                     no clipping)\n"
+        "  --mlp-early X      on or off: pack and update each layer's chunks of MLP weights\n"
+        "                     once the MLP's backward has run (one rank, bf16 return, no\n"
+        "                     clipping; by default with the working copies off the host only;\n"
+        "                     on: layer 1's with them on the host too)\n"
         "  --collectives C    starpu or nccl: how the GPU-reduction route moves gradients "
         "(overrides\n"
         "                     train.collectives)\n"
@@ -108,7 +109,7 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 
 struct overrides {
     int steps, cpus, gpus, checkpoint_every, no_resume, ranks, param_delay, embed_early_off;
-    int mlp_early_off;
+    int mlp_early_opt;
     const char *work_home;
     const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route, *route_groups,
         *param_route, *grad_dtype, *collectives;
@@ -471,7 +472,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     gc.max_grad_norm = r->max_grad_norm;
     gc.skip_nonfinite = r->skip_nonfinite;
     gc.embed_early = ov->embed_early_off ? -1 : 0;
-    gc.mlp_early = ov->mlp_early_off ? -1 : 0;
+    gc.mlp_early = ov->mlp_early_opt;
     gc.nranks = r->ranks;
     gc.param_delay = r->param_delay;
     if (r->param_delay)
@@ -736,7 +737,7 @@ int sdp_cli_train(int argc, char **argv)
                 fprintf(stderr, "slidedp train: --mlp-early takes on or off, not '%s'\n", optarg);
                 return SDP_EXIT_USAGE;
             }
-            ov.mlp_early_off = !strcmp(optarg, "off");
+            ov.mlp_early_opt = !strcmp(optarg, "off") ? -1 : 1;
             break;
         case 1001:
             if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {

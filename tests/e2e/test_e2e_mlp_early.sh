@@ -1,8 +1,9 @@
 #!/bin/sh
 # The early MLP update (graph/step.c, mlp_early): with one rank, the bf16 gradient return, no
-# clipping and the working copies off the host (--work-home gpu), the chunks of a layer that hold only its MLP weights are packed (grad_pack_mlp) and
-# updated as soon as the MLP's backward of the step's last micro-batch has run, while the
-# attention half of the layer's backward goes on; the layer's other chunks are packed after it.
+# clipping and the working copies off the host (--work-home gpu), the chunks of a layer that hold
+# only its MLP weights are packed (grad_pack_mlp) and updated as soon as the MLP's backward of the
+# step's last micro-batch has run, while the attention half of the layer's backward goes on; the
+# layer's other chunks are packed after it.
 # On the tiny recipe (4 layers, 2 micro-batches) with 64 KiB chunks (a layer in 10 of them, the
 # MLP alone in 7), no clipping and --work-home gpu, 4 steps on CPU workers under sdp-slidedp:
 #   - the losses and gradient norms are bit-identical with --mlp-early on and off (each chunk gets
@@ -14,7 +15,8 @@
 #     MLP chunk is moved before its grad_pack_mlp ends, once a grad_pack_mlp is moved before the
 #     MLP backward it packs ends, or once the grad_lim marks are dropped (the attention half's
 #     events then count as writers of the MLP chunks);
-#   - with the working copies on the host it applies to layer 1 alone (its update ends the step),
+#   - with the working copies on the host it does not apply by default; with --mlp-early on it
+#     applies to layer 1 alone (its update ends the step),
 #     whose MLP chunks each take a stage and a stage_put: the same bits again, one grad_pack_mlp a
 #     step, one stage_put per such chunk, and the checker passes that log too;
 #   - with clipping (the recipe's max_grad_norm: 1.0) there is no grad_pack_mlp;
@@ -41,8 +43,9 @@ run() { # NAME RECIPE ARGS...
 run on "$tmp/r.yaml" --work-home gpu --mlp-early on
 run off "$tmp/r.yaml" --work-home gpu --mlp-early off
 run clip "$tmp/clip.yaml" --work-home gpu
-run host "$tmp/r.yaml"
+run host "$tmp/r.yaml" --mlp-early on
 run hostoff "$tmp/r.yaml" --mlp-early off
+run hostdefault "$tmp/r.yaml"
 
 "$py" - "$tmp" <<'PYEOF' || fail=1
 import json, os, sys
@@ -62,6 +65,7 @@ if len(a) != 4 or a != b or len(c) != 4 or c != d:
     print("the losses and norms are not bit-identical")
     ok = False
 on, off, clip, host = events("on"), events("off"), events("clip"), events("host")
+hostdefault = events("hostdefault")
 def count(ev, name):
     return sum(1 for e in ev if e.get("name") == name)
 def marked(ev):
@@ -79,6 +83,8 @@ ok = ok and len(hp) == 4 and {e["group"] for e in hp} == {1}
 nmlp = sum(1 for e in host if e.get("name") == "adamw" and e["group"] == 1
            and e["chunk"] >= hp[0]["chunk"])
 ok = ok and nmlp > 0 and count(host, "stage_put") == nmlp
+print("on the host by default: %d grad_pack_mlp" % count(hostdefault, "grad_pack_mlp"))
+ok = ok and count(hostdefault, "grad_pack_mlp") == 0
 ok = ok and marked(off) == 0
 packs = {(e["step"], e["group"]): e for e in on if e.get("name") == "grad_pack_mlp"}
 bwd_end = {}
