@@ -451,9 +451,10 @@ static int mlp_chunk0(const sdp_graph_t *g, int gi)
  * step (the next forward waits for it), and its MLP chunks take a stage and a stage_put each, a
  * copy of the chunk that the other layers, updated while the backward goes on, would pay for
  * nothing.  Layer 1's MLP chunks, 18 of qwen3-4b's 25, then update on the CPU while the GPU still
- * runs the attention's backward and the embedding's, if the CPU has the time: on an H200 host
- * whose AdamW lagged the backward it gained nothing at qwen3-4b/32 (17,710 tokens/s against
- * 17,836 without; bench/results/2026-12-03-h200-mlp-early.md), so it is not the default there.
+ * runs the attention's backward and the embedding's, if the CPU has the time; at qwen3-4b/32 on
+ * two H200 machines it gained nothing (17,710 and 18,018 tokens/s against 17,836 and 18,092: the
+ * embedding's side bounds the step's end too; bench/results/2026-12-03-h200-mlp-early.md), so it
+ * is not the default there.
  * Returns the first such chunk of group gi for micro-batch mb, or -1 where it does not apply. */
 static int mlp_early(const sdp_graph_t *g, int gi, int mb)
 {
