@@ -149,23 +149,6 @@ struct starpu_codelet sdp_cl_stage_put = {
     .model = &sdp_pm_stage_put,
 };
 
-int sdp_task_stage_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src)
-{
-    struct sdp_param_copy_args *a;
-    size_t n = sdp_rt_tensor_nelems(dst), nbytes;
-    struct sdp_cl_buf b[] = { { dst, STARPU_W }, { src, STARPU_R } };
-    struct sdp_task_opts op = *o;
-    op.hint.move = SDP_MOVE_PUT; /* it empties a stage */
-    if (sdp_rt_tensor_nelems(src) != n || sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst))
-        return sdp_err(-EINVAL, "stage_put: %s and %s differ in size or dtype",
-                       sdp_rt_tensor_name(dst), sdp_rt_tensor_name(src));
-    nbytes = n * sdp_dtype_size(sdp_rt_tensor_dtype(dst));
-    a = sdp_cl_args_alloc(sizeof(*a));
-    a->key.d[0] = (int)(nbytes & 0x7fffffff);
-    a->key.d[1] = (int)(nbytes >> 31);
-    return sdp_cl_submit(&sdp_cl_stage_put, &op, a, sizeof(*a), 0.0, b, 2);
-}
-
 /* buffers: the tensor (n) R, already where the task runs: nothing left to do */
 static void param_fetch_func(void *buffers[], void *cl_arg)
 {
@@ -193,17 +176,32 @@ int sdp_task_param_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t)
     return sdp_cl_submit(&sdp_cl_param_fetch, &of, NULL, 0, 0.0, b, 1);
 }
 
-int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src)
+/* param_copy's and stage_put's submission: dst (n) W = src (n) R, same dtype; move goes in the hint
+ */
+static int copy_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,
+                       sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src, enum sdp_move move)
 {
     struct sdp_param_copy_args *a;
     size_t n = sdp_rt_tensor_nelems(dst), nbytes;
     struct sdp_cl_buf b[] = { { dst, STARPU_W }, { src, STARPU_R } };
+    struct sdp_task_opts op = *o;
+    op.hint.move = move;
     if (sdp_rt_tensor_nelems(src) != n || sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst))
-        return sdp_err(-EINVAL, "param_copy: %s and %s differ in size or dtype",
+        return sdp_err(-EINVAL, "%s: %s and %s differ in size or dtype", cl->name,
                        sdp_rt_tensor_name(dst), sdp_rt_tensor_name(src));
     nbytes = n * sdp_dtype_size(sdp_rt_tensor_dtype(dst));
     a = sdp_cl_args_alloc(sizeof(*a));
     a->key.d[0] = (int)(nbytes & 0x7fffffff);
     a->key.d[1] = (int)(nbytes >> 31);
-    return sdp_cl_submit(&sdp_cl_param_copy, o, a, sizeof(*a), 0.0, b, 2);
+    return sdp_cl_submit(cl, &op, a, sizeof(*a), 0.0, b, 2);
+}
+
+int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src)
+{
+    return copy_submit(&sdp_cl_param_copy, o, dst, src, o->hint.move);
+}
+
+int sdp_task_stage_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp_rt_tensor_t *src)
+{
+    return copy_submit(&sdp_cl_stage_put, o, dst, src, SDP_MOVE_PUT); /* it empties a stage */
 }

@@ -606,7 +606,7 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
     o.hint.chunk = c;
     if (g->st->work_staged) /* it writes the chunk's stage, alive until put_chunk's put */
         o.hint.stage_role = SDP_STAGE_FILL;
-    if (!g->st->work_staged && rows == 0 && early_stage(g, gi, c)) {
+    if (rows == 0 && nsegs > 0 && early_stage(g, gi, c)) {
         char name[64];
         snprintf(name, sizeof(name), "g%d.mlp_stage.%d", gi, c);
         rc = sdp_rt_tensor_temp(&stage, sdp_rt_tensor_dtype(w), sdp_rt_tensor_nelems(w), name);

@@ -67,7 +67,8 @@ from collections import defaultdict
 
 COMPUTE = {"fwd", "recompute", "bwd", "loss"}
 STAGED = {"cast", "update"}  # the phases under the staging bound (sdp_slidedp_is_staged)
-UNSTAGED = {"param_put", "stage_put", "param_fetch", "zero"}  # of those phases, the events outside it
+# of those phases, the events outside it
+UNSTAGED = {"param_put", "stage_put", "param_fetch", "zero"}
 STAGE_WRITERS = {"cast", "adamw", "adamw_early"}
 # clears a gradient accumulator / adds the output gradient into the embedding's gradient rows:
 # neither reads parameters
