@@ -127,6 +127,7 @@ struct sdp_adamw_args {
                                  gradient element size, partial */
     struct sdp_adamw_hp hp;
     int skip_nonfinite; /* leave the state unchanged when the global norm is not finite */
+    int packed;         /* 1: grad, 2: work, 3: both hold the segments back to back */
     int nsegs;
     struct sdp_adamw_segment segs[];
 };
@@ -155,16 +156,19 @@ static void adamw_cpu(void *buffers[], void *cl_arg)
         }
         hp.gscale = (float)clip[1];
     }
+    size_t run = 0;
     for (int s = 0; s < a->nsegs; s++) {
-        size_t off = a->segs[s].offset;
-        uint16_t *wb = bf16 ? (uint16_t *)work + off : NULL;
-        float *wf = bf16 ? NULL : (float *)work + off;
+        size_t off = a->segs[s].offset, goff = a->packed & 1 ? run : off,
+               woff = a->packed & 2 ? run : off;
+        uint16_t *wb = bf16 ? (uint16_t *)work + woff : NULL;
+        float *wf = bf16 ? NULL : (float *)work + woff;
         if (gbf16)
-            sdp_cpu_adamw_gbf16(p + off, (uint16_t *)(void *)g + off, m + off, v + off, wb, wf,
+            sdp_cpu_adamw_gbf16(p + off, (uint16_t *)(void *)g + goff, m + off, v + off, wb, wf,
                                 a->segs[s].nelems, &hp, a->segs[s].decay, 0);
         else
-            sdp_cpu_adamw(p + off, g + off, m + off, v + off, wb, wf, a->segs[s].nelems, &hp,
+            sdp_cpu_adamw(p + off, g + goff, m + off, v + off, wb, wf, a->segs[s].nelems, &hp,
                           a->segs[s].decay, 0);
+        run += a->segs[s].nelems;
     }
 }
 
@@ -218,25 +222,34 @@ static int adamw_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o
     size_t n = sdp_rt_tensor_nelems(master), covered = 0;
     for (int s = 0; s < nsegs; s++)
         covered += segs[s].nelems;
+    /* a gradient or working copy of `covered` elements, fewer than the chunk's, holds the
+     * segments back to back (packed) */
+    int packed = (covered != n && sdp_rt_tensor_nelems(grad) == covered) |
+                 (covered != n && sdp_rt_tensor_nelems(work) == covered) << 1;
     /* segments that leave part of the chunk to another update keep that part of the working copy:
-     * read-write then, write-only (nothing fetched) when they cover it all */
+     * read-write then, write-only (nothing fetched) when they cover it all or it is packed */
     struct sdp_cl_buf b[] = { { master, STARPU_RW },
                               { grad, STARPU_R },
                               { m, STARPU_RW },
                               { v, STARPU_RW },
-                              { work, covered == n ? STARPU_W : STARPU_RW },
+                              { work, covered == n || (packed & 2) ? STARPU_W : STARPU_RW },
                               { clip, STARPU_R } };
-    if (sdp_rt_tensor_nelems(grad) != n ||
+    if ((sdp_rt_tensor_nelems(grad) != n && !(packed & 1)) ||
         (sdp_rt_tensor_dtype(grad) != SDP_F32 && sdp_rt_tensor_dtype(grad) != SDP_BF16))
-        return sdp_err(-EINVAL, "adamw: gradient %s is not an f32 or bf16 vector of %zu",
-                       sdp_rt_tensor_name(grad), n);
+        return sdp_err(-EINVAL, "adamw: gradient %s is not an f32 or bf16 vector of %zu (or %zu)",
+                       sdp_rt_tensor_name(grad), n, covered);
+    if ((sdp_rt_tensor_nelems(work) != n && !(packed & 2)) || (packed && skip_nonfinite))
+        return sdp_err(-EINVAL,
+                       "adamw: working copy %s holds %zu elements, not %zu (or %zu packed, "
+                       "without skip_nonfinite)",
+                       sdp_rt_tensor_name(work), sdp_rt_tensor_nelems(work), n, covered);
     a = sdp_cl_args_alloc(argsize);
     a->key.d[0] = (int)(n & 0x7fffffff);
     a->key.d[1] = (int)(n >> 31);
     a->key.d[2] = (int)sdp_dtype_size(sdp_rt_tensor_dtype(work));
     a->key.d[3] = clip != NULL;
     a->key.d[4] = (int)sdp_dtype_size(sdp_rt_tensor_dtype(grad));
-    a->key.d[5] = covered != n; /* part of a chunk: a history of its own */
+    a->key.d[5] = (covered != n) | packed << 1; /* part of a chunk: a history of its own */
     a->hp.lr = (float)lr;
     a->hp.beta1 = (float)beta1;
     a->hp.beta2 = (float)beta2;
@@ -245,6 +258,7 @@ static int adamw_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o
     a->hp.gscale = 1.0f;
     a->hp.step = step;
     a->skip_nonfinite = skip_nonfinite;
+    a->packed = packed;
     a->nsegs = nsegs;
     memcpy(a->segs, segs, (size_t)nsegs * sizeof(*segs));
     return sdp_cl_submit(cl, o, a, argsize, 12.0 * (double)covered, b, clip ? 6 : 5);

@@ -104,12 +104,13 @@ static const char *phase_name(enum sdp_phase ph)
 static enum sdp_trace_lane op_lane(const char *name)
 {
     if (!strcmp(name, "cast") || !strcmp(name, "param_copy") || !strcmp(name, "param_bcast_nccl") ||
-        !strcmp(name, "param_fetch") || !strcmp(name, "param_put"))
+        !strcmp(name, "param_fetch") || !strcmp(name, "param_put") ||
+        !strcmp(name, "param_put_rows") || !strcmp(name, "param_put_early"))
         return SDP_LANE_PARAM_H2D;
     if (!strcmp(name, "sumsq") || !strcmp(name, "grad_norm") || !strcmp(name, "grad_reduce") ||
         !strcmp(name, "grad_reduce_nccl") || !strcmp(name, "grad_pack") ||
         !strcmp(name, "grad_pack_early") || !strcmp(name, "grad_pack_mlp") ||
-        !strcmp(name, "grad_sumsq"))
+        !strcmp(name, "grad_pack_rows") || !strcmp(name, "grad_sumsq"))
         return SDP_LANE_GRAD_REDUCE;
     if (!strcmp(name, "adamw") || !strcmp(name, "adamw_early") || !strcmp(name, "stage_put"))
         return SDP_LANE_CPU_ADAMW;

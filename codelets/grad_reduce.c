@@ -255,3 +255,147 @@ int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
 {
     return pack_submit(&sdp_cl_grad_sumsq, o, grad, NULL, sumsq, 0, -1);
 }
+
+/* ---- grad_pack_rows ---- */
+/* The final pack of the tied embedding after its early update (graph/step.c, early_embed): every
+ * chunk's squared norm, as grad_pack, but only the rows of the step's tokens in bf16, packed back
+ * to back: the gradient the update of those rows reads, which alone then crosses PCIe. */
+struct sdp_grad_pack_rows_args {
+    struct sdp_shape_key key; /* group elements (low, high 31 bits), chunks, packed elements */
+    int nchunks, nret;
+    size_t d[]; /* off[nchunks + 1], nseg[nchunks], then each chunk's (offset, nelems) pairs */
+};
+
+/* buffers: grad (n) f32 R, the packed chunks (bf16) W of the chunks with segments, then one sumsq
+ * (1) f64 W per chunk */
+static void grad_pack_rows_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_grad_pack_rows_args *a = cl_arg;
+    const int nc = a->nchunks;
+    const size_t *off = a->d, *nseg = off + nc + 1, *seg = nseg + nc;
+    const float *g = SDP_VECF(buffers[0]);
+    for (int c = 0, r = 0; c < nc; c++) {
+        *(double *)STARPU_VECTOR_GET_PTR(buffers[1 + a->nret + c]) =
+            sdp_cpu_sumsq(g + off[c], off[c + 1] - off[c]);
+        if (!nseg[c])
+            continue;
+        uint16_t *dst = SDP_VEC(buffers[1 + r++]);
+        for (size_t k = 0, run = 0; k < nseg[c]; k++, seg += 2) {
+            sdp_cpu_cast_bf16(dst + run, g + off[c] + seg[0], seg[1]);
+            run += seg[1];
+        }
+    }
+}
+
+#ifdef SDP_HAVE_CUDA
+static void grad_pack_rows_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_grad_pack_rows_args *a = cl_arg;
+    const int nc = a->nchunks;
+    const size_t *off = a->d, *nseg = off + nc + 1, *seg = nseg + nc;
+    const float *g = SDP_VECF(buffers[0]);
+    cudaStream_t s = starpu_cuda_get_local_stream();
+    double **sumsq = malloc((size_t)nc * sizeof(*sumsq));
+    size_t most = 0;
+    for (int c = 0; c < nc; c++)
+        most = nseg[c] > most ? nseg[c] : most;
+    size_t *tab = malloc((most ? most : 1) * 3 * sizeof(*tab));
+    SDP_ASSERT(sumsq && tab, "out of memory for the pack of %d chunks", nc);
+    for (int c = 0; c < nc; c++)
+        sumsq[c] = (double *)STARPU_VECTOR_GET_PTR(buffers[1 + a->nret + c]);
+    /* the norms as grad_pack computes them (the same bits), no full bf16 copy */
+    sdp_cuda_sumsq_cast(sumsq, NULL, g, off, nc, sdp_cl_cuda_ws(0, sdp_cuda_sumsq_cast_ws(off, nc)),
+                        s);
+    for (int c = 0, r = 0; c < nc; c++) {
+        if (!nseg[c])
+            continue;
+        for (size_t k = 0, run = 0; k < nseg[c]; k++, seg += 2) {
+            tab[3 * k] = seg[0];
+            tab[3 * k + 1] = run;
+            tab[3 * k + 2] = seg[1];
+            run += seg[1];
+        }
+        sdp_cuda_gather_cast((uint16_t *)SDP_VEC(buffers[1 + r++]), g + off[c], tab, (int)nseg[c],
+                             s);
+    }
+    SDP_CUDA_CHECK(cudaGetLastError());
+    free(sumsq);
+    free(tab);
+}
+#define PACK_ROWS_CUDA .cuda_funcs = { grad_pack_rows_cuda }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#else
+#define PACK_ROWS_CUDA
+#endif
+
+static struct starpu_perfmodel sdp_pm_grad_pack_rows = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_grad_pack_rows_v1",
+    .footprint = sdp_cl_footprint,
+};
+struct starpu_codelet sdp_cl_grad_pack_rows = {
+    .name = "grad_pack_rows",
+    .cpu_funcs = { grad_pack_rows_cpu },
+    .cpu_funcs_name = { "grad_pack_rows_cpu" },
+    PACK_ROWS_CUDA.nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_grad_pack_rows,
+};
+
+int sdp_task_grad_pack_rows(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                            sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq,
+                            struct sdp_adamw_segment *const *segs, const int *nsegs)
+{
+    int nc = sdp_rt_tensor_nparts(grad), nret = 0, nb, rc;
+    size_t n = sdp_rt_tensor_nelems(grad), total = 0, npairs = 0, argsize;
+    struct sdp_grad_pack_rows_args *a;
+    struct sdp_cl_buf *b;
+    if (nc < 1 || sdp_rt_tensor_dtype(grad) != SDP_F32)
+        return sdp_err(-EINVAL, "grad_pack_rows: %s is not a chunked f32 gradient",
+                       sdp_rt_tensor_name(grad));
+    for (int c = 0; c < nc; c++) {
+        size_t covered = 0, cn = sdp_rt_tensor_nelems(sdp_rt_tensor_part(grad, c));
+        for (int k = 0; k < nsegs[c]; k++) {
+            if (segs[c][k].offset + segs[c][k].nelems > cn)
+                return sdp_err(-EINVAL, "grad_pack_rows: segment %d of chunk %d ends past it", k,
+                               c);
+            covered += segs[c][k].nelems;
+        }
+        if ((nsegs[c] > 0) != (ret[c] != NULL) ||
+            (ret[c] &&
+             (sdp_rt_tensor_dtype(ret[c]) != SDP_BF16 || sdp_rt_tensor_nelems(ret[c]) != covered)))
+            return sdp_err(-EINVAL, "grad_pack_rows: chunk %d: %d segments of %zu elements, %s", c,
+                           nsegs[c], covered,
+                           ret[c] ? sdp_rt_tensor_name(ret[c]) : "no packed chunk");
+        nret += ret[c] != NULL;
+        npairs += (size_t)nsegs[c];
+        total += covered;
+    }
+    nb = 1 + nret + nc;
+    b = calloc((size_t)nb, sizeof(*b));
+    if (!b)
+        return sdp_err(-ENOMEM, "grad_pack_rows of %d chunks", nc);
+    argsize = sizeof(*a) + ((size_t)2 * nc + 1 + 2 * npairs) * sizeof(size_t);
+    a = sdp_cl_args_alloc(argsize);
+    a->key.d[0] = (int)(n & 0x7fffffff);
+    a->key.d[1] = (int)(n >> 31);
+    a->key.d[2] = nc;
+    a->key.d[3] = (int)(total & 0x7fffffff);
+    a->nchunks = nc;
+    a->nret = nret;
+    size_t *off = a->d, *nseg = off + nc + 1, *seg = nseg + nc;
+    b[0] = (struct sdp_cl_buf){ grad, STARPU_R };
+    for (int c = 0, r = 0; c < nc; c++) {
+        off[c] = sdp_rt_tensor_part_offset(grad, c);
+        nseg[c] = (size_t)nsegs[c];
+        for (int k = 0; k < nsegs[c]; k++, seg += 2) {
+            seg[0] = segs[c][k].offset;
+            seg[1] = segs[c][k].nelems;
+        }
+        if (ret[c])
+            b[1 + r++] = (struct sdp_cl_buf){ ret[c], STARPU_W };
+        b[1 + nret + c] = (struct sdp_cl_buf){ sumsq[c], STARPU_W };
+    }
+    off[nc] = n;
+    rc = sdp_cl_submit(&sdp_cl_grad_pack_rows, o, a, argsize, 2.0 * n + total, b, nb);
+    free(b);
+    return rc;
+}

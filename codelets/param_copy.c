@@ -16,14 +16,21 @@
  * soon as its stage is written, whatever the order the stages were written in; sdp-slidedp's
  * bound on the stages alive relies on it (a put held behind an earlier chunk's unwritten stage
  * would keep its own stage alive, and a full bound would then wait for itself).
+ * param_put_rows and param_put_early: param_put of a packed stage, the segments an AdamW wrote
+ * back to back, scattered into their places (the tied embedding's rows, train.embed_home: gpu).
  * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_lookahead.sh,
- * tests/e2e/test_e2e_work_home.sh. */
+ * tests/e2e/test_e2e_work_home.sh, tests/e2e/test_e2e_embed_early.sh,
+ * tests/kernels/test_cuda_scatter.c. */
 #include "config.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
+#ifdef SDP_HAVE_CUDA
+#include "codelets/cuda/sdp_cuda_kernels.h"
+#endif
 
 struct sdp_param_copy_args {
     struct sdp_shape_key key; /* bytes (low 31 bits, high bits) */
@@ -128,6 +135,105 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
     a->key.d[1] = (int)((n * es) >> 31);
     a->off_bytes = off * es;
     return sdp_cl_submit(&sdp_cl_param_put, &op, a, sizeof(*a), 0.0, b, 2);
+}
+
+/* param_put_rows / param_put_early: the puts of a packed stage (sdp_task_param_put_segs), the
+ * updates of the tied embedding's rows when its working copy is off the host: only the elements an
+ * update wrote cross PCIe. */
+struct sdp_param_put_segs_args {
+    struct sdp_shape_key key; /* bytes (low 31 bits, high bits), segments */
+    size_t off;               /* dst element of the chunk's first */
+    int nsegs;
+    struct sdp_adamw_segment segs[];
+};
+
+/* buffers: dst RW, src (the segments back to back) R */
+static void param_put_segs_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_param_put_segs_args *a = cl_arg;
+    size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[1]), run = 0;
+    char *dst = (char *)SDP_VEC(buffers[0]) + a->off * es;
+    const char *src = SDP_VEC(buffers[1]);
+    for (int i = 0; i < a->nsegs; i++) {
+        memcpy(dst + a->segs[i].offset * es, src + run * es, a->segs[i].nelems * es);
+        run += a->segs[i].nelems;
+    }
+}
+
+#ifdef SDP_HAVE_CUDA
+static void param_put_segs_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_param_put_segs_args *a = cl_arg;
+    size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[1]), run = 0, units = es / 2;
+    size_t *tab = malloc((size_t)a->nsegs * 3 * sizeof(*tab));
+    SDP_ASSERT(tab != NULL, "out of memory for %d segments", a->nsegs);
+    for (int i = 0; i < a->nsegs; i++) { /* in 2-byte units */
+        tab[3 * i] = a->segs[i].offset * units;
+        tab[3 * i + 1] = run * units;
+        tab[3 * i + 2] = a->segs[i].nelems * units;
+        run += a->segs[i].nelems;
+    }
+    sdp_cuda_scatter16((uint16_t *)SDP_VEC(buffers[0]) + a->off * units,
+                       (const uint16_t *)SDP_VEC(buffers[1]), tab, a->nsegs,
+                       starpu_cuda_get_local_stream());
+    SDP_CUDA_CHECK(cudaGetLastError());
+    free(tab);
+}
+#define PUT_SEGS_CUDA .cuda_funcs = { param_put_segs_cuda }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#else
+#define PUT_SEGS_CUDA
+#endif
+
+#define PUT_SEGS_CODELET(var, cl_name)                                                             \
+    static struct starpu_perfmodel var##_pm = {                                                    \
+        .type = STARPU_HISTORY_BASED,                                                              \
+        .symbol = "sdp_" cl_name "_v1",                                                            \
+        .footprint = sdp_cl_footprint,                                                             \
+    };                                                                                             \
+    struct starpu_codelet var = {                                                                  \
+        .name = cl_name,                                                                           \
+        .cpu_funcs = { param_put_segs_cpu },                                                       \
+        .cpu_funcs_name = { "param_put_segs_cpu" },                                                \
+        PUT_SEGS_CUDA.nbuffers = 2,                                                                \
+        .modes = { STARPU_RW | STARPU_COMMUTE, STARPU_R },                                         \
+        .model = &var##_pm,                                                                        \
+    }
+
+PUT_SEGS_CODELET(sdp_cl_param_put_rows, "param_put_rows");
+PUT_SEGS_CODELET(sdp_cl_param_put_early, "param_put_early");
+
+int sdp_task_param_put_segs(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
+                            sdp_rt_tensor_t *src, const struct sdp_adamw_segment *segs, int nsegs,
+                            int early)
+{
+    struct sdp_param_put_segs_args *a;
+    struct starpu_codelet *cl = early ? &sdp_cl_param_put_early : &sdp_cl_param_put_rows;
+    size_t n = sdp_rt_tensor_nelems(src), es = sdp_dtype_size(sdp_rt_tensor_dtype(dst)), total = 0,
+           end = 0, argsize = sizeof(*a) + (size_t)nsegs * sizeof(*segs);
+    struct sdp_cl_buf b[] = { { dst, STARPU_RW | STARPU_COMMUTE }, { src, STARPU_R } };
+    struct sdp_task_opts op = *o;
+    op.hint.move = SDP_MOVE_PUT; /* it empties a stage */
+    for (int i = 0; i < nsegs; i++) {
+        if (segs[i].offset < end)
+            return sdp_err(-EINVAL, "%s: segment %d of %s starts at %zu, before %zu", cl->name, i,
+                           sdp_rt_tensor_name(src), segs[i].offset, end);
+        end = segs[i].offset + segs[i].nelems;
+        total += segs[i].nelems;
+    }
+    if (nsegs < 1 || total != n || sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst) ||
+        off > sdp_rt_tensor_nelems(dst) || end > sdp_rt_tensor_nelems(dst) - off)
+        return sdp_err(-EINVAL,
+                       "%s: %s (%zu) in %d segments up to %zu does not fit %s (%zu) at %zu",
+                       cl->name, sdp_rt_tensor_name(src), n, nsegs, end, sdp_rt_tensor_name(dst),
+                       sdp_rt_tensor_nelems(dst), off);
+    a = sdp_cl_args_alloc(argsize);
+    a->key.d[0] = (int)((n * es) & 0x7fffffff);
+    a->key.d[1] = (int)((n * es) >> 31);
+    a->key.d[2] = nsegs;
+    a->off = off;
+    a->nsegs = nsegs;
+    memcpy(a->segs, segs, (size_t)nsegs * sizeof(*segs));
+    return sdp_cl_submit(cl, &op, a, argsize, 0.0, b, 2);
 }
 
 /* stage_put: a chunk of the working copy on the host = the stage an early AdamW wrote (the

@@ -127,7 +127,9 @@ struct sdp_adamw_segment {
 };
 /** AdamW on one chunk: master, m, v (n) f32 RW; grad (n) f32 or bf16 R; work (n)
  * f32|bf16 W receives the updated parameters for the next step.  clip (2) f64 R (NULL: no
- * clipping). segs cover [0, n) in order. */
+ * clipping). segs cover [0, n) in order.  Segments that cover k < n elements may come with a
+ * packed grad or work of k elements, which holds the segments back to back (work then W; not with
+ * skip_nonfinite). */
 int sdp_task_adamw(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_rt_tensor_t *grad,
                    sdp_rt_tensor_t *m, sdp_rt_tensor_t *v, sdp_rt_tensor_t *work,
                    sdp_rt_tensor_t *clip, double lr, double beta1, double beta2, double eps,
@@ -170,6 +172,15 @@ int sdp_task_grad_pack(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
 int sdp_task_grad_pack_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                              sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq);
 
+/** The final pack of the tied embedding after its early update, codelet grad_pack_rows: sumsq[c]
+ * as sdp_task_grad_pack for every chunk c of grad, and ret[c] (bf16, the segments' length) W =
+ * the elements of chunk c's nsegs[c] segments segs[c] (offsets in the chunk), rounded as
+ * sdp_task_grad_pack rounds them, back to back; ret[c] NULL where nsegs[c] is 0.  The update of
+ * those rows reads the packed chunk (sdp_task_adamw), so only they cross PCIe. */
+int sdp_task_grad_pack_rows(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
+                            sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq,
+                            struct sdp_adamw_segment *const *segs, const int *nsegs);
+
 /** sdp_task_grad_pack of chunks [0, c1) only (the rest of a group whose last chunks
  * sdp_task_grad_pack_mlp packed). */
 int sdp_task_grad_pack_head(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
@@ -192,6 +203,15 @@ int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
  * it empties a stage, so sdp-slidedp never holds it back. */
 int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
                        sdp_rt_tensor_t *src);
+
+/** dst RW: for each segment i, elements [off + segs[i].offset, + segs[i].nelems) = the next
+ * segs[i].nelems elements of src, which holds the segments back to back (the packed stage of an
+ * AdamW on those segments, sdp_task_adamw); same dtype, on the worker's node.  Codelet
+ * param_put_rows, or param_put_early for the stage of an early update (sdp_task_adamw_early).  As
+ * sdp_task_param_put otherwise: dst's access commutes with the other puts', SDP_MOVE_PUT. */
+int sdp_task_param_put_segs(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
+                            sdp_rt_tensor_t *src, const struct sdp_adamw_segment *segs, int nsegs,
+                            int early);
 
 /** dst (n) W = src (n) R, same dtype, on a CPU worker: a chunk of the working copy on the host
  * takes the stage an early AdamW wrote (the early MLP update).  The hint says SDP_MOVE_PUT, as

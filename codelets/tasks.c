@@ -41,11 +41,14 @@ int sdp_tasks_init(void)
         &sdp_cl_grad_pack,
         &sdp_cl_grad_pack_early,
         &sdp_cl_grad_pack_mlp,
+        &sdp_cl_grad_pack_rows,
         &sdp_cl_grad_sumsq,
         &sdp_cl_param_copy,
         &sdp_cl_param_fetch,
         &sdp_cl_param_put,
         &sdp_cl_stage_put,
+        &sdp_cl_param_put_rows,
+        &sdp_cl_param_put_early,
     };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         sdp_cl_register(all[i]);
@@ -71,7 +74,8 @@ int sdp_tasks_place_compute(int on_gpu)
         &sdp_cl_rmsnorm_bwd,     &sdp_cl_qknorm_rope_fwd,   &sdp_cl_qknorm_rope_bwd,
         &sdp_cl_attention_fwd,   &sdp_cl_attention_bwd,     &sdp_cl_swiglu_fwd,
         &sdp_cl_swiglu_bwd,      &sdp_cl_lmhead_ce,         &sdp_cl_zero,
-        &sdp_cl_param_fetch,     &sdp_cl_param_put,
+        &sdp_cl_param_fetch,     &sdp_cl_param_put,         &sdp_cl_param_put_rows,
+        &sdp_cl_param_put_early,
     };
     if (on_gpu && starpu_cuda_worker_get_count() == 0)
         return sdp_err(-ENODEV, "compute placed on GPUs but StarPU has no CUDA worker");
@@ -93,6 +97,7 @@ void sdp_tasks_place_norms(enum sdp_norm_place where)
     sdp_cl_grad_pack.where = sdp_cl_sumsq.where; /* the bf16 return packs where the norms read */
     sdp_cl_grad_pack_early.where = sdp_cl_sumsq.where;
     sdp_cl_grad_pack_mlp.where = sdp_cl_sumsq.where;
+    sdp_cl_grad_pack_rows.where = sdp_cl_sumsq.where;
     /* on the GPUs with one rank; with several, the graph pins it to rank 0's worker */
     sdp_cl_grad_sumsq.where = where == SDP_NORMS_GPU ? sdp_cl_sumsq.where : 0;
 }

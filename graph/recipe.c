@@ -94,6 +94,11 @@ static void set_work_home(struct ctx *c, int i)
     c->r->work_on_gpu = i;
 }
 
+static void set_embed_home(struct ctx *c, int i)
+{
+    c->r->embed_on_gpu = i;
+}
+
 static void set_precision(struct ctx *c, int i)
 {
     c->r->precision = i == 0 ? SDP_PREC_FP32 : SDP_PREC_BF16;
@@ -230,6 +235,7 @@ static const struct key train_keys[] = {
     { .name = "keep_last", RF(keep_last), INT_GE(0) },
     { .name = "grad_dtype", CHOICE(grad_dtype_names, set_grad_dtype) },
     { .name = "work_home", CHOICE(work_home_names, set_work_home) },
+    { .name = "embed_home", CHOICE(work_home_names, set_embed_home) },
     { .name = "staging_depth", RF(staging_depth), INT_GE(1) },
     { .name = "prefetch_groups", RF(prefetch_groups), INT_GE(0) },
     { .name = "collectives", CHOICE(collectives_names, set_collectives) },
@@ -837,6 +843,14 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
                 "go with param_delay 1, param_route sharded, gpu_memory_gib or window",
                 r->file);
         sdp_hint("drop those keys, or set train.work_home: host");
+        return -EINVAL;
+    }
+    if (r->embed_on_gpu && (r->param_delay || r->param_sharded)) {
+        sdp_err(-EINVAL,
+                "recipe %s: train.embed_home gpu keeps the embedding's working copy on the GPUs; "
+                "it does not go with param_delay 1 or param_route sharded",
+                r->file);
+        sdp_hint("drop those keys, or set train.embed_home: host");
         return -EINVAL;
     }
     if (r->model.num_layers > 0 && r->keep_last > r->model.num_layers) {

@@ -42,7 +42,10 @@
  *              work_home (host, the default: the bf16 working copies live in pinned host
  *              memory, updated in place; gpu: on the GPUs only, each chunk written by AdamW into a
  *              stage and copied up, so the host holds 12 bytes a parameter; needs GPUs, window 0,
- *              param_delay 0 and the replicated route)
+ *              param_delay 0 and the replicated route), embed_home (host, the default, or
+ *              gpu: the embedding's working copy alone off the host, as work_home gpu does for
+ *              all of them; with the early update of the tied embedding only the rows each
+ *              update writes cross PCIe; needs param_delay 0 and the replicated route)
  *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
  *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
  *              signal), keep_checkpoints (how many to keep)
@@ -111,6 +114,8 @@ struct sdp_recipe {
     int grad_bf16;               /* train.grad_dtype: -1 auto (default), 0 fp32, 1 bf16 */
     int work_on_gpu;             /* train.work_home: 0 host (default), 1 gpu (sdp_state's
                                     work_staged: the working copies off the host) */
+    int embed_on_gpu;            /* train.embed_home: 0 host (default), 1 gpu (group 0 staged:
+                                    SDP_STATE_EMBED_STAGED) */
     int staging_depth;           /* sdp-slidedp: casts and updates in flight (0 = policy default) */
     int prefetch_groups; /* sdp-slidedp: groups a GPU prefetches ahead (-1 = policy default) */
     int nccl;            /* train.collectives: 0 starpu (default), 1 nccl (sdp_tasks_use_nccl) */

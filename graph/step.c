@@ -36,8 +36,11 @@ struct sdp_graph {
     int head_group, lm_group;
     enum sdp_dtype act_dt; /* activations: the working copy's dtype (bf16 or f32) */
     size_t lm_off, norm_off, embed_off;
-    unsigned char *row_mark; /* [V] (tied embedding): 1 for the rows the step's tokens select */
-    double lr;               /* the learning rate of the step being submitted */
+    unsigned char *row_mark;     /* [V] (tied embedding): 1 for the rows the step's tokens select */
+    sdp_rt_tensor_t **rows_grad; /* [group 0's chunks] (early_embed) the bf16 gradient of the rows
+                                    of the step's tokens, packed (grad_pack_rows), from the pack
+                                    to the chunk's update; NULL: SDP_ROWS_PACK=off */
+    double lr;                   /* the learning rate of the step being submitted */
 };
 
 /* Activations of one decoder layer for one micro-batch. */
@@ -460,7 +463,7 @@ static int mlp_early(const sdp_graph_t *g, int gi, int mb)
 {
     if (g->R != 1 || mb != g->c.n_micro - 1 || g->c.mlp_early < 0 || gi < 1 || gi > g->L ||
         !packs(g, gi) || g->c.max_grad_norm > 0 || g->c.skip_nonfinite ||
-        (!g->st->work_staged && (gi != 1 || g->c.mlp_early < 1)))
+        (!g->st->groups[gi].staged && (gi != 1 || g->c.mlp_early < 1)))
         return -1;
     return mlp_chunk0(g, gi);
 }
@@ -469,11 +472,63 @@ static int mlp_early(const sdp_graph_t *g, int gi, int mb)
  * where it was made and writes each chunk's squared norm and bf16 copy; the accumulator is then
  * discarded, unsplit, so nothing of it comes back to the host and the next step's zeroing waits
  * for the pack through the accumulator's own dependencies. */
+static int early_embed(const sdp_graph_t *g);
+static int chunk_segs(const sdp_graph_t *g, int gi, int c, int rows,
+                      struct sdp_adamw_segment **out);
+
+/* The tied embedding's final pack after its early update (early_embed): the norms of every chunk,
+ * and the bf16 gradient of the rows of the step's tokens alone, packed, into rows_grad, which the
+ * updates of those rows read; only they cross PCIe then (about 150 MB for qwen3-4b at 32 K random
+ * tokens, instead of the whole group's 778 MB). */
+static int pack_rows(sdp_graph_t *g, int step)
+{
+    struct sdp_group_state *gs = &g->st->groups[0];
+    struct sdp_task_opts o = opts(g, step, 0, -1, SDP_PH_NORM);
+    int nc = gs->nchunks, rc = 0;
+    struct sdp_adamw_segment **segs = calloc((size_t)nc, sizeof(*segs));
+    int *nsegs = calloc((size_t)nc, sizeof(*nsegs));
+    if (!segs || !nsegs)
+        rc = sdp_err(-ENOMEM, "segments of %d chunks", nc);
+    for (int c = 0; c < nc && !rc; c++) {
+        size_t covered = 0;
+        char name[64];
+        nsegs[c] = chunk_segs(g, 0, c, 2, &segs[c]);
+        if (nsegs[c] < 0) {
+            rc = sdp_err(nsegs[c], "AdamW segments of group 0, chunk %d", c);
+            nsegs[c] = 0;
+            break;
+        }
+        for (int k = 0; k < nsegs[c]; k++)
+            covered += segs[c][k].nelems;
+        snprintf(name, sizeof(name), "g0.rows_grad.%d", c);
+        if (nsegs[c] > 0)
+            rc = sdp_rt_tensor_temp(&g->rows_grad[c], SDP_BF16, covered, name);
+    }
+    if (!rc)
+        rc = sdp_task_grad_pack_rows(&o, gs->grad, g->rows_grad, &g->sumsq[g->chunk0[0]], segs,
+                                     nsegs);
+    if (!rc)
+        sdp_rt_tensor_discard(gs->grad);
+    for (int c = 0; c < nc; c++) {
+        if (rc && g->rows_grad[c]) {
+            sdp_rt_tensor_release(g->rows_grad[c]);
+            g->rows_grad[c] = NULL;
+        }
+        if (segs)
+            free(segs[c]);
+    }
+    free(segs);
+    free(nsegs);
+    return rc;
+}
+
 static int pack(sdp_graph_t *g, int step, int mb, int gi)
 {
     struct sdp_group_state *gs = &g->st->groups[gi];
     struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
     int c1 = mlp_early(g, gi, mb); /* the chunks from c1 on were packed already */
+    if (gi == 0 && g->rows_grad && early_embed(g))
+        return pack_rows(g, step);
     TRY_RET(c1 > 0
                 ? sdp_task_grad_pack_head(&o, gs->grad, gs->grad_ret, &g->sumsq[g->chunk0[gi]], c1)
                 : sdp_task_grad_pack(&o, gs->grad, gs->grad_ret, &g->sumsq[g->chunk0[gi]]));
@@ -499,11 +554,15 @@ static int norms_if_final(sdp_graph_t *g, int step, int mb, int gi)
  * updated after the embedding's backward, from the group's usual pack.  Without it the whole
  * embedding's update started when the backward ended, and the next step's forward, which starts
  * with the embedding, waited for all of it (qwen3-4b/16 on an H200: about 80 ms a step on 15
- * cores). */
+ * cores).  With the embedding's working copy off the host (its group staged: train.embed_home gpu,
+ * or work_home gpu) each of the two updates of a chunk writes the rows it updates into a packed
+ * stage, and a param_put_early or param_put_rows scatters them into the copy the GPU keeps: the
+ * early rows cross PCIe while the backward goes on, and after the embedding's backward only the
+ * rows of the step's tokens do, instead of the whole copy. */
 static int early_embed(const sdp_graph_t *g)
 {
     return g->row_mark && g->R == 1 && g->lm_group == 0 && packs(g, 0) && g->c.embed_early >= 0 &&
-           !(g->c.max_grad_norm > 0) && !g->c.skip_nonfinite && !g->st->work_staged;
+           !(g->c.max_grad_norm > 0) && !g->c.skip_nonfinite;
 }
 
 static void add_seg(struct sdp_adamw_segment *segs, int *n, size_t off, size_t len, int decay)
@@ -564,7 +623,7 @@ static int put_chunk(sdp_graph_t *g, int step, int gi, int c, enum sdp_phase ph)
 {
     struct sdp_group_state *gs = &g->st->groups[gi];
     struct sdp_task_opts o = opts(g, step, gi, -1, ph);
-    if (!g->st->work_staged)
+    if (!gs->staged)
         return 0;
     o.hint.chunk = c;
     TRY_RET(sdp_task_param_put(&o, work_of(g, gi, step), sdp_rt_tensor_part_offset(gs->master, c),
@@ -578,7 +637,7 @@ static int put_chunk(sdp_graph_t *g, int step, int gi, int c, enum sdp_phase ph)
 static sdp_rt_tensor_t *work_chunk(const sdp_graph_t *g, int gi, int c, int step)
 {
     const struct sdp_group_state *gs = &g->st->groups[gi];
-    return g->st->work_staged ? gs->work_stage[c] : sdp_rt_tensor_part(work_of(g, gi, step), c);
+    return gs->staged ? gs->work_stage[c] : sdp_rt_tensor_part(work_of(g, gi, step), c);
 }
 
 /* Whether the update of chunk c of group gi goes through a stage of its own because of the early
@@ -586,7 +645,7 @@ static sdp_rt_tensor_t *work_chunk(const sdp_graph_t *g, int gi, int c, int step
 static int early_stage(const sdp_graph_t *g, int gi, int c)
 {
     int c0 = mlp_early(g, gi, g->c.n_micro - 1);
-    return !g->st->work_staged && c0 > 0 && c >= c0;
+    return !g->st->groups[gi].staged && c0 > 0 && c >= c0;
 }
 
 /* AdamW on chunk c of group gi (rows: chunk_segs), from the chunk's gradient (bf16 return: its
@@ -595,17 +654,36 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
 {
     struct sdp_group_state *gs = &g->st->groups[gi];
     struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_UPDATE);
-    sdp_rt_tensor_t *grad = gs->grad_ret ? gs->grad_ret[c] : sdp_rt_tensor_part(gs->grad, c);
+    /* the packed rows of the step's tokens (pack_rows), or the chunk's gradient */
+    sdp_rt_tensor_t *rows_grad = gi == 0 && rows == 2 && g->rows_grad ? g->rows_grad[c] : NULL;
+    sdp_rt_tensor_t *grad = rows_grad      ? rows_grad
+                            : gs->grad_ret ? gs->grad_ret[c]
+                                           : sdp_rt_tensor_part(gs->grad, c);
     sdp_rt_tensor_t *p = sdp_rt_tensor_part(gs->master, c), *m = sdp_rt_tensor_part(gs->m, c),
                     *v = sdp_rt_tensor_part(gs->v, c), *w = work_chunk(g, gi, c, step);
     struct sdp_adamw_segment *segs;
-    sdp_rt_tensor_t *stage = NULL; /* the early MLP update's stage, working copies on the host */
+    sdp_rt_tensor_t *stage = NULL;  /* the early MLP update's stage, working copies on the host */
+    sdp_rt_tensor_t *packed = NULL; /* a staged group's rows: the segments back to back */
     int nsegs = chunk_segs(g, gi, c, rows, &segs), rc = 0;
+    size_t covered = 0;
     if (nsegs < 0)
         return sdp_err(nsegs, "AdamW segments of group %d, chunk %d", gi, c);
+    for (int i = 0; i < nsegs; i++)
+        covered += segs[i].nelems;
     o.hint.chunk = c;
-    if (g->st->work_staged) /* it writes the chunk's stage, alive until put_chunk's put */
+    if (gs->staged) /* it writes the chunk's stage, alive until its put */
         o.hint.stage_role = SDP_STAGE_FILL;
+    if (gs->staged && nsegs > 0 && rows != 0) {
+        /* only the rows it updates cross PCIe (the rest of the copy there stays as it is) */
+        char name[64];
+        snprintf(name, sizeof(name), "g%d.rows_stage.%d.%d", gi, c, rows);
+        rc = sdp_rt_tensor_temp(&packed, sdp_rt_tensor_dtype(w), covered, name);
+        if (rc) {
+            free(segs);
+            return rc;
+        }
+        w = packed; /* alive until its put below */
+    }
     if (rows == 0 && nsegs > 0 && early_stage(g, gi, c)) {
         char name[64];
         snprintf(name, sizeof(name), "g%d.mlp_stage.%d", gi, c);
@@ -625,8 +703,18 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
                                g->c.max_grad_norm > 0 || g->c.skip_nonfinite ? g->clip : NULL,
                                g->c.skip_nonfinite, g->lr, g->c.beta1, g->c.beta2, g->c.eps,
                                g->c.weight_decay, step + 1, segs, nsegs);
+    if (!rc && packed) {
+        struct sdp_task_opts op = opts(g, step, gi, -1, SDP_PH_UPDATE);
+        op.hint.chunk = c;
+        rc = sdp_task_param_put_segs(&op, work_of(g, gi, step),
+                                     sdp_rt_tensor_part_offset(gs->master, c), packed, segs, nsegs,
+                                     rows == 1);
+    }
     free(segs);
-    if (!rc && gs->grad_ret) /* its memory goes back to StarPU for the next chunk */
+    if (rows_grad) { /* dropped once its update has read it */
+        sdp_rt_tensor_release(rows_grad);
+        g->rows_grad[c] = NULL;
+    } else if (!rc && gs->grad_ret) /* its memory goes back to StarPU for the next chunk */
         sdp_rt_tensor_discard(gs->grad_ret[c]);
     if (!rc && stage) {
         struct sdp_task_opts op = opts(g, step, gi, -1, SDP_PH_UPDATE);
@@ -635,7 +723,9 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
     }
     if (stage)
         sdp_rt_tensor_release(stage);
-    if (!rc && nsegs > 0)
+    if (packed)
+        sdp_rt_tensor_release(packed);
+    else if (!rc && nsegs > 0)
         rc = put_chunk(g, step, gi, c, SDP_PH_UPDATE);
     return rc;
 }
@@ -659,7 +749,8 @@ static int embed_early(sdp_graph_t *g, int step)
  * updated). */
 static void window_release(sdp_graph_t *g, int step, int gi, int r)
 {
-    sdp_rt_tensor_wont_use(work_of(g, gi, step));
+    if (!g->st->groups[gi].staged) /* a staged copy has nowhere else to go */
+        sdp_rt_tensor_wont_use(work_of(g, gi, step));
     if (!(g->R == 1 && packs(g, gi)))
         sdp_rt_tensor_wont_use(grad_of(g, gi, r));
 }
@@ -847,7 +938,7 @@ static int refresh_work(sdp_graph_t *g, int step)
         return 0;
     for (int gi = 0; gi < st->ngroups; gi++) {
         struct sdp_group_state *gs = &st->groups[gi];
-        if (st->work_staged) { /* the copy off the host gets a first value where it is computed */
+        if (gs->staged) { /* the copy off the host gets a first value where it is computed */
             struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
             /* a GPU memset: no staging slot, so the group's puts need not wait for the casts */
             o.hint.stage_role = SDP_STAGE_NONE;
@@ -857,7 +948,7 @@ static int refresh_work(sdp_graph_t *g, int step)
             struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
             o.hint.chunk = c;
             o.priority = 1;
-            if (st->work_staged)
+            if (gs->staged)
                 o.hint.stage_role = SDP_STAGE_FILL;
             TRY_RET(
                 sdp_task_cast(&o, work_chunk(g, gi, c, step), sdp_rt_tensor_part(gs->master, c)));
@@ -1065,8 +1156,16 @@ void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_byte
             rb->param_h2d += n * es * (twice ? 2u : 1u);
         }
         unsigned long long gb = st->groups[gi].grad_ret ? 2u : sizeof(float); /* one rank */
+        unsigned long long again = 0; /* the early update's second return (early_embed) */
+        if (gi == 0 && early_embed(g) && g->rows_grad) { /* the rows of the latest step's tokens */
+            for (int r = 0; r < g->V; r++)
+                again += g->row_mark[r];
+            again *= (unsigned long long)g->C;
+        } else if (gi == 0 && early_embed(g)) {
+            again = n; /* packed twice */
+        }
         if (rank == 0 || !g->route_gpu[gi])
-            rb->grad_d2h += n * gb * (gi == 0 && early_embed(g) ? 2u : 1u); /* packed twice */
+            rb->grad_d2h += (n + again) * gb;
         else
             rb->grad_peer += n * sizeof(float);
     }
@@ -1126,6 +1225,13 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
                        "graph: working copies off the host (train.work_home: gpu) need "
                        "window 0 (no gpu_memory_gib), param_delay 0 and the replicated route");
     }
+    if (st->groups[0].staged && !st->work_staged &&
+        (c->param_delay || (g->R > 1 && c->param_route == SDP_ROUTE_SHARDED))) {
+        free(g);
+        return sdp_err(-EINVAL, "graph: the embedding's working copy off the host "
+                                "(train.embed_home: gpu) needs param_delay 0 and the replicated "
+                                "route");
+    }
     if (c->keep_last < 0 || c->keep_last > m->num_layers) {
         int k = c->keep_last;
         free(g);
@@ -1180,8 +1286,12 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     if (!rc)
         rc = sdp_rt_tensor_create(&g->clip, SDP_F64, 2, "clip");
     if (!rc && g->lm_group == 0 && st->groups[0].grad_ret) { /* early_embed's bookkeeping */
+        const char *rp = getenv("SDP_ROWS_PACK"); /* off: the whole group packed (measuring) */
         g->row_mark = calloc((size_t)g->V, 1);
         if (!g->row_mark)
+            rc = sdp_err(-ENOMEM, "embedding rows");
+        if (!rc && !(rp && !strcmp(rp, "off")) &&
+            !(g->rows_grad = calloc((size_t)st->groups[0].nchunks, sizeof(*g->rows_grad))))
             rc = sdp_err(-ENOMEM, "embedding rows");
     }
     g->last_update = -1;
@@ -1261,6 +1371,9 @@ void sdp_graph_destroy(sdp_graph_t *g)
         sdp_rt_tensor_release(g->sumsq[i]);
     sdp_rt_tensor_release(g->clip);
     free(g->row_mark);
+    for (int c = 0; g->rows_grad && c < g->st->groups[0].nchunks; c++)
+        sdp_rt_tensor_release(g->rows_grad[c]);
+    free(g->rows_grad);
     for (int i = 0; g->rgrad && i < (g->R - 1) * g->st->ngroups; i++)
         sdp_rt_tensor_release(g->rgrad[i]);
     free(g->rgrad);

@@ -18,8 +18,7 @@
 #include "runtime/state.h"
 
 static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cfg, int g,
-                      enum sdp_dtype work_dtype, size_t chunk_elems, int grad_on_device,
-                      int work_staged)
+                      enum sdp_dtype work_dtype, size_t chunk_elems, int grad_on_device, int staged)
 {
     char name[64];
     size_t *parts;
@@ -46,7 +45,7 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
                  { &gs->work, "work", work_dtype, 0, 0 } };
     for (size_t i = 0; i < sizeof(list) / sizeof(list[0]) && !rc; i++) {
         snprintf(name, sizeof(name), "g%d.%s", g, list[i].what);
-        if (work_staged && list[i].t == &gs->work) { /* no host home, never split */
+        if (staged && list[i].t == &gs->work) { /* no host home, never split */
             rc = sdp_rt_tensor_temp(list[i].t, list[i].dt, gs->nelems, name);
             continue;
         }
@@ -87,6 +86,9 @@ size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work
     }
     if (flags & SDP_STATE_WORK_STAGED)
         per -= sdp_dtype_size(work_dtype);
+    else if (flags & SDP_STATE_EMBED_STAGED)
+        return sdp_model_num_params(cfg) * per + extra -
+               sdp_model_group_nelems(cfg, 0) * sdp_dtype_size(work_dtype);
     return sdp_model_num_params(cfg) * per + extra;
 }
 
@@ -107,7 +109,7 @@ static int make_grad_ret(struct sdp_group_state *gs, int g)
     return 0;
 }
 
-/* The chunks AdamW writes when the working copy is off the host (work_staged): no host home. */
+/* The chunks AdamW writes when the working copy is off the host (staged): no host home. */
 static int make_work_stage(struct sdp_group_state *gs, int g, enum sdp_dtype work_dtype)
 {
     char name[64];
@@ -152,12 +154,13 @@ int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
     if (!st->groups)
         return sdp_err(-ENOMEM, "state of %d groups", st->ngroups);
     for (g = 0; g < st->ngroups; g++) {
+        st->groups[g].staged = st->work_staged || (g == 0 && (flags & SDP_STATE_EMBED_STAGED));
         rc = make_group(&st->groups[g], cfg, g, work_dtype, st->chunk_elems,
                         grad_dtype == SDP_BF16 && on_gpu && !tied_grad_pinned(cfg, g),
-                        st->work_staged);
+                        st->groups[g].staged);
         if (!rc && grad_dtype == SDP_BF16)
             rc = make_grad_ret(&st->groups[g], g);
-        if (!rc && st->work_staged)
+        if (!rc && st->groups[g].staged)
             rc = make_work_stage(&st->groups[g], g, work_dtype);
         if (rc) {
             sdp_state_destroy(st);

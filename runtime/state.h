@@ -26,14 +26,19 @@ struct sdp_group_state {
                                         bf16), without host home: StarPU allocates them where they
                                         are written or read, and the graph drops each after its
                                         update; or NULL */
-    sdp_rt_tensor_t **work_stage;    /* [nchunks] (work_staged) the chunks AdamW writes, without
+    sdp_rt_tensor_t **work_stage;    /* [nchunks] (staged) the chunks AdamW writes, without
                                         host home, copied into `work` where it is computed and
                                         dropped; or NULL */
+    int staged; /* 1: `work` has no host home and is not split into chunks (sdp_state.work_staged
+                   for every group; SDP_STATE_EMBED_STAGED for group 0 alone) */
 };
 
 /* sdp_state_create_ex flags */
 #define SDP_STATE_ON_GPU      1u /* the compute runs on GPUs */
 #define SDP_STATE_WORK_STAGED 2u /* working copies off the host (see sdp_state.work_staged) */
+#define SDP_STATE_EMBED_STAGED                                                                     \
+    4u /* group 0's working copy alone off the host, as work_staged does                           \
+          for every group (train.embed_home: gpu) */
 
 struct sdp_state {
     struct sdp_model_cfg cfg;
@@ -82,7 +87,8 @@ int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype);
  * and SDP_BF16 the fp32 accumulators get host address space but no pages: they live on the GPUs
  * and the graph discards them after packing; except a tied embedding's (group 0), which lives
  * through the whole backward and gets pinned pages for StarPU to write it back into.  flags:
- * SDP_STATE_ON_GPU (on_gpu above), SDP_STATE_WORK_STAGED (work_staged).
+ * SDP_STATE_ON_GPU (on_gpu above), SDP_STATE_WORK_STAGED (work_staged), SDP_STATE_EMBED_STAGED
+ * (group 0 staged alone).
  * @return as sdp_state_create */
 int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
                         enum sdp_dtype work_dtype, size_t chunk_bytes, enum sdp_dtype grad_dtype,
@@ -91,7 +97,7 @@ int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
 /** Host bytes the state of cfg needs for the whole run: master, m, v, working copy and the fp32
  * gradients, which with SDP_BF16 and on_gpu stay on the GPUs but for a tied embedding's (see
  * sdp_state_create_ex; the bf16 chunks in flight are not counted); without the working copy with
- * SDP_STATE_WORK_STAGED. */
+ * SDP_STATE_WORK_STAGED, group 0's without it with SDP_STATE_EMBED_STAGED. */
 size_t sdp_state_host_bytes(const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype,
                             enum sdp_dtype grad_dtype, unsigned flags);
 

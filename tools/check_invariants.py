@@ -15,8 +15,9 @@ use only the times, so they hold on any log, from any number of ranks:
      of the group all ended before the event started (the log's first step when none did).  An
      event that overlaps an update of its group reads torn weights.  The recorded version must
      agree with the derived one.  An AdamW whose chunk has a put (param_put with the working
-     copies off the host, stage_put for the early MLP update) wrote a stage: the put wrote the
-     copy the compute reads, and it is the writer that counts here.
+     copies off the host, param_put_rows and param_put_early with the embedding's, stage_put for
+     the early MLP update) wrote a stage: the put wrote the copy the compute reads, and it is the
+     writer that counts here.
   2. The update of group g at step s starts after every backward (and loss) event of group g at
      step s, on every rank, has ended: it consumes the final, aggregated gradient.
      With the bf16 gradient return, the group's grad_pack event (its final gradient packed) must
@@ -25,8 +26,10 @@ use only the times, so they hold on any log, from any number of ranks:
      An early update (adamw_early: the tied embedding's rows that none of the step's tokens
      selects, graph/step.c) needs only the backward events that write those rows: every backward
      event of its group but the embedding's backward (ROWS_OF_TOKENS), which adds to the rows of
-     the step's tokens only.  Its pack is grad_pack_early, under the same rule; the group's other
-     updates follow the group's grad_pack as usual.
+     the step's tokens only.  Its pack is grad_pack_early, and its put (the embedding's copy off
+     the host) param_put_early, under the same rule; the group's other
+     updates follow the group's grad_pack as usual (grad_pack_rows, which packs only the rows of
+     the step's tokens for them, counts as the group's grad_pack).
      The early MLP update (graph/step.c, mlp_early): grad_pack_mlp packs a layer's chunks from
      its own (the event's chunk) on, those of the MLP's weights, before the attention half of
      the layer's backward, whose events carry grad_lim (they write no gradient chunk from it
@@ -68,15 +71,17 @@ from collections import defaultdict
 COMPUTE = {"fwd", "recompute", "bwd", "loss"}
 STAGED = {"cast", "update"}  # the phases under the staging bound (sdp_slidedp_is_staged)
 # of those phases, the events outside it
-UNSTAGED = {"param_put", "stage_put", "param_fetch", "zero"}
+UNSTAGED = {"param_put", "param_put_rows", "param_put_early", "stage_put", "param_fetch", "zero"}
 STAGE_WRITERS = {"cast", "adamw", "adamw_early"}
 # clears a gradient accumulator / adds the output gradient into the embedding's gradient rows:
 # neither reads parameters
 NO_PARAMS = {"zero", "embedding_bwd"}
 # backward events that write only the gradient rows of the step's tokens (not an early update's)
 ROWS_OF_TOKENS = {"embedding_bwd"}
-EARLY = {"adamw_early", "grad_pack_early"}
-PUTS = {"param_put", "stage_put"}  # copy a stage an AdamW wrote into the working copy
+EARLY = {"adamw_early", "grad_pack_early", "param_put_early"}
+# copy a stage an AdamW wrote into the working copy (param_put_rows and param_put_early: the packed
+# rows of the embedding's two updates when its copy is off the host)
+PUTS = {"param_put", "param_put_rows", "param_put_early", "stage_put"}
 BACKWARD = {"bwd", "loss"}
 MAX_PRINT = 20  # violations printed per invariant (all are counted)
 
@@ -163,14 +168,16 @@ def check_inflight(events, limits, rep):
 
 def check_stages(events, limit, rep):
     tasks = [e for e in events if not is_wait(e)]
-    key = lambda e: (e.get("rank", 0), e["group"], e["chunk"], e.get("version"))
+    # an early update's stage goes with the early put of its chunk (param_put_early)
+    key = lambda e: (e.get("rank", 0), e["group"], e["chunk"], e.get("version"), e["name"] in EARLY)
     puts = {key(e): e for e in tasks if e.get("name") in PUTS}
     # off the host every writer has a stage (one without its put stays alive to the end); on the
-    # host only the early MLP update's writers do, those with a stage_put
-    off_host = any(e.get("name") == "param_put" for e in tasks)
+    # host only the writers with a put do (the early MLP update's stage_put, the embedding's puts)
+    off_host = {e["group"] for e in tasks if e.get("name") == "param_put"}
     last = max((e["end_us"] for e in tasks), default=0.0)
     spans = [dict(w, end_us=puts[key(w)]["end_us"] if key(w) in puts else last)
-             for w in tasks if w.get("name") in STAGE_WRITERS and (off_host or key(w) in puts)]
+             for w in tasks
+             if w.get("name") in STAGE_WRITERS and (w["group"] in off_host or key(w) in puts)]
     peak, at = max_overlap(spans)
     print("stages: %d written, at most %d alive (limit %d)" % (len(spans), peak, limit))
     if peak > limit:
@@ -328,7 +335,7 @@ def check(events):
     # re-accumulated gradient) ----
     packs, early_packs, mlp_packs = {}, {}, {}
     for e in ev:
-        table = {"grad_pack": packs, "grad_pack_early": early_packs,
+        table = {"grad_pack": packs, "grad_pack_rows": packs, "grad_pack_early": early_packs,
                  "grad_pack_mlp": mlp_packs}.get(e["name"])
         if table is not None:
             table[(e["step"], e["group"])] = e

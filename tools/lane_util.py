@@ -59,7 +59,8 @@ Each row also gives the median task duration (the upper middle one for an even c
 memory runs slower shows as a longer median chunk update at the same count.
 
 --stages reports, over the whole log (start-up included), the stages of a run whose working copies
-are off the host (train.work_home: gpu): each cast or AdamW event that a param_put of the same
+are off the host (train.work_home: gpu; train.embed_home: gpu for the embedding's): each cast or
+AdamW event that a param_put (param_put_rows, param_put_early for an early update) of the same
 group, chunk and version follows wrote a stage on the host, and the stage lives from the writer's
 start to the put's end.  Per phase (cast: the first casts; update: the steps) and in all: how many
 stages, the most alive at once and when (ms from the log's first start), and the wait from the
@@ -327,7 +328,7 @@ def boundary(events, steps):
         out.append({
             "step": s,
             "pack0_end": rel([e["end_us"] for e in ev if e["step"] == s and e["group"] == 0 and
-                              e["name"] == "grad_pack"]),
+                              e["name"] in ("grad_pack", "grad_pack_rows")]),
             "upd0_inputs": rel([e.get("fetched_us") for e in upd if e["group"] == 0], min),
             "upd0_end": rel([e["end_us"] for e in upd if e["group"] == 0]),
             "upd1_end": rel([e["end_us"] for e in upd if e["group"] == 1]),
@@ -365,10 +366,12 @@ def stages(events):
     t0 = min(e["start_us"] for e in tasks)
     writers, puts = {}, {}
     for e in tasks:
-        key = (e.get("rank", 0), e["group"], e["chunk"], e.get("version"))
+        # an early update's stage goes with the early put (param_put_early) of its chunk
+        key = (e.get("rank", 0), e["group"], e["chunk"], e.get("version"),
+               e.get("name") in ("adamw_early", "param_put_early"))
         if e.get("name") in ("cast", "adamw", "adamw_early"):
             writers[key] = e
-        elif e.get("name") == "param_put":
+        elif e.get("name") in ("param_put", "param_put_rows", "param_put_early"):
             puts[key] = e
     out = {}
     for ph in ("cast", "update", "all"):

@@ -62,3 +62,36 @@ extern "C" void sdp_cuda_cast(void *dst, int dt, const float *src, size_t n, cud
     else
         cast_bf16_kernel<1><<<grid, threads, 0, s>>>((uint16_t *)dst, src, n);
 }
+
+/* Up to GATHER_BATCH segments of sdp_cuda_gather_cast, passed by value (3 KiB of parameters). */
+#define GATHER_BATCH 256
+struct gather_batch {
+    uint32_t src[GATHER_BATCH], dst[GATHER_BATCH], len[GATHER_BATCH];
+};
+
+/* Segment blockIdx.x: dst[dst .. + len) = bf16 of src[src .. + len) */
+static __global__ void gather_cast_kernel(uint16_t *__restrict__ dst, const float *__restrict__ src,
+                                          size_t dbase, const struct gather_batch b)
+{
+    uint16_t *d = dst + dbase + b.dst[blockIdx.x];
+    const float *s = src + b.src[blockIdx.x];
+    for (uint32_t j = threadIdx.x; j < b.len[blockIdx.x]; j += blockDim.x)
+        d[j] = f2bf(s[j]);
+}
+
+extern "C" void sdp_cuda_gather_cast(uint16_t *dst, const float *src, const size_t *tab, int nsegs,
+                                     cudaStream_t s)
+{
+    for (int i0 = 0; i0 < nsegs; i0 += GATHER_BATCH) {
+        int nb = nsegs - i0 < GATHER_BATCH ? nsegs - i0 : GATHER_BATCH;
+        size_t dbase = tab[3 * i0 + 1]; /* so that 32 bits hold the batch's offsets */
+        struct gather_batch b;
+        for (int i = 0; i < nb; i++) {
+            const size_t *t = tab + 3 * (size_t)(i0 + i);
+            b.src[i] = (uint32_t)t[0];
+            b.dst[i] = (uint32_t)(t[1] - dbase);
+            b.len[i] = (uint32_t)t[2];
+        }
+        gather_cast_kernel<<<nb, 256, 0, s>>>(dst, src, dbase, b);
+    }
+}

@@ -2,7 +2,8 @@
 # Elementwise and row-wise ops (cast, embedding, RMSNorm, q/k norm + RoPE, SwiGLU, sumsq) and
 # their tests against the CPU _ref kernels (exit 77 without a GPU).
 libsdp_a_SOURCES += codelets/cuda/storage.cuh codelets/cuda/cast.cu codelets/cuda/embedding.cu codelets/cuda/rmsnorm.cu \
-	codelets/cuda/qknorm_rope.cu codelets/cuda/swiglu.cu codelets/cuda/sumsq.cu codelets/cuda/reduce.cu
+	codelets/cuda/qknorm_rope.cu codelets/cuda/swiglu.cu codelets/cuda/sumsq.cu codelets/cuda/reduce.cu \
+	codelets/cuda/scatter.cu
 
 check_PROGRAMS += tests/kernels/test_cuda_cast
 TESTS += tests/kernels/test_cuda_cast
@@ -27,3 +28,6 @@ tests_kernels_test_cuda_sumsq_SOURCES = tests/kernels/test_cuda_sumsq.c tests/li
 check_PROGRAMS += tests/kernels/test_cuda_reduce
 TESTS += tests/kernels/test_cuda_reduce
 tests_kernels_test_cuda_reduce_SOURCES = tests/kernels/test_cuda_reduce.c tests/lib/sdp_test.h
+check_PROGRAMS += tests/kernels/test_cuda_scatter
+TESTS += tests/kernels/test_cuda_scatter
+tests_kernels_test_cuda_scatter_SOURCES = tests/kernels/test_cuda_scatter.c tests/lib/sdp_test.h

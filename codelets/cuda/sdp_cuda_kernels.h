@@ -44,6 +44,19 @@ struct sdp_cuda_inv_freq {
 /** dst (n) dt = src (n) f32; bf16 rounds to nearest even, NaN stays NaN (bit-identical to the CPU).
  */
 void sdp_cuda_cast(void *dst, int dt, const float *src, size_t n, cudaStream_t s);
+/** For each of nsegs segments i (tab[3i] source offset, below 2^32; tab[3i + 1] destination
+ * offset; tab[3i + 2] length, in elements): dst[tab[3i + 1] ...] bf16 = src[tab[3i] ...] f32, the
+ * bits of sdp_cuda_cast.  The table goes in the kernels' parameters (one launch per 256 segments).
+ */
+void sdp_cuda_gather_cast(uint16_t *dst, const float *src, const size_t *tab, int nsegs,
+                          cudaStream_t s);
+
+/* ---- scatter ---- */
+/** For each of nsegs segments i (tab[3i] destination offset, tab[3i + 1] source offset, tab[3i + 2]
+ * length, in 2-byte units): dst[tab[3i] ...] = src[tab[3i + 1] ...].  The table goes in the
+ * kernels' parameters (one launch per 256 segments): nothing to upload, nothing to wait for. */
+void sdp_cuda_scatter16(uint16_t *dst, const uint16_t *src, const size_t *tab, int nsegs,
+                        cudaStream_t s);
 
 /* ---- GEMMs through cuBLASLt (fp32 compute, no TF32 for f32; bf16 tensor cores for bf16) ----
  * ws / ws_bytes: a cuBLASLt workspace (32 MiB is enough for Hopper). */

@@ -27,7 +27,7 @@
 struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype, *mem_log;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
-    int embed_early_off, mlp_early_opt, work_on_gpu;
+    int embed_early_off, mlp_early_opt, work_on_gpu, embed_on_gpu;
     int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
@@ -53,6 +53,8 @@ static void usage(FILE *f)
            "                       auto (bf16 for one rank on a GPU, else fp32; the default)\n"
            "  --work-home H        host or gpu: where the working copies live (host; gpu: the\n"
            "                       host holds 12 bytes a parameter, see train.work_home)\n"
+           "  --embed-home H       host or gpu: where the embedding's working copy lives (host;\n"
+           "                       see train.embed_home)\n"
            "  --embed-early X      on or off: update the tied embedding's rows outside the step's\n"
            "                       tokens during the backward (one rank, bf16 return; on)\n"
            "  --mlp-early X        on or off: pack and update each layer's chunks of MLP weights\n"
@@ -146,7 +148,8 @@ static int run(const struct bench_opts *b)
     gbf16 = grad_bf16(b, sdp_cli_may_use_gpu(b->gpus));
     need = sdp_state_host_bytes(&cfg, dt, gbf16 ? SDP_BF16 : SDP_F32,
                                 (sdp_cli_may_use_gpu(b->gpus) ? SDP_STATE_ON_GPU : 0) |
-                                    (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0));
+                                    (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                                    (b->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
     avail = sdp_rt_host_mem_available();
     if (avail > 0 && need > avail) {
         sdp_err(-ENOMEM,
@@ -179,7 +182,8 @@ static int run(const struct bench_opts *b)
         sdp_state_create_ex(&st, &cfg, dt, (size_t)(b->chunk_mib * 1048576.0),
                             gbf16 ? SDP_BF16 : SDP_F32,
                             (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
-                                (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0)))
+                                (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                                (b->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0)))
         goto out;
     state_made = 1;
     t_state = sdp_cli_now_s();
@@ -300,6 +304,8 @@ static int run(const struct bench_opts *b)
                                         : b->mlp_early_opt > 0 ? "on"
                                                                : "default"));
         json_object_set_new(settings, "work_home", json_string(b->work_on_gpu ? "gpu" : "host"));
+        json_object_set_new(settings, "embed_home",
+                            json_string(b->embed_on_gpu || b->work_on_gpu ? "gpu" : "host"));
         json_object_set_new(settings, "timing", json_string(b->barrier ? "barrier" : "pipelined"));
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
@@ -387,6 +393,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "barrier", no_argument, NULL, 'B' },
         { "embed-early", required_argument, NULL, 1000 },
         { "work-home", required_argument, NULL, 1001 },
+        { "embed-home", required_argument, NULL, 1004 },
         { "mlp-early", required_argument, NULL, 1003 },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -451,6 +458,13 @@ int sdp_cli_bench(int argc, char **argv)
                 return SDP_EXIT_USAGE;
             }
             b.work_on_gpu = !strcmp(optarg, "gpu");
+            break;
+        case 1004:
+            if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
+                fprintf(stderr, "slidedp bench: --embed-home expects host or gpu\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.embed_on_gpu = !strcmp(optarg, "gpu");
             break;
         case 'a':
             if (sdp_recipe_activations(optarg, &(int){ 0 }, &(int){ 0 })) {

@@ -48,6 +48,8 @@ static void usage(FILE *f)
         "train.grad_dtype)\n"
         "  --work-home H      host or gpu: where the working copies live (overrides "
         "train.work_home)\n"
+        "  --embed-home H     host or gpu: where the embedding's working copy lives (overrides "
+        "train.embed_home)\n"
         "  --embed-early X    on (default) or off: update the tied embedding's rows outside the\n"
         "                     step's tokens during the backward (one rank, bf16 return, no\n"
         "                     clipping)\n"
@@ -110,7 +112,7 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 struct overrides {
     int steps, cpus, gpus, checkpoint_every, no_resume, ranks, param_delay, embed_early_off;
     int mlp_early_opt;
-    const char *work_home;
+    const char *work_home, *embed_home;
     const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route, *route_groups,
         *param_route, *grad_dtype, *collectives;
     int quiet;
@@ -343,7 +345,8 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     grad_dt = sdp_recipe_grad_bf16(r, sdp_cli_may_use_gpu(r->gpus)) ? SDP_BF16 : SDP_F32;
     state_bytes = sdp_state_host_bytes(&r->model, work_dt, grad_dt,
                                        (sdp_cli_may_use_gpu(r->gpus) ? SDP_STATE_ON_GPU : 0) |
-                                           (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0));
+                                           (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                                           (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
     need = state_bytes +
            (unsigned long long)r->global_batch / r->micro_batch *
                (sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, r->recompute) *
@@ -432,7 +435,8 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&r->model)) ||
         sdp_state_create_ex(&st, &r->model, work_dt, (size_t)(r->chunk_mib * 1048576.0), grad_dt,
                             (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
-                                (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0))) {
+                                (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                                (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0))) {
         rc = SDP_EXIT_FAILURE;
         goto out;
     }
@@ -639,6 +643,7 @@ int sdp_cli_train(int argc, char **argv)
         { "collectives", required_argument, NULL, 'C' },
         { "embed-early", required_argument, NULL, 1000 },
         { "work-home", required_argument, NULL, 1001 },
+        { "embed-home", required_argument, NULL, 1004 },
         { "mlp-early", required_argument, NULL, 1003 },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
@@ -746,6 +751,14 @@ int sdp_cli_train(int argc, char **argv)
             }
             ov.work_home = optarg;
             break;
+        case 1004:
+            if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
+                fprintf(stderr, "slidedp train: --embed-home takes host or gpu, not '%s'\n",
+                        optarg);
+                return SDP_EXIT_USAGE;
+            }
+            ov.embed_home = optarg;
+            break;
         case 'C':
             if (strcmp(optarg, "starpu") && strcmp(optarg, "nccl")) {
                 fprintf(stderr, "slidedp train: --collectives takes starpu or nccl, not '%s'\n",
@@ -802,6 +815,8 @@ int sdp_cli_train(int argc, char **argv)
         r.nccl = !strcmp(ov.collectives, "nccl");
     if (ov.work_home)
         r.work_on_gpu = !strcmp(ov.work_home, "gpu");
+    if (ov.embed_home)
+        r.embed_on_gpu = !strcmp(ov.embed_home, "gpu");
     if (ov.checkpoint_every >= 0)
         r.checkpoint_every = ov.checkpoint_every;
     if (ov.output)
