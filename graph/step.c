@@ -554,15 +554,18 @@ static int norms_if_final(sdp_graph_t *g, int step, int mb, int gi)
  * updated after the embedding's backward, from the group's usual pack.  Without it the whole
  * embedding's update started when the backward ended, and the next step's forward, which starts
  * with the embedding, waited for all of it (qwen3-4b/16 on an H200: about 80 ms a step on 15
- * cores).  With the embedding's working copy off the host (its group staged: train.embed_home gpu,
- * or work_home gpu) each of the two updates of a chunk writes the rows it updates into a packed
- * stage, and a param_put_early or param_put_rows scatters them into the copy the GPU keeps: the
- * early rows cross PCIe while the backward goes on, and after the embedding's backward only the
- * rows of the step's tokens do, instead of the whole copy. */
+ * cores).  With the embedding's working copy off the host (its group staged: train.embed_home gpu;
+ * with work_home gpu alone it does not apply: there the embedding's early updates, first in the
+ * policy's order, took the stages the early MLP updates of the layers need) each of the two updates
+ * of a chunk writes the rows it updates into a packed stage, and a param_put_early or
+ * param_put_rows scatters them into the copy the GPU keeps: the early rows cross PCIe while the
+ * backward goes on, and after the embedding's backward only the rows of the step's tokens do,
+ * instead of the whole copy. */
 static int early_embed(const sdp_graph_t *g)
 {
     return g->row_mark && g->R == 1 && g->lm_group == 0 && packs(g, 0) && g->c.embed_early >= 0 &&
-           !(g->c.max_grad_norm > 0) && !g->c.skip_nonfinite;
+           !(g->c.max_grad_norm > 0) && !g->c.skip_nonfinite &&
+           (!g->st->work_staged || g->st->embed_staged);
 }
 
 static void add_seg(struct sdp_adamw_segment *segs, int *n, size_t off, size_t len, int decay)

@@ -10,7 +10,9 @@
  * inputs of its queued tasks only within `window` groups ahead of the group it computes (every
  * param_fetch's at once when it is queued, with SDP_FETCH_EAGER=1), and runs a param_fetch only
  * within window - 1 groups, so that its weights have arrived (or when it has been idle for
- * FETCH_IDLE_US).  A monolithic policy (StarPU's starpu_sched_policy, no components):
+ * FETCH_IDLE_US).  An update that only CPU workers run gets its inputs (the gradient chunk)
+ * prefetched to the host when it is queued, unless it fills a stage (SDP_HOST_PREFETCH=0: never).
+ * A monolithic policy (StarPU's starpu_sched_policy, no components):
  *   push: a task that one worker only can run -> that worker's queue; any other -> the shared
  *         queue of its worker-type mask (CPU, CUDA, both, ...).  Each queue: a heap of ordinary
  *         tasks and a heap of staged (bounded) tasks.
@@ -79,6 +81,7 @@ struct sched {
     long nstaged;                             /* staged tasks queued */
     int depth, window, inflight, ngroups;
     int stages, eager;          /* the bound on stages alive; prefetch every fetch when queued */
+    int host_prefetch;          /* bring a queued host update's inputs to the host (see push) */
     long nalive;                /* stages alive: fills started minus puts ended */
     struct starpu_task **slots; /* the staged tasks in flight (depth of them at most) */
     uint64_t seq;
@@ -313,6 +316,7 @@ static void init_sched(unsigned ctx)
         s->stages = DEFAULT_STAGES_PER_SLOT * s->depth;
     }
     s->eager = starpu_getenv_number_default("SDP_FETCH_EAGER", 0) > 0;
+    s->host_prefetch = starpu_getenv_number_default("SDP_HOST_PREFETCH", 1) > 0;
     s->slots = calloc((size_t)s->depth, sizeof(*s->slots));
     SDP_ASSERT(s->slots != NULL, "sdp-slidedp: out of memory for %d staging slots", s->depth);
     for (int w = 0; w < STARPU_NMAXWORKERS; w++)
@@ -433,6 +437,16 @@ static int push_task(struct starpu_task *task)
     s->nstaged += e->staged;
     if (n == 1)
         maybe_prefetch(s, eligible[0], e);
+    /* an update that only CPU workers run, queued: its gradient chunk starts down from the GPU
+     * now, beside the others queued, rather than when a worker pops the task and waits for it
+     * alone (at qwen3-4b/32's step boundary the CPU workers sat idle for their inputs 15-25 ms a
+     * step).  Not one that fills a stage: the staging bound may hold it back, and its input
+     * would wait on the host with it.  SDP_HOST_PREFETCH=0 turns it off. */
+    else if (s->host_prefetch && e->has_hint && e->hint.phase == SDP_PH_UPDATE &&
+             e->hint.move == SDP_MOVE_NONE && !e->fills && mask == 1 && !task->prefetched) {
+        e->prefetched = 1;
+        starpu_prefetch_task_input_on_node(task, STARPU_MAIN_RAM);
+    }
     starpu_push_task_end(task);
     nwake = take_idle(s, eligible, n, wake);
     pthread_mutex_unlock(&s->lock);

@@ -146,6 +146,7 @@ int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
                        sdp_dtype_name(grad_dtype));
     st->grad_dtype = grad_dtype;
     st->work_staged = (flags & SDP_STATE_WORK_STAGED) != 0;
+    st->embed_staged = (flags & SDP_STATE_EMBED_STAGED) != 0;
     st->chunk_elems = chunk_bytes / sizeof(float);
     if (st->chunk_elems < 1024)
         return sdp_err(-EINVAL, "chunk of %zu bytes is too small (at least 4 KiB)", chunk_bytes);

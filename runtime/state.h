@@ -36,9 +36,9 @@ struct sdp_group_state {
 /* sdp_state_create_ex flags */
 #define SDP_STATE_ON_GPU      1u /* the compute runs on GPUs */
 #define SDP_STATE_WORK_STAGED 2u /* working copies off the host (see sdp_state.work_staged) */
-#define SDP_STATE_EMBED_STAGED                                                                     \
-    4u /* group 0's working copy alone off the host, as work_staged does                           \
-          for every group (train.embed_home: gpu) */
+/* group 0's working copy alone off the host, as work_staged does for every group
+ * (train.embed_home: gpu) */
+#define SDP_STATE_EMBED_STAGED 4u
 
 struct sdp_state {
     struct sdp_model_cfg cfg;
@@ -49,11 +49,13 @@ struct sdp_state {
     struct sdp_group_state *groups;
     int work_valid;            /* working copies reflect the masters (set by the graph) */
     enum sdp_dtype grad_dtype; /* what AdamW reads: SDP_F32 (grad) or SDP_BF16 (grad_ret) */
-    int work_staged; /* 1: each group's working copy has no host home and is not split into
-                        chunks: AdamW writes a chunk into work_stage[c], a param_put copies it
-                        into the working copy where the compute keeps it (the GPU), and the
-                        stage is dropped.  The host then holds the masters and moments (12 bytes
-                        a parameter) and the stages in flight, not a working copy of the model */
+    int work_staged;  /* 1: each group's working copy has no host home and is not split into
+                         chunks: AdamW writes a chunk into work_stage[c], a param_put copies it
+                         into the working copy where the compute keeps it (the GPU), and the
+                         stage is dropped.  The host then holds the masters and moments (12 bytes
+                         a parameter) and the stages in flight, not a working copy of the model */
+    int embed_staged; /* SDP_STATE_EMBED_STAGED was given: group 0 staged on purpose (with
+                         work_staged too), for the early update of its rows (graph/step.c) */
 };
 
 /** Allocate and register the state of cfg.  chunk_bytes: bytes of fp32 master per chunk.

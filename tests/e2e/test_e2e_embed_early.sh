@@ -48,7 +48,7 @@ run off "$tmp/r.yaml" --embed-early off
 run clip "$tmp/clip.yaml"
 SDP_ROWS_PACK=off run whole "$tmp/r.yaml" --embed-early on
 run emb "$tmp/r.yaml" --embed-home gpu
-run all "$tmp/r.yaml" --work-home gpu
+run all "$tmp/r.yaml" --work-home gpu --embed-home gpu
 
 "$py" - "$tmp" <<'PYEOF' || fail=1
 import json, os, sys
