@@ -137,26 +137,29 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
     return sdp_cl_submit(&sdp_cl_param_put, &op, a, sizeof(*a), 0.0, b, 2);
 }
 
-/* param_put_rows / param_put_early: the puts of a packed stage (sdp_task_param_put_segs), the
+/* param_put_rows / param_put_early: the puts of packed stages (sdp_task_param_put_segs), the
  * updates of the tied embedding's rows when its working copy is off the host: only the elements an
  * update wrote cross PCIe. */
 struct sdp_param_put_segs_args {
-    struct sdp_shape_key key; /* bytes (low 31 bits, high bits), segments */
-    size_t off;               /* dst element of the chunk's first */
-    int nsegs;
-    struct sdp_adamw_segment segs[];
+    struct sdp_shape_key key; /* bytes (low 31 bits, high bits), stages, segments */
+    int nsrc;
+    size_t d[]; /* off[nsrc] (dst element of each chunk's first), nseg[nsrc], then each stage's
+                   (offset, nelems) pairs */
 };
 
-/* buffers: dst RW, src (the segments back to back) R */
+/* buffers: dst RW, then each stage (its segments back to back) R */
 static void param_put_segs_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_param_put_segs_args *a = cl_arg;
-    size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[1]), run = 0;
-    char *dst = (char *)SDP_VEC(buffers[0]) + a->off * es;
-    const char *src = SDP_VEC(buffers[1]);
-    for (int i = 0; i < a->nsegs; i++) {
-        memcpy(dst + a->segs[i].offset * es, src + run * es, a->segs[i].nelems * es);
-        run += a->segs[i].nelems;
+    const size_t *off = a->d, *nseg = off + a->nsrc, *seg = nseg + a->nsrc;
+    size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
+    for (int k = 0; k < a->nsrc; k++) {
+        char *dst = (char *)SDP_VEC(buffers[0]) + off[k] * es;
+        const char *src = SDP_VEC(buffers[1 + k]);
+        for (size_t i = 0, run = 0; i < nseg[k]; i++, seg += 2) {
+            memcpy(dst + seg[0] * es, src + run * es, seg[1] * es);
+            run += seg[1];
+        }
     }
 }
 
@@ -164,18 +167,23 @@ static void param_put_segs_cpu(void *buffers[], void *cl_arg)
 static void param_put_segs_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_param_put_segs_args *a = cl_arg;
-    size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[1]), run = 0, units = es / 2;
-    size_t *tab = malloc((size_t)a->nsegs * 3 * sizeof(*tab));
-    SDP_ASSERT(tab != NULL, "out of memory for %d segments", a->nsegs);
-    for (int i = 0; i < a->nsegs; i++) { /* in 2-byte units */
-        tab[3 * i] = a->segs[i].offset * units;
-        tab[3 * i + 1] = run * units;
-        tab[3 * i + 2] = a->segs[i].nelems * units;
-        run += a->segs[i].nelems;
+    const size_t *off = a->d, *nseg = off + a->nsrc, *seg = nseg + a->nsrc;
+    size_t units = STARPU_VECTOR_GET_ELEMSIZE(buffers[0]) / 2, most = 1;
+    for (int k = 0; k < a->nsrc; k++)
+        most = nseg[k] > most ? nseg[k] : most;
+    size_t *tab = malloc(most * 3 * sizeof(*tab));
+    SDP_ASSERT(tab != NULL, "out of memory for %zu segments", most);
+    for (int k = 0; k < a->nsrc; k++) {
+        for (size_t i = 0, run = 0; i < nseg[k]; i++, seg += 2) { /* in 2-byte units */
+            tab[3 * i] = seg[0] * units;
+            tab[3 * i + 1] = run * units;
+            tab[3 * i + 2] = seg[1] * units;
+            run += seg[1];
+        }
+        sdp_cuda_scatter16((uint16_t *)SDP_VEC(buffers[0]) + off[k] * units,
+                           (const uint16_t *)SDP_VEC(buffers[1 + k]), tab, (int)nseg[k],
+                           starpu_cuda_get_local_stream());
     }
-    sdp_cuda_scatter16((uint16_t *)SDP_VEC(buffers[0]) + a->off * units,
-                       (const uint16_t *)SDP_VEC(buffers[1]), tab, a->nsegs,
-                       starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
     free(tab);
 }
@@ -194,46 +202,68 @@ static void param_put_segs_cuda(void *buffers[], void *cl_arg)
         .name = cl_name,                                                                           \
         .cpu_funcs = { param_put_segs_cpu },                                                       \
         .cpu_funcs_name = { "param_put_segs_cpu" },                                                \
-        PUT_SEGS_CUDA.nbuffers = 2,                                                                \
-        .modes = { STARPU_RW | STARPU_COMMUTE, STARPU_R },                                         \
+        PUT_SEGS_CUDA.nbuffers = STARPU_VARIABLE_NBUFFERS,                                         \
         .model = &var##_pm,                                                                        \
     }
 
 PUT_SEGS_CODELET(sdp_cl_param_put_rows, "param_put_rows");
 PUT_SEGS_CODELET(sdp_cl_param_put_early, "param_put_early");
 
-int sdp_task_param_put_segs(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
-                            sdp_rt_tensor_t *src, const struct sdp_adamw_segment *segs, int nsegs,
-                            int early)
+int sdp_task_param_put_segs(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, int nsrc,
+                            const size_t *off, sdp_rt_tensor_t *const *src,
+                            struct sdp_adamw_segment *const *segs, const int *nsegs, int early)
 {
     struct sdp_param_put_segs_args *a;
     struct starpu_codelet *cl = early ? &sdp_cl_param_put_early : &sdp_cl_param_put_rows;
-    size_t n = sdp_rt_tensor_nelems(src), es = sdp_dtype_size(sdp_rt_tensor_dtype(dst)), total = 0,
-           end = 0, argsize = sizeof(*a) + (size_t)nsegs * sizeof(*segs);
-    struct sdp_cl_buf b[] = { { dst, STARPU_RW | STARPU_COMMUTE }, { src, STARPU_R } };
+    size_t es = sdp_dtype_size(sdp_rt_tensor_dtype(dst)), bytes = 0, npairs = 0, argsize;
+    struct sdp_cl_buf *b;
     struct sdp_task_opts op = *o;
-    op.hint.move = SDP_MOVE_PUT; /* it empties a stage */
-    for (int i = 0; i < nsegs; i++) {
-        if (segs[i].offset < end)
-            return sdp_err(-EINVAL, "%s: segment %d of %s starts at %zu, before %zu", cl->name, i,
-                           sdp_rt_tensor_name(src), segs[i].offset, end);
-        end = segs[i].offset + segs[i].nelems;
-        total += segs[i].nelems;
+    int rc;
+    op.hint.move = SDP_MOVE_PUT; /* it empties stages */
+    if (nsrc < 1)
+        return sdp_err(-EINVAL, "%s: no stage", cl->name);
+    for (int k = 0; k < nsrc; k++) {
+        size_t total = 0, end = 0;
+        for (int i = 0; i < nsegs[k]; i++) {
+            if (segs[k][i].offset < end)
+                return sdp_err(-EINVAL, "%s: segment %d of %s starts at %zu, before %zu", cl->name,
+                               i, sdp_rt_tensor_name(src[k]), segs[k][i].offset, end);
+            end = segs[k][i].offset + segs[k][i].nelems;
+            total += segs[k][i].nelems;
+        }
+        if (nsegs[k] < 1 || total != sdp_rt_tensor_nelems(src[k]) ||
+            sdp_rt_tensor_dtype(src[k]) != sdp_rt_tensor_dtype(dst) ||
+            off[k] > sdp_rt_tensor_nelems(dst) || end > sdp_rt_tensor_nelems(dst) - off[k])
+            return sdp_err(
+                -EINVAL, "%s: %s (%zu) in %d segments up to %zu does not fit %s (%zu) at %zu",
+                cl->name, sdp_rt_tensor_name(src[k]), sdp_rt_tensor_nelems(src[k]), nsegs[k], end,
+                sdp_rt_tensor_name(dst), sdp_rt_tensor_nelems(dst), off[k]);
+        npairs += (size_t)nsegs[k];
+        bytes += total * es;
     }
-    if (nsegs < 1 || total != n || sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst) ||
-        off > sdp_rt_tensor_nelems(dst) || end > sdp_rt_tensor_nelems(dst) - off)
-        return sdp_err(-EINVAL,
-                       "%s: %s (%zu) in %d segments up to %zu does not fit %s (%zu) at %zu",
-                       cl->name, sdp_rt_tensor_name(src), n, nsegs, end, sdp_rt_tensor_name(dst),
-                       sdp_rt_tensor_nelems(dst), off);
+    b = calloc((size_t)nsrc + 1, sizeof(*b));
+    if (!b)
+        return sdp_err(-ENOMEM, "%s of %d stages", cl->name, nsrc);
+    argsize = sizeof(*a) + (2 * (size_t)nsrc + 2 * npairs) * sizeof(size_t);
     a = sdp_cl_args_alloc(argsize);
-    a->key.d[0] = (int)((n * es) & 0x7fffffff);
-    a->key.d[1] = (int)((n * es) >> 31);
-    a->key.d[2] = nsegs;
-    a->off = off;
-    a->nsegs = nsegs;
-    memcpy(a->segs, segs, (size_t)nsegs * sizeof(*segs));
-    return sdp_cl_submit(cl, &op, a, argsize, 0.0, b, 2);
+    a->key.d[0] = (int)(bytes & 0x7fffffff);
+    a->key.d[1] = (int)(bytes >> 31);
+    a->key.d[2] = nsrc;
+    a->nsrc = nsrc;
+    size_t *doff = a->d, *nseg = doff + nsrc, *seg = nseg + nsrc;
+    b[0] = (struct sdp_cl_buf){ dst, STARPU_RW | STARPU_COMMUTE };
+    for (int k = 0; k < nsrc; k++) {
+        doff[k] = off[k];
+        nseg[k] = (size_t)nsegs[k];
+        for (int i = 0; i < nsegs[k]; i++, seg += 2) {
+            seg[0] = segs[k][i].offset;
+            seg[1] = segs[k][i].nelems;
+        }
+        b[1 + k] = (struct sdp_cl_buf){ src[k], STARPU_R };
+    }
+    rc = sdp_cl_submit(cl, &op, a, argsize, 0.0, b, nsrc + 1);
+    free(b);
+    return rc;
 }
 
 /* stage_put: a chunk of the working copy on the host = the stage an early AdamW wrote (the

@@ -204,14 +204,15 @@ int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
 int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
                        sdp_rt_tensor_t *src);
 
-/** dst RW: for each segment i, elements [off + segs[i].offset, + segs[i].nelems) = the next
- * segs[i].nelems elements of src, which holds the segments back to back (the packed stage of an
- * AdamW on those segments, sdp_task_adamw); same dtype, on the worker's node.  Codelet
- * param_put_rows, or param_put_early for the stage of an early update (sdp_task_adamw_early).  As
- * sdp_task_param_put otherwise: dst's access commutes with the other puts', SDP_MOVE_PUT. */
-int sdp_task_param_put_segs(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
-                            sdp_rt_tensor_t *src, const struct sdp_adamw_segment *segs, int nsegs,
-                            int early);
+/** dst RW: for each stage k of nsrc and each of its nsegs[k] segments i, elements
+ * [off[k] + segs[k][i].offset, + segs[k][i].nelems) = the next segs[k][i].nelems elements of
+ * src[k], which holds its segments back to back (the packed stage of an AdamW on those segments,
+ * sdp_task_adamw); same dtype, on the worker's node.  Codelet param_put_rows, or param_put_early
+ * for the stages of early updates (sdp_task_adamw_early).  As sdp_task_param_put otherwise: dst's
+ * access commutes with the other puts', SDP_MOVE_PUT. */
+int sdp_task_param_put_segs(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, int nsrc,
+                            const size_t *off, sdp_rt_tensor_t *const *src,
+                            struct sdp_adamw_segment *const *segs, const int *nsegs, int early);
 
 /** dst (n) W = src (n) R, same dtype, on a CPU worker: a chunk of the working copy on the host
  * takes the stage an early AdamW wrote (the early MLP update).  The hint says SDP_MOVE_PUT, as

@@ -44,10 +44,11 @@ static inline int sdp_slidedp_fills_stage(const struct sdp_hint *h)
     return h && h->stage_role == SDP_STAGE_FILL && sdp_slidedp_is_staged(h);
 }
 
-/* 1 for the put that empties a stage. */
+/* 1 for the put that empties a stage (not one whose stage role is none: it empties stages the
+ * policy did not count). */
 static inline int sdp_slidedp_drains_stage(const struct sdp_hint *h)
 {
-    return h && h->move == SDP_MOVE_PUT;
+    return h && h->move == SDP_MOVE_PUT && h->stage_role != SDP_STAGE_NONE;
 }
 
 /* 1 for the tasks that only move data (param_fetch, param_put): a CUDA worker running one does

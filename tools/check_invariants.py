@@ -175,9 +175,12 @@ def check_stages(events, limit, rep):
     # host only the writers with a put do (the early MLP update's stage_put, the embedding's puts)
     off_host = {e["group"] for e in tasks if e.get("name") == "param_put"}
     last = max((e["end_us"] for e in tasks), default=0.0)
-    spans = [dict(w, end_us=puts[key(w)]["end_us"] if key(w) in puts else last)
+    # one put of a whole group (chunk -1: param_put_rows, the embedding's rows) empties the
+    # stages of all its chunks
+    put_of = lambda w: puts.get(key(w)) or puts.get(key(dict(w, chunk=-1)))
+    spans = [dict(w, end_us=put_of(w)["end_us"] if put_of(w) else last)
              for w in tasks
-             if w.get("name") in STAGE_WRITERS and (w["group"] in off_host or key(w) in puts)]
+             if w.get("name") in STAGE_WRITERS and (w["group"] in off_host or put_of(w))]
     peak, at = max_overlap(spans)
     print("stages: %d written, at most %d alive (limit %d)" % (len(spans), peak, limit))
     if peak > limit:

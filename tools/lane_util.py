@@ -374,9 +374,11 @@ def stages(events):
         elif e.get("name") in ("param_put", "param_put_rows", "param_put_early"):
             puts[key] = e
     out = {}
+    # one put of a whole group (chunk -1: param_put_rows) empties the stages of all its chunks
+    put_of = {k: puts.get(k) or puts.get((k[0], k[1], -1) + k[3:]) for k in writers}
     for ph in ("cast", "update", "all"):
-        pairs = [(w, puts[k]) for k, w in writers.items()
-                 if k in puts and (ph == "all" or w.get("phase") == ph)]
+        pairs = [(w, put_of[k]) for k, w in writers.items()
+                 if put_of[k] and (ph == "all" or w.get("phase") == ph)]
         row = {"stages": len(pairs), "max_alive": 0, "at_ms": None, "wait_median_ms": None,
                "wait_p90_ms": None, "wait_max_ms": None}
         if pairs:

@@ -20,8 +20,9 @@
 #     for the global norm anyway;
 #   - with the embedding's working copy off the host (--embed-home gpu; --work-home gpu for every
 #     copy) the losses and norms are the same bits again; each update writes only its rows into a
-#     packed stage, scattered into the copy by param_put_early and param_put_rows (one per
-#     adamw_early and adamw of the group, no plain param_put of it after the first casts), and
+#     packed stage, scattered into the copy by param_put_early (one per adamw_early) and
+#     param_put_rows (one per step, for every chunk's rows of the step's tokens; no plain param_put
+#     of the group after the first casts), and
 #     the checker passes those logs, and fails one where an early put is renamed a plain one;
 #   - --embed-early with another value, and --embed-home gpu with param_delay 1, are refused with
 #     exit code 2.
@@ -88,8 +89,8 @@ for n in ("emb", "all"):
            for k in ("adamw_early", "adamw", "param_put_early", "param_put_rows", "param_put")}
     print("  group 0's updates and puts:", cnt)
     if cnt["param_put"] or cnt["param_put_early"] != cnt["adamw_early"] or \
-            cnt["param_put_rows"] != cnt["adamw"] or cnt["adamw_early"] < 4:
-        print("  expected one param_put_early per adamw_early, one param_put_rows per adamw")
+            cnt["param_put_rows"] != 4 or cnt["adamw_early"] < 4:
+        print("  expected one param_put_early per adamw_early, one param_put_rows per step")
         ok = False
     if n == "emb":
         bad = [dict(e) for e in ev]
