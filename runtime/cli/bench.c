@@ -91,7 +91,8 @@ static void usage(FILE *f)
            "  --events FILE.jsonl  the task event log (tools/lane_util.py, check_invariants.py)\n"
            "  --mem-log FILE.jsonl the run's memory every 0.5 s from StarPU's start (RSS, host\n"
            "                       memory available, StarPU's host count, each GPU's use), one\n"
-           "                       JSON line a sample, flushed as written\n");
+           "                       JSON line a sample, flushed as written, to the end of the\n"
+           "                       steps\n");
 }
 
 static uint64_t mix(uint64_t x)
@@ -256,6 +257,9 @@ static int run(const struct bench_opts *b)
     if (sdp_rt_wait_all()) /* the last updates: the drain of the pipeline */
         goto out;
     span = sdp_cli_now_s() - t_start;
+    /* the memory log covers the steps; its last peak is then at most the result's host peak,
+     * read below (writing the event log afterwards may take more) */
+    sdp_rt_memlog_stop();
     {
         double *timed = step_s + b->warmup, median, tps, steady = 0.0;
         json_t *settings, *o, *steps_arr = json_array();
