@@ -222,10 +222,10 @@ static int adamw_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o
     size_t n = sdp_rt_tensor_nelems(master), covered = 0;
     for (int s = 0; s < nsegs; s++)
         covered += segs[s].nelems;
-    /* a gradient or working copy of `covered` elements, fewer than the chunk's, holds the
-     * segments back to back (packed) */
-    int packed = (covered != n && sdp_rt_tensor_nelems(grad) == covered) |
-                 (covered != n && sdp_rt_tensor_nelems(work) == covered) << 1;
+    /* a gradient or working copy of fewer elements than the chunk, but at least `covered`, holds
+     * the segments back to back (packed; the rest is padding) */
+    size_t ng = sdp_rt_tensor_nelems(grad), nw = sdp_rt_tensor_nelems(work);
+    int packed = (ng < n && ng >= covered) | (nw < n && nw >= covered) << 1;
     /* segments that leave part of the chunk to another update keep that part of the working copy:
      * read-write then, write-only (nothing fetched) when they cover it all or it is packed */
     struct sdp_cl_buf b[] = { { master, STARPU_RW },
@@ -234,11 +234,11 @@ static int adamw_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o
                               { v, STARPU_RW },
                               { work, covered == n || (packed & 2) ? STARPU_W : STARPU_RW },
                               { clip, STARPU_R } };
-    if ((sdp_rt_tensor_nelems(grad) != n && !(packed & 1)) ||
+    if ((ng != n && !(packed & 1)) ||
         (sdp_rt_tensor_dtype(grad) != SDP_F32 && sdp_rt_tensor_dtype(grad) != SDP_BF16))
         return sdp_err(-EINVAL, "adamw: gradient %s is not an f32 or bf16 vector of %zu (or %zu)",
                        sdp_rt_tensor_name(grad), n, covered);
-    if ((sdp_rt_tensor_nelems(work) != n && !(packed & 2)) || (packed && skip_nonfinite))
+    if ((nw != n && !(packed & 2)) || (packed && skip_nonfinite))
         return sdp_err(-EINVAL,
                        "adamw: working copy %s holds %zu elements, not %zu (or %zu packed, "
                        "without skip_nonfinite)",

@@ -361,7 +361,7 @@ int sdp_task_grad_pack_rows(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad
         }
         if ((nsegs[c] > 0) != (ret[c] != NULL) ||
             (ret[c] &&
-             (sdp_rt_tensor_dtype(ret[c]) != SDP_BF16 || sdp_rt_tensor_nelems(ret[c]) != covered)))
+             (sdp_rt_tensor_dtype(ret[c]) != SDP_BF16 || sdp_rt_tensor_nelems(ret[c]) < covered)))
             return sdp_err(-EINVAL, "grad_pack_rows: chunk %d: %d segments of %zu elements, %s", c,
                            nsegs[c], covered,
                            ret[c] ? sdp_rt_tensor_name(ret[c]) : "no packed chunk");

@@ -231,7 +231,7 @@ int sdp_task_param_put_segs(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst,
             end = segs[k][i].offset + segs[k][i].nelems;
             total += segs[k][i].nelems;
         }
-        if (nsegs[k] < 1 || total != sdp_rt_tensor_nelems(src[k]) ||
+        if (nsegs[k] < 1 || total > sdp_rt_tensor_nelems(src[k]) ||
             sdp_rt_tensor_dtype(src[k]) != sdp_rt_tensor_dtype(dst) ||
             off[k] > sdp_rt_tensor_nelems(dst) || end > sdp_rt_tensor_nelems(dst) - off[k])
             return sdp_err(

@@ -128,8 +128,8 @@ struct sdp_adamw_segment {
 /** AdamW on one chunk: master, m, v (n) f32 RW; grad (n) f32 or bf16 R; work (n)
  * f32|bf16 W receives the updated parameters for the next step.  clip (2) f64 R (NULL: no
  * clipping). segs cover [0, n) in order.  Segments that cover k < n elements may come with a
- * packed grad or work of k elements, which holds the segments back to back (work then W; not with
- * skip_nonfinite). */
+ * packed grad or work of k to n - 1 elements, which holds the segments back to back, the rest
+ * padding (work then W; not with skip_nonfinite). */
 int sdp_task_adamw(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_rt_tensor_t *grad,
                    sdp_rt_tensor_t *m, sdp_rt_tensor_t *v, sdp_rt_tensor_t *work,
                    sdp_rt_tensor_t *clip, double lr, double beta1, double beta2, double eps,
@@ -175,7 +175,8 @@ int sdp_task_grad_pack_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *gra
 /** The final pack of the tied embedding after its early update, codelet grad_pack_rows: sumsq[c]
  * as sdp_task_grad_pack for every chunk c of grad, and ret[c] (bf16, the segments' length) W =
  * the elements of chunk c's nsegs[c] segments segs[c] (offsets in the chunk), rounded as
- * sdp_task_grad_pack rounds them, back to back; ret[c] NULL where nsegs[c] is 0.  The update of
+ * sdp_task_grad_pack rounds them, back to back (ret[c] may be longer: the rest is not written);
+ * ret[c] NULL where nsegs[c] is 0.  The update of
  * those rows reads the packed chunk (sdp_task_adamw), so only they cross PCIe. */
 int sdp_task_grad_pack_rows(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                             sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq,
@@ -206,10 +207,10 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
 
 /** dst RW: for each stage k of nsrc and each of its nsegs[k] segments i, elements
  * [off[k] + segs[k][i].offset, + segs[k][i].nelems) = the next segs[k][i].nelems elements of
- * src[k], which holds its segments back to back (the packed stage of an AdamW on those segments,
- * sdp_task_adamw); same dtype, on the worker's node.  Codelet param_put_rows, or param_put_early
- * for the stages of early updates (sdp_task_adamw_early).  As sdp_task_param_put otherwise: dst's
- * access commutes with the other puts', SDP_MOVE_PUT. */
+ * src[k], which holds its segments back to back, then padding (the packed stage of an AdamW on
+ * those segments, sdp_task_adamw); same dtype, on the worker's node.  Codelet param_put_rows, or
+ * param_put_early for the stages of early updates (sdp_task_adamw_early).  As sdp_task_param_put
+ * otherwise: dst's access commutes with the other puts', SDP_MOVE_PUT. */
 int sdp_task_param_put_segs(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, int nsrc,
                             const size_t *off, sdp_rt_tensor_t *const *src,
                             struct sdp_adamw_segment *const *segs, const int *nsegs, int early);

@@ -482,6 +482,17 @@ static int early_embed(const sdp_graph_t *g);
 static int chunk_segs(const sdp_graph_t *g, int gi, int c, int rows,
                       struct sdp_adamw_segment **out);
 
+/* The length of a packed buffer of `covered` elements of a chunk of n (update_chunk, pack_rows):
+ * rounded up to 256 K elements while that stays below n, so that the packed gradients and stages
+ * of every step come in a few sizes that StarPU's cache of freed buffers hands out again; with a
+ * length of its own each a step, every one took a new pinned allocation, and the CPU workers at
+ * qwen3-4b/32's step boundary waited 15-25 ms for them. */
+static size_t packed_len(size_t covered, size_t n)
+{
+    size_t q = (size_t)1 << 18, len = (covered + q - 1) / q * q;
+    return len < n ? len : covered;
+}
+
 /* The tied embedding's final pack after its early update (early_embed): the norms of every chunk,
  * and the bf16 gradient of the rows of the step's tokens alone, packed, into rows_grad, which the
  * updates of those rows read; only they cross PCIe then (about 150 MB for qwen3-4b at 32 K random
@@ -508,7 +519,9 @@ static int pack_rows(sdp_graph_t *g, int step)
             covered += segs[c][k].nelems;
         snprintf(name, sizeof(name), "g0.rows_grad.%d", c);
         if (nsegs[c] > 0)
-            rc = sdp_rt_tensor_temp(&g->rows_grad[c], SDP_BF16, covered, name);
+            rc = sdp_rt_tensor_temp(
+                &g->rows_grad[c], SDP_BF16,
+                packed_len(covered, sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->master, c))), name);
     }
     if (!rc)
         rc = sdp_task_grad_pack_rows(&o, gs->grad, g->rows_grad, &g->sumsq[g->chunk0[0]], segs,
@@ -686,7 +699,8 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
         /* only the rows it updates cross PCIe (the rest of the copy there stays as it is) */
         char name[64];
         snprintf(name, sizeof(name), "g%d.rows_stage.%d.%d", gi, c, rows);
-        rc = sdp_rt_tensor_temp(&packed, sdp_rt_tensor_dtype(w), covered, name);
+        rc = sdp_rt_tensor_temp(&packed, sdp_rt_tensor_dtype(w),
+                                packed_len(covered, sdp_rt_tensor_nelems(p)), name);
         if (rc) {
             free(segs);
             return rc;
