@@ -52,6 +52,24 @@ float *sdp_cl_out(void *vec, int slot);
 float *sdp_cl_inout(void *vec, int slot);
 void sdp_cl_out_done(void *vec, const float *p);
 
+/* A codelet of a kernel pair under a name (and a perfmodel) of its own, so that the trace and the
+ * checker tell its uses apart: var, its name, the CPU function, and `cuda`, a macro that expands
+ * to `.cuda_funcs = { f }, .cuda_flags = { STARPU_CUDA_ASYNC },` or to nothing; variable
+ * buffers. */
+#define SDP_NAMED_CODELET(var, cl_name, cpu_fn, cuda)                                              \
+    static struct starpu_perfmodel var##_pm = {                                                    \
+        .type = STARPU_HISTORY_BASED,                                                              \
+        .symbol = "sdp_" cl_name "_v1",                                                            \
+        .footprint = sdp_cl_footprint,                                                             \
+    };                                                                                             \
+    struct starpu_codelet var = {                                                                  \
+        .name = cl_name,                                                                           \
+        .cpu_funcs = { cpu_fn },                                                                   \
+        .cpu_funcs_name = { #cpu_fn },                                                             \
+        cuda.nbuffers = STARPU_VARIABLE_NBUFFERS,                                                  \
+        .model = &var##_pm,                                                                        \
+    }
+
 /** Storage dtype of a CUDA buffer for the sdp_cuda_* launchers: 1 for bf16, 0 for fp32. */
 #define SDP_CL_DT(buf) (STARPU_VECTOR_GET_ELEMSIZE(buf) == 2 ? 1 : 0)
 

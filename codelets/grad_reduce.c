@@ -156,24 +156,10 @@ static void grad_pack_cuda(void *buffers[], void *cl_arg)
 #else
 #define PACK_CUDA
 #endif
-#define PACK_CODELET(var, cl_name)                                                                 \
-    static struct starpu_perfmodel var##_pm = {                                                    \
-        .type = STARPU_HISTORY_BASED,                                                              \
-        .symbol = "sdp_" cl_name "_v1",                                                            \
-        .footprint = sdp_cl_footprint,                                                             \
-    };                                                                                             \
-    struct starpu_codelet var = {                                                                  \
-        .name = cl_name,                                                                           \
-        .cpu_funcs = { grad_pack_cpu },                                                            \
-        .cpu_funcs_name = { "grad_pack_cpu" },                                                     \
-        PACK_CUDA.nbuffers = STARPU_VARIABLE_NBUFFERS,                                             \
-        .model = &var##_pm,                                                                        \
-    }
-
-PACK_CODELET(sdp_cl_grad_pack, "grad_pack");
-PACK_CODELET(sdp_cl_grad_pack_early, "grad_pack_early");
-PACK_CODELET(sdp_cl_grad_pack_mlp, "grad_pack_mlp");
-PACK_CODELET(sdp_cl_grad_sumsq, "grad_sumsq");
+SDP_NAMED_CODELET(sdp_cl_grad_pack, "grad_pack", grad_pack_cpu, PACK_CUDA);
+SDP_NAMED_CODELET(sdp_cl_grad_pack_early, "grad_pack_early", grad_pack_cpu, PACK_CUDA);
+SDP_NAMED_CODELET(sdp_cl_grad_pack_mlp, "grad_pack_mlp", grad_pack_cpu, PACK_CUDA);
+SDP_NAMED_CODELET(sdp_cl_grad_sumsq, "grad_sumsq", grad_pack_cpu, PACK_CUDA);
 
 /* grad_pack (ret given) or grad_sumsq (ret NULL) of chunks [c0, c1) of the chunked f32 gradient
  * grad (ret and sumsq indexed by chunk) */
@@ -327,18 +313,7 @@ static void grad_pack_rows_cuda(void *buffers[], void *cl_arg)
 #define PACK_ROWS_CUDA
 #endif
 
-static struct starpu_perfmodel sdp_pm_grad_pack_rows = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_grad_pack_rows_v1",
-    .footprint = sdp_cl_footprint,
-};
-struct starpu_codelet sdp_cl_grad_pack_rows = {
-    .name = "grad_pack_rows",
-    .cpu_funcs = { grad_pack_rows_cpu },
-    .cpu_funcs_name = { "grad_pack_rows_cpu" },
-    PACK_ROWS_CUDA.nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .model = &sdp_pm_grad_pack_rows,
-};
+SDP_NAMED_CODELET(sdp_cl_grad_pack_rows, "grad_pack_rows", grad_pack_rows_cpu, PACK_ROWS_CUDA);
 
 int sdp_task_grad_pack_rows(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                             sdp_rt_tensor_t *const *ret, sdp_rt_tensor_t *const *sumsq,

@@ -192,22 +192,8 @@ static void param_put_segs_cuda(void *buffers[], void *cl_arg)
 #define PUT_SEGS_CUDA
 #endif
 
-#define PUT_SEGS_CODELET(var, cl_name)                                                             \
-    static struct starpu_perfmodel var##_pm = {                                                    \
-        .type = STARPU_HISTORY_BASED,                                                              \
-        .symbol = "sdp_" cl_name "_v1",                                                            \
-        .footprint = sdp_cl_footprint,                                                             \
-    };                                                                                             \
-    struct starpu_codelet var = {                                                                  \
-        .name = cl_name,                                                                           \
-        .cpu_funcs = { param_put_segs_cpu },                                                       \
-        .cpu_funcs_name = { "param_put_segs_cpu" },                                                \
-        PUT_SEGS_CUDA.nbuffers = STARPU_VARIABLE_NBUFFERS,                                         \
-        .model = &var##_pm,                                                                        \
-    }
-
-PUT_SEGS_CODELET(sdp_cl_param_put_rows, "param_put_rows");
-PUT_SEGS_CODELET(sdp_cl_param_put_early, "param_put_early");
+SDP_NAMED_CODELET(sdp_cl_param_put_rows, "param_put_rows", param_put_segs_cpu, PUT_SEGS_CUDA);
+SDP_NAMED_CODELET(sdp_cl_param_put_early, "param_put_early", param_put_segs_cpu, PUT_SEGS_CUDA);
 
 int sdp_task_param_put_segs(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, int nsrc,
                             const size_t *off, sdp_rt_tensor_t *const *src,

@@ -30,4 +30,5 @@ TESTS += tests/kernels/test_cuda_reduce
 tests_kernels_test_cuda_reduce_SOURCES = tests/kernels/test_cuda_reduce.c tests/lib/sdp_test.h
 check_PROGRAMS += tests/kernels/test_cuda_scatter
 TESTS += tests/kernels/test_cuda_scatter
-tests_kernels_test_cuda_scatter_SOURCES = tests/kernels/test_cuda_scatter.c tests/lib/sdp_test.h
+tests_kernels_test_cuda_scatter_SOURCES = tests/kernels/test_cuda_scatter.c tests/lib/sdp_test.h \
+	tests/lib/sdp_test_cuda.h

@@ -12,15 +12,7 @@
 
 #include "codelets/cuda/sdp_cuda_kernels.h"
 #include "tests/lib/sdp_test.h"
-
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("CUDA error %s at %s:%d\nFAIL\n", cudaGetErrorString(e_), __FILE__, __LINE__);  \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "tests/lib/sdp_test_cuda.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t next(void)
