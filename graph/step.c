@@ -474,19 +474,16 @@ static int mlp_early(const sdp_graph_t *g, int gi, int mb)
     return mlp_chunk0(g, gi);
 }
 
-/* The bf16 gradient return of group gi (one rank): one task reads the final fp32 gradient whole
- * where it was made and writes each chunk's squared norm and bf16 copy; the accumulator is then
- * discarded, unsplit, so nothing of it comes back to the host and the next step's zeroing waits
- * for the pack through the accumulator's own dependencies. */
 static int early_embed(const sdp_graph_t *g);
 static int chunk_segs(const sdp_graph_t *g, int gi, int c, int rows,
                       struct sdp_adamw_segment **out);
 
 /* The length of a packed buffer of `covered` elements of a chunk of n (update_chunk, pack_rows):
  * rounded up to 256 K elements while that stays below n, so that the packed gradients and stages
- * of every step come in a few sizes that StarPU's cache of freed buffers hands out again; with a
- * length of its own each a step, every one took a new pinned allocation, and the CPU workers at
- * qwen3-4b/32's step boundary waited 15-25 ms for them. */
+ * of every step come in a few sizes that StarPU's cache of freed buffers hands out again.  With a
+ * length of its own each step (each a new allocation, the likely cause), the CPU workers at
+ * qwen3-4b/32's step boundary sat idle 10-20 ms a step, and with these lengths mostly not
+ * (bench/results/2026-12-03-h200-embed-rows.md). */
 static size_t packed_len(size_t covered, size_t n)
 {
     size_t q = (size_t)1 << 18, len = (covered + q - 1) / q * q;
@@ -495,8 +492,9 @@ static size_t packed_len(size_t covered, size_t n)
 
 /* The tied embedding's final pack after its early update (early_embed): the norms of every chunk,
  * and the bf16 gradient of the rows of the step's tokens alone, packed, into rows_grad, which the
- * updates of those rows read; only they cross PCIe then (about 150 MB for qwen3-4b at 32 K random
- * tokens, instead of the whole group's 778 MB). */
+ * updates of those rows read; only they cross PCIe then (for qwen3-4b at 32 K uniform random
+ * tokens about 29.5 K of 151,936 rows are expected, about 150 MB, instead of the group's 778 MB).
+ */
 static int pack_rows(sdp_graph_t *g, int step)
 {
     struct sdp_group_state *gs = &g->st->groups[0];
@@ -541,6 +539,10 @@ static int pack_rows(sdp_graph_t *g, int step)
     return rc;
 }
 
+/* The bf16 gradient return of group gi (one rank): one task reads the final fp32 gradient whole
+ * where it was made and writes each chunk's squared norm and bf16 copy; the accumulator is then
+ * discarded, unsplit, so nothing of it comes back to the host and the next step's zeroing waits
+ * for the pack through the accumulator's own dependencies. */
 static int pack(sdp_graph_t *g, int step, int mb, int gi)
 {
     struct sdp_group_state *gs = &g->st->groups[gi];

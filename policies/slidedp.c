@@ -439,9 +439,10 @@ static int push_task(struct starpu_task *task)
         maybe_prefetch(s, eligible[0], e);
     /* an update that only CPU workers run, queued: its gradient chunk starts down from the GPU
      * now, beside the others queued, rather than when a worker pops the task and waits for it
-     * alone (at qwen3-4b/32's step boundary the CPU workers sat idle for their inputs 15-25 ms a
-     * step).  Not one that fills a stage: the staging bound may hold it back, and its input
-     * would wait on the host with it.  SDP_HOST_PREFETCH=0 turns it off. */
+     * alone (bench/results/2026-12-03-h200-embed-rows.md: +8% at qwen3-4b/16 under 15 GiB on one
+     * machine, within the spread on another).  Not one that fills a stage: the staging bound may
+     * hold it back, and its input would wait on the host with it.  SDP_HOST_PREFETCH=0 turns it
+     * off. */
     else if (s->host_prefetch && e->has_hint && e->hint.phase == SDP_PH_UPDATE &&
              e->hint.move == SDP_MOVE_NONE && !e->fills && mask == 1 && !task->prefetched) {
         e->prefetched = 1;
