@@ -172,6 +172,53 @@ static void adamw_cpu(void *buffers[], void *cl_arg)
     }
 }
 
+#ifdef SDP_HAVE_CUDA
+/* The same on the GPU (sdp_cuda_adamw: the CPU's bits), segment by segment; the clipping
+ * coefficient is read there from the grad_norm result. */
+static void adamw_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_adamw_args *a = cl_arg;
+    cudaStream_t stream = starpu_cuda_get_local_stream();
+    float *p = SDP_VECF(buffers[0]), *m = SDP_VECF(buffers[2]), *v = SDP_VECF(buffers[3]);
+    const size_t gsize = STARPU_VECTOR_GET_ELEMSIZE(buffers[1]),
+                 wsize = STARPU_VECTOR_GET_ELEMSIZE(buffers[4]);
+    const char *g = SDP_VEC(buffers[1]);
+    char *work = SDP_VEC(buffers[4]);
+    const double *clip = a->key.d[3] ? (const double *)STARPU_VECTOR_GET_PTR(buffers[5]) : NULL;
+    size_t run = 0;
+    for (int s = 0; s < a->nsegs; s++) {
+        size_t off = a->segs[s].offset, goff = a->packed & 1 ? run : off,
+               woff = a->packed & 2 ? run : off;
+        struct sdp_adamw_consts c;
+        struct sdp_cuda_adamw_consts cc;
+        sdp_cpu_adamw_consts(&c, &a->hp, a->segs[s].decay);
+        cc = (struct sdp_cuda_adamw_consts){ c.wd_mul, c.w1,       c.omw1, c.b2,     c.c2,
+                                             c.nstep,  c.bc2_sqrt, c.eps,  c.gscale, c.lerp_small };
+        sdp_cuda_adamw(p + off, g + goff * gsize, gsize == 2 ? SDP_CUDA_BF16 : SDP_CUDA_F32,
+                       m + off, v + off, work + woff * wsize,
+                       wsize == 2 ? SDP_CUDA_BF16 : SDP_CUDA_F32, a->segs[s].nelems, &cc, clip,
+                       a->skip_nonfinite, stream);
+        run += a->segs[s].nelems;
+    }
+    SDP_CUDA_CHECK(cudaGetLastError());
+}
+
+/* The update of a chunk that the GPU runs (sdp_task_adamw_gpu): the name of the host's, so the
+ * trace and the checker see an update; a perfmodel of its own. */
+static struct starpu_perfmodel sdp_pm_adamw_gpu = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_adamw_gpu_v1",
+    .footprint = sdp_cl_footprint,
+};
+struct starpu_codelet sdp_cl_adamw_gpu = {
+    .name = "adamw",
+    .cuda_funcs = { adamw_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_adamw_gpu,
+};
+#endif
+
 static struct starpu_perfmodel sdp_pm_adamw = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "sdp_adamw_v2", /* v2: AVX-512 kernel */
@@ -282,4 +329,21 @@ int sdp_task_adamw_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
 {
     return adamw_submit(&sdp_cl_adamw_early, o, master, grad, m, v, work, NULL, 0, lr, beta1, beta2,
                         eps, weight_decay, step, segs, nsegs);
+}
+
+int sdp_task_adamw_gpu(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
+                       sdp_rt_tensor_t *grad, sdp_rt_tensor_t *m, sdp_rt_tensor_t *v,
+                       sdp_rt_tensor_t *work, sdp_rt_tensor_t *clip, int skip_nonfinite, double lr,
+                       double beta1, double beta2, double eps, double weight_decay, int step,
+                       const struct sdp_adamw_segment *segs, int nsegs)
+{
+#ifdef SDP_HAVE_CUDA
+    return adamw_submit(&sdp_cl_adamw_gpu, o, master, grad, m, v, work, clip, skip_nonfinite, lr,
+                        beta1, beta2, eps, weight_decay, step, segs, nsegs);
+#else
+    (void)o, (void)master, (void)grad, (void)m, (void)v, (void)work, (void)clip;
+    (void)skip_nonfinite, (void)lr, (void)beta1, (void)beta2, (void)eps, (void)weight_decay;
+    (void)step, (void)segs, (void)nsegs;
+    return sdp_err(-ENOTSUP, "adamw_gpu: built without CUDA");
+#endif
 }

@@ -14,6 +14,9 @@ extern struct starpu_codelet sdp_cl_attention_fwd, sdp_cl_attention_bwd;
 extern struct starpu_codelet sdp_cl_swiglu_fwd, sdp_cl_swiglu_bwd;
 extern struct starpu_codelet sdp_cl_lmhead_ce;
 extern struct starpu_codelet sdp_cl_sumsq, sdp_cl_grad_norm, sdp_cl_adamw, sdp_cl_adamw_early;
+#ifdef SDP_HAVE_CUDA
+extern struct starpu_codelet sdp_cl_adamw_gpu; /* CUDA only */
+#endif
 extern struct starpu_codelet sdp_cl_zero;
 extern struct starpu_codelet sdp_cl_grad_reduce, sdp_cl_grad_pack, sdp_cl_grad_pack_early,
     sdp_cl_grad_pack_mlp, sdp_cl_grad_sumsq, sdp_cl_param_copy, sdp_cl_param_fetch,

@@ -143,6 +143,15 @@ int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sd
                       double beta2, double eps, double weight_decay, int step,
                       const struct sdp_adamw_segment *segs, int nsegs);
 
+/** sdp_task_adamw_ex on the GPU (the same bits: codelets/cuda/adamw.cu): master, grad, m, v and
+ * work are read and written where the GPU keeps them, clip read there.  -ENOTSUP in a build
+ * without CUDA. */
+int sdp_task_adamw_gpu(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
+                       sdp_rt_tensor_t *grad, sdp_rt_tensor_t *m, sdp_rt_tensor_t *v,
+                       sdp_rt_tensor_t *work, sdp_rt_tensor_t *clip, int skip_nonfinite, double lr,
+                       double beta1, double beta2, double eps, double weight_decay, int step,
+                       const struct sdp_adamw_segment *segs, int nsegs);
+
 /** An early update (codelet adamw_early, no clipping): sdp_task_adamw's kernel on segments of a
  * chunk whose gradient is already final there while other elements still wait for a backward
  * task; a later sdp_task_adamw_ex of the same step takes the rest.  Segments that do not cover
@@ -237,6 +246,8 @@ int sdp_tasks_init(void);
  * (0).  The optimizer ops stay on the CPUs, next to the host-resident state.
  * @return 0 or -ENODEV (no CUDA worker, or a CUDA-less build; logged) */
 int sdp_tasks_place_compute(int on_gpu);
+/** 1 when sdp_tasks_place_compute placed the compute ops on the GPUs. */
+int sdp_tasks_compute_on_gpu(void);
 /* Where the gradient norms (sumsq) run. */
 enum sdp_norm_place {
     SDP_NORMS_ANY,  /* wherever the scheduler likes (the default) */

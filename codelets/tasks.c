@@ -49,6 +49,9 @@ int sdp_tasks_init(void)
         &sdp_cl_stage_put,
         &sdp_cl_param_put_rows,
         &sdp_cl_param_put_early,
+#ifdef SDP_HAVE_CUDA
+        &sdp_cl_adamw_gpu,
+#endif
     };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         sdp_cl_register(all[i]);
@@ -86,6 +89,11 @@ int sdp_tasks_place_compute(int on_gpu)
         compute[i]->where = on_gpu ? STARPU_CUDA : 0;
     }
     return 0;
+}
+
+int sdp_tasks_compute_on_gpu(void)
+{
+    return sdp_cl_matmul_fwd.where == STARPU_CUDA;
 }
 
 void sdp_tasks_place_norms(enum sdp_norm_place where)

@@ -233,6 +233,7 @@ static const struct key train_keys[] = {
     { .name = "window", RF(window), INT_GE(0) },
     { .name = "bwd_lookahead", RF(bwd_lookahead), INT_GE(-1) },
     { .name = "keep_last", RF(keep_last), INT_GE(0) },
+    { .name = "gpu_update", RF(gpu_update), INT_GE(0) },
     { .name = "grad_dtype", CHOICE(grad_dtype_names, set_grad_dtype) },
     { .name = "work_home", CHOICE(work_home_names, set_work_home) },
     { .name = "embed_home", CHOICE(work_home_names, set_embed_home) },
@@ -851,6 +852,12 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
                 "it does not go with param_delay 1 or param_route sharded",
                 r->file);
         sdp_hint("drop those keys, or set train.embed_home: host");
+        return -EINVAL;
+    }
+    if (r->model.num_layers > 0 && r->gpu_update > r->model.num_layers) {
+        sdp_err(-EINVAL, "recipe %s: train.gpu_update=%d exceeds the model's %d layers", r->file,
+                r->gpu_update, r->model.num_layers);
+        sdp_hint("lower train.gpu_update (0: every update on the host)");
         return -EINVAL;
     }
     if (r->model.num_layers > 0 && r->keep_last > r->model.num_layers) {

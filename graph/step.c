@@ -47,6 +47,7 @@ struct sdp_graph {
                                     of the step's tokens, packed (grad_pack_rows), from the pack
                                     to the chunk's update; NULL: SDP_ROWS_PACK=off */
     double lr;                   /* the learning rate of the step being submitted */
+    int gpu_writeback;           /* SDP_GPU_UPDATE_WRITEBACK=1 (update_chunk_gpu) */
 };
 
 /* Activations of one decoder layer for one micro-batch. */
@@ -245,6 +246,7 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
 }
 
 static int mlp_early(const sdp_graph_t *g, int gi, int mb);
+static int gpu_updates(const sdp_graph_t *g, int gi);
 
 /* Backward of decoder layer l: dres (N, C) holds d(out) on entry and d(x) on exit (updated in
  * place).  With done != NULL the last task gets a tag, stored there once it is submitted.  With
@@ -469,9 +471,28 @@ static int mlp_early(const sdp_graph_t *g, int gi, int mb)
 {
     if (g->R != 1 || mb != g->c.n_micro - 1 || g->c.mlp_early < 0 || gi < 1 || gi > g->L ||
         !packs(g, gi) || g->c.max_grad_norm > 0 || g->c.skip_nonfinite ||
-        (!g->st->groups[gi].staged && (gi != 1 || g->c.mlp_early < 1)))
+        (!g->st->groups[gi].staged && (gi != 1 || g->c.mlp_early < 1)) || gpu_updates(g, gi))
         return -1;
     return mlp_chunk0(g, gi);
+}
+
+/* The update of a layer on the GPU (train.gpu_update): with one rank, compute on a GPU, the bf16
+ * return and the working copies on the host, the AdamW of layers 1 .. gpu_update runs on the GPU
+ * (codelets/cuda/adamw.cu, the host's bits) instead of the host's cores.  Their gradients are the
+ * last of the backward, so on the host their updates are what the next forward waits for after
+ * it (qwen3-4b/32 on an H200: layer 1's about 260-300 ms of core time, 29-39 ms per CPU worker
+ * left with the embedding's rows when the embedding's backward ends,
+ * bench/results/2026-12-03-h200-embed-rows.md).  On the GPU the packed gradient does not cross
+ * PCIe; the fp32 master and moments do, the first time, and then stay where StarPU keeps them
+ * while it has the memory (12 bytes a parameter: 1.2 GB a layer of qwen3-4b), coming back to the
+ * host when it needs the room or when the host reads them (a checkpoint, the end of the run).
+ * Each updated chunk goes into a stage on the GPU, and a param_put copies it into the working
+ * copy there, so the next forward's fetch finds it on the GPU: an update of the chunk in place
+ * would gather the group's copy on the host first (its partition plan's home). */
+static int gpu_updates(const sdp_graph_t *g, int gi)
+{
+    return gi >= 1 && gi <= g->c.gpu_update && gi <= g->L && g->R == 1 && packs(g, gi) &&
+           !g->st->groups[gi].staged && sdp_tasks_compute_on_gpu();
 }
 
 static int early_embed(const sdp_graph_t *g);
@@ -672,6 +693,49 @@ static int early_stage(const sdp_graph_t *g, int gi, int c)
     return !g->st->groups[gi].staged && c0 > 0 && c >= c0;
 }
 
+/* AdamW on chunk c of group gi on the GPU (gpu_updates): from the chunk's packed gradient into a
+ * stage there, then a param_put into the working copy.  Neither task fills a stage the policy
+ * counts (they hold no host buffer). */
+static int update_chunk_gpu(sdp_graph_t *g, int step, int gi, int c)
+{
+    struct sdp_group_state *gs = &g->st->groups[gi];
+    struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_UPDATE);
+    sdp_rt_tensor_t *p = sdp_rt_tensor_part(gs->master, c), *stage = NULL;
+    struct sdp_adamw_segment *segs;
+    int nsegs = chunk_segs(g, gi, c, 0, &segs), rc;
+    char name[64];
+    if (nsegs < 0)
+        return sdp_err(nsegs, "AdamW segments of group %d, chunk %d", gi, c);
+    o.hint.chunk = c;
+    o.hint.stage_role = SDP_STAGE_NONE;
+    snprintf(name, sizeof(name), "g%d.gpu_stage.%d", gi, c);
+    rc = nsegs > 0 ? sdp_rt_tensor_temp(&stage, sdp_rt_tensor_dtype(gs->work),
+                                        sdp_rt_tensor_nelems(p), name)
+                   : 0;
+    if (!rc && stage)
+        rc = sdp_task_adamw_gpu(&o, p, gs->grad_ret[c], sdp_rt_tensor_part(gs->m, c),
+                                sdp_rt_tensor_part(gs->v, c), stage,
+                                g->c.max_grad_norm > 0 || g->c.skip_nonfinite ? g->clip : NULL,
+                                g->c.skip_nonfinite, g->lr, g->c.beta1, g->c.beta2, g->c.eps,
+                                g->c.weight_decay, step + 1, segs, nsegs);
+    free(segs);
+    if (!rc) /* its memory goes back to StarPU for the next chunk */
+        sdp_rt_tensor_discard(gs->grad_ret[c]);
+    if (!rc && stage)
+        rc = sdp_task_param_put(&o, work_of(g, gi, step), sdp_rt_tensor_part_offset(gs->master, c),
+                                stage);
+    if (!rc && stage && g->gpu_writeback) {
+        /* SDP_GPU_UPDATE_WRITEBACK=1: StarPU writes the chunk's state back to the host when the
+         * bus is idle, so that evicting it later costs no transfer */
+        sdp_rt_tensor_wont_use(p);
+        sdp_rt_tensor_wont_use(sdp_rt_tensor_part(gs->m, c));
+        sdp_rt_tensor_wont_use(sdp_rt_tensor_part(gs->v, c));
+    }
+    if (stage)
+        sdp_rt_tensor_release(stage);
+    return rc;
+}
+
 /* AdamW on chunk c of group gi (rows: chunk_segs), from the chunk's gradient (bf16 return: its
  * packed copy, given back to StarPU afterwards). */
 static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
@@ -692,6 +756,10 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
     size_t covered = 0;
     if (nsegs < 0)
         return sdp_err(nsegs, "AdamW segments of group %d, chunk %d", gi, c);
+    if (rows == 0 && gpu_updates(g, gi)) {
+        free(segs);
+        return update_chunk_gpu(g, step, gi, c);
+    }
     for (int i = 0; i < nsegs; i++)
         covered += segs[i].nelems;
     o.hint.chunk = c;
@@ -1269,6 +1337,10 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     }
     g->st = st;
     g->c = *c;
+    {
+        const char *wb = getenv("SDP_GPU_UPDATE_WRITEBACK");
+        g->gpu_writeback = wb && atoi(wb) > 0;
+    }
     g->R = c->nranks > 1 ? c->nranks : 1;
     if (g->R > SDP_MAX_RANKS || c->n_micro % g->R != 0) {
         int R = g->R;
@@ -1400,6 +1472,13 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     if (!rc && g->R > 1 && st->grad_dtype != SDP_F32)
         rc = sdp_err(-EINVAL, "graph: the bf16 gradient return is for one rank (%d ranks asked)",
                      g->R);
+    if (!rc && c->gpu_update > 0 &&
+        (g->R != 1 || !sdp_tasks_compute_on_gpu() || st->ngroups < 2 || !st->groups[1].grad_ret ||
+         st->groups[1].staged))
+        SDP_WARN("train.gpu_update %d does not apply here (it needs one rank, compute on a GPU, "
+                 "the bf16 gradient return and the working copies on the host): every update "
+                 "runs on the host",
+                 c->gpu_update);
     if (!rc && g->R > 1) {
         /* ranks 1..R-1 accumulate into gradients of their own, chunked like rank 0's */
         g->rgrad = calloc((size_t)(g->R - 1) * st->ngroups, sizeof(*g->rgrad));

@@ -79,6 +79,12 @@ struct sdp_graph_conf {
                            where it applies (one rank, bf16 return, no clipping, working copies
                            off the host); 1: also layer 1's with the working copies on the host;
                            -1: never (graph/step.c, mlp_early) */
+    int gpu_update;     /* the AdamW of layers 1 .. gpu_update runs on the GPU, where it applies
+                           (one rank, compute on a GPU, the bf16 return, the working copies on the
+                           host): those layers' fp32 masters and moments stay on the GPU while
+                           StarPU has the memory for them, and their updates, the last of the
+                           backward, no longer wait for the host's cores (graph/step.c,
+                           gpu_updates); 0: every update on the host */
 };
 
 struct sdp_step_result {

@@ -10,15 +10,15 @@
  * inputs of its queued tasks only within `window` groups ahead of the group it computes (every
  * param_fetch's at once when it is queued, with SDP_FETCH_EAGER=1), and runs a param_fetch only
  * within window - 1 groups, so that its weights have arrived (or when it has been idle for
- * FETCH_IDLE_US).  An update that only CPU workers run gets its inputs (the gradient chunk)
- * prefetched to the host when it is queued, unless it fills a stage (SDP_HOST_PREFETCH=0: never).
- * A monolithic policy (StarPU's starpu_sched_policy, no components):
- *   push: a task that one worker only can run -> that worker's queue; any other -> the shared
- *         queue of its worker-type mask (CPU, CUDA, both, ...).  Each queue: a heap of ordinary
- *         tasks and a heap of staged (bounded) tasks.
- *   pop:  the smallest key among the worker's queue and the shared queues of its type.
- * One mutex guards it all; idle workers are flagged and woken on push and when a slot frees.
- * Tests: tests/policies/test_policies_slidedp_key.c, tests/policies/test_policies_slidedp.sh. */
+ * FETCH_IDLE_US); an update that only a CUDA worker runs (train.gpu_update) gets its inputs
+ * prefetched when it is queued.  An update that only CPU workers run gets its inputs (the gradient
+ * chunk) prefetched to the host when it is queued, unless it fills a stage (SDP_HOST_PREFETCH=0:
+ * never). A monolithic policy (StarPU's starpu_sched_policy, no components): push: a task that one
+ * worker only can run -> that worker's queue; any other -> the shared queue of its worker-type mask
+ * (CPU, CUDA, both, ...).  Each queue: a heap of ordinary tasks and a heap of staged (bounded)
+ * tasks. pop:  the smallest key among the worker's queue and the shared queues of its type. One
+ * mutex guards it all; idle workers are flagged and woken on push and when a slot frees. Tests:
+ * tests/policies/test_policies_slidedp_key.c, tests/policies/test_policies_slidedp.sh. */
 #include "config.h"
 
 #include <limits.h>
@@ -232,8 +232,11 @@ static void maybe_prefetch(struct sched *s, int w, struct entry *e)
 {
     if (e->prefetched || e->task->prefetched || s->typebit[w] != 2)
         return;
+    /* an update the GPU runs (train.gpu_update) is ready, and ahead of the next forward: its
+     * master and moments come now, whatever the window */
     if (!sdp_slidedp_in_window(e->pos, s->cur_pos[w], s->window) &&
-        !(s->eager && e->has_hint && e->hint.move == SDP_MOVE_FETCH))
+        !(s->eager && e->has_hint && e->hint.move == SDP_MOVE_FETCH) &&
+        !(e->has_hint && e->hint.phase == SDP_PH_UPDATE && e->hint.move == SDP_MOVE_NONE))
         return;
     e->prefetched = 1;
     starpu_prefetch_task_input_for(e->task, (unsigned)w);

@@ -117,6 +117,8 @@ void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *t
     ev.rank = tag->rank;
     if (ev.tag.lane == SDP_LANE_GPU_COMPUTE && !ev.is_cuda)
         ev.tag.lane = SDP_LANE_CPU_COMPUTE;
+    else if (ev.tag.lane == SDP_LANE_CPU_ADAMW && ev.is_cuda) /* train.gpu_update */
+        ev.tag.lane = SDP_LANE_GPU_COMPUTE;
     ev.start_us = starpu_timing_timespec_to_us(&pi->start_time);
     ev.end_us = starpu_timing_timespec_to_us(&pi->end_time);
     ev.ready_us = stamp_us(&pi->push_end_time);

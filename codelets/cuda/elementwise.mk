@@ -3,7 +3,7 @@
 # their tests against the CPU _ref kernels (exit 77 without a GPU).
 libsdp_a_SOURCES += codelets/cuda/storage.cuh codelets/cuda/cast.cu codelets/cuda/embedding.cu codelets/cuda/rmsnorm.cu \
 	codelets/cuda/qknorm_rope.cu codelets/cuda/swiglu.cu codelets/cuda/sumsq.cu codelets/cuda/reduce.cu \
-	codelets/cuda/scatter.cu
+	codelets/cuda/scatter.cu codelets/cuda/adamw.cu
 
 check_PROGRAMS += tests/kernels/test_cuda_cast
 TESTS += tests/kernels/test_cuda_cast
@@ -31,4 +31,8 @@ tests_kernels_test_cuda_reduce_SOURCES = tests/kernels/test_cuda_reduce.c tests/
 check_PROGRAMS += tests/kernels/test_cuda_scatter
 TESTS += tests/kernels/test_cuda_scatter
 tests_kernels_test_cuda_scatter_SOURCES = tests/kernels/test_cuda_scatter.c tests/lib/sdp_test.h \
+	tests/lib/sdp_test_cuda.h
+check_PROGRAMS += tests/kernels/test_cuda_adamw
+TESTS += tests/kernels/test_cuda_adamw
+tests_kernels_test_cuda_adamw_SOURCES = tests/kernels/test_cuda_adamw.c tests/lib/sdp_test.h \
 	tests/lib/sdp_test_cuda.h

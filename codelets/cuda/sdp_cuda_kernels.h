@@ -51,6 +51,21 @@ void sdp_cuda_cast(void *dst, int dt, const float *src, size_t n, cudaStream_t s
 void sdp_cuda_gather_cast(uint16_t *dst, const float *src, const size_t *tab, int nsegs,
                           cudaStream_t s);
 
+/* ---- AdamW ---- */
+/** The fp32 constants of one AdamW call (struct sdp_adamw_consts of codelets/cpu/sdp_cpu_kernels.h,
+ * member for member: sdp_cpu_adamw_consts computes them). */
+struct sdp_cuda_adamw_consts {
+    float wd_mul, w1, omw1, b2, c2, nstep, bc2_sqrt, eps, gscale;
+    int lerp_small;
+};
+/** AdamW on n elements: p, m, v (f32) updated from g (gdt), the working copy work (wdt) written;
+ * the bits of sdp_cpu_adamw_ref.  clip (device, 2 f64: norm, coefficient) or NULL: with it the
+ * gradient is scaled by clip[1] instead of c->gscale, and with skip_nonfinite a non-finite clip[0]
+ * leaves p, m, v as they are and writes their working copy only. */
+void sdp_cuda_adamw(float *p, const void *g, int gdt, float *m, float *v, void *work, int wdt,
+                    size_t n, const struct sdp_cuda_adamw_consts *c, const double *clip,
+                    int skip_nonfinite, cudaStream_t s);
+
 /* ---- scatter ---- */
 /** For each of nsegs segments i (tab[3i] destination offset, tab[3i + 1] source offset, tab[3i + 2]
  * length, in 2-byte units): dst[tab[3i] ...] = src[tab[3i + 1] ...].  The table goes in the

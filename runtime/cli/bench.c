@@ -28,7 +28,7 @@ struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype, *mem_log;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
     int embed_early_off, mlp_early_opt, work_on_gpu, embed_on_gpu;
-    int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last;
+    int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last, gpu_update;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
 };
@@ -81,6 +81,8 @@ static void usage(FILE *f)
            "                       run ahead of it (1; -1 = no bound)\n"
            "  --keep-last N        with recomputation, the top N layers keep every activation\n"
            "                       from the forward (1; 0 = every layer recomputed)\n"
+           "  --gpu-update N       run the AdamW of layers 1..N on the GPU (0; one rank, bf16\n"
+           "                       return, working copies on the host; see train.gpu_update)\n"
            "  --ranks R            data-parallel ranks, one per GPU (1); the batch is shared\n"
            "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n"
            "  --collectives starpu|nccl  the GPU-reduction route's transfers and sum (starpu)\n"
@@ -208,6 +210,7 @@ static int run(const struct bench_opts *b)
     gc.window = b->window;
     gc.bwd_lookahead = b->lookahead;
     gc.keep_last = b->keep_last;
+    gc.gpu_update = b->gpu_update;
     norms_at = sdp_cli_place_norms(b->ranks, b->window);
     gc.nranks = b->ranks;
     gc.grad_route = b->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
@@ -299,6 +302,7 @@ static int run(const struct bench_opts *b)
             b->max_grad_norm);
         /* as asked: 0 / -1 = the policy's default (its log line says which it used) */
         json_object_set_new(settings, "keep_last", json_integer(b->keep_last));
+        json_object_set_new(settings, "gpu_update", json_integer(b->gpu_update));
         json_object_set_new(settings, "staging_depth", json_integer(b->staging_depth));
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
         json_object_set_new(settings, "collectives", json_string(b->nccl ? "nccl" : "starpu"));
@@ -385,6 +389,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "window", required_argument, NULL, 'W' },
         { "bwd-lookahead", required_argument, NULL, 'L' },
         { "keep-last", required_argument, NULL, 'K' },
+        { "gpu-update", required_argument, NULL, 'U' },
         { "staging-depth", required_argument, NULL, 'Q' },
         { "prefetch-groups", required_argument, NULL, 'F' },
         { "ranks", required_argument, NULL, 'R' },
@@ -538,14 +543,15 @@ int sdp_cli_bench(int argc, char **argv)
         case 'R':
         case 'L':
         case 'K':
+        case 'U':
         case 'Q':
         case 'F':
             if (parse_num("an integer option", optarg,
-                          opt == 'g' || opt == 'L'
-                              ? -1
-                              : (opt == 'w' || opt == 'c' || opt == 'W' || opt == 'F' || opt == 'K'
-                                     ? 0
-                                     : 1),
+                          opt == 'g' || opt == 'L' ? -1
+                                                   : (opt == 'w' || opt == 'c' || opt == 'W' ||
+                                                              opt == 'F' || opt == 'K' || opt == 'U'
+                                                          ? 0
+                                                          : 1),
                           &v) ||
                 v != (int)v)
                 return SDP_EXIT_USAGE;
@@ -559,6 +565,7 @@ int sdp_cli_bench(int argc, char **argv)
               : opt == 'R' ? &b.ranks
               : opt == 'L' ? &b.lookahead
               : opt == 'K' ? &b.keep_last
+              : opt == 'U' ? &b.gpu_update
               : opt == 'Q' ? &b.staging_depth
               : opt == 'F' ? &b.prefetch_groups
                            : &b.cpus) = (int)v;

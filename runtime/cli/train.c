@@ -57,6 +57,9 @@ static void usage(FILE *f)
         "                     once the MLP's backward has run (one rank, bf16 return, no\n"
         "                     clipping; by default with the working copies off the host only;\n"
         "                     on: layer 1's with them on the host too)\n"
+        "  --gpu-update N     run the AdamW of layers 1..N on the GPU (overrides "
+        "train.gpu_update;\n"
+        "                     one rank, bf16 return, working copies on the host)\n"
         "  --collectives C    starpu or nccl: how the GPU-reduction route moves gradients "
         "(overrides\n"
         "                     train.collectives)\n"
@@ -111,7 +114,7 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 
 struct overrides {
     int steps, cpus, gpus, checkpoint_every, no_resume, ranks, param_delay, embed_early_off;
-    int mlp_early_opt;
+    int mlp_early_opt, gpu_update;
     const char *work_home, *embed_home;
     const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route, *route_groups,
         *param_route, *grad_dtype, *collectives;
@@ -477,6 +480,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     gc.skip_nonfinite = r->skip_nonfinite;
     gc.embed_early = ov->embed_early_off ? -1 : 0;
     gc.mlp_early = ov->mlp_early_opt;
+    gc.gpu_update = r->gpu_update;
     gc.nranks = r->ranks;
     gc.param_delay = r->param_delay;
     if (r->param_delay)
@@ -645,13 +649,20 @@ int sdp_cli_train(int argc, char **argv)
         { "work-home", required_argument, NULL, 1001 },
         { "embed-home", required_argument, NULL, 1004 },
         { "mlp-early", required_argument, NULL, 1003 },
+        { "gpu-update", required_argument, NULL, 1005 },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     struct overrides ov = {
-        .steps = -1, .cpus = -1, .gpus = -2, .checkpoint_every = -1, .ranks = -1, .param_delay = -1
+        .steps = -1,
+        .cpus = -1,
+        .gpus = -2,
+        .checkpoint_every = -1,
+        .ranks = -1,
+        .param_delay = -1,
+        .gpu_update = -1,
     };
     struct sdp_recipe r;
     int opt, rc;
@@ -744,6 +755,10 @@ int sdp_cli_train(int argc, char **argv)
             }
             ov.mlp_early_opt = !strcmp(optarg, "off") ? -1 : 1;
             break;
+        case 1005:
+            if (parse_int("--gpu-update", optarg, 0, &ov.gpu_update))
+                return SDP_EXIT_USAGE;
+            break;
         case 1001:
             if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
                 fprintf(stderr, "slidedp train: --work-home takes host or gpu, not '%s'\n", optarg);
@@ -817,6 +832,14 @@ int sdp_cli_train(int argc, char **argv)
         r.work_on_gpu = !strcmp(ov.work_home, "gpu");
     if (ov.embed_home)
         r.embed_on_gpu = !strcmp(ov.embed_home, "gpu");
+    if (ov.gpu_update >= 0) {
+        if (r.model.num_layers > 0 && ov.gpu_update > r.model.num_layers) {
+            fprintf(stderr, "slidedp train: --gpu-update %d exceeds the model's %d layers\n",
+                    ov.gpu_update, r.model.num_layers);
+            return SDP_EXIT_USAGE;
+        }
+        r.gpu_update = ov.gpu_update;
+    }
     if (ov.checkpoint_every >= 0)
         r.checkpoint_every = ov.checkpoint_every;
     if (ov.output)

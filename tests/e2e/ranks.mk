@@ -21,3 +21,7 @@ TESTS += tests/e2e/test_e2e_mlp_early.sh
 EXTRA_DIST += tests/e2e/test_e2e_mlp_early.sh
 TESTS += tests/e2e/test_e2e_work_home.sh
 EXTRA_DIST += tests/e2e/test_e2e_work_home.sh
+TESTS += tests/e2e/test_e2e_gpu_update.sh
+EXTRA_DIST += tests/e2e/test_e2e_gpu_update.sh
+TESTS += tests/e2e/test_e2e_gpu_update_gpu.sh
+EXTRA_DIST += tests/e2e/test_e2e_gpu_update_gpu.sh
