@@ -488,7 +488,11 @@ static int mlp_early(const sdp_graph_t *g, int gi, int mb)
  * host when it needs the room or when the host reads them (a checkpoint, the end of the run).
  * Each updated chunk goes into a stage on the GPU, and a param_put copies it into the working
  * copy there, so the next forward's fetch finds it on the GPU: an update of the chunk in place
- * would gather the group's copy on the host first (its partition plan's home). */
+ * would gather the group's copy on the host first (its partition plan's home).  Measured, it has
+ * not made a step faster yet (bench/results/2026-12-03-h200-gpu-update.md): under qwen3-4b/32's
+ * 23 GiB limit the state crowds the GPU (the backward's first matmuls and the last packs wait for
+ * room); without a limit layer 1's update ends 7 ms after the embedding's backward, but other
+ * packs wait for their data and the step stays as long.  Hence 0 by default. */
 static int gpu_updates(const sdp_graph_t *g, int gi)
 {
     return gi >= 1 && gi <= g->c.gpu_update && gi <= g->L && g->R == 1 && packs(g, gi) &&
