@@ -2,21 +2,14 @@
 /* AdamW on the GPU, element for element the operations of sdp_cpu_adamw_ref
  * (codelets/cpu/adamw_ref.c) in the same order, each rounded on its own (the _rn intrinsics: nvcc
  * never fuses them into an FMA), the same quiet NaN for a NaN result and the same bf16 rounding of
- * the working copy: p, m, v and the copy come out bit-identical to the CPU's.  The clipping
- * coefficient, when there is one, is read on the device from the grad_norm result.  Enqueues only.
- * Test: tests/kernels/test_cuda_adamw.c (bit for bit against the CPU kernel). */
+ * the working copy: p, m, v and the copy come out bit-identical to the CPU's. (The conversions:
+ * codelets/cuda/storage.cuh.)  The clipping coefficient, when there is one, is read on the device
+ * from the grad_norm result.  Enqueues only. Test: tests/kernels/test_cuda_adamw.c (bit for bit
+ * against the CPU kernel). */
 #include <stdint.h>
 
 #include "codelets/cuda/sdp_cuda_kernels.h"
-
-static __device__ __forceinline__ uint16_t f2bf(float x)
-{
-    uint32_t u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep the sign, force the quiet bit */
-        return (uint16_t)(((u >> 16) & 0x8000u) | 0x7fc0u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
+#include "codelets/cuda/storage.cuh"
 
 static __device__ __forceinline__ float canon_nan(float x)
 {
@@ -26,9 +19,9 @@ static __device__ __forceinline__ float canon_nan(float x)
 static __device__ __forceinline__ void store_work(void *work, int wdt, size_t i, float x)
 {
     if (wdt == SDP_CUDA_BF16)
-        ((uint16_t *)work)[i] = f2bf(x);
+        from_f((uint16_t *)work + i, x);
     else
-        ((float *)work)[i] = x;
+        from_f((float *)work + i, x);
 }
 
 static __global__ void adamw_kernel(float *__restrict__ p, const void *__restrict__ g, int gdt,
@@ -49,9 +42,8 @@ static __global__ void adamw_kernel(float *__restrict__ p, const void *__restric
         gscale = (float)clip[1];
     }
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float graw = gdt == SDP_CUDA_BF16
-                               ? __uint_as_float((uint32_t)((const uint16_t *)g)[i] << 16)
-                               : ((const float *)g)[i];
+        const float graw =
+            gdt == SDP_CUDA_BF16 ? to_f(((const uint16_t *)g)[i]) : to_f(((const float *)g)[i]);
         const float gi = __fmul_rn(graw, gscale);
         float pi = __fmul_rn(p[i], c.wd_mul);
         float mi = m[i];
