@@ -3,8 +3,9 @@
  * clipping coefficient from all partials) and adamw (one chunk: fp32 master, moments, gradient
  * zeroed after use, and the next step's working copy written in the same pass).  PyTorch AdamW
  * semantics (https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html). Kernels:
- * codelets/cpu/adamw_ref.c, adamw_avx512.c (chosen at run time, sdp_cpu_adamw()).  Tests:
- * tests/kernels/test_kernels_adamw.c, test_kernels_host_simd.c, tests/e2e. */
+ * codelets/cpu/adamw_ref.c, adamw_avx512.c (chosen at run time, sdp_cpu_adamw()), and on the GPU
+ * codelets/cuda/adamw.cu (the same bits).  Tests: tests/kernels/test_kernels_adamw.c,
+ * test_kernels_host_simd.c, test_cuda_adamw.c, tests/e2e. */
 #include "config.h"
 
 #include <math.h>

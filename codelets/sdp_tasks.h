@@ -243,7 +243,8 @@ int sdp_task_param_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t);
 /** Register the perfmodels and check the codelets (call once after StarPU starts).  @return 0 */
 int sdp_tasks_init(void);
 /** Place the forward/backward compute ops on the GPUs (on_gpu = 1) or let the scheduler choose
- * (0).  The optimizer ops stay on the CPUs, next to the host-resident state.
+ * (0).  The optimizer ops stay on the CPUs, next to the host-resident state (but for the
+ * layers of train.gpu_update, whose AdamW graph/step.c submits with sdp_task_adamw_gpu).
  * @return 0 or -ENODEV (no CUDA worker, or a CUDA-less build; logged) */
 int sdp_tasks_place_compute(int on_gpu);
 /** 1 when sdp_tasks_place_compute placed the compute ops on the GPUs. */

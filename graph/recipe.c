@@ -855,9 +855,10 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
         return -EINVAL;
     }
     if (r->model.num_layers > 0 && r->gpu_update > r->model.num_layers) {
-        sdp_err(-EINVAL, "recipe %s: train.gpu_update=%d exceeds the model's %d layers", r->file,
-                r->gpu_update, r->model.num_layers);
-        sdp_hint("lower train.gpu_update (0: every update on the host)");
+        sdp_err(-EINVAL,
+                "recipe %s: train.gpu_update (or --gpu-update) %d exceeds the model's %d layers",
+                r->file, r->gpu_update, r->model.num_layers);
+        sdp_hint("lower train.gpu_update or --gpu-update (0: every update on the host)");
         return -EINVAL;
     }
     if (r->model.num_layers > 0 && r->keep_last > r->model.num_layers) {

@@ -493,10 +493,16 @@ static int mlp_early(const sdp_graph_t *g, int gi, int mb)
  * 23 GiB limit the state crowds the GPU (the backward's first matmuls and the last packs wait for
  * room); without a limit layer 1's update ends 7 ms after the embedding's backward, but other
  * packs wait for their data and the step stays as long.  Hence 0 by default. */
+static int gpu_update_applies(const sdp_graph_t *g)
+{
+    /* every layer group returns bf16 or none does, and is staged or not like the others */
+    return g->R == 1 && sdp_tasks_compute_on_gpu() && g->L >= 1 && g->st->groups[1].grad_ret &&
+           !g->st->groups[1].staged;
+}
+
 static int gpu_updates(const sdp_graph_t *g, int gi)
 {
-    return gi >= 1 && gi <= g->c.gpu_update && gi <= g->L && g->R == 1 && packs(g, gi) &&
-           !g->st->groups[gi].staged && sdp_tasks_compute_on_gpu();
+    return gi >= 1 && gi <= g->c.gpu_update && gi <= g->L && g->updating && gpu_update_applies(g);
 }
 
 static int early_embed(const sdp_graph_t *g);
@@ -744,6 +750,8 @@ static int update_chunk_gpu(sdp_graph_t *g, int step, int gi, int c)
  * packed copy, given back to StarPU afterwards). */
 static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
 {
+    if (rows == 0 && gpu_updates(g, gi))
+        return update_chunk_gpu(g, step, gi, c);
     struct sdp_group_state *gs = &g->st->groups[gi];
     struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_UPDATE);
     /* the packed rows of the step's tokens (pack_rows), or the chunk's gradient */
@@ -760,10 +768,6 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
     size_t covered = 0;
     if (nsegs < 0)
         return sdp_err(nsegs, "AdamW segments of group %d, chunk %d", gi, c);
-    if (rows == 0 && gpu_updates(g, gi)) {
-        free(segs);
-        return update_chunk_gpu(g, step, gi, c);
-    }
     for (int i = 0; i < nsegs; i++)
         covered += segs[i].nelems;
     o.hint.chunk = c;
@@ -1476,9 +1480,7 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     if (!rc && g->R > 1 && st->grad_dtype != SDP_F32)
         rc = sdp_err(-EINVAL, "graph: the bf16 gradient return is for one rank (%d ranks asked)",
                      g->R);
-    if (!rc && c->gpu_update > 0 &&
-        (g->R != 1 || !sdp_tasks_compute_on_gpu() || st->ngroups < 2 || !st->groups[1].grad_ret ||
-         st->groups[1].staged))
+    if (!rc && c->gpu_update > 0 && !gpu_update_applies(g))
         SDP_WARN("train.gpu_update %d does not apply here (it needs one rank, compute on a GPU, "
                  "the bf16 gradient return and the working copies on the host): every update "
                  "runs on the host",

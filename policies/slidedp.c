@@ -10,15 +10,17 @@
  * inputs of its queued tasks only within `window` groups ahead of the group it computes (every
  * param_fetch's at once when it is queued, with SDP_FETCH_EAGER=1), and runs a param_fetch only
  * within window - 1 groups, so that its weights have arrived (or when it has been idle for
- * FETCH_IDLE_US); an update that only a CUDA worker runs (train.gpu_update) gets its inputs
- * prefetched when it is queued.  An update that only CPU workers run gets its inputs (the gradient
- * chunk) prefetched to the host when it is queued, unless it fills a stage (SDP_HOST_PREFETCH=0:
- * never). A monolithic policy (StarPU's starpu_sched_policy, no components): push: a task that one
- * worker only can run -> that worker's queue; any other -> the shared queue of its worker-type mask
- * (CPU, CUDA, both, ...).  Each queue: a heap of ordinary tasks and a heap of staged (bounded)
- * tasks. pop:  the smallest key among the worker's queue and the shared queues of its type. One
- * mutex guards it all; idle workers are flagged and woken on push and when a slot frees. Tests:
- * tests/policies/test_policies_slidedp_key.c, tests/policies/test_policies_slidedp.sh. */
+ * FETCH_IDLE_US).  An update that only a CUDA worker runs (train.gpu_update) gets its inputs
+ * prefetched when it is queued, whatever the window; one that only CPU workers run gets its
+ * inputs (the gradient chunk) prefetched to the host when it is queued, unless it fills a stage
+ * (SDP_HOST_PREFETCH=0: never).
+ * A monolithic policy (StarPU's starpu_sched_policy, no components):
+ *   push: a task that one worker only can run -> that worker's queue; any other -> the shared
+ *         queue of its worker-type mask (CPU, CUDA, both, ...).  Each queue: a heap of ordinary
+ *         tasks and a heap of staged (bounded) tasks.
+ *   pop:  the smallest key among the worker's queue and the shared queues of its type.
+ * One mutex guards it all; idle workers are flagged and woken on push and when a slot frees.
+ * Tests: tests/policies/test_policies_slidedp_key.c, tests/policies/test_policies_slidedp.sh. */
 #include "config.h"
 
 #include <limits.h>

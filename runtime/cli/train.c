@@ -832,14 +832,8 @@ int sdp_cli_train(int argc, char **argv)
         r.work_on_gpu = !strcmp(ov.work_home, "gpu");
     if (ov.embed_home)
         r.embed_on_gpu = !strcmp(ov.embed_home, "gpu");
-    if (ov.gpu_update >= 0) {
-        if (r.model.num_layers > 0 && ov.gpu_update > r.model.num_layers) {
-            fprintf(stderr, "slidedp train: --gpu-update %d exceeds the model's %d layers\n",
-                    ov.gpu_update, r.model.num_layers);
-            return SDP_EXIT_USAGE;
-        }
+    if (ov.gpu_update >= 0)
         r.gpu_update = ov.gpu_update;
-    }
     if (ov.checkpoint_every >= 0)
         r.checkpoint_every = ov.checkpoint_every;
     if (ov.output)
