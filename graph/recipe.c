@@ -233,6 +233,7 @@ static const struct key train_keys[] = {
     { .name = "window", RF(window), INT_GE(0) },
     { .name = "bwd_lookahead", RF(bwd_lookahead), INT_GE(-1) },
     { .name = "keep_last", RF(keep_last), INT_GE(0) },
+    { .name = "keep_mlp", RF(keep_mlp), INT_GE(0) },
     { .name = "gpu_update", RF(gpu_update), INT_GE(0) },
     { .name = "grad_dtype", CHOICE(grad_dtype_names, set_grad_dtype) },
     { .name = "work_home", CHOICE(work_home_names, set_work_home) },
@@ -865,6 +866,12 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
         sdp_err(-EINVAL, "recipe %s: train.keep_last=%d exceeds the model's %d layers", r->file,
                 r->keep_last, r->model.num_layers);
         sdp_hint("lower train.keep_last (0: every layer recomputed)");
+        return -EINVAL;
+    }
+    if (r->model.num_layers > 0 && r->keep_mlp > r->model.num_layers) {
+        sdp_err(-EINVAL, "recipe %s: train.keep_mlp=%d exceeds the model's %d layers", r->file,
+                r->keep_mlp, r->model.num_layers);
+        sdp_hint("lower train.keep_mlp (0: every recomputed layer recomputes its MLP)");
         return -EINVAL;
     }
     if (!(r->chunk_mib > 0) || !(r->lr > 0))

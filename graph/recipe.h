@@ -30,7 +30,9 @@
  *              where step s computes with the weights from before step s - 1's update),
  *              bwd_lookahead (layers the backward's recomputation and gradient zeroing may run
  *              ahead of it: default 1; -1 = no bound; see sdp_graph_conf), keep_last (with
- *              recomputation, the top layers that keep their activations; 1), gpu_update (the
+ *              recomputation, the top layers that keep their activations; 1), keep_mlp (with
+ *              recomputation, how many recomputed layers keep their MLP's inputs, the mid
+ *              residual and the gate/up projection; 0; see sdp_graph_conf), gpu_update (the
  *              first layers whose AdamW runs on the GPU; 0; see sdp_graph_conf), grad_dtype (auto |
  *              fp32 | bf16: the gradient AdamW reads; bf16 packs the final fp32 gradient where it
  *              was made, halving the return's bytes; auto, the default: bf16 for one rank on a
@@ -112,6 +114,7 @@ struct sdp_recipe {
                                     forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
     int bwd_lookahead;           /* sdp_graph_conf.bwd_lookahead (default 1, -1 = no bound) */
     int keep_last;               /* sdp_graph_conf.keep_last (default 1) */
+    int keep_mlp;                /* sdp_graph_conf.keep_mlp (default 0) */
     int gpu_update;              /* sdp_graph_conf.gpu_update (default 0) */
     int grad_bf16;               /* train.grad_dtype: -1 auto (default), 0 fp32, 1 bf16 */
     int work_on_gpu;             /* train.work_home: 0 host (default), 1 gpu (sdp_state's

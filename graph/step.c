@@ -174,27 +174,33 @@ static void release_acts(struct layer_acts *a)
 }
 
 /* The MLP half of layer l's forward up to the down projection: a->xmid -> a->h2 (norm), a->gu,
- * a->act; the first task with options o1, the others with o. */
+ * a->act; the first task with options o1, the others with o.  When a->gu is already set (kept
+ * from the forward, keeps_mlp) the gate/up projection is not computed again and the SwiGLU, which
+ * then reads only data already there, takes options osw (gated like o1). */
 static int mlp_fwd(sdp_graph_t *g, const struct sdp_task_opts *o1, const struct sdp_task_opts *o,
-                   int l, sdp_rt_tensor_t *W, struct layer_acts *a, int N, float eps)
+                   const struct sdp_task_opts *osw, int l, sdp_rt_tensor_t *W, struct layer_acts *a,
+                   int N, float eps, int gu_kept)
 {
     struct sdp_state *st = g->st;
     TRY_RET(sdp_task_rmsnorm_fwd(o1, a->h2, a->rstd2, a->xmid, W, sdp_state_off(st, l, SDP_PT_LN2),
                                  N, g->C, eps));
-    TRY_RET(sdp_task_matmul_fwd(o, a->gu, NULL, a->h2, W, sdp_state_off(st, l, SDP_PT_GATE), N,
-                                g->C, 2 * g->I));
-    return sdp_task_swiglu_fwd(o, a->act, a->gu, N, g->I);
+    if (!gu_kept)
+        TRY_RET(sdp_task_matmul_fwd(o, a->gu, NULL, a->h2, W, sdp_state_off(st, l, SDP_PT_GATE), N,
+                                    g->C, 2 * g->I));
+    return sdp_task_swiglu_fwd(gu_kept ? osw : o, a->act, a->gu, N, g->I);
 }
 
 /* Forward of decoder layer l (group l) on x (N, C).  Fills a with every intermediate; writes the
  * layer output into out (N, C) unless out is NULL (recomputation needs the intermediates only).
- * mid, when given (selective recomputation), is the layer's mid residual x + attention kept from
- * the forward: a takes it over as its xmid, the attention's output projection is not computed
- * again, and the MLP half, which needs only mid, is submitted first, since the backward starts
- * there.  The first task of each half waits for the task tagged `after` (0: none). */
+ * mid, when given (selective recomputation, keeps_mlp), is the layer's mid residual x + attention
+ * kept from the forward: a takes it over as its xmid, the attention's output projection is not
+ * computed again, and the MLP half, which needs only mid, is submitted first, since the backward
+ * starts there.  gu, when given with mid (keeps_mlp), is the gate/up projection kept from the
+ * forward, taken over as a->gu: the MLP half then only normalises mid and applies the SwiGLU.  The
+ * first task of each half, and with gu the SwiGLU, waits for the task tagged `after` (0: none). */
 static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph, sdp_rt_tensor_t *x,
-                     sdp_rt_tensor_t *mid, struct layer_acts *a, sdp_rt_tensor_t *out,
-                     unsigned long long after)
+                     sdp_rt_tensor_t *mid, sdp_rt_tensor_t *gu, struct layer_acts *a,
+                     sdp_rt_tensor_t *out, unsigned long long after)
 {
     struct sdp_state *st = g->st;
     sdp_rt_tensor_t *W = compute_work(g, l, step, rank_of(g, mb));
@@ -204,6 +210,7 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
     struct sdp_task_opts o = opts(g, step, l, mb, ph);
     memset(a, 0, sizeof(*a));
     a->xmid = mid; /* taken over even if a temporary below cannot be made */
+    a->gu = gu;
     TRY_RET(temp(&a->h1, g->act_dt, (size_t)N * g->C, "h1", mb, l));
     TRY_RET(temp(&a->rstd1, SDP_F32, (size_t)N, "rstd1", mb, l));
     TRY_RET(temp(&a->qkv, g->act_dt, (size_t)N * g->QKV, "qkv", mb, l));
@@ -216,13 +223,15 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
         TRY_RET(temp(&a->xmid, g->act_dt, (size_t)N * g->C, "xmid", mb, l));
     TRY_RET(temp(&a->h2, g->act_dt, (size_t)N * g->C, "h2", mb, l));
     TRY_RET(temp(&a->rstd2, SDP_F32, (size_t)N, "rstd2", mb, l));
-    TRY_RET(temp(&a->gu, g->act_dt, (size_t)N * 2 * g->I, "gate_up", mb, l));
+    if (!gu)
+        TRY_RET(temp(&a->gu, g->act_dt, (size_t)N * 2 * g->I, "gate_up", mb, l));
     TRY_RET(temp(&a->act, g->act_dt, (size_t)N * g->I, "swiglu", mb, l));
 
-    struct sdp_task_opts o1;
+    struct sdp_task_opts o1, osw;
     if (mid) {
         o1 = gated(g, o, after); /* a tag per task: each one is waited for at the step's end */
-        TRY_RET(mlp_fwd(g, &o1, &o, l, W, a, N, eps));
+        osw = gu ? gated(g, o, after) : o;
+        TRY_RET(mlp_fwd(g, &o1, &o, &osw, l, W, a, N, eps, gu != NULL));
     }
     o1 = gated(g, o, after);
     TRY_RET(sdp_task_rmsnorm_fwd(&o1, a->h1, a->rstd1, x, W, sdp_state_off(st, l, SDP_PT_LN1), N,
@@ -238,7 +247,7 @@ static int layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
         return 0;
     TRY_RET(sdp_task_matmul_fwd(&o, a->xmid, x, a->att, W, sdp_state_off(st, l, SDP_PT_O), N,
                                 g->NH * g->HD, g->C));
-    TRY_RET(mlp_fwd(g, &o, &o, l, W, a, N, eps));
+    TRY_RET(mlp_fwd(g, &o, &o, &o, l, W, a, N, eps, 0));
     if (out)
         TRY_RET(sdp_task_matmul_fwd(&o, out, a->xmid, a->act, W, sdp_state_off(st, l, SDP_PT_DOWN),
                                     N, g->I, g->C));
@@ -894,6 +903,16 @@ static int recomputed(const sdp_graph_t *g, int l)
     return g->c.recompute && l <= g->L - g->c.keep_last;
 }
 
+/* Whether recomputed layer l keeps its mid residual and gate/up projection from the forward
+ * (keep_mlp): keep_mlp of the L - keep_last recomputed layers, spread evenly over them (the top
+ * one always among them), so that with offload_inputs their transfers are spread over the step
+ * too; all of them when keep_mlp reaches their number. */
+static int keeps_mlp(const sdp_graph_t *g, int l)
+{
+    long n = (long)g->L - g->c.keep_last, k = g->c.keep_mlp < n ? g->c.keep_mlp : n;
+    return recomputed(g, l) && k > 0 && (l * k) / n != ((l - 1) * k) / n;
+}
+
 /* What layer l's backward preparations (recomputation, gradient zeroing) wait for: the end of
  * the backward of layer l + 1 + bwd_lookahead (done[L + 1]: the final norm's), or nothing. */
 static unsigned long long bwd_gate(const sdp_graph_t *g, const unsigned long long *done, int l)
@@ -932,19 +951,28 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     for (l = 1; l <= L; l++) {
         TRY_GOTO(temp(&xs[l], g->act_dt, (size_t)N * g->C, "x", mb, l));
         TRY_GOTO(dispatch(g, step, mb, l));
-        TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], NULL, &kept[l], xs[l], 0));
+        TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], NULL, NULL, &kept[l], xs[l], 0));
         if (recomputed(g, l)) { /* else kept whole for the backward */
-            /* selective: only the mid residual stays for the recomputation */
-            sdp_rt_tensor_t *mid = g->c.recompute == SDP_RECOMPUTE_SELECTIVE ? kept[l].xmid : NULL;
+            /* selective: only the mid residual stays for the recomputation; keeps_mlp: the mid
+             * residual and the gate/up projection */
+            int km = keeps_mlp(g, l);
+            sdp_rt_tensor_t *mid =
+                g->c.recompute == SDP_RECOMPUTE_SELECTIVE || km ? kept[l].xmid : NULL;
+            sdp_rt_tensor_t *gu = km ? kept[l].gu : NULL;
             if (mid)
                 kept[l].xmid = NULL;
+            if (gu)
+                kept[l].gu = NULL;
             release_acts(&kept[l]);
             kept[l].xmid = mid;
+            kept[l].gu = gu;
         }
         if (recomputed(g, l) && g->c.offload_inputs) { /* back for layer l's recomputation */
             sdp_rt_tensor_wont_use(xs[l - 1]);
             if (kept[l].xmid)
                 sdp_rt_tensor_wont_use(kept[l].xmid);
+            if (kept[l].gu)
+                sdp_rt_tensor_wont_use(kept[l].gu);
         }
         if (last && l <= L - g->c.window && !g->rwork)
             sdp_rt_tensor_wont_use(work_of(g, l, step));
@@ -983,8 +1011,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
             TRY_GOTO(fetch(g, step, l, recomputed(g, l) ? SDP_PH_RECOMPUTE : SDP_PH_BWD,
                            bwd_gate(g, done, l)));
         if (recomputed(g, l)) /* kept[l] holds the mid residual, if any, and fills up */
-            TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], kept[l].xmid, &kept[l],
-                               NULL, bwd_gate(g, done, l)));
+            TRY_GOTO(layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], kept[l].xmid,
+                               kept[l].gu, &kept[l], NULL, bwd_gate(g, done, l)));
         TRY_GOTO(zero_grad(g, step, mb, l, bwd_gate(g, done, l)));
         TRY_GOTO(layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres,
                            g->c.bwd_lookahead >= 0 ? &done[l] : NULL));
@@ -1235,7 +1263,7 @@ int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits
                                     sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
     for (l = 1; l <= g->L; l++) {
         TRY_GOTO(temp(&y, g->act_dt, (size_t)N * g->C, "x", 0, l));
-        rc = layer_fwd(g, -1, 0, l, SDP_PH_FWD, x, NULL, &a, y, 0);
+        rc = layer_fwd(g, -1, 0, l, SDP_PH_FWD, x, NULL, NULL, &a, y, 0);
         release_acts(&a);
         if (rc)
             goto fail;
@@ -1321,6 +1349,17 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
     if (c->recompute)
         bytes += (c->offload_inputs ? 4ull : (unsigned long long)m->num_layers) *
                  sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, c->recompute);
+    /* keep_mlp: each chosen layer's gate/up projection and, unless selective counted it above,
+     * its mid residual, for every such layer or, offloaded, the two around the layer at work */
+    if (c->recompute && c->keep_mlp > 0) {
+        unsigned long long k = (unsigned long long)c->keep_mlp, per;
+        per = n *
+              (2ull * (unsigned long long)m->intermediate_size +
+               (c->recompute == SDP_RECOMPUTE_SELECTIVE ? 0ull
+                                                        : (unsigned long long)m->hidden_size)) *
+              es;
+        bytes += (c->offload_inputs && k > 2 ? 2ull : k) * per;
+    }
     /* every intermediate of the layers at work (two), of those that keep theirs from the forward
      * (keep_last; all of them without recomputation) */
     nfull = c->recompute ? 2u + (unsigned)c->keep_last : (unsigned)m->num_layers + 1u;
@@ -1374,6 +1413,12 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
         int k = c->keep_last;
         free(g);
         return sdp_err(-EINVAL, "graph: keep_last = %d is outside 0..%d (the model's layers)", k,
+                       m->num_layers);
+    }
+    if (c->keep_mlp < 0 || c->keep_mlp > m->num_layers) {
+        int k = c->keep_mlp;
+        free(g);
+        return sdp_err(-EINVAL, "graph: keep_mlp = %d is outside 0..%d (the model's layers)", k,
                        m->num_layers);
     }
     g->nm_rank = c->n_micro / g->R;

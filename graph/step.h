@@ -58,6 +58,11 @@ struct sdp_graph_conf {
     int keep_last;   /* with recompute: the top keep_last layers keep every activation from the
                         forward instead (0: none; the recipe's and the bench's default is 1: the
                         last layer's backward follows the LM head) */
+    int keep_mlp;    /* with recompute: keep_mlp of the recomputed layers, spread evenly over
+                        them, keep their mid residual and gate/up projection from the forward
+                        (with offload_inputs, on the host), so their recomputation skips the
+                        attention's output projection and the gate/up projection, the largest
+                        matmul (0: none; graph/step.c, keeps_mlp) */
     int offload_inputs; /* with recompute: each layer's saved input leaves the GPU once the forward
                            has read it (StarPU moves it to the host) and comes back for that
                            layer's recomputation: the activation offload/reload lane */
@@ -113,9 +118,10 @@ void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_byte
 
 /** Smallest GPU memory (bytes) a run of this configuration needs on one GPU: two parameter groups
  * in flight (working copy + fp32 gradient), what one micro-batch keeps between its forward and
- * backward (c->recompute, offload_inputs, keep_last: the saved layer inputs and mid residuals, the
- * kept layers' intermediates; every layer's without recomputation), two layers' intermediates
- * and gradients at work, and the LM head's logits block and workspaces. */
+ * backward (c->recompute, offload_inputs, keep_last, keep_mlp: the saved layer inputs, mid
+ * residuals and gate/up projections, the kept layers' intermediates; every layer's without
+ * recomputation), two layers' intermediates and gradients at work, and the LM head's logits block
+ * and workspaces. */
 unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
                                            const struct sdp_graph_conf *c);
 

@@ -28,7 +28,7 @@ struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype, *mem_log;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
     int embed_early_off, mlp_early_opt, work_on_gpu, embed_on_gpu;
-    int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last, gpu_update;
+    int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last, keep_mlp, gpu_update;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
 };
@@ -81,6 +81,8 @@ static void usage(FILE *f)
            "                       run ahead of it (1; -1 = no bound)\n"
            "  --keep-last N        with recomputation, the top N layers keep every activation\n"
            "                       from the forward (1; 0 = every layer recomputed)\n"
+           "  --keep-mlp N         with recomputation, N recomputed layers keep their MLP's\n"
+           "                       inputs from the forward (0; see train.keep_mlp)\n"
            "  --gpu-update N       run the AdamW of layers 1..N on the GPU (0; one rank, bf16\n"
            "                       return, working copies on the host; see train.gpu_update)\n"
            "  --ranks R            data-parallel ranks, one per GPU (1); the batch is shared\n"
@@ -210,6 +212,7 @@ static int run(const struct bench_opts *b)
     gc.window = b->window;
     gc.bwd_lookahead = b->lookahead;
     gc.keep_last = b->keep_last;
+    gc.keep_mlp = b->keep_mlp;
     gc.gpu_update = b->gpu_update;
     norms_at = sdp_cli_place_norms(b->ranks, b->window);
     gc.nranks = b->ranks;
@@ -302,6 +305,7 @@ static int run(const struct bench_opts *b)
             b->max_grad_norm);
         /* as asked: 0 / -1 = the policy's default (its log line says which it used) */
         json_object_set_new(settings, "keep_last", json_integer(b->keep_last));
+        json_object_set_new(settings, "keep_mlp", json_integer(b->keep_mlp));
         json_object_set_new(settings, "gpu_update", json_integer(b->gpu_update));
         json_object_set_new(settings, "staging_depth", json_integer(b->staging_depth));
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
@@ -404,6 +408,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "work-home", required_argument, NULL, 1001 },
         { "embed-home", required_argument, NULL, 1004 },
         { "mlp-early", required_argument, NULL, 1003 },
+        { "keep-mlp", required_argument, NULL, 1005 },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -460,6 +465,11 @@ int sdp_cli_bench(int argc, char **argv)
                 return SDP_EXIT_USAGE;
             }
             b.mlp_early_opt = !strcmp(optarg, "off") ? -1 : 1;
+            break;
+        case 1005:
+            if (parse_num("--keep-mlp", optarg, 0, &v) || v != (int)v)
+                return SDP_EXIT_USAGE;
+            b.keep_mlp = (int)v;
             break;
         case 1001:
             if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {

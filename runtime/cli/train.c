@@ -251,7 +251,8 @@ static int check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_dt)
                                  .seq_len = r->seq_len,
                                  .recompute = r->recompute,
                                  .offload_inputs = r->act_offload,
-                                 .keep_last = r->keep_last };
+                                 .keep_last = r->keep_last,
+                                 .keep_mlp = r->keep_mlp };
     unsigned long long total = sdp_rt_gpu_mem_total(0);
     unsigned long long limit =
         r->gpu_memory_gib > 0 ? (unsigned long long)(r->gpu_memory_gib * 1073741824.0) : total;
@@ -354,7 +355,10 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
            (unsigned long long)r->global_batch / r->micro_batch *
                (sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, r->recompute) *
                     (unsigned long long)(r->model.num_layers + 1) +
-                sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, 0));
+                sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, 0) +
+                (r->recompute ? (unsigned long long)r->keep_mlp * r->micro_batch * r->seq_len *
+                                    (r->model.hidden_size + 2ull * r->model.intermediate_size) * 4
+                              : 0));
     avail = r->host_memory_gib > 0 ? (unsigned long long)(r->host_memory_gib * 1073741824.0)
                                    : sdp_rt_host_mem_available();
     if (avail > 0 && need > avail) {
@@ -472,6 +476,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     gc.offload_inputs = r->act_offload;
     gc.bwd_lookahead = r->bwd_lookahead;
     gc.keep_last = r->keep_last;
+    gc.keep_mlp = r->keep_mlp;
     gc.beta1 = r->beta1;
     gc.beta2 = r->beta2;
     gc.eps = r->eps;

@@ -7,10 +7,14 @@
 #     activations: selective (the mid residuals kept, the output projection not recomputed; K = 1
 #     and K = -1), also with keep_last: 2 (the top two layers not recomputed; the default, 1,
 #     keeps the last layer's) and keep_last: 0 (every layer recomputed);
+#     also with keep_mlp (recomputed layers keeping their mid residual and gate/up projection:
+#     3 of the 5 recomputed, all 5 with activations: offload, 2 with selective), whose
+#     recomputation then runs one matmul instead of three (two with selective);
 #   - tools/check_invariants.py --bwd-lookahead K passes every bounded run's event log, and the
 #     tighter --bwd-lookahead K-1 fails it (the bound is what held the tasks back, not chance);
 #   - the unbounded run fails --bwd-lookahead 0 (its recomputations run ahead of the backward);
-#   - a recipe with bwd_lookahead below -1 is refused with exit code 2, naming the key.
+#   - a recipe with bwd_lookahead below -1, or keep_mlp above the model's layers, is refused with
+#     exit code 2, naming the key.
 set -u
 top=$(cd "${top_srcdir:-.}" && pwd)
 bin=${top_builddir:-.}/slidedp
@@ -79,13 +83,26 @@ n=$(recomputed keep); nfull=$(recomputed 1); nall=$(recomputed all)
 echo "keep_last 2: $n recomputed matmuls, the default $nfull, keep_last 0 $nall"
 [ "$n" -gt 0 ] && [ $((n * 3 * 5)) -eq $((nfull * 2 * 4)) ] && [ $((nall * 5)) -eq $((nfull * 6)) ] ||
     { echo "want 2/3 of the matmuls of four layers, five by default, six with keep_last 0"; fail=1; }
+# keep_mlp: 3 of the 5 recomputed layers skip the output and gate/up projections (one matmul of
+# three left); with offload all 5 (their kept tensors wait on the host too); with selective 2 of
+# the 5 skip the gate/up projection as well (one of two)
+variant mlp 1 '  keep_mlp: 3\n'
+variant mlpoff 1 '  activations: offload\n  keep_mlp: 6\n'
+variant mlpsel -1 '  activations: selective\n  keep_mlp: 2\n'
+n3=$(recomputed mlp); n5=$(recomputed mlpoff); n2=$(recomputed mlpsel)
+echo "keep_mlp: $n3 recomputed matmuls with 3 layers, $n5 with all 5 offloaded, $n2 with 2 and" \
+    "selective, against $nfull"
+[ "$n5" -gt 0 ] && [ $((n3 * 15)) -eq $((nfull * 9)) ] && [ $((n5 * 3)) -eq "$nfull" ] &&
+    [ $((n2 * 15)) -eq $((nfull * 8)) ] ||
+    { echo "want 9/15, 1/3 and 8/15 of the default's recomputed matmuls"; fail=1; }
 
 "$py" "$top/tools/check_invariants.py" --bwd-lookahead 0 "$tmp/e-1.jsonl" > "$tmp/c-1" 2>&1
 [ $? -eq 1 ] || { echo "the unbounded run must fail the check for 0"; fail=1; }
 echo "unbounded against 0: $(tail -n 1 "$tmp/c-1")"
 
 "$py" - "$tmp"/m-1.jsonl "$tmp"/m0.jsonl "$tmp"/m1.jsonl "$tmp"/m2.jsonl "$tmp"/moff.jsonl \
-    "$tmp"/msel1.jsonl "$tmp"/msel-1.jsonl "$tmp"/mkeep.jsonl "$tmp"/mall.jsonl <<'PYEOF' || fail=1
+    "$tmp"/msel1.jsonl "$tmp"/msel-1.jsonl "$tmp"/mkeep.jsonl "$tmp"/mall.jsonl \
+    "$tmp"/mmlp.jsonl "$tmp"/mmlpoff.jsonl "$tmp"/mmlpsel.jsonl <<'PYEOF' || fail=1
 import json, sys
 runs = [[json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:]]
 for p, r in zip(sys.argv[1:], runs):
@@ -99,6 +116,14 @@ rc=$?
 if [ $rc -ne 2 ] || ! grep -q bwd_lookahead "$tmp/bad.out"; then
     echo "bwd_lookahead -2: exit $rc, want 2 and the key named"; cat "$tmp/bad.out"; fail=1
 fi
+recipe 1 "$tmp/badmlp.yaml"
+printf '  keep_mlp: 7\n' >> "$tmp/badmlp.yaml"
+"$bin" train "$tmp/badmlp.yaml" --cpus 2 -q > "$tmp/badmlp.out" 2>&1
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "train.keep_mlp=7" "$tmp/badmlp.out"; then
+    echo "keep_mlp 7 of 6 layers: exit $rc, want 2 and the key named"; cat "$tmp/badmlp.out"; fail=1
+fi
+echo "keep_mlp 7: exit $rc, $(head -n 1 "$tmp/badmlp.out")"
 
 [ $fail -eq 0 ] && echo PASS || echo FAIL
 exit $fail
