@@ -968,11 +968,11 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
             kept[l].gu = gu;
         }
         if (recomputed(g, l) && g->c.offload_inputs) { /* back for layer l's recomputation */
-            sdp_rt_tensor_wont_use(xs[l - 1]);
+            sdp_rt_tensor_offload(xs[l - 1]);
             if (kept[l].xmid)
-                sdp_rt_tensor_wont_use(kept[l].xmid);
+                sdp_rt_tensor_offload(kept[l].xmid);
             if (kept[l].gu)
-                sdp_rt_tensor_wont_use(kept[l].gu);
+                sdp_rt_tensor_offload(kept[l].gu);
         }
         if (last && l <= L - g->c.window && !g->rwork)
             sdp_rt_tensor_wont_use(work_of(g, l, step));

@@ -311,6 +311,23 @@ void sdp_rt_tensor_wont_use(sdp_rt_tensor_t *t)
     starpu_data_wont_use(t->handle);
 }
 
+static void offloaded(void *arg)
+{
+    starpu_data_release_on_node((starpu_data_handle_t)arg, STARPU_MAIN_RAM);
+}
+
+void sdp_rt_tensor_offload(sdp_rt_tensor_t *t)
+{
+    /* an asynchronous acquire on the host, ordered after the tasks submitted so far (a prefetch
+     * is not: it would read a temporary not written yet); its transfer makes the host copy */
+    if (starpu_data_acquire_on_node_cb_sequential_consistency(t->handle, STARPU_MAIN_RAM, STARPU_R,
+                                                              offloaded, t->handle, 1))
+        SDP_WARN("%s: could not ask StarPU for a host copy; it stays on the device until "
+                 "evicted",
+                 t->name);
+    starpu_data_wont_use(t->handle);
+}
+
 size_t sdp_rt_tensor_nelems(const sdp_rt_tensor_t *t)
 {
     return t->nelems;

@@ -59,6 +59,11 @@ void sdp_rt_tensor_release_acquire(sdp_rt_tensor_t *t);
 void sdp_rt_tensor_discard(sdp_rt_tensor_t *t);
 /** Tell StarPU the tensor will not be used for a while (its device copies may go first). */
 void sdp_rt_tensor_wont_use(sdp_rt_tensor_t *t);
+/** Move the tensor to host memory once the tasks submitted so far have written it, and mark its
+ * device copies as the first to go: a temporary has no home for StarPU's wont-use hint to write
+ * back to, so without the copy made here its dirty device copy would only leave the GPU when
+ * memory runs out, with the next task waiting for the transfer. */
+void sdp_rt_tensor_offload(sdp_rt_tensor_t *t);
 
 size_t sdp_rt_tensor_nelems(const sdp_rt_tensor_t *t);
 enum sdp_dtype sdp_rt_tensor_dtype(const sdp_rt_tensor_t *t);
