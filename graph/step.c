@@ -903,14 +903,13 @@ static int recomputed(const sdp_graph_t *g, int l)
     return g->c.recompute && l <= g->L - g->c.keep_last;
 }
 
-/* Whether recomputed layer l keeps its mid residual and gate/up projection from the forward
- * (keep_mlp): keep_mlp of the L - keep_last recomputed layers, spread evenly over them (the top
- * one always among them), so that with offload_inputs their transfers are spread over the step
- * too; all of them when keep_mlp reaches their number. */
+/* Whether recomputed layer l keeps its mid residual and gate/up projection from the forward on the
+ * GPU (keep_mlp): the top keep_mlp of the L - keep_last recomputed layers, whose backward comes
+ * first, so the memory they hold is freed early in the backward; all of them when keep_mlp reaches
+ * their number. */
 static int keeps_mlp(const sdp_graph_t *g, int l)
 {
-    long n = (long)g->L - g->c.keep_last, k = g->c.keep_mlp < n ? g->c.keep_mlp : n;
-    return recomputed(g, l) && k > 0 && (l * k) / n != ((l - 1) * k) / n;
+    return recomputed(g, l) && l > g->L - g->c.keep_last - g->c.keep_mlp;
 }
 
 /* What layer l's backward preparations (recomputation, gradient zeroing) wait for: the end of
@@ -969,10 +968,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         }
         if (recomputed(g, l) && g->c.offload_inputs) { /* back for layer l's recomputation */
             sdp_rt_tensor_offload(xs[l - 1]);
-            if (kept[l].xmid)
+            if (kept[l].xmid && !keeps_mlp(g, l)) /* keep_mlp's tensors stay on the GPU */
                 sdp_rt_tensor_offload(kept[l].xmid);
-            if (kept[l].gu)
-                sdp_rt_tensor_offload(kept[l].gu);
         }
         if (last && l <= L - g->c.window && !g->rwork)
             sdp_rt_tensor_wont_use(work_of(g, l, step));
@@ -1350,7 +1347,7 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
         bytes += (c->offload_inputs ? 4ull : (unsigned long long)m->num_layers) *
                  sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, c->recompute);
     /* keep_mlp: each chosen layer's gate/up projection and, unless selective counted it above,
-     * its mid residual, for every such layer or, offloaded, the two around the layer at work */
+     * its mid residual, kept on the GPU */
     if (c->recompute && c->keep_mlp > 0) {
         unsigned long long k = (unsigned long long)c->keep_mlp, per;
         per = n *
@@ -1358,7 +1355,7 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
                (c->recompute == SDP_RECOMPUTE_SELECTIVE ? 0ull
                                                         : (unsigned long long)m->hidden_size)) *
               es;
-        bytes += (c->offload_inputs && k > 2 ? 2ull : k) * per;
+        bytes += k * per;
     }
     /* every intermediate of the layers at work (two), of those that keep theirs from the forward
      * (keep_last; all of them without recomputation) */

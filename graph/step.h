@@ -58,11 +58,10 @@ struct sdp_graph_conf {
     int keep_last;   /* with recompute: the top keep_last layers keep every activation from the
                         forward instead (0: none; the recipe's and the bench's default is 1: the
                         last layer's backward follows the LM head) */
-    int keep_mlp;    /* with recompute: keep_mlp of the recomputed layers, spread evenly over
-                        them, keep their mid residual and gate/up projection from the forward
-                        (with offload_inputs, on the host), so their recomputation skips the
-                        attention's output projection and the gate/up projection, the largest
-                        matmul (0: none; graph/step.c, keeps_mlp) */
+    int keep_mlp;    /* with recompute: the top keep_mlp recomputed layers keep their mid
+                        residual and gate/up projection from the forward on the GPU, so their
+                        recomputation skips the attention's output projection and the gate/up
+                        projection, the largest matmul (0: none; graph/step.c, keeps_mlp) */
     int offload_inputs; /* with recompute: each layer's saved input leaves the GPU once the forward
                            has read it (StarPU moves it to the host) and comes back for that
                            layer's recomputation: the activation offload/reload lane */

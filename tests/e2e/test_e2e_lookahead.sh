@@ -84,7 +84,7 @@ echo "keep_last 2: $n recomputed matmuls, the default $nfull, keep_last 0 $nall"
 [ "$n" -gt 0 ] && [ $((n * 3 * 5)) -eq $((nfull * 2 * 4)) ] && [ $((nall * 5)) -eq $((nfull * 6)) ] ||
     { echo "want 2/3 of the matmuls of four layers, five by default, six with keep_last 0"; fail=1; }
 # keep_mlp: 3 of the 5 recomputed layers skip the output and gate/up projections (one matmul of
-# three left); with offload all 5 (their kept tensors wait on the host too); with selective 2 of
+# three left); with offload all 5 (their saved inputs wait on the host); with selective 2 of
 # the 5 skip the gate/up projection as well (one of two)
 variant mlp 1 '  keep_mlp: 3\n'
 variant mlpoff 1 '  activations: offload\n  keep_mlp: 6\n'
