@@ -1346,14 +1346,19 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
     if (c->recompute)
         bytes += (c->offload_inputs ? 4ull : (unsigned long long)m->num_layers) *
                  sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, c->recompute);
-    /* keep_mlp: each chosen layer's gate/up projection and, unless selective counted it above,
-     * its mid residual, kept on the GPU */
+    /* keep_mlp: each chosen layer's gate/up projection and, unless selective without offload
+     * counted it above, its mid residual, kept on the GPU (at most the L - keep_last recomputed
+     * layers) */
     if (c->recompute && c->keep_mlp > 0) {
-        unsigned long long k = (unsigned long long)c->keep_mlp, per;
+        int nrec = m->num_layers - (c->keep_last > 0 ? c->keep_last : 0);
+        unsigned long long k =
+            (unsigned long long)(c->keep_mlp < nrec ? c->keep_mlp : (nrec > 0 ? nrec : 0));
+        unsigned long long per;
         per = n *
               (2ull * (unsigned long long)m->intermediate_size +
-               (c->recompute == SDP_RECOMPUTE_SELECTIVE ? 0ull
-                                                        : (unsigned long long)m->hidden_size)) *
+               (c->recompute == SDP_RECOMPUTE_SELECTIVE && !c->offload_inputs
+                    ? 0ull
+                    : (unsigned long long)m->hidden_size)) *
               es;
         bytes += k * per;
     }

@@ -23,15 +23,22 @@ static int nfail;
 
 enum { NONE = SDP_RECOMPUTE_NONE, FULL = SDP_RECOMPUTE_FULL, SEL = SDP_RECOMPUTE_SELECTIVE };
 
-static unsigned long long need(const struct sdp_model_cfg *m, int B, int recompute, int offload,
-                               int keep_last)
+static unsigned long long need_mlp(const struct sdp_model_cfg *m, int B, int recompute, int offload,
+                                   int keep_last, int keep_mlp)
 {
     struct sdp_graph_conf c = { .micro_batch = B,
                                 .seq_len = 1024,
                                 .recompute = recompute,
                                 .offload_inputs = offload,
-                                .keep_last = keep_last };
+                                .keep_last = keep_last,
+                                .keep_mlp = keep_mlp };
     return sdp_graph_gpu_bytes_min(m, SDP_BF16, &c);
+}
+
+static unsigned long long need(const struct sdp_model_cfg *m, int B, int recompute, int offload,
+                               int keep_last)
+{
+    return need_mlp(m, B, recompute, offload, keep_last, 0);
 }
 
 int main(void)
@@ -60,6 +67,21 @@ int main(void)
               "keep: every layer's intermediates, no separate inputs");
         CHECK(need(&m, B, NONE, 0, 5) == need(&m, B, NONE, 0, 0),
               "keep_last means nothing in keep");
+        /* keep_mlp: a kept layer's gate/up projection (2 x intermediate) and mid residual; with
+         * selective the residual is already counted; no more layers than are recomputed */
+        unsigned long long gu = (unsigned long long)B * 1024 * 2 * m.intermediate_size * 2;
+        CHECK(need_mlp(&m, B, FULL, 0, 1, 4) == need(&m, B, FULL, 0, 1) + 4 * (gu + in),
+              "keep_mlp 4 adds four gate/up projections and mid residuals");
+        CHECK(need_mlp(&m, B, SEL, 0, 1, 4) == need(&m, B, SEL, 0, 1) + 4 * gu,
+              "selective keep_mlp 4 adds four gate/up projections");
+        CHECK(need_mlp(&m, B, FULL, 1, 1, 4) == need(&m, B, FULL, 1, 1) + 4 * (gu + in),
+              "offloaded keep_mlp keeps its tensors on the GPU");
+        CHECK(need_mlp(&m, B, SEL, 1, 1, 4) == need(&m, B, SEL, 1, 1) + 4 * (gu + in),
+              "selective offload keeps the kept layers' residuals on the GPU too");
+        CHECK(need_mlp(&m, B, FULL, 0, 1, (int)L) == need_mlp(&m, B, FULL, 0, 1, (int)L - 1),
+              "keep_mlp counts at most the L - keep_last recomputed layers");
+        CHECK(need_mlp(&m, B, NONE, 0, 0, 4) == need(&m, B, NONE, 0, 0),
+              "keep_mlp means nothing in keep");
     }
     /* the benchmarks' settings fit their limits: qwen3-4b/32 under 23 GiB and qwen3-4b/16 under
      * 15 GiB with the defaults (recompute, the last layer kept) */
