@@ -31,22 +31,26 @@
  *              bwd_lookahead (layers the backward's recomputation and gradient zeroing may run
  *              ahead of it: default 1; -1 = no bound; see sdp_graph_conf), keep_last (with
  *              recomputation, the top layers that keep their activations; 1), keep_mlp (with
- *              recomputation, the top recomputed layers that keep their MLP's inputs, the mid
- *              residual and the gate/up projection, on the GPU; 0; see sdp_graph_conf), gpu_update
- * (the first layers whose AdamW runs on the GPU; 0; see sdp_graph_conf), grad_dtype (auto | fp32 |
- * bf16: the gradient AdamW reads; bf16 packs the final fp32 gradient where it was made, halving the
- * return's bytes; auto, the default: bf16 for one rank on a GPU, else fp32; sdp_recipe_grad_bf16),
- * staging_depth (sdp-slidedp: casts and updates in flight; 0 = SDP_STAGING_DEPTH or one per CPU
- * worker, at least 4), prefetch_groups (sdp-slidedp: parameter groups a GPU may prefetch ahead;
- * default SDP_WINDOW_DEPTH or 2), collectives (starpu | nccl: the GPU-reduction route and the
- * sharded dispatch as StarPU transfers and tasks on the ranks' GPUs, or as NCCL reduce and
- * broadcast over them; default starpu), work_home (host, the default: the bf16 working copies live
- * in pinned host memory, updated in place; gpu: on the GPUs only, each chunk written by AdamW into
- * a stage and copied up, so the host holds 12 bytes a parameter; needs GPUs, window 0, param_delay
- * 0 and the replicated route), embed_home (host, the default, or gpu: the embedding's working copy
- * alone off the host, as work_home gpu does for all of them; with the early update of the tied
- * embedding only the rows each update writes cross PCIe; needs param_delay 0 and the replicated
- * route) output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
+ *              recomputation, the top recomputed layers that keep their MLP's inputs on the
+ *              GPU, the mid residual and the gate/up projection; 0; see sdp_graph_conf),
+ *              gpu_update (the
+ *              first layers whose AdamW runs on the GPU; 0; see sdp_graph_conf), grad_dtype (auto |
+ *              fp32 | bf16: the gradient AdamW reads; bf16 packs the final fp32 gradient where it
+ *              was made, halving the return's bytes; auto, the default: bf16 for one rank on a
+ *              GPU, else fp32; sdp_recipe_grad_bf16), staging_depth (sdp-slidedp:
+ *              casts and updates in flight; 0 = SDP_STAGING_DEPTH or one per CPU worker, at
+ *              least 4), prefetch_groups (sdp-slidedp: parameter groups a GPU may prefetch
+ *              ahead; default SDP_WINDOW_DEPTH or 2), collectives (starpu | nccl: the
+ *              GPU-reduction route and the sharded dispatch as StarPU transfers and tasks on the
+ *              ranks' GPUs, or as NCCL reduce and broadcast over them; default starpu),
+ *              work_home (host, the default: the bf16 working copies live in pinned host
+ *              memory, updated in place; gpu: on the GPUs only, each chunk written by AdamW into a
+ *              stage and copied up, so the host holds 12 bytes a parameter; needs GPUs, window 0,
+ *              param_delay 0 and the replicated route), embed_home (host, the default, or
+ *              gpu: the embedding's working copy alone off the host, as work_home gpu does for
+ *              all of them; with the early update of the tied embedding only the rows each
+ *              update writes cross PCIe; needs param_delay 0 and the replicated route)
+ *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
  *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
  *              signal), keep_checkpoints (how many to keep)
  *
