@@ -269,8 +269,13 @@ static int check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_dt)
                 "gradients, one micro-batch of activations), the %s allows %.1f GiB",
                 r->file, need / 1073741824.0, r->gpu_memory_gib > 0 ? "recipe" : "GPU",
                 limit / 1073741824.0);
-        sdp_hint("lower batch.micro or data.seq_len, set train.keep_last: 0 or train.activations: "
-                 "offload, or raise train.gpu_memory_gib");
+        if (r->keep_mlp > 0)
+            sdp_hint("lower train.keep_mlp (%d layers keep their MLP's inputs on the GPU), "
+                     "batch.micro or data.seq_len, or raise train.gpu_memory_gib",
+                     r->keep_mlp);
+        else
+            sdp_hint("lower batch.micro or data.seq_len, set train.keep_last: 0 or "
+                     "train.activations: offload, or raise train.gpu_memory_gib");
         return -ENOMEM;
     }
     return 0;
