@@ -3,7 +3,7 @@
 """Lane utilisation of a run, from its task event log.
 
 Usage: lane_util.py EVENTS.jsonl [--steps A-B] [--json] [--timeline] [--stages] [--idle]
-                    [--boundary] [--long MS] [--by-task] [--cpu-by-task]
+                    [--boundary] [--long MS] [--gaps MS] [--by-task] [--cpu-by-task]
 
 The log is the one `slidedp train --events FILE` or `slidedp bench --events FILE` writes
 (runtime/trace.h).  For every rank and lane, over the window from the first start to the last end
@@ -49,6 +49,12 @@ back from then on (the host's share of the boundary).
 each with how many other task events (any worker, any lane) ended while it ran: a long task that
 nothing else ended beside held the whole run, not just its own GPU.  The LM head's lmhead_ce
 (one task for the whole loss) is left out.
+
+--gaps MS lists, in time order, every gap of a CUDA worker longer than MS ms before a task of the
+selected steps (the gaps --idle sums): the step, phase, name and group of the task that ends it,
+when the gap starts (ms from the window's start), how long it is, its split into the parts of
+--idle, and the task whose end began it.  A gap whose task was ready long before ("dep" 0) but
+whose inputs came late ("data") waited on PCIe or on memory.
 
 --by-task sums the CUDA tasks of the selected steps by phase and name: ms in all and per step,
 how many, and the share of the CUDA workers' task time; where the GPU's time goes, op by op.
@@ -107,6 +113,8 @@ def main():
                     help="the milestones of each selected step's boundary with the next")
     ap.add_argument("--long", type=float, metavar="MS",
                     help="the CUDA tasks longer than MS ms, and what ended beside them")
+    ap.add_argument("--gaps", type=float, metavar="MS",
+                    help="every CUDA gap longer than MS ms, in time order, split as --idle")
     ap.add_argument("--by-task", action="store_true",
                     help="the CUDA task time by phase and task name")
     ap.add_argument("--cpu-by-task", action="store_true",
@@ -162,6 +170,8 @@ def main():
         out["boundary"] = boundary(events, sorted(keep))
     if args.long is not None:
         out["long"] = long_tasks(events, keep, args.long)
+    if args.gaps is not None:
+        out["gaps"] = gaps(events, keep, args.gaps, t0)
     if args.by_task:
         out["by_task"] = by_task(tasks, len(keep))
     if args.cpu_by_task:
@@ -193,6 +203,16 @@ def main():
             print("%-4d %-6d %-10s %-24s %9.1f %9.1f %6d             %s" % (
                 r["rank"], r["worker"], r["phase"], r["name"], r["ms"], r["ms_per_step"],
                 r["gaps"], " ".join("%7.2f" % (r[p + "_ms"] / nsteps) for p in GAP_PARTS)))
+    if args.gaps is not None:
+        print("CUDA gaps longer than %g ms (ms from the window's start):" % args.gaps)
+        print("%-4s %-6s %4s %-10s %-20s %5s %9s %7s %s  %-20s %5s" % (
+            "rank", "worker", "step", "phase", "task", "group", "at", "ms",
+            " ".join("%7s" % p for p in GAP_PARTS), "after", "group"))
+        for r in out["gaps"]:
+            print("%-4d %-6d %4d %-10s %-20s %5d %9.1f %7.2f %s  %-20s %5d" % (
+                r["rank"], r["worker"], r["step"], r["phase"], r["name"], r["group"], r["at_ms"],
+                r["ms"], " ".join("%7.2f" % r[p + "_ms"] for p in GAP_PARTS), r["after"],
+                r["after_group"]))
     if args.boundary:
         print("step boundaries of rank 0, ms from the end of the embedding's backward:")
         print(" ".join("%11s" % c for c in BOUNDARY_COLS))
@@ -252,16 +272,42 @@ def by_task(tasks, nsteps, kind="CUDA"):
     return rows
 
 
-def idle(events, keep):
-    """The CUDA workers' gaps before the tasks of the selected steps (see --idle)."""
+def cuda_by_worker(events):
+    """The CUDA task events by (rank, worker), each list in start order."""
     byworker = defaultdict(list)
     for e in events:
         if e.get("event", "task") != "wait" and e.get("kind") == "CUDA":
             byworker[(e.get("rank", 0), e.get("worker", -1))].append(e)
+    for evs in byworker.values():
+        evs.sort(key=lambda e: e["start_us"])
+    return byworker
+
+
+def gaps(events, keep, ms, t0):
+    """Every CUDA gap longer than ms before a task of the selected steps (see --gaps)."""
+    out = []
+    for (rank, worker), evs in cuda_by_worker(events).items():
+        busy_until, last = None, None  # the latest end so far, and the task that ended then
+        for e in evs:
+            if (busy_until is not None and e["step"] in keep and
+                    e["start_us"] - busy_until > ms * 1e3):
+                row = {"rank": rank, "worker": worker, "step": e["step"], "phase": e["phase"],
+                       "name": e["name"], "group": e["group"],
+                       "at_ms": (busy_until - t0) / 1e3,
+                       "ms": (e["start_us"] - busy_until) / 1e3,
+                       "after": last["name"], "after_group": last["group"]}
+                row.update({p + "_ms": v for p, v in gap_parts(e, busy_until).items()})
+                out.append(row)
+            if busy_until is None or e["end_us"] > busy_until:
+                busy_until, last = e["end_us"], e
+    return sorted(out, key=lambda r: (r["at_ms"], r["rank"], r["worker"]))
+
+
+def idle(events, keep):
+    """The CUDA workers' gaps before the tasks of the selected steps (see --idle)."""
     total, count = defaultdict(float), defaultdict(int)
     parts = defaultdict(lambda: dict.fromkeys(GAP_PARTS, 0.0))
-    for (rank, worker), evs in byworker.items():
-        evs.sort(key=lambda e: e["start_us"])
+    for (rank, worker), evs in cuda_by_worker(events).items():
         busy_until = None  # the latest end so far: tasks of one worker may overlap (streams)
         for e in evs:
             if busy_until is not None and e["start_us"] > busy_until + 50 and e["step"] in keep:

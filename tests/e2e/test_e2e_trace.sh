@@ -10,9 +10,9 @@
 # started before the last backward of its group (invariant 2), and one event recording another
 # version than its step's (invariant 1).  tools/lane_util.py must give every lane a busy fraction
 # within its window and a summed concurrency within the two workers, and its --stages report must
-# give the counts, the most alive at once and the waits of a stage log written here, and its --idle
-# report the CUDA worker's gaps of another, whose answers are known, and its --long report the long
-# CUDA tasks of that log and what ended beside them.  Needs python3 (json only).
+# give the counts, the most alive at once and the waits of a stage log written here, its --idle
+# report the CUDA worker's gaps of another, whose answers are known, its --gaps report each of
+# those gaps, and its --long report the long CUDA tasks of that log and what ended beside them.  Needs python3 (json only).
 set -u
 top=${top_srcdir:-.}
 bin=${top_builddir:-.}/slidedp
@@ -282,6 +282,27 @@ print("  long:", rows)
 got = [(r["name"], round(r["ms"], 9), r["others_ended"]) for r in rows]
 sys.exit(0 if got == [("rmsnorm_fwd", 10.0, 1), ("matmul_fwd", 9.98, 0), ("swiglu_fwd", 10.0, 1)]
          else 1)
+EOF
+# every CUDA gap above 0.1 ms in time order (lane_util.py --gaps): the param_fetch's 10 ms after
+# the matmul, split as --idle splits it, and the unrecorded 0.5 ms after the swiglu that ended
+# last (it began inside the matmul); above 1 ms only the first; step 1's not selected
+if python3 "$top/tools/lane_util.py" "$tmp/idle.jsonl" --steps 0-0 --json --gaps 0.1 > "$tmp/gaps.json" &&
+    python3 "$top/tools/lane_util.py" "$tmp/idle.jsonl" --steps 0-0 --json --gaps 1 > "$tmp/gaps1.json" &&
+    python3 "$top/tools/lane_util.py" "$tmp/idle.jsonl" --steps 0-0 --gaps 1 > "$tmp/gaps1.txt" &&
+    python3 - "$tmp/gaps.json" "$tmp/gaps1.json" "$tmp/gaps1.txt" <<'EOF'; then ok "gaps"; else fail "gaps"; fi
+import json, sys
+def rows(f):
+    return [(r["step"], r["phase"], r["name"], r["group"], round(r["at_ms"], 9), round(r["ms"], 9),
+             r["after"]) + tuple(round(r[p + "_ms"], 9)
+                                 for p in ("dep", "sched", "data", "start", "unrecorded"))
+            for r in json.load(open(f))["gaps"]]
+g, g1 = rows(sys.argv[1]), rows(sys.argv[2])
+text = open(sys.argv[3]).read()
+print("  gaps:", g)
+fetch = (0, "fwd", "param_fetch", 1, 20.0, 10.0, "matmul_fwd", 2.0, 3.0, 4.0, 1.0, 0.0)
+sys.exit(0 if g == [fetch, (0, "bwd", "matmul_bwd_data", 1, 45.0, 0.5, "swiglu_fwd",
+                            0.0, 0.0, 0.0, 0.0, 0.5)] and g1 == [fetch] and
+         "CUDA gaps longer than 1 ms" in text and "param_fetch" in text else 1)
 EOF
 # the CPU task time by phase and name (lane_util.py --cpu-by-task): the one adamw of 4 ms, and
 # the median and p90 of the CUDA matmul_fwd tasks of step 0 (9.98 and 9 ms: the upper middle)
