@@ -6,7 +6,7 @@
 #include <starpu.h>
 
 extern struct starpu_codelet sdp_cl_cast;
-extern struct starpu_codelet sdp_cl_embedding_fwd, sdp_cl_embedding_bwd;
+extern struct starpu_codelet sdp_cl_embedding_fwd, sdp_cl_embedding_fwd_host, sdp_cl_embedding_bwd;
 extern struct starpu_codelet sdp_cl_matmul_fwd, sdp_cl_matmul_bwd_data, sdp_cl_matmul_bwd_weight;
 extern struct starpu_codelet sdp_cl_rmsnorm_fwd, sdp_cl_rmsnorm_bwd;
 extern struct starpu_codelet sdp_cl_qknorm_rope_fwd, sdp_cl_qknorm_rope_bwd;

@@ -16,14 +16,15 @@
 struct sdp_embedding_args {
     struct sdp_shape_key key; /* N, C */
     size_t off;               /* embedding offset in the group vector */
+    size_t ids_off;           /* embedding_fwd: the first of the N ids in the ids vector */
 };
 
-/* buffers: out (N, C) act W, ids (N) i32 R, wg f32|bf16 R */
+/* buffers: out (N, C) act W, ids (ids_off + N) i32 R, wg f32|bf16 R */
 static void embedding_fwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_embedding_args *a = cl_arg;
     int N = a->key.d[0], C = a->key.d[1];
-    const int32_t *ids = SDP_VEC(buffers[1]);
+    const int32_t *ids = (const int32_t *)SDP_VEC(buffers[1]) + a->ids_off;
     void *wg = buffers[2];
     if (STARPU_VECTOR_GET_ELEMSIZE(wg) == 2) {
         /* bf16 table and bf16 activations: gather the rows' bits */
@@ -53,7 +54,7 @@ static void embedding_fwd_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_embedding_args *a = cl_arg;
     size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[2]);
-    sdp_cuda_embedding_fwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]),
+    sdp_cuda_embedding_fwd(SDP_VEC(buffers[0]), (const int32_t *)SDP_VEC(buffers[1]) + a->ids_off,
                            (const char *)SDP_VEC(buffers[2]) + a->off * es, a->key.d[0],
                            a->key.d[1], SDP_CL_DT(buffers[2]), starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
@@ -74,6 +75,11 @@ static struct starpu_perfmodel sdp_pm_embedding_fwd = {
     .symbol = "sdp_embedding_fwd_v1",
     .footprint = sdp_cl_footprint,
 };
+static struct starpu_perfmodel sdp_pm_embedding_fwd_host = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_embedding_fwd_host_v1",
+    .footprint = sdp_cl_footprint,
+};
 static struct starpu_perfmodel sdp_pm_embedding_bwd = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "sdp_embedding_bwd_v1",
@@ -90,6 +96,15 @@ struct starpu_codelet sdp_cl_embedding_fwd = {
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &sdp_pm_embedding_fwd,
+};
+/* The lookup on the host alone (train.embed_lookup: host): the same CPU kernel, under the same
+ * name in the trace. */
+struct starpu_codelet sdp_cl_embedding_fwd_host = {
+    .name = "embedding_fwd",
+    .cpu_funcs = { embedding_fwd_cpu },
+    .cpu_funcs_name = { "embedding_fwd_cpu" },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_embedding_fwd_host,
 };
 struct starpu_codelet sdp_cl_embedding_bwd = {
     .name = "embedding_bwd",
@@ -112,6 +127,25 @@ int sdp_task_embedding_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
     a->key.d[1] = C;
     a->off = w_off;
     return sdp_cl_submit(&sdp_cl_embedding_fwd, o, a, sizeof(*a), 0.0, b, 3);
+}
+
+int sdp_task_embedding_fwd_host(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
+                                sdp_rt_tensor_t *ids, size_t ids_off, sdp_rt_tensor_t *wg,
+                                size_t w_off, int N, int C)
+{
+    struct sdp_embedding_args *a;
+    struct sdp_cl_buf b[] = { { out, STARPU_W }, { ids, STARPU_R }, { wg, STARPU_R } };
+    if (ids_off + (size_t)N > sdp_rt_tensor_nelems(ids) ||
+        sdp_rt_tensor_nelems(out) != (size_t)N * (size_t)C)
+        return sdp_err(-EINVAL, "embedding_fwd_host: ids %zu..%zu of %zu, output %zu of %d x %d",
+                       ids_off, ids_off + (size_t)N, sdp_rt_tensor_nelems(ids),
+                       sdp_rt_tensor_nelems(out), N, C);
+    a = sdp_cl_args_alloc(sizeof(*a));
+    a->key.d[0] = N;
+    a->key.d[1] = C;
+    a->off = w_off;
+    a->ids_off = ids_off;
+    return sdp_cl_submit(&sdp_cl_embedding_fwd_host, o, a, sizeof(*a), 0.0, b, 3);
 }
 
 int sdp_task_embedding_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *gg, size_t g_off,

@@ -46,6 +46,12 @@ int sdp_task_cast(const struct sdp_task_opts *o, sdp_rt_tensor_t *work, sdp_rt_t
 /** out (N, C) f32 W = w[ids]   (w: embedding (V, C) at w_off of group tensor wg) */
 int sdp_task_embedding_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                            sdp_rt_tensor_t *ids, sdp_rt_tensor_t *wg, size_t w_off, int N, int C);
+/** The same lookup on a CPU worker alone, of the N ids from ids_off: out (N, C) W =
+ * w[ids[ids_off .. ids_off + N)] (train.embed_lookup: host; the trace names it embedding_fwd).
+ * @return 0, -EINVAL (the ids or the output do not hold N rows), or the submission's error */
+int sdp_task_embedding_fwd_host(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
+                                sdp_rt_tensor_t *ids, size_t ids_off, sdp_rt_tensor_t *wg,
+                                size_t w_off, int N, int C);
 /** grad group gg RW: (V, C) at g_off += scatter(dout (N, C) by ids) */
 int sdp_task_embedding_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *gg, size_t g_off,
                            sdp_rt_tensor_t *dout, sdp_rt_tensor_t *ids, int N, int C);

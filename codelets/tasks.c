@@ -19,6 +19,7 @@ int sdp_tasks_init(void)
     struct starpu_codelet *all[] = {
         &sdp_cl_cast,
         &sdp_cl_embedding_fwd,
+        &sdp_cl_embedding_fwd_host,
         &sdp_cl_embedding_bwd,
         &sdp_cl_matmul_fwd,
         &sdp_cl_matmul_bwd_data,

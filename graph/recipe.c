@@ -88,6 +88,7 @@ static const char *const schedule_names[] = { "cosine", "linear", "constant", NU
 static const char *const optimizer_names[] = { "adamw", NULL };
 static const char *const collectives_names[] = { "starpu", "nccl", NULL };
 static const char *const work_home_names[] = { "host", "gpu", NULL };
+static const char *const embed_lookup_names[] = { "compute", "host", NULL };
 
 static void set_work_home(struct ctx *c, int i)
 {
@@ -97,6 +98,11 @@ static void set_work_home(struct ctx *c, int i)
 static void set_embed_home(struct ctx *c, int i)
 {
     c->r->embed_on_gpu = i;
+}
+
+static void set_embed_lookup(struct ctx *c, int i)
+{
+    c->r->embed_lookup_host = i;
 }
 
 static void set_precision(struct ctx *c, int i)
@@ -238,6 +244,7 @@ static const struct key train_keys[] = {
     { .name = "grad_dtype", CHOICE(grad_dtype_names, set_grad_dtype) },
     { .name = "work_home", CHOICE(work_home_names, set_work_home) },
     { .name = "embed_home", CHOICE(work_home_names, set_embed_home) },
+    { .name = "embed_lookup", CHOICE(embed_lookup_names, set_embed_lookup) },
     { .name = "staging_depth", RF(staging_depth), INT_GE(1) },
     { .name = "prefetch_groups", RF(prefetch_groups), INT_GE(0) },
     { .name = "collectives", CHOICE(collectives_names, set_collectives) },

@@ -49,7 +49,9 @@
  *              param_delay 0 and the replicated route), embed_home (host, the default, or
  *              gpu: the embedding's working copy alone off the host, as work_home gpu does for
  *              all of them; with the early update of the tied embedding only the rows each
- *              update writes cross PCIe; needs param_delay 0 and the replicated route)
+ *              update writes cross PCIe; needs param_delay 0 and the replicated route),
+ *              embed_lookup (compute, the default: the forward's embedding lookup runs where
+ *              the compute runs; host: on the CPU workers, see sdp_graph_conf)
  *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
  *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
  *              signal), keep_checkpoints (how many to keep)
@@ -122,6 +124,8 @@ struct sdp_recipe {
                                     work_staged: the working copies off the host) */
     int embed_on_gpu;            /* train.embed_home: 0 host (default), 1 gpu (group 0 staged:
                                     SDP_STATE_EMBED_STAGED) */
+    int embed_lookup_host;       /* train.embed_lookup: 0 compute (default), 1 host
+                                    (sdp_graph_conf.embed_lookup_host) */
     int staging_depth;           /* sdp-slidedp: casts and updates in flight (0 = policy default) */
     int prefetch_groups; /* sdp-slidedp: groups a GPU prefetches ahead (-1 = policy default) */
     int nccl;            /* train.collectives: 0 starpu (default), 1 nccl (sdp_tasks_use_nccl) */

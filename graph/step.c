@@ -46,6 +46,9 @@ struct sdp_graph {
     sdp_rt_tensor_t **rows_grad; /* [group 0's chunks] (early_embed) the bf16 gradient of the rows
                                     of the step's tokens, packed (grad_pack_rows), from the pack
                                     to the chunk's update; NULL: SDP_ROWS_PACK=off */
+    sdp_rt_tensor_t **x0;        /* [n_micro] (lookup_host) each micro-batch's embeddings, on
+                                    the host, partitioned into x0_parts parts */
+    int x0_parts, x0_seqs;       /* parts of x0, sequences per part (the last may hold fewer) */
     double lr;                   /* the learning rate of the step being submitted */
     int gpu_writeback;           /* SDP_GPU_UPDATE_WRITEBACK=1 (update_chunk_gpu) */
 };
@@ -943,10 +946,20 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     }
     /* forward: xs[l] is the input of layer l + 1 (xs[0] the embeddings, xs[L] the last output) */
     o = opts(g, step, 0, mb, SDP_PH_FWD);
-    TRY_GOTO(temp(&xs[0], g->act_dt, (size_t)N * g->C, "x", mb, 0));
-    TRY_GOTO(dispatch(g, step, mb, 0));
-    TRY_GOTO(sdp_task_embedding_fwd(&o, xs[0], ids, compute_work(g, 0, step, r),
-                                    sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
+    if (g->x0) { /* lookup_host: on the CPU workers, a part of whole sequences each */
+        xs[0] = g->x0[mb];
+        for (int k = 0; k < g->x0_parts; k++) {
+            int s0 = k * g->x0_seqs, ns = B - s0 < g->x0_seqs ? B - s0 : g->x0_seqs;
+            TRY_GOTO(sdp_task_embedding_fwd_host(&o, sdp_rt_tensor_part(xs[0], k), ids,
+                                                 (size_t)s0 * T, work_of(g, 0, step),
+                                                 sdp_state_off(st, 0, SDP_PT_EMBED), ns * T, g->C));
+        }
+    } else {
+        TRY_GOTO(temp(&xs[0], g->act_dt, (size_t)N * g->C, "x", mb, 0));
+        TRY_GOTO(dispatch(g, step, mb, 0));
+        TRY_GOTO(sdp_task_embedding_fwd(&o, xs[0], ids, compute_work(g, 0, step, r),
+                                        sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
+    }
     for (l = 1; l <= L; l++) {
         TRY_GOTO(temp(&xs[l], g->act_dt, (size_t)N * g->C, "x", mb, l));
         TRY_GOTO(dispatch(g, step, mb, l));
@@ -985,6 +998,13 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     if (g->lm_group != g->head_group)
         TRY_GOTO(zero_grad(g, step, mb, g->head_group, 0));
     TRY_GOTO(dispatch(g, step, mb, g->head_group));
+    if (g->x0 && g->lm_group == 0 && mb == 0) {
+        /* lookup_host: the tied LM head is the forward's first reader of the embedding's copy on
+         * the GPU; fetched with the head's key, the policy's window brings it during the last
+         * layers instead of at the step's boundary */
+        struct sdp_task_opts of = opts(g, step, g->head_group, -1, SDP_PH_LOSS);
+        TRY_GOTO(sdp_task_param_fetch(&of, work_of(g, 0, step)));
+    }
     TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], compute_work(g, g->head_group, step, r),
                                   g->norm_off, N, g->C, eps));
     TRY_GOTO(sdp_task_lmhead_ce(&o, g->loss[mb], dh, grad_of(g, g->lm_group, r), g->lm_off, hN,
@@ -1035,6 +1055,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         for (int gi = early_embed(g) ? g->head_group : 0; gi < st->ngroups; gi += g->head_group)
             window_release(g, step, gi, r);
 fail:
+    if (g->x0) /* the graph's own buffer, written again by the next step's lookup */
+        xs[0] = NULL;
     for (l = 0; l <= L; l++) {
         release_acts(&kept[l]);
         sdp_rt_tensor_release(xs[l]);
@@ -1371,6 +1393,46 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
     return bytes;
 }
 
+/* The forward's embedding lookup on the host (embed_lookup_host): where it applies (one rank, the
+ * embedding's working copy on the host), a pinned buffer per micro-batch for its embeddings, in
+ * parts of whole sequences (at most 16: about one per CPU worker), which the CPU workers fill from
+ * the updated working copy as soon as the embedding's update has written it; the next forward
+ * then waits for 2 x B x T x C bytes over PCIe instead of the whole table (0.78 GB for qwen3-4b).
+ * Elsewhere the lookup stays where the compute runs, with a warning. */
+static int lookup_host_create(sdp_graph_t *g)
+{
+    const struct sdp_graph_conf *c = &g->c;
+    int B = c->micro_batch, T = c->seq_len, rc = 0;
+    size_t *parts;
+    char name[64];
+    if (g->R > 1 || g->st->groups[0].staged) {
+        SDP_WARN("train.embed_lookup host applies with one rank and the embedding's working copy "
+                 "on the host; the lookup runs where the compute runs");
+        return 0;
+    }
+    g->x0_parts = B < 16 ? B : 16;
+    g->x0_seqs = (B + g->x0_parts - 1) / g->x0_parts;
+    g->x0_parts = (B + g->x0_seqs - 1) / g->x0_seqs;
+    g->x0 = calloc((size_t)c->n_micro, sizeof(*g->x0));
+    parts = calloc((size_t)g->x0_parts, sizeof(*parts));
+    if (!g->x0 || !parts) {
+        free(parts);
+        return sdp_err(-ENOMEM, "embedding buffers of %d micro-batches", c->n_micro);
+    }
+    for (int k = 0; k < g->x0_parts; k++) {
+        int ns = B - k * g->x0_seqs < g->x0_seqs ? B - k * g->x0_seqs : g->x0_seqs;
+        parts[k] = (size_t)ns * T * g->C;
+    }
+    for (int i = 0; i < c->n_micro && !rc; i++) {
+        snprintf(name, sizeof(name), "x0.mb%d", i);
+        rc = sdp_rt_tensor_create(&g->x0[i], g->act_dt, (size_t)B * T * g->C, name);
+        if (!rc)
+            rc = sdp_rt_tensor_partition(g->x0[i], g->x0_parts, parts);
+    }
+    free(parts);
+    return rc;
+}
+
 int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_graph_conf *c)
 {
     sdp_graph_t *g = calloc(1, sizeof(*g));
@@ -1486,6 +1548,8 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
         if (!rc && (!g->rput.stage || !g->rput.segs || !g->rput.nsegs || !g->rput.off))
             rc = sdp_err(-ENOMEM, "embedding rows");
     }
+    if (!rc && c->embed_lookup_host)
+        rc = lookup_host_create(g);
     g->last_update = -1;
     if (!rc && !(g->route_gpu = calloc((size_t)st->ngroups, 1)))
         rc = sdp_err(-ENOMEM, "routes");
@@ -1579,6 +1643,9 @@ void sdp_graph_destroy(sdp_graph_t *g)
     free(g->rput.segs);
     free(g->rput.nsegs);
     free(g->rput.off);
+    for (int i = 0; g->x0 && i < g->c.n_micro; i++)
+        sdp_rt_tensor_release(g->x0[i]);
+    free(g->x0);
     for (int i = 0; g->rgrad && i < (g->R - 1) * g->st->ngroups; i++)
         sdp_rt_tensor_release(g->rgrad[i]);
     free(g->rgrad);

@@ -72,23 +72,29 @@ struct sdp_graph_conf {
                            1 layers instead of every layer's; < 0: no bound (they start as soon as
                            their data are ready) */
     double beta1, beta2, eps, weight_decay, max_grad_norm;
-    int skip_nonfinite; /* 1: AdamW leaves the state untouched when the gradient is not finite
-                           (the updates then wait for the global norm, as with clipping) */
-    int embed_early;    /* 0: update the tied embedding's rows that the step's tokens do not
-                           select during the backward, where it applies (one rank, bf16 return, no
-                           clipping); -1: the whole embedding after its backward (graph/step.c,
-                           early_embed) */
-    int mlp_early;      /* 0: pack and update a layer's chunks that hold only its MLP weights as
-                           soon as the MLP's backward of the step's last micro-batch has run,
-                           where it applies (one rank, bf16 return, no clipping, working copies
-                           off the host); 1: also layer 1's with the working copies on the host;
-                           -1: never (graph/step.c, mlp_early) */
-    int gpu_update;     /* the AdamW of layers 1 .. gpu_update runs on the GPU, where it applies
-                           (one rank, compute on a GPU, the bf16 return, the working copies on the
-                           host): those layers' fp32 masters and moments stay on the GPU while
-                           StarPU has the memory for them, and their updates, the last of the
-                           backward, no longer wait for the host's cores (graph/step.c,
-                           gpu_updates); 0: every update on the host */
+    int skip_nonfinite;    /* 1: AdamW leaves the state untouched when the gradient is not finite
+                              (the updates then wait for the global norm, as with clipping) */
+    int embed_early;       /* 0: update the tied embedding's rows that the step's tokens do not
+                              select during the backward, where it applies (one rank, bf16 return, no
+                              clipping); -1: the whole embedding after its backward (graph/step.c,
+                              early_embed) */
+    int mlp_early;         /* 0: pack and update a layer's chunks that hold only its MLP weights as
+                              soon as the MLP's backward of the step's last micro-batch has run,
+                              where it applies (one rank, bf16 return, no clipping, working copies
+                              off the host); 1: also layer 1's with the working copies on the host;
+                              -1: never (graph/step.c, mlp_early) */
+    int gpu_update;        /* the AdamW of layers 1 .. gpu_update runs on the GPU, where it applies
+                              (one rank, compute on a GPU, the bf16 return, the working copies on the
+                              host): those layers' fp32 masters and moments stay on the GPU while
+                              StarPU has the memory for them, and their updates, the last of the
+                              backward, no longer wait for the host's cores (graph/step.c,
+                              gpu_updates); 0: every update on the host */
+    int embed_lookup_host; /* 1: the forward's embedding lookup runs on the CPU workers, from the
+                              working copy on the host, into a pinned buffer per micro-batch in
+                              parts of whole sequences; the embedding's copy reaches the GPU only
+                              for the tied LM head, at the end of the forward (one rank, the
+                              embedding's working copy on the host: graph/step.c, lookup_host);
+                              0: the lookup runs where the compute runs */
 };
 
 struct sdp_step_result {

@@ -27,7 +27,7 @@
 struct bench_opts {
     const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype, *mem_log;
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
-    int embed_early_off, mlp_early_opt, work_on_gpu, embed_on_gpu;
+    int embed_early_off, mlp_early_opt, work_on_gpu, embed_on_gpu, lookup_host;
     int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last, keep_mlp, gpu_update;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
@@ -55,6 +55,9 @@ static void usage(FILE *f)
            "                       host holds 12 bytes a parameter, see train.work_home)\n"
            "  --embed-home H       host or gpu: where the embedding's working copy lives (host;\n"
            "                       see train.embed_home)\n"
+           "  --embed-lookup L     compute or host: where the forward's embedding lookup runs\n"
+           "                       (compute; host: on the CPU workers, from the working copy on\n"
+           "                       the host, see train.embed_lookup)\n"
            "  --embed-early X      on or off: update the tied embedding's rows outside the step's\n"
            "                       tokens during the backward (one rank, bf16 return; on)\n"
            "  --mlp-early X        on or off: pack and update each layer's chunks of MLP weights\n"
@@ -215,6 +218,7 @@ static int run(const struct bench_opts *b)
     gc.keep_last = b->keep_last;
     gc.keep_mlp = b->keep_mlp;
     gc.gpu_update = b->gpu_update;
+    gc.embed_lookup_host = b->lookup_host;
     norms_at = sdp_cli_place_norms(b->ranks, b->window);
     gc.nranks = b->ranks;
     gc.grad_route = b->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
@@ -319,6 +323,8 @@ static int run(const struct bench_opts *b)
         json_object_set_new(settings, "work_home", json_string(b->work_on_gpu ? "gpu" : "host"));
         json_object_set_new(settings, "embed_home",
                             json_string(b->embed_on_gpu || b->work_on_gpu ? "gpu" : "host"));
+        json_object_set_new(settings, "embed_lookup",
+                            json_string(b->lookup_host ? "host" : "compute"));
         json_object_set_new(settings, "timing", json_string(b->barrier ? "barrier" : "pipelined"));
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
@@ -410,6 +416,7 @@ int sdp_cli_bench(int argc, char **argv)
         { "embed-home", required_argument, NULL, 1004 },
         { "mlp-early", required_argument, NULL, 1003 },
         { "keep-mlp", required_argument, NULL, 1005 },
+        { "embed-lookup", required_argument, NULL, 1006 },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -466,6 +473,13 @@ int sdp_cli_bench(int argc, char **argv)
                 return SDP_EXIT_USAGE;
             }
             b.mlp_early_opt = !strcmp(optarg, "off") ? -1 : 1;
+            break;
+        case 1006:
+            if (strcmp(optarg, "compute") && strcmp(optarg, "host")) {
+                fprintf(stderr, "slidedp bench: --embed-lookup expects compute or host\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.lookup_host = !strcmp(optarg, "host");
             break;
         case 1005:
             if (parse_num("--keep-mlp", optarg, 0, &v) || v != (int)v)

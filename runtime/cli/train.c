@@ -50,6 +50,9 @@ static void usage(FILE *f)
         "train.work_home)\n"
         "  --embed-home H     host or gpu: where the embedding's working copy lives (overrides "
         "train.embed_home)\n"
+        "  --embed-lookup L   compute or host: where the forward's embedding lookup runs "
+        "(overrides\n"
+        "                     train.embed_lookup)\n"
         "  --embed-early X    on (default) or off: update the tied embedding's rows outside the\n"
         "                     step's tokens during the backward (one rank, bf16 return, no\n"
         "                     clipping)\n"
@@ -115,7 +118,7 @@ static int parse_int(const char *opt, const char *s, int lo, int *out)
 struct overrides {
     int steps, cpus, gpus, checkpoint_every, no_resume, ranks, param_delay, embed_early_off;
     int mlp_early_opt, gpu_update;
-    const char *work_home, *embed_home;
+    const char *work_home, *embed_home, *embed_lookup;
     const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route, *route_groups,
         *param_route, *grad_dtype, *collectives;
     int quiet;
@@ -491,6 +494,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     gc.embed_early = ov->embed_early_off ? -1 : 0;
     gc.mlp_early = ov->mlp_early_opt;
     gc.gpu_update = r->gpu_update;
+    gc.embed_lookup_host = r->embed_lookup_host;
     gc.nranks = r->ranks;
     gc.param_delay = r->param_delay;
     if (r->param_delay)
@@ -660,6 +664,7 @@ int sdp_cli_train(int argc, char **argv)
         { "embed-home", required_argument, NULL, 1004 },
         { "mlp-early", required_argument, NULL, 1003 },
         { "gpu-update", required_argument, NULL, 1005 },
+        { "embed-lookup", required_argument, NULL, 1006 },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -784,6 +789,14 @@ int sdp_cli_train(int argc, char **argv)
             }
             ov.embed_home = optarg;
             break;
+        case 1006:
+            if (strcmp(optarg, "compute") && strcmp(optarg, "host")) {
+                fprintf(stderr, "slidedp train: --embed-lookup takes compute or host, not '%s'\n",
+                        optarg);
+                return SDP_EXIT_USAGE;
+            }
+            ov.embed_lookup = optarg;
+            break;
         case 'C':
             if (strcmp(optarg, "starpu") && strcmp(optarg, "nccl")) {
                 fprintf(stderr, "slidedp train: --collectives takes starpu or nccl, not '%s'\n",
@@ -842,6 +855,8 @@ int sdp_cli_train(int argc, char **argv)
         r.work_on_gpu = !strcmp(ov.work_home, "gpu");
     if (ov.embed_home)
         r.embed_on_gpu = !strcmp(ov.embed_home, "gpu");
+    if (ov.embed_lookup)
+        r.embed_lookup_host = !strcmp(ov.embed_lookup, "host");
     if (ov.gpu_update >= 0)
         r.gpu_update = ov.gpu_update;
     if (ov.checkpoint_every >= 0)

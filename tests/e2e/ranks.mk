@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # tests/e2e/: data-parallel ranks on CPU workers (--ranks R), chunk sweep, backward lookahead,
 # the bf16 gradient return, the NCCL reduction (two GPUs or more, else skipped), slidedp bench,
-# the early update of the tied embedding, the working copies off the host
+# the early update of the tied embedding, the working copies off the host, the host lookup
 TESTS += tests/e2e/test_e2e_ranks.sh
 EXTRA_DIST += tests/e2e/test_e2e_ranks.sh
 TESTS += tests/e2e/test_e2e_sweep.sh
@@ -25,3 +25,8 @@ TESTS += tests/e2e/test_e2e_gpu_update.sh
 EXTRA_DIST += tests/e2e/test_e2e_gpu_update.sh
 TESTS += tests/e2e/test_e2e_gpu_update_gpu.sh
 EXTRA_DIST += tests/e2e/test_e2e_gpu_update_gpu.sh
+# the forward's embedding lookup on the host: the same bits, the lookups' workers, the head's fetch
+TESTS += tests/e2e/test_e2e_embed_lookup.sh
+EXTRA_DIST += tests/e2e/test_e2e_embed_lookup.sh
+TESTS += tests/e2e/test_e2e_embed_lookup_gpu.sh
+EXTRA_DIST += tests/e2e/test_e2e_embed_lookup_gpu.sh

@@ -1,0 +1,107 @@
+#!/bin/sh
+# train.embed_lookup: host (graph/step.c, lookup_host): the forward's embedding lookup runs on the
+# CPU workers, from the embedding's working copy on the host, into a buffer per micro-batch in
+# parts of whole sequences. On the tiny recipe (tied, 2 micro-batches of 4 sequences), 3 steps
+# under sdp-slidedp, on CPU workers (or with GPU=1, as test_e2e_embed_lookup_gpu.sh runs it, with
+# the compute on a GPU):
+#   - the losses and gradient norms are bit-identical with --embed-lookup host and compute, in
+#     fp32 and with bf16 weights and the bf16 return without clipping (the early update of the
+#     embedding's rows, and its rows pack, then on too), and with the recipe key;
+#   - the host runs' logs hold one embedding_fwd per part (4 a micro-batch), each on a CPU
+#     worker, the compute runs' one a micro-batch; with GPU=1 the compute runs' lookups are on
+#     the GPU, and the host runs' logs hold a param_fetch of the embedding's group with the
+#     head's key each step (the tied LM head's copy, fetched at the end of the forward);
+#   - tools/check_invariants.py passes every log;
+#   - with 2 ranks the lookup stays where the compute runs, with a warning, and the same losses;
+#   - --embed-lookup with another value, and the recipe key with another value, exit 2.
+set -u
+top=$(cd "${top_srcdir:-.}" && pwd)
+bin=${top_builddir:-.}/slidedp
+py=${PYTHON3:-python3}
+gpu=${GPU:-0}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+if [ "$gpu" = 1 ]; then gpus=-1; else gpus=0; fi
+
+sed -e "s#\.\./data#$top/data#" "$top/recipes/tiny-qwen3.yaml" > "$tmp/clip.yaml"
+sed -e "s#^  max_grad_norm: .*#  max_grad_norm: 0#" "$tmp/clip.yaml" > "$tmp/r.yaml"
+sed -e "s#^train:#train:\n  embed_lookup: host#" "$tmp/r.yaml" > "$tmp/key.yaml"
+run() { # NAME RECIPE ARGS...
+    name=$1 r=$2
+    shift 2
+    if ! "$bin" train "$r" -q --steps 3 --gpus "$gpus" --sched sdp-slidedp \
+        --metrics "$tmp/$name.jsonl" --events "$tmp/$name.ev" "$@" 2> "$tmp/$name.err"; then
+        echo "$name: training failed"; cat "$tmp/$name.err"; fail=1
+    fi
+}
+run c32 "$tmp/clip.yaml" --embed-lookup compute
+run h32 "$tmp/clip.yaml" --embed-lookup host
+run c16 "$tmp/r.yaml" --precision bf16 --grad-dtype bf16
+run h16 "$tmp/r.yaml" --precision bf16 --grad-dtype bf16 --embed-lookup host
+run key "$tmp/key.yaml" --precision bf16 --grad-dtype bf16
+if [ "$gpu" != 1 ]; then
+    run c2r "$tmp/clip.yaml" --ranks 2
+    run h2r "$tmp/clip.yaml" --ranks 2 --embed-lookup host
+    if ! grep -q "embed_lookup host applies with one rank" "$tmp/h2r.err"; then
+        echo "2 ranks: no warning that the host lookup does not apply"; cat "$tmp/h2r.err"; fail=1
+    fi
+fi
+
+"$py" - "$tmp" "$gpu" <<'PYEOF' || fail=1
+import json, os, sys
+tmp, gpu = sys.argv[1], sys.argv[2] == "1"
+def metrics(n):
+    return [(x["loss"], x["grad_norm"]) for x in map(json.loads, open(os.path.join(tmp, n + ".jsonl")))]
+def events(n):
+    return [json.loads(l) for l in open(os.path.join(tmp, n + ".ev"))]
+ok = True
+pairs = [("c32", "h32"), ("c16", "h16"), ("c16", "key")]
+if not gpu:
+    pairs.append(("c2r", "h2r"))
+for c, h in pairs:
+    a, b = metrics(c), metrics(h)
+    print("%-4s %s\n%-4s %s" % (c, a, h, b))
+    if len(a) != 3 or a != b:
+        print("  the losses and norms of %s and %s are not bit-identical" % (c, h))
+        ok = False
+for n, host in (("c32", 0), ("h32", 1), ("c16", 0), ("h16", 1), ("key", 1)):
+    ev = events(n)
+    look = [e for e in ev if e.get("name") == "embedding_fwd"]
+    kinds = sorted({e.get("kind") for e in look})
+    # 3 steps x 2 micro-batches, 4 parts of one sequence each on the host
+    want = 24 if host else 6
+    print("%s: %d lookups on %s" % (n, len(look), kinds))
+    if len(look) != want or (host and kinds != ["CPU"]) or (gpu and not host and kinds != ["CUDA"]):
+        print("  expected %d lookups on %s" % (want, "CPU" if host else "CUDA" if gpu else "CPU"))
+        ok = False
+    if gpu:
+        head = max(e["group"] for e in ev if e.get("name") == "rmsnorm_fwd")
+        fetch = [e for e in ev if e.get("name") == "param_fetch" and e.get("phase") == "loss"
+                 and e.get("group") == head]
+        print("  param_fetch with the head's key (group %d): %d" % (head, len(fetch)))
+        if len(fetch) != (3 if host else 0):
+            print("  expected one a step with the host lookup, none without")
+            ok = False
+sys.exit(0 if ok else 1)
+PYEOF
+for ev in c32 h32 c16 h16 key; do
+    "$py" "$top/tools/check_invariants.py" "$tmp/$ev.ev" > "$tmp/check" 2>&1 ||
+        { echo "the checker fails the run $ev:"; tail -n 5 "$tmp/check"; fail=1; }
+done
+
+"$bin" train "$tmp/r.yaml" -q --steps 1 --gpus "$gpus" --embed-lookup gpu > "$tmp/bad.out" 2>&1
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "embed-lookup" "$tmp/bad.out"; then
+    echo "--embed-lookup gpu: exit $rc, want 2 and the option named"; cat "$tmp/bad.out"; fail=1
+fi
+sed -e "s#^train:#train:\n  embed_lookup: gpu#" "$tmp/r.yaml" > "$tmp/badkey.yaml"
+"$bin" train "$tmp/badkey.yaml" -q --steps 1 --gpus "$gpus" > "$tmp/badkey.out" 2>&1
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "embed_lookup" "$tmp/badkey.out"; then
+    echo "embed_lookup: gpu in the recipe: exit $rc, want 2 and the key named"
+    cat "$tmp/badkey.out"; fail=1
+fi
+echo "bad values: exit 2 ($(head -n 1 "$tmp/badkey.out"))"
+[ $fail -eq 0 ] && echo PASS || echo FAIL
+exit $fail
