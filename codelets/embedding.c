@@ -118,34 +118,37 @@ struct starpu_codelet sdp_cl_embedding_bwd = {
     .model = &sdp_pm_embedding_bwd,
 };
 
-int sdp_task_embedding_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
-                           sdp_rt_tensor_t *ids, sdp_rt_tensor_t *wg, size_t w_off, int N, int C)
+/* Both lookups: N rows of C into out, for the ids from ids_off, with codelet cl. */
+static int submit_fwd(struct starpu_codelet *cl, const struct sdp_task_opts *o,
+                      sdp_rt_tensor_t *out, sdp_rt_tensor_t *ids, size_t ids_off,
+                      sdp_rt_tensor_t *wg, size_t w_off, int N, int C)
 {
-    struct sdp_embedding_args *a = sdp_cl_args_alloc(sizeof(*a));
+    struct sdp_embedding_args *a;
     struct sdp_cl_buf b[] = { { out, STARPU_W }, { ids, STARPU_R }, { wg, STARPU_R } };
+    if (ids_off + (size_t)N > sdp_rt_tensor_nelems(ids) ||
+        sdp_rt_tensor_nelems(out) != (size_t)N * (size_t)C)
+        return sdp_err(-EINVAL, "%s: ids %zu..%zu of %zu, output %zu of %d x %d", cl->name, ids_off,
+                       ids_off + (size_t)N, sdp_rt_tensor_nelems(ids), sdp_rt_tensor_nelems(out), N,
+                       C);
+    a = sdp_cl_args_alloc(sizeof(*a));
     a->key.d[0] = N;
     a->key.d[1] = C;
     a->off = w_off;
-    return sdp_cl_submit(&sdp_cl_embedding_fwd, o, a, sizeof(*a), 0.0, b, 3);
+    a->ids_off = ids_off;
+    return sdp_cl_submit(cl, o, a, sizeof(*a), 0.0, b, 3);
+}
+
+int sdp_task_embedding_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
+                           sdp_rt_tensor_t *ids, sdp_rt_tensor_t *wg, size_t w_off, int N, int C)
+{
+    return submit_fwd(&sdp_cl_embedding_fwd, o, out, ids, 0, wg, w_off, N, C);
 }
 
 int sdp_task_embedding_fwd_host(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                                 sdp_rt_tensor_t *ids, size_t ids_off, sdp_rt_tensor_t *wg,
                                 size_t w_off, int N, int C)
 {
-    struct sdp_embedding_args *a;
-    struct sdp_cl_buf b[] = { { out, STARPU_W }, { ids, STARPU_R }, { wg, STARPU_R } };
-    if (ids_off + (size_t)N > sdp_rt_tensor_nelems(ids) ||
-        sdp_rt_tensor_nelems(out) != (size_t)N * (size_t)C)
-        return sdp_err(-EINVAL, "embedding_fwd_host: ids %zu..%zu of %zu, output %zu of %d x %d",
-                       ids_off, ids_off + (size_t)N, sdp_rt_tensor_nelems(ids),
-                       sdp_rt_tensor_nelems(out), N, C);
-    a = sdp_cl_args_alloc(sizeof(*a));
-    a->key.d[0] = N;
-    a->key.d[1] = C;
-    a->off = w_off;
-    a->ids_off = ids_off;
-    return sdp_cl_submit(&sdp_cl_embedding_fwd_host, o, a, sizeof(*a), 0.0, b, 3);
+    return submit_fwd(&sdp_cl_embedding_fwd_host, o, out, ids, ids_off, wg, w_off, N, C);
 }
 
 int sdp_task_embedding_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *gg, size_t g_off,

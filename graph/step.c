@@ -46,9 +46,8 @@ struct sdp_graph {
     sdp_rt_tensor_t **rows_grad; /* [group 0's chunks] (early_embed) the bf16 gradient of the rows
                                     of the step's tokens, packed (grad_pack_rows), from the pack
                                     to the chunk's update; NULL: SDP_ROWS_PACK=off */
-    sdp_rt_tensor_t **x0;        /* [n_micro] (lookup_host) each micro-batch's embeddings, on
-                                    the host, partitioned into x0_parts parts */
-    int x0_parts, x0_seqs;       /* parts of x0, sequences per part (the last may hold fewer) */
+    sdp_rt_tensor_t **x0;        /* [n_micro] (lookup_host_create) each micro-batch's
+                                    embeddings, on the host, partitioned in whole sequences */
     double lr;                   /* the learning rate of the step being submitted */
     int gpu_writeback;           /* SDP_GPU_UPDATE_WRITEBACK=1 (update_chunk_gpu) */
 };
@@ -948,11 +947,12 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     o = opts(g, step, 0, mb, SDP_PH_FWD);
     if (g->x0) { /* lookup_host: on the CPU workers, a part of whole sequences each */
         xs[0] = g->x0[mb];
-        for (int k = 0; k < g->x0_parts; k++) {
-            int s0 = k * g->x0_seqs, ns = B - s0 < g->x0_seqs ? B - s0 : g->x0_seqs;
-            TRY_GOTO(sdp_task_embedding_fwd_host(&o, sdp_rt_tensor_part(xs[0], k), ids,
-                                                 (size_t)s0 * T, work_of(g, 0, step),
-                                                 sdp_state_off(st, 0, SDP_PT_EMBED), ns * T, g->C));
+        for (int k = 0; k < sdp_rt_tensor_nparts(xs[0]); k++) { /* part k: its rows' ids */
+            sdp_rt_tensor_t *part = sdp_rt_tensor_part(xs[0], k);
+            TRY_GOTO(sdp_task_embedding_fwd_host(
+                &o, part, ids, sdp_rt_tensor_part_offset(xs[0], k) / (size_t)g->C,
+                work_of(g, 0, step), sdp_state_off(st, 0, SDP_PT_EMBED),
+                (int)(sdp_rt_tensor_nelems(part) / (size_t)g->C), g->C));
         }
     } else {
         TRY_GOTO(temp(&xs[0], g->act_dt, (size_t)N * g->C, "x", mb, 0));
@@ -1402,7 +1402,7 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
 static int lookup_host_create(sdp_graph_t *g)
 {
     const struct sdp_graph_conf *c = &g->c;
-    int B = c->micro_batch, T = c->seq_len, rc = 0;
+    int B = c->micro_batch, T = c->seq_len, rc = 0, nparts, per;
     size_t *parts;
     char name[64];
     if (g->R > 1 || g->st->groups[0].staged) {
@@ -1410,24 +1410,21 @@ static int lookup_host_create(sdp_graph_t *g)
                  "on the host; the lookup runs where the compute runs");
         return 0;
     }
-    g->x0_parts = B < 16 ? B : 16;
-    g->x0_seqs = (B + g->x0_parts - 1) / g->x0_parts;
-    g->x0_parts = (B + g->x0_seqs - 1) / g->x0_seqs;
+    per = (B + 15) / 16; /* sequences a part (the last may hold fewer) */
+    nparts = (B + per - 1) / per;
     g->x0 = calloc((size_t)c->n_micro, sizeof(*g->x0));
-    parts = calloc((size_t)g->x0_parts, sizeof(*parts));
+    parts = calloc((size_t)nparts, sizeof(*parts));
     if (!g->x0 || !parts) {
         free(parts);
         return sdp_err(-ENOMEM, "embedding buffers of %d micro-batches", c->n_micro);
     }
-    for (int k = 0; k < g->x0_parts; k++) {
-        int ns = B - k * g->x0_seqs < g->x0_seqs ? B - k * g->x0_seqs : g->x0_seqs;
-        parts[k] = (size_t)ns * T * g->C;
-    }
+    for (int k = 0; k < nparts; k++)
+        parts[k] = (size_t)(B - k * per < per ? B - k * per : per) * T * g->C;
     for (int i = 0; i < c->n_micro && !rc; i++) {
         snprintf(name, sizeof(name), "x0.mb%d", i);
         rc = sdp_rt_tensor_create(&g->x0[i], g->act_dt, (size_t)B * T * g->C, name);
         if (!rc)
-            rc = sdp_rt_tensor_partition(g->x0[i], g->x0_parts, parts);
+            rc = sdp_rt_tensor_partition(g->x0[i], nparts, parts);
     }
     free(parts);
     return rc;

@@ -93,7 +93,8 @@ struct sdp_graph_conf {
                               working copy on the host, into a pinned buffer per micro-batch in
                               parts of whole sequences; the embedding's copy reaches the GPU only
                               for the tied LM head, at the end of the forward (one rank, the
-                              embedding's working copy on the host: graph/step.c, lookup_host);
+                              embedding's working copy on the host: graph/step.c,
+                              lookup_host_create);
                               0: the lookup runs where the compute runs */
 };
 
