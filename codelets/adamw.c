@@ -130,6 +130,7 @@ struct sdp_adamw_args {
     int skip_nonfinite; /* leave the state unchanged when the global norm is not finite */
     int packed;         /* 1: grad, 2: work, 3: both hold the segments back to back */
     int nsegs;
+    size_t gbase; /* a packed grad: where the first segment's elements start in it */
     struct sdp_adamw_segment segs[];
 };
 
@@ -159,7 +160,7 @@ static void adamw_cpu(void *buffers[], void *cl_arg)
     }
     size_t run = 0;
     for (int s = 0; s < a->nsegs; s++) {
-        size_t off = a->segs[s].offset, goff = a->packed & 1 ? run : off,
+        size_t off = a->segs[s].offset, goff = a->packed & 1 ? a->gbase + run : off,
                woff = a->packed & 2 ? run : off;
         uint16_t *wb = bf16 ? (uint16_t *)work + woff : NULL;
         float *wf = bf16 ? NULL : (float *)work + woff;
@@ -188,7 +189,7 @@ static void adamw_cuda(void *buffers[], void *cl_arg)
     const double *clip = a->key.d[3] ? (const double *)STARPU_VECTOR_GET_PTR(buffers[5]) : NULL;
     size_t run = 0;
     for (int s = 0; s < a->nsegs; s++) {
-        size_t off = a->segs[s].offset, goff = a->packed & 1 ? run : off,
+        size_t off = a->segs[s].offset, goff = a->packed & 1 ? a->gbase + run : off,
                woff = a->packed & 2 ? run : off;
         struct sdp_adamw_consts c;
         struct sdp_cuda_adamw_consts cc;
@@ -248,6 +249,21 @@ struct starpu_codelet sdp_cl_adamw_early = {
     .model = &sdp_pm_adamw_early,
 };
 
+/* And under a third name: a late update (the tied embedding's rows that the next step's lookup
+ * does not read), which the checker lets that lookup run before. */
+static struct starpu_perfmodel sdp_pm_adamw_late = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_adamw_late_v1",
+    .footprint = sdp_cl_footprint,
+};
+struct starpu_codelet sdp_cl_adamw_late = {
+    .name = "adamw_late",
+    .cpu_funcs = { adamw_cpu },
+    .cpu_funcs_name = { "adamw_cpu" },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &sdp_pm_adamw_late,
+};
+
 int sdp_task_adamw(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_rt_tensor_t *grad,
                    sdp_rt_tensor_t *m, sdp_rt_tensor_t *v, sdp_rt_tensor_t *work,
                    sdp_rt_tensor_t *clip, double lr, double beta1, double beta2, double eps,
@@ -262,7 +278,7 @@ static int adamw_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o
                         sdp_rt_tensor_t *v, sdp_rt_tensor_t *work, sdp_rt_tensor_t *clip,
                         int skip_nonfinite, double lr, double beta1, double beta2, double eps,
                         double weight_decay, int step, const struct sdp_adamw_segment *segs,
-                        int nsegs)
+                        int nsegs, size_t gbase)
 {
     size_t argsize =
         sizeof(struct sdp_adamw_args) + (size_t)nsegs * sizeof(struct sdp_adamw_segment);
@@ -273,7 +289,7 @@ static int adamw_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o
     /* a gradient or working copy of fewer elements than the chunk, but at least `covered`, holds
      * the segments back to back (packed; the rest is padding) */
     size_t ng = sdp_rt_tensor_nelems(grad), nw = sdp_rt_tensor_nelems(work);
-    int packed = (ng < n && ng >= covered) | (nw < n && nw >= covered) << 1;
+    int packed = (ng < n && ng >= gbase + covered) | (nw < n && nw >= covered) << 1;
     /* segments that leave part of the chunk to another update keep that part of the working copy:
      * read-write then, write-only (nothing fetched) when they cover it all or it is packed */
     struct sdp_cl_buf b[] = { { master, STARPU_RW },
@@ -282,7 +298,7 @@ static int adamw_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o
                               { v, STARPU_RW },
                               { work, covered == n || (packed & 2) ? STARPU_W : STARPU_RW },
                               { clip, STARPU_R } };
-    if ((ng != n && !(packed & 1)) ||
+    if ((ng != n && !(packed & 1)) || (gbase && !(packed & 1)) ||
         (sdp_rt_tensor_dtype(grad) != SDP_F32 && sdp_rt_tensor_dtype(grad) != SDP_BF16))
         return sdp_err(-EINVAL, "adamw: gradient %s is not an f32 or bf16 vector of %zu (or %zu)",
                        sdp_rt_tensor_name(grad), n, covered);
@@ -308,6 +324,7 @@ static int adamw_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o
     a->skip_nonfinite = skip_nonfinite;
     a->packed = packed;
     a->nsegs = nsegs;
+    a->gbase = gbase;
     memcpy(a->segs, segs, (size_t)nsegs * sizeof(*segs));
     return sdp_cl_submit(cl, o, a, argsize, 12.0 * (double)covered, b, clip ? 6 : 5);
 }
@@ -319,7 +336,7 @@ int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sd
                       const struct sdp_adamw_segment *segs, int nsegs)
 {
     return adamw_submit(&sdp_cl_adamw, o, master, grad, m, v, work, clip, skip_nonfinite, lr, beta1,
-                        beta2, eps, weight_decay, step, segs, nsegs);
+                        beta2, eps, weight_decay, step, segs, nsegs, 0);
 }
 
 int sdp_task_adamw_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
@@ -329,7 +346,17 @@ int sdp_task_adamw_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
                          int nsegs)
 {
     return adamw_submit(&sdp_cl_adamw_early, o, master, grad, m, v, work, NULL, 0, lr, beta1, beta2,
-                        eps, weight_decay, step, segs, nsegs);
+                        eps, weight_decay, step, segs, nsegs, 0);
+}
+
+int sdp_task_adamw_late(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
+                        sdp_rt_tensor_t *grad, size_t gbase, sdp_rt_tensor_t *m, sdp_rt_tensor_t *v,
+                        sdp_rt_tensor_t *work, double lr, double beta1, double beta2, double eps,
+                        double weight_decay, int step, const struct sdp_adamw_segment *segs,
+                        int nsegs)
+{
+    return adamw_submit(&sdp_cl_adamw_late, o, master, grad, m, v, work, NULL, 0, lr, beta1, beta2,
+                        eps, weight_decay, step, segs, nsegs, gbase);
 }
 
 int sdp_task_adamw_gpu(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
@@ -340,7 +367,7 @@ int sdp_task_adamw_gpu(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
 {
 #ifdef SDP_HAVE_CUDA
     return adamw_submit(&sdp_cl_adamw_gpu, o, master, grad, m, v, work, clip, skip_nonfinite, lr,
-                        beta1, beta2, eps, weight_decay, step, segs, nsegs);
+                        beta1, beta2, eps, weight_decay, step, segs, nsegs, 0);
 #else
     (void)o, (void)master, (void)grad, (void)m, (void)v, (void)work, (void)clip;
     (void)skip_nonfinite, (void)lr, (void)beta1, (void)beta2, (void)eps, (void)weight_decay;

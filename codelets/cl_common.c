@@ -112,7 +112,8 @@ static enum sdp_trace_lane op_lane(const char *name)
         !strcmp(name, "grad_pack_early") || !strcmp(name, "grad_pack_mlp") ||
         !strcmp(name, "grad_pack_rows") || !strcmp(name, "grad_sumsq"))
         return SDP_LANE_GRAD_REDUCE;
-    if (!strcmp(name, "adamw") || !strcmp(name, "adamw_early") || !strcmp(name, "stage_put"))
+    if (!strcmp(name, "adamw") || !strcmp(name, "adamw_early") || !strcmp(name, "adamw_late") ||
+        !strcmp(name, "stage_put"))
         return SDP_LANE_CPU_ADAMW;
     return SDP_LANE_GPU_COMPUTE; /* forward, recompute, backward, loss ops and zero */
 }
@@ -156,6 +157,7 @@ static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp
          * version s (s - 1 with the asynchronous optimizer) */
         a->tag.version = o->version;
         a->tag.grad_lim = o->hint.grad_lim;
+        a->tag.tied = o->hint.tied;
     } else {
         a->tag.phase = "unknown";
         a->tag.step = a->tag.group = a->tag.chunk = a->tag.mb = a->tag.version = -1;

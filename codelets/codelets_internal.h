@@ -13,7 +13,8 @@ extern struct starpu_codelet sdp_cl_qknorm_rope_fwd, sdp_cl_qknorm_rope_bwd;
 extern struct starpu_codelet sdp_cl_attention_fwd, sdp_cl_attention_bwd;
 extern struct starpu_codelet sdp_cl_swiglu_fwd, sdp_cl_swiglu_bwd;
 extern struct starpu_codelet sdp_cl_lmhead_ce;
-extern struct starpu_codelet sdp_cl_sumsq, sdp_cl_grad_norm, sdp_cl_adamw, sdp_cl_adamw_early;
+extern struct starpu_codelet sdp_cl_sumsq, sdp_cl_grad_norm, sdp_cl_adamw, sdp_cl_adamw_early,
+    sdp_cl_adamw_late;
 #ifdef SDP_HAVE_CUDA
 extern struct starpu_codelet sdp_cl_adamw_gpu; /* CUDA only */
 #endif

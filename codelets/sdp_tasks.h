@@ -168,6 +168,16 @@ int sdp_task_adamw_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
                          double weight_decay, int step, const struct sdp_adamw_segment *segs,
                          int nsegs);
 
+/** A late update (codelet adamw_late, no clipping): sdp_task_adamw_early's kernel on segments whose
+ * gradient is packed in grad from element gbase on (the segments of an earlier update of the same
+ * chunk come before them there).  The tied embedding's rows that the next step's tokens do not
+ * select: their update may end after the next step's lookup, which does not read them. */
+int sdp_task_adamw_late(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
+                        sdp_rt_tensor_t *grad, size_t gbase, sdp_rt_tensor_t *m, sdp_rt_tensor_t *v,
+                        sdp_rt_tensor_t *work, double lr, double beta1, double beta2, double eps,
+                        double weight_decay, int step, const struct sdp_adamw_segment *segs,
+                        int nsegs);
+
 /** out (n) f32 RW += in[0] + ... + in[nin - 1] (each (n) f32 R), added in that order.  The
  * gradient return of data-parallel ranks; where it runs decides the route (CPU or GPU
  * reduction). */

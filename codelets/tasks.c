@@ -38,6 +38,7 @@ int sdp_tasks_init(void)
         &sdp_cl_zero,
         &sdp_cl_adamw,
         &sdp_cl_adamw_early,
+        &sdp_cl_adamw_late,
         &sdp_cl_grad_reduce,
         &sdp_cl_grad_pack,
         &sdp_cl_grad_pack_early,

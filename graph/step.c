@@ -48,6 +48,13 @@ struct sdp_graph {
                                     to the chunk's update; NULL: SDP_ROWS_PACK=off */
     sdp_rt_tensor_t **x0;        /* [n_micro] (lookup_host_create) each micro-batch's
                                     embeddings, on the host, partitioned in whole sequences */
+    int32_t *next_ids;           /* [n_micro * B * T] (x0) the next step's ids, when told */
+    int32_t *looked_ids;         /* [n_micro * B * T] (x0) the ids of the lookups submitted ahead */
+    int next_told;               /* sdp_graph_set_next gave next_ids for the next step */
+    unsigned char *next_mark;    /* [V] (x0) 1 for the rows next_ids select */
+    int defer;                   /* the step being submitted defers its late rows (defer_rows) */
+    int looked_up;               /* the step whose lookups the previous step submitted, or -1 */
+    int ndeferred;               /* steps that deferred their late rows */
     double lr;                   /* the learning rate of the step being submitted */
     int gpu_writeback;           /* SDP_GPU_UPDATE_WRITEBACK=1 (update_chunk_gpu) */
 };
@@ -519,6 +526,7 @@ static int gpu_updates(const sdp_graph_t *g, int gi)
 static int early_embed(const sdp_graph_t *g);
 static int chunk_segs(const sdp_graph_t *g, int gi, int c, int rows,
                       struct sdp_adamw_segment **out);
+static int packed_segs(const sdp_graph_t *g, int c, struct sdp_adamw_segment **out, size_t *first);
 
 /* The length of a packed buffer of `covered` elements of a chunk of n (update_chunk, pack_rows):
  * rounded up to 256 K elements while that stays below n, so that the packed gradients and stages
@@ -549,7 +557,7 @@ static int pack_rows(sdp_graph_t *g, int step)
     for (int c = 0; c < nc && !rc; c++) {
         size_t covered = 0;
         char name[64];
-        nsegs[c] = chunk_segs(g, 0, c, 2, &segs[c]);
+        nsegs[c] = packed_segs(g, c, &segs[c], NULL);
         if (nsegs[c] < 0) {
             rc = sdp_err(nsegs[c], "AdamW segments of group 0, chunk %d", c);
             nsegs[c] = 0;
@@ -646,8 +654,9 @@ static void add_seg(struct sdp_adamw_segment *segs, int *n, size_t off, size_t l
 /* AdamW's segments of chunk c of group gi (offsets in the chunk), one per run of elements with
  * one decay setting: all of the chunk (rows 0); or, of the tied embedding, only the rows that the
  * step's tokens do not select, with every other tensor of the chunk (rows 1, the early update);
- * or only the rows they select (rows 2, the rest).  Returns the count (0: nothing of the kind in
- * the chunk) or -ENOMEM; *out is malloc'd. */
+ * or only the rows they select (rows 2, the rest); of those, the rows the next step's tokens
+ * select too (rows 3, defer_rows) or do not (rows 4, the late update).  Returns the count (0:
+ * nothing of the kind in the chunk) or -ENOMEM; *out is malloc'd. */
 static int chunk_segs(const sdp_graph_t *g, int gi, int c, int rows, struct sdp_adamw_segment **out)
 {
     const struct sdp_group_state *gs = &g->st->groups[gi];
@@ -665,7 +674,7 @@ static int chunk_segs(const sdp_graph_t *g, int gi, int c, int rows, struct sdp_
         if (s0 >= s1)
             continue;
         if (!rows || gi != 0 || d->offset != g->embed_off) {
-            if (rows != 2)
+            if (rows < 2)
                 add_seg(segs, &n, s0 - c0, s1 - s0, d->decay);
             continue;
         }
@@ -673,11 +682,82 @@ static int chunk_segs(const sdp_graph_t *g, int gi, int c, int rows, struct sdp_
             size_t r0 = t0 + r * d->cols, r1 = r0 + d->cols;
             r0 = r0 > s0 ? r0 : s0;
             r1 = r1 < s1 ? r1 : s1;
-            if ((g->row_mark[r] != 0) == (rows == 2))
+            int mine = rows == 1   ? !g->row_mark[r]
+                       : rows == 2 ? g->row_mark[r]
+                                   : g->row_mark[r] && !g->next_mark[r] == (rows == 4);
+            if (mine)
                 add_seg(segs, &n, r0 - c0, r1 - r0, d->decay);
         }
     }
     *out = segs;
+    return n;
+}
+
+/* The segments of the tied embedding's chunk c that its final pack puts back to back (pack_rows):
+ * the rows of the step's tokens (rows 2) or, when the step defers its late rows (defer_rows), the
+ * rows the next step's tokens select too (rows 3), then the others (rows 4); *first: the elements
+ * of rows 3 (where rows 4 starts in the packed chunk).  Returns the count or -ENOMEM. */
+static int packed_segs(const sdp_graph_t *g, int c, struct sdp_adamw_segment **out, size_t *first)
+{
+    struct sdp_adamw_segment *a = NULL, *b = NULL, *ab;
+    int na, nb;
+    if (first)
+        *first = 0;
+    if (!g->defer)
+        return chunk_segs(g, 0, c, 2, out);
+    na = chunk_segs(g, 0, c, 3, &a);
+    nb = na < 0 ? na : chunk_segs(g, 0, c, 4, &b);
+    if (nb < 0 || !(ab = realloc(a, ((size_t)na + (size_t)nb + 1) * sizeof(*ab)))) {
+        free(a);
+        free(b);
+        return -ENOMEM;
+    }
+    size_t na_el = 0, nb_el = 0;
+    for (int k = 0; k < na; k++)
+        na_el += ab[k].nelems;
+    for (int k = 0; k < nb; k++)
+        nb_el += b[k].nelems;
+    if (na_el + nb_el == sdp_rt_tensor_nelems(sdp_rt_tensor_part(g->st->groups[0].master, c))) {
+        /* the step's rows fill the chunk: its packed gradient is as long as the chunk, which
+         * AdamW reads in place, so in the chunk's order, and rows 3 takes it all (defer_segs) */
+        free(ab);
+        free(b);
+        if (first)
+            *first = na_el + nb_el;
+        return chunk_segs(g, 0, c, 2, out);
+    }
+    if (first)
+        *first = na_el;
+    if (nb > 0)
+        memcpy(ab + na, b, (size_t)nb * sizeof(*b));
+    free(b);
+    *out = ab;
+    return na + nb;
+}
+
+/* The segments of the tied embedding's chunk c that update `rows` takes when the step defers its
+ * late rows (rows 3: those the next step's tokens select too, before its lookup; rows 4: the
+ * others, after it), and *gbase, where they start in the chunk's packed gradient (packed_segs'
+ * order).  Returns the count or -ENOMEM; *out is malloc'd. */
+static int defer_segs(const sdp_graph_t *g, int c, int rows, struct sdp_adamw_segment **out,
+                      size_t *gbase)
+{
+    struct sdp_adamw_segment *all;
+    size_t first;
+    int n = packed_segs(g, c, &all, &first), k = 0;
+    if (n < 0)
+        return n;
+    size_t run = 0;
+    while (k < n && run < first) /* rows 3 come first, whole segments */
+        run += all[k++].nelems;
+    *gbase = rows == 3 ? 0 : first;
+    if (rows == 4) {
+        memmove(all, all + k, (size_t)(n - k) * sizeof(*all));
+        n -= k;
+    } else {
+        n = k;
+    }
+    *out = all;
     return n;
 }
 
@@ -766,7 +846,7 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
     struct sdp_group_state *gs = &g->st->groups[gi];
     struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_UPDATE);
     /* the packed rows of the step's tokens (pack_rows), or the chunk's gradient */
-    sdp_rt_tensor_t *rows_grad = gi == 0 && rows == 2 && g->rows_grad ? g->rows_grad[c] : NULL;
+    sdp_rt_tensor_t *rows_grad = gi == 0 && rows >= 2 && g->rows_grad ? g->rows_grad[c] : NULL;
     sdp_rt_tensor_t *grad = rows_grad      ? rows_grad
                             : gs->grad_ret ? gs->grad_ret[c]
                                            : sdp_rt_tensor_part(gs->grad, c);
@@ -775,8 +855,10 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
     struct sdp_adamw_segment *segs;
     sdp_rt_tensor_t *stage = NULL;  /* the early MLP update's stage, working copies on the host */
     sdp_rt_tensor_t *packed = NULL; /* a staged group's rows: the segments back to back */
-    int nsegs = chunk_segs(g, gi, c, rows, &segs), rc = 0;
-    size_t covered = 0;
+    size_t covered = 0, gbase = 0;  /* gbase: rows 4's start in the packed gradient */
+    int nsegs =
+            rows >= 3 ? defer_segs(g, c, rows, &segs, &gbase) : chunk_segs(g, gi, c, rows, &segs),
+        rc = 0;
     if (nsegs < 0)
         return sdp_err(nsegs, "AdamW segments of group %d, chunk %d", gi, c);
     for (int i = 0; i < nsegs; i++)
@@ -807,10 +889,14 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
         w = stage; /* alive until its stage_put below */
         o.hint.stage_role = SDP_STAGE_FILL;
     }
-    if (nsegs > 0 && rows == 1)
+    if (nsegs > 0 && rows == 1) {
         rc = sdp_task_adamw_early(&o, p, grad, m, v, w, g->lr, g->c.beta1, g->c.beta2, g->c.eps,
                                   g->c.weight_decay, step + 1, segs, nsegs);
-    else if (nsegs > 0)
+    } else if (nsegs > 0 && rows == 4) { /* read by the next step's head only: after the rest */
+        o.hint.late = 1;
+        rc = sdp_task_adamw_late(&o, p, grad, gbase, m, v, w, g->lr, g->c.beta1, g->c.beta2,
+                                 g->c.eps, g->c.weight_decay, step + 1, segs, nsegs);
+    } else if (nsegs > 0)
         rc = sdp_task_adamw_ex(&o, p, grad, m, v, w,
                                g->c.max_grad_norm > 0 || g->c.skip_nonfinite ? g->clip : NULL,
                                g->c.skip_nonfinite, g->lr, g->c.beta1, g->c.beta2, g->c.eps,
@@ -830,9 +916,11 @@ static int update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
         segs = NULL;
     }
     free(segs);
-    if (rows_grad) { /* dropped once its update has read it */
-        sdp_rt_tensor_release(rows_grad);
-        g->rows_grad[c] = NULL;
+    if (rows_grad) { /* dropped once its (last) update has read it */
+        if (rows != 3) {
+            sdp_rt_tensor_release(rows_grad);
+            g->rows_grad[c] = NULL;
+        }
     } else if (!rc && gs->grad_ret) /* its memory goes back to StarPU for the next chunk */
         sdp_rt_tensor_discard(gs->grad_ret[c]);
     if (!rc && stage) {
@@ -922,6 +1010,22 @@ static unsigned long long bwd_gate(const sdp_graph_t *g, const unsigned long lon
     return g->c.bwd_lookahead >= 0 && k <= g->L + 1 ? done[k] : 0;
 }
 
+/* The forward's lookup on the host (lookup_host_create) of micro-batch mb of `step`: its part
+ * tasks, each of whole sequences, on the CPU workers from the working copy. */
+static int lookup_host(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids)
+{
+    struct sdp_task_opts o = opts(g, step, 0, mb, SDP_PH_FWD);
+    sdp_rt_tensor_t *x0 = g->x0[mb];
+    for (int k = 0; k < sdp_rt_tensor_nparts(x0); k++) { /* part k: its rows' ids */
+        sdp_rt_tensor_t *part = sdp_rt_tensor_part(x0, k);
+        TRY_RET(sdp_task_embedding_fwd_host(
+            &o, part, ids, sdp_rt_tensor_part_offset(x0, k) / (size_t)g->C, work_of(g, 0, step),
+            sdp_state_off(g->st, 0, SDP_PT_EMBED), (int)(sdp_rt_tensor_nelems(part) / (size_t)g->C),
+            g->C));
+    }
+    return 0;
+}
+
 /* Forward, loss and backward of one micro-batch. */
 static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
                        sdp_rt_tensor_t *targets, float scale)
@@ -945,15 +1049,10 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     }
     /* forward: xs[l] is the input of layer l + 1 (xs[0] the embeddings, xs[L] the last output) */
     o = opts(g, step, 0, mb, SDP_PH_FWD);
-    if (g->x0) { /* lookup_host: on the CPU workers, a part of whole sequences each */
+    if (g->x0) { /* lookup_host: on the CPU workers (submitted by the previous step: defer_rows) */
         xs[0] = g->x0[mb];
-        for (int k = 0; k < sdp_rt_tensor_nparts(xs[0]); k++) { /* part k: its rows' ids */
-            sdp_rt_tensor_t *part = sdp_rt_tensor_part(xs[0], k);
-            TRY_GOTO(sdp_task_embedding_fwd_host(
-                &o, part, ids, sdp_rt_tensor_part_offset(xs[0], k) / (size_t)g->C,
-                work_of(g, 0, step), sdp_state_off(st, 0, SDP_PT_EMBED),
-                (int)(sdp_rt_tensor_nelems(part) / (size_t)g->C), g->C));
-        }
+        if (g->looked_up != step)
+            TRY_GOTO(lookup_host(g, step, mb, ids));
     } else {
         TRY_GOTO(temp(&xs[0], g->act_dt, (size_t)N * g->C, "x", mb, 0));
         TRY_GOTO(dispatch(g, step, mb, 0));
@@ -1003,13 +1102,18 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
          * the GPU; fetched with the head's key, the policy's window brings it during the last
          * layers instead of at the step's boundary */
         struct sdp_task_opts of = opts(g, step, g->head_group, -1, SDP_PH_LOSS);
+        of.hint.tied = 1;
         TRY_GOTO(sdp_task_param_fetch(&of, work_of(g, 0, step)));
     }
     TRY_GOTO(sdp_task_rmsnorm_fwd(&o, hN, rstdN, xs[L], compute_work(g, g->head_group, step, r),
                                   g->norm_off, N, g->C, eps));
-    TRY_GOTO(sdp_task_lmhead_ce(&o, g->loss[mb], dh, grad_of(g, g->lm_group, r), g->lm_off, hN,
-                                compute_work(g, g->lm_group, step, r), g->lm_off, targets, N, g->C,
-                                g->V, scale));
+    {
+        struct sdp_task_opts ol = o; /* the tied LM head reads the embedding's weights too */
+        ol.hint.tied = g->lm_group != g->head_group;
+        TRY_GOTO(sdp_task_lmhead_ce(&ol, g->loss[mb], dh, grad_of(g, g->lm_group, r), g->lm_off, hN,
+                                    compute_work(g, g->lm_group, step, r), g->lm_off, targets, N,
+                                    g->C, g->V, scale));
+    }
     o.tag = g->c.bwd_lookahead >= 0 ? new_tag(g) : 0;
     TRY_GOTO(sdp_task_rmsnorm_bwd(&o, dres, 0, grad_of(g, g->head_group, r), g->norm_off, dh, xs[L],
                                   compute_work(g, g->head_group, step, r), g->norm_off, rstdN, N,
@@ -1088,6 +1192,52 @@ static int reduce_ranks(sdp_graph_t *g, int step)
     return 0;
 }
 
+static int fill_i32(sdp_rt_tensor_t *t, const int32_t *src, size_t n)
+{
+    int rc = sdp_rt_tensor_acquire(t, 1);
+    if (rc)
+        return rc;
+    memcpy(sdp_rt_tensor_data(t), src, n * sizeof(int32_t));
+    sdp_rt_tensor_release_acquire(t);
+    return 0;
+}
+
+/* Whether the step being submitted defers its late rows: with the lookup on the host
+ * (lookup_host_create), the early update of the tied embedding (early_embed) and its rows pack,
+ * and the next step's ids told (sdp_graph_set_next).  After the embedding's backward only the
+ * rows of the step's tokens are left to update (rows 2), and of those the next step's lookup
+ * reads only the ones its own tokens select too (rows 3): their updates come first, then the next
+ * step's lookups (lookup_ahead), then the others (rows 4, adamw_late), which only the next step's
+ * LM head reads, at the end of its forward.  So the next forward waits for the update of about a
+ * fifth of those rows (qwen3-4b/32, uniform random tokens: about 5.7 K of 29.5 K rows) instead
+ * of all of them.  Every read still sees every row's update of the step before (invariant 3, row
+ * by row): StarPU orders the lookups after rows 3's updates, and the late updates after the
+ * lookups and before the head's reads, through the working copy's chunks.  SDP_EMBED_DEFER=off
+ * turns it off (for measuring). */
+static int defer_rows(const sdp_graph_t *g, int update)
+{
+    const char *e = getenv("SDP_EMBED_DEFER");
+    return update && g->x0 && g->next_told && g->rows_grad && early_embed(g) && !g->c.param_delay &&
+           !(e && !strcmp(e, "off"));
+}
+
+/* The lookups of `step` (the next one), submitted by the step before it (defer_rows) with the
+ * ids sdp_graph_set_next told: into the ids of its set, which the step before that one has done
+ * with (its embedding's backward ended before this step was submitted). */
+static int lookup_ahead(sdp_graph_t *g, int step)
+{
+    int nm = g->c.n_micro, set = step & 1;
+    size_t per_mb = (size_t)g->c.micro_batch * g->c.seq_len;
+    for (int mb = 0; mb < nm; mb++) {
+        sdp_rt_tensor_t *ti = g->ids[set * nm + mb];
+        TRY_RET(fill_i32(ti, g->next_ids + mb * per_mb, per_mb));
+        TRY_RET(lookup_host(g, step, mb, ti));
+    }
+    memcpy(g->looked_ids, g->next_ids, per_mb * (size_t)nm * sizeof(*g->looked_ids));
+    g->looked_up = step;
+    return 0;
+}
+
 /* Squared norms per chunk (already submitted with one rank, see norms()), the global norm, then
  * AdamW per chunk. */
 static int optimizer(sdp_graph_t *g, int step, int update)
@@ -1105,7 +1255,13 @@ static int optimizer(sdp_graph_t *g, int step, int update)
         return rc;
     for (int gi = 0; gi < st->ngroups; gi++) {
         for (int c = 0; c < st->groups[gi].nchunks; c++)
-            TRY_RET(update_chunk(g, step, gi, c, gi == 0 && early_embed(g) ? 2 : 0));
+            TRY_RET(
+                update_chunk(g, step, gi, c, gi == 0 && early_embed(g) ? (g->defer ? 3 : 2) : 0));
+        if (gi == 0 && g->defer) { /* the next step's lookups, then the late rows */
+            TRY_RET(lookup_ahead(g, step + 1));
+            for (int c = 0; c < st->groups[gi].nchunks; c++)
+                TRY_RET(update_chunk(g, step, gi, c, 4));
+        }
         if (gi == 0)
             TRY_RET(put_rows(g, step));
     }
@@ -1159,16 +1315,6 @@ static int refresh_work2(sdp_graph_t *g, int step)
     return 0;
 }
 
-static int fill_i32(sdp_rt_tensor_t *t, const int32_t *src, size_t n)
-{
-    int rc = sdp_rt_tensor_acquire(t, 1);
-    if (rc)
-        return rc;
-    memcpy(sdp_rt_tensor_data(t), src, n * sizeof(int32_t));
-    sdp_rt_tensor_release_acquire(t);
-    return 0;
-}
-
 int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *targets, double lr,
                    int update, struct sdp_step_result *res)
 {
@@ -1196,10 +1342,21 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
     g->ntags = 0;
     g->updating = update;
     g->lr = lr;
+    /* lookups the previous step submitted (lookup_ahead) on other ids than these are redone */
+    if (g->looked_up == step && memcmp(ids, g->looked_ids, total * sizeof(*ids)) != 0)
+        g->looked_up = -1;
     if (early_embed(g)) { /* the embedding rows the step's tokens select */
         memset(g->row_mark, 0, (size_t)g->V);
         for (size_t i = 0; i < total; i++)
             g->row_mark[ids[i]] = 1;
+    }
+    g->defer = defer_rows(g, update);
+    g->ndeferred += g->defer;
+    g->next_told = 0;
+    if (g->defer) { /* the rows the next step's lookup reads */
+        memset(g->next_mark, 0, (size_t)g->V);
+        for (size_t i = 0; i < total; i++)
+            g->next_mark[g->next_ids[i]] = 1;
     }
     rc = refresh_work(g, step);
     if (!rc)
@@ -1208,7 +1365,8 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
      * backward first writes it (no upload of zeros; see zero_grad) */
     for (int mb = 0; mb < nm && !rc; mb++) {
         sdp_rt_tensor_t *ti = g->ids[set * nm + mb], *tt = g->targets[set * nm + mb];
-        rc = fill_i32(ti, ids + mb * per_mb, per_mb);
+        if (g->looked_up != step) /* else lookup_ahead filled them with these ids */
+            rc = fill_i32(ti, ids + mb * per_mb, per_mb);
         if (!rc)
             rc = fill_i32(tt, targets + mb * per_mb, per_mb);
         /* the gradient of the step's mean loss: every micro-batch scales by the step's valid count
@@ -1256,6 +1414,24 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
     res->tokens = (long long)total;
     res->valid_targets = valid;
     return 0;
+}
+
+int sdp_graph_deferred_steps(const sdp_graph_t *g)
+{
+    return g->ndeferred;
+}
+
+void sdp_graph_set_next(sdp_graph_t *g, const int32_t *ids)
+{
+    size_t total = (size_t)g->c.n_micro * g->c.micro_batch * g->c.seq_len;
+    g->next_told = 0;
+    if (!g->next_ids)
+        return;
+    for (size_t i = 0; i < total; i++)
+        if (ids[i] < 0 || ids[i] >= g->V)
+            return; /* the step of these ids says what is wrong with them */
+    memcpy(g->next_ids, ids, total * sizeof(*ids));
+    g->next_told = 1;
 }
 
 int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits)
@@ -1420,6 +1596,11 @@ static int lookup_host_create(sdp_graph_t *g)
     }
     for (int k = 0; k < nparts; k++)
         parts[k] = (size_t)(B - k * per < per ? B - k * per : per) * T * g->C;
+    g->next_ids = calloc((size_t)c->n_micro * B * T, sizeof(*g->next_ids));
+    g->looked_ids = calloc((size_t)c->n_micro * B * T, sizeof(*g->looked_ids));
+    g->next_mark = calloc((size_t)g->V, 1);
+    if (!g->next_ids || !g->looked_ids || !g->next_mark)
+        rc = sdp_err(-ENOMEM, "the next step's ids (%d x %d tokens)", c->n_micro, B * T);
     for (int i = 0; i < c->n_micro && !rc; i++) {
         snprintf(name, sizeof(name), "x0.mb%d", i);
         rc = sdp_rt_tensor_create(&g->x0[i], g->act_dt, (size_t)B * T * g->C, name);
@@ -1548,6 +1729,7 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     if (!rc && c->embed_lookup_host)
         rc = lookup_host_create(g);
     g->last_update = -1;
+    g->looked_up = -1;
     if (!rc && !(g->route_gpu = calloc((size_t)st->ngroups, 1)))
         rc = sdp_err(-ENOMEM, "routes");
     for (int gi = 0; !rc && gi < st->ngroups; gi++)
@@ -1643,6 +1825,9 @@ void sdp_graph_destroy(sdp_graph_t *g)
     for (int i = 0; g->x0 && i < g->c.n_micro; i++)
         sdp_rt_tensor_release(g->x0[i]);
     free(g->x0);
+    free(g->next_ids);
+    free(g->looked_ids);
+    free(g->next_mark);
     for (int i = 0; g->rgrad && i < (g->R - 1) * g->st->ngroups; i++)
         sdp_rt_tensor_release(g->rgrad[i]);
     free(g->rgrad);

@@ -142,6 +142,16 @@ void sdp_graph_destroy(sdp_graph_t *g);
 int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *targets, double lr,
                    int update, struct sdp_step_result *res);
 
+/** The token ids (n_micro * B, T) of the step after the next sdp_graph_step, when the caller knows
+ * them (train reads one batch ahead, bench draws them ahead).  With the lookup on the host
+ * (train.embed_lookup: host) and the tied embedding's early update, that step then submits the
+ * next step's lookups between the updates of the rows those ids select and the others
+ * (graph/step.c defer_rows).  Told ids that the next step does not get are harmless: its lookups
+ * are redone.  Ids outside the vocabulary are not taken (the step they belong to reports them). */
+void sdp_graph_set_next(sdp_graph_t *g, const int32_t *ids);
+/** How many steps so far deferred their late rows (sdp_graph_set_next). */
+int sdp_graph_deferred_steps(const sdp_graph_t *g);
+
 /** Forward only: logits (nseq * T, V) fp32 for nseq <= B sequences of ids.  For tests and
  * evaluation. */
 int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits);

@@ -10,7 +10,8 @@
  * inputs of its queued tasks only within `window` groups ahead of the group it computes (every
  * param_fetch's at once when it is queued, with SDP_FETCH_EAGER=1), and runs a param_fetch only
  * within window - 1 groups, so that its weights have arrived (or when it has been idle for
- * FETCH_IDLE_US).  An update that only a CUDA worker runs (train.gpu_update) gets its inputs
+ * FETCH_IDLE_US); the end of a step's backward counts as the next step's start there
+ * (sdp_slidedp_cur_pos).  An update that only a CUDA worker runs (train.gpu_update) gets its inputs
  * prefetched when it is queued, whatever the window; one that only CPU workers run gets its
  * inputs (the gradient chunk) prefetched to the host when it is queued, unless it fills a stage
  * (SDP_HOST_PREFETCH=0: never).
@@ -562,7 +563,7 @@ static void pre_exec_hook(struct starpu_task *task, unsigned ctx)
     if (!read_hint(task, &h) || sdp_slidedp_moves_only(&h))
         return;
     /* cur_pos[w] is written by worker w only: no lock to read it here */
-    pos = sdp_slidedp_pass_pos(&h, __atomic_load_n(&s->ngroups, __ATOMIC_RELAXED));
+    pos = sdp_slidedp_cur_pos(&h, __atomic_load_n(&s->ngroups, __ATOMIC_RELAXED));
     if (pos == s->cur_pos[w])
         return;
     lock_relaxed(s);

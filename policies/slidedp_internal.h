@@ -73,7 +73,9 @@ static inline int sdp_slidedp_moves_only(const struct sdp_hint *h)
  *   stage = 0 forward pass (cast, update, fwd, loss), 1 backward pass (recompute, bwd, and a
  *           group's norms: its chunks' sums of squares or its bf16 pack), 2 the global norm
  *   gpos  = group in stage 0; MAXG - group in stage 1 (the backward runs from the head down);
- *           MAXG for group -1 (the global norm, after every chunk's sum of squares)
+ *           MAXG for group -1 (the global norm, after every chunk's sum of squares) and for a
+ *           late update (h->late: read by the next step's head only, so after every group's
+ *           update and the forward's tasks)
  *   tie   = 0 cast and update (group g's weights before its forward), 1 fwd, recompute, bwd,
  *           2 loss and a group's norms (right after the group's backward, before the next
  *           group's: they read the final gradient on the GPU that made it, before the window
@@ -116,7 +118,7 @@ static inline uint64_t sdp_slidedp_key(const struct sdp_hint *h, int priority)
         tie = 1;
         break;
     }
-    if (h->group < 0)
+    if (h->group < 0 || h->late)
         gpos = SDP_SLIDEDP_MAXG;
     else if (stage == 1)
         gpos = SDP_SLIDEDP_MAXG - (h->group < SDP_SLIDEDP_MAXG ? h->group : SDP_SLIDEDP_MAXG);
@@ -161,6 +163,20 @@ static inline long sdp_slidedp_pass_pos(const struct sdp_hint *h, int ngroups)
         break;
     }
     return slot * 2 * G + within;
+}
+
+/* The position a CUDA worker computes at once it runs a task with hint h: the task's own, but the
+ * end of a step's backward (group 0's backward and norms, the global norm) counts as the next
+ * step's start, its forward of group 0: what the worker runs next is that forward, and without a
+ * forward task of group 0 on the GPU (the lookup on the host) its window would otherwise stay two
+ * groups short, holding back layer 1's fetch at the step's boundary until the worker had idled
+ * FETCH_IDLE_US (bench/results/2026-12-04-h200-embed-lookup.md).  -1 without a hint. */
+static inline long sdp_slidedp_cur_pos(const struct sdp_hint *h, int ngroups)
+{
+    long pos = sdp_slidedp_pass_pos(h, ngroups), G = ngroups > 0 ? ngroups : 1;
+    if (pos >= 0 && h->group <= 0 && (h->phase == SDP_PH_BWD || h->phase == SDP_PH_NORM))
+        pos = (pos / (2 * G) + 1) * 2 * G;
+    return pos;
 }
 
 /* 1 when a task at pass position pos lies within window groups ahead of the position cur that

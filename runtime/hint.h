@@ -50,6 +50,12 @@ struct sdp_hint {
     /* > 0: the task writes no chunk of its group's gradient at or after this one (the backward
      * of a layer's attention half, after the early pack of its MLP chunks); 0: unknown, any */
     int grad_lim;
+    /* 1: an update that the next step reads only at its head (the tied embedding's rows that its
+     * lookup does not select, graph/step.c defer_rows): ordered after the next step's forward */
+    int late;
+    /* 1: the task reads the tied embedding's weights (group 0) besides its group's: the LM head
+     * of a tied model, which the event log says ("tied") for tools/check_invariants.py */
+    int tied;
 };
 
 /** 1: every task carries its struct sdp_hint in starpu_task::sched_data, for the project's own

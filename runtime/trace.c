@@ -197,6 +197,8 @@ static void write_event_jsonl(FILE *f, const struct event *e)
             e->is_cuda ? "CUDA" : "CPU", e->rank, e->start_us, e->end_us);
     if (e->tag.grad_lim > 0)
         fprintf(f, ", \"grad_lim\": %d", e->tag.grad_lim);
+    if (e->tag.tied)
+        fprintf(f, ", \"tied\": 1");
     if (!isnan(e->ready_us))
         fprintf(f, ", \"ready_us\": %.3f", e->ready_us);
     if (!isnan(e->popped_us))

@@ -38,6 +38,7 @@ struct sdp_trace_tag {
     int rank;                 /* data-parallel rank the task belongs to (0 for shared work) */
     int version;              /* parameter version (see above) */
     int grad_lim;             /* struct sdp_hint's: > 0, it writes no gradient chunk from it on */
+    int tied;                 /* struct sdp_hint's: 1, it reads the tied embedding's weights too */
     enum sdp_trace_lane lane; /* SDP_LANE_GPU_COMPUTE becomes CPU_COMPUTE on a CPU worker */
 };
 

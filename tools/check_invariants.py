@@ -38,6 +38,13 @@ use only the times, so they hold on any log, from any number of ranks:
      chunks follow grad_pack_mlp; the layer's other updates follow its grad_pack.
   3. No compute event of group g at step s+1 starts before every update of group g at step s has
      ended.
+A late update (adamw_late, graph/step.c defer_rows) takes the tied embedding's rows of step s's
+tokens that step s+1's tokens do not select, so step s+1's lookup (embedding_fwd, LOOKUPS), which
+reads only the rows its tokens select, does not wait for it; every other reader of the group does
+(the LM head).  The log does not record rows: for 1 and 3 a lookup's writers are the group's
+updates but the late ones, on the graph's word that the late rows are not the lookup's.
+An event marked "tied" (the LM head of a tied model, and the fetch of its weights) reads the
+embedding's group 0 besides its own: for 1 and 3 it counts as a compute event of both.
 
 Events with step < 0 (evaluation outside training) and group < 0 (the global norm) are not tied
 to a group's version and are skipped.  Waits (lines with "event": "wait", written by a policy
@@ -72,13 +79,16 @@ COMPUTE = {"fwd", "recompute", "bwd", "loss"}
 STAGED = {"cast", "update"}  # the phases under the staging bound (sdp_slidedp_is_staged)
 # of those phases, the events outside it
 UNSTAGED = {"param_put", "param_put_rows", "param_put_early", "stage_put", "param_fetch", "zero"}
-STAGE_WRITERS = {"cast", "adamw", "adamw_early"}
+STAGE_WRITERS = {"cast", "adamw", "adamw_early", "adamw_late"}
 # clears a gradient accumulator / adds the output gradient into the embedding's gradient rows:
 # neither reads parameters
 NO_PARAMS = {"zero", "embedding_bwd"}
 # backward events that write only the gradient rows of the step's tokens (not an early update's)
 ROWS_OF_TOKENS = {"embedding_bwd"}
 EARLY = {"adamw_early", "grad_pack_early", "param_put_early"}
+# updates of rows that the next step's lookup does not read, and the lookups (see above)
+LATE = {"adamw_late"}
+LOOKUPS = {"embedding_fwd"}
 # copy a stage an AdamW wrote into the working copy (param_put_rows and param_put_early: the packed
 # rows of the embedding's two updates when its copy is off the host)
 PUTS = {"param_put", "param_put_rows", "param_put_early", "stage_put"}
@@ -241,6 +251,8 @@ def check(events):
     rep = Report()
     ev = [e for e in events if e["step"] >= 0 and e["group"] >= 0 and not is_wait(e)]
     compute = [e for e in ev if e["phase"] in COMPUTE and e["name"] not in NO_PARAMS]
+    # the tied LM head reads the embedding's weights too: once more as group 0's reader
+    compute += [dict(e, group=0) for e in compute if e.get("tied") and e["group"] != 0]
     # updates[g][s] = list of adamw events of group g at step s
     updates = defaultdict(lambda: defaultdict(list))
     for e in ev:
@@ -260,6 +272,8 @@ def check(events):
         # the updates that can matter: the previous two steps, this one and the next
         for s2 in range(s - 2, s + 2):
             us = ups.get(s2)
+            if us and e["name"] in LOOKUPS:
+                us = [u for u in us if u["name"] not in LATE]
             if not us:
                 continue
             # an AdamW whose chunk has a put (param_put, stage_put) wrote a stage, and the put
@@ -374,6 +388,8 @@ def check(events):
     for e in compute:
         g, s = e["group"], e["step"]
         us = updates.get(g, {}).get(s - 1)
+        if us and e["name"] in LOOKUPS:
+            us = [u for u in us if u["name"] not in LATE]
         if not us:
             continue
         last = max(us, key=lambda u: u["end_us"])

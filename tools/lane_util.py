@@ -347,7 +347,7 @@ def gap_parts(e, gap_start):
 
 BOUNDARY_COLS = ("step", "pack0_end", "upd0_inputs", "upd0_end", "upd1_end", "emb_fetched",
                  "emb_start", "gap", "upd_end", "cpu_floor")
-UPDATES = ("adamw", "adamw_early")
+UPDATES = ("adamw", "adamw_early", "adamw_late")
 
 
 def boundary(events, steps):

@@ -111,6 +111,16 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* The random ids and targets of step s (uniform over the vocabulary, from the seed). */
+static void draw(uint64_t seed, int s, int vocab, int32_t *ids, int32_t *targets, size_t ntok)
+{
+    for (size_t i = 0; i < ntok; i++) {
+        uint64_t r = mix(seed ^ mix((uint64_t)s * ntok + i));
+        ids[i] = (int32_t)(r % (uint64_t)vocab);
+        targets[i] = (int32_t)((r >> 32) % (uint64_t)vocab);
+    }
+}
+
 /* Whether the gradient returns in bf16 (--grad-dtype; the recipe's rule). */
 static int grad_bf16(const struct bench_opts *b, int on_gpu)
 {
@@ -129,7 +139,7 @@ static int run(const struct bench_opts *b)
     const char *norms_at = "any";
     enum sdp_dtype dt = strcmp(b->precision, "fp32") ? SDP_BF16 : SDP_F32;
     size_t ntok = (size_t)b->batch * b->seq;
-    int32_t *ids = NULL, *targets = NULL;
+    int32_t *ids = NULL, *targets = NULL, *next_ids = NULL, *next_targets = NULL;
     double *step_s = NULL, gpu_peak = 0.0, t_init, t_start = 0.0, t_prev, span;
     double t_go = sdp_cli_now_s(), t_rt = 0.0, t_state = 0.0, t_graph = 0.0, t_end;
     int rc = SDP_EXIT_FAILURE, state_made = 0, total = b->warmup + b->steps, gbf16;
@@ -168,8 +178,10 @@ static int run(const struct bench_opts *b)
     }
     ids = malloc(ntok * sizeof(*ids));
     targets = malloc(ntok * sizeof(*targets));
+    next_ids = malloc(ntok * sizeof(*next_ids));
+    next_targets = malloc(ntok * sizeof(*next_targets));
     step_s = calloc((size_t)total, sizeof(*step_s));
-    if (!ids || !targets || !step_s) {
+    if (!ids || !targets || !next_ids || !next_targets || !step_s) {
         sdp_err(-ENOMEM, "batch buffers");
         goto out_free;
     }
@@ -249,10 +261,10 @@ static int run(const struct bench_opts *b)
             sdp_rt_bus_count_start();
             t_start = t_prev = sdp_cli_now_s();
         }
-        for (size_t i = 0; i < ntok; i++) {
-            uint64_t r = mix(b->seed ^ mix((uint64_t)s * ntok + i));
-            ids[i] = (int32_t)(r % (uint64_t)cfg.vocab_size);
-            targets[i] = (int32_t)((r >> 32) % (uint64_t)cfg.vocab_size);
+        draw(b->seed, s, cfg.vocab_size, ids, targets, ntok);
+        if (s + 1 < total) { /* the next step's ids, told ahead (sdp_graph_set_next) */
+            draw(b->seed, s + 1, cfg.vocab_size, next_ids, next_targets, ntok);
+            sdp_graph_set_next(g, next_ids);
         }
         if (sdp_graph_step(g, s, ids, targets, 1e-5, 1, &res) || (b->barrier && sdp_rt_wait_all()))
             goto out;
@@ -325,6 +337,8 @@ static int run(const struct bench_opts *b)
                             json_string(b->embed_on_gpu || b->work_on_gpu ? "gpu" : "host"));
         json_object_set_new(settings, "embed_lookup",
                             json_string(b->lookup_host ? "host" : "compute"));
+        /* steps whose late embedding rows waited for the next step's lookup (defer_rows) */
+        json_object_set_new(settings, "deferred_steps", json_integer(sdp_graph_deferred_steps(g)));
         json_object_set_new(settings, "timing", json_string(b->barrier ? "barrier" : "pipelined"));
         o = json_pack(
             "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
@@ -362,6 +376,8 @@ out:
                  sdp_cli_now_s() - t_go);
 out_free:
     free(ids);
+    free(next_ids);
+    free(next_targets);
     free(targets);
     free(step_s);
     return rc;

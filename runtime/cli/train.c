@@ -293,7 +293,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     struct sdp_graph_conf gc = { 0 };
     void *policy = NULL;
     FILE *mf = NULL;
-    int32_t *ids = NULL, *targets = NULL;
+    int32_t *ids = NULL, *targets = NULL, *next_ids = NULL, *next_targets = NULL;
     enum sdp_dtype work_dt, grad_dt;
     unsigned long long need, avail, state_bytes;
     double t0, t_prev, elapsed;
@@ -420,7 +420,9 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     }
     ids = malloc((size_t)r->global_batch * r->seq_len * sizeof(*ids));
     targets = malloc((size_t)r->global_batch * r->seq_len * sizeof(*targets));
-    if (!ids || !targets) {
+    next_ids = malloc((size_t)r->global_batch * r->seq_len * sizeof(*next_ids));
+    next_targets = malloc((size_t)r->global_batch * r->seq_len * sizeof(*next_targets));
+    if (!ids || !targets || !next_ids || !next_targets) {
         sdp_err(-ENOMEM, "batch buffers");
         rc = SDP_EXIT_FAILURE;
         goto out;
@@ -536,12 +538,33 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     t0 = t_prev = sdp_cli_now_s();
     rc = SDP_EXIT_OK;
     fingerprint(r, &data, fp, sizeof(fp));
+    int have_next = 0;
+    uint64_t pos_epoch = data.epoch, pos_index = data.index;
     for (int s = first; s < r->steps; s++) {
         struct sdp_step_result res;
         double lr = sdp_recipe_lr_at(r, s), t, step_s;
         char el[32], eta[32];
         int stop;
-        sdp_data_next(&data, r->global_batch, ids, targets);
+        /* step s's batch, read ahead by step s - 1 or now; the data's position after it is what
+         * a checkpoint of step s keeps */
+        if (have_next) {
+            int32_t *swap = ids;
+            ids = next_ids;
+            next_ids = swap;
+            swap = targets;
+            targets = next_targets;
+            next_targets = swap;
+        } else {
+            sdp_data_next(&data, r->global_batch, ids, targets);
+        }
+        pos_epoch = data.epoch;
+        pos_index = data.index;
+        /* the next step's batch, read ahead and told to the graph (sdp_graph_set_next) */
+        have_next = s + 1 < r->steps;
+        if (have_next) {
+            sdp_data_next(&data, r->global_batch, next_ids, next_targets);
+            sdp_graph_set_next(g, next_ids);
+        }
         if (sdp_graph_step(g, s, ids, targets, lr, 1, &res)) {
             rc = SDP_EXIT_FAILURE;
             break;
@@ -586,8 +609,8 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
                          (r->checkpoint_every > 0 && (s + 1) % r->checkpoint_every == 0))) {
             memset(&info, 0, sizeof(info));
             info.step = s + 1;
-            info.data_epoch = data.epoch;
-            info.data_index = data.index;
+            info.data_epoch = pos_epoch;
+            info.data_index = pos_index;
             info.seed = r->seed;
             snprintf(info.fingerprint, sizeof(info.fingerprint), "%s", fp);
             info.last_loss = res.loss;
@@ -634,6 +657,8 @@ out:
         fclose(mf);
     free(ids);
     free(targets);
+    free(next_ids);
+    free(next_targets);
     sdp_data_close(&data);
     return rc;
 }

@@ -8,6 +8,9 @@
 #     the documented fields, times in order and the RSS within its peak;
 #   - --barrier --grad-dtype bf16: timing "barrier", grad_dtype "bf16", no steady figure;
 #   - --ranks 2: two ranks' bytes;
+#   - --grad-dtype bf16 --embed-lookup host: bench tells the graph each next step's ids, so every
+#     step but the last defers the embedding's late rows (settings.deferred_steps 3 of 4 steps,
+#     0 in the other runs), and the checker passes its event log;
 #   - refusals with exit code 2: an unknown model, a malformed config, a bad --grad-dtype, a batch
 #     that is not a multiple of the micro-batch; a memory log that cannot be written exits 1
 #     naming its path.
@@ -32,6 +35,7 @@ run() { # NAME ARGS...: the JSON line into NAME.json
 run pipe --events "$tmp/pipe.events" --mem-log "$tmp/pipe.mem"
 run barrier --barrier --grad-dtype bf16
 run ranks --ranks 2
+run lookup --grad-dtype bf16 --embed-lookup host --events "$tmp/lookup.events"
 
 "$py" - "$tmp" "$model" <<'PYEOF' || fail=1
 import json, sys
@@ -46,7 +50,7 @@ def want(cond, what):
     global ok
     print("  %s: %s" % ("ok" if cond else "FAIL", what))
     ok = ok and cond
-p, b, r = load("pipe"), load("barrier"), load("ranks")
+p, b, r, lk = load("pipe"), load("barrier"), load("ranks"), load("lookup")
 for k in ("system", "model", "batch", "seq", "tokens_per_s", "model_tflops", "step_s_median",
           "gpu_peak_gib", "host_peak_gib", "step_s", "settings", "bytes_per_rank_per_step",
           "startup_s"):
@@ -73,6 +77,11 @@ want(b["settings"]["timing"] == "barrier" and b["settings"]["grad_dtype"] == "bf
      "tokens_per_s_steady" not in b, "--barrier --grad-dtype bf16")
 want(r["settings"]["ranks"] == 2 and [x["rank"] for x in r["bytes_per_rank_per_step"]] == [0, 1],
      "--ranks 2: the bytes of ranks 0 and 1")
+want(lk["settings"]["embed_lookup"] == "host" and lk["settings"]["deferred_steps"] == 3 and
+     p["settings"]["deferred_steps"] == 0 and b["settings"]["deferred_steps"] == 0,
+     "deferred steps: %d of 4 with the host lookup, %d and %d without" % (
+         lk["settings"]["deferred_steps"], p["settings"]["deferred_steps"],
+         b["settings"]["deferred_steps"]))
 mem = [json.loads(l) for l in open("%s/pipe.mem" % tmp)]
 keys = {"t_s", "rss_gib", "rss_peak_gib", "host_available_gib", "starpu_host_used_gib",
         "starpu_host_total_gib", "gpu_used_gib"}
@@ -89,9 +98,11 @@ want(mem[-1]["rss_peak_gib"] <= p["host_peak_gib"] + 1e-3,
 sys.exit(0 if ok else 1)
 PYEOF
 
-"$py" "$top/tools/check_invariants.py" "$tmp/pipe.events" > "$tmp/check" 2>&1 ||
-    { echo "the checker fails the bench's event log"; tail -n 5 "$tmp/check"; fail=1; }
-echo "event log: $(tail -n 1 "$tmp/check")"
+for ev in pipe lookup; do
+    "$py" "$top/tools/check_invariants.py" "$tmp/$ev.events" > "$tmp/check" 2>&1 ||
+        { echo "the checker fails the bench's event log ($ev)"; tail -n 5 "$tmp/check"; fail=1; }
+    echo "event log ($ev): $(tail -n 1 "$tmp/check")"
+done
 
 refused() { # WHAT WORD ARGS...: exit code 2 and WORD in the message
     what=$1 word=$2

@@ -14,7 +14,14 @@
 #     worker, the compute runs' one a micro-batch; with GPU=1 the compute runs' lookups are on
 #     the GPU, and the host runs' logs hold a param_fetch of the embedding's group with the
 #     head's key each step (the tied LM head's copy, fetched at the end of the forward);
-#   - tools/check_invariants.py passes every log;
+#   - with the early update (h16, key) train tells the graph each next step's ids, and a step
+#     defers its late rows (graph/step.c defer_rows): the logs hold adamw_late events in every
+#     step but the last, the next step's lookups start after every plain adamw of the embedding
+#     has ended, and the losses and norms are the same bits as with SDP_EMBED_DEFER=off (h16off,
+#     no adamw_late);
+#   - tools/check_invariants.py passes every log, and fails h16's once a late update is renamed
+#     adamw (a lookup then starts before an update of its rows) or ends after the next step's LM
+#     head has started (the head reads every row);
 #   - with 2 ranks the lookup stays where the compute runs, with a warning, and the same losses;
 #   - --embed-lookup with another value, and the recipe key with another value, exit 2.
 set -u
@@ -43,6 +50,7 @@ run c32 "$tmp/clip.yaml" --embed-lookup compute
 run h32 "$tmp/clip.yaml" --embed-lookup host
 run c16 "$tmp/r.yaml" --precision bf16 --grad-dtype bf16
 run h16 "$tmp/r.yaml" --precision bf16 --grad-dtype bf16 --embed-lookup host
+SDP_EMBED_DEFER=off run h16off "$tmp/r.yaml" --precision bf16 --grad-dtype bf16 --embed-lookup host
 run key "$tmp/key.yaml" --precision bf16 --grad-dtype bf16
 if [ "$gpu" != 1 ]; then
     run c2r "$tmp/clip.yaml" --ranks 2
@@ -60,7 +68,7 @@ def metrics(n):
 def events(n):
     return [json.loads(l) for l in open(os.path.join(tmp, n + ".ev"))]
 ok = True
-pairs = [("c32", "h32"), ("c16", "h16"), ("c16", "key")]
+pairs = [("c32", "h32"), ("c16", "h16"), ("c16", "key"), ("h16", "h16off")]
 pairs += [("c32", "c32b")] if gpu else [("c2r", "h2r")]
 def rel(a, b):
     return max(abs(x - y) / max(abs(x), 1e-30) for p, q in zip(a, b) for x, y in zip(p, q))
@@ -96,9 +104,48 @@ for n, host in (("c32", 0), ("h32", 1), ("c16", 0), ("h16", 1), ("key", 1)):
         if len(fetch) != (3 if host else 0):
             print("  expected one a step with the host lookup, none without")
             ok = False
+# the late rows (defer_rows)
+for n, want in (("h16", True), ("key", True), ("h16off", False)):
+    ev = events(n)
+    late = {}
+    for e in ev:
+        if e.get("name") == "adamw_late":
+            late[e["step"]] = late.get(e["step"], 0) + 1
+    print("%s: adamw_late per step %s" % (n, sorted(late.items())))
+    if want != (sorted(late) == [0, 1]) or (not want and late):
+        print("  expected adamw_late in steps 0 and 1 only" if want else "  expected none")
+        ok = False
+    for s in (0, 1):
+        upd = [e["end_us"] for e in ev if e.get("name") == "adamw" and e["group"] == 0
+               and e["step"] == s]
+        look = [e["start_us"] for e in ev if e.get("name") == "embedding_fwd" and e["step"] == s + 1]
+        if upd and look and min(look) < max(upd):
+            print("  a lookup of step %d starts before an adamw of step %d ends" % (s + 1, s))
+            ok = False
+# broken copies of h16's log: a late update renamed adamw, ending after the next lookup's start;
+# a late update ending after the next step's LM head has started
+ev = events("h16")
+late = max((e for e in ev if e.get("name") == "adamw_late" and e["step"] == 0),
+           key=lambda e: e["end_us"])
+look1 = min(e["start_us"] for e in ev if e.get("name") == "embedding_fwd" and e["step"] == 1)
+head1 = min(e["start_us"] for e in ev if e.get("name") == "lmhead_ce" and e["step"] == 1)
+for n, name, end in (("renamed", "adamw", max(late["end_us"], look1 + 1.0)),
+                     ("headfirst", "adamw_late", head1 + 1.0)):
+    with open(os.path.join(tmp, n + ".ev"), "w") as f:
+        for e in ev:
+            if e is late:
+                e = dict(e, name=name, end_us=end)
+            f.write(json.dumps(e) + "\n")
 sys.exit(0 if ok else 1)
 PYEOF
-for ev in c32 h32 c16 h16 key; do
+for ev in renamed headfirst; do
+    if "$py" "$top/tools/check_invariants.py" "$tmp/$ev.ev" > "$tmp/check" 2>&1; then
+        echo "the checker passes the broken log ($ev)"; fail=1
+    else
+        echo "$ev: $(grep -m 1 'violated' "$tmp/check" | cut -c1-160)"
+    fi
+done
+for ev in c32 h32 c16 h16 h16off key; do
     "$py" "$top/tools/check_invariants.py" "$tmp/$ev.ev" > "$tmp/check" 2>&1 ||
         { echo "the checker fails the run $ev:"; tail -n 5 "$tmp/check"; fail=1; }
 done

@@ -15,7 +15,8 @@
 static int fails, checks;
 
 static struct sdp_hint H(int step, int group, int chunk, int mb, int phase) {
-    struct sdp_hint h = { step, group, chunk, mb, phase, 0, SDP_MOVE_NONE, SDP_STAGE_BY_PHASE, 0 };
+    struct sdp_hint h = { step, group, chunk, mb, phase, 0, SDP_MOVE_NONE, SDP_STAGE_BY_PHASE,
+                          0,    0,     0 };
     return h;
 }
 
@@ -263,6 +264,38 @@ int main(void)
         expect(sdp_slidedp_in_window(p0, p0 + 5, 2), "tasks behind the worker are in");
         expect(!sdp_slidedp_in_window(p0, -1, 2), "nothing computed yet: no prefetch");
         expect(sdp_slidedp_in_window(-1, p0, 0), "an unhinted task is in");
+        /* the worker's position: the step's end counts as the next step's start */
+        {
+            struct sdp_hint g1 = H(1, 1, -1, 0, SDP_PH_FWD), g2 = H(1, 2, -1, 0, SDP_PH_FWD),
+                            g3 = H(1, 3, -1, 0, SDP_PH_FWD), fetch1 = g1;
+            long c0 = sdp_slidedp_cur_pos(&b0, G), p1 = sdp_slidedp_pass_pos(&g1, G);
+            fetch1.move = SDP_MOVE_FETCH;
+            expect(c0 == sdp_slidedp_pass_pos(&g0, G) && sdp_slidedp_cur_pos(&n0, G) == c0,
+                   "after the embedding's backward or the global norm the worker is at the next "
+                   "step's forward of group 0");
+            expect(sdp_slidedp_gpu_may_run(&fetch1, p1, c0, 2) &&
+                       sdp_slidedp_in_window(sdp_slidedp_pass_pos(&g2, G), c0, 2) &&
+                       !sdp_slidedp_in_window(sdp_slidedp_pass_pos(&g3, G), c0, 2),
+                   "window 2 at the step's end: layer 1's fetch runs, layer 2's inputs come, "
+                   "not layer 3's");
+            expect(sdp_slidedp_cur_pos(&b2, G) == sdp_slidedp_pass_pos(&b2, G) &&
+                       sdp_slidedp_cur_pos(&f2, G) == sdp_slidedp_pass_pos(&f2, G) &&
+                       sdp_slidedp_cur_pos(&s2, G) == sdp_slidedp_pass_pos(&s2, G),
+                   "elsewhere the worker is at its task's position");
+            expect(sdp_slidedp_cur_pos(NULL, G) < 0, "no hint, no position");
+        }
+    }
+
+    /* ---- a late update (the embedding's rows the next lookup does not read) ---- */
+    {
+        struct sdp_hint late = H(3, 0, 2, -1, SDP_PH_UPDATE);
+        late.late = 1;
+        expect_before(H(3, 41, 0, -1, SDP_PH_UPDATE), late,
+                      "a late update after every group's update of its step");
+        expect_before(H(4, 41, -1, 0, SDP_PH_FWD), late,
+                      "a late update after the next step's forward tasks");
+        expect_before(late, H(4, 41, -1, 0, SDP_PH_BWD), "a late update before the next backward");
+        expect(sdp_slidedp_is_staged(&late), "a late update takes a staging slot");
     }
 
     printf("%d checks, %d failed\n%s\n", checks, fails, fails ? "FAIL" : "PASS");
