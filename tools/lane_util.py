@@ -37,8 +37,9 @@ is partly bookkeeping, not idle GPU); "unrecorded" for a task without those time
 
 --boundary follows, for every selected step of rank 0 that the log's next step follows, the step
 boundary: the embedding's backward, the group-0 pack, the first group-0 update's inputs on the
-host, the last group-0 and group-1 updates, the next forward's embedding (when its inputs came, and
-its start) and the first task of layer 1 in the next forward, each in ms from the end of the
+host, the last group-0 and group-1 updates (plain adamw), the last late update of the embedding's
+rows (adamw_late: the rows the next step's lookup does not read, "late_end", empty without them),
+the next forward's embedding (when its inputs came, and its start) and the first task of layer 1 in the next forward, each in ms from the end of the
 embedding's backward; "gap" is that last milestone, the GPU's boundary between the steps.  Then
 "upd_end", the end of the step's last update (any group, early ones included), and "cpu_floor",
 the AdamW work of the step still to run at the embedding's backward divided among the CPU workers
@@ -345,8 +346,8 @@ def gap_parts(e, gap_start):
     return out
 
 
-BOUNDARY_COLS = ("step", "pack0_end", "upd0_inputs", "upd0_end", "upd1_end", "emb_fetched",
-                 "emb_start", "gap", "upd_end", "cpu_floor")
+BOUNDARY_COLS = ("step", "pack0_end", "upd0_inputs", "upd0_end", "upd1_end", "late_end",
+                 "emb_fetched", "emb_start", "gap", "upd_end", "cpu_floor")
 UPDATES = ("adamw", "adamw_early", "adamw_late")
 
 
@@ -378,6 +379,7 @@ def boundary(events, steps):
             "upd0_inputs": rel([e.get("fetched_us") for e in upd if e["group"] == 0], min),
             "upd0_end": rel([e["end_us"] for e in upd if e["group"] == 0]),
             "upd1_end": rel([e["end_us"] for e in upd if e["group"] == 1]),
+            "late_end": rel([e["end_us"] for e in every if e["name"] == "adamw_late"]),
             "emb_fetched": rel([e.get("fetched_us") for e in emb], min),
             "emb_start": rel([e["start_us"] for e in emb], min),
             "gap": rel([e["start_us"] for e in layer1], min),
