@@ -107,6 +107,8 @@ static enum sdp_trace_lane op_lane(const char *name)
         !strcmp(name, "param_fetch") || !strcmp(name, "param_put") ||
         !strcmp(name, "param_put_rows") || !strcmp(name, "param_put_early"))
         return SDP_LANE_PARAM_H2D;
+    if (!strcmp(name, "act_fetch"))
+        return SDP_LANE_ACT_OFFLOAD;
     if (!strcmp(name, "sumsq") || !strcmp(name, "grad_norm") || !strcmp(name, "grad_reduce") ||
         !strcmp(name, "grad_reduce_nccl") || !strcmp(name, "grad_pack") ||
         !strcmp(name, "grad_pack_early") || !strcmp(name, "grad_pack_mlp") ||

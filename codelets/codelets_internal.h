@@ -22,7 +22,7 @@ extern struct starpu_codelet sdp_cl_zero;
 extern struct starpu_codelet sdp_cl_grad_reduce, sdp_cl_grad_pack, sdp_cl_grad_pack_early,
     sdp_cl_grad_pack_mlp, sdp_cl_grad_sumsq, sdp_cl_param_copy, sdp_cl_param_fetch,
     sdp_cl_param_put, sdp_cl_stage_put, sdp_cl_param_put_rows, sdp_cl_param_put_early,
-    sdp_cl_grad_pack_rows;
+    sdp_cl_grad_pack_rows, sdp_cl_act_fetch;
 /* codelets/nccl.c: communicators and streams of sdp_tasks_use_nccl(), released */
 void sdp_tasks_nccl_shutdown(void);
 /* The NCCL reduction itself (sdp_task_grad_reduce() calls it when NCCL is set up). */

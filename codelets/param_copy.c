@@ -290,6 +290,27 @@ struct starpu_codelet sdp_cl_param_fetch = {
     .modes = { STARPU_R },
 };
 
+/* The same under its own name, for activations (the checker's events then read no parameters) */
+struct starpu_codelet sdp_cl_act_fetch = {
+    .name = "act_fetch",
+    .cpu_funcs = { param_fetch_func },
+    .cpu_funcs_name = { "param_fetch_func" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { param_fetch_func },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
+    .nbuffers = 1,
+    .modes = { STARPU_R },
+};
+
+int sdp_task_act_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t)
+{
+    struct sdp_cl_buf b[] = { { t, STARPU_R } };
+    struct sdp_task_opts of = *o;
+    of.hint.move = SDP_MOVE_FETCH;
+    return sdp_cl_submit(&sdp_cl_act_fetch, &of, NULL, 0, 0.0, b, 1);
+}
+
 int sdp_task_param_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t)
 {
     struct sdp_cl_buf b[] = { { t, STARPU_R } };

@@ -254,6 +254,10 @@ int sdp_task_param_copy(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, sdp
  * hint says SDP_MOVE_FETCH: sdp-slidedp prefetches its input early and runs it only when the GPU
  * comes near its group. */
 int sdp_task_param_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t);
+/** sdp_task_param_fetch for activations (codelet act_fetch, lane "activation offload/reload"): the
+ * embeddings a lookup on the host wrote, brought to the GPU once written, before the layer that
+ * reads them is ready. */
+int sdp_task_act_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t);
 
 /* ---- setup ---- */
 /** Register the perfmodels and check the codelets (call once after StarPU starts).  @return 0 */

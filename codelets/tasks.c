@@ -47,6 +47,7 @@ int sdp_tasks_init(void)
         &sdp_cl_grad_sumsq,
         &sdp_cl_param_copy,
         &sdp_cl_param_fetch,
+        &sdp_cl_act_fetch,
         &sdp_cl_param_put,
         &sdp_cl_stage_put,
         &sdp_cl_param_put_rows,
@@ -80,7 +81,7 @@ int sdp_tasks_place_compute(int on_gpu)
         &sdp_cl_attention_fwd,   &sdp_cl_attention_bwd,     &sdp_cl_swiglu_fwd,
         &sdp_cl_swiglu_bwd,      &sdp_cl_lmhead_ce,         &sdp_cl_zero,
         &sdp_cl_param_fetch,     &sdp_cl_param_put,         &sdp_cl_param_put_rows,
-        &sdp_cl_param_put_early,
+        &sdp_cl_param_put_early, &sdp_cl_act_fetch,
     };
     if (on_gpu && starpu_cuda_worker_get_count() == 0)
         return sdp_err(-ENODEV, "compute placed on GPUs but StarPU has no CUDA worker");

@@ -1230,8 +1230,12 @@ static int lookup_ahead(sdp_graph_t *g, int step)
     size_t per_mb = (size_t)g->c.micro_batch * g->c.seq_len;
     for (int mb = 0; mb < nm; mb++) {
         sdp_rt_tensor_t *ti = g->ids[set * nm + mb];
+        struct sdp_task_opts o = opts(g, step, 0, mb, SDP_PH_FWD);
         TRY_RET(fill_i32(ti, g->next_ids + mb * per_mb, per_mb));
         TRY_RET(lookup_host(g, step, mb, ti));
+        /* the embeddings go to the GPU once looked up, before layer 1's update has ended: else
+         * they would cross PCIe with its weights, once its first task is ready */
+        TRY_RET(sdp_task_act_fetch(&o, g->x0[mb]));
     }
     memcpy(g->looked_ids, g->next_ids, per_mb * (size_t)nm * sizeof(*g->looked_ids));
     g->looked_up = step;

@@ -21,7 +21,7 @@ struct starpu_task;
 /* Lanes, in their timeline order; the index is the Chrome thread id. */
 enum sdp_trace_lane {
     SDP_LANE_PARAM_H2D,   /* "param prepare+H2D" */
-    SDP_LANE_ACT_OFFLOAD, /* "activation offload/reload" (no events yet) */
+    SDP_LANE_ACT_OFFLOAD, /* "activation offload/reload" (act_fetch) */
     SDP_LANE_GPU_COMPUTE, /* "GPU compute" */
     SDP_LANE_GRAD_REDUCE, /* "gradient reduction" */
     SDP_LANE_GRAD_D2H,    /* "gradient D2H" (no events yet) */

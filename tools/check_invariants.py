@@ -80,9 +80,9 @@ STAGED = {"cast", "update"}  # the phases under the staging bound (sdp_slidedp_i
 # of those phases, the events outside it
 UNSTAGED = {"param_put", "param_put_rows", "param_put_early", "stage_put", "param_fetch", "zero"}
 STAGE_WRITERS = {"cast", "adamw", "adamw_early", "adamw_late"}
-# clears a gradient accumulator / adds the output gradient into the embedding's gradient rows:
-# neither reads parameters
-NO_PARAMS = {"zero", "embedding_bwd"}
+# clears a gradient accumulator / adds the output gradient into the embedding's gradient rows /
+# brings embeddings to the GPU: none reads parameters
+NO_PARAMS = {"zero", "embedding_bwd", "act_fetch"}
 # backward events that write only the gradient rows of the step's tokens (not an early update's)
 ROWS_OF_TOKENS = {"embedding_bwd"}
 EARLY = {"adamw_early", "grad_pack_early", "param_put_early"}

@@ -17,8 +17,9 @@
 #   - with the early update (h16, key) train tells the graph each next step's ids, and a step
 #     defers its late rows (graph/step.c defer_rows): the logs hold adamw_late events in every
 #     step but the last, the next step's lookups start after every plain adamw of the embedding
-#     has ended, and the losses and norms are the same bits as with SDP_EMBED_DEFER=off (h16off,
-#     no adamw_late);
+#     has ended, each micro-batch's embeddings of steps 1 and 2 have an act_fetch (in the
+#     activation lane), and the losses and norms are the same bits as with SDP_EMBED_DEFER=off
+#     (h16off, no adamw_late, no act_fetch);
 #   - tools/check_invariants.py passes every log, and fails h16's once a late update is renamed
 #     adamw (a lookup then starts before an update of its rows) or ends after the next step's LM
 #     head has started (the head reads every row);
@@ -107,13 +108,20 @@ for n, host in (("c32", 0), ("h32", 1), ("c16", 0), ("h16", 1), ("key", 1)):
 # the late rows (defer_rows)
 for n, want in (("h16", True), ("key", True), ("h16off", False)):
     ev = events(n)
-    late = {}
+    late, fetch = {}, {}
     for e in ev:
         if e.get("name") == "adamw_late":
             late[e["step"]] = late.get(e["step"], 0) + 1
-    print("%s: adamw_late per step %s" % (n, sorted(late.items())))
+        if e.get("name") == "act_fetch":
+            fetch[(e["step"], e["mb"])] = e.get("lane")
+    print("%s: adamw_late per step %s, act_fetch %s" % (n, sorted(late.items()), sorted(fetch)))
     if want != (sorted(late) == [0, 1]) or (not want and late):
         print("  expected adamw_late in steps 0 and 1 only" if want else "  expected none")
+        ok = False
+    if sorted(fetch) != ([(1, 0), (1, 1), (2, 0), (2, 1)] if want else []) or \
+            any(l != "activation offload/reload" for l in fetch.values()):
+        print("  expected an act_fetch of each micro-batch of steps 1 and 2 in the activation "
+              "lane" if want else "  expected no act_fetch")
         ok = False
     for s in (0, 1):
         upd = [e["end_us"] for e in ev if e.get("name") == "adamw" and e["group"] == 0
