@@ -10,11 +10,11 @@
  * inputs of its queued tasks only within `window` groups ahead of the group it computes (every
  * param_fetch's at once when it is queued, with SDP_FETCH_EAGER=1), and runs a param_fetch only
  * within window - 1 groups, so that its weights have arrived (or when it has been idle for
- * FETCH_IDLE_US); the end of a step's backward counts as the next step's start there
- * (sdp_slidedp_cur_pos).  An update that only a CUDA worker runs (train.gpu_update) gets its inputs
- * prefetched when it is queued, whatever the window; one that only CPU workers run gets its
- * inputs (the gradient chunk) prefetched to the host when it is queued, unless it fills a stage
- * (SDP_HOST_PREFETCH=0: never).
+ * FETCH_IDLE_US, a fetch within `window` groups; after SDP_FETCH_IDLE_ANY_MS, 50 by default, any);
+ * the end of a step's backward counts as the next step's start there (sdp_slidedp_cur_pos).  An
+ * update that only a CUDA worker runs (train.gpu_update) gets its inputs prefetched when it is
+ * queued, whatever the window; one that only CPU workers run gets its inputs (the gradient chunk)
+ * prefetched to the host when it is queued, unless it fills a stage (SDP_HOST_PREFETCH=0: never).
  * A monolithic policy (StarPU's starpu_sched_policy, no components):
  *   push: a task that one worker only can run -> that worker's queue; any other -> the shared
  *         queue of its worker-type mask (CPU, CUDA, both, ...).  Each queue: a heap of ordinary
@@ -44,6 +44,8 @@
 #define WAIT_STAGES    "stages full"
 /* a CUDA worker with nothing else to run for this long runs a fetch beyond its window */
 #define FETCH_IDLE_US 5000.0
+/* ... one within its prefetch window, and any fetch after this long (SDP_FETCH_IDLE_ANY_MS) */
+#define DEFAULT_IDLE_ANY_MS 50
 
 struct heap;
 
@@ -84,6 +86,7 @@ struct sched {
     long nstaged;                             /* staged tasks queued */
     int depth, window, inflight, ngroups;
     int stages, eager;          /* the bound on stages alive; prefetch every fetch when queued */
+    double idle_any_us;         /* idle this long, a CUDA worker runs any fetch */
     int host_prefetch;          /* bring a queued host update's inputs to the host (see push) */
     long nalive;                /* stages alive: fills started minus puts ended */
     struct starpu_task **slots; /* the staged tasks in flight (depth of them at most) */
@@ -159,13 +162,16 @@ static void heap_remove(struct entry *e)
 }
 
 /* Under the lock: whether worker w may run e now (a CUDA worker holds back a param_fetch that
- * lies beyond its window unless `idle`), and, with check, whether e's codelet can run on w;
- * *gated is set when the window alone refused it. */
-static int may_run(const struct sched *s, int w, const struct entry *e, int check, int idle,
+ * lies beyond its window unless it has idled long enough: idle_us, sdp_slidedp_idle_may_fetch),
+ * and, with check, whether e's codelet can run on w; *gated is set when the window alone refused
+ * it. */
+static int may_run(const struct sched *s, int w, const struct entry *e, int check, double idle_us,
                    int *gated)
 {
-    if (s->typebit[w] == 2 && e->has_hint && !idle &&
-        !sdp_slidedp_gpu_may_run(&e->hint, e->pos, s->cur_pos[w], s->window)) {
+    if (s->typebit[w] == 2 && e->has_hint &&
+        !sdp_slidedp_gpu_may_run(&e->hint, e->pos, s->cur_pos[w], s->window) &&
+        !sdp_slidedp_idle_may_fetch(e->pos, s->cur_pos[w], s->window, idle_us, FETCH_IDLE_US,
+                                    s->idle_any_us)) {
         *gated = 1;
         return 0;
     }
@@ -174,16 +180,16 @@ static int may_run(const struct sched *s, int w, const struct entry *e, int chec
 
 /* The first entry of h, in key order, that worker w may run: the top, or (when a codelet's
  * can_execute refuses w, or the top is a fetch beyond w's window) the best of a scan. */
-static struct entry *best_for(const struct sched *s, struct heap *h, int w, int check, int idle,
-                              int *gated)
+static struct entry *best_for(const struct sched *s, struct heap *h, int w, int check,
+                              double idle_us, int *gated)
 {
     struct entry *best = NULL;
     if (h->n == 0)
         return NULL;
-    if (may_run(s, w, h->a[0], check, idle, gated))
+    if (may_run(s, w, h->a[0], check, idle_us, gated))
         return h->a[0];
     for (int i = 1; i < h->n; i++)
-        if ((!best || before(h->a[i], best)) && may_run(s, w, h->a[i], check, idle, gated))
+        if ((!best || before(h->a[i], best)) && may_run(s, w, h->a[i], check, idle_us, gated))
             best = h->a[i];
     return best;
 }
@@ -322,6 +328,10 @@ static void init_sched(unsigned ctx)
         s->stages = DEFAULT_STAGES_PER_SLOT * s->depth;
     }
     s->eager = starpu_getenv_number_default("SDP_FETCH_EAGER", 0) > 0;
+    s->idle_any_us =
+        1e3 * starpu_getenv_number_default("SDP_FETCH_IDLE_ANY_MS", DEFAULT_IDLE_ANY_MS);
+    if (s->idle_any_us < FETCH_IDLE_US)
+        s->idle_any_us = FETCH_IDLE_US;
     s->host_prefetch = starpu_getenv_number_default("SDP_HOST_PREFETCH", 1) > 0;
     s->slots = calloc((size_t)s->depth, sizeof(*s->slots));
     SDP_ASSERT(s->slots != NULL, "sdp-slidedp: out of memory for %d staging slots", s->depth);
@@ -335,8 +345,8 @@ static void init_sched(unsigned ctx)
         starpu_sched_ctx_set_max_priority(ctx, INT_MAX);
     sdp_hint_for_policy(1);
     SDP_INFO("sdp-slidedp: staging depth %d (%s), at most %d stages alive (SDP_STAGE_BUFFERS), "
-             "prefetch window %d groups (%s)%s",
-             s->depth, depth_from, s->stages, s->window, window_from,
+             "prefetch window %d groups (%s), any fetch after %.0f ms idle%s",
+             s->depth, depth_from, s->stages, s->window, window_from, s->idle_any_us / 1e3,
              s->eager ? ", fetches prefetched when queued (SDP_FETCH_EAGER)" : "");
 }
 
@@ -462,17 +472,17 @@ static int push_task(struct starpu_task *task)
 }
 
 /* The best candidate for worker w in one heap kind (staged or not) among w's queues. */
-static struct entry *candidate(struct sched *s, int w, int staged, int idle, int *gated)
+static struct entry *candidate(struct sched *s, int w, int staged, double idle_us, int *gated)
 {
     struct entry *best = NULL, *e;
     struct queue *own = &s->wq[w];
-    e = best_for(s, staged ? &own->staged : &own->normal, w, 0, idle, gated);
+    e = best_for(s, staged ? &own->staged : &own->normal, w, 0, idle_us, gated);
     if (e)
         best = e;
     for (unsigned m = 1; m < NMASKS; m++) {
         if (!(m & s->typebit[w]))
             continue;
-        e = best_for(s, staged ? &s->pool[m].staged : &s->pool[m].normal, w, 1, idle, gated);
+        e = best_for(s, staged ? &s->pool[m].staged : &s->pool[m].normal, w, 1, idle_us, gated);
         if (e && (!best || before(e, best)))
             best = e;
     }
@@ -496,11 +506,13 @@ static struct starpu_task *pop_task(unsigned ctx)
         return NULL;
 
     lock_relaxed(s);
-    normal = candidate(s, w, 0, 0, &gated);
-    staged = candidate(s, w, 1, 0, &gated);
-    if (!normal && !staged && gated &&
-        starpu_timing_now() - s->last_start_us[w] >= FETCH_IDLE_US) /* nothing to hold up */
-        normal = candidate(s, w, 0, 1, &gated);
+    normal = candidate(s, w, 0, 0.0, &gated);
+    staged = candidate(s, w, 1, 0.0, &gated);
+    if (!normal && !staged && gated) { /* nothing to hold up: a fetch, once idle long enough */
+        double idle_us = starpu_timing_now() - s->last_start_us[w];
+        if (idle_us >= FETCH_IDLE_US)
+            normal = candidate(s, w, 0, idle_us, &gated);
+    }
     if (staged && (!normal || before(staged, normal))) {
         if (s->inflight < s->depth && (!staged->fills || s->nalive < s->stages)) {
             chosen = staged;

@@ -203,4 +203,19 @@ static inline int sdp_slidedp_gpu_may_run(const struct sdp_hint *h, long pos, lo
     return pos - cur <= (long)(window > 1 ? window - 1 : 0);
 }
 
+/* Whether a CUDA worker that has started no task for idle_us may run a fetch that
+ * sdp_slidedp_gpu_may_run holds back: after idle_fetch_us one whose inputs its window prefetches
+ * (within `window` groups), whose weights are coming anyway; after idle_any_us any, so that a
+ * worker whose position is stale still goes on.  Any fetch after idle_fetch_us, as before, let a
+ * worker waiting at a step's boundary for layer 1's update fetch layers 3, 4, ... one after the
+ * other, each holding the worker and PCIe while layer 1's weights waited
+ * (bench/results/2026-12-04-h200-embed-lookup.md). */
+static inline int sdp_slidedp_idle_may_fetch(long pos, long cur, int window, double idle_us,
+                                             double idle_fetch_us, double idle_any_us)
+{
+    if (idle_us >= idle_any_us)
+        return 1;
+    return idle_us >= idle_fetch_us && (cur < 0 || pos < 0 || pos - cur <= (long)window);
+}
+
 #endif

@@ -284,6 +284,15 @@ int main(void)
                    "elsewhere the worker is at its task's position");
             expect(sdp_slidedp_cur_pos(NULL, G) < 0, "no hint, no position");
         }
+        /* an idle worker's fetches: within the window after 5 ms, any after 50 */
+        expect(!sdp_slidedp_idle_may_fetch(p0 + 2, p0, 2, 4999.0, 5000.0, 50000.0) &&
+                   sdp_slidedp_idle_may_fetch(p0 + 2, p0, 2, 5000.0, 5000.0, 50000.0),
+               "idle 5 ms: a fetch two groups ahead runs (window 2), not before");
+        expect(!sdp_slidedp_idle_may_fetch(p0 + 3, p0, 2, 49999.0, 5000.0, 50000.0) &&
+                   sdp_slidedp_idle_may_fetch(p0 + 3, p0, 2, 50000.0, 5000.0, 50000.0),
+               "a fetch three groups ahead waits for 50 ms of idle");
+        expect(sdp_slidedp_idle_may_fetch(p0 + 9, -1, 2, 5000.0, 5000.0, 50000.0),
+               "a worker that computed nothing yet: any fetch after 5 ms");
     }
 
     /* ---- a late update (the embedding's rows the next lookup does not read) ---- */
