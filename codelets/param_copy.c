@@ -278,45 +278,39 @@ static void param_fetch_func(void *buffers[], void *cl_arg)
     (void)cl_arg;
 }
 
-struct starpu_codelet sdp_cl_param_fetch = {
-    .name = "param_fetch",
-    .cpu_funcs = { param_fetch_func },
-    .cpu_funcs_name = { "param_fetch_func" },
+/* A fetch under a name: param_fetch for weights, act_fetch for activations (the checker's events
+ * then read no parameters). */
 #ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { param_fetch_func },
-    .cuda_flags = { STARPU_CUDA_ASYNC },
+#define FETCH_CUDA .cuda_funcs = { param_fetch_func }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#else
+#define FETCH_CUDA
 #endif
-    .nbuffers = 1,
-    .modes = { STARPU_R },
-};
+#define FETCH_CODELET(var, nm)                                                                     \
+    struct starpu_codelet var = { .name = nm,                                                      \
+                                  .cpu_funcs = { param_fetch_func },                               \
+                                  .cpu_funcs_name = { "param_fetch_func" },                        \
+                                  FETCH_CUDA.nbuffers = 1,                                         \
+                                  .modes = { STARPU_R } }
+FETCH_CODELET(sdp_cl_param_fetch, "param_fetch");
+FETCH_CODELET(sdp_cl_act_fetch, "act_fetch");
 
-/* The same under its own name, for activations (the checker's events then read no parameters) */
-struct starpu_codelet sdp_cl_act_fetch = {
-    .name = "act_fetch",
-    .cpu_funcs = { param_fetch_func },
-    .cpu_funcs_name = { "param_fetch_func" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { param_fetch_func },
-    .cuda_flags = { STARPU_CUDA_ASYNC },
-#endif
-    .nbuffers = 1,
-    .modes = { STARPU_R },
-};
-
-int sdp_task_act_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t)
+static int fetch_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,
+                        sdp_rt_tensor_t *t)
 {
     struct sdp_cl_buf b[] = { { t, STARPU_R } };
     struct sdp_task_opts of = *o;
     of.hint.move = SDP_MOVE_FETCH;
-    return sdp_cl_submit(&sdp_cl_act_fetch, &of, NULL, 0, 0.0, b, 1);
+    return sdp_cl_submit(cl, &of, NULL, 0, 0.0, b, 1);
 }
 
 int sdp_task_param_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t)
 {
-    struct sdp_cl_buf b[] = { { t, STARPU_R } };
-    struct sdp_task_opts of = *o;
-    of.hint.move = SDP_MOVE_FETCH;
-    return sdp_cl_submit(&sdp_cl_param_fetch, &of, NULL, 0, 0.0, b, 1);
+    return fetch_submit(&sdp_cl_param_fetch, o, t);
+}
+
+int sdp_task_act_fetch(const struct sdp_task_opts *o, sdp_rt_tensor_t *t)
+{
+    return fetch_submit(&sdp_cl_act_fetch, o, t);
 }
 
 /* param_copy's and stage_put's submission: dst (n) W = src (n) R, same dtype; move goes in the hint
