@@ -261,7 +261,16 @@ static int run(const struct bench_opts *b)
             sdp_rt_bus_count_start();
             t_start = t_prev = sdp_cli_now_s();
         }
-        draw(b->seed, s, cfg.vocab_size, ids, targets, ntok);
+        if (s == 0) {
+            draw(b->seed, s, cfg.vocab_size, ids, targets, ntok);
+        } else { /* drawn ahead by the step before */
+            int32_t *swap = ids;
+            ids = next_ids;
+            next_ids = swap;
+            swap = targets;
+            targets = next_targets;
+            next_targets = swap;
+        }
         if (s + 1 < total) { /* the next step's ids, told ahead (sdp_graph_set_next) */
             draw(b->seed, s + 1, cfg.vocab_size, next_ids, next_targets, ntok);
             sdp_graph_set_next(g, next_ids);
