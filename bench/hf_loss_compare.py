@@ -9,9 +9,9 @@ initial weights on the same token batches with the same optimizer.
    or `preset`) a model that transformers initialises from the recipe's shapes (torch seed =
    train.seed), saved in fp32 with save_pretrained(safe_serialization=True) to DIR/init.  Both
    sides load that directory.
-2. Batches: the sampler of runtime/data.c (windows of T+1 tokens at i*T, per-epoch Fisher-Yates
+2. Batches: the sampler of formats/data.c (windows of T+1 tokens at i*T, per-epoch Fisher-Yates
    order from splitmix64(seed, epoch), masked targets -> -100), reimplemented here and, unless
-   --check-batches no, checked batch by batch against runtime/data.c itself, compiled from this
+   --check-batches no, checked batch by batch against formats/data.c itself, compiled from this
    source tree and called through ctypes.
 3. Ours: `slidedp train` on DIR/recipe.yaml (the recipe with model.path = the initial weights, no
    output directory, so no checkpoint and no resume), --metrics DIR/ours.jsonl.  The learning rate,
@@ -23,7 +23,7 @@ initial weights on the same token batches with the same optimizer.
    ours does (--clip-norm torch: clip_grad_norm_ itself, whose fp32 norm is off by ~4e-6 relative
    on the tiny model of the test); torch.optim.AdamW (single-tensor path) with weight decay on
    matrices only (embedding and LM head included, norms excluded: models/qwen3.c), the recipe's
-   warmup + cosine/linear/constant schedule (graph/recipe.c, sdp_recipe_lr_at).
+   warmup + cosine/linear/constant schedule (cli/recipe.c, sdp_recipe_lr_at).
 5. DIR/compare.jsonl: one line per step (step, ours, hf, abs_diff, rel_diff, grad norms, lr); one
    summary JSON line on stdout (max and mean |dloss|, final losses, wall times).
 Exit status: 0 (within --tolerance when given), 1 over the tolerance or a failed check, 2 usage.
@@ -64,7 +64,7 @@ class Fail(Exception):
     pass
 
 
-# ---- recipe: the fields and defaults of graph/recipe.c (sdp_recipe_defaults) ----
+# ---- recipe: the fields and defaults of cli/recipe.c (sdp_recipe_defaults) ----
 
 def load_recipe(path):
     import yaml
@@ -98,7 +98,7 @@ def load_recipe(path):
 
 
 def lr_at(r, s):
-    """graph/recipe.c sdp_recipe_lr_at, operation for operation (doubles)."""
+    """cli/recipe.c sdp_recipe_lr_at, operation for operation (doubles)."""
     lr, lr_min, span = r["lr"], r["lr"] * r["min_lr_ratio"], r["steps"] - r["warmup"]
     if s < r["warmup"]:
         return lr * float(s + 1) / float(r["warmup"])
@@ -160,10 +160,10 @@ def make_init(r, outdir):
     log("initial weights: %s, %d parameters, fp32, in %s" % (type(model).__name__, n, outdir))
 
 
-# ---- batches: runtime/data.c ----
+# ---- batches: formats/data.c ----
 
 def read_shard(path):
-    """Token ids and the loss mask (None without one) of a token shard (runtime/shard.h)."""
+    """Token ids and the loss mask (None without one) of a token shard (formats/shard.h)."""
     import numpy as np
     with open(path, "rb") as f:
         head = f.read(64)
@@ -235,11 +235,11 @@ class Sampler:
 
 
 def c_sampler(path, T, seed, shuffle, workdir):
-    """runtime/data.c of this source tree, compiled into a shared library: (next, close)."""
+    """formats/data.c of this source tree, compiled into a shared library: (next, close)."""
     import numpy as np
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
-        raise Fail("no C compiler (cc) to build runtime/data.c for --check-batches")
+        raise Fail("no C compiler (cc) to build formats/data.c for --check-batches")
     inc = tempfile.mkdtemp(dir=workdir)
     open(os.path.join(inc, "config.h"), "w").close()  # data.c, shard.c, log.c need no macros
     so = os.path.join(workdir, "libsdp_data.so")
@@ -248,7 +248,7 @@ def c_sampler(path, T, seed, shuffle, workdir):
     res = subprocess.run(cmd, capture_output=True, text=True)
     shutil.rmtree(inc)
     if res.returncode:
-        raise Fail("building runtime/data.c failed: %s\n%s" % (" ".join(cmd), res.stderr))
+        raise Fail("building formats/data.c failed: %s\n%s" % (" ".join(cmd), res.stderr))
     lib = ctypes.CDLL(so)
     d = ctypes.create_string_buffer(1 << 16)  # struct sdp_data is ~4.2 KB (4 KiB path)
     lib.sdp_data_open.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
@@ -256,7 +256,7 @@ def c_sampler(path, T, seed, shuffle, workdir):
     lib.sdp_data_next.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                   ctypes.c_void_p]
     if lib.sdp_data_open(d, path.encode(), T, seed & MASK64, 1 if shuffle else 0):
-        raise Fail("runtime/data.c could not open %s" % path)
+        raise Fail("formats/data.c could not open %s" % path)
 
     def nxt(n):
         ids = np.empty((n, T), dtype=np.int32)
@@ -387,7 +387,7 @@ def main():
                     "torch.nn.utils.clip_grad_norm_ as is (fp32 accumulation)")
     ap.add_argument("--threads", type=int, help="torch CPU threads")
     ap.add_argument("--check-batches", choices=("auto", "yes", "no"), default="auto",
-                    help="check the batches against runtime/data.c (auto: when cc exists)")
+                    help="check the batches against formats/data.c (auto: when cc exists)")
     ap.add_argument("--hf-seq-offset", type=int, default=0,
                     help="negative control: transformers gets the sequences K places later")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -439,7 +439,7 @@ def compare(args):
         init_dir = os.path.join(out, "init")
         make_init(r, init_dir)
 
-    # 2. batches, checked against runtime/data.c
+    # 2. batches, checked against formats/data.c
     tokens, mask = read_shard(r["data"])
     sampler = Sampler(tokens, mask, r["seq_len"], r["seed"], r["shuffle"])
     nseq = args.steps * r["global"]
@@ -450,7 +450,7 @@ def compare(args):
     if check == "auto":
         check = "yes" if (shutil.which("cc") or os.environ.get("CC")) else "no"
         if check == "no":
-            log("warning: no C compiler: batches not checked against runtime/data.c")
+            log("warning: no C compiler: batches not checked against formats/data.c")
     if check == "yes":
         nxt, close = c_sampler(r["data"], r["seq_len"], r["seed"], r["shuffle"], out)
         for s in range(args.steps):
@@ -458,9 +458,9 @@ def compare(args):
             pi, pt = sampler.batch(s, r["global"])
             if not (np.array_equal(ci, pi) and np.array_equal(ct, pt)):
                 close()
-                raise Fail("step %d: the batch differs from runtime/data.c's" % (s + 1))
+                raise Fail("step %d: the batch differs from formats/data.c's" % (s + 1))
         close()
-        log("batches of %d steps identical to runtime/data.c's" % args.steps)
+        log("batches of %d steps identical to formats/data.c's" % args.steps)
 
     # 3. ours
     if args.ours_metrics:

@@ -11,7 +11,7 @@
 
 #include "codelets/cl_common.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
-#include "runtime/sdp_log.h"
+#include "base/sdp_log.h"
 #include "runtime/trace.h"
 
 #define NSLOTS 8

@@ -11,7 +11,7 @@
 #include <starpu.h>
 
 #include "codelets/sdp_tasks.h"
-#include "runtime/sdp_log.h"
+#include "base/sdp_log.h"
 #include "runtime/tensor_starpu.h"
 
 /* The first member of every argument struct: the dimensions that decide the cost of the task.  The

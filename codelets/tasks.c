@@ -6,7 +6,7 @@
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #include "models/sdp_models.h"
-#include "runtime/sdp_log.h"
+#include "base/sdp_log.h"
 
 #ifdef SDP_HAVE_CUDA
 #include <starpu_cublasLt.h>

@@ -11,7 +11,7 @@
 
 #include "codelets/sdp_tasks.h"
 #include "graph/step.h"
-#include "runtime/sdp_log.h"
+#include "base/sdp_log.h"
 
 struct sdp_graph {
     struct sdp_state *st;

@@ -2,7 +2,7 @@
 /* Qwen3 and Llama decoders as pure C: presets, validation, the flat layout of every streamed
  * parameter group (embedding, decoder layers, head) and the cost model (parameters, FLOPs,
  * activation and state bytes).  No StarPU, no runtime headers, no I/O: config.json parsing lives in
- * runtime/hfconfig.c. Tests: tests/runtime/test_model_layout.c. */
+ * formats/hfconfig.c. Tests: tests/models/test_model_layout.c. */
 #include "config.h"
 
 #include <errno.h>

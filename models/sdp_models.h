@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Transformer architectures as pure C: configuration, the parameter layout of every streamed group,
  * and the cost model (parameter bytes, activation bytes, FLOPs).  No StarPU, no I/O: parsing
- * config.json lives in runtime/hfconfig.c.  Tests: tests/runtime/test_model_layout.c.
+ * config.json lives in formats/hfconfig.c.  Tests: tests/models/test_model_layout.c.
  *
  * Dimension legend (used in comments across the project, as in llm.c):
  *   B   sequences in a micro-batch          T   sequence length (tokens per sequence)

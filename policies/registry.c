@@ -9,7 +9,7 @@
 #include <starpu_scheduler.h>
 
 #include "policies/sdp_policies.h"
-#include "runtime/sdp_log.h"
+#include "base/sdp_log.h"
 
 /* The project's own policies; NULL-terminated. */
 static struct starpu_sched_policy *ours[] = { &sdp_policy_slidedp, NULL };

@@ -34,7 +34,7 @@
 
 #include "policies/sdp_policies.h"
 #include "policies/slidedp_internal.h"
-#include "runtime/sdp_log.h"
+#include "base/sdp_log.h"
 #include "runtime/trace.h"
 
 #define NMASKS         8 /* worker-type masks: CPU 1, CUDA 2, any other type 4 */

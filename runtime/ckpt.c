@@ -24,8 +24,8 @@
 #endif
 
 #include "runtime/ckpt.h"
-#include "runtime/fsutil.h"
-#include "runtime/sdp_log.h"
+#include "base/fsutil.h"
+#include "base/sdp_log.h"
 #include "runtime/state.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

@@ -17,7 +17,7 @@
 #endif
 
 #include "runtime/init.h"
-#include "runtime/sdp_log.h"
+#include "base/sdp_log.h"
 
 static int started;
 

@@ -11,10 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/fsutil.h"
-#include "runtime/hfconfig.h"
-#include "runtime/safetensors.h"
-#include "runtime/sdp_log.h"
+#include "base/fsutil.h"
+#include "formats/hfconfig.h"
+#include "formats/safetensors.h"
+#include "base/sdp_log.h"
 #include "runtime/state.h"
 
 static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cfg, int g,

@@ -10,7 +10,7 @@
 
 #include <starpu.h>
 
-#include "runtime/sdp_log.h"
+#include "base/sdp_log.h"
 #include "runtime/tensor_starpu.h"
 
 struct sdp_rt_tensor {

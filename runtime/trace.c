@@ -14,8 +14,8 @@
 
 #include <starpu.h>
 
-#include "runtime/fsutil.h"
-#include "runtime/sdp_log.h"
+#include "base/fsutil.h"
+#include "base/sdp_log.h"
 #include "runtime/trace.h"
 
 struct event {

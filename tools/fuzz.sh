@@ -27,14 +27,14 @@ targets=${*:-$all_targets}
 sources_of()
 {
     case "$1" in
-    safetensors) echo runtime/safetensors.c runtime/safetensors_write.c runtime/fsutil.c ;;
-    hfconfig) echo runtime/hfconfig.c models/qwen3.c runtime/fsutil.c ;;
-    recipe) echo graph/recipe.c models/qwen3.c ;;
-    tokenizer) echo runtime/tokenizer.c runtime/tokenizer_encode.c runtime/bpe.c ;;
-    shard) echo runtime/shard.c runtime/fsutil.c ;;
+    safetensors) echo formats/safetensors.c formats/safetensors_write.c base/fsutil.c ;;
+    hfconfig) echo formats/hfconfig.c models/qwen3.c base/fsutil.c ;;
+    recipe) echo cli/recipe.c models/qwen3.c ;;
+    tokenizer) echo text/tokenizer.c text/tokenizer_encode.c text/bpe.c ;;
+    shard) echo formats/shard.c base/fsutil.c ;;
     # ckpt.c also holds save/load, which call runtime/tensor.c and so StarPU: the binary links
     # StarPU, although sdp_ckpt_read_info never calls it.
-    ckpt) echo runtime/ckpt.c runtime/fsutil.c runtime/tensor.c models/qwen3.c ;;
+    ckpt) echo runtime/ckpt.c base/fsutil.c runtime/tensor.c models/qwen3.c ;;
     *) return 1 ;;
     esac
 }

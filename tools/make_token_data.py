@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Tokenize a text file into token shards (the format of runtime/shard.h).
+"""Tokenize a text file into token shards (the format of formats/shard.h).
 
 The text is split into documents, each document is tokenized with a Hugging Face
 `tokenizers` tokenizer.json, and the end-of-document id is appended after every

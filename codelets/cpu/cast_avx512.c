@@ -15,7 +15,7 @@
 
 #include "codelets/cpu/avx512_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
-#include "runtime/sdp_log.h"
+#include "base/sdp_log.h"
 
 /* ---- kernel selection ---- */
 

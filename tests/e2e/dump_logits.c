@@ -14,7 +14,7 @@
 
 #include "codelets/sdp_tasks.h"
 #include "graph/step.h"
-#include "runtime/hfconfig.h"
+#include "formats/hfconfig.h"
 #include "runtime/init.h"
 #include "runtime/state.h"
 

@@ -47,7 +47,7 @@ LOGIT_RTOL = 1e-5
 
 
 def read_shard(path, n):
-    """First n token ids of a token shard (format: runtime/shard.h)."""
+    """First n token ids of a token shard (format: formats/shard.h)."""
     with open(path, "rb") as f:
         head = f.read(64)
         if len(head) != 64 or head[:8] != b"SDPTOKEN":

@@ -15,9 +15,9 @@
 
 #include "codelets/sdp_tasks.h"
 #include "graph/step.h"
-#include "runtime/hfconfig.h"
+#include "formats/hfconfig.h"
 #include "runtime/init.h"
-#include "runtime/safetensors.h"
+#include "formats/safetensors.h"
 #include "runtime/state.h"
 #include "tests/lib/sdp_test.h"
 

@@ -3,7 +3,7 @@
 # Loss curves against Hugging Face transformers through bench/hf_loss_compare.py: a tiny tied Qwen3
 # (2 layers, hidden 32, Qwen3's vocabulary) initialised by transformers, 8 fp32 AdamW steps on CPU
 # workers (warmup, cosine, clipping, weight decay, 2 micro-batches a step) on data/kjv/val.tok, the
-# batches checked against runtime/data.c; max |loss ours - loss transformers| must stay below TOL.
+# batches checked against formats/data.c; max |loss ours - loss transformers| must stay below TOL.
 # Then the negative control: transformers fed the sequences one place later in the sampler's
 # order must fail the same comparison.  Skips (77) without numpy/torch/transformers/yaml.
 set -u
@@ -70,7 +70,7 @@ if ! $cmp "$tmp/tiny.yaml" --device cpu --out "$tmp/run" --slidedp "$build/slide
     cat "$tmp/out"; tail -n 20 "$tmp/err"; echo "comparison failed"; echo FAIL; exit 1
 fi
 head -n 1 "$tmp/out"
-if ! grep -q "identical to runtime/data.c" "$tmp/err"; then
+if ! grep -q "identical to formats/data.c" "$tmp/err"; then
     echo "batches not checked"; echo FAIL; exit 1
 fi
 lines=$(wc -l < "$tmp/run/compare.jsonl")

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Fuzz target for runtime/hfconfig.c: the input is loaded as a config.json.  Must only return 0
+/* Fuzz target for formats/hfconfig.c: the input is loaded as a config.json.  Must only return 0
  * or a negative errno and free everything.
  * Built by tools/fuzz.sh (libFuzzer) and by tests/fuzz/local.mk (regression replay). */
 #include "config.h"
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "models/sdp_models.h"
-#include "runtime/hfconfig.h"
+#include "formats/hfconfig.h"
 #include "tests/fuzz/fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

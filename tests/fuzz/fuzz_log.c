@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Quiet stand-in for runtime/log.c in the libFuzzer builds only (tools/fuzz.sh): every message is
+/* Quiet stand-in for base/log.c in the libFuzzer builds only (tools/fuzz.sh): every message is
  * still formatted (so bad format arguments are caught by the sanitizers) but not printed, unless
  * SDP_FUZZ_VERBOSE is set.  sdp_assert_fail still aborts: an assertion reached from input is a bug.
- * The `make check` replay programs link the real runtime/log.c instead. */
+ * The `make check` replay programs link the real base/log.c instead. */
 #include "config.h"
 
 #include <errno.h>
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/sdp_log.h"
+#include "base/sdp_log.h"
 
 int sdp_log_verbosity = SDP_LOG_INFO;
 

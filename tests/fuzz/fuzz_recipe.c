@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Fuzz target for graph/recipe.c: the input is loaded as a YAML recipe; a recipe that loads is
+/* Fuzz target for cli/recipe.c: the input is loaded as a YAML recipe; a recipe that loads is
  * validated again and its learning-rate schedule evaluated.  Must only return 0 or a negative
  * errno and free everything.
  * Built by tools/fuzz.sh (libFuzzer) and by tests/fuzz/local.mk (regression replay). */
@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "graph/recipe.h"
+#include "cli/recipe.h"
 #include "tests/fuzz/fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

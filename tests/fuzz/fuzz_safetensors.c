@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Fuzz target for runtime/safetensors.c: the input is opened as a .safetensors file, then as a
+/* Fuzz target for formats/safetensors.c: the input is opened as a .safetensors file, then as a
  * model.safetensors.index.json next to two small valid shards; whatever opens is listed and every
  * readable tensor read.  Must only return 0 or a negative errno and free everything.
  * Built by tools/fuzz.sh (libFuzzer) and by tests/fuzz/local.mk (regression replay). */
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/safetensors.h"
+#include "formats/safetensors.h"
 #include "tests/fuzz/fuzz_common.h"
 
 #define READ_MAX_ELEMS (1u << 16)

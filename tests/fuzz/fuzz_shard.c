@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Fuzz target for runtime/shard.c: the input is opened as a token shard; an open shard has every
+/* Fuzz target for formats/shard.c: the input is opened as a token shard; an open shard has every
  * token and mask byte read (so a count that overruns the mapping is caught).  Must only return 0
  * or a negative errno and free (unmap) everything.
  * Built by tools/fuzz.sh (libFuzzer) and by tests/fuzz/local.mk (regression replay). */
@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "runtime/shard.h"
+#include "formats/shard.h"
 #include "tests/fuzz/fuzz_common.h"
 
 volatile uint32_t sdp_fuzz_sink; /* keeps the reads of every token */

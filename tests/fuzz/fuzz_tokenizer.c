@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Fuzz target for runtime/tokenizer.c, tokenizer_encode.c and bpe.c: the input is loaded as a
+/* Fuzz target for text/tokenizer.c, tokenizer_encode.c and bpe.c: the input is loaded as a
  * tokenizer.json; a tokenizer that loads encodes a short text (ASCII, added tokens, non-ASCII,
  * invalid UTF-8), decodes the ids back and looks up a few tokens.  Must only return 0 or a
  * negative errno and free everything.
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tests/fuzz/fuzz_common.h"
 
 static const char text[] = "Hello world!  It's 2024\n\n<|endoftext|> na\xc3\xafve "

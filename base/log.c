@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/* Logging and error reporting to stderr (see sdp_log.h).  Keeps errno intact around logging. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/sdp_log.h"
+
+int sdp_log_verbosity = SDP_LOG_INFO;
+
+static const char *level_name[] = { "error", "warn", "info", "debug" };
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+void sdp_log_at(int level, const char *func, const char *file, int line, const char *fmt, ...)
+{
+    int saved = errno;
+    va_list ap;
+    if (level < 0)
+        level = 0;
+    if (level > SDP_LOG_DEBUG)
+        level = SDP_LOG_DEBUG;
+    if (level >= SDP_LOG_INFO)
+        fprintf(stderr, "[sdp][%s] ", level_name[level]);
+    else
+        fprintf(stderr, "[sdp][%s][%s@%s:%d] ", level_name[level], func, base_name(file), line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    errno = saved;
+}
+
+int sdp_err_at(int rc, const char *func, const char *file, int line, const char *fmt, ...)
+{
+    int saved = errno;
+    va_list ap;
+    fprintf(stderr, "[sdp][error][%s@%s:%d] ", func, base_name(file), line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (rc < 0)
+        fprintf(stderr, ": %s", strerror(-rc));
+    fputc('\n', stderr);
+    errno = saved;
+    return rc;
+}
+
+void sdp_hint(const char *fmt, ...)
+{
+    int saved = errno;
+    va_list ap;
+    fputs("[sdp][hint] ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    errno = saved;
+}
+
+void sdp_assert_fail(const char *cond, const char *func, const char *file, int line,
+                     const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "[sdp][bug][%s@%s:%d] assertion '%s' failed: ", func, base_name(file), line,
+            cond);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    abort();
+}

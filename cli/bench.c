@@ -1,0 +1,644 @@
+/* SPDX-License-Identifier: MIT */
+/* `slidedp bench`: the standard workload of the benchmarks (a preset model with random weights,
+ * random token ids, full-parameter AdamW), timed per step after warm-up; prints one JSON line with
+ * the figures the peers are compared on (tokens/s, model TFLOP/s, GPU and host peak memory) and the
+ * settings. */
+#include "config.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codelets/sdp_tasks.h"
+#include "cli/recipe.h"
+#include "graph/step.h"
+#include "policies/sdp_policies.h"
+#include "cli/cli.h"
+#include "formats/hfconfig.h"
+#include "runtime/init.h"
+#include "base/sdp_log.h"
+#include "runtime/state.h"
+#include "runtime/trace.h"
+
+struct bench_opts {
+    const char *model, *sched, *precision, *activations, *trace, *events, *grad_dtype, *mem_log;
+    int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
+    int embed_early_off, mlp_early_opt, work_on_gpu, embed_on_gpu, lookup_host;
+    int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last, keep_mlp, gpu_update;
+    double chunk_mib, gpu_memory_gib, max_grad_norm;
+    unsigned long long seed;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f, "usage: slidedp bench --model PRESET|CONFIG [options]\n"
+           "\n"
+           "Time training steps of a preset model (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,\n"
+           "qwen3-14b), or of the model a Hugging Face config.json (or the directory holding it)\n"
+           "describes, with random weights and random tokens; print one JSON line.\n"
+           "\n"
+           "options:\n"
+           "  --batch N            sequences per step (16)\n"
+           "  --micro N            sequences per micro-batch (= batch)\n"
+           "  --seq N              tokens per sequence (1024)\n"
+           "  --steps N            timed steps (5)\n"
+           "  --warmup N           untimed steps first (2)\n"
+           "  --precision P        bf16 or fp32 (bf16)\n"
+           "  --grad-dtype D       gradient AdamW reads: fp32, bf16 (packed where it was made) or\n"
+           "                       auto (bf16 for one rank on a GPU, else fp32; the default)\n"
+           "  --work-home H        host or gpu: where the working copies live (host; gpu: the\n"
+           "                       host holds 12 bytes a parameter, see train.work_home)\n"
+           "  --embed-home H       host or gpu: where the embedding's working copy lives (host;\n"
+           "                       see train.embed_home)\n"
+           "  --embed-lookup L     compute or host: where the forward's embedding lookup runs\n"
+           "                       (compute; host: on the CPU workers, from the working copy on\n"
+           "                       the host, see train.embed_lookup)\n"
+           "  --embed-early X      on or off: update the tied embedding's rows outside the step's\n"
+           "                       tokens during the backward (one rank, bf16 return; on)\n"
+           "  --mlp-early X        on or off: pack and update each layer's chunks of MLP weights\n"
+           "                       once the MLP's backward has run (one rank, bf16 return; by\n"
+           "                       default with --work-home gpu only; on: layer 1's on the host\n"
+           "                       too)\n"
+           "  --activations A      recompute, keep, offload or selective (recompute; offload:\n"
+           "                       recompute, and each layer's saved input waits on the host;\n"
+           "                       selective: the mid residuals kept too, so the attention's\n"
+           "                       output projection is not recomputed)\n"
+           "  --chunk-mib X        parameter chunk, MiB of fp32 master (16)\n"
+           "  --gpus N             CUDA workers (-1 = all found, 0 = none; -1)\n"
+           "  --gpu-memory-gib X   memory StarPU may use per GPU (0 = all)\n"
+           "  --cpus N             CPU workers (0 = all cores)\n"
+           "  --sched NAME         scheduling policy (sdp-slidedp; `slidedp policies`)\n"
+           "  --staging-depth N    sdp-slidedp: casts and updates in flight (default: one per CPU\n"
+           "                       worker, at least 4; or SDP_STAGING_DEPTH)\n"
+           "  --prefetch-groups N  sdp-slidedp: parameter groups a GPU may prefetch ahead (2; or\n"
+           "                       SDP_WINDOW_DEPTH)\n"
+           "  --window N           release each layer from the GPU after its last use, keeping\n"
+           "                       the last N forward layers for the backward (2 with\n"
+           "                       --gpu-memory-gib, else 0: no release)\n"
+           "  --bwd-lookahead N    layers the backward's recomputation and gradient zeroing may\n"
+           "                       run ahead of it (1; -1 = no bound)\n"
+           "  --keep-last N        with recomputation, the top N layers keep every activation\n"
+           "                       from the forward (1; 0 = every layer recomputed)\n"
+           "  --keep-mlp N         with recomputation, the top N recomputed layers keep their\n"
+           "                       MLP's inputs from the forward on the GPU (0; see\n"
+           "                       train.keep_mlp)\n"
+           "  --gpu-update N       run the AdamW of layers 1..N on the GPU (0; one rank, bf16\n"
+           "                       return, working copies on the host; see train.gpu_update)\n"
+           "  --ranks R            data-parallel ranks, one per GPU (1); the batch is shared\n"
+           "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n"
+           "  --collectives starpu|nccl  the GPU-reduction route's transfers and sum (starpu)\n"
+           "  --param-route replicated|sharded  parameter dispatch to the ranks (replicated)\n"
+           "  --barrier            wait for every task after each step (no overlap of a step's\n"
+           "                       updates with the next step; tokens/s from the median step)\n"
+           "  --trace FILE.json    Chrome/Perfetto timeline of every task, one track per lane\n"
+           "  --events FILE.jsonl  the task event log (tools/lane_util.py, check_invariants.py)\n"
+           "  --mem-log FILE.jsonl the run's memory every 0.5 s from StarPU's start (RSS, host\n"
+           "                       memory available, StarPU's host count, each GPU's use), one\n"
+           "                       JSON line a sample, flushed as written, to the end of the\n"
+           "                       steps\n");
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* The random ids and targets of step s (uniform over the vocabulary, from the seed). */
+static void draw(uint64_t seed, int s, int vocab, int32_t *ids, int32_t *targets, size_t ntok)
+{
+    for (size_t i = 0; i < ntok; i++) {
+        uint64_t r = mix(seed ^ mix((uint64_t)s * ntok + i));
+        ids[i] = (int32_t)(r % (uint64_t)vocab);
+        targets[i] = (int32_t)((r >> 32) % (uint64_t)vocab);
+    }
+}
+
+/* Whether the gradient returns in bf16 (--grad-dtype; the recipe's rule). */
+static int grad_bf16(const struct bench_opts *b, int on_gpu)
+{
+    int want = !strcmp(b->grad_dtype, "auto") ? -1 : !strcmp(b->grad_dtype, "bf16");
+    return sdp_grad_bf16_choice(want, b->ranks, on_gpu);
+}
+
+static int run(const struct bench_opts *b)
+{
+    struct sdp_model_cfg cfg;
+    struct sdp_state st;
+    struct sdp_rt_conf rc_conf = { 0 };
+    struct sdp_graph_conf gc = { 0 };
+    sdp_graph_t *g = NULL;
+    void *policy = NULL;
+    const char *norms_at = "any";
+    enum sdp_dtype dt = strcmp(b->precision, "fp32") ? SDP_BF16 : SDP_F32;
+    size_t ntok = (size_t)b->batch * b->seq;
+    int32_t *ids = NULL, *targets = NULL, *next_ids = NULL, *next_targets = NULL;
+    double *step_s = NULL, gpu_peak = 0.0, t_init, t_start = 0.0, t_prev, span;
+    double t_go = sdp_cli_now_s(), t_rt = 0.0, t_state = 0.0, t_graph = 0.0, t_end;
+    int rc = SDP_EXIT_FAILURE, state_made = 0, total = b->warmup + b->steps, gbf16;
+    int wid[SDP_MAX_RANKS] = { 0 };
+    unsigned long long need, avail;
+
+    if (sdp_model_preset(b->model, &cfg)) {
+        if (access(b->model, F_OK) != 0) {
+            sdp_err(-EINVAL, "unknown model preset '%s', and no such config file or directory",
+                    b->model);
+            sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b; or give a "
+                     "Hugging Face config.json or its directory");
+            return SDP_EXIT_USAGE;
+        }
+        if (sdp_hfconfig_load(b->model, &cfg)) /* names the file and the field */
+            return SDP_EXIT_USAGE;
+    }
+    if (b->batch % b->micro != 0) {
+        sdp_err(-EINVAL, "--batch %d is not a multiple of --micro %d", b->batch, b->micro);
+        return SDP_EXIT_USAGE;
+    }
+    if (b->sched && sdp_policy_resolve(b->sched, &policy))
+        return SDP_EXIT_USAGE;
+    /* as far as it is known before StarPU starts; resolved again once it has */
+    gbf16 = grad_bf16(b, sdp_cli_may_use_gpu(b->gpus));
+    need = sdp_state_host_bytes(&cfg, dt, gbf16 ? SDP_BF16 : SDP_F32,
+                                (sdp_cli_may_use_gpu(b->gpus) ? SDP_STATE_ON_GPU : 0) |
+                                    (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                                    (b->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
+    avail = sdp_rt_host_mem_available();
+    if (avail > 0 && need > avail) {
+        sdp_err(-ENOMEM,
+                "%s needs %.1f GiB of host memory for its training state, %.1f GiB available",
+                b->model, need / 1073741824.0, avail / 1073741824.0);
+        return SDP_EXIT_FAILURE;
+    }
+    ids = malloc(ntok * sizeof(*ids));
+    targets = malloc(ntok * sizeof(*targets));
+    next_ids = malloc(ntok * sizeof(*next_ids));
+    next_targets = malloc(ntok * sizeof(*next_targets));
+    step_s = calloc((size_t)total, sizeof(*step_s));
+    if (!ids || !targets || !next_ids || !next_targets || !step_s) {
+        sdp_err(-ENOMEM, "batch buffers");
+        goto out_free;
+    }
+    sdp_policy_slidedp_configure(b->staging_depth, b->prefetch_groups);
+    rc_conf.sched_name = b->sched;
+    rc_conf.sched_policy = policy;
+    rc_conf.ncpus = b->cpus;
+    rc_conf.ncuda = b->gpus;
+    rc_conf.require_cuda = b->gpus > 0;
+    rc_conf.gpu_memory_gib = b->gpu_memory_gib;
+    if (sdp_rt_init(&rc_conf))
+        goto out_free;
+    t_rt = sdp_cli_now_s();
+    if (b->mem_log && sdp_rt_memlog_start(b->mem_log, 0.5))
+        goto out;
+    gbf16 = grad_bf16(b, sdp_rt_ncuda() > 0);
+    if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
+        (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&cfg)) ||
+        sdp_state_create_ex(&st, &cfg, dt, (size_t)(b->chunk_mib * 1048576.0),
+                            gbf16 ? SDP_BF16 : SDP_F32,
+                            (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
+                                (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                                (b->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0)))
+        goto out;
+    state_made = 1;
+    t_state = sdp_cli_now_s();
+    if ((b->trace || b->events) && sdp_trace_start())
+        goto out;
+    t_init = sdp_cli_now_s();
+    sdp_state_init_random(&st, b->seed);
+    SDP_INFO("random initialisation of %zu parameters: %.1f s", sdp_model_num_params(&cfg),
+             sdp_cli_now_s() - t_init);
+    gc.micro_batch = b->micro;
+    gc.n_micro = b->batch / b->micro;
+    gc.seq_len = b->seq;
+    sdp_recipe_activations(b->activations, &gc.recompute, &gc.offload_inputs); /* checked */
+    gc.beta1 = 0.9;
+    gc.beta2 = 0.95;
+    gc.eps = 1e-8;
+    gc.weight_decay = 0.1;
+    gc.max_grad_norm = b->max_grad_norm;
+    gc.embed_early = b->embed_early_off ? -1 : 0;
+    gc.mlp_early = b->mlp_early_opt;
+    gc.window = b->window;
+    gc.bwd_lookahead = b->lookahead;
+    gc.keep_last = b->keep_last;
+    gc.keep_mlp = b->keep_mlp;
+    gc.gpu_update = b->gpu_update;
+    gc.embed_lookup_host = b->lookup_host;
+    norms_at = sdp_cli_place_norms(b->ranks, b->window);
+    gc.nranks = b->ranks;
+    gc.grad_route = b->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
+    gc.param_route = b->sharded ? SDP_ROUTE_SHARDED : SDP_ROUTE_REPLICATED;
+    if (b->ranks > 1 && (sdp_rt_rank_workers(b->ranks, wid) || sdp_tasks_set_ranks(b->ranks, wid) ||
+                         (b->nccl && sdp_tasks_use_nccl(b->ranks, wid))))
+        goto out;
+    if (sdp_graph_create(&g, &st, &gc))
+        goto out;
+    if (b->ranks == 1 && sdp_rt_rank_workers(1, wid))
+        goto out;
+    t_graph = sdp_cli_now_s();
+    /* where a run's minutes go besides its steps (on a GPU host, pinning the state dominates) */
+    SDP_INFO("start-up %.1f s: StarPU %.1f s, state %.1f s, initialisation and graph %.1f s",
+             t_graph - t_go, t_rt - t_go, t_state - t_rt, t_graph - t_state);
+    /* Pipelined (the default, as `train` runs): a step is submitted as soon as the previous one's
+     * loss and norm are known, so its forward overlaps the previous updates; a step's time is the
+     * interval between two returns of sdp_graph_step.  The timed steps start after a barrier and
+     * end with one, and tokens_per_s counts that whole span (the pipeline's fill and drain
+     * included).  --barrier waits for every task after each step instead (no overlap across
+     * steps). */
+    t_prev = sdp_cli_now_s();
+    for (int s = 0; s < total; s++) {
+        struct sdp_step_result res;
+        if (s == b->warmup) {
+            if (sdp_rt_wait_all())
+                goto out;
+            sdp_rt_bus_count_start();
+            t_start = t_prev = sdp_cli_now_s();
+        }
+        if (s == 0) {
+            draw(b->seed, s, cfg.vocab_size, ids, targets, ntok);
+        } else { /* drawn ahead by the step before */
+            int32_t *swap = ids;
+            ids = next_ids;
+            next_ids = swap;
+            swap = targets;
+            targets = next_targets;
+            next_targets = swap;
+        }
+        if (s + 1 < total) { /* the next step's ids, told ahead (sdp_graph_set_next) */
+            draw(b->seed, s + 1, cfg.vocab_size, next_ids, next_targets, ntok);
+            sdp_graph_set_next(g, next_ids);
+        }
+        if (sdp_graph_step(g, s, ids, targets, 1e-5, 1, &res) || (b->barrier && sdp_rt_wait_all()))
+            goto out;
+        step_s[s] = sdp_cli_now_s() - t_prev;
+        t_prev += step_s[s];
+        for (int d = 0; d < sdp_rt_ncuda(); d++) {
+            double used = sdp_rt_gpu_mem_used(d) / 1073741824.0;
+            gpu_peak = used > gpu_peak ? used : gpu_peak;
+        }
+        SDP_INFO("step %d/%d%s: %.3f s, %.0f tokens/s, loss %.4f", s + 1, total,
+                 s < b->warmup ? " (warm-up)" : "", step_s[s], ntok / step_s[s], res.loss);
+    }
+    if (sdp_rt_wait_all()) /* the last updates: the drain of the pipeline */
+        goto out;
+    span = sdp_cli_now_s() - t_start;
+    /* the memory log covers the steps; its last peak is then at most the result's host peak,
+     * read below (writing the event log afterwards may take more) */
+    sdp_rt_memlog_stop();
+    {
+        double *timed = step_s + b->warmup, median, tps, steady = 0.0;
+        json_t *settings, *o, *steps_arr = json_array();
+        json_t *routes = json_array();
+        struct sdp_route_bytes rb;
+        struct sdp_rank_bytes moved[SDP_MAX_RANKS];
+        char *line;
+        /* bytes per rank per timed step: the design's formulas and what StarPU moved */
+        sdp_rt_bus_count_read(b->ranks, wid, moved);
+        for (int r = 0; r < b->ranks; r++) {
+            sdp_graph_route_bytes(g, r, &rb);
+            json_array_append_new(
+                routes, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "rank", r,
+                                  "param_h2d_gb_pred", rb.param_h2d / 1e9, "param_peer_gb_pred",
+                                  rb.param_peer / 1e9, "grad_d2h_gb_pred", rb.grad_d2h / 1e9,
+                                  "grad_peer_gb_pred", rb.grad_peer / 1e9, "h2d_gb",
+                                  moved[r].h2d / 1e9 / b->steps, "peer_in_gb",
+                                  moved[r].peer_in / 1e9 / b->steps, "d2h_gb",
+                                  moved[r].d2h / 1e9 / b->steps, "peer_out_gb",
+                                  moved[r].peer_out / 1e9 / b->steps));
+        }
+        for (int s = 0; s < b->steps; s++)
+            json_array_append_new(steps_arr, json_real(timed[s]));
+        median = sdp_cli_median(timed, b->steps);
+        /* with a barrier every step is alike; pipelined, the span of all timed steps counts */
+        tps = b->barrier ? ntok / median : (double)ntok * b->steps / span;
+        if (!b->barrier && b->steps >= 2) /* the steady period: the intervals after the first */
+            steady = ntok / sdp_cli_median(timed + 1, b->steps - 1);
+        settings = json_pack(
+            "{s:s, s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:s, s:i, s:s, s:s, s:f}",
+            "precision", b->precision, "grad_dtype", gbf16 ? "bf16" : "fp32", "micro_batch",
+            b->micro, "activations", b->activations, "chunk_mib", b->chunk_mib, "sched",
+            b->sched ? b->sched : "default", "gpus", sdp_rt_ncuda(), "cpu_workers", sdp_rt_ncpus(),
+            "gpu_memory_gib", b->gpu_memory_gib, "window", b->window, "bwd_lookahead", b->lookahead,
+            "norms", norms_at, "ranks", b->ranks, "grad_route", b->grad_route_gpu ? "gpu" : "cpu",
+            "param_route", b->sharded ? "sharded" : "replicated", "max_grad_norm",
+            b->max_grad_norm);
+        /* as asked: 0 / -1 = the policy's default (its log line says which it used) */
+        json_object_set_new(settings, "keep_last", json_integer(b->keep_last));
+        json_object_set_new(settings, "keep_mlp", json_integer(b->keep_mlp));
+        json_object_set_new(settings, "gpu_update", json_integer(b->gpu_update));
+        json_object_set_new(settings, "staging_depth", json_integer(b->staging_depth));
+        json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
+        json_object_set_new(settings, "collectives", json_string(b->nccl ? "nccl" : "starpu"));
+        json_object_set_new(settings, "embed_early", json_boolean(!b->embed_early_off));
+        json_object_set_new(settings, "mlp_early",
+                            json_string(b->mlp_early_opt < 0   ? "off"
+                                        : b->mlp_early_opt > 0 ? "on"
+                                                               : "default"));
+        json_object_set_new(settings, "work_home", json_string(b->work_on_gpu ? "gpu" : "host"));
+        json_object_set_new(settings, "embed_home",
+                            json_string(b->embed_on_gpu || b->work_on_gpu ? "gpu" : "host"));
+        json_object_set_new(settings, "embed_lookup",
+                            json_string(b->lookup_host ? "host" : "compute"));
+        /* steps whose late embedding rows waited for the next step's lookup (defer_rows) */
+        json_object_set_new(settings, "deferred_steps", json_integer(sdp_graph_deferred_steps(g)));
+        json_object_set_new(settings, "timing", json_string(b->barrier ? "barrier" : "pipelined"));
+        o = json_pack(
+            "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
+            b->model, "batch", b->batch, "seq", b->seq, "tokens_per_s", tps, "model_tflops",
+            tps * sdp_model_train_flops_per_token(&cfg, b->seq) / 1e12, "step_s_median", median,
+            "gpu_peak_gib", gpu_peak, "host_peak_gib", sdp_rt_host_peak_rss() / 1073741824.0,
+            "step_s", steps_arr, "settings", settings);
+        json_object_set_new(o, "bytes_per_rank_per_step", routes);
+        json_object_set_new(o, "startup_s",
+                            json_pack("{s:f, s:f, s:f, s:f}", "total", t_graph - t_go, "starpu",
+                                      t_rt - t_go, "state", t_state - t_rt, "init_graph",
+                                      t_graph - t_state));
+        if (steady > 0) /* pipelined: tokens per steady step (the intervals after the first) */
+            json_object_set_new(o, "tokens_per_s_steady", json_real(steady));
+        line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
+        printf("%s\n", line);
+        fflush(stdout);
+        free(line);
+        json_decref(o);
+    }
+    rc = SDP_EXIT_OK;
+    if ((b->trace || b->events) && sdp_trace_write(b->events, b->trace))
+        rc = SDP_EXIT_FAILURE;
+out:
+    t_end = sdp_cli_now_s();
+    sdp_graph_destroy(g);
+    if (state_made)
+        sdp_state_destroy(&st);
+    sdp_trace_stop();
+    sdp_rt_memlog_stop();
+    sdp_tasks_shutdown();
+    sdp_rt_shutdown();
+    if (t_graph > 0.0)
+        SDP_INFO("shutdown %.1f s, whole run %.1f s", sdp_cli_now_s() - t_end,
+                 sdp_cli_now_s() - t_go);
+out_free:
+    free(ids);
+    free(next_ids);
+    free(next_targets);
+    free(targets);
+    free(step_s);
+    return rc;
+}
+
+static int parse_num(const char *opt, const char *s, double lo, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= lo)) {
+        fprintf(stderr, "slidedp bench: %s expects a number >= %g, got '%s'\n", opt, lo, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int sdp_cli_bench(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "model", required_argument, NULL, 'M' },
+        { "batch", required_argument, NULL, 'b' },
+        { "micro", required_argument, NULL, 'u' },
+        { "seq", required_argument, NULL, 'T' },
+        { "steps", required_argument, NULL, 's' },
+        { "warmup", required_argument, NULL, 'w' },
+        { "precision", required_argument, NULL, 'p' },
+        { "grad-dtype", required_argument, NULL, 'P' },
+        { "activations", required_argument, NULL, 'a' },
+        { "chunk-mib", required_argument, NULL, 'k' },
+        { "gpus", required_argument, NULL, 'g' },
+        { "gpu-memory-gib", required_argument, NULL, 'G' },
+        { "cpus", required_argument, NULL, 'c' },
+        { "sched", required_argument, NULL, 'S' },
+        { "max-grad-norm", required_argument, NULL, 'N' },
+        { "window", required_argument, NULL, 'W' },
+        { "bwd-lookahead", required_argument, NULL, 'L' },
+        { "keep-last", required_argument, NULL, 'K' },
+        { "gpu-update", required_argument, NULL, 'U' },
+        { "staging-depth", required_argument, NULL, 'Q' },
+        { "prefetch-groups", required_argument, NULL, 'F' },
+        { "ranks", required_argument, NULL, 'R' },
+        { "grad-route", required_argument, NULL, 'D' },
+        { "collectives", required_argument, NULL, 'O' },
+        { "param-route", required_argument, NULL, 'Y' },
+        { "trace", required_argument, NULL, 'X' },
+        { "events", required_argument, NULL, 'E' },
+        { "mem-log", required_argument, NULL, 1002 },
+        { "barrier", no_argument, NULL, 'B' },
+        { "embed-early", required_argument, NULL, 1000 },
+        { "work-home", required_argument, NULL, 1001 },
+        { "embed-home", required_argument, NULL, 1004 },
+        { "mlp-early", required_argument, NULL, 1003 },
+        { "keep-mlp", required_argument, NULL, 1005 },
+        { "embed-lookup", required_argument, NULL, 1006 },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    struct bench_opts b = { .batch = 16,
+                            .micro = 0,
+                            .seq = 1024,
+                            .steps = 5,
+                            .warmup = 2,
+                            .gpus = -1,
+                            .cpus = 0,
+                            .chunk_mib = 16,
+                            .precision = "bf16",
+                            .grad_dtype = "auto",
+                            .activations = "recompute",
+                            .sched = "sdp-slidedp",
+                            .window = -1,
+                            .lookahead = 1,
+                            .keep_last = 1,
+                            .prefetch_groups = -1,
+                            .ranks = 1,
+                            .seed = 1234 };
+    int opt;
+    double v;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'M':
+            b.model = optarg;
+            break;
+        case 'p':
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
+                fprintf(stderr, "slidedp bench: --precision expects bf16 or fp32\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.precision = optarg;
+            break;
+        case 'P':
+            if (strcmp(optarg, "auto") && strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
+                fprintf(stderr, "slidedp bench: --grad-dtype expects auto, bf16 or fp32\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.grad_dtype = optarg;
+            break;
+        case 1000:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "slidedp bench: --embed-early expects on or off\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.embed_early_off = !strcmp(optarg, "off");
+            break;
+        case 1003:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "slidedp bench: --mlp-early expects on or off\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.mlp_early_opt = !strcmp(optarg, "off") ? -1 : 1;
+            break;
+        case 1006:
+            if (strcmp(optarg, "compute") && strcmp(optarg, "host")) {
+                fprintf(stderr, "slidedp bench: --embed-lookup expects compute or host\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.lookup_host = !strcmp(optarg, "host");
+            break;
+        case 1005:
+            if (parse_num("--keep-mlp", optarg, 0, &v) || v != (int)v)
+                return SDP_EXIT_USAGE;
+            b.keep_mlp = (int)v;
+            break;
+        case 1001:
+            if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
+                fprintf(stderr, "slidedp bench: --work-home expects host or gpu\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.work_on_gpu = !strcmp(optarg, "gpu");
+            break;
+        case 1004:
+            if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
+                fprintf(stderr, "slidedp bench: --embed-home expects host or gpu\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.embed_on_gpu = !strcmp(optarg, "gpu");
+            break;
+        case 'a':
+            if (sdp_recipe_activations(optarg, &(int){ 0 }, &(int){ 0 })) {
+                fprintf(stderr, "slidedp bench: --activations expects recompute, keep, offload or "
+                                "selective\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.activations = optarg;
+            break;
+        case 'S':
+            b.sched = optarg;
+            break;
+        case 'X':
+            b.trace = optarg;
+            break;
+        case 'E':
+            b.events = optarg;
+            break;
+        case 1002:
+            b.mem_log = optarg;
+            break;
+        case 'Y':
+            if (strcmp(optarg, "replicated") && strcmp(optarg, "sharded")) {
+                fprintf(stderr, "slidedp bench: --param-route expects replicated or sharded\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.sharded = !strcmp(optarg, "sharded");
+            break;
+        case 'O':
+            if (strcmp(optarg, "starpu") && strcmp(optarg, "nccl")) {
+                fprintf(stderr, "slidedp bench: --collectives expects starpu or nccl\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.nccl = !strcmp(optarg, "nccl");
+            break;
+        case 'D':
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu")) {
+                fprintf(stderr, "slidedp bench: --grad-route expects cpu or gpu\n");
+                return SDP_EXIT_USAGE;
+            }
+            b.grad_route_gpu = !strcmp(optarg, "gpu");
+            break;
+        case 'B':
+            b.barrier = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return SDP_EXIT_OK;
+        case 'N':
+            if (parse_num("--max-grad-norm", optarg, 0, &b.max_grad_norm))
+                return SDP_EXIT_USAGE;
+            break;
+        case 'k':
+        case 'G':
+            if (parse_num(opt == 'k' ? "--chunk-mib" : "--gpu-memory-gib", optarg,
+                          opt == 'k' ? 0.004 : 0, opt == 'k' ? &b.chunk_mib : &b.gpu_memory_gib))
+                return SDP_EXIT_USAGE;
+            break;
+        case 'b':
+        case 'u':
+        case 'T':
+        case 's':
+        case 'w':
+        case 'g':
+        case 'c':
+        case 'W':
+        case 'R':
+        case 'L':
+        case 'K':
+        case 'U':
+        case 'Q':
+        case 'F':
+            if (parse_num("an integer option", optarg,
+                          opt == 'g' || opt == 'L' ? -1
+                                                   : (opt == 'w' || opt == 'c' || opt == 'W' ||
+                                                              opt == 'F' || opt == 'K' || opt == 'U'
+                                                          ? 0
+                                                          : 1),
+                          &v) ||
+                v != (int)v)
+                return SDP_EXIT_USAGE;
+            *(opt == 'b'   ? &b.batch
+              : opt == 'u' ? &b.micro
+              : opt == 'T' ? &b.seq
+              : opt == 's' ? &b.steps
+              : opt == 'w' ? &b.warmup
+              : opt == 'g' ? &b.gpus
+              : opt == 'W' ? &b.window
+              : opt == 'R' ? &b.ranks
+              : opt == 'L' ? &b.lookahead
+              : opt == 'K' ? &b.keep_last
+              : opt == 'U' ? &b.gpu_update
+              : opt == 'Q' ? &b.staging_depth
+              : opt == 'F' ? &b.prefetch_groups
+                           : &b.cpus) = (int)v;
+            break;
+        default:
+            usage(stderr);
+            return SDP_EXIT_USAGE;
+        }
+    }
+    if (!b.model || optind != argc) {
+        usage(stderr);
+        return SDP_EXIT_USAGE;
+    }
+    if (b.micro == 0)
+        b.micro = b.batch / b.ranks;
+    if (b.window < 0)
+        b.window = b.gpu_memory_gib > 0 ? 2 : 0;
+    if (b.batch % b.ranks || (b.batch / b.ranks) % b.micro) {
+        fprintf(stderr,
+                "slidedp bench: --batch %d must split into %d ranks of whole micro-batches of "
+                "%d\n",
+                b.batch, b.ranks, b.micro);
+        return SDP_EXIT_USAGE;
+    }
+    return run(&b);
+}

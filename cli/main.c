@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/* slidedp: the command line.  Dispatches to a subcommand; only this file and its siblings in cli/
+ * wire the folders together, and only main() picks the exit status. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: slidedp <command> [options]\n"
+        "\n"
+        "commands:\n"
+        "  train RECIPE.yaml   train a model as a StarPU task graph (see `slidedp train --help`)\n"
+        "  tokenize ...        text or JSONL -> token shard (slidedp tokenize --help)\n"
+        "  export CKPT OUTDIR  write a checkpoint as a Hugging Face model directory\n"
+        "  bench --model M     time training steps of a preset model on random data\n"
+        "  sweep --model M     time one layer's cast+H2D and D2H+update paths per chunk size\n"
+        "  plot METRICS.jsonl  draw loss and tokens/s of a metrics file as a PNG (gnuplot)\n"
+        "  policies            list the scheduling policies --sched accepts\n"
+        "\n"
+        "options:\n"
+        "  -h, --help          this text\n"
+        "  --version           print the version\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return SDP_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return SDP_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("slidedp %s\n", PACKAGE_VERSION);
+        return SDP_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "train"))
+        return sdp_cli_train(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "plot"))
+        return sdp_cli_plot(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "tokenize"))
+        return sdp_cli_tokenize(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "export"))
+        return sdp_cli_export(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "bench"))
+        return sdp_cli_bench(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "sweep"))
+        return sdp_cli_sweep(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "policies"))
+        return sdp_cli_policies(argc - 1, argv + 1);
+    fprintf(stderr, "slidedp: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return SDP_EXIT_USAGE;
+}

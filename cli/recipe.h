@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: MIT */
+/* Training recipes in YAML (libyaml), in the convention of torchtune and axolotl.
+ * Sections and keys (README.md, "Recipes", gives the defaults):
+ *
+ *   model      path (Hugging Face directory) | preset (qwen3-4b, ...) | arch + sizes
+ *              (vocab_size, hidden_size, intermediate_size, num_layers, num_heads,
+ *              num_kv_heads, head_dim, rope_theta, rms_norm_eps, tie_word_embeddings,
+ *              max_position_embeddings, initializer_range)
+ *   data       train (token shard), seq_len, shuffle
+ *   batch      global (sequences per step), micro (sequences per micro-batch)
+ *   optimizer  name (adamw), lr, beta1, beta2, eps, weight_decay, max_grad_norm (0: none)
+ *   schedule   name (cosine | linear | constant), warmup_steps, min_lr_ratio
+ *   train      steps, seed, precision (fp32 | bf16), chunk_mib, activations (recompute |
+ *              keep | offload: recompute, the saved layer inputs wait on the host | selective:
+ *              recompute, the mid residuals kept too), sched
+ *              (StarPU policy), cpus (CPU workers, 0 = all), host_memory_gib
+ *              (0 = detect), gpus (CUDA workers, -1 = all found, 0 = none), gpu_memory_gib
+ *              (memory StarPU may use per GPU, 0 = all), on_nan (stop | skip: a step whose
+ *              loss or gradient is not finite stops the run, or its update is skipped),
+ *              param_route (replicated | sharded: every rank receives every working copy from
+ *              the host, or 1/ranks of it and the rest from the other ranks),
+ *              ranks (data-parallel ranks: one per GPU, or CPU workers standing in for GPUs when
+ *              there is none; the global batch is shared equally), grad_route (cpu | gpu: every
+ *              rank's gradient crosses to the host which sums them, or rank 0's GPU sums them
+ *              and returns one), grad_route_groups (per parameter group: "ROUTE:A-B,..." with
+ *              groups 0 = embedding, 1..L = layers, L+1 = final norm / LM head), window (layers
+ * kept on the GPU from the forward for the backward; every other layer is released after its use;
+ * default 2 when gpu_memory_gib is set, else 0: GPU copies stay until StarPU evicts them),
+ *              param_delay (0: synchronous, the default; 1: RoundPipe's asynchronous optimizer,
+ *              where step s computes with the weights from before step s - 1's update),
+ *              bwd_lookahead (layers the backward's recomputation and gradient zeroing may run
+ *              ahead of it: default 1; -1 = no bound; see sdp_graph_conf), keep_last (with
+ *              recomputation, the top layers that keep their activations; 1), keep_mlp (with
+ *              recomputation, the top recomputed layers that keep their MLP's inputs on the
+ *              GPU, the mid residual and the gate/up projection; 0; see sdp_graph_conf),
+ *              gpu_update (the
+ *              first layers whose AdamW runs on the GPU; 0; see sdp_graph_conf), grad_dtype (auto |
+ *              fp32 | bf16: the gradient AdamW reads; bf16 packs the final fp32 gradient where it
+ *              was made, halving the return's bytes; auto, the default: bf16 for one rank on a
+ *              GPU, else fp32; sdp_recipe_grad_bf16), staging_depth (sdp-slidedp:
+ *              casts and updates in flight; 0 = SDP_STAGING_DEPTH or one per CPU worker, at
+ *              least 4), prefetch_groups (sdp-slidedp: parameter groups a GPU may prefetch
+ *              ahead; default SDP_WINDOW_DEPTH or 2), collectives (starpu | nccl: the
+ *              GPU-reduction route and the sharded dispatch as StarPU transfers and tasks on the
+ *              ranks' GPUs, or as NCCL reduce and broadcast over them; default starpu),
+ *              work_home (host, the default: the bf16 working copies live in pinned host
+ *              memory, updated in place; gpu: on the GPUs only, each chunk written by AdamW into a
+ *              stage and copied up, so the host holds 12 bytes a parameter; needs GPUs, window 0,
+ *              param_delay 0 and the replicated route), embed_home (host, the default, or
+ *              gpu: the embedding's working copy alone off the host, as work_home gpu does for
+ *              all of them; with the early update of the tied embedding only the rows each
+ *              update writes cross PCIe; needs param_delay 0 and the replicated route),
+ *              embed_lookup (compute, the default: the forward's embedding lookup runs where
+ *              the compute runs; host: on the CPU workers, see sdp_graph_conf)
+ *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
+ *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
+ *              signal), keep_checkpoints (how many to keep)
+ *
+ * Relative paths are resolved against the recipe file's directory.  Unknown keys, wrong types and
+ * impossible values are errors naming the file, line and key (exit code 2 from the CLI).
+ * Tests: tests/cli/test_recipe.c. */
+#ifndef SDP_RECIPE_H
+#define SDP_RECIPE_H
+
+#include "models/sdp_models.h"
+
+#define SDP_PATH_MAX 4096
+
+enum sdp_precision { SDP_PREC_FP32, SDP_PREC_BF16 };
+enum sdp_lr_schedule { SDP_LR_COSINE, SDP_LR_LINEAR, SDP_LR_CONSTANT };
+
+struct sdp_recipe {
+    char file[SDP_PATH_MAX]; /* the recipe's own path */
+
+    /* model */
+    char model_path[SDP_PATH_MAX]; /* HF directory ("" = random init from sizes/preset) */
+    char model_preset[64];
+    struct sdp_model_cfg model; /* filled from preset/sizes; from config.json by the runtime when
+                                   model_path is set (then sizes in the recipe are an error) */
+
+    /* data */
+    char data_train[SDP_PATH_MAX];
+    int seq_len; /* T */
+    int shuffle;
+
+    /* batch */
+    int global_batch; /* sequences per optimizer step */
+    int micro_batch;  /* sequences per micro-batch; divides global_batch */
+
+    /* optimizer */
+    double lr, beta1, beta2, eps, weight_decay, max_grad_norm;
+
+    /* schedule */
+    enum sdp_lr_schedule lr_schedule;
+    int warmup_steps;
+    double min_lr_ratio;
+
+    /* train */
+    int steps;
+    unsigned long long seed;
+    enum sdp_precision precision;
+    double chunk_mib;       /* parameter chunk size, MiB of fp32 master */
+    int recompute;          /* enum sdp_recompute (FULL, the default; sdp_graph_conf) */
+    int act_offload;        /* activations: offload (the saved layer inputs wait on the host) */
+    char sched[64];         /* StarPU policy name ("" = runtime default) */
+    int cpus;               /* CPU workers (0 = all cores) */
+    double host_memory_gib; /* host memory budget (0 = MemAvailable / cgroup limit) */
+    int gpus;               /* CUDA workers (-1 = all found, 0 = none) */
+    int skip_nonfinite;     /* 1: skip the update of a step with a non-finite gradient; 0: stop */
+    double gpu_memory_gib;  /* per-GPU memory StarPU may use (0 = no limit) */
+    int ranks;              /* data-parallel ranks: GPUs, or CPU workers standing in (default 1) */
+    int grad_route_gpu;     /* gradient return: 0 CPU reduction (default), 1 GPU reduction */
+    int param_sharded;      /* parameter dispatch: 0 replicated (default), 1 sharded */
+    char grad_route_groups[256]; /* per-group overrides: "gpu:1-18,cpu:19-36" ("" = none) */
+    int param_delay;             /* 0: synchronous; 1: asynchronous optimizer (one step stale) */
+    int window;                  /* GPU window: release layers after use, keeping the last `window`
+                                    forward layers (-1 = 2 with gpu_memory_gib, else 0: no release) */
+    int bwd_lookahead;           /* sdp_graph_conf.bwd_lookahead (default 1, -1 = no bound) */
+    int keep_last;               /* sdp_graph_conf.keep_last (default 1) */
+    int keep_mlp;                /* sdp_graph_conf.keep_mlp (default 0) */
+    int gpu_update;              /* sdp_graph_conf.gpu_update (default 0) */
+    int grad_bf16;               /* train.grad_dtype: -1 auto (default), 0 fp32, 1 bf16 */
+    int work_on_gpu;             /* train.work_home: 0 host (default), 1 gpu (sdp_state's
+                                    work_staged: the working copies off the host) */
+    int embed_on_gpu;            /* train.embed_home: 0 host (default), 1 gpu (group 0 staged:
+                                    SDP_STATE_EMBED_STAGED) */
+    int embed_lookup_host;       /* train.embed_lookup: 0 compute (default), 1 host
+                                    (sdp_graph_conf.embed_lookup_host) */
+    int staging_depth;           /* sdp-slidedp: casts and updates in flight (0 = policy default) */
+    int prefetch_groups; /* sdp-slidedp: groups a GPU prefetches ahead (-1 = policy default) */
+    int nccl;            /* train.collectives: 0 starpu (default), 1 nccl (sdp_tasks_use_nccl) */
+
+    /* output */
+    char output_dir[SDP_PATH_MAX]; /* "" = no output directory */
+    char metrics[SDP_PATH_MAX];    /* "" = none */
+    int checkpoint_every;          /* steps between checkpoints (0 = end and signals only) */
+    int keep_checkpoints;          /* checkpoints kept in output_dir/checkpoints */
+};
+
+/** Defaults for every field (documented in README's recipe section). */
+void sdp_recipe_defaults(struct sdp_recipe *r);
+
+/** Parse and validate a recipe file.  Errors name the file, line and key.
+ * @return 0, -ENOENT (file missing), -EINVAL (malformed or impossible value) */
+int sdp_recipe_load(const char *path, struct sdp_recipe *r);
+
+/** Validate cross-field constraints (batch divisibility, chunk size > 0, seq_len <= max positions,
+ * ...) after the model configuration is known.  @return 0 or -EINVAL (logged) */
+int sdp_recipe_validate(const struct sdp_recipe *r);
+
+/** The gradient route of each of ngroups parameter groups (1: GPU reduction, 0: CPU) from
+ * train.grad_route and train.grad_route_groups.  @return 0 or -EINVAL (a malformed spec or a group
+ * out of range: logged with the recipe file) */
+int sdp_recipe_grad_routes(const struct sdp_recipe *r, int ngroups, unsigned char *gpu);
+
+/** Whether the run returns its gradients in bf16: train.grad_dtype bf16, or auto with one rank
+ * whose compute is on a GPU (on_gpu); fp32 otherwise.  On a GPU the bf16 return halves the
+ * gradient's PCIe and DRAM bytes and the host state; on the CPU it saves nothing. */
+int sdp_recipe_grad_bf16(const struct sdp_recipe *r, int on_gpu);
+
+/** The settings of a train.activations name (recompute, keep, offload, selective), for a command
+ * line that takes the same names: *recompute (enum sdp_recompute) and *offload (the saved inputs
+ * wait on the host).  0, or -EINVAL for another name. */
+int sdp_recipe_activations(const char *name, int *recompute, int *offload);
+/** The same rule for a requested dtype (-1 auto, 0 fp32, 1 bf16) and a rank count (bench). */
+int sdp_grad_bf16_choice(int grad_dtype, int ranks, int on_gpu);
+
+/** Learning rate for optimizer step s (0-based) of r->steps: linear warmup (s+1)/warmup, then
+ * cosine or linear decay to lr * min_lr_ratio, or constant. */
+double sdp_recipe_lr_at(const struct sdp_recipe *r, int s);
+
+#endif

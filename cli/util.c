@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers the subcommands share (see cli.h). */
+#include "config.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+#include "codelets/sdp_tasks.h"
+#include "cli/cli.h"
+#include "runtime/init.h"
+
+double sdp_cli_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double sdp_cli_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int sdp_cli_may_use_gpu(int gpus)
+{
+#ifdef SDP_HAVE_CUDA
+    return gpus != 0;
+#else
+    (void)gpus;
+    return 0;
+#endif
+}
+
+const char *sdp_cli_place_norms(int ranks, int window)
+{
+    if (sdp_rt_ncuda() > 0 && ranks <= 1) {
+        sdp_tasks_place_norms(SDP_NORMS_GPU);
+        return "gpu";
+    }
+    /* several GPU ranks: the reduced gradient goes to the host for AdamW, split into its chunks
+     * there; a norm on a GPU would bring its chunk back up */
+    if (window > 0 || sdp_rt_ncuda() > 0) {
+        sdp_tasks_place_norms(SDP_NORMS_HOST);
+        return "host";
+    }
+    sdp_tasks_place_norms(SDP_NORMS_ANY);
+    return "any";
+}

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/* Training batches from a token shard: fixed-length windows of T+1 tokens (inputs and next-token
+ * targets), sequence i starting at token i*T, visited in an order shuffled per epoch by the seed.
+ * When the shard carries a loss mask (version 2: instruction data), a target whose mask byte is 0
+ * becomes -100, which the loss ignores.  Deterministic; the position (epoch, index) can be saved
+ * and restored.  Tests: tests/formats/test_data.c. */
+#ifndef SDP_DATA_H
+#define SDP_DATA_H
+
+#include <stdint.h>
+
+#include "formats/shard.h"
+
+struct sdp_data {
+    struct sdp_shard shard;
+    int T;         /* sequence length */
+    uint64_t nseq; /* sequences per epoch: (count - 1) / T */
+    uint64_t seed;
+    int shuffle;
+    uint64_t epoch; /* position: epoch and index of the next sequence in that epoch */
+    uint64_t index;
+    uint64_t *order; /* permutation of [0, nseq) for the current epoch */
+};
+
+/** Open path and prepare sequences of T tokens.
+ * @return 0, or -EINVAL when the shard holds fewer than T+1 tokens (logged with the numbers). */
+int sdp_data_open(struct sdp_data *d, const char *path, int T, uint64_t seed, int shuffle);
+void sdp_data_close(struct sdp_data *d);
+
+/** Next nseq_out sequences: ids and targets (nseq_out, T) int32, advancing the position (wrapping
+ * epochs, reshuffled with seed + epoch). */
+void sdp_data_next(struct sdp_data *d, int nseq_out, int32_t *ids, int32_t *targets);
+
+/** Move to a saved position. */
+void sdp_data_seek(struct sdp_data *d, uint64_t epoch, uint64_t index);
+
+#endif

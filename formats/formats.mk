@@ -1,0 +1,4 @@
+# formats/formats.mk: sources and tests of this folder (included by Makefile.am)
+# Hugging Face file formats: safetensors (single or sharded; read, write) and config.json.
+libsdp_a_SOURCES += formats/safetensors.h formats/safetensors.c formats/safetensors_write.c
+libsdp_a_SOURCES += formats/hfconfig.h formats/hfconfig.c

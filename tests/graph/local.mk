@@ -1,0 +1,5 @@
+# tests/graph/local.mk: tests of the step's graph (included by Makefile.am)
+# the GPU memory a graph configuration needs at least (graph/step.c)
+check_PROGRAMS += tests/graph/test_gpu_bytes
+TESTS += tests/graph/test_gpu_bytes
+tests_graph_test_gpu_bytes_SOURCES = tests/graph/test_gpu_bytes.c
