@@ -1,2 +1,2 @@
 # base/local.mk: the floor every other folder may use and which uses none (log, file utilities)
-libsdp_a_SOURCES += base/sdp_log.h base/log.c base/fsutil.h base/fsutil.c
+libsdp_a_SOURCES += base/sdp_log.h base/log.c base/fsutil.h base/fsutil.c base/env.h base/env.c

@@ -21,6 +21,7 @@
 
 #include "cli/cli.h"
 #include "base/sdp_log.h"
+#include "base/env.h"
 
 struct point {
     double step, loss, tokens_per_s, lr; /* tokens_per_s, lr: NAN when the line lacks them */
@@ -132,7 +133,7 @@ static int read_metrics(const char *path, struct series *s)
 /* Is an executable named prog on $PATH? */
 static int on_path(const char *prog)
 {
-    const char *path = getenv("PATH");
+    const char *path = sdp_env("PATH");
     char buf[4400];
     while (path && *path) {
         const char *end = strchr(path, ':');

@@ -26,6 +26,7 @@
 #include "formats/hfconfig.h"
 #include "runtime/init.h"
 #include "base/sdp_log.h"
+#include "base/env.h"
 #include "runtime/trace.h"
 #include "runtime/state.h"
 
@@ -217,7 +218,7 @@ static int trim_metrics(const char *path, int last_step)
  * and the CPUs of the task set the CPU workers. */
 static void apply_slurm(struct sdp_recipe *r)
 {
-    const char *job = getenv("SLURM_JOB_ID"), *cpus = getenv("SLURM_CPUS_PER_TASK");
+    const char *job = sdp_env("SLURM_JOB_ID"), *cpus = sdp_env("SLURM_CPUS_PER_TASK");
     if (!job)
         return;
     if (!r->output_dir[0]) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "codelets/cl_common.h"
+#include "base/env.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #ifdef SDP_HAVE_CUDA
@@ -49,8 +50,7 @@ static int use_cudnn(int dt)
     static int choice = -1; /* -1 unread, 0 own kernels, 1 cuDNN (sdp_rt_init checked the value) */
     int c = __atomic_load_n(&choice, __ATOMIC_RELAXED);
     if (c < 0) {
-        const char *v = getenv("SDP_ATTENTION");
-        c = !(v && !strcmp(v, "own"));
+        c = !sdp_env_is("SDP_ATTENTION", "own");
         __atomic_store_n(&choice, c, __ATOMIC_RELAXED);
     }
     return c && dt == SDP_CUDA_BF16;

@@ -11,6 +11,7 @@
 
 #include "codelets/cl_common.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
+#include "base/env.h"
 #include "base/sdp_log.h"
 #include "runtime/trace.h"
 
@@ -179,8 +180,7 @@ int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void
     struct trace_arg *targ = NULL;
     int i, rc;
     if (sync_mode < 0) {
-        const char *s = getenv("SDP_SYNC");
-        sync_mode = s && atoi(s) > 0;
+        sync_mode = sdp_env_long("SDP_SYNC", 0) > 0;
     }
     task->cl = cl;
     task->cl_arg = args;

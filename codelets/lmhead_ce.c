@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "codelets/cl_common.h"
+#include "base/env.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #ifdef SDP_HAVE_CUDA
@@ -68,8 +69,7 @@ static size_t cuda_block_bytes(void)
     static size_t bytes; /* one value, whichever GPU's worker reads the variable first */
     size_t b = __atomic_load_n(&bytes, __ATOMIC_RELAXED);
     if (!b) {
-        const char *v = getenv("SDP_LMHEAD_BLOCK_MIB");
-        long mib = v && *v ? strtol(v, NULL, 10) : 0;
+        long mib = sdp_env_long("SDP_LMHEAD_BLOCK_MIB", 0);
         b = mib >= 1                     ? (size_t)mib << 20
             : sdp_cuda_small_gpu_limit() ? LMHEAD_CUDA_LIMITED_BLOCK_BYTES
                                          : LMHEAD_CUDA_BLOCK_BYTES;
@@ -85,7 +85,7 @@ static int cuda_logits_dt(int dt)
     static int asked; /* 0: not read yet, then SDP_CUDA_F32 or SDP_CUDA_BF16 + 1 */
     int v = __atomic_load_n(&asked, __ATOMIC_RELAXED);
     if (!v) {
-        const char *e = getenv("SDP_LMHEAD_LOGITS");
+        const char *e = sdp_env("SDP_LMHEAD_LOGITS");
         if (e && *e && strcmp(e, "f32") && strcmp(e, "bf16"))
             SDP_WARN("SDP_LMHEAD_LOGITS=%s is neither bf16 nor f32; using bf16", e);
         v = 1 + (e && !strcmp(e, "f32") ? SDP_CUDA_F32 : SDP_CUDA_BF16);

@@ -11,6 +11,7 @@
 
 #include "codelets/sdp_tasks.h"
 #include "graph/step.h"
+#include "base/env.h"
 #include "base/sdp_log.h"
 
 struct sdp_graph {
@@ -1217,9 +1218,8 @@ static int fill_i32(sdp_rt_tensor_t *t, const int32_t *src, size_t n)
  * turns it off (for measuring). */
 static int defer_rows(const sdp_graph_t *g, int update)
 {
-    const char *e = getenv("SDP_EMBED_DEFER");
     return update && g->x0 && g->next_told && g->rows_grad && early_embed(g) && !g->c.param_delay &&
-           !(e && !strcmp(e, "off"));
+           !sdp_env_is("SDP_EMBED_DEFER", "off");
 }
 
 /* The lookups of `step` (the next one), submitted by the step before it (defer_rows) with the
@@ -1633,10 +1633,7 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     }
     g->st = st;
     g->c = *c;
-    {
-        const char *wb = getenv("SDP_GPU_UPDATE_WRITEBACK");
-        g->gpu_writeback = wb && atoi(wb) > 0;
-    }
+    g->gpu_writeback = sdp_env_long("SDP_GPU_UPDATE_WRITEBACK", 0) > 0;
     g->R = c->nranks > 1 ? c->nranks : 1;
     if (g->R > SDP_MAX_RANKS || c->n_micro % g->R != 0) {
         int R = g->R;
@@ -1718,11 +1715,10 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     if (!rc)
         rc = sdp_rt_tensor_create(&g->clip, SDP_F64, 2, "clip");
     if (!rc && g->lm_group == 0 && st->groups[0].grad_ret) { /* early_embed's bookkeeping */
-        const char *rp = getenv("SDP_ROWS_PACK"); /* off: the whole group packed (measuring) */
         g->row_mark = calloc((size_t)g->V, 1);
         if (!g->row_mark)
             rc = sdp_err(-ENOMEM, "embedding rows");
-        if (!rc && !(rp && !strcmp(rp, "off")) &&
+        if (!rc && !sdp_env_is("SDP_ROWS_PACK", "off") &&
             !(g->rows_grad = calloc((size_t)st->groups[0].nchunks, sizeof(*g->rows_grad))))
             rc = sdp_err(-ENOMEM, "embedding rows");
         size_t nc = (size_t)st->groups[0].nchunks;

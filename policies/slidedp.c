@@ -34,6 +34,7 @@
 
 #include "policies/sdp_policies.h"
 #include "policies/slidedp_internal.h"
+#include "base/env.h"
 #include "base/sdp_log.h"
 #include "runtime/trace.h"
 
@@ -299,7 +300,7 @@ static void init_sched(unsigned ctx)
      * update (a smaller depth trades update throughput for staging memory) */
     int ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
     int def_depth = ncpu > DEFAULT_DEPTH ? ncpu : DEFAULT_DEPTH;
-    s->depth = starpu_getenv_number_default("SDP_STAGING_DEPTH", def_depth);
+    s->depth = sdp_env_long("SDP_STAGING_DEPTH", def_depth);
     if (s->depth < 1) {
         SDP_WARN("sdp-slidedp: SDP_STAGING_DEPTH=%d must be at least 1; using %d", s->depth,
                  def_depth);
@@ -309,7 +310,7 @@ static void init_sched(unsigned ctx)
         s->depth = conf_depth;
         depth_from = "train.staging_depth";
     }
-    s->window = starpu_getenv_number_default("SDP_WINDOW_DEPTH", DEFAULT_WINDOW);
+    s->window = sdp_env_long("SDP_WINDOW_DEPTH", DEFAULT_WINDOW);
     if (s->window < 0) {
         SDP_WARN("sdp-slidedp: SDP_WINDOW_DEPTH=%d must be at least 0; using %d", s->window,
                  DEFAULT_WINDOW);
@@ -321,18 +322,18 @@ static void init_sched(unsigned ctx)
     }
     /* each slot's task writes a stage every few ms and the GPU empties it when it next looks */
     s->stages =
-        starpu_getenv_number_default("SDP_STAGE_BUFFERS", DEFAULT_STAGES_PER_SLOT * s->depth);
+        sdp_env_long("SDP_STAGE_BUFFERS", DEFAULT_STAGES_PER_SLOT * s->depth);
     if (s->stages < 1) {
         SDP_WARN("sdp-slidedp: SDP_STAGE_BUFFERS=%d must be at least 1; using %d", s->stages,
                  DEFAULT_STAGES_PER_SLOT * s->depth);
         s->stages = DEFAULT_STAGES_PER_SLOT * s->depth;
     }
-    s->eager = starpu_getenv_number_default("SDP_FETCH_EAGER", 0) > 0;
+    s->eager = sdp_env_long("SDP_FETCH_EAGER", 0) > 0;
     s->idle_any_us =
-        1e3 * starpu_getenv_number_default("SDP_FETCH_IDLE_ANY_MS", DEFAULT_IDLE_ANY_MS);
+        1e3 * sdp_env_long("SDP_FETCH_IDLE_ANY_MS", DEFAULT_IDLE_ANY_MS);
     if (s->idle_any_us < FETCH_IDLE_US)
         s->idle_any_us = FETCH_IDLE_US;
-    s->host_prefetch = starpu_getenv_number_default("SDP_HOST_PREFETCH", 1) > 0;
+    s->host_prefetch = sdp_env_long("SDP_HOST_PREFETCH", 1) > 0;
     s->slots = calloc((size_t)s->depth, sizeof(*s->slots));
     SDP_ASSERT(s->slots != NULL, "sdp-slidedp: out of memory for %d staging slots", s->depth);
     for (int w = 0; w < STARPU_NMAXWORKERS; w++)

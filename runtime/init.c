@@ -16,6 +16,7 @@
 #include <cblas.h>
 #endif
 
+#include "base/env.h"
 #include "runtime/init.h"
 #include "base/sdp_log.h"
 
@@ -43,7 +44,7 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
         return rc;
     }
 #endif
-    const char *att = getenv("SDP_ATTENTION");
+    const char *att = sdp_env("SDP_ATTENTION");
     if (att && *att && strcmp(att, "own") && strcmp(att, "cudnn")) {
         rc = sdp_err(-EINVAL, "SDP_ATTENTION=%s is neither own nor cudnn", att);
         sdp_hint("unset it (cuDNN's fused attention where built, else the project's kernels), or "
@@ -58,7 +59,7 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(1);
 #endif
-    if (!getenv("STARPU_SILENT"))
+    if (!sdp_env("STARPU_SILENT"))
         setenv("STARPU_SILENT", "1", 0);
     rc = starpu_init(&conf);
     if (rc == -ENODEV) {

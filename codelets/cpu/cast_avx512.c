@@ -16,6 +16,7 @@
 #include "codelets/cpu/avx512_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #include "base/sdp_log.h"
+#include "base/env.h"
 
 /* ---- kernel selection ---- */
 
@@ -33,7 +34,7 @@ int sdp_cpu_have_avx512(void)
 
 static enum sdp_cpu_isa pick_isa(void)
 {
-    const char *env = getenv("SDP_HOST_KERNELS");
+    const char *env = sdp_env("SDP_HOST_KERNELS");
     const int have = sdp_cpu_have_avx512();
 
     if (env && strcmp(env, "scalar") == 0)

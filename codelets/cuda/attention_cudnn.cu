@@ -210,9 +210,8 @@ int run(plan *p, std::unordered_map<int64_t, void *> &pack, void *ws, cudaStream
 plan *pick(int bwd, int B, int T, int NH, int NKV, int HD, int *bs_out)
 {
     static const double cap_mib = [] {
-        const char *v = getenv("SDP_ATTENTION_WS_MIB");
         const double dflt = sdp_cuda_small_gpu_limit() ? ATTN_LIMITED_WS_MIB : ATTN_WS_MIB;
-        const double m = v && *v ? atof(v) : dflt;
+        const double m = sdp_env_double("SDP_ATTENTION_WS_MIB", dflt);
         return m > 0 ? m : dflt;
     }();
     if (B <= 0) { /* no sub-batch to ask find() about */

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "base/env.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -29,8 +31,7 @@ enum sdp_cuda_dt { SDP_CUDA_F32 = 0, SDP_CUDA_BF16 = 1 };
 #define SDP_CUDA_SMALL_LIMIT_MIB 20480L
 static inline int sdp_cuda_small_gpu_limit(void)
 {
-    const char *v = getenv("STARPU_LIMIT_CUDA_MEM");
-    const long mib = v ? atol(v) : 0;
+    const long mib = sdp_env_long("STARPU_LIMIT_CUDA_MEM", 0);
     return mib > 0 && mib < SDP_CUDA_SMALL_LIMIT_MIB;
 }
 
