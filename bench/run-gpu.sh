@@ -24,6 +24,8 @@
 #            each with its memory log (--mem-log);
 #            TARGETS="MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB [BENCH_ARGS...]; ..." runs another list;
 #            a BENCH_ARGS word STARPU_NAME=VALUE or SDP_NAME=VALUE sets that variable for that run alone;
+#            a word BUNDLE=DIR runs that spec with DIR/slidedp (a second bundle, e.g. of the commit
+#            before a change, so that before and after are measured in one lease);
 #            TARGETS_ROUNDS=N runs the list N times, every other round in reverse order
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
@@ -65,9 +67,10 @@ ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 } >> "$out/machine.txt" 2>&1
 log() { echo "$*" | tee -a "$out/summary.log"; }
 bench_env=() # StarPU variables for the next bench alone (the targets stage sets them)
+bench_bin=$b/slidedp # the slidedp of the next bench (the targets stage's BUNDLE=DIR)
 bench() { # NAME TIMEOUT ARGS...
     local name=$1 t=$2; shift 2
-    timeout "$t" env ${bench_env[@]+"${bench_env[@]}"} "$b/slidedp" bench "$@" \
+    timeout "$t" env ${bench_env[@]+"${bench_env[@]}"} "$bench_bin" bench "$@" \
         >> "$out/results.jsonl" 2> "$out/bench-$name.log"
     log "bench $name ($*): exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-400)"
 }
@@ -175,9 +178,13 @@ for stage in $stages; do
             read -r hm hb gd gib chunk extra <<< "$spec"
             # words of the form STARPU_NAME=VALUE or SDP_NAME=VALUE (StarPU's and the policy's
             # variables) are the environment of this run alone
-            bench_env=() args=()
+            bench_env=() args=() bench_bin=$b/slidedp
             for w in ${extra:-}; do
-                case $w in STARPU_*=* | SDP_*=*) bench_env+=("$w") ;; *) args+=("$w") ;; esac
+                case $w in
+                STARPU_*=* | SDP_*=*) bench_env+=("$w") ;;
+                BUNDLE=*) bench_bin=$top/${w#BUNDLE=}/slidedp ;;
+                *) args+=("$w") ;;
+                esac
             done
             name=$hm-b$hb-grad-$gd-gib$gib-chunk$chunk$(echo "${extra:-}" | sed 's/STARPU_//g;s/SDP_//g' |
                 tr -cd 'a-zA-Z0-9 ' | tr -d ' ' | cut -c1-60 | sed 's/^/-/;s/^-$//')
@@ -187,8 +194,8 @@ for stage in $stages; do
                 --grad-dtype "$gd" --gpu-memory-gib "$gib" --chunk-mib "$chunk" \
                 --events "$out/events-$name.jsonl" --mem-log "$out/mem-$name.jsonl" \
                 ${args[@]+"${args[@]}"}
-            log "  environment: ${bench_env[*]:-none}"
-            bench_env=()
+            log "  environment: ${bench_env[*]:-none}; binary: $bench_bin ($(head -c 12 "$(dirname "$bench_bin")/BUILD_INFO" 2>/dev/null))"
+            bench_env=() bench_bin=$b/slidedp
         done
         lanes
         ;;
