@@ -266,86 +266,75 @@ static int parse_cfg(const char *path, json_t *o, struct sdp_model_cfg *cfg)
     return 0;
 }
 
-int sdp_ckpt_header_parse(const char *path, const char *text, size_t len, struct sdp_ckpt_header *h)
+/* The scalars of the JSON header, in the order of the format. */
+static int parse_scalars(const char *path, json_t *root, struct sdp_ckpt_header *h)
 {
-    json_error_t jerr;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr), *v, *arr;
+    json_t *v, *arr;
     json_int_t x, y;
-    uint64_t expect;
     const char *s;
     int rc;
-    if (!root)
-        return sdp_err(-EINVAL, "checkpoint %s: JSON header: %s (line %d)", path, jerr.text,
-                       jerr.line);
-    if (!json_is_object(root)) {
-        rc = bad(path, "(root)", "is not an object");
-        goto out;
-    }
     if ((rc = get_int(path, root, "version", 0, INT32_MAX, &x)))
-        goto out;
-    if (x != SDP_CKPT_VERSION) {
-        rc = bad(path, "version", "differs from the fixed header");
-        goto out;
-    }
+        return rc;
+    if (x != SDP_CKPT_VERSION)
+        return bad(path, "version", "differs from the fixed header");
     if ((rc = parse_cfg(path, json_object_get(root, "model"), &h->cfg)))
-        goto out;
+        return rc;
     if ((rc = get_int(path, root, "step", 0, INT32_MAX, &x)))
-        goto out;
+        return rc;
     h->step = (int)x;
     v = json_object_get(root, "data");
     if ((rc = get_int(path, v, "epoch", 0, INT64_MAX, &x)) ||
         (rc = get_int(path, v, "index", 0, INT64_MAX, &y)))
-        goto out;
+        return rc;
     h->data_epoch = (uint64_t)x;
     h->data_index = (uint64_t)y;
     if ((rc = get_u64s(path, json_object_get(root, "seed"), "seed", &h->seed)))
-        goto out;
+        return rc;
     arr = json_object_get(root, "rng");
-    if (!json_is_array(arr) || json_array_size(arr) > SDP_CKPT_RNG_WORDS) {
-        rc = bad(path, "rng", "is not an array of at most 4 strings");
-        goto out;
-    }
+    if (!json_is_array(arr) || json_array_size(arr) > SDP_CKPT_RNG_WORDS)
+        return bad(path, "rng", "is not an array of at most 4 strings");
     h->rng_nwords = (int)json_array_size(arr);
     for (int i = 0; i < h->rng_nwords; i++)
         if ((rc = get_u64s(path, json_array_get(arr, (size_t)i), "rng", &h->rng[i])))
-            goto out;
+            return rc;
     s = json_string_value(json_object_get(root, "fingerprint"));
-    if (!s || strlen(s) >= sizeof(h->fingerprint)) {
-        rc = bad(path, "fingerprint", "is missing or longer than 127 bytes");
-        goto out;
-    }
+    if (!s || strlen(s) >= sizeof(h->fingerprint))
+        return bad(path, "fingerprint", "is missing or longer than 127 bytes");
     strcpy(h->fingerprint, s);
     /* optional: the loss of the last step done (null or absent when unknown) */
     h->last_loss = json_is_number(json_object_get(root, "last_loss"))
                        ? json_number_value(json_object_get(root, "last_loss"))
                        : NAN;
     s = json_string_value(json_object_get(root, "work_dtype"));
-    if (!s || (strcmp(s, "f32") && strcmp(s, "bf16"))) {
-        rc = bad(path, "work_dtype", "is not f32 or bf16");
-        goto out;
-    }
+    if (!s || (strcmp(s, "f32") && strcmp(s, "bf16")))
+        return bad(path, "work_dtype", "is not f32 or bf16");
     strcpy(h->work_dtype, s);
     if ((rc = get_int(path, root, "chunk_elems", 1, INT64_MAX, &x)))
-        goto out;
+        return rc;
     h->chunk_elems = (size_t)x;
+    return 0;
+}
+
+/* num_groups and the tensor table, checked against the model and the fixed header. */
+static int parse_table(const char *path, json_t *root, struct sdp_ckpt_header *h)
+{
+    json_t *arr;
+    json_int_t x, y;
+    uint64_t expect;
+    const char *s;
+    int rc;
     if ((rc = get_int(path, root, "num_groups", 1, 1 << 20, &x)))
-        goto out;
+        return rc;
     h->ngroups = (int)x;
-    if (h->ngroups != sdp_model_num_groups(&h->cfg)) {
-        rc = bad(path, "num_groups", "does not match the model");
-        goto out;
-    }
+    if (h->ngroups != sdp_model_num_groups(&h->cfg))
+        return bad(path, "num_groups", "does not match the model");
     arr = json_object_get(root, "tensors");
     h->ntensors = NKINDS * h->ngroups;
-    if (!json_is_array(arr) || json_array_size(arr) != (size_t)h->ntensors) {
-        rc = bad(path, "tensors", "is not an array of 3 entries per group");
-        goto out;
-    }
+    if (!json_is_array(arr) || json_array_size(arr) != (size_t)h->ntensors)
+        return bad(path, "tensors", "is not an array of 3 entries per group");
     h->t = calloc((size_t)h->ntensors, sizeof(*h->t));
-    if (!h->t) {
-        rc = sdp_err(-ENOMEM, "checkpoint %s: %d tensors", path, h->ntensors);
-        goto out;
-    }
+    if (!h->t)
+        return sdp_err(-ENOMEM, "checkpoint %s: %d tensors", path, h->ntensors);
     /* The layout is fully determined by the model: tensors in table order, back to back. */
     expect = h->data_off;
     for (int i = 0; i < h->ntensors; i++) {
@@ -353,41 +342,49 @@ int sdp_ckpt_header_parse(const char *path, const char *text, size_t len, struct
         json_t *e = json_array_get(arr, (size_t)i);
         char *end;
         if ((rc = get_int(path, e, "group", 0, h->ngroups - 1, &x)))
-            goto out;
+            return rc;
         t->group = (int)x;
         s = json_string_value(json_object_get(e, "kind"));
         t->kind = i % NKINDS;
-        if (t->group != i / NKINDS || !s || strcmp(s, kind_names[t->kind])) {
-            rc = sdp_err(-EINVAL, "checkpoint %s: tensor table entry %d is not group %d, %s", path,
-                         i, i / NKINDS, kind_names[i % NKINDS]);
-            goto out;
-        }
+        if (t->group != i / NKINDS || !s || strcmp(s, kind_names[t->kind]))
+            return sdp_err(-EINVAL, "checkpoint %s: tensor table entry %d is not group %d, %s",
+                           path, i, i / NKINDS, kind_names[i % NKINDS]);
         if ((rc = get_int(path, e, "nelems", 1, INT64_MAX, &x)) ||
             (rc = get_int(path, e, "offset", 0, INT64_MAX, &y)))
-            goto out;
+            return rc;
         t->nelems = (uint64_t)x;
         t->offset = (uint64_t)y;
-        if (t->nelems != sdp_model_group_nelems(&h->cfg, t->group) || t->offset != expect) {
-            rc = sdp_err(-EINVAL,
-                         "checkpoint %s: tensor %d (group %d, %s): %" PRIu64
-                         " elements at offset %" PRIu64 ", the model implies %zu at %" PRIu64,
-                         path, i, t->group, s, t->nelems, t->offset,
-                         sdp_model_group_nelems(&h->cfg, t->group), expect);
-            goto out;
-        }
+        if (t->nelems != sdp_model_group_nelems(&h->cfg, t->group) || t->offset != expect)
+            return sdp_err(-EINVAL,
+                           "checkpoint %s: tensor %d (group %d, %s): %" PRIu64
+                           " elements at offset %" PRIu64 ", the model implies %zu at %" PRIu64,
+                           path, i, t->group, s, t->nelems, t->offset,
+                           sdp_model_group_nelems(&h->cfg, t->group), expect);
         expect += align_up(t->nelems * sizeof(float));
         s = json_string_value(json_object_get(e, "crc32c"));
-        if (!s || strlen(s) != 8 || (t->crc = (uint32_t)strtoul(s, &end, 16), *end)) {
-            rc = bad(path, "crc32c", "is not 8 hex digits");
-            goto out;
-        }
+        if (!s || strlen(s) != 8 || (t->crc = (uint32_t)strtoul(s, &end, 16), *end))
+            return bad(path, "crc32c", "is not 8 hex digits");
     }
     if (expect != h->file_nbytes)
-        rc = sdp_err(-EINVAL,
-                     "checkpoint %s: the tensors end at byte %" PRIu64 ", the header says the "
-                     "file has %" PRIu64,
-                     path, expect, h->file_nbytes);
-out:
+        return sdp_err(-EINVAL,
+                       "checkpoint %s: the tensors end at byte %" PRIu64 ", the header says the "
+                       "file has %" PRIu64,
+                       path, expect, h->file_nbytes);
+    return 0;
+}
+
+int sdp_ckpt_header_parse(const char *path, const char *text, size_t len, struct sdp_ckpt_header *h)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    int rc;
+    if (!root)
+        return sdp_err(-EINVAL, "checkpoint %s: JSON header: %s (line %d)", path, jerr.text,
+                       jerr.line);
+    if (!json_is_object(root))
+        rc = bad(path, "(root)", "is not an object");
+    else if ((rc = parse_scalars(path, root, h)) == 0)
+        rc = parse_table(path, root, h);
     json_decref(root);
     if (rc)
         sdp_ckpt_header_free(h);

@@ -63,85 +63,89 @@ static int not_ckpt(const char *path, const char *why)
     return sdp_err(-EINVAL, "checkpoint %s: %s", path, why);
 }
 
+/* Read the fixed header into fixed and the JSON after it into *json_out (json_nbytes bytes,
+ * caller frees). */
+static int read_head(const char *path, int fd, uint64_t file_size, unsigned char *fixed,
+                     char **json_out, uint64_t *json_nbytes)
+{
+    char *json;
+    int rc = read_at(fd, fixed, FIXED_NBYTES, 0);
+    if (rc < 0)
+        return sdp_err(-EIO, "checkpoint %s: read failed: %s", path, strerror(-rc));
+    if (rc > 0 || memcmp(fixed, SDP_CKPT_MAGIC, 8) != 0)
+        return not_ckpt(path, rc > 0 ? "truncated inside the fixed header"
+                                     : "not a slidedp checkpoint (wrong magic)");
+    *json_nbytes = get_u64(fixed + 16);
+    if (*json_nbytes == 0 || *json_nbytes > JSON_MAX || *json_nbytes > file_size)
+        return not_ckpt(path, "corrupt fixed header (JSON length) or truncated file");
+    json = malloc((size_t)*json_nbytes);
+    if (!json)
+        return sdp_err(-ENOMEM, "checkpoint %s: JSON header of %" PRIu64 " bytes", path,
+                       *json_nbytes);
+    rc = read_at(fd, json, (size_t)*json_nbytes, FIXED_NBYTES);
+    if (rc != 0) {
+        free(json);
+        return rc > 0 ? not_ckpt(path, "truncated inside the JSON header")
+                      : sdp_err(-EIO, "checkpoint %s: read failed: %s", path, strerror(-rc));
+    }
+    *json_out = json;
+    return 0;
+}
+
+/* The checks of the fixed header once the JSON is in: header crc, version and flags, file size,
+ * data offset.  Sets h->data_off and h->file_nbytes. */
+static int check_fixed(const char *path, const unsigned char *fixed, const char *json,
+                       uint64_t json_nbytes, uint64_t file_size, struct sdp_ckpt_header *h)
+{
+    uint32_t version = get_u32(fixed + 8), flags = get_u32(fixed + 12);
+    h->data_off = get_u64(fixed + 24);
+    h->file_nbytes = get_u64(fixed + 32);
+    if (sdp_crc32c(sdp_crc32c(0, fixed, 60), json, (size_t)json_nbytes) != get_u32(fixed + 60))
+        return not_ckpt(path, "header crc32c mismatch: the header is corrupt");
+    if (version != SDP_CKPT_VERSION || flags != 0) {
+        int rc = sdp_err(-EINVAL,
+                         "checkpoint %s: format version %" PRIu32 " flags %#" PRIx32
+                         ", this build reads version %d flags 0",
+                         path, version, flags, SDP_CKPT_VERSION);
+        sdp_hint("export it with the slidedp that wrote it");
+        return rc;
+    }
+    if (h->file_nbytes != file_size)
+        return sdp_err(-EINVAL, "checkpoint %s: %lld bytes, the header says %" PRIu64 "%s", path,
+                       (long long)file_size, h->file_nbytes,
+                       file_size < h->file_nbytes ? " (truncated)" : "");
+    if (h->data_off % ALIGN || h->data_off < FIXED_NBYTES + json_nbytes)
+        return not_ckpt(path, "corrupt fixed header (data offset)");
+    return 0;
+}
+
 int sdp_ckpt_file_open(const char *path, int *fd_out, struct sdp_ckpt_header *h)
 {
     unsigned char fixed[FIXED_NBYTES];
     char *json = NULL;
-    uint64_t json_nbytes;
-    uint32_t version, flags;
+    uint64_t json_nbytes = 0;
     struct stat sb;
     int fd, rc;
     memset(h, 0, sizeof(*h));
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return sdp_err(-errno, "checkpoint %s: cannot open", path);
-    if (fstat(fd, &sb) != 0) {
+    if (fstat(fd, &sb) != 0)
         rc = sdp_err(-errno, "checkpoint %s: fstat failed", path);
-        goto fail;
-    }
-    rc = read_at(fd, fixed, sizeof(fixed), 0);
-    if (rc < 0) {
-        rc = sdp_err(-EIO, "checkpoint %s: read failed: %s", path, strerror(-rc));
-        goto fail;
-    }
-    if (rc > 0 || memcmp(fixed, SDP_CKPT_MAGIC, 8) != 0) {
-        rc = not_ckpt(path, rc > 0 ? "truncated inside the fixed header"
-                                   : "not a slidedp checkpoint (wrong magic)");
-        goto fail;
-    }
-    version = get_u32(fixed + 8);
-    flags = get_u32(fixed + 12);
-    json_nbytes = get_u64(fixed + 16);
-    h->data_off = get_u64(fixed + 24);
-    h->file_nbytes = get_u64(fixed + 32);
-    if (json_nbytes == 0 || json_nbytes > JSON_MAX || json_nbytes > (uint64_t)sb.st_size) {
-        rc = not_ckpt(path, "corrupt fixed header (JSON length) or truncated file");
-        goto fail;
-    }
-    json = malloc((size_t)json_nbytes);
-    if (!json) {
-        rc = sdp_err(-ENOMEM, "checkpoint %s: JSON header of %" PRIu64 " bytes", path, json_nbytes);
-        goto fail;
-    }
-    rc = read_at(fd, json, (size_t)json_nbytes, FIXED_NBYTES);
-    if (rc != 0) {
-        rc = rc > 0 ? not_ckpt(path, "truncated inside the JSON header")
-                    : sdp_err(-EIO, "checkpoint %s: read failed: %s", path, strerror(-rc));
-        goto fail;
-    }
-    if (sdp_crc32c(sdp_crc32c(0, fixed, 60), json, (size_t)json_nbytes) != get_u32(fixed + 60)) {
-        rc = not_ckpt(path, "header crc32c mismatch: the header is corrupt");
-        goto fail;
-    }
-    if (version != SDP_CKPT_VERSION || flags != 0) {
-        rc = sdp_err(-EINVAL,
-                     "checkpoint %s: format version %" PRIu32 " flags %#" PRIx32
-                     ", this build reads version %d flags 0",
-                     path, version, flags, SDP_CKPT_VERSION);
-        sdp_hint("export it with the slidedp that wrote it");
-        goto fail;
-    }
-    if (h->file_nbytes != (uint64_t)sb.st_size) {
-        rc = sdp_err(-EINVAL, "checkpoint %s: %lld bytes, the header says %" PRIu64 "%s", path,
-                     (long long)sb.st_size, h->file_nbytes,
-                     (uint64_t)sb.st_size < h->file_nbytes ? " (truncated)" : "");
-        goto fail;
-    }
-    if (h->data_off % ALIGN || h->data_off < FIXED_NBYTES + json_nbytes) {
-        rc = not_ckpt(path, "corrupt fixed header (data offset)");
-        goto fail;
-    }
-    rc = sdp_ckpt_header_parse(path, json, (size_t)json_nbytes, h);
-    if (rc)
-        goto fail;
+    else
+        rc = read_head(path, fd, (uint64_t)sb.st_size, fixed, &json, &json_nbytes);
+    if (!rc)
+        rc = check_fixed(path, fixed, json, json_nbytes, (uint64_t)sb.st_size, h);
+    if (!rc)
+        rc = sdp_ckpt_header_parse(path, json, (size_t)json_nbytes, h);
     free(json);
+    if (rc) {
+        sdp_ckpt_header_free(h);
+        close(fd);
+        return rc;
+    }
     *fd_out = fd;
     return 0;
-fail:
-    free(json);
-    sdp_ckpt_header_free(h);
-    close(fd);
-    return rc;
 }
 
 int sdp_ckpt_tensor_check(const char *path, int fd, const struct sdp_ckpt_tensor *t, char *buf,
