@@ -48,8 +48,7 @@ static int write_failed(const char *tmp)
 
 int sdp_write_file_atomic(const char *path, const void *data, size_t len)
 {
-    char tmp[4200], dir[4200];
-    const char *slash = strrchr(path, '/');
+    char tmp[4200];
     int fd, rc = 0;
     size_t done = 0;
     if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
@@ -77,15 +76,52 @@ int sdp_write_file_atomic(const char *path, const void *data, size_t len)
         unlink(tmp);
         return rc;
     }
-    if (slash) {
-        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-    } else {
-        snprintf(dir, sizeof(dir), ".");
-    }
-    fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
+    sdp_fsync_parent(path); /* best effort: the new file is in place either way */
     return 0;
+}
+
+int sdp_file_commit(FILE *fp, const char *tmp, const char *path, const char **what)
+{
+    const char *step = NULL;
+    int err = 0;
+    if (fflush(fp) != 0)
+        step = "flush failed", err = errno;
+    else if (fsync(fileno(fp)) != 0)
+        step = "fsync failed", err = errno;
+    if (fclose(fp) != 0 && !step)
+        step = "close failed", err = errno;
+    if (!step && rename(tmp, path) != 0)
+        step = "rename failed", err = errno;
+    if (!step)
+        return 0;
+    unlink(tmp);
+    if (what)
+        *what = step;
+    errno = err ? err : EIO;
+    return -errno;
+}
+
+int sdp_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) != 0)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
+int sdp_fsync_parent(const char *path)
+{
+    char dir[4200];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return sdp_fsync_dir(".");
+    if (slash == path)
+        return sdp_fsync_dir("/");
+    if ((size_t)(slash - path) >= sizeof(dir))
+        return -ENAMETOOLONG;
+    snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    return sdp_fsync_dir(dir);
 }

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* File-system helpers shared by the writers of the runtime. */
+/* File-system helpers shared by every writer of the tree: the one place that fsyncs.  An atomic
+ * write goes to path.tmp, then sdp_file_commit (flush, fsync, close, rename) and sdp_fsync_parent
+ * (so that the rename itself is durable). */
 #ifndef SDP_FSUTIL_H
 #define SDP_FSUTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 /** mkdir -p: create dir and its missing parents.  @return 0 or a negative errno (logged) */
 int sdp_mkdir_p(const char *dir);
@@ -12,5 +15,20 @@ int sdp_mkdir_p(const char *dir);
  * On failure path is untouched and the temporary removed.  @return 0 or a negative errno (logged)
  */
 int sdp_write_file_atomic(const char *path, const void *data, size_t len);
+
+/** Finish a file written through fp as tmp and move it over path: fflush, fsync, fclose (fp is
+ * closed in every case), rename.  On failure tmp is removed and *what (may be NULL) names the step
+ * that failed: "flush failed", "fsync failed", "close failed" or "rename failed"; errno keeps the
+ * failing call's code.  Nothing is logged: callers word the error.
+ * @return 0 or a negative errno */
+int sdp_file_commit(FILE *fp, const char *tmp, const char *path, const char **what);
+
+/** fsync the directory dir, so that a rename or a new entry in it is durable.
+ * @return 0 or a negative errno (not logged) */
+int sdp_fsync_dir(const char *dir);
+
+/** sdp_fsync_dir of the directory holding path ("." without a slash, "/" for "/name").
+ * @return 0, -ENAMETOOLONG or the negative errno of open or fsync (not logged) */
+int sdp_fsync_parent(const char *path);
 
 #endif

@@ -2,3 +2,5 @@
 # Hugging Face file formats: safetensors (single or sharded; read, write) and config.json.
 libsdp_a_SOURCES += formats/safetensors.h formats/safetensors.c formats/safetensors_write.c
 libsdp_a_SOURCES += formats/hfconfig.h formats/hfconfig.c
+# Checkpoint files (runtime/ckpt.h saves and restores the state through them).
+libsdp_a_SOURCES += formats/ckpt_format.h formats/ckpt_header.c formats/ckpt_read.c

@@ -79,17 +79,6 @@ static char *path_join(const char *dir, const char *name)
     return p;
 }
 
-/* Directory part of path ("." when there is none); caller frees. */
-static char *dir_of(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    if (!s)
-        return strdup(".");
-    if (s == path)
-        return strdup("/");
-    return strndup(path, (size_t)(s - path));
-}
-
 /* ---- atomic files ---- */
 struct atomic_file {
     char *path, *tmp;
@@ -147,41 +136,17 @@ static int atomic_write(struct atomic_file *a, const void *buf, size_t n)
     return 0;
 }
 
-static int fsync_dir_of(const char *path)
-{
-    char *dir = dir_of(path);
-    int fd, rc = 0;
-    if (!dir)
-        return sdp_err(-ENOMEM, "file %s: out of memory", path);
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0)
-        rc = sdp_err(-EIO, "directory %s: fsync after renaming %s failed: %s", dir, path,
-                     strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    free(dir);
-    return rc;
-}
-
 /* Flush, fsync, close, rename over the target, fsync the directory; on failure remove tmp. */
 static int atomic_commit(struct atomic_file *a)
 {
-    int rc = 0;
-    FILE *fp = a->fp;
+    const char *what = NULL;
+    int rc = sdp_file_commit(a->fp, a->tmp, a->path, &what);
     a->fp = NULL;
-    if (fflush(fp) != 0)
-        rc = write_error(a, errno, "flush failed");
-    else if (fsync(fileno(fp)) != 0)
-        rc = write_error(a, errno, "fsync failed");
-    if (fclose(fp) != 0 && rc == 0)
-        rc = write_error(a, errno, "close failed");
-    if (rc == 0 && rename(a->tmp, a->path) != 0)
-        rc = sdp_err(-EIO, "file %s: rename to %s failed: %s", a->tmp, a->path, strerror(errno));
-    if (rc) {
-        atomic_abort(a);
-        return rc;
-    }
-    rc = fsync_dir_of(a->path);
+    if (rc)
+        rc = write_error(a, -rc, what);
+    else if ((rc = sdp_fsync_parent(a->path)) != 0)
+        rc = sdp_err(-EIO, "file %s: fsync of its directory after the rename failed: %s", a->path,
+                     strerror(-rc));
     free(a->path);
     free(a->tmp);
     return rc;

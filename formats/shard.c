@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fsutil.h"
 #include "base/sdp_log.h"
 #include "formats/shard.h"
 
@@ -186,34 +187,13 @@ void sdp_shard_close(struct sdp_shard *s)
     memset(s, 0, sizeof(*s));
 }
 
-/* fsync the directory holding path, so the rename itself is durable. */
-static int sync_parent_dir(const char *path)
-{
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    int fd, rc = 0;
-
-    if (!slash)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == path)
-        snprintf(dir, sizeof(dir), "/");
-    else
-        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) != 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
-
 /* The writer of both versions: version 1 when !v2 (mask must then be NULL). */
 static int write_shard(const char *path, int v2, const uint32_t *tokens, const uint8_t *mask,
                        uint64_t count, uint32_t vocab_size, int32_t eos_id)
 {
     unsigned char hdr[SDP_SHARD_HEADER_SIZE] = { 0 };
     char tmp[PATH_MAX];
+    const char *what = NULL;
     FILE *f;
     int rc;
 
@@ -245,32 +225,16 @@ static int write_shard(const char *path, int v2, const uint32_t *tokens, const u
         rc = sdp_err(errno ? -errno : -EIO, "token shard %s: writing %s failed", path, tmp);
         goto fail;
     }
-    if (fflush(f) != 0) {
-        rc = sdp_err(-errno, "token shard %s: writing %s failed", path, tmp);
-        goto fail;
-    }
-    if (fsync(fileno(f)) != 0) {
-        rc = sdp_err(-errno, "token shard %s: fsync of %s failed", path, tmp);
-        goto fail;
-    }
-    if (fclose(f) != 0) {
-        f = NULL;
-        rc = sdp_err(-errno, "token shard %s: closing %s failed", path, tmp);
-        goto fail;
-    }
-    f = NULL;
-    if (rename(tmp, path) != 0) {
-        rc = sdp_err(-errno, "token shard %s: rename from %s failed", path, tmp);
-        goto fail;
-    }
-    rc = sync_parent_dir(path);
+    rc = sdp_file_commit(f, tmp, path, &what);
+    if (rc < 0)
+        return sdp_err(rc, "token shard %s: %s: %s", path, tmp, what);
+    rc = sdp_fsync_parent(path);
     if (rc < 0)
         return sdp_err(rc, "token shard %s: fsync of its directory failed", path);
     return 0;
 
 fail:
-    if (f)
-        fclose(f);
+    fclose(f);
     unlink(tmp);
     return rc;
 }

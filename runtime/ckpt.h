@@ -1,34 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Crash-consistent checkpoints of the whole training state: every group's fp32 master weights and
  * Adam moments, plus the scalars needed to resume bit for bit (step, data position, seed, RNG
- * state, a recipe fingerprint).  StarPU-free header.  Tests: tests/runtime/test_ckpt.c.
- *
- * File DIR/step-%08d.sdpckpt, all integers little-endian:
- *
- *   offset  size  field
- *        0     8  magic "SDPCKPT1"
- *        8     4  u32 format version (SDP_CKPT_VERSION)
- *       12     4  u32 flags (0; readers reject unknown bits)
- *       16     8  u64 json_nbytes: length of the JSON header that starts at byte 64
- *       24     8  u64 data_offset: start of the tensor data (64-aligned, >= 64 + json_nbytes)
- *       32     8  u64 file_nbytes: size of the whole file (detects truncation)
- *       40    20  zero
- *       60     4  u32 header crc32c of bytes [0, 60) followed by the json_nbytes JSON bytes
- *       64     n  JSON (UTF-8, no terminating NUL), zero padding up to data_offset
- *
- * The JSON header:
- *   { "format": "slidedp-checkpoint", "version": 1,
- *     "model": { "arch": "qwen3"|"llama", every other field of struct sdp_model_cfg by name },
- *     "step": int, "data": { "epoch": int, "index": int }, "seed": "decimal u64",
- *     "rng": [ "decimal u64", ... ] (0 to SDP_CKPT_RNG_WORDS words), "fingerprint": str,
- *     "work_dtype": "f32"|"bf16", "chunk_elems": int, "num_groups": int,
- *     "tensors": [ { "group": g, "kind": "master"|"m"|"v", "nelems": n,
- *                    "offset": absolute file offset (64-aligned), "crc32c": "8 hex digits" },
- *                  ... ] }
- * The tensors follow in table order (group-major, then master, m, v), each the raw fp32 bytes of
- * the group's flat vector (layout of models/sdp_models.h), zero-padded to a multiple of 64
- * bytes; the last one ends at file_nbytes.  crc32c is the Castagnoli CRC (iSCSI, RFC 3720), initial
- * value and final xor 0xffffffff; its check value for "123456789" is 0xe3069283.
+ * state, a recipe fingerprint).  The file format, its codec and reader: formats/ckpt_format.h.
+ * StarPU-free header.  Tests: tests/runtime/test_ckpt.c.
  */
 #ifndef SDP_CKPT_H
 #define SDP_CKPT_H
@@ -36,12 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "formats/ckpt_format.h"
 #include "models/sdp_models.h"
 #include "runtime/tensor.h"
-
-#define SDP_CKPT_MAGIC     "SDPCKPT1"
-#define SDP_CKPT_VERSION   1
-#define SDP_CKPT_RNG_WORDS 4
 
 struct sdp_state;
 
@@ -60,12 +31,6 @@ struct sdp_ckpt_info {
     enum sdp_dtype work_dtype; /* working copy dtype of the run that wrote it */
     size_t chunk_elems;        /* fp32 elements per chunk of that run */
 };
-
-/** Castagnoli CRC32 of n bytes, continuing from crc (0 to start): hardware (SSE4.2) when the CPU
- * has it, else sdp_crc32c_sw. */
-uint32_t sdp_crc32c(uint32_t crc, const void *buf, size_t n);
-/** Portable slicing-by-8 CRC32C (same results as sdp_crc32c). */
-uint32_t sdp_crc32c_sw(uint32_t crc, const void *buf, size_t n);
 
 /** Write the state as DIR/step-%08d.sdpckpt (info->step): DIR created if missing, data written
  * to a .tmp file, fsynced, renamed, the directory fsynced.  Only then are the older checkpoints

@@ -23,90 +23,20 @@
 # Environment: SLIDEDP (the binary, default `slidedp` on PATH), SLIDEDP_LAUNCH (srun or direct; default
 # srun when it exists), SLIDEDP_MAX_RESTARTS (give up after this many requeues, default 50).
 # ---- the body below is the same in sbatch-one-gpu.sh and sbatch-node.sh ----
-set -u
-
-recipe=${1:?usage: sbatch [sbatch options] SCRIPT RECIPE.yaml [slidedp train options]}
-shift
-slidedp=${SLIDEDP:-slidedp}
-job=${SLURM_JOB_ID:?this script runs under sbatch}
-restarts=${SLURM_RESTART_COUNT:-0}
-
-# The run directory, where checkpoints and COMPLETE go: --output DIR when given, else
-# runs/<recipe>-<job id>, passed explicitly so that a requeued run finds it again.
-out=
-prev=
-for a in "$@"; do
-    [ "$prev" = --output ] && out=$a
-    case "$a" in --output=*) out=${a#--output=} ;; esac
-    prev=$a
+# sbatch runs a copy of the script from its spool directory, so common.sh is looked for next to the
+# submitted script (scontrol's Command=), then next to $0, then in SLURM_SUBMIT_DIR/slurm;
+# SLIDEDP_SLURM_DIR overrides the search.
+here=${SLIDEDP_SLURM_DIR:-}
+if [ -z "$here" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+    cmd=$(scontrol show job "$SLURM_JOB_ID" 2> /dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
+    here=$(dirname "${cmd:-.}")
+fi
+for d in ${here:+"$here"} "$(dirname "$0")" "${SLURM_SUBMIT_DIR:-.}/slurm"; do
+    [ -f "$d/common.sh" ] && { here=$d; break; }
 done
-if [ -z "$out" ]; then
-    out=runs/$(basename "$recipe" .yaml)-$job
-    set -- "$@" --output "$out"
-fi
-echo "slidedp-sbatch: job $job start $((restarts + 1)) on $(hostname -s) at $(date -Is); run directory $out"
-
-launch=${SLIDEDP_LAUNCH:-}
-[ -n "$launch" ] || { command -v srun > /dev/null 2>&1 && launch=srun || launch=direct; }
-
-# Signals for this shell go on to the training process: SIGUSR1 is the time-limit warning asked for
-# above; SIGTERM comes from scancel, preemption or the time limit itself.
-pid=
-got=
-usr1=0
-term=0
-# shellcheck disable=SC2317 # called by the traps
-forward()
-{
-    got=$1
-    [ "$1" = USR1 ] && usr1=1
-    [ "$1" = TERM ] && term=1
-    [ -n "$pid" ] && kill -"$1" "$pid" 2> /dev/null
-    echo "slidedp-sbatch: SIG$1 passed on to the training run"
-}
-trap 'forward USR1' USR1
-trap 'forward TERM' TERM
-
-if [ "$launch" = srun ]; then
-    # one task with every CPU of the job (a whole-node job sets no --cpus-per-task)
-    srun --ntasks=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-${SLURM_CPUS_ON_NODE:-1}}" \
-        "$slidedp" train "$recipe" "$@" &
-else
-    "$slidedp" train "$recipe" "$@" &
-fi
-pid=$!
-[ -n "$got" ] && kill -"$got" "$pid" 2> /dev/null
-# wait returns early (status > 128) whenever a trapped signal arrives: wait again until the run is over
-while :; do
-    wait "$pid"
-    rc=$?
-    kill -0 "$pid" 2> /dev/null || break
-done
-if [ "$rc" -gt 128 ]; then
-    wait "$pid" 2> /dev/null
-    r=$?
-    [ $r -eq 127 ] || rc=$r
-fi
-
-if [ -f "$out/COMPLETE" ]; then
-    echo "slidedp-sbatch: training complete: $(cat "$out/COMPLETE")"
-    exit 0
-fi
-if [ "$rc" -ne 0 ]; then
-    echo "slidedp-sbatch: slidedp exited with status $rc; not requeueing a failed run"
-    exit "$rc"
-fi
-# Requeue only after the time-limit warning.  After SIGTERM the job was cancelled (stay cancelled),
-# preempted (Slurm requeues it itself) or is past its limit; the checkpoint is there in every case.
-if [ "$term" = 1 ] || [ "$usr1" = 0 ]; then
-    echo "slidedp-sbatch: stopped before the last step, not by the time-limit warning: not requeueing;" \
-        "to resume, submit again with --output $out (or scontrol requeue $job)"
-    exit 0
-fi
-if [ "$restarts" -ge "${SLIDEDP_MAX_RESTARTS:-50}" ]; then
-    echo "slidedp-sbatch: not complete after $restarts restarts; giving up (SLIDEDP_MAX_RESTARTS)"
+[ -f "$here/common.sh" ] || {
+    echo "slidedp-sbatch: cannot find slurm/common.sh; set SLIDEDP_SLURM_DIR to the slurm directory"
     exit 1
-fi
-echo "slidedp-sbatch: stopped before the last step; requeueing job $job to resume from $out/checkpoints"
-scontrol requeue "$job" || { echo "slidedp-sbatch: scontrol requeue $job failed"; exit 1; }
-exit 0
+}
+# shellcheck source=slurm/common.sh
+. "$here/common.sh"

@@ -32,9 +32,7 @@ sources_of()
     recipe) echo cli/recipe.c models/qwen3.c ;;
     tokenizer) echo text/tokenizer.c text/tokenizer_encode.c text/bpe.c ;;
     shard) echo formats/shard.c base/fsutil.c ;;
-    # ckpt.c also holds save/load, which call runtime/tensor.c and so StarPU: the binary links
-    # StarPU, although sdp_ckpt_read_info never calls it.
-    ckpt) echo runtime/ckpt.c base/fsutil.c runtime/tensor.c models/qwen3.c ;;
+    ckpt) echo formats/ckpt_header.c formats/ckpt_read.c base/crc32c.c models/qwen3.c ;;
     *) return 1 ;;
     esac
 }
@@ -61,16 +59,10 @@ export PKG_CONFIG_PATH="$top/deps/starpu/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_C
 libs_of()
 {
     case "$1" in
-    safetensors | hfconfig) pkg-config --cflags --libs jansson ;;
+    safetensors | hfconfig | ckpt) pkg-config --cflags --libs jansson ;;
     recipe) pkg-config --cflags --libs yaml-0.1 ;;
     tokenizer) pkg-config --cflags --libs jansson libutf8proc libpcre2-8 ;;
     shard) ;;
-    ckpt)
-        # starpu.h pulls in cusparse.h, whose deprecation warnings the project silences too
-        echo -DDISABLE_CUSPARSE_DEPRECATED &&
-            pkg-config --cflags --libs jansson starpu-1.4 &&
-            echo "-Wl,-rpath,$(pkg-config --variable=libdir starpu-1.4)"
-        ;;
     esac
 }
 

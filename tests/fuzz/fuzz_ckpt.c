@@ -1,18 +1,18 @@
 /* SPDX-License-Identifier: MIT */
-/* Fuzz target for the header reader of runtime/ckpt.c (sdp_ckpt_read_info; loading the tensors
- * needs StarPU).  The input is a checkpoint's header: to get past the checks no fuzzer can solve,
- * the file is zero-extended to the size the fixed header states (when that is at most 1 MiB more)
- * and the header crc32c is recomputed before the file is read.  Must only return 0 or a negative
- * errno and free everything.
- * Built by tools/fuzz.sh (libFuzzer) and by tests/fuzz/local.mk (regression replay). */
+/* Fuzz target for the checkpoint header reader of formats/ckpt_read.c (sdp_ckpt_read_header,
+ * which sdp_ckpt_read_info wraps; plain C, no StarPU).  The input is a checkpoint's header: to get
+ * past the checks no fuzzer can solve, the file is zero-extended to the size the fixed header
+ * states (when that is at most 1 MiB more) and the header crc32c is recomputed before the file is
+ * read.  Must only return 0 or a negative errno and free everything.  Built by tools/fuzz.sh
+ * (libFuzzer) and by tests/fuzz/local.mk (regression replay). */
 #include "config.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/sdp_models.h"
-#include "runtime/ckpt.h"
+#include "base/crc32c.h"
+#include "formats/ckpt_format.h"
 #include "tests/fuzz/fuzz_common.h"
 
 #define FIXED  64
@@ -28,8 +28,8 @@ static uint64_t get_u64(const uint8_t *p)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct sdp_model_cfg cfg;
-    struct sdp_ckpt_info info;
+    struct sdp_ckpt_header h;
+    int rc;
     uint8_t *buf;
     size_t len = size;
     char path[600];
@@ -55,6 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_path(path, sizeof(path), "step-00000001.sdpckpt");
     fuzz_write(path, buf, len);
     free(buf);
-    fuzz_check_rc("sdp_ckpt_read_info", sdp_ckpt_read_info(path, &cfg, &info));
+    rc = sdp_ckpt_read_header(path, &h);
+    fuzz_check_rc("sdp_ckpt_read_header", rc);
+    if (rc == 0)
+        sdp_ckpt_header_free(&h);
     return 0;
 }

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* Checkpoints (runtime/ckpt.c) through StarPU with one CPU worker, on a tiny untied Llama with
- * random bit patterns (NaNs included) in every master, m and v.  Checks: CRC32C against the
- * RFC 3720 vectors and a bit-at-a-time oracle; the file against the format of ckpt.h, parsed here
- * independently; save -> load bit-identical; keep_last pruning; that truncation, flipped data or
- * JSON bytes, a wrong magic or version and a different model are all rejected without touching the
- * state; that latest skips a corrupt newest file; that failed saves (tmp path taken, file size
- * limit) leave no temporary and the older checkpoints loadable. */
+/* Checkpoints (runtime/ckpt*.c over formats/ckpt_*.c) through StarPU with one CPU worker, on a
+ * tiny untied Llama with random bit patterns (NaNs included) in every master, m and v.  Checks:
+ * CRC32C against the RFC 3720 vectors and a bit-at-a-time oracle; the file against the format of
+ * formats/ckpt_format.h, parsed here independently; save -> load bit-identical; keep_last pruning;
+ * that truncation, flipped data or JSON bytes, a wrong magic or version and a different model are
+ * all rejected without touching the state; that latest skips a corrupt newest file; that failed
+ * saves (tmp path taken, file size limit) leave no temporary and the older checkpoints loadable. */
 #include "config.h"
 
 #include <dirent.h>
@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/crc32c.h"
 #include "runtime/ckpt.h"
 #include "runtime/init.h"
 #include "runtime/state.h"
@@ -108,7 +109,7 @@ static struct sdp_model_cfg tiny_cfg(int hidden)
     return c;
 }
 
-/* Every field of struct sdp_model_cfg, listed here independently of ckpt.c. */
+/* Every field of struct sdp_model_cfg, listed here independently of ckpt_header.c. */
 static int cfg_equal(const struct sdp_model_cfg *a, const struct sdp_model_cfg *b)
 {
     return a->arch == b->arch && a->vocab_size == b->vocab_size &&
@@ -261,8 +262,9 @@ static uint64_t le64(const unsigned char *p)
     return le32(p) | (uint64_t)le32(p + 4) << 32;
 }
 
-/* Parse a checkpoint file following the format of ckpt.h (not ckpt.c) and compare its tensors to
- * the state snapshot; returns the tensor table (offsets, sizes) for the corruption tests. */
+/* Parse a checkpoint file following the format of ckpt_format.h (not its code) and compare its
+ * tensors to the state snapshot; returns the tensor table (offsets, sizes) for the corruption
+ * tests. */
 static int check_format(const unsigned char *f, size_t n, const unsigned char *snap, uint64_t *offs,
                         uint64_t *nbytes, int ntensors)
 {
@@ -379,7 +381,7 @@ int main(void)
     check(state_equals(&a, snap_a, snap_n), "save leaves the state unchanged");
     file = read_file(path, &fn);
     check(file && check_format(file, fn, snap_a, offs, nbs, nt),
-          "file parsed per ckpt.h: magic, header crc, offsets, data, tensor crcs");
+          "file parsed per ckpt_format.h: magic, header crc, offsets, data, tensor crcs");
     if (!file || fn < 4096) {
         printf("no checkpoint file to corrupt\nFAIL\n");
         return 1;
