@@ -10,9 +10,8 @@
  * g0 + g1, the same bits as grad_reduce; with more, the order may differ).  Ranks talk over
  * NVLink or PCIe peer to peer where the machine has them, never through host memory.
  * Several CPU workers run such tasks at once, and a communicator takes calls from one thread at
- * a time, in the same order on every rank: one lock spans each group's calls.  (Without it two
- * workers could interleave their calls; the first run on two H200s failed with NCCL's "internal
- * error".)
+ * a time, in the same order on every rank: one lock spans each group's calls (without it two
+ * workers interleave their calls and NCCL fails: bench/results/2026-11-30-h200-session4.md).
  * Tests: tests/e2e/test_e2e_nccl.sh (two GPUs or more), tests/e2e/test_e2e_bad_input.sh (the
  * error without CUDA ranks). */
 #include "config.h"
