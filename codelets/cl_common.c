@@ -118,6 +118,7 @@ static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp
                                       int traced)
 {
     struct trace_arg *a = sdp_cl_args_alloc(sizeof(*a));
+    const struct sdp_op *op;
     a->task = task;
     a->traced = traced;
     if (o) {
@@ -129,7 +130,8 @@ static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp
     if (sdp_hint_for_policy_on())
         task->sched_data = &a->hint;
     a->tag.name = task->cl->name;
-    a->tag.lane = sdp_op_lane(task->cl); /* the op decides, not the phase */
+    op = sdp_op_of(task->cl); /* the op decides the lane, not the phase */
+    a->tag.lane = op ? op->lane : SDP_LANE_GPU_COMPUTE;
     if (o) {
         a->tag.phase = phase_name(o->hint.phase);
         a->tag.step = o->hint.step;

@@ -20,18 +20,29 @@ enum sdp_op_place {
     SDP_PLACE_FIXED      /* always where it is defined: sdp_tasks_restrict() leaves it alone */
 };
 
-/* One op: its codelet, the trace lane of its tasks, its placement. */
+/* One op: its codelet and the codelet's name, the trace lane of its tasks, its placement, and its
+ * traits, by which tools/check_invariants.py knows what the op does (space-separated words, ""
+ * for none):
+ *   stage_writer   writes a stage when the working copy is off the host (cast, updates)
+ *   put            copies a stage into the working copy off the host
+ *   unstaged       never held by the staging bound (a put, a fetch, a zeroing)
+ *   no_params      reads no parameters
+ *   rows_of_tokens writes only the embedding's rows of the step's tokens
+ *   early, late    belongs to the tied embedding's early or late update
+ *   lookup         the embedding lookup, which reads only its tokens' rows */
 struct sdp_op {
     struct starpu_codelet *cl;
+    const char *name; /* cl->name */
     enum sdp_trace_lane lane;
     enum sdp_op_place place;
+    const char *traits;
 };
 
 extern const struct sdp_op sdp_ops[];
 extern const int sdp_nops;
 
-/** The lane of a codelet's tasks (SDP_LANE_GPU_COMPUTE for one not in the table). */
-enum sdp_trace_lane sdp_op_lane(const struct starpu_codelet *cl);
+/** The row of a codelet, or NULL for one not in the table. */
+const struct sdp_op *sdp_op_of(const struct starpu_codelet *cl);
 
 /* codelets/nccl.c: communicators and streams of sdp_tasks_use_nccl(), released */
 void sdp_tasks_nccl_shutdown(void);

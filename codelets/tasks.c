@@ -3,6 +3,8 @@
  * at least one worker of this StarPU instance, and places the compute and norm ops. */
 #include "config.h"
 
+#include <string.h>
+
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #include "models/sdp_models.h"
@@ -28,6 +30,8 @@ int sdp_tasks_init(void)
     sdp_cl_registry_init();
     for (int i = 0; i < sdp_nops; i++) {
         const struct starpu_codelet *cl = sdp_ops[i].cl;
+        SDP_ASSERT(!strcmp(cl->name, sdp_ops[i].name), "codelet %s listed as op %s", cl->name,
+                   sdp_ops[i].name);
         if (sdp_ops[i].place != SDP_PLACE_FIXED && starpu_cpu_worker_get_count() == 0 &&
             !cl->cuda_funcs[0])
             return sdp_err(-ENODEV,
