@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "codelets/cl_common.h"
+#include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #include "base/env.h"
 #include "base/sdp_log.h"
@@ -101,26 +102,6 @@ static const char *phase_name(enum sdp_phase ph)
     return "unknown";
 }
 
-/* The lane of an op (the design's six lanes): the op decides, not the phase. */
-static enum sdp_trace_lane op_lane(const char *name)
-{
-    if (!strcmp(name, "cast") || !strcmp(name, "param_copy") || !strcmp(name, "param_bcast_nccl") ||
-        !strcmp(name, "param_fetch") || !strcmp(name, "param_put") ||
-        !strcmp(name, "param_put_rows") || !strcmp(name, "param_put_early"))
-        return SDP_LANE_PARAM_H2D;
-    if (!strcmp(name, "act_fetch"))
-        return SDP_LANE_ACT_OFFLOAD;
-    if (!strcmp(name, "sumsq") || !strcmp(name, "grad_norm") || !strcmp(name, "grad_reduce") ||
-        !strcmp(name, "grad_reduce_nccl") || !strcmp(name, "grad_pack") ||
-        !strcmp(name, "grad_pack_early") || !strcmp(name, "grad_pack_mlp") ||
-        !strcmp(name, "grad_pack_rows") || !strcmp(name, "grad_sumsq"))
-        return SDP_LANE_GRAD_REDUCE;
-    if (!strcmp(name, "adamw") || !strcmp(name, "adamw_early") || !strcmp(name, "adamw_late") ||
-        !strcmp(name, "stage_put"))
-        return SDP_LANE_CPU_ADAMW;
-    return SDP_LANE_GPU_COMPUTE; /* forward, recompute, backward, loss ops and zero */
-}
-
 static void trace_callback(void *p)
 {
     struct trace_arg *a = p;
@@ -137,6 +118,7 @@ static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp
                                       int traced)
 {
     struct trace_arg *a = sdp_cl_args_alloc(sizeof(*a));
+    const struct sdp_op *op;
     a->task = task;
     a->traced = traced;
     if (o) {
@@ -148,7 +130,8 @@ static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp
     if (sdp_hint_for_policy_on())
         task->sched_data = &a->hint;
     a->tag.name = task->cl->name;
-    a->tag.lane = op_lane(task->cl->name);
+    op = sdp_op_of(task->cl); /* the op decides the lane, not the phase */
+    a->tag.lane = op ? op->lane : SDP_LANE_GPU_COMPUTE;
     if (o) {
         a->tag.phase = phase_name(o->hint.phase);
         a->tag.step = o->hint.step;
@@ -339,22 +322,64 @@ void *sdp_cl_cublaslt_ws(size_t *nbytes)
 }
 #endif
 
-/* ---- registry, for sdp_tasks_restrict ---- */
-#define MAX_CODELETS 64
-static struct starpu_codelet *codelets[MAX_CODELETS];
-static uint32_t codelet_where[MAX_CODELETS];
-static int ncodelets;
+/* ---- registry, for sdp_tasks_restrict and sdp_cl_dry_run: the table of ops as set up ---- */
+struct reg_entry {
+    uint32_t where; /* as defined, for sdp_tasks_restrict("any") */
+    /* the real implementations and perfmodel, while the dry run has swapped them out */
+    starpu_cpu_func_t cpu_funcs[STARPU_MAXIMPLEMENTATIONS];
+    starpu_cuda_func_t cuda_funcs[STARPU_MAXIMPLEMENTATIONS];
+    struct starpu_perfmodel *model;
+};
+#define MAX_OPS 64
+static struct reg_entry registry[MAX_OPS]; /* one per row of sdp_ops[] */
+static int registered, dry_run;
 
-void sdp_cl_register(struct starpu_codelet *cl)
+/* The dry run's implementation, in every slot that has a real one (CPU and CUDA alike): the
+ * task's buffers are still fetched in their modes and its callbacks run, nothing is computed. */
+static void nop_func(void *buffers[], void *cl_arg)
 {
-    int i;
-    for (i = 0; i < ncodelets; i++)
-        if (codelets[i] == cl)
-            return;
-    SDP_ASSERT(ncodelets < MAX_CODELETS, "more than %d codelets: raise MAX_CODELETS", MAX_CODELETS);
-    codelets[ncodelets] = cl;
-    codelet_where[ncodelets] = cl->where;
-    ncodelets++;
+    (void)buffers;
+    (void)cl_arg;
+}
+
+/* Swap a codelet's implementations for the no-op (on) or back. The perfmodel goes too while dry:
+ * no-op timings must not enter the history of the real kernels. */
+static void dry_swap(struct starpu_codelet *cl, const struct reg_entry *e, int on)
+{
+    for (int i = 0; i < STARPU_MAXIMPLEMENTATIONS; i++) {
+        if (e->cpu_funcs[i])
+            cl->cpu_funcs[i] = on ? nop_func : e->cpu_funcs[i];
+        if (e->cuda_funcs[i])
+            cl->cuda_funcs[i] = on ? nop_func : e->cuda_funcs[i];
+    }
+    cl->model = on ? NULL : e->model;
+}
+
+void sdp_cl_registry_init(void)
+{
+    if (registered)
+        return;
+    SDP_ASSERT(sdp_nops <= MAX_OPS, "%d ops: raise MAX_OPS", sdp_nops);
+    registered = 1;
+    for (int i = 0; i < sdp_nops; i++) {
+        const struct starpu_codelet *cl = sdp_ops[i].cl;
+        struct reg_entry *e = &registry[i];
+        e->where = cl->where;
+        memcpy(e->cpu_funcs, cl->cpu_funcs, sizeof(e->cpu_funcs));
+        memcpy(e->cuda_funcs, cl->cuda_funcs, sizeof(e->cuda_funcs));
+        e->model = cl->model;
+    }
+}
+
+void sdp_cl_dry_run(int on)
+{
+    on = on != 0;
+    if (on == dry_run)
+        return;
+    sdp_cl_registry_init();
+    dry_run = on;
+    for (int i = 0; i < sdp_nops; i++)
+        dry_swap(sdp_ops[i].cl, &registry[i], on);
 }
 
 int sdp_tasks_restrict(const char *where)
@@ -369,7 +394,9 @@ int sdp_tasks_restrict(const char *where)
         w = 0;
     else
         return sdp_err(-EINVAL, "unknown worker kind '%s' (cpu, cuda, any)", where);
-    for (i = 0; i < ncodelets; i++)
-        codelets[i]->where = w ? w : codelet_where[i];
+    sdp_cl_registry_init();
+    for (i = 0; i < sdp_nops; i++)
+        if (sdp_ops[i].place != SDP_PLACE_FIXED)
+            sdp_ops[i].cl->where = w ? w : registry[i].where;
     return 0;
 }

@@ -91,8 +91,9 @@ void *sdp_cl_cublaslt_ws(size_t *nbytes);
  * usefully inside task construction). */
 void *sdp_cl_args_alloc(size_t nbytes);
 
-/** Register a codelet in the list sdp_tasks_restrict() acts on. */
-void sdp_cl_register(struct starpu_codelet *cl);
+/** Record the table of ops as defined (placement, kernels, perfmodels), for sdp_tasks_restrict()
+ * and sdp_cl_dry_run(); once, by sdp_tasks_init() or whichever of those comes first. */
+void sdp_cl_registry_init(void);
 
 #define SDP_VEC(buf)  ((void *)STARPU_VECTOR_GET_PTR(buf))
 #define SDP_VECF(buf) ((float *)STARPU_VECTOR_GET_PTR(buf))

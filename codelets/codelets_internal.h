@@ -1,28 +1,49 @@
 /* SPDX-License-Identifier: MIT */
-/* The codelet tables of every op, for sdp_tasks_init() and tests that restrict or inspect them. */
+/* The table of ops (codelets/ops.c), for the setup of codelets/tasks.c and the registry of
+ * codelets/cl_common.c; and the NCCL plumbing of codelets/nccl.c. */
 #ifndef SDP_CODELETS_INTERNAL_H
 #define SDP_CODELETS_INTERNAL_H
 
 #include <starpu.h>
 
-extern struct starpu_codelet sdp_cl_cast;
-extern struct starpu_codelet sdp_cl_embedding_fwd, sdp_cl_embedding_fwd_host, sdp_cl_embedding_bwd;
-extern struct starpu_codelet sdp_cl_matmul_fwd, sdp_cl_matmul_bwd_data, sdp_cl_matmul_bwd_weight;
-extern struct starpu_codelet sdp_cl_rmsnorm_fwd, sdp_cl_rmsnorm_bwd;
-extern struct starpu_codelet sdp_cl_qknorm_rope_fwd, sdp_cl_qknorm_rope_bwd;
-extern struct starpu_codelet sdp_cl_attention_fwd, sdp_cl_attention_bwd;
-extern struct starpu_codelet sdp_cl_swiglu_fwd, sdp_cl_swiglu_bwd;
-extern struct starpu_codelet sdp_cl_lmhead_ce;
-extern struct starpu_codelet sdp_cl_sumsq, sdp_cl_grad_norm, sdp_cl_adamw, sdp_cl_adamw_early,
-    sdp_cl_adamw_late;
-#ifdef SDP_HAVE_CUDA
-extern struct starpu_codelet sdp_cl_adamw_gpu; /* CUDA only */
-#endif
-extern struct starpu_codelet sdp_cl_zero;
-extern struct starpu_codelet sdp_cl_grad_reduce, sdp_cl_grad_pack, sdp_cl_grad_pack_early,
-    sdp_cl_grad_pack_mlp, sdp_cl_grad_sumsq, sdp_cl_param_copy, sdp_cl_param_fetch,
-    sdp_cl_param_put, sdp_cl_stage_put, sdp_cl_param_put_rows, sdp_cl_param_put_early,
-    sdp_cl_grad_pack_rows, sdp_cl_act_fetch;
+#include "codelets/sdp_tasks.h"
+#include "runtime/trace.h"
+
+/* Where the setup places an op's tasks. */
+enum sdp_op_place {
+    SDP_PLACE_ANY,       /* as the codelet is defined (the optimizer ops stay on the CPUs) */
+    SDP_PLACE_COMPUTE,   /* on the GPUs with sdp_tasks_place_compute(1), else anywhere */
+    SDP_PLACE_NORMS,     /* where sdp_tasks_place_norms() puts the norms (the bf16 return packs
+                            where the norms read) */
+    SDP_PLACE_NORMS_GPU, /* there with SDP_NORMS_GPU, else anywhere (with several ranks the
+                            graph pins it to rank 0's worker) */
+    SDP_PLACE_FIXED      /* always where it is defined: sdp_tasks_restrict() leaves it alone */
+};
+
+/* One op: its codelet and the codelet's name, the trace lane of its tasks, its placement, and its
+ * traits, by which tools/check_invariants.py knows what the op does (space-separated words, ""
+ * for none):
+ *   stage_writer   writes a stage when the working copy is off the host (cast, updates)
+ *   put            copies a stage into the working copy off the host
+ *   unstaged       never held by the staging bound (a put, a fetch, a zeroing)
+ *   no_params      reads no parameters
+ *   rows_of_tokens writes only the embedding's rows of the step's tokens
+ *   early, late    belongs to the tied embedding's early or late update
+ *   lookup         the embedding lookup, which reads only its tokens' rows */
+struct sdp_op {
+    struct starpu_codelet *cl;
+    const char *name; /* cl->name */
+    enum sdp_trace_lane lane;
+    enum sdp_op_place place;
+    const char *traits;
+};
+
+extern const struct sdp_op sdp_ops[];
+extern const int sdp_nops;
+
+/** The row of a codelet, or NULL for one not in the table. */
+const struct sdp_op *sdp_op_of(const struct starpu_codelet *cl);
+
 /* codelets/nccl.c: communicators and streams of sdp_tasks_use_nccl(), released */
 void sdp_tasks_nccl_shutdown(void);
 /* The NCCL reduction itself (sdp_task_grad_reduce() calls it when NCCL is set up). */

@@ -12,9 +12,8 @@
  * into chunks, so discarding it afterwards gathers nothing to the host.
  * grad_sumsq: grad_pack's squared norms alone, for the fp32 return.  One task reads a group's
  * gradient whole where it was made; per-chunk sumsq tasks read its chunks, and StarPU splits a
- * vector into chunks on its home node (the host): the whole gradient went down to the host and
- * each chunk came back up to the GPU for its sum (qwen3-4b/16 on an H200: 16 GB a step more
- * host-to-device traffic than the design's formula).
+ * vector into chunks on its home node (the host), so the whole gradient would go down to the host
+ * and each chunk come back up to the GPU for its sum (bench/results/2026-11-30-h200-session4.md).
  * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_grad_dtype.sh. */
 #include "config.h"
 

@@ -53,14 +53,12 @@ static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
 }
 
 #ifdef SDP_HAVE_CUDA
-/* GPU blocks: 1 GiB of logits per block keeps the GEMMs large at production shapes (3,532 rows of
- * Qwen3's 151,936-token vocabulary in bf16 logits, 1,766 in f32); a quarter of that under
- * a GPU memory limit below 20 GiB (STARPU_LIMIT_CUDA_MEM, in MiB, which gpu_memory_gib sets): the
- * block's logits live in a workspace that the limit counts but StarPU cannot evict, and with 1 GiB
- * of it qwen3-4b/16 under 15 GiB stalled in StarPU's reclaim at the loss (steps of 1.6-1.75 s
- * among 1.2 s ones; 256 MiB: none, 128 MiB: none but slower GEMMs; unbounded, 256 MiB is 1.5%
- * slower: bench/results/2026-12-01-h200-fetch-gate.md, with fp32 logits).  SDP_LMHEAD_BLOCK_MIB
- * sets another size (at least 1 MiB).  Read once. */
+/* GPU blocks: 1 GiB of logits per block keeps the GEMMs large at production vocabularies; a
+ * quarter of that under a GPU memory limit below 20 GiB (STARPU_LIMIT_CUDA_MEM, in MiB, which
+ * gpu_memory_gib sets): the block's logits live in a workspace that the limit counts but StarPU
+ * cannot evict, and a large one stalls StarPU's reclaim at the loss, a smaller one slows the
+ * GEMMs (bench/results/2026-12-01-h200-fetch-gate.md).  SDP_LMHEAD_BLOCK_MIB sets another size (at
+ * least 1 MiB).  Read once. */
 #define LMHEAD_CUDA_BLOCK_BYTES         ((size_t)1 << 30)
 #define LMHEAD_CUDA_LIMITED_BLOCK_BYTES ((size_t)1 << 28)
 

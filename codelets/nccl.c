@@ -10,9 +10,8 @@
  * g0 + g1, the same bits as grad_reduce; with more, the order may differ).  Ranks talk over
  * NVLink or PCIe peer to peer where the machine has them, never through host memory.
  * Several CPU workers run such tasks at once, and a communicator takes calls from one thread at
- * a time, in the same order on every rank: one lock spans each group's calls.  (Without it two
- * workers could interleave their calls; the first run on two H200s failed with NCCL's "internal
- * error".)
+ * a time, in the same order on every rank: one lock spans each group's calls (without it two
+ * workers interleave their calls and NCCL fails: bench/results/2026-11-30-h200-session4.md).
  * Tests: tests/e2e/test_e2e_nccl.sh (two GPUs or more), tests/e2e/test_e2e_bad_input.sh (the
  * error without CUDA ranks). */
 #include "config.h"
@@ -79,7 +78,7 @@ static struct starpu_perfmodel sdp_pm_reduce_nccl = {
     .footprint = sdp_cl_footprint,
 };
 
-static struct starpu_codelet sdp_cl_reduce_nccl = {
+struct starpu_codelet sdp_cl_grad_reduce_nccl = {
     .name = "grad_reduce_nccl",
     .where = STARPU_CPU,
     .cpu_funcs = { reduce_nccl_cpu },
@@ -119,7 +118,7 @@ static struct starpu_perfmodel sdp_pm_bcast_nccl = {
     .footprint = sdp_cl_footprint,
 };
 
-static struct starpu_codelet sdp_cl_bcast_nccl = {
+struct starpu_codelet sdp_cl_param_bcast_nccl = {
     .name = "param_bcast_nccl",
     .where = STARPU_CPU,
     .cpu_funcs = { bcast_nccl_cpu },
@@ -163,8 +162,8 @@ int sdp_tasks_use_nccl(int nranks, const int *workerids)
         SDP_CUDA_CHECK(cudaSetDevice(devs[r]));
         SDP_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
     }
-    sdp_cl_reduce_nccl.dyn_nodes = nodes;
-    sdp_cl_bcast_nccl.dyn_nodes = nodes;
+    sdp_cl_grad_reduce_nccl.dyn_nodes = nodes;
+    sdp_cl_param_bcast_nccl.dyn_nodes = nodes;
     nccl_ranks = nranks;
     SDP_INFO("NCCL %d.%d.%d: gradient reduction and sharded dispatch over %d GPUs", NCCL_MAJOR,
              NCCL_MINOR, NCCL_PATCH, nranks);
@@ -191,7 +190,7 @@ int sdp_task_grad_reduce_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *ou
     a = sdp_cl_args_alloc(sizeof(*a));
     a->key.d[0] = (int)sdp_rt_tensor_nelems(out);
     a->key.d[1] = nin + 1;
-    return sdp_cl_submit(&sdp_cl_reduce_nccl, &oc, a, sizeof(*a),
+    return sdp_cl_submit(&sdp_cl_grad_reduce_nccl, &oc, a, sizeof(*a),
                          (double)sdp_rt_tensor_nelems(out) * nin, b, nin + 1);
 }
 
@@ -214,8 +213,8 @@ int sdp_task_param_bcast_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *co
     a->key.d[1] = (int)(nbytes >> 31);
     a->key.d[2] = nranks;
     a->key.d[3] = root;
-    return sdp_cl_submit(&sdp_cl_bcast_nccl, &oc, a, sizeof(*a), (double)nbytes * (nranks - 1), b,
-                         nranks);
+    return sdp_cl_submit(&sdp_cl_param_bcast_nccl, &oc, a, sizeof(*a),
+                         (double)nbytes * (nranks - 1), b, nranks);
 }
 
 void sdp_tasks_nccl_shutdown(void)
@@ -226,8 +225,8 @@ void sdp_tasks_nccl_shutdown(void)
         cudaStreamDestroy(streams[r]);
     }
     nccl_ranks = 0;
-    sdp_cl_reduce_nccl.dyn_nodes = NULL;
-    sdp_cl_bcast_nccl.dyn_nodes = NULL;
+    sdp_cl_grad_reduce_nccl.dyn_nodes = NULL;
+    sdp_cl_param_bcast_nccl.dyn_nodes = NULL;
     free(nodes);
     nodes = NULL;
 }

@@ -8,7 +8,7 @@
  * dispatch: it becomes ready as soon as the group's update has written the working copy, not
  * when the previous layer's output is ready like the group's first compute task, so the policy
  * prefetches the weights over PCIe while the GPU still computes earlier groups (without it, the
- * first task of every layer waited for its weights: 3.7 ms a layer of qwen3-4b on the H200).
+ * first task of every layer waits for its weights: bench/results/2026-11-30-h200-session4.md).
  * param_put: dst[off, off + n) = src (n), dst whole and read-write: the working copy off the host
  * (sdp_state.work_staged) takes each chunk AdamW wrote on the host where the compute keeps it,
  * without a partition plan (StarPU would gather the chunks on the vector's home, the host).  The

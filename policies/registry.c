@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Name -> policy table.  StarPU's stock policies come from starpu_sched_get_predefined_policies();
- * the project's own are added to `ours` as they land (the SlideDP and RoundPipe policies). */
+ * the project's own are the lines of SDP_POLICIES below, the single list of them: `slidedp
+ * policies`, --sched and train.sched all read it.  Adding a policy takes its file,
+ * policies/<name>.c (listed in policies/local.mk), which defines `struct starpu_sched_policy
+ * sdp_policy_<name>` named "sdp-<name>", and one line here. */
 #include "config.h"
 
 #include <string.h>
@@ -11,8 +14,14 @@
 #include "policies/sdp_policies.h"
 #include "base/sdp_log.h"
 
+#define SDP_POLICIES(X) X(slidedp) /* policies/slidedp.c */
+
+#define POLICY_EXTERN(name) extern struct starpu_sched_policy sdp_policy_##name;
+#define POLICY_ROW(name)    &sdp_policy_##name,
+SDP_POLICIES(POLICY_EXTERN)
+
 /* The project's own policies; NULL-terminated. */
-static struct starpu_sched_policy *ours[] = { &sdp_policy_slidedp, NULL };
+static struct starpu_sched_policy *ours[] = { SDP_POLICIES(POLICY_ROW) NULL };
 
 int sdp_policy_resolve(const char *name, void **policy)
 {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The scheduling policies a run can name: StarPU's stock policies (the baselines) and the project's
- * own, exported as sdp_policy_<name> and named "sdp-<name>" in StarPU's style.  Tests:
- * tests/e2e/test_e2e_policies.sh (every policy gives bit-identical fp32 losses). */
+ * own, listed in policies/registry.c, each exported as sdp_policy_<name> and named "sdp-<name>"
+ * in StarPU's style.  Tests: tests/e2e/test_e2e_policies.sh (every policy gives bit-identical fp32
+ * losses). */
 #ifndef SDP_POLICIES_H
 #define SDP_POLICIES_H
 
@@ -9,15 +10,11 @@
 
 struct starpu_sched_policy;
 
-/** sdp-slidedp (policies/slidedp.c): critical-path order of the lanes, bounded staging of casts
- * and updates (SDP_STAGING_DEPTH, default: one per CPU worker, at least 4), prefetch window
- * (SDP_WINDOW_DEPTH, default 2). */
-extern struct starpu_sched_policy sdp_policy_slidedp;
-
-/** Settings of sdp-slidedp for the next StarPU start (call before sdp_rt_init): staging_depth >= 1
- * casts and updates in flight, prefetch_groups >= 0 groups of working copies a CUDA worker may
- * prefetch ahead.  A value below that (0 or -1) keeps the environment's (SDP_STAGING_DEPTH,
- * SDP_WINDOW_DEPTH) or the default. */
+/** Settings of sdp-slidedp (policies/slidedp.c: critical-path order of the lanes, bounded
+ * staging of casts and updates, prefetch window) for the next StarPU start (call before
+ * sdp_rt_init): staging_depth >= 1 casts and updates in flight, prefetch_groups >= 0 groups of
+ * working copies a CUDA worker may prefetch ahead.  A value below that (0 or -1) keeps the
+ * environment's (SDP_STAGING_DEPTH, SDP_WINDOW_DEPTH) or the default. */
 void sdp_policy_slidedp_configure(int staging_depth, int prefetch_groups);
 
 /** Resolve a policy name.  *policy is set to our struct starpu_sched_policy for a project policy,

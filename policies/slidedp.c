@@ -34,19 +34,13 @@
 
 #include "policies/sdp_policies.h"
 #include "policies/slidedp_internal.h"
-#include "base/env.h"
 #include "base/sdp_log.h"
 #include "runtime/trace.h"
 
-#define NMASKS         8 /* worker-type masks: CPU 1, CUDA 2, any other type 4 */
-#define DEFAULT_DEPTH  4
-#define DEFAULT_WINDOW 2
-#define WAIT_STAGING   "staging full"
-#define WAIT_STAGES    "stages full"
-/* a CUDA worker with nothing else to run for this long runs a fetch beyond its window */
-#define FETCH_IDLE_US 5000.0
-/* ... one within its prefetch window, and any fetch after this long (SDP_FETCH_IDLE_ANY_MS) */
-#define DEFAULT_IDLE_ANY_MS 50
+#define NMASKS        8 /* worker-type masks: CPU 1, CUDA 2, any other type 4 */
+#define WAIT_STAGING  "staging full"
+#define WAIT_STAGES   "stages full"
+#define FETCH_IDLE_US SDP_SLIDEDP_FETCH_IDLE_US
 
 struct heap;
 
@@ -280,60 +274,19 @@ static void wake_all(const int *wake, int n)
 
 /* ---- policy methods ---- */
 
-/* Set by sdp_policy_slidedp_configure() before StarPU starts (read by init_sched only). */
-static int conf_depth = 0, conf_window = -1;
-#define DEFAULT_STAGES_PER_SLOT 4 /* stages alive per staging slot, by default */
-
-void sdp_policy_slidedp_configure(int staging_depth, int prefetch_groups)
-{
-    conf_depth = staging_depth;
-    conf_window = prefetch_groups;
-}
-
 static void init_sched(unsigned ctx)
 {
-    const char *depth_from = "SDP_STAGING_DEPTH", *window_from = "SDP_WINDOW_DEPTH";
+    struct sdp_slidedp_settings st;
     struct sched *s = calloc(1, sizeof(*s));
     SDP_ASSERT(s != NULL, "sdp-slidedp: out of memory for the policy state");
     pthread_mutex_init(&s->lock, NULL);
-    /* default: one staged chunk per CPU worker, so the bound never idles a core that could
-     * update (a smaller depth trades update throughput for staging memory) */
-    int ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
-    int def_depth = ncpu > DEFAULT_DEPTH ? ncpu : DEFAULT_DEPTH;
-    s->depth = sdp_env_long("SDP_STAGING_DEPTH", def_depth);
-    if (s->depth < 1) {
-        SDP_WARN("sdp-slidedp: SDP_STAGING_DEPTH=%d must be at least 1; using %d", s->depth,
-                 def_depth);
-        s->depth = def_depth;
-    }
-    if (conf_depth >= 1) {
-        s->depth = conf_depth;
-        depth_from = "train.staging_depth";
-    }
-    s->window = sdp_env_long("SDP_WINDOW_DEPTH", DEFAULT_WINDOW);
-    if (s->window < 0) {
-        SDP_WARN("sdp-slidedp: SDP_WINDOW_DEPTH=%d must be at least 0; using %d", s->window,
-                 DEFAULT_WINDOW);
-        s->window = DEFAULT_WINDOW;
-    }
-    if (conf_window >= 0) {
-        s->window = conf_window;
-        window_from = "train.prefetch_groups";
-    }
-    /* each slot's task writes a stage every few ms and the GPU empties it when it next looks */
-    s->stages =
-        sdp_env_long("SDP_STAGE_BUFFERS", DEFAULT_STAGES_PER_SLOT * s->depth);
-    if (s->stages < 1) {
-        SDP_WARN("sdp-slidedp: SDP_STAGE_BUFFERS=%d must be at least 1; using %d", s->stages,
-                 DEFAULT_STAGES_PER_SLOT * s->depth);
-        s->stages = DEFAULT_STAGES_PER_SLOT * s->depth;
-    }
-    s->eager = sdp_env_long("SDP_FETCH_EAGER", 0) > 0;
-    s->idle_any_us =
-        1e3 * sdp_env_long("SDP_FETCH_IDLE_ANY_MS", DEFAULT_IDLE_ANY_MS);
-    if (s->idle_any_us < FETCH_IDLE_US)
-        s->idle_any_us = FETCH_IDLE_US;
-    s->host_prefetch = sdp_env_long("SDP_HOST_PREFETCH", 1) > 0;
+    sdp_slidedp_settings_read(&st, starpu_worker_get_count_by_type(STARPU_CPU_WORKER));
+    s->depth = st.depth;
+    s->window = st.window;
+    s->stages = st.stages;
+    s->eager = st.eager;
+    s->idle_any_us = st.idle_any_us;
+    s->host_prefetch = st.host_prefetch;
     s->slots = calloc((size_t)s->depth, sizeof(*s->slots));
     SDP_ASSERT(s->slots != NULL, "sdp-slidedp: out of memory for %d staging slots", s->depth);
     for (int w = 0; w < STARPU_NMAXWORKERS; w++)
@@ -347,7 +300,7 @@ static void init_sched(unsigned ctx)
     sdp_hint_for_policy(1);
     SDP_INFO("sdp-slidedp: staging depth %d (%s), at most %d stages alive (SDP_STAGE_BUFFERS), "
              "prefetch window %d groups (%s), any fetch after %.0f ms idle%s",
-             s->depth, depth_from, s->stages, s->window, window_from, s->idle_any_us / 1e3,
+             s->depth, st.depth_from, s->stages, s->window, st.window_from, s->idle_any_us / 1e3,
              s->eager ? ", fetches prefetched when queued (SDP_FETCH_EAGER)" : "");
 }
 
@@ -456,10 +409,9 @@ static int push_task(struct starpu_task *task)
         maybe_prefetch(s, eligible[0], e);
     /* an update that only CPU workers run, queued: its gradient chunk starts down from the GPU
      * now, beside the others queued, rather than when a worker pops the task and waits for it
-     * alone (bench/results/2026-12-03-h200-embed-rows.md: +8% at qwen3-4b/16 under 15 GiB on one
-     * machine, within the spread on another).  Not one that fills a stage: the staging bound may
-     * hold it back, and its input would wait on the host with it.  SDP_HOST_PREFETCH=0 turns it
-     * off. */
+     * alone (bench/results/2026-12-03-h200-embed-rows.md).  Not one that fills a stage: the staging
+     * bound may hold it back, and its input would wait on the host with it.  SDP_HOST_PREFETCH=0
+     * turns it off. */
     else if (s->host_prefetch && e->has_hint && e->hint.phase == SDP_PH_UPDATE &&
              e->hint.move == SDP_MOVE_NONE && !e->fills && mask == 1 && !task->prefetched) {
         e->prefetched = 1;

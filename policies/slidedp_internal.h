@@ -10,6 +10,25 @@
 
 #include "runtime/hint.h"
 
+/* The settings of one start of the policy (policies/slidedp_settings.c). */
+struct sdp_slidedp_settings {
+    int depth;          /* staged tasks (casts, AdamW chunk updates) in flight at most */
+    int window;         /* prefetch window, in groups */
+    int stages;         /* stages alive at most */
+    int eager;          /* prefetch every fetch's input when it is queued */
+    int host_prefetch;  /* bring a queued host update's inputs to the host */
+    double idle_any_us; /* idle this long, a CUDA worker runs any fetch */
+    const char *depth_from, *window_from; /* where depth and window came from, for the log */
+};
+
+/** Read the settings: the recipe's (sdp_policy_slidedp_configure), else the environment's, else
+ * the defaults (the staging depth's from ncpu, the CPU workers). */
+void sdp_slidedp_settings_read(struct sdp_slidedp_settings *st, int ncpu);
+
+/* A CUDA worker with nothing else to run for this long runs a fetch within its prefetch window
+ * that the window rule holds back (and any fetch after idle_any_us). */
+#define SDP_SLIDEDP_FETCH_IDLE_US 5000.0
+
 /* Field widths of the key, most significant first (64 bits in all). */
 #define SDP_SLIDEDP_SLOT_BITS  24
 #define SDP_SLIDEDP_STAGE_BITS 2
@@ -30,7 +49,7 @@ static inline uint64_t sdp_slidedp_clamp(long v, int bits)
  * the AdamW chunk updates (which also write the next working copy).  Not a task of those phases
  * that fills none (SDP_STAGE_NONE, the zeroing of a working copy off the host) or only moves data
  * (a param_put empties a stage: held back behind the casts or updates that fill the others, the
- * puts kept every stage on the host, 1,894 of them, 14.8 GiB, with qwen3-8b). */
+ * puts would keep every stage alive on the host: bench/results/2026-12-01-h200-stages.md). */
 static inline int sdp_slidedp_is_staged(const struct sdp_hint *h)
 {
     return h && h->move == SDP_MOVE_NONE && h->stage_role != SDP_STAGE_NONE &&
@@ -193,9 +212,8 @@ static inline int sdp_slidedp_in_window(long pos, long cur, int window)
  * but a fetch (SDP_MOVE_FETCH), which must lie within window - 1 groups ahead (at least the
  * worker's own group), or the worker must not have computed yet (cur < 0).  The policy prefetches
  * a fetch's input once it lies within `window` groups, so the task, run a group later, finds its
- * weights there; run earlier, it would hold the worker while they cross PCIe (qwen3-4b/16: the GPU
- * ran fetches of groups far ahead between the forward's first kernels, 3-5 ms each, 137-182 ms
- * a step). */
+ * weights there; run earlier, it would hold the worker while they cross PCIe, between the
+ * forward's first kernels (bench/results/2026-12-01-h200-fetch-gate.md). */
 static inline int sdp_slidedp_gpu_may_run(const struct sdp_hint *h, long pos, long cur, int window)
 {
     if (!h || h->move != SDP_MOVE_FETCH || cur < 0 || pos < 0)
@@ -206,9 +224,9 @@ static inline int sdp_slidedp_gpu_may_run(const struct sdp_hint *h, long pos, lo
 /* Whether a CUDA worker that has started no task for idle_us may run a fetch that
  * sdp_slidedp_gpu_may_run holds back: after idle_fetch_us one whose inputs its window prefetches
  * (within `window` groups), whose weights are coming anyway; after idle_any_us any, so that a
- * worker whose position is stale still goes on.  Any fetch after idle_fetch_us, as before, let a
- * worker waiting at a step's boundary for layer 1's update fetch layers 3, 4, ... one after the
- * other, each holding the worker and PCIe while layer 1's weights waited
+ * worker whose position is stale still goes on.  Any fetch after idle_fetch_us would let a worker
+ * waiting at a step's boundary for layer 1's update fetch layers 3, 4, ... one after the other,
+ * each holding the worker and PCIe while layer 1's weights wait
  * (bench/results/2026-12-04-h200-embed-lookup.md). */
 static inline int sdp_slidedp_idle_may_fetch(long pos, long cur, int window, double idle_us,
                                              double idle_fetch_us, double idle_any_us)

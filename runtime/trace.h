@@ -3,9 +3,9 @@
  * submitted through codelets/ records one event at its end: codelet name, phase, step, group,
  * chunk, micro-batch, the parameter version it reads or writes, the worker (id, kind, rank) and
  * its start and end times from StarPU's task profiling.  Events go to one of the six lanes of the
- * design (plus "CPU compute", the compute lane of a CPU worker standing in for a GPU):
- *   cast -> param prepare+H2D; forward/recompute/backward/loss ops and zero -> GPU compute (CPU
- *   compute on a CPU worker); sumsq, grad_norm -> gradient reduction; adamw -> CPU AdamW.
+ * design (plus "CPU compute", the compute lane of a CPU worker standing in for a GPU): each op's
+ * lane is a field of its row in the table of ops (codelets/ops.c); a compute op that ran on a CPU
+ * worker goes to CPU compute, an update that ran on a GPU (train.gpu_update) to GPU compute.
  * Activation offload/reload and gradient D2H have no events yet: they are StarPU data transfers,
  * not tasks, so no task callback sees them (their lanes exist but stay empty).
  * Parameter version: the number of updates applied to the weights an event reads.  Compute and

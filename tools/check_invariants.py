@@ -25,9 +25,9 @@ use only the times, so they hold on any log, from any number of ranks:
      the group's accumulator starts.
      An early update (adamw_early: the tied embedding's rows that none of the step's tokens
      selects, graph/step.c) needs only the backward events that write those rows: every backward
-     event of its group but the embedding's backward (ROWS_OF_TOKENS), which adds to the rows of
-     the step's tokens only.  Its pack is grad_pack_early, and its put (the embedding's copy off
-     the host) param_put_early, under the same rule; the group's other
+     event of its group but the embedding's backward (trait rows_of_tokens), which adds to the
+     rows of the step's tokens only.  Its pack is grad_pack_early, and its put (the embedding's
+     copy off the host) param_put_early, under the same rule; the group's other
      updates follow the group's grad_pack as usual (grad_pack_rows, which packs only the rows of
      the step's tokens for them, counts as the group's grad_pack).
      The early MLP update (graph/step.c, mlp_early): grad_pack_mlp packs a layer's chunks from
@@ -39,9 +39,9 @@ use only the times, so they hold on any log, from any number of ranks:
   3. No compute event of group g at step s+1 starts before every update of group g at step s has
      ended.
 A late update (adamw_late, graph/step.c defer_rows) takes the tied embedding's rows of step s's
-tokens that step s+1's tokens do not select, so step s+1's lookup (embedding_fwd, LOOKUPS), which
-reads only the rows its tokens select, does not wait for it; every other reader of the group does
-(the LM head).  The log does not record rows: for 1 and 3 a lookup's writers are the group's
+tokens that step s+1's tokens do not select, so step s+1's lookup (embedding_fwd, trait lookup),
+which reads only the rows its tokens select, does not wait for it; every other reader of the group
+does (the LM head).  The log does not record rows: for 1 and 3 a lookup's writers are the group's
 updates but the late ones, on the graph's word that the late rows are not the lookup's.
 An event marked "tied" (the LM head of a tied model, and the fetch of its weights) reads the
 embedding's group 0 besides its own: for 1 and 3 it counts as a compute event of both.
@@ -72,26 +72,25 @@ A breach counts as a violation.  Prints each violation with event names and time
 1 if there is any, 0 if none, 2 when the log cannot be read.  Test: tests/e2e/test_e2e_trace.sh.
 """
 import json
+import os
+import re
 import sys
 from collections import defaultdict
 
 COMPUTE = {"fwd", "recompute", "bwd", "loss"}
 STAGED = {"cast", "update"}  # the phases under the staging bound (sdp_slidedp_is_staged)
-# of those phases, the events outside it
-UNSTAGED = {"param_put", "param_put_rows", "param_put_early", "stage_put", "param_fetch", "zero"}
-STAGE_WRITERS = {"cast", "adamw", "adamw_early", "adamw_late"}
-# clears a gradient accumulator / adds the output gradient into the embedding's gradient rows /
-# brings embeddings to the GPU: none reads parameters
-NO_PARAMS = {"zero", "embedding_bwd", "act_fetch"}
-# backward events that write only the gradient rows of the step's tokens (not an early update's)
-ROWS_OF_TOKENS = {"embedding_bwd"}
-EARLY = {"adamw_early", "grad_pack_early", "param_put_early"}
-# updates of rows that the next step's lookup does not read, and the lookups (see above)
-LATE = {"adamw_late"}
-LOOKUPS = {"embedding_fwd"}
-# copy a stage an AdamW wrote into the working copy (param_put_rows and param_put_early: the packed
-# rows of the embedding's two updates when its copy is off the host)
-PUTS = {"param_put", "param_put_rows", "param_put_early", "stage_put"}
+# What an op does comes from its traits, the words of its row in the table of ops (codelets/ops.c),
+# looked up by the event's name, not from lists of op names here:
+#   unstaged       of the staged phases, never held by the staging bound (puts, fetches, zeroing)
+#   stage_writer   writes a stage when the working copy is off the host (casts, updates)
+#   put            copies a stage an AdamW wrote into the working copy off the host
+#   no_params      reads no parameters (the zeroing of an accumulator, the embedding's backward,
+#                  the fetch of embeddings)
+#   rows_of_tokens a backward that writes only the gradient rows of the step's tokens
+#   early, late    the tied embedding's early update (its pack and put), its late update
+#   lookup         the embedding lookup, which reads only the rows of its tokens (see above)
+# a row of the table: X(sdp_cl_<var>, "<name>", <lane>, <place>, "<traits>")
+ROW = re.compile(r'X\(\s*sdp_cl_\w+,\s*"(\w+)",\s*\w+,\s*\w+,\s*"([^"]*)"\s*\)')
 BACKWARD = {"bwd", "loss"}
 MAX_PRINT = 20  # violations printed per invariant (all are counted)
 
@@ -107,7 +106,24 @@ def describe(e):
     return ", ".join(parts)
 
 
+def op_traits():
+    """Op name -> traits, from the rows of the table of ops (codelets/ops.c)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "codelets", "ops.c")
+    try:
+        with open(path) as f:
+            rows = ROW.findall(f.read())
+    except OSError as err:
+        raise SystemExit("check_invariants.py: the table of ops: %s" % err) from None
+    if not rows:
+        raise SystemExit("check_invariants.py: no op rows in %s" % path)
+    traits = defaultdict(frozenset)
+    for name, words in rows:  # two codelets may share a name (their traits then agree)
+        traits[name] |= frozenset(words.split())
+    return traits
+
+
 def load(path):
+    traits = op_traits()
     events = []
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
@@ -122,6 +138,7 @@ def load(path):
             except ValueError as err:
                 raise SystemExit("%s:%d: not an event: %s" % (path, lineno, err)) from None
             e.setdefault("rank", 0)
+            e["_traits"] = traits.get(e["name"], frozenset())
             e["_line"] = lineno
             events.append(e)
     return events
@@ -141,6 +158,11 @@ class Report:
 
     def total(self):
         return sum(self.count.values())
+
+
+def has(e, trait):
+    """Whether event e's op has the trait (codelets/ops.c)."""
+    return trait in e.get("_traits", ())
 
 
 def is_wait(e):
@@ -168,7 +190,7 @@ def check_inflight(events, limits, rep):
     tasks = [e for e in events if not is_wait(e)]
     for lane, limit in limits:
         evs = [e for e in tasks if (e.get("lane") == lane or str(e.get("lane_id")) == lane)
-               and e.get("phase") in STAGED and e.get("name") not in UNSTAGED]
+               and e.get("phase") in STAGED and not has(e, "unstaged")]
         peak, at = max_overlap(evs)
         print("lane %s: %d events, at most %d in flight (limit %d)" % (lane, len(evs), peak, limit))
         if peak > limit:
@@ -179,8 +201,8 @@ def check_inflight(events, limits, rep):
 def check_stages(events, limit, rep):
     tasks = [e for e in events if not is_wait(e)]
     # an early update's stage goes with the early put of its chunk (param_put_early)
-    key = lambda e: (e.get("rank", 0), e["group"], e["chunk"], e.get("version"), e["name"] in EARLY)
-    puts = {key(e): e for e in tasks if e.get("name") in PUTS}
+    key = lambda e: (e.get("rank", 0), e["group"], e["chunk"], e.get("version"), has(e, "early"))
+    puts = {key(e): e for e in tasks if has(e, "put")}
     # off the host every writer has a stage (one without its put stays alive to the end); on the
     # host only the writers with a put do (the early MLP update's stage_put, the embedding's puts)
     off_host = {e["group"] for e in tasks if e.get("name") == "param_put"}
@@ -190,7 +212,7 @@ def check_stages(events, limit, rep):
     put_of = lambda w: puts.get(key(w)) or puts.get(key(dict(w, chunk=-1)))
     spans = [dict(w, end_us=put_of(w)["end_us"] if put_of(w) else last)
              for w in tasks
-             if w.get("name") in STAGE_WRITERS and (w["group"] in off_host or put_of(w))]
+             if has(w, "stage_writer") and (w["group"] in off_host or put_of(w))]
     peak, at = max_overlap(spans)
     print("stages: %d written, at most %d alive (limit %d)" % (len(spans), peak, limit))
     if peak > limit:
@@ -250,7 +272,7 @@ def report_waits(events):
 def check(events):
     rep = Report()
     ev = [e for e in events if e["step"] >= 0 and e["group"] >= 0 and not is_wait(e)]
-    compute = [e for e in ev if e["phase"] in COMPUTE and e["name"] not in NO_PARAMS]
+    compute = [e for e in ev if e["phase"] in COMPUTE and not has(e, "no_params")]
     # the tied LM head reads the embedding's weights too: once more as group 0's reader
     compute += [dict(e, group=0) for e in compute if e.get("tied") and e["group"] != 0]
     # updates[g][s] = list of adamw events of group g at step s
@@ -272,14 +294,14 @@ def check(events):
         # the updates that can matter: the previous two steps, this one and the next
         for s2 in range(s - 2, s + 2):
             us = ups.get(s2)
-            if us and e["name"] in LOOKUPS:
-                us = [u for u in us if u["name"] not in LATE]
+            if us and has(e, "lookup"):
+                us = [u for u in us if not has(u, "late")]
             if not us:
                 continue
             # an AdamW whose chunk has a put (param_put, stage_put) wrote a stage, and the put
             # the copy the compute reads: the writers are the puts and the other AdamWs
-            put_chunks = {u.get("chunk", -1) for u in us if u["name"] in PUTS}
-            us = [u for u in us if u["name"] in PUTS or u.get("chunk", -1) not in put_chunks]
+            put_chunks = {u.get("chunk", -1) for u in us if has(u, "put")}
+            us = [u for u in us if has(u, "put") or u.get("chunk", -1) not in put_chunks]
             last_end = max(u["end_us"] for u in us)
             if last_end <= e["start_us"]:
                 applied.append(s2)
@@ -331,7 +353,7 @@ def check(events):
             lim = b.get("grad_lim", 0)
             if chunk >= 0 and 0 < lim <= chunk:
                 continue
-            if early and b["name"] in ROWS_OF_TOKENS:
+            if early and has(b, "rows_of_tokens"):
                 continue
             if best is None or b["end_us"] > best["end_us"]:
                 best = b
@@ -340,7 +362,7 @@ def check(events):
     for g, per_step in updates.items():
         for s, us in per_step.items():
             for u in us:
-                last = last_writer(s, g, u.get("chunk", -1), u["name"] in EARLY)
+                last = last_writer(s, g, u.get("chunk", -1), has(u, "early"))
                 if last is not None and u["start_us"] < last["end_us"]:
                     rep.add(2, "%s starts at %.1f us, before %s ends at %.1f us"
                             % (describe(u), u["start_us"], describe(last), last["end_us"]))
@@ -366,7 +388,7 @@ def check(events):
         for s, us in per_step.items():
             for u in us:
                 mlp = mlp_packs.get((s, g))
-                if u["name"] in EARLY:
+                if has(u, "early"):
                     p = early_packs.get((s, g))
                 elif mlp is not None and u.get("chunk", -1) >= mlp.get("chunk", 0):
                     p = mlp
@@ -388,8 +410,8 @@ def check(events):
     for e in compute:
         g, s = e["group"], e["step"]
         us = updates.get(g, {}).get(s - 1)
-        if us and e["name"] in LOOKUPS:
-            us = [u for u in us if u["name"] not in LATE]
+        if us and has(e, "lookup"):
+            us = [u for u in us if not has(u, "late")]
         if not us:
             continue
         last = max(us, key=lambda u: u["end_us"])
