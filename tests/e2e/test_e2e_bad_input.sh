@@ -4,12 +4,7 @@
 # missing files, corrupt or mismatched safetensors, data shorter than a sequence, a model that does not
 # fit the host memory budget, an unknown policy, an unknown SDP_ATTENTION.
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
-top=$(cd "$top" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 n=0
 
 # expect CODE PATTERN -- command...: exit code and a stderr line matching PATTERN
@@ -105,5 +100,4 @@ sed -i 's/"attention_bias": false/"attention_bias": true/' "$tmp/model/config.js
 expect 1 "attention_bias" -- "$bin" train "$tmp/hf.yaml"
 
 echo "$n bad inputs tried"
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

@@ -10,15 +10,9 @@
 #     the key.
 # tests/e2e/test_e2e_gpu_update_gpu.sh checks it on a GPU.
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 
-sed -e "s#^  train: .*#  train: $top/data/kjv/val.tok#" -e "s#^  num_layers: .*#  num_layers: 4#" \
-    "$top/tests/e2e/data/micro-qwen3.yaml" > "$tmp/r.yaml"
+micro_recipe | sed -e "s#^  num_layers: .*#  num_layers: 4#" > "$tmp/r.yaml"
 run() { # NAME ARGS...
     name=$1
     shift
@@ -74,5 +68,4 @@ cp "$tmp/r.yaml" "$tmp/big.yaml"
 printf '  gpu_update: 9\n' >> "$tmp/big.yaml"
 bad "train.gpu_update: 9" "gpu_update" "$tmp/big.yaml"
 
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

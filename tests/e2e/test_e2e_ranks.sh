@@ -8,14 +8,9 @@
 # compute on its own worker (with more workers than ranks: --cpus 3); a global batch the ranks
 # cannot share is a usage error (exit 2).
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 recipe=$top/recipes/tiny-qwen3.yaml
 steps=${SDP_RANKS_STEPS:-8}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
 
 run() { # name, extra options...
     name=$1; shift
@@ -127,5 +122,4 @@ if [ $rc -ne 2 ] || ! grep -q "train.ranks=3" "$tmp/bad.err"; then
     echo "--ranks 3: expected exit 2 naming train.ranks, got $rc:"; cat "$tmp/bad.err"; fail=1
 fi
 
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

@@ -14,15 +14,12 @@
 # report the CUDA worker's gaps of another, whose answers are known, its --gaps report each of
 # those gaps, and its --long report the long CUDA tasks of that log and what ended beside them.  Needs python3 (json only).
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 checker=$top/tools/check_invariants.py
 if ! command -v python3 > /dev/null 2>&1; then
     echo "python3 is not installed: SKIP"
     exit 77
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "  FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "  ok: $*"; }

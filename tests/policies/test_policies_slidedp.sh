@@ -18,16 +18,13 @@
 #     submitted before the updates drain, ~20 ms of adamw at depth 1), hence "at least one step".
 # Needs python3 (json only).
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 checker=$top/tools/check_invariants.py
 recipe=$top/tests/e2e/data/micro-qwen3.yaml
 if ! command -v python3 > /dev/null 2>&1; then
     echo "python3 is not installed: SKIP"
     exit 77
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "  FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "  ok: $*"; }
@@ -57,7 +54,7 @@ for name in slidedp depth1; do
 done
 grep -q "staging depth 1" "$tmp/depth1.err" || fail "depth1: the policy did not report depth 1"
 # the same bound from the recipe (train.staging_depth), which wins over the environment
-{ sed -e "s#^  train: .*#  train: $(cd "$top" && pwd)/data/kjv/val.tok#" "$recipe"
+{ micro_recipe
   printf '  staging_depth: 1\n  prefetch_groups: 0\n'; } > "$tmp/depth1.yaml"
 if SDP_STAGING_DEPTH=3 "$bin" train "$tmp/depth1.yaml" --cpus 2 --gpus 0 -q --sched sdp-slidedp \
     --metrics "$tmp/recipe1.jsonl" --events "$tmp/recipe1.events" 2> "$tmp/recipe1.err" &&
