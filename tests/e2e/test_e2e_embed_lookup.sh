@@ -122,7 +122,11 @@ for n, want in (("h16", True), ("key", True), ("h16off", False)):
         upd = [e["end_us"] for e in ev if e.get("name") == "adamw" and e["group"] == 0
                and e["step"] == s]
         look = [e["start_us"] for e in ev if e.get("name") == "embedding_fwd" and e["step"] == s + 1]
-        if upd and look and min(look) < max(upd):
+        if not upd or not look:
+            print("  step %d: %d adamw of group 0, step %d: %d lookups: nothing to order"
+                  % (s, len(upd), s + 1, len(look)))
+            ok = False
+        elif min(look) < max(upd):
             print("  a lookup of step %d starts before an adamw of step %d ends" % (s + 1, s))
             ok = False
 # broken copies of h16's log: a late update renamed adamw, ending after the next lookup's start;

@@ -21,6 +21,10 @@ run() { # name, extra options...
     sed -e 's/.*"loss": *\([^,]*\),.*/\1/' "$tmp/$name.jsonl" > "$tmp/$name.loss"
     echo "$name: $(tr '\n' ' ' < "$tmp/$name.loss")"
 }
+# have FILE: the events log a run was asked for exists and is not empty (else a failure)
+have() {
+    [ -s "$1" ] || { echo "$(basename "$1"): missing or empty"; fail=1; return 1; }
+}
 
 run r1 --ranks 1
 run r2 --ranks 2 --cpus 3 --events "$tmp/r2.events.jsonl"
@@ -55,7 +59,7 @@ for pair in r2:r2gpu r2:r2mixed r2:r2sharded r4:r4sharded; do
 done
 # the sharded route: every chunk reaches every rank (one copy from the host per chunk, then one
 # per other rank), and the log still passes the checker
-if [ -f "$tmp/r2sharded.events.jsonl" ]; then
+if have "$tmp/r2sharded.events.jsonl"; then
     "$py" "$top/tools/check_invariants.py" "$tmp/r2sharded.events.jsonl" > "$tmp/checks.out" 2>&1 ||
         { echo "invariant checker failed on the sharded log:"; cat "$tmp/checks.out"; fail=1; }
     "$py" - "$tmp/r2sharded.events.jsonl" <<'PYEOF' || fail=1
@@ -72,7 +76,7 @@ sys.exit(0 if ok else 1)
 PYEOF
 fi
 # per-group routes: the reductions of groups 0-2 run on rank 0's worker, the others anywhere
-if [ -f "$tmp/r2mixed.events.jsonl" ]; then
+if have "$tmp/r2mixed.events.jsonl"; then
     "$py" - "$tmp/r2mixed.events.jsonl" "$tmp/r2.events.jsonl" <<'PYEOF' || fail=1
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
@@ -89,7 +93,7 @@ PYEOF
 fi
 
 # the event log: invariants, and each rank's compute on its own worker
-if [ -f "$tmp/r2.events.jsonl" ]; then
+if have "$tmp/r2.events.jsonl"; then
     "$py" "$top/tools/check_invariants.py" "$tmp/r2.events.jsonl" > "$tmp/check.out" 2>&1 ||
         { echo "invariant checker failed on the 2-rank log:"; cat "$tmp/check.out"; fail=1; }
     "$py" - "$tmp/r2.events.jsonl" <<'PYEOF' || fail=1

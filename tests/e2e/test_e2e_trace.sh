@@ -85,6 +85,8 @@ casts = sum(1 for e in evs if e["name"] == "cast" and e["step"] == 0)
 print("steps %s, step-0 casts (one per chunk) %d" % (steps, casts))
 if steps != [0, 1, 2]:
     bad.append("steps %s instead of [0, 1, 2]" % steps)
+if casts == 0:
+    bad.append("no cast in step 0: the adamw counts below would compare nothing")
 for s in steps:
     groups = sorted({e["group"] for e in evs if e["step"] == s and e["lane"] == "CPU compute"})
     upd = [e for e in evs if e["step"] == s and e["name"] == "adamw"]
