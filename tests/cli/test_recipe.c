@@ -16,18 +16,9 @@
 #include <unistd.h>
 
 #include "cli/recipe.h"
+#include "tests/lib/sdp_test.h"
 
-static int failures;
 static char dir[256];
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("  FAILED: " __VA_ARGS__);                                                      \
-            printf("\n");                                                                          \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 static void write_file(const char *path, const char *text)
 {
@@ -444,6 +435,5 @@ int main(void)
 
     unlink(path);
     rmdir(dir);
-    printf("%s\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    return sdp_test_finish(sdp_test_nfail);
 }

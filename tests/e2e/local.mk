@@ -7,6 +7,7 @@ check_PROGRAMS += tests/e2e/test_e2e_hf_parity_gpu
 TESTS += tests/e2e/test_e2e_hf_parity_gpu
 tests_e2e_test_e2e_hf_parity_gpu_SOURCES = tests/e2e/test_e2e_hf_parity.c tests/lib/sdp_test.h
 tests_e2e_test_e2e_hf_parity_gpu_CPPFLAGS = $(AM_CPPFLAGS) -DSDP_TEST_GPU
+EXTRA_DIST += tests/lib/e2e.sh tests/lib/run-test.sh
 TESTS += tests/ref/check_refs.py tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_policies.sh \
 	tests/e2e/test_e2e_resume.sh tests/e2e/test_e2e_nan.sh \
 	tests/e2e/test_e2e_bad_input.sh

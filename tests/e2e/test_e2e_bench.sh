@@ -15,12 +15,7 @@
 #     that is not a multiple of the micro-batch; a memory log that cannot be written exits 1
 #     naming its path.
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 model=$top/tests/ref/data/qwen3-tiny
 common="--model $model --batch 4 --micro 2 --seq 32 --steps 3 --warmup 1 --gpus 0 --cpus 2"
 
@@ -129,8 +124,4 @@ else
     echo "  ok: unwritable memory log: $(grep -m 1 "no/such/dir" "$tmp/bad.out")"
 fi
 
-if [ $fail -ne 0 ]; then
-    echo FAIL
-    exit 1
-fi
-echo PASS
+finish

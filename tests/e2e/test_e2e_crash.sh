@@ -6,19 +6,16 @@
 # A truncated or bit-flipped newest checkpoint is skipped for the previous one, same result.
 # SDP_CRASH_SEED, SDP_CRASH_DIRS, SDP_CRASH_KILLS override the seed and the trial counts.
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 recipe=$top/tests/e2e/data/micro-qwen3.yaml
 steps=8
 ndirs=${SDP_CRASH_DIRS:-10}
 nkills=${SDP_CRASH_KILLS:-5}
 seed=${SDP_CRASH_SEED:-$(date +%s)}
 args="--steps $steps --checkpoint-every 1 --cpus 2 -q"
-tmp=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2> /dev/null; rm -rf "$tmp"' EXIT
 trap 'exit 1' INT TERM
-fail=0
 echo "seed $seed (rerun with SDP_CRASH_SEED=$seed)"
 losses() { sed -e 's/.*"step": *\([0-9]*\),.*"loss": *\([^,]*\),.*/\1 \2/' "$1"; }
 ckname() { printf 'step-%08d.sdpckpt' "$1"; }
@@ -226,5 +223,4 @@ for c in trunc flip; do
     check_ckpts "$d" "$c"
 done
 
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

@@ -27,14 +27,9 @@
 #   - --embed-early with another value, and --embed-home gpu with param_delay 1, are refused with
 #     exit code 2.
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 
-sed -e "s#\.\./data#$top/data#" "$top/recipes/tiny-qwen3.yaml" > "$tmp/clip.yaml"
+tiny_recipe > "$tmp/clip.yaml"
 sed -e "s#^  max_grad_norm: .*#  max_grad_norm: 0#" "$tmp/clip.yaml" > "$tmp/r.yaml"
 run() { # NAME RECIPE ARGS...
     name=$1 r=$2
@@ -157,8 +152,4 @@ st=$?
 [ $st -eq 2 ] && grep -q "embed_home" "$tmp/bad.err" ||
     { echo "--embed-home gpu with param_delay 1: exit $st, not 2 naming the key"; cat "$tmp/bad.err"; fail=1; }
 
-if [ $fail -ne 0 ]; then
-    echo FAIL
-    exit 1
-fi
-echo PASS
+finish

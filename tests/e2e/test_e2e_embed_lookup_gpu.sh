@@ -5,13 +5,7 @@
 # that the compute runs' lookups ran on the GPU, the host runs' on CPU workers, and that the host
 # runs fetch the tied LM head's copy of the embedding with the head's key, once a step.
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-ngpu=0
-if command -v nvidia-smi > /dev/null 2>&1; then
-    ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
-fi
-if [ "$ngpu" -lt 1 ]; then
-    echo "no GPU: SKIP"
-    exit 77
-fi
-GPU=1 exec sh "$top/tests/e2e/test_e2e_embed_lookup.sh"
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
+need_gpus 1
+GPU=1 sh "$top/tests/e2e/test_e2e_embed_lookup.sh"
+exit $?

@@ -6,18 +6,10 @@
 # logits of a fixed batch (first 2 windows of data/kjv/val.tok) match ours (dump_logits) to a
 # relative Frobenius error < 1e-5.  Skips (77) without torch/transformers.
 set -u
-top=${top_srcdir:-.}
-build=${top_builddir:-.}
-bin=$build/slidedp
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 dump=$build/tests/e2e/dump_logits
-py=${PYTHON3:-python3}
-if ! "$py" -c 'import numpy, torch, transformers, safetensors' > /dev/null 2>&1; then
-    echo "$py lacks numpy/torch/transformers/safetensors (see tools/setup-debian.sh): SKIP"
-    exit 77
-fi
+need_python numpy torch transformers safetensors
 [ -x "$dump" ] || { echo "missing helper $dump (make check builds it)"; echo FAIL; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 if ! "$bin" train "$top/tests/e2e/data/micro-qwen3.yaml" --steps 3 --precision fp32 --gpus 0 \
     --output "$tmp/run" > "$tmp/train.out" 2> "$tmp/train.err"; then

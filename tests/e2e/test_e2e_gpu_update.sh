@@ -2,23 +2,21 @@
 # train.gpu_update / --gpu-update N without a GPU: the AdamW of layers 1..N runs on the GPU only
 # with one rank, compute on a GPU, the bf16 return and the working copies on the host
 # (graph/step.c, gpu_updates).  On CPU workers (the micro recipe, 4 layers, 4 steps):
-#   - with --gpu-update 2 the run says that it does not apply, and its losses and gradient norms
-#     are the default run's, bit for bit; its event log has no update on a CUDA worker and
-#     tools/check_invariants.py passes it;
+#   - with --gpu-update 2 the run says, in these words, that it does not apply, and its losses and
+#     gradient norms are the default run's, bit for bit; its event log has every update on the
+#     CPU AdamW lane and tools/check_invariants.py passes it;
+#   - the value reaches the graph from the recipe (train.gpu_update: 3 names 3) and the flag wins
+#     over the key (--gpu-update 1 names 1); --gpu-update 0 over the key, and the default, say
+#     nothing; --gpu-update 4 (every layer) is accepted; `slidedp bench --gpu-update 1` warns the
+#     same and records gpu_update 1 in its settings;
 #   - --gpu-update with more layers than the model has, or not a number, and a recipe's
 #     train.gpu_update of -1 or above the layers are refused with exit code 2 naming the option or
 #     the key.
 # tests/e2e/test_e2e_gpu_update_gpu.sh checks it on a GPU.
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 
-sed -e "s#^  train: .*#  train: $top/data/kjv/val.tok#" -e "s#^  num_layers: .*#  num_layers: 4#" \
-    "$top/tests/e2e/data/micro-qwen3.yaml" > "$tmp/r.yaml"
+micro_recipe | sed -e "s#^  num_layers: .*#  num_layers: 4#" > "$tmp/r.yaml"
 run() { # NAME ARGS...
     name=$1
     shift
@@ -30,10 +28,48 @@ run() { # NAME ARGS...
 run base
 run upd --gpu-update 2 --grad-dtype bf16
 run updbase --grad-dtype bf16
-grep -q "gpu_update 2 does not apply here" "$tmp/upd.err" ||
-    { echo "--gpu-update 2 on CPU workers: no 'does not apply' line"; cat "$tmp/upd.err"; fail=1; }
-if grep -q "does not apply" "$tmp/base.err"; then
-    echo "the default run warns about gpu_update"; fail=1
+# says N: the run's log holds the warning of train.gpu_update N, word for word, once
+says() { # NAME N
+    n=$(grep -c -F "train.gpu_update $2 does not apply here (it needs one rank, compute on a GPU, \
+the bf16 gradient return and the working copies on the host): every update runs on the host" \
+        "$tmp/$1.err")
+    [ "$n" = 1 ] ||
+        { echo "$1: $n warnings of train.gpu_update $2, not 1"; cat "$tmp/$1.err"; fail=1; }
+}
+quiet() { # NAME: the run's log has no word of gpu_update
+    if grep -q "gpu_update" "$tmp/$1.err"; then
+        echo "$1: warns about gpu_update"; cat "$tmp/$1.err"; fail=1
+    fi
+}
+says upd 2
+quiet base
+quiet updbase
+
+# the recipe key reaches the graph, the flag wins over it, 0 turns it off, N = layers is accepted
+cp "$tmp/r.yaml" "$tmp/key3.yaml"
+printf '  gpu_update: 3\n' >> "$tmp/key3.yaml"
+one() { # NAME RECIPE ARGS...: a one-step run
+    name=$1 r=$2
+    shift 2
+    "$bin" train "$r" --cpus 2 -q --steps 1 --grad-dtype bf16 "$@" > /dev/null 2> "$tmp/$name.err" ||
+        { echo "$name: training failed"; cat "$tmp/$name.err"; fail=1; }
+}
+one key3 "$tmp/key3.yaml"
+one flag1 "$tmp/key3.yaml" --gpu-update 1
+one flag0 "$tmp/key3.yaml" --gpu-update 0
+one all4 "$tmp/r.yaml" --gpu-update 4
+says key3 3
+says flag1 1
+quiet flag0
+says all4 4
+if "$bin" bench --model "$top/tests/ref/data/qwen3-tiny" --batch 4 --micro 2 --seq 32 --steps 1 \
+    --warmup 0 --gpus 0 --cpus 2 --grad-dtype bf16 --gpu-update 1 > "$tmp/bench.json" \
+    2> "$tmp/bench.err"; then
+    says bench 1
+    "$py" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["settings"]["gpu_update"] != 1)' \
+        "$tmp/bench.json" || { echo "bench: settings.gpu_update is not 1"; cat "$tmp/bench.json"; fail=1; }
+else
+    echo "bench --gpu-update 1 failed"; cat "$tmp/bench.err"; fail=1
 fi
 
 "$py" - "$tmp" <<'PYEOF' || fail=1
@@ -50,8 +86,9 @@ if a != b:
 ev = [json.loads(l) for l in open(tmp + "/upd.ev")]
 ups = [e for e in ev if e.get("name") == "adamw"]
 gpu = [e for e in ups if e.get("lane") != "CPU AdamW"]
-print("%d adamw events, %d not on the CPU AdamW lane" % (len(ups), len(gpu)))
-ok &= len(ups) > 0 and not gpu
+casts = [e for e in ev if e.get("name") == "cast" and e.get("step") == 0]
+print("%d adamw events, %d not on the CPU AdamW lane; %d chunks" % (len(ups), len(gpu), len(casts)))
+ok &= len(casts) > 0 and len(ups) == 4 * len(casts) and not gpu
 sys.exit(0 if ok else 1)
 PYEOF
 "$py" "$top/tools/check_invariants.py" "$tmp/upd.ev" > "$tmp/check.txt" 2>&1 ||
@@ -74,5 +111,4 @@ cp "$tmp/r.yaml" "$tmp/big.yaml"
 printf '  gpu_update: 9\n' >> "$tmp/big.yaml"
 bad "train.gpu_update: 9" "gpu_update" "$tmp/big.yaml"
 
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

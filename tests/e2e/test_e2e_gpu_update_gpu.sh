@@ -8,25 +8,12 @@
 #     once a step, each followed by its param_put), every other update on the host;
 #   - tools/check_invariants.py passes the log.
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
-ngpu=0
-if command -v nvidia-smi > /dev/null 2>&1; then
-    ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
-fi
-if [ "$ngpu" -lt 1 ]; then
-    echo "no GPU: SKIP"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
+need_gpus 1
 
-sed -e "s#^  train: .*#  train: $top/data/kjv/val.tok#" -e "s#^  num_layers: .*#  num_layers: 4#" \
-    -e "s#^  steps: .*#  steps: 6#" -e "s#^  chunk_mib: .*#  chunk_mib: 0.0625#" \
-    -e "s#^  precision: .*#  precision: bf16#" \
-    "$top/tests/e2e/data/micro-qwen3.yaml" > "$tmp/clip.yaml"
+micro_recipe | sed -e "s#^  num_layers: .*#  num_layers: 4#" -e "s#^  steps: .*#  steps: 6#" \
+    -e "s#^  chunk_mib: .*#  chunk_mib: 0.0625#" -e "s#^  precision: .*#  precision: bf16#" \
+    > "$tmp/clip.yaml"
 sed -e "s#^  max_grad_norm: .*#  max_grad_norm: 0#" "$tmp/clip.yaml" > "$tmp/r.yaml"
 run() { # NAME RECIPE ARGS...
     name=$1 r=$2
@@ -77,5 +64,4 @@ for n in gpu clip-gpu; do
         { echo "the checker fails the $n log"; cat "$tmp/$n.check"; fail=1; }
 done
 
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

@@ -14,16 +14,11 @@
 #     a GPU its losses are the fp32 return's, bit for bit, and its event log has no pack; with two
 #     ranks it trains (fp32).
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 
 # the micro recipe with 4 layers and 6 steps, the data path made absolute, plus the lines $2
-sed -e "s#^  train: .*#  train: $top/data/kjv/val.tok#" -e "s#^  num_layers: .*#  num_layers: 4#" \
-    -e "s#^  steps: .*#  steps: 6#" "$top/tests/e2e/data/micro-qwen3.yaml" > "$tmp/base.yaml"
+micro_recipe | sed -e "s#^  num_layers: .*#  num_layers: 4#" -e "s#^  steps: .*#  steps: 6#" \
+    > "$tmp/base.yaml"
 recipe() { # FILE LINES
     cp "$tmp/base.yaml" "$1"
     printf '%s\n' "$2" >> "$1"
@@ -47,10 +42,7 @@ run b16-flag "$tmp/f32.yaml" --grad-dtype bf16
 run auto "$tmp/auto.yaml" --events "$tmp/auto.events"
 run auto-flag "$tmp/b16.yaml" --grad-dtype auto --events "$tmp/auto-flag.events"
 run auto-r2 "$tmp/auto.yaml" --ranks 2
-ngpu=0
-if command -v nvidia-smi > /dev/null 2>&1; then
-    ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
-fi
+ngpu=$(ngpus)
 
 "$py" - "$tmp" "$ngpu" <<'PYEOF' || fail=1
 import json, sys
@@ -138,8 +130,4 @@ refused "bf16 with two ranks" "$tmp/b16.yaml" --ranks 2
 recipe "$tmp/bad.yaml" "  grad_dtype: fp16"
 refused "grad_dtype fp16" "$tmp/bad.yaml"
 
-if [ $fail -ne 0 ]; then
-    echo FAIL
-    exit 1
-fi
-echo PASS
+finish

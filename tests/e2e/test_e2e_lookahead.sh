@@ -16,16 +16,10 @@
 #   - a recipe with bwd_lookahead below -1, or keep_mlp above the model's layers, is refused with
 #     exit code 2, naming the key.
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 
 recipe() { # K FILE: the micro recipe with 6 layers, the data path made absolute
-    sed -e "s#^  train: .*#  train: $top/data/kjv/val.tok#" -e "s#^  num_layers: .*#  num_layers: 6#" \
-        "$top/tests/e2e/data/micro-qwen3.yaml" > "$2"
+    micro_recipe | sed -e "s#^  num_layers: .*#  num_layers: 6#" > "$2"
     printf '  bwd_lookahead: %s\n' "$1" >> "$2"
 }
 
@@ -125,5 +119,4 @@ if [ $rc -ne 2 ] || ! grep -q "train.keep_mlp=7" "$tmp/badmlp.out"; then
 fi
 echo "keep_mlp 7: exit $rc, $(head -n 1 "$tmp/badmlp.out")"
 
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

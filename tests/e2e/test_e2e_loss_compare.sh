@@ -7,15 +7,8 @@
 # Then the negative control: transformers fed the sequences one place later in the sampler's
 # order must fail the same comparison.  Skips (77) without numpy/torch/transformers/yaml.
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-build=$(cd "${top_builddir:-.}" && pwd)
-py=${PYTHON3:-python3}
-if ! "$py" -c 'import numpy, torch, transformers, yaml' > /dev/null 2>&1; then
-    echo "$py lacks numpy/torch/transformers/yaml (see tools/setup-debian.sh): SKIP"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
+need_python numpy torch transformers yaml
 
 # TOL, absolute, on losses between 10.7 and 12 (ln V = 11.93 at initialisation).  Both sides run
 # fp32 from bit-identical weights on identical batches, so only rounding differs: at step 1 the

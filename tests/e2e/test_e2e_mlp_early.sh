@@ -22,15 +22,9 @@
 #   - with clipping (the recipe's max_grad_norm: 1.0) there is no grad_pack_mlp;
 #   - --mlp-early with another value is refused with exit code 2.
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 
-sed -e "s#\.\./data#$top/data#" -e "s#^  chunk_mib: .*#  chunk_mib: 0.0625#" \
-    "$top/recipes/tiny-qwen3.yaml" > "$tmp/clip.yaml"
+tiny_recipe | sed -e "s#^  chunk_mib: .*#  chunk_mib: 0.0625#" > "$tmp/clip.yaml"
 sed -e "s#^  max_grad_norm: .*#  max_grad_norm: 0#" "$tmp/clip.yaml" > "$tmp/r.yaml"
 run() { # NAME RECIPE ARGS...
     name=$1 r=$2
@@ -133,8 +127,4 @@ st=$?
 [ $st -eq 2 ] && grep -q "mlp-early" "$tmp/bad.err" ||
     { echo "--mlp-early maybe: exit $st, not 2 naming the option"; cat "$tmp/bad.err"; fail=1; }
 
-if [ $fail -ne 0 ]; then
-    echo FAIL
-    exit 1
-fi
-echo PASS
+finish

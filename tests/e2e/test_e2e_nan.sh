@@ -4,12 +4,7 @@
 # whose gradient is not finite, and leaves the earlier checkpoints loadable; train.on_nan: skip warns,
 # skips those updates and finishes.
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
-top=$(cd "$top" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 sed -e 's/lr: 1.0e-2/lr: 1.0e+30/' -e 's/max_grad_norm: 1.0/max_grad_norm: 0/' \
     -e "s|\.\./\.\./\.\./data|$top/data|" "$top/tests/e2e/data/micro-qwen3.yaml" > "$tmp/nan.yaml"
 grep -q "lr: 1.0e+30" "$tmp/nan.yaml" || { echo "could not make the recipe"; exit 1; }
@@ -35,5 +30,4 @@ else
     echo "on_nan skip: finished, $n updates skipped; metrics record null losses:" \
         "$(grep -c '"loss":null' "$tmp/skip.jsonl")"
 fi
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

@@ -10,22 +10,9 @@
 #     grad_reduce, the sharded run's param_bcast_nccl too, and tools/check_invariants.py passes
 #     both.
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
-ngpu=0
-if command -v nvidia-smi > /dev/null 2>&1; then
-    ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
-fi
-if [ "$ngpu" -lt 2 ]; then
-    echo "$ngpu GPU(s): the NCCL route needs two or more: SKIP"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-sed -e "s#^  train: .*#  train: $top/data/kjv/val.tok#" -e "s#^  global: .*#  global: 8#" \
-    "$top/tests/e2e/data/micro-qwen3.yaml" > "$tmp/r.yaml"
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
+need_gpus 2 # the NCCL route needs two or more
+micro_recipe | sed -e "s#^  global: .*#  global: 8#" > "$tmp/r.yaml"
 
 run() { # NAME RANKS COLLECTIVES [ARGS...]: each run under its own limit (a hang names its run)
     name=$1 R=$2 coll=$3
@@ -95,8 +82,4 @@ for ev in nccl2 nccl2s; do
     echo "$ev: $(tail -n 1 "$tmp/check")"
 done
 
-if [ $fail -ne 0 ]; then
-    echo FAIL
-    exit 1
-fi
-echo PASS
+finish

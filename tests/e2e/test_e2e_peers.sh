@@ -8,15 +8,8 @@
 #     exit code 2.
 # The GPU runs (pytorch-gpu, fsdp2 and fsdp2-offload on H200s) are bench/run-gpu.sh's.
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-py=${PYTHON3:-python3}
-if ! "$py" -c 'import torch, transformers' > /dev/null 2>&1; then
-    echo "$py lacks torch/transformers (see tools/setup-debian.sh): SKIP"
-    exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
+need_python torch transformers
 port=$((29600 + $$ % 300))
 
 for R in 1 2; do
@@ -55,8 +48,4 @@ for args in "--system fsdp2 --ranks 0" "--system pytorch-gpu --ranks 2" \
     fi
 done
 
-if [ $fail -ne 0 ]; then
-    echo FAIL
-    exit 1
-fi
-echo PASS
+finish

@@ -6,15 +6,11 @@
 # counted; a missing file, no valid line, a bad option and a missing gnuplot must give exit 2, 1, 2
 # and 1 (with the install hint) and leave no image.  Skips (77) without gnuplot.
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
-case "$bin" in /*) ;; *) bin=$(pwd)/$bin ;; esac
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 if ! command -v gnuplot > /dev/null 2>&1; then
     echo "gnuplot is not installed (apt-get install gnuplot-nox): SKIP"
     exit 77
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "  FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "  ok: $*"; }

@@ -4,12 +4,8 @@
 # bit-identical loss lines.
 # Also checks gradient accumulation over micro-batches, through the same CLI.
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 recipe=$top/tests/e2e/data/micro-qwen3.yaml
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
 ref=""
 for pol in eager lws dmda prio random ws sdp-slidedp; do
     if ! "$bin" train "$recipe" --sched "$pol" --cpus 2 --metrics "$tmp/$pol.jsonl" -q 2> "$tmp/$pol.err"; then
@@ -25,5 +21,4 @@ for pol in eager lws dmda prio random ws sdp-slidedp; do
     fi
 done
 [ "$(wc -l < "$tmp/$ref.loss")" -eq 4 ] || { echo "expected 4 steps"; fail=1; }
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

@@ -8,14 +8,9 @@
 # compute on its own worker (with more workers than ranks: --cpus 3); a global batch the ranks
 # cannot share is a usage error (exit 2).
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 recipe=$top/recipes/tiny-qwen3.yaml
 steps=${SDP_RANKS_STEPS:-8}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
 
 run() { # name, extra options...
     name=$1; shift
@@ -25,6 +20,10 @@ run() { # name, extra options...
     fi
     sed -e 's/.*"loss": *\([^,]*\),.*/\1/' "$tmp/$name.jsonl" > "$tmp/$name.loss"
     echo "$name: $(tr '\n' ' ' < "$tmp/$name.loss")"
+}
+# have FILE: the events log a run was asked for exists and is not empty (else a failure)
+have() {
+    [ -s "$1" ] || { echo "$(basename "$1"): missing or empty"; fail=1; return 1; }
 }
 
 run r1 --ranks 1
@@ -60,7 +59,7 @@ for pair in r2:r2gpu r2:r2mixed r2:r2sharded r4:r4sharded; do
 done
 # the sharded route: every chunk reaches every rank (one copy from the host per chunk, then one
 # per other rank), and the log still passes the checker
-if [ -f "$tmp/r2sharded.events.jsonl" ]; then
+if have "$tmp/r2sharded.events.jsonl"; then
     "$py" "$top/tools/check_invariants.py" "$tmp/r2sharded.events.jsonl" > "$tmp/checks.out" 2>&1 ||
         { echo "invariant checker failed on the sharded log:"; cat "$tmp/checks.out"; fail=1; }
     "$py" - "$tmp/r2sharded.events.jsonl" <<'PYEOF' || fail=1
@@ -77,7 +76,7 @@ sys.exit(0 if ok else 1)
 PYEOF
 fi
 # per-group routes: the reductions of groups 0-2 run on rank 0's worker, the others anywhere
-if [ -f "$tmp/r2mixed.events.jsonl" ]; then
+if have "$tmp/r2mixed.events.jsonl"; then
     "$py" - "$tmp/r2mixed.events.jsonl" "$tmp/r2.events.jsonl" <<'PYEOF' || fail=1
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
@@ -94,7 +93,7 @@ PYEOF
 fi
 
 # the event log: invariants, and each rank's compute on its own worker
-if [ -f "$tmp/r2.events.jsonl" ]; then
+if have "$tmp/r2.events.jsonl"; then
     "$py" "$top/tools/check_invariants.py" "$tmp/r2.events.jsonl" > "$tmp/check.out" 2>&1 ||
         { echo "invariant checker failed on the 2-rank log:"; cat "$tmp/check.out"; fail=1; }
     "$py" - "$tmp/r2.events.jsonl" <<'PYEOF' || fail=1
@@ -127,5 +126,4 @@ if [ $rc -ne 2 ] || ! grep -q "train.ranks=3" "$tmp/bad.err"; then
     echo "--ranks 3: expected exit 2 naming train.ranks, got $rc:"; cat "$tmp/bad.err"; fail=1
 fi
 
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

@@ -4,12 +4,8 @@
 # an uninterrupted run (fp32, CPU workers); a resume with a recipe change that alters the data order is
 # refused; `slidedp export` writes the final checkpoint as a Hugging Face directory.
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 recipe=$top/tests/e2e/data/micro-qwen3.yaml
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
 losses() { sed -e 's/.*"step": *\([0-9]*\),.*"loss": *\([^,]*\),.*/\1 \2/' "$1"; }
 args="--steps 10 --checkpoint-every 2 --cpus 2 -q"
 
@@ -70,5 +66,4 @@ fi
 cmp -s "$tmp/export/model.safetensors" "$tmp/ref/final/model.safetensors" ||
     { echo "export: model.safetensors differs from the run's final model"; fail=1; }
 
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

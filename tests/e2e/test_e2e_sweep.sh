@@ -3,11 +3,7 @@
 # with the number of chunks the size implies for a qwen3-0.6b layer and positive times; malformed
 # options are usage errors (exit 2).
 set -u
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 if ! "$bin" sweep --model qwen3-0.6b --chunks 8,16,64 --reps 1 --cpus 2 > "$tmp/out.jsonl" \
     2> "$tmp/err"; then
     echo "sweep failed"; cat "$tmp/err"; fail=1
@@ -31,5 +27,4 @@ for bad in "--chunks 8,x" "--chunks 0" "--model qwen3-0.7b" "--reps 0"; do
     rc=$?
     [ $rc -eq 2 ] || { echo "sweep $*: expected exit 2, got $rc"; cat "$tmp/bad.err"; fail=1; }
 done
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

@@ -14,15 +14,12 @@
 # report the CUDA worker's gaps of another, whose answers are known, its --gaps report each of
 # those gaps, and its --long report the long CUDA tasks of that log and what ended beside them.  Needs python3 (json only).
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 checker=$top/tools/check_invariants.py
 if ! command -v python3 > /dev/null 2>&1; then
     echo "python3 is not installed: SKIP"
     exit 77
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "  FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "  ok: $*"; }
@@ -88,6 +85,8 @@ casts = sum(1 for e in evs if e["name"] == "cast" and e["step"] == 0)
 print("steps %s, step-0 casts (one per chunk) %d" % (steps, casts))
 if steps != [0, 1, 2]:
     bad.append("steps %s instead of [0, 1, 2]" % steps)
+if casts == 0:
+    bad.append("no cast in step 0: the adamw counts below would compare nothing")
 for s in steps:
     groups = sorted({e["group"] for e in evs if e["step"] == s and e["lane"] == "CPU compute"})
     upd = [e for e in evs if e["step"] == s and e["name"] == "adamw"]

@@ -3,10 +3,7 @@
 # loss falls by at least 30% from the first to the last step, that every step wrote a metrics line with
 # the documented fields, and that the trained model is written as a Hugging Face directory.
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 start=$(date +%s)
 if ! "$bin" train "$top/recipes/tiny-qwen3.yaml" --metrics "$tmp/m.jsonl" --output "$tmp/out" > "$tmp/out.txt"; then
     echo "training failed"; tail -n 20 "$tmp/out.txt"; echo FAIL; exit 1

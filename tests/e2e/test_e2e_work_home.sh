@@ -17,15 +17,9 @@
 #   - work_home gpu with gpu_memory_gib, an unknown --work-home and an unknown work_home value are
 #     refused with exit code 2 naming the key.
 set -u
-top=$(cd "${top_srcdir:-.}" && pwd)
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 
-sed -e "s#\.\./data#$top/data#" -e "s#^  sched: .*#  sched: sdp-slidedp#" \
-    "$top/recipes/tiny-qwen3.yaml" > "$tmp/r.yaml"
+tiny_recipe | sed -e "s#^  sched: .*#  sched: sdp-slidedp#" > "$tmp/r.yaml"
 run() { # NAME ARGS...
     name=$1
     shift
@@ -129,8 +123,4 @@ sed -e "s#^  sched: .*#  sched: sdp-slidedp\n  work_home: disk#" "$tmp/r.yaml" >
 expect2 "work_home disk" "work_home" "$tmp/disk.yaml"
 expect2 "--work-home disk" "work-home" "$tmp/r.yaml" --work-home disk
 
-if [ $fail -ne 0 ]; then
-    echo FAIL
-    exit 1
-fi
-echo PASS
+finish

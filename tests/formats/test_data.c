@@ -17,17 +17,7 @@
 #include <unistd.h>
 
 #include "formats/data.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("  FAILED: " __VA_ARGS__);                                                      \
-            printf("\n");                                                                          \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "tests/lib/sdp_test.h"
 
 enum { T = 16, NSEQ = 61, EXTRA = 5, COUNT = NSEQ * T + 1 + EXTRA, B = 4, VOCAB = 50000 };
 
@@ -288,6 +278,5 @@ int main(void)
 out:
     unlink(path);
     unlink(shortp);
-    printf("%s\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    return sdp_test_finish(sdp_test_nfail);
 }

@@ -19,28 +19,8 @@
 
 #include "models/sdp_models.h"
 #include "formats/hfconfig.h"
-
-static int failures;
-static char tmpdir[4096];
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-static char *tpath(const char *name)
-{
-    static char buf[4][4200];
-    static int k;
-    char *p = buf[k++ % 4];
-    snprintf(p, 4200, "%s/%s", tmpdir, name);
-    return p;
-}
+#include "tests/lib/sdp_test.h"
+#include "tests/lib/sdp_test_files.h"
 
 static const char *fixture(const char *name)
 {
@@ -114,10 +94,10 @@ static int same_cfg(const struct sdp_model_cfg *a, const struct sdp_model_cfg *b
 /* Load a modified copy of a fixture: json edited by the caller, written to tmp, parsed. */
 static int load_json(json_t *j, struct sdp_model_cfg *c)
 {
-    const char *p = tpath("variant.json");
+    const char *p = sdp_test_path("variant.json");
     if (json_dump_file(j, p, JSON_INDENT(1)) != 0) {
         printf("FAIL: cannot write %s\n", p);
-        failures++;
+        sdp_test_nfail++;
         return -999;
     }
     return sdp_hfconfig_load(p, c);
@@ -130,7 +110,7 @@ static void expect_bad(const char *what, const char *fix, const char *key, json_
     struct sdp_model_cfg c;
     if (!j) {
         printf("FAIL: cannot load %s\n", fixture(fix));
-        failures++;
+        sdp_test_nfail++;
         return;
     }
     if (val)
@@ -179,15 +159,15 @@ static void test_fixtures(void)
         /* round trip through a written config.json, in a directory */
         char dir[64];
         snprintf(dir, sizeof(dir), "model%d", f);
-        mkdir(tpath(dir), 0755);
-        rc = sdp_hfconfig_write(tpath(dir), &c, "bfloat16");
+        mkdir(sdp_test_path(dir), 0755);
+        rc = sdp_hfconfig_write(sdp_test_path(dir), &c, "bfloat16");
         CHECK(rc == 0, "%s: write rc %d", names[f], rc);
         char cj[128];
         snprintf(cj, sizeof(cj), "%s/config.json", dir);
-        CHECK(access(tpath(cj), F_OK) == 0, "no config.json written in %s", dir);
-        rc = sdp_hfconfig_load(tpath(dir), &back);
+        CHECK(access(sdp_test_path(cj), F_OK) == 0, "no config.json written in %s", dir);
+        rc = sdp_hfconfig_load(sdp_test_path(dir), &back);
         CHECK(rc == 0 && same_cfg(&c, &back), "%s: round trip differs (rc %d)", names[f], rc);
-        json_t *w = json_load_file(tpath(cj), 0, &jerr);
+        json_t *w = json_load_file(sdp_test_path(cj), 0, &jerr);
         const char *arch =
             json_string_value(json_array_get(json_object_get(w, "architectures"), 0));
         CHECK(arch && !strcmp(arch, json_string_value(
@@ -321,57 +301,44 @@ static void test_bad(void)
                json_pack("[s,s]", "full_attention", "sliding_attention"));
     expect_bad("attention_dropout 0.1", q, "attention_dropout", json_real(0.1));
 
-    FILE *f = fopen(tpath("broken.json"), "w");
+    FILE *f = fopen(sdp_test_path("broken.json"), "w");
     fputs("{\"model_type\": \"qwen3\", ", f);
     fclose(f);
-    int rc = sdp_hfconfig_load(tpath("broken.json"), &c);
+    int rc = sdp_hfconfig_load(sdp_test_path("broken.json"), &c);
     printf("bad config: %-34s -> %d\n", "not JSON", rc);
     CHECK(rc == -EINVAL, "not JSON: rc %d", rc);
-    f = fopen(tpath("array.json"), "w");
+    f = fopen(sdp_test_path("array.json"), "w");
     fputs("[1, 2]", f);
     fclose(f);
-    rc = sdp_hfconfig_load(tpath("array.json"), &c);
+    rc = sdp_hfconfig_load(sdp_test_path("array.json"), &c);
     CHECK(rc == -EINVAL, "JSON array: rc %d", rc);
-    rc = sdp_hfconfig_load(tpath("missing.json"), &c);
+    rc = sdp_hfconfig_load(sdp_test_path("missing.json"), &c);
     CHECK(rc == -ENOENT, "missing file: rc %d", rc);
-    mkdir(tpath("empty"), 0755);
-    rc = sdp_hfconfig_load(tpath("empty"), &c);
+    mkdir(sdp_test_path("empty"), 0755);
+    rc = sdp_hfconfig_load(sdp_test_path("empty"), &c);
     CHECK(rc == -ENOENT, "directory without config.json: rc %d", rc);
 
     /* writer */
     sdp_model_preset("qwen3-0.6b", &c);
-    CHECK(sdp_hfconfig_write(tpath("w.json"), &c, "float16") == -EINVAL, "torch_dtype float16");
+    CHECK(sdp_hfconfig_write(sdp_test_path("w.json"), &c, "float16") == -EINVAL,
+          "torch_dtype float16");
     c.num_kv_heads = 5;
-    CHECK(sdp_hfconfig_write(tpath("w.json"), &c, "float32") == -EINVAL, "invalid cfg written");
+    CHECK(sdp_hfconfig_write(sdp_test_path("w.json"), &c, "float32") == -EINVAL,
+          "invalid cfg written");
     sdp_model_preset("qwen3-0.6b", &c);
-    CHECK(sdp_hfconfig_write(tpath("no/such/dir/config.json"), &c, "float32") == -EIO,
+    CHECK(sdp_hfconfig_write(sdp_test_path("no/such/dir/config.json"), &c, "float32") == -EIO,
           "write into a missing directory");
-    CHECK(access(tpath("w.json"), F_OK) != 0, "rejected write left a file");
+    CHECK(access(sdp_test_path("w.json"), F_OK) != 0, "rejected write left a file");
 }
 
 int main(void)
 {
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(tmpdir, sizeof(tmpdir), "%s/sdp-test-hfconfig.XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
-        printf("cannot create a temporary directory under %s\nFAIL\n", base);
-        return 1;
-    }
+    if (!sdp_test_mkdtemp("sdp-test-hfconfig"))
+        return sdp_test_finish(1);
     test_fixtures();
     test_variants();
     test_bad();
 
-    const char *files[] = { "variant.json",
-                            "model0/config.json",
-                            "model1/config.json",
-                            "broken.json",
-                            "array.json",
-                            "model0",
-                            "model1",
-                            "empty" };
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
-        remove(tpath(files[i]));
-    rmdir(tmpdir);
-    printf("%s\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    sdp_test_rm_tree(sdp_test_dir());
+    return sdp_test_finish(sdp_test_nfail);
 }

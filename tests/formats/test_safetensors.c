@@ -1,41 +1,25 @@
 /* SPDX-License-Identifier: MIT */
-/* Checks formats/safetensors.c.  Round trips of F32, BF16, F16, I32, I64 tensors compared bit for
- * bit with independent oracles (round-to-nearest-even computed here in double precision by
- * nearest-value search, not by bit tricks); the written bytes parsed here by hand (header length,
- * 8-byte padding, metadata, contiguous offsets); hand-made files read back; sharded sets; and every
- * corrupt input (missing file, truncation, header length past the end, non-JSON header, offsets out
- * of range, size mismatches, index naming a missing or wrong shard) returning the expected error
- * code.  A failed write must leave an existing file byte-identical and no temporary file behind. */
+/* Checks formats/safetensors.c on valid files.  Round trips of F32, BF16, F16, I32, I64 tensors
+ * compared bit for bit with independent oracles (round-to-nearest-even computed here in double
+ * precision by nearest-value search, not by bit tricks); the written bytes parsed here by hand
+ * (header length, 8-byte padding, metadata, contiguous offsets); hand-made files read back; more
+ * elements than one conversion chunk; sharded sets.  Corrupt inputs and failed writes:
+ * tests/formats/test_safetensors_bad.c. */
 #include "config.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "formats/safetensors.h"
-
-static int failures;
-static char tmpdir[4096];
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "tests/formats/safetensors_test.h"
+#include "tests/lib/sdp_test.h"
+#include "tests/lib/sdp_test_files.h"
 
 static uint32_t f2u(float f)
 {
@@ -124,88 +108,6 @@ static uint16_t oracle_f16(float x)
     return sign | (uint16_t)pick;
 }
 
-/* ---- file helpers ---- */
-static char *tpath(const char *name)
-{
-    static char buf[8][4200];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 4200, "%s/%s", tmpdir, name);
-    return p;
-}
-
-static unsigned char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    unsigned char *b = NULL;
-    long n;
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
-static void spit(const char *path, const void *b, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(b, 1, n, f) != n) {
-        printf("FAIL: cannot write %s\n", path);
-        failures++;
-    }
-    if (f)
-        fclose(f);
-}
-
-/* A safetensors file made by hand: 8-byte length, header text as given, then data bytes. */
-static void make_file(const char *path, const char *header, uint64_t hlen_field, const void *data,
-                      size_t ndata)
-{
-    size_t h = strlen(header);
-    unsigned char *b = malloc(8 + h + ndata);
-    for (int i = 0; i < 8; i++)
-        b[i] = (unsigned char)(hlen_field >> (8 * i));
-    memcpy(b + 8, header, h);
-    if (ndata)
-        memcpy(b + 8 + h, data, ndata);
-    spit(path, b, 8 + h + ndata);
-    free(b);
-}
-
-static int exists(const char *path)
-{
-    return access(path, F_OK) == 0;
-}
-
-static void rm_tree(const char *path)
-{
-    struct stat sb;
-    if (lstat(path, &sb) != 0)
-        return;
-    if (S_ISDIR(sb.st_mode)) {
-        DIR *d = opendir(path);
-        struct dirent *e;
-        while (d && (e = readdir(d)) != NULL) {
-            char sub[4400];
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                continue;
-            snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
-            rm_tree(sub);
-        }
-        if (d)
-            closedir(d);
-    }
-    remove(path);
-}
-
 /* ---- tests ---- */
 #define NR 300000 /* random values per dtype: more than one conversion chunk is not needed here */
 
@@ -292,14 +194,14 @@ static void test_conversions_and_round_trip(void)
         { .name = "g.i64", .dtype = SDP_ST_I64, .ndim = 1, .shape = { 4 }, .data_i32 = i64_as_i32 },
     };
     const char *keys[] = { "step" }, *values[] = { "42" };
-    const char *path = tpath("round.safetensors");
+    const char *path = sdp_test_path("round.safetensors");
     int rc = sdp_st_write(path, w, 7, keys, values, 1);
     CHECK(rc == 0, "write rc %d", rc);
-    CHECK(!exists(tpath("round.safetensors.tmp")), "temporary file left behind");
+    CHECK(!sdp_test_exists(sdp_test_path("round.safetensors.tmp")), "temporary file left behind");
 
     /* the raw bytes, parsed here independently of the reader */
     size_t len = 0;
-    unsigned char *raw = slurp(path, &len);
+    unsigned char *raw = sdp_test_read_file(path, &len);
     CHECK(raw && len > 8, "cannot read back %s", path);
     if (!raw)
         return;
@@ -446,8 +348,8 @@ static void test_hand_made(void)
                       "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                       "\"b\":{\"dtype\":\"BF16\",\"shape\":[2,1],\"data_offsets\":[8,12]},"
                       "\"c\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[12,20]}}";
-    const char *path = tpath("hand.safetensors");
-    make_file(path, hdr, strlen(hdr), d, 36);
+    const char *path = sdp_test_path("hand.safetensors");
+    st_make_file(path, hdr, strlen(hdr), d, 36);
     sdp_st_t *st = NULL;
     int rc = sdp_st_open(path, &st);
     CHECK(rc == 0, "hand-made file: rc %d", rc);
@@ -480,7 +382,7 @@ static void test_chunked(void)
     size_t bad = 0;
     if (!src || !back) {
         printf("FAIL: out of memory\n");
-        failures++;
+        sdp_test_nfail++;
         free(src);
         free(back);
         return;
@@ -488,9 +390,9 @@ static void test_chunked(void)
     for (size_t i = 0; i < n; i++)
         src[i] = (float)((double)(rnd() % 2000001) / 1000.0 - 1000.0);
     w[0].data_f32 = w[1].data_f32 = src;
-    int rc = sdp_st_write(tpath("big.safetensors"), w, 2, NULL, NULL, 0);
+    int rc = sdp_st_write(sdp_test_path("big.safetensors"), w, 2, NULL, NULL, 0);
     if (rc == 0)
-        rc = sdp_st_open(tpath("big.safetensors"), &st);
+        rc = sdp_st_open(sdp_test_path("big.safetensors"), &st);
     CHECK(rc == 0, "big file: rc %d", rc);
     if (rc == 0) {
         rc = sdp_st_read_f32(st, sdp_st_find(st, "big.bf16"), back, n);
@@ -527,18 +429,19 @@ static void test_sharded(void)
     }
     /* sizes 4000, 2000, 4000, 2000, 4000, 2000, 4000 bytes; limit 7000 -> {0,1} {2,3} {4,5} {6}?
      * greedy: 4000+2000 = 6000, +4000 > 7000 -> new shard: {0,1} {2,3} {4,5} {6}: 4 shards */
-    const char *dir = tpath("sharded");
+    const char *dir = sdp_test_path("sharded");
     mkdir(dir, 0755);
-    spit(tpath("sharded/model.safetensors"), "stale", 5);
+    sdp_test_write_file(sdp_test_path("sharded/model.safetensors"), "stale", 5);
     int rc = sdp_st_write_sharded(dir, w, NT, 7000);
     CHECK(rc == 0, "sharded write rc %d", rc);
-    CHECK(exists(tpath("sharded/model-00001-of-00004.safetensors")) &&
-              exists(tpath("sharded/model-00004-of-00004.safetensors")) &&
-              !exists(tpath("sharded/model-00005-of-00005.safetensors")),
+    CHECK(sdp_test_exists(sdp_test_path("sharded/model-00001-of-00004.safetensors")) &&
+              sdp_test_exists(sdp_test_path("sharded/model-00004-of-00004.safetensors")) &&
+              !sdp_test_exists(sdp_test_path("sharded/model-00005-of-00005.safetensors")),
           "shard files");
-    CHECK(!exists(tpath("sharded/model.safetensors")), "stale model.safetensors not removed");
+    CHECK(!sdp_test_exists(sdp_test_path("sharded/model.safetensors")),
+          "stale model.safetensors not removed");
     json_error_t jerr;
-    json_t *idx = json_load_file(tpath("sharded/model.safetensors.index.json"), 0, &jerr);
+    json_t *idx = json_load_file(sdp_test_path("sharded/model.safetensors.index.json"), 0, &jerr);
     CHECK(idx != NULL, "index not JSON");
     json_int_t total =
         json_integer_value(json_object_get(json_object_get(idx, "metadata"), "total_size"));
@@ -550,7 +453,7 @@ static void test_sharded(void)
     CHECK(json_object_size(json_object_get(idx, "weight_map")) == NT, "weight_map size");
     json_decref(idx);
 
-    const char *opens[2] = { dir, tpath("sharded/model.safetensors.index.json") };
+    const char *opens[2] = { dir, sdp_test_path("sharded/model.safetensors.index.json") };
     for (int o = 0; o < 2; o++) {
         sdp_st_t *st = NULL;
         rc = sdp_st_open(opens[o], &st);
@@ -580,8 +483,8 @@ static void test_sharded(void)
 
     /* everything fits: a single model.safetensors, and the stale index is removed */
     rc = sdp_st_write_sharded(dir, w, NT, 0);
-    CHECK(rc == 0 && exists(tpath("sharded/model.safetensors")) &&
-              !exists(tpath("sharded/model.safetensors.index.json")),
+    CHECK(rc == 0 && sdp_test_exists(sdp_test_path("sharded/model.safetensors")) &&
+              !sdp_test_exists(sdp_test_path("sharded/model.safetensors.index.json")),
           "single-file write (rc %d)", rc);
     sdp_st_t *st = NULL;
     rc = sdp_st_open(dir, &st);
@@ -590,211 +493,10 @@ static void test_sharded(void)
     printf("sharded write/read (4 shards, then 1): checked\n");
 }
 
-static void expect_open(const char *what, const char *path, int want)
-{
-    sdp_st_t *st = (sdp_st_t *)&st; /* must be reset to NULL on failure */
-    int rc = sdp_st_open(path, &st);
-    printf("bad input: %-40s -> %d (%s)\n", what, rc, rc ? strerror(-rc) : "accepted");
-    CHECK(rc == want, "%s: rc %d, expected %d", what, rc, want);
-    CHECK(rc == 0 || st == NULL, "%s: out not NULL on failure", what);
-    if (rc == 0)
-        sdp_st_close(st);
-}
-
-static void test_bad_inputs(void)
-{
-    static const float x[4] = { 1, 2, 3, 4 };
-    const char *ok = "{\"t\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}";
-    char hdr[512];
-
-    expect_open("missing file", tpath("nope.safetensors"), -ENOENT);
-    mkdir(tpath("emptydir"), 0755);
-    expect_open("directory without model files", tpath("emptydir"), -ENOENT);
-    make_file(tpath("ok.st"), ok, strlen(ok), x, 16);
-    expect_open("valid control file", tpath("ok.st"), 0);
-    make_file(tpath("trunc.st"), ok, strlen(ok), x, 12);
-    expect_open("truncated data", tpath("trunc.st"), -EINVAL);
-    make_file(tpath("extra.st"), ok, strlen(ok), x, 16);
-    {
-        FILE *f = fopen(tpath("extra.st"), "ab");
-        fputs("junk", f);
-        fclose(f);
-    }
-    expect_open("bytes after the last tensor", tpath("extra.st"), -EINVAL);
-    make_file(tpath("short.st"), "", 0, NULL, 0);
-    spit(tpath("short.st"), "abc", 3);
-    expect_open("file shorter than 8 bytes", tpath("short.st"), -EINVAL);
-    make_file(tpath("hlen.st"), ok, strlen(ok) + 17, x, 16);
-    expect_open("header length past the end", tpath("hlen.st"), -EINVAL);
-    make_file(tpath("hlenhuge.st"), ok, UINT64_MAX, x, 16);
-    expect_open("header length 2^64-1", tpath("hlenhuge.st"), -EINVAL);
-    make_file(tpath("hlen1.st"), "{", 1, NULL, 0);
-    expect_open("header length 1", tpath("hlen1.st"), -EINVAL);
-    make_file(tpath("notjson.st"), "not json at all!", 16, x, 16);
-    expect_open("header not JSON", tpath("notjson.st"), -EINVAL);
-    make_file(tpath("array.st"), "[1,2,3] ", 8, NULL, 0);
-    expect_open("header a JSON array", tpath("array.st"), -EINVAL);
-    snprintf(hdr, sizeof(hdr), "{\"t\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,32]}}");
-    make_file(tpath("range.st"), hdr, strlen(hdr), x, 16);
-    expect_open("offsets out of range", tpath("range.st"), -EINVAL);
-    snprintf(hdr, sizeof(hdr), "{\"t\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,16]}}");
-    make_file(tpath("mismatch.st"), hdr, strlen(hdr), x, 16);
-    expect_open("nelems/offsets mismatch", tpath("mismatch.st"), -EINVAL);
-    snprintf(hdr, sizeof(hdr), "{\"t\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,0]}}");
-    make_file(tpath("reversed.st"), hdr, strlen(hdr), x, 16);
-    expect_open("end before begin", tpath("reversed.st"), -EINVAL);
-    snprintf(hdr, sizeof(hdr),
-             "{\"t\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
-             "\"u\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}");
-    make_file(tpath("overlap.st"), hdr, strlen(hdr), x, 16);
-    expect_open("overlapping tensors", tpath("overlap.st"), -EINVAL);
-    snprintf(hdr, sizeof(hdr), "{\"t\":{\"dtype\":\"F33\",\"shape\":[4],\"data_offsets\":[0,16]}}");
-    make_file(tpath("dtype.st"), hdr, strlen(hdr), x, 16);
-    expect_open("unknown dtype", tpath("dtype.st"), -EINVAL);
-    snprintf(hdr, sizeof(hdr), "{\"t\":{\"shape\":[4],\"data_offsets\":[0,16]}}");
-    make_file(tpath("nodtype.st"), hdr, strlen(hdr), x, 16);
-    expect_open("missing dtype", tpath("nodtype.st"), -EINVAL);
-    snprintf(hdr, sizeof(hdr),
-             "{\"t\":{\"dtype\":\"F32\",\"shape\":[-4],\"data_offsets\":[0,16]}}");
-    make_file(tpath("negshape.st"), hdr, strlen(hdr), x, 16);
-    expect_open("negative shape", tpath("negshape.st"), -EINVAL);
-    snprintf(hdr, sizeof(hdr),
-             "{\"t\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
-             "\"data_offsets\":[0,16]}}");
-    make_file(tpath("ovf.st"), hdr, strlen(hdr), x, 16);
-    expect_open("element count overflow", tpath("ovf.st"), -EINVAL);
-    snprintf(hdr, sizeof(hdr),
-             "{\"t\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
-             "\"t\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}");
-    make_file(tpath("dup.st"), hdr, strlen(hdr), x, 16);
-    expect_open("duplicate tensor name", tpath("dup.st"), -EINVAL);
-    snprintf(hdr, sizeof(hdr),
-             "{\"__metadata__\":{\"format\":1},"
-             "\"t\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}");
-    make_file(tpath("meta.st"), hdr, strlen(hdr), x, 16);
-    expect_open("non-string metadata", tpath("meta.st"), -EINVAL);
-
-    /* indexes */
-    mkdir(tpath("idx"), 0755);
-    make_file(tpath("idx/model-00001-of-00002.safetensors"), ok, strlen(ok), x, 16);
-    const char *i1 =
-        "{\"metadata\":{\"total_size\":32},\"weight_map\":{\"t\":"
-        "\"model-00001-of-00002.safetensors\",\"u\":\"model-00002-of-00002.safetensors\"}}";
-    spit(tpath("idx/model.safetensors.index.json"), i1, strlen(i1));
-    expect_open("index naming a missing shard", tpath("idx"), -EINVAL);
-    const char *i2 = "{\"metadata\":{},\"weight_map\":{\"t\":\"model-00001-of-00002.safetensors\","
-                     "\"u\":\"model-00001-of-00002.safetensors\"}}";
-    spit(tpath("idx/model.safetensors.index.json"), i2, strlen(i2));
-    expect_open("index naming a tensor its shard lacks", tpath("idx"), -EINVAL);
-    const char *i3 = "{\"metadata\":{},\"weight_map\":{\"t\":\"../ok.st\"}}";
-    spit(tpath("idx/model.safetensors.index.json"), i3, strlen(i3));
-    expect_open("index shard outside its directory", tpath("idx"), -EINVAL);
-    spit(tpath("idx/model.safetensors.index.json"), "{\"weight_map\":", 14);
-    expect_open("index not JSON", tpath("idx"), -EINVAL);
-    const char *i4 =
-        "{\"metadata\":{},\"weight_map\":{\"t\":\"model-00001-of-00002.safetensors\"}}";
-    spit(tpath("idx/model.safetensors.index.json"), i4, strlen(i4));
-    expect_open("valid control index", tpath("idx/model.safetensors.index.json"), 0);
-
-    /* writer input errors */
-    struct sdp_st_wtensor w[2] = {
-        { .name = "t", .dtype = SDP_ST_F32, .ndim = 1, .shape = { 4 }, .data_f32 = x },
-        { .name = "t", .dtype = SDP_ST_F32, .ndim = 1, .shape = { 4 }, .data_f32 = x },
-    };
-    CHECK(sdp_st_write(tpath("w.st"), w, 2, NULL, NULL, 0) == -EINVAL, "duplicate names written");
-    w[1].name = "u";
-    w[1].data_f32 = NULL;
-    CHECK(sdp_st_write(tpath("w.st"), w, 2, NULL, NULL, 0) == -EINVAL, "NULL data written");
-    w[1].data_f32 = x;
-    w[1].shape[0] = -1;
-    CHECK(sdp_st_write(tpath("w.st"), w, 2, NULL, NULL, 0) == -EINVAL, "negative shape written");
-    CHECK(!exists(tpath("w.st")) && !exists(tpath("w.st.tmp")), "rejected write left files");
-}
-
-static int same_bytes(const char *path, const unsigned char *ref, size_t n)
-{
-    size_t len = 0;
-    unsigned char *b = slurp(path, &len);
-    int same = b && len == n && !memcmp(b, ref, n);
-    free(b);
-    return same;
-}
-
-static void test_failed_writes(void)
-{
-    static float big[1 << 18];
-    static const float small[4] = { 1, 2, 3, 4 };
-    struct sdp_st_wtensor ws = {
-        .name = "old", .dtype = SDP_ST_F32, .ndim = 1, .shape = { 4 }, .data_f32 = small
-    };
-    struct sdp_st_wtensor wb = {
-        .name = "new", .dtype = SDP_ST_BF16, .ndim = 1, .shape = { 1 << 18 }, .data_f32 = big
-    };
-    const char *path = tpath("keep.safetensors");
-    size_t n = 0;
-    int rc = sdp_st_write(path, &ws, 1, NULL, NULL, 0);
-    unsigned char *ref = slurp(path, &n);
-    CHECK(rc == 0 && ref, "writing the original (rc %d)", rc);
-    if (!ref)
-        return;
-
-    /* 1: the temporary file cannot be created (its name is taken by a directory) */
-    mkdir(tpath("keep.safetensors.tmp"), 0755);
-    rc = sdp_st_write(path, &wb, 1, NULL, NULL, 0);
-    printf("failed write (tmp not creatable): rc %d, original identical: %d\n", rc,
-           same_bytes(path, ref, n));
-    CHECK(rc == -EIO && same_bytes(path, ref, n), "tmp-not-creatable case");
-    rmdir(tpath("keep.safetensors.tmp"));
-
-    /* 2: the write fails midway (file size limit, as a full disk would) */
-    struct rlimit old, lim;
-    getrlimit(RLIMIT_FSIZE, &old);
-    lim = old;
-    lim.rlim_cur = 64 * 1024;
-    signal(SIGXFSZ, SIG_IGN);
-    if (setrlimit(RLIMIT_FSIZE, &lim) == 0) {
-        rc = sdp_st_write(path, &wb, 1, NULL, NULL, 0);
-        setrlimit(RLIMIT_FSIZE, &old);
-        printf(
-            "failed write (midway, file size limit): rc %d, original identical: %d, tmp left: %d\n",
-            rc, same_bytes(path, ref, n), exists(tpath("keep.safetensors.tmp")));
-        CHECK(rc == -EIO && same_bytes(path, ref, n) && !exists(tpath("keep.safetensors.tmp")),
-              "midway failure case");
-    } else {
-        printf("skipped the midway-failure case: setrlimit failed\n");
-    }
-    signal(SIGXFSZ, SIG_DFL);
-
-    /* 3: the parent is a regular file; 4: the parent does not exist */
-    rc = sdp_st_write(tpath("keep.safetensors/x.safetensors"), &wb, 1, NULL, NULL, 0);
-    CHECK(rc == -EIO && same_bytes(path, ref, n), "parent is a file: rc %d", rc);
-    rc = sdp_st_write(tpath("no/such/dir/x.safetensors"), &wb, 1, NULL, NULL, 0);
-    CHECK(rc == -EIO, "parent missing: rc %d", rc);
-
-    /* 5: read-only directory (meaningless as root, who may write anyway) */
-    if (geteuid() != 0) {
-        mkdir(tpath("ro"), 0755);
-        rc = sdp_st_write(tpath("ro/keep.safetensors"), &ws, 1, NULL, NULL, 0);
-        size_t n2 = 0;
-        unsigned char *ref2 = slurp(tpath("ro/keep.safetensors"), &n2);
-        chmod(tpath("ro"), 0555);
-        int rc2 = sdp_st_write(tpath("ro/keep.safetensors"), &wb, 1, NULL, NULL, 0);
-        chmod(tpath("ro"), 0755);
-        CHECK(rc == 0 && rc2 == -EIO && ref2 && same_bytes(tpath("ro/keep.safetensors"), ref2, n2),
-              "read-only directory case: rc %d", rc2);
-        free(ref2);
-    }
-    free(ref);
-}
-
 int main(void)
 {
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(tmpdir, sizeof(tmpdir), "%s/sdp-test-st.XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
-        printf("cannot create a temporary directory under %s\nFAIL\n", base);
-        return 1;
-    }
+    if (!sdp_test_mkdtemp("sdp-test-st"))
+        return sdp_test_finish(1);
     for (int h = 0; h <= 0x7c00; h++)
         half_value[h] = h == 0x7c00 ? 65536.0 : decode_half((uint16_t)h);
 
@@ -802,10 +504,7 @@ int main(void)
     test_hand_made();
     test_chunked();
     test_sharded();
-    test_bad_inputs();
-    test_failed_writes();
 
-    rm_tree(tmpdir);
-    printf("%s\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    sdp_test_rm_tree(sdp_test_dir());
+    return sdp_test_finish(sdp_test_nfail);
 }

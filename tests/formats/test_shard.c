@@ -17,23 +17,13 @@
 #include <unistd.h>
 
 #include "formats/shard.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("  FAILED: " __VA_ARGS__);                                                      \
-            printf("\n");                                                                          \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-static char dir[256];
+#include "tests/lib/sdp_test.h"
+#include "tests/lib/sdp_test_files.h"
 
 static void path_in(char *out, size_t len, const char *name)
 {
-    snprintf(out, len, "%s/%s", dir, name);
+    const int n = snprintf(out, len, "%s/%s", sdp_test_dir(), name);
+    CHECK(n >= 0 && (size_t)n < len, "the path of %s is too long", name);
 }
 
 /* The header of shard.h, encoded independently of shard.c. */
@@ -86,22 +76,6 @@ static void write_raw(const char *path, const unsigned char *hdr, size_t hdr_len
     fclose(f);
 }
 
-static unsigned char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf;
-    long n;
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    *len = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    return buf;
-}
-
 static void expect_invalid(const char *what, const char *path)
 {
     struct sdp_shard s;
@@ -126,7 +100,7 @@ static void test_v2(const uint32_t *tok, int n)
     path_in(p, sizeof(p), "m.tok");
     rc = sdp_shard_write_masked(p, tok, mask, (uint64_t)n, 151669, 151643);
     CHECK(rc == 0, "write_masked returned %d", rc);
-    bytes = read_all(p, &len);
+    bytes = sdp_test_read_file(p, &len);
     encode_header(hdr, "SDPTOKEN", 2, 4, (uint64_t)n, 151669, 151643);
     set_flags(hdr, 1);
     printf("v2 written file: %zu bytes (expected %d)\n", len, 64 + 5 * n);
@@ -207,15 +181,11 @@ int main(void)
     unsigned char hdr[64], *bytes;
     char p[512], q[512], tmp[600];
     struct sdp_shard s;
-    const char *tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     size_t len = 0;
     int rc;
 
-    snprintf(dir, sizeof(dir), "%s/sdp-test-shard.XXXXXX", tmpdir);
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (!sdp_test_mkdtemp("sdp-test-shard"))
+        return sdp_test_finish(1);
     uint64_t x = 12345;
     for (int i = 0; i < N; i++) {
         x = x * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -227,7 +197,7 @@ int main(void)
     path_in(p, sizeof(p), "a.tok");
     rc = sdp_shard_write(p, tok, N, 151669, 151643);
     CHECK(rc == 0, "write returned %d", rc);
-    bytes = read_all(p, &len);
+    bytes = sdp_test_read_file(p, &len);
     encode_header(hdr, "SDPTOKEN", 1, 4, N, 151669, 151643);
     printf("written file: %zu bytes (expected %d)\n", len, 64 + 4 * N);
     CHECK(bytes && len == 64 + 4 * N, "file length %zu", len);
@@ -333,13 +303,6 @@ int main(void)
     if (rc == 0)
         sdp_shard_close(&s);
 
-    path_in(q, sizeof(q), "a.tok");
-    unlink(q);
-    path_in(q, sizeof(q), "bad.tok");
-    unlink(q);
-    path_in(q, sizeof(q), "empty.tok");
-    unlink(q);
-    rmdir(dir);
-    printf("%s\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    sdp_test_rm_tree(sdp_test_dir());
+    return sdp_test_finish(sdp_test_nfail);
 }

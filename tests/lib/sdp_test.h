@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Shared helpers of the test programs: the named tolerances (each with its derivation), a
- * deterministic RNG, and checks that compare a float tensor to an fp64 reference and print what was
- * compared (llm.c check_tensor style).  Header-only, static inline; no StarPU, no runtime code. */
+ * deterministic RNG, the CHECK macro, and checks that compare a float tensor to an fp64 reference
+ * and print what was compared (llm.c check_tensor style).  Header-only, static inline; no StarPU,
+ * no runtime code. */
 #ifndef SDP_TEST_H
 #define SDP_TEST_H
 
@@ -86,6 +87,23 @@ static inline void sdp_fill_normal(struct sdp_rng *r, float *x, size_t n, float 
     for (size_t i = 0; i < n; i++)
         x[i] = sdp_rng_normal(r, std);
 }
+
+/* ---- CHECK: count a failed condition, say where and why, carry on ---- */
+
+/* Failed CHECKs of this program (each test is one translation unit). */
+static int sdp_test_nfail __attribute__((unused));
+
+/** CHECK(cond, fmt, ...): when cond is false, print "FAIL file:line: " and the message, and count
+ * it in sdp_test_nfail; main ends with `return sdp_test_finish(sdp_test_nfail);`. */
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+            sdp_test_nfail++;                                                                      \
+        }                                                                                          \
+    } while (0)
 
 /* ---- allocation: tests may exit on failure (library code never does) ---- */
 

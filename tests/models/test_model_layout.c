@@ -12,18 +12,7 @@
 #include <string.h>
 
 #include "models/sdp_models.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "tests/lib/sdp_test.h"
 
 /* Closed form: embedding V*C (+ V*C lm_head if untied) + final norm C + L * (two norms, optional
  * q/k norms, q, k, v, o, gate, up, down). */
@@ -207,6 +196,5 @@ int main(void)
               !strcmp(sdp_model_arch_name(SDP_ARCH_LLAMA), "llama"),
           "arch names");
 
-    printf("%s\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    return sdp_test_finish(sdp_test_nfail);
 }

@@ -7,8 +7,10 @@
 #     the events log on, tools/check_invariants.py passes the log,
 #     including --max-inflight 1 on the CPU AdamW and cast lanes (the bound of the policy); a copy
 #     of the log with two overlapping adamw must fail that check;
-#  3. wait events, if any, are well formed, lie on the lane of a bounded op, and appear in the
-#     Chrome trace as "wait: staging full" slices on that lane;
+#  3. there are waits (two CPU workers and depth 1: while one runs an adamw, the other finds the
+#     next one held); each is well formed, ends when the task it held back starts (an adamw or
+#     cast of its step, group and chunk, on its lane), and is a "wait: staging full" slice on
+#     that lane in the Chrome trace;
 #  4. every step's adamw start in (group, chunk) order: with depth 1 the policy pops them one at
 #     a time, the smallest key first, and StarPU releases them in submission order;
 #  5. the forward of group 0 of step s+1 starts before the last update of the head group of step
@@ -18,16 +20,13 @@
 #     submitted before the updates drain, ~20 ms of adamw at depth 1), hence "at least one step".
 # Needs python3 (json only).
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 checker=$top/tools/check_invariants.py
 recipe=$top/tests/e2e/data/micro-qwen3.yaml
 if ! command -v python3 > /dev/null 2>&1; then
     echo "python3 is not installed: SKIP"
     exit 77
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "  FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "  ok: $*"; }
@@ -57,7 +56,7 @@ for name in slidedp depth1; do
 done
 grep -q "staging depth 1" "$tmp/depth1.err" || fail "depth1: the policy did not report depth 1"
 # the same bound from the recipe (train.staging_depth), which wins over the environment
-{ sed -e "s#^  train: .*#  train: $(cd "$top" && pwd)/data/kjv/val.tok#" "$recipe"
+{ micro_recipe
   printf '  staging_depth: 1\n  prefetch_groups: 0\n'; } > "$tmp/depth1.yaml"
 if SDP_STAGING_DEPTH=3 "$bin" train "$tmp/depth1.yaml" --cpus 2 --gpus 0 -q --sched sdp-slidedp \
     --metrics "$tmp/recipe1.jsonl" --events "$tmp/recipe1.events" 2> "$tmp/recipe1.err" &&
@@ -106,19 +105,32 @@ doc = json.load(open(sys.argv[2]))
 waits = [e for e in evs if e.get("event") == "wait"]
 tasks = [e for e in evs if e.get("event") != "wait"]
 lanes = {"adamw": "CPU AdamW", "cast": "param prepare+H2D"}
+if not waits:
+    bad.append("no wait in the log: depth 1 held nothing back")
+held = {}  # (lane, step, group, chunk) -> start times of the bounded tasks
+for e in tasks:
+    if e["name"] in lanes:
+        held.setdefault((lanes[e["name"]], e["step"], e["group"], e["chunk"]), []).append(
+            e["start_us"])
 for w in waits:
     if (w["name"] != "wait: staging full" or w["why"] != "staging full"
             or w["lane"] not in lanes.values() or w["end_us"] < w["start_us"]
             or w["step"] < 0 or w["group"] < 0 or w["chunk"] < 0):
         bad.append("malformed wait %s" % w)
         break
+    starts = held.get((w["lane"], w["step"], w["group"], w["chunk"]), [])
+    if not any(t >= w["end_us"] - 1 for t in starts):
+        bad.append("wait %s: no task of its lane, step, group and chunk starts after it" % w)
+        break
 names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
          if e["ph"] == "M" and e["name"] == "thread_name"}
 slices = Counter(names.get((e["pid"], e["tid"]), "?") for e in doc["traceEvents"]
                  if e["ph"] == "X" and e["name"] == "wait: staging full")
 print("    %d waits in the log, Chrome wait slices per lane %s" % (len(waits), dict(slices)))
-if sum(slices.values()) != len(waits) or any(l not in lanes.values() for l in slices):
-    bad.append("the Chrome trace holds %s wait slices for %d waits" % (dict(slices), len(waits)))
+log_lanes = Counter(w["lane"] for w in waits)
+if slices != log_lanes:
+    bad.append("the Chrome trace holds wait slices %s for the log's %s" % (dict(slices),
+                                                                         dict(log_lanes)))
 steps = sorted({e["step"] for e in tasks if e["name"] == "adamw"})
 head = max(e["group"] for e in tasks if e["name"] == "adamw")
 ahead = []

@@ -9,13 +9,8 @@
 # disagree with the ones it derives from the times, since it assumes one working copy), and the
 # losses agree at step 0 and differ from step 1 on (step 1 is the first to read a stale version).
 set -u
-top=${top_srcdir:-.}
-bin=${top_builddir:-.}/slidedp
-py=${PYTHON3:-python3}
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
 recipe=$top/tests/e2e/data/micro-qwen3.yaml
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
 
 for delay in 0 1; do
     if ! "$bin" train "$recipe" --ranks 2 --cpus 2 --param-delay $delay -q \
@@ -45,5 +40,4 @@ print("delayed:    ", b)
 sys.exit(0 if len(a) == len(b) == 4 and a[0] == b[0] and all(x != y for x, y in zip(a[1:], b[1:])) else 1)
 PYEOF
 
-[ $fail -eq 0 ] && echo PASS || echo FAIL
-exit $fail
+finish

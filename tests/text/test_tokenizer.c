@@ -18,17 +18,7 @@
 
 #include "text/tokenizer.h"
 #include "tests/lib/sdp_test.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("  FAILED: " __VA_ARGS__);                                                      \
-            printf("\n");                                                                          \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "tests/lib/sdp_test_files.h"
 
 /* encode then decode; 1 when the bytes come back unchanged */
 static int round_trip(sdp_tok_t *t, const char *s, size_t len)
@@ -336,7 +326,7 @@ static void test_malformed(const char *dir)
 int main(void)
 {
     const char *src = getenv("top_srcdir") ? getenv("top_srcdir") : ".";
-    char path[4096], dir[] = "/tmp/sdp-test-tok.XXXXXX";
+    char path[4096];
     sdp_tok_t *qwen = NULL, *gpt2 = NULL;
 
     snprintf(path, sizeof(path), "%s/data/tokenizers/qwen3/tokenizer.json", src);
@@ -394,13 +384,10 @@ int main(void)
     sdp_tok_free(gpt2);
 
     printf("malformed tokenizer files (each error is logged on stderr):\n");
-    if (!mkdtemp(dir)) {
-        printf("FAIL\n");
-        return 1;
-    }
-    test_malformed(dir);
-    rmdir(dir);
+    if (!sdp_test_mkdtemp("sdp-test-tok"))
+        return sdp_test_finish(1);
+    test_malformed(sdp_test_dir());
+    sdp_test_rm_tree(sdp_test_dir());
 
-    printf("%s\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    return sdp_test_finish(sdp_test_nfail);
 }

@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: MIT
+# shellcheck shell=sh disable=SC2034 # the variables are for the tests that source this file
+# The preamble of the shell tests (tests/e2e/, tests/policies/), sourced after `set -u`:
+#   top, build  the source and build directories, absolute (top_srcdir, top_builddir of make check)
+#   bin, py     the slidedp program and the Python interpreter (PYTHON3)
+#   tmp         a private directory, removed at exit
+#   fail        0; a test sets it to 1 on a failed check, and ends with `finish`
+# and the helpers below.  POSIX sh, no bashisms.
+top=$(cd "${top_srcdir:-.}" && pwd)
+build=$(cd "${top_builddir:-.}" && pwd)
+bin=$build/slidedp
+py=${PYTHON3:-python3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+# ngpus: the number of GPUs nvidia-smi lists (0 without it).
+ngpus() {
+    if command -v nvidia-smi > /dev/null 2>&1; then
+        nvidia-smi -L 2> /dev/null | grep -c '^GPU'
+    else
+        echo 0
+    fi
+}
+
+# need_gpus N: skip the test (exit 77) with fewer than N GPUs.
+need_gpus() {
+    _n=$(ngpus)
+    if [ "$_n" -lt "$1" ]; then
+        echo "$_n GPU(s), the test needs $1: SKIP"
+        exit 77
+    fi
+}
+
+# need_python MODULE...: skip the test (exit 77) when $py lacks one of the modules.
+need_python() {
+    _mods=$(echo "$*" | tr ' ' ',')
+    if ! "$py" -c "import $_mods" > /dev/null 2>&1; then
+        echo "$py lacks $* (see tools/setup-debian.sh): SKIP"
+        exit 77
+    fi
+}
+
+# micro_recipe: tests/e2e/data/micro-qwen3.yaml (2 layers, 4 steps, fp32) on stdout, its data
+# path made absolute; tiny_recipe: the same of recipes/tiny-qwen3.yaml.  Edit with a sed after it.
+micro_recipe() {
+    sed -e "s#^  train: .*#  train: $top/data/kjv/val.tok#" "$top/tests/e2e/data/micro-qwen3.yaml"
+}
+tiny_recipe() {
+    sed -e "s#\.\./data#$top/data#" "$top/recipes/tiny-qwen3.yaml"
+}
+
+# finish: print PASS or FAIL from $fail and exit with it.
+finish() {
+    if [ "$fail" -eq 0 ]; then
+        echo PASS
+        exit 0
+    fi
+    echo FAIL
+    exit 1
+}
