@@ -5,7 +5,6 @@
  * settings. */
 #include "config.h"
 
-#include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 #include "graph/step.h"
 #include "policies/sdp_policies.h"
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "formats/hfconfig.h"
 #include "runtime/init.h"
 #include "base/sdp_log.h"
@@ -33,75 +33,13 @@ struct bench_opts {
     unsigned long long seed;
 };
 
-static void usage(FILE *f)
-{
-    fprintf(
-        f, "usage: slidedp bench --model PRESET|CONFIG [options]\n"
-           "\n"
-           "Time training steps of a preset model (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,\n"
-           "qwen3-14b), or of the model a Hugging Face config.json (or the directory holding it)\n"
-           "describes, with random weights and random tokens; print one JSON line.\n"
-           "\n"
-           "options:\n"
-           "  --batch N            sequences per step (16)\n"
-           "  --micro N            sequences per micro-batch (= batch)\n"
-           "  --seq N              tokens per sequence (1024)\n"
-           "  --steps N            timed steps (5)\n"
-           "  --warmup N           untimed steps first (2)\n"
-           "  --precision P        bf16 or fp32 (bf16)\n"
-           "  --grad-dtype D       gradient AdamW reads: fp32, bf16 (packed where it was made) or\n"
-           "                       auto (bf16 for one rank on a GPU, else fp32; the default)\n"
-           "  --work-home H        host or gpu: where the working copies live (host; gpu: the\n"
-           "                       host holds 12 bytes a parameter, see train.work_home)\n"
-           "  --embed-home H       host or gpu: where the embedding's working copy lives (host;\n"
-           "                       see train.embed_home)\n"
-           "  --embed-lookup L     compute or host: where the forward's embedding lookup runs\n"
-           "                       (compute; host: on the CPU workers, from the working copy on\n"
-           "                       the host, see train.embed_lookup)\n"
-           "  --embed-early X      on or off: update the tied embedding's rows outside the step's\n"
-           "                       tokens during the backward (one rank, bf16 return; on)\n"
-           "  --mlp-early X        on or off: pack and update each layer's chunks of MLP weights\n"
-           "                       once the MLP's backward has run (one rank, bf16 return; by\n"
-           "                       default with --work-home gpu only; on: layer 1's on the host\n"
-           "                       too)\n"
-           "  --activations A      recompute, keep, offload or selective (recompute; offload:\n"
-           "                       recompute, and each layer's saved input waits on the host;\n"
-           "                       selective: the mid residuals kept too, so the attention's\n"
-           "                       output projection is not recomputed)\n"
-           "  --chunk-mib X        parameter chunk, MiB of fp32 master (16)\n"
-           "  --gpus N             CUDA workers (-1 = all found, 0 = none; -1)\n"
-           "  --gpu-memory-gib X   memory StarPU may use per GPU (0 = all)\n"
-           "  --cpus N             CPU workers (0 = all cores)\n"
-           "  --sched NAME         scheduling policy (sdp-slidedp; `slidedp policies`)\n"
-           "  --staging-depth N    sdp-slidedp: casts and updates in flight (default: one per CPU\n"
-           "                       worker, at least 4; or SDP_STAGING_DEPTH)\n"
-           "  --prefetch-groups N  sdp-slidedp: parameter groups a GPU may prefetch ahead (2; or\n"
-           "                       SDP_WINDOW_DEPTH)\n"
-           "  --window N           release each layer from the GPU after its last use, keeping\n"
-           "                       the last N forward layers for the backward (2 with\n"
-           "                       --gpu-memory-gib, else 0: no release)\n"
-           "  --bwd-lookahead N    layers the backward's recomputation and gradient zeroing may\n"
-           "                       run ahead of it (1; -1 = no bound)\n"
-           "  --keep-last N        with recomputation, the top N layers keep every activation\n"
-           "                       from the forward (1; 0 = every layer recomputed)\n"
-           "  --keep-mlp N         with recomputation, the top N recomputed layers keep their\n"
-           "                       MLP's inputs from the forward on the GPU (0; see\n"
-           "                       train.keep_mlp)\n"
-           "  --gpu-update N       run the AdamW of layers 1..N on the GPU (0; one rank, bf16\n"
-           "                       return, working copies on the host; see train.gpu_update)\n"
-           "  --ranks R            data-parallel ranks, one per GPU (1); the batch is shared\n"
-           "  --grad-route cpu|gpu gradient return of the ranks (cpu)\n"
-           "  --collectives starpu|nccl  the GPU-reduction route's transfers and sum (starpu)\n"
-           "  --param-route replicated|sharded  parameter dispatch to the ranks (replicated)\n"
-           "  --barrier            wait for every task after each step (no overlap of a step's\n"
-           "                       updates with the next step; tokens/s from the median step)\n"
-           "  --trace FILE.json    Chrome/Perfetto timeline of every task, one track per lane\n"
-           "  --events FILE.jsonl  the task event log (tools/lane_util.py, check_invariants.py)\n"
-           "  --mem-log FILE.jsonl the run's memory every 0.5 s from StarPU's start (RSS, host\n"
-           "                       memory available, StarPU's host count, each GPU's use), one\n"
-           "                       JSON line a sample, flushed as written, to the end of the\n"
-           "                       steps\n");
-}
+static const char usage_head[] =
+    "usage: slidedp bench --model PRESET|CONFIG [options]\n"
+    "\n"
+    "Time training steps of a preset model (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,\n"
+    "qwen3-14b), or of the model a Hugging Face config.json (or the directory holding it)\n"
+    "describes, with random weights and random tokens; print one JSON line.\n";
+static const char usage_tail[] = "";
 
 static uint64_t mix(uint64_t x)
 {
@@ -392,243 +330,75 @@ out_free:
     return rc;
 }
 
-static int parse_num(const char *opt, const char *s, double lo, double *out)
+/* The run's settings from the options parsed into r (bench's defaults where they differ). */
+static void from_recipe(const struct sdp_recipe *r, struct bench_opts *b)
 {
-    char *end;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !(v >= lo)) {
-        fprintf(stderr, "slidedp bench: %s expects a number >= %g, got '%s'\n", opt, lo, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    memset(b, 0, sizeof(*b));
+    b->model = r->bench_model;
+    b->sched = r->sched;
+    b->precision = r->precision == SDP_PREC_FP32 ? "fp32" : "bf16";
+    b->activations = sdp_recipe_activations_name(r->recompute, r->act_offload);
+    b->trace = r->trace;
+    b->events = r->events;
+    b->grad_dtype = r->grad_bf16 < 0 ? "auto" : r->grad_bf16 ? "bf16" : "fp32";
+    b->mem_log = r->mem_log;
+    b->batch = r->global_batch;
+    b->micro = r->micro_batch;
+    b->seq = r->seq_len;
+    b->steps = r->steps;
+    b->warmup = r->warmup;
+    b->gpus = r->gpus;
+    b->cpus = r->cpus;
+    b->window = r->window;
+    b->ranks = r->ranks;
+    b->grad_route_gpu = r->grad_route_gpu;
+    b->sharded = r->param_sharded;
+    b->embed_early_off = r->embed_early < 0;
+    b->mlp_early_opt = r->mlp_early;
+    b->work_on_gpu = r->work_on_gpu;
+    b->embed_on_gpu = r->embed_on_gpu;
+    b->lookup_host = r->embed_lookup_host;
+    b->lookahead = r->bwd_lookahead;
+    b->staging_depth = r->staging_depth;
+    b->prefetch_groups = r->prefetch_groups;
+    b->nccl = r->nccl;
+    b->barrier = r->barrier;
+    b->keep_last = r->keep_last;
+    b->keep_mlp = r->keep_mlp;
+    b->gpu_update = r->gpu_update;
+    b->chunk_mib = r->chunk_mib;
+    b->gpu_memory_gib = r->gpu_memory_gib;
+    b->max_grad_norm = r->max_grad_norm;
+    b->seed = r->seed;
 }
 
 int sdp_cli_bench(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "model", required_argument, NULL, 'M' },
-        { "batch", required_argument, NULL, 'b' },
-        { "micro", required_argument, NULL, 'u' },
-        { "seq", required_argument, NULL, 'T' },
-        { "steps", required_argument, NULL, 's' },
-        { "warmup", required_argument, NULL, 'w' },
-        { "precision", required_argument, NULL, 'p' },
-        { "grad-dtype", required_argument, NULL, 'P' },
-        { "activations", required_argument, NULL, 'a' },
-        { "chunk-mib", required_argument, NULL, 'k' },
-        { "gpus", required_argument, NULL, 'g' },
-        { "gpu-memory-gib", required_argument, NULL, 'G' },
-        { "cpus", required_argument, NULL, 'c' },
-        { "sched", required_argument, NULL, 'S' },
-        { "max-grad-norm", required_argument, NULL, 'N' },
-        { "window", required_argument, NULL, 'W' },
-        { "bwd-lookahead", required_argument, NULL, 'L' },
-        { "keep-last", required_argument, NULL, 'K' },
-        { "gpu-update", required_argument, NULL, 'U' },
-        { "staging-depth", required_argument, NULL, 'Q' },
-        { "prefetch-groups", required_argument, NULL, 'F' },
-        { "ranks", required_argument, NULL, 'R' },
-        { "grad-route", required_argument, NULL, 'D' },
-        { "collectives", required_argument, NULL, 'O' },
-        { "param-route", required_argument, NULL, 'Y' },
-        { "trace", required_argument, NULL, 'X' },
-        { "events", required_argument, NULL, 'E' },
-        { "mem-log", required_argument, NULL, 1002 },
-        { "barrier", no_argument, NULL, 'B' },
-        { "embed-early", required_argument, NULL, 1000 },
-        { "work-home", required_argument, NULL, 1001 },
-        { "embed-home", required_argument, NULL, 1004 },
-        { "mlp-early", required_argument, NULL, 1003 },
-        { "keep-mlp", required_argument, NULL, 1005 },
-        { "embed-lookup", required_argument, NULL, 1006 },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
-    struct bench_opts b = { .batch = 16,
-                            .micro = 0,
-                            .seq = 1024,
-                            .steps = 5,
-                            .warmup = 2,
-                            .gpus = -1,
-                            .cpus = 0,
-                            .chunk_mib = 16,
-                            .precision = "bf16",
-                            .grad_dtype = "auto",
-                            .activations = "recompute",
-                            .sched = "sdp-slidedp",
-                            .window = -1,
-                            .lookahead = 1,
-                            .keep_last = 1,
-                            .prefetch_groups = -1,
-                            .ranks = 1,
-                            .seed = 1234 };
-    int opt;
-    double v;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'M':
-            b.model = optarg;
-            break;
-        case 'p':
-            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
-                fprintf(stderr, "slidedp bench: --precision expects bf16 or fp32\n");
-                return SDP_EXIT_USAGE;
-            }
-            b.precision = optarg;
-            break;
-        case 'P':
-            if (strcmp(optarg, "auto") && strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
-                fprintf(stderr, "slidedp bench: --grad-dtype expects auto, bf16 or fp32\n");
-                return SDP_EXIT_USAGE;
-            }
-            b.grad_dtype = optarg;
-            break;
-        case 1000:
-            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-                fprintf(stderr, "slidedp bench: --embed-early expects on or off\n");
-                return SDP_EXIT_USAGE;
-            }
-            b.embed_early_off = !strcmp(optarg, "off");
-            break;
-        case 1003:
-            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-                fprintf(stderr, "slidedp bench: --mlp-early expects on or off\n");
-                return SDP_EXIT_USAGE;
-            }
-            b.mlp_early_opt = !strcmp(optarg, "off") ? -1 : 1;
-            break;
-        case 1006:
-            if (strcmp(optarg, "compute") && strcmp(optarg, "host")) {
-                fprintf(stderr, "slidedp bench: --embed-lookup expects compute or host\n");
-                return SDP_EXIT_USAGE;
-            }
-            b.lookup_host = !strcmp(optarg, "host");
-            break;
-        case 1005:
-            if (parse_num("--keep-mlp", optarg, 0, &v) || v != (int)v)
-                return SDP_EXIT_USAGE;
-            b.keep_mlp = (int)v;
-            break;
-        case 1001:
-            if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
-                fprintf(stderr, "slidedp bench: --work-home expects host or gpu\n");
-                return SDP_EXIT_USAGE;
-            }
-            b.work_on_gpu = !strcmp(optarg, "gpu");
-            break;
-        case 1004:
-            if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
-                fprintf(stderr, "slidedp bench: --embed-home expects host or gpu\n");
-                return SDP_EXIT_USAGE;
-            }
-            b.embed_on_gpu = !strcmp(optarg, "gpu");
-            break;
-        case 'a':
-            if (sdp_recipe_activations(optarg, &(int){ 0 }, &(int){ 0 })) {
-                fprintf(stderr, "slidedp bench: --activations expects recompute, keep, offload or "
-                                "selective\n");
-                return SDP_EXIT_USAGE;
-            }
-            b.activations = optarg;
-            break;
-        case 'S':
-            b.sched = optarg;
-            break;
-        case 'X':
-            b.trace = optarg;
-            break;
-        case 'E':
-            b.events = optarg;
-            break;
-        case 1002:
-            b.mem_log = optarg;
-            break;
-        case 'Y':
-            if (strcmp(optarg, "replicated") && strcmp(optarg, "sharded")) {
-                fprintf(stderr, "slidedp bench: --param-route expects replicated or sharded\n");
-                return SDP_EXIT_USAGE;
-            }
-            b.sharded = !strcmp(optarg, "sharded");
-            break;
-        case 'O':
-            if (strcmp(optarg, "starpu") && strcmp(optarg, "nccl")) {
-                fprintf(stderr, "slidedp bench: --collectives expects starpu or nccl\n");
-                return SDP_EXIT_USAGE;
-            }
-            b.nccl = !strcmp(optarg, "nccl");
-            break;
-        case 'D':
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu")) {
-                fprintf(stderr, "slidedp bench: --grad-route expects cpu or gpu\n");
-                return SDP_EXIT_USAGE;
-            }
-            b.grad_route_gpu = !strcmp(optarg, "gpu");
-            break;
-        case 'B':
-            b.barrier = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return SDP_EXIT_OK;
-        case 'N':
-            if (parse_num("--max-grad-norm", optarg, 0, &b.max_grad_norm))
-                return SDP_EXIT_USAGE;
-            break;
-        case 'k':
-        case 'G':
-            if (parse_num(opt == 'k' ? "--chunk-mib" : "--gpu-memory-gib", optarg,
-                          opt == 'k' ? 0.004 : 0, opt == 'k' ? &b.chunk_mib : &b.gpu_memory_gib))
-                return SDP_EXIT_USAGE;
-            break;
-        case 'b':
-        case 'u':
-        case 'T':
-        case 's':
-        case 'w':
-        case 'g':
-        case 'c':
-        case 'W':
-        case 'R':
-        case 'L':
-        case 'K':
-        case 'U':
-        case 'Q':
-        case 'F':
-            if (parse_num("an integer option", optarg,
-                          opt == 'g' || opt == 'L' ? -1
-                                                   : (opt == 'w' || opt == 'c' || opt == 'W' ||
-                                                              opt == 'F' || opt == 'K' || opt == 'U'
-                                                          ? 0
-                                                          : 1),
-                          &v) ||
-                v != (int)v)
-                return SDP_EXIT_USAGE;
-            *(opt == 'b'   ? &b.batch
-              : opt == 'u' ? &b.micro
-              : opt == 'T' ? &b.seq
-              : opt == 's' ? &b.steps
-              : opt == 'w' ? &b.warmup
-              : opt == 'g' ? &b.gpus
-              : opt == 'W' ? &b.window
-              : opt == 'R' ? &b.ranks
-              : opt == 'L' ? &b.lookahead
-              : opt == 'K' ? &b.keep_last
-              : opt == 'U' ? &b.gpu_update
-              : opt == 'Q' ? &b.staging_depth
-              : opt == 'F' ? &b.prefetch_groups
-                           : &b.cpus) = (int)v;
-            break;
-        default:
-            usage(stderr);
-            return SDP_EXIT_USAGE;
-        }
-    }
-    if (!b.model || optind != argc) {
-        usage(stderr);
+    static struct sdp_recipe r; /* 20 KB of paths: keep it off the stack */
+    struct bench_opts b;
+    int first, rc;
+
+    sdp_recipe_defaults(&r);
+    /* bench's defaults where they differ from a recipe's (the registry's bench_def) */
+    r.global_batch = 16;
+    r.micro_batch = 0; /* batch / ranks */
+    r.steps = 5;
+    r.warmup = 2;
+    r.max_grad_norm = 0;
+    snprintf(r.sched, sizeof(r.sched), "%s", "sdp-slidedp");
+    rc = sdp_options_parse("bench", SDP_CMD_BENCH, argc, argv, &r, &first, usage_head, usage_tail);
+    if (rc)
+        return rc > 0 ? SDP_EXIT_OK : SDP_EXIT_USAGE;
+    if (!r.bench_model || first != argc) {
+        sdp_options_usage(stderr, SDP_CMD_BENCH, usage_head, usage_tail);
         return SDP_EXIT_USAGE;
     }
+    if (r.chunk_mib < 0.004) { /* a chunk of at least 4 KiB of fp32 master */
+        fprintf(stderr, "slidedp bench: --chunk-mib expects a number >= 0.004, got %g\n",
+                r.chunk_mib);
+        return SDP_EXIT_USAGE;
+    }
+    from_recipe(&r, &b);
     if (b.micro == 0)
         b.micro = b.batch / b.ranks;
     if (b.window < 0)

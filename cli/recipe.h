@@ -1,60 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Training recipes in YAML (libyaml), in the convention of torchtune and axolotl.
- * Sections and keys (README.md, "Recipes", gives the defaults):
- *
- *   model      path (Hugging Face directory) | preset (qwen3-4b, ...) | arch + sizes
- *              (vocab_size, hidden_size, intermediate_size, num_layers, num_heads,
- *              num_kv_heads, head_dim, rope_theta, rms_norm_eps, tie_word_embeddings,
- *              max_position_embeddings, initializer_range)
- *   data       train (token shard), seq_len, shuffle
- *   batch      global (sequences per step), micro (sequences per micro-batch)
- *   optimizer  name (adamw), lr, beta1, beta2, eps, weight_decay, max_grad_norm (0: none)
- *   schedule   name (cosine | linear | constant), warmup_steps, min_lr_ratio
- *   train      steps, seed, precision (fp32 | bf16), chunk_mib, activations (recompute |
- *              keep | offload: recompute, the saved layer inputs wait on the host | selective:
- *              recompute, the mid residuals kept too), sched
- *              (StarPU policy), cpus (CPU workers, 0 = all), host_memory_gib
- *              (0 = detect), gpus (CUDA workers, -1 = all found, 0 = none), gpu_memory_gib
- *              (memory StarPU may use per GPU, 0 = all), on_nan (stop | skip: a step whose
- *              loss or gradient is not finite stops the run, or its update is skipped),
- *              param_route (replicated | sharded: every rank receives every working copy from
- *              the host, or 1/ranks of it and the rest from the other ranks),
- *              ranks (data-parallel ranks: one per GPU, or CPU workers standing in for GPUs when
- *              there is none; the global batch is shared equally), grad_route (cpu | gpu: every
- *              rank's gradient crosses to the host which sums them, or rank 0's GPU sums them
- *              and returns one), grad_route_groups (per parameter group: "ROUTE:A-B,..." with
- *              groups 0 = embedding, 1..L = layers, L+1 = final norm / LM head), window (layers
- * kept on the GPU from the forward for the backward; every other layer is released after its use;
- * default 2 when gpu_memory_gib is set, else 0: GPU copies stay until StarPU evicts them),
- *              param_delay (0: synchronous, the default; 1: RoundPipe's asynchronous optimizer,
- *              where step s computes with the weights from before step s - 1's update),
- *              bwd_lookahead (layers the backward's recomputation and gradient zeroing may run
- *              ahead of it: default 1; -1 = no bound; see sdp_graph_conf), keep_last (with
- *              recomputation, the top layers that keep their activations; 1), keep_mlp (with
- *              recomputation, the top recomputed layers that keep their MLP's inputs on the
- *              GPU, the mid residual and the gate/up projection; 0; see sdp_graph_conf),
- *              gpu_update (the
- *              first layers whose AdamW runs on the GPU; 0; see sdp_graph_conf), grad_dtype (auto |
- *              fp32 | bf16: the gradient AdamW reads; bf16 packs the final fp32 gradient where it
- *              was made, halving the return's bytes; auto, the default: bf16 for one rank on a
- *              GPU, else fp32; sdp_recipe_grad_bf16), staging_depth (sdp-slidedp:
- *              casts and updates in flight; 0 = SDP_STAGING_DEPTH or one per CPU worker, at
- *              least 4), prefetch_groups (sdp-slidedp: parameter groups a GPU may prefetch
- *              ahead; default SDP_WINDOW_DEPTH or 2), collectives (starpu | nccl: the
- *              GPU-reduction route and the sharded dispatch as StarPU transfers and tasks on the
- *              ranks' GPUs, or as NCCL reduce and broadcast over them; default starpu),
- *              work_home (host, the default: the bf16 working copies live in pinned host
- *              memory, updated in place; gpu: on the GPUs only, each chunk written by AdamW into a
- *              stage and copied up, so the host holds 12 bytes a parameter; needs GPUs, window 0,
- *              param_delay 0 and the replicated route), embed_home (host, the default, or
- *              gpu: the embedding's working copy alone off the host, as work_home gpu does for
- *              all of them; with the early update of the tied embedding only the rows each
- *              update writes cross PCIe; needs param_delay 0 and the replicated route),
- *              embed_lookup (compute, the default: the forward's embedding lookup runs where
- *              the compute runs; host: on the CPU workers, see sdp_graph_conf)
- *   output     dir, metrics (JSONL file, relative to dir unless absolute), checkpoint_every
- *              (steps between checkpoints in dir/checkpoints; 0 = only at the end and on a
- *              signal), keep_checkpoints (how many to keep)
+/* Training recipes in YAML (libyaml), in the convention of torchtune and axolotl: sections model,
+ * data, batch, optimizer, schedule, train and output, each a mapping of keys.  Every key, its type,
+ * bounds, default and meaning is a row of the options registry (cli/options.c), listed in
+ * docs/options.md (`slidedp options --markdown`).
  *
  * Relative paths are resolved against the recipe file's directory.  Unknown keys, wrong types and
  * impossible values are errors naming the file, line and key (exit code 2 from the CLI).
@@ -135,6 +83,15 @@ struct sdp_recipe {
     char metrics[SDP_PATH_MAX];    /* "" = none */
     int checkpoint_every;          /* steps between checkpoints (0 = end and signals only) */
     int keep_checkpoints;          /* checkpoints kept in output_dir/checkpoints */
+
+    /* command line only: the rows of cli/options.c without a recipe key */
+    int embed_early; /* sdp_graph_conf.embed_early: 0 on (default), -1 off */
+    int mlp_early;   /* sdp_graph_conf.mlp_early: 0 where it applies (default), 1 on, -1 off */
+    int no_resume, quiet, verbose; /* train */
+    int warmup, barrier;           /* bench: untimed steps first, a barrier after each step */
+    const char *trace, *events;    /* Chrome/Perfetto timeline, task event log ("" = none) */
+    const char *mem_log;           /* bench: memory samples (JSONL) */
+    const char *bench_model;       /* bench: a preset, or a Hugging Face config.json */
 };
 
 /** Defaults for every field (documented in README's recipe section). */
@@ -162,6 +119,8 @@ int sdp_recipe_grad_bf16(const struct sdp_recipe *r, int on_gpu);
  * line that takes the same names: *recompute (enum sdp_recompute) and *offload (the saved inputs
  * wait on the host).  0, or -EINVAL for another name. */
 int sdp_recipe_activations(const char *name, int *recompute, int *offload);
+/** The train.activations name of those settings (the inverse of sdp_recipe_activations). */
+const char *sdp_recipe_activations_name(int recompute, int offload);
 /** The same rule for a requested dtype (-1 auto, 0 fp32, 1 bf16) and a rank count (bench). */
 int sdp_grad_bf16_choice(int grad_dtype, int ranks, int on_gpu);
 

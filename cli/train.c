@@ -5,7 +5,6 @@
  * Hugging Face directory when the recipe names an output directory.  Tests: tests/e2e/. */
 #include "config.h"
 
-#include <getopt.h>
 #include <signal.h>
 #include <jansson.h>
 #include <math.h>
@@ -21,6 +20,7 @@
 #include "policies/sdp_policies.h"
 #include "runtime/ckpt.h"
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "formats/data.h"
 #include "base/fsutil.h"
 #include "formats/hfconfig.h"
@@ -30,70 +30,19 @@
 #include "runtime/trace.h"
 #include "runtime/state.h"
 
-static void usage(FILE *f)
-{
-    fprintf(
-        f,
-        "usage: slidedp train RECIPE.yaml [options]\n"
-        "\n"
-        "Train the model of RECIPE.yaml (see README.md, \"Recipes\").\n"
-        "\n"
-        "options:\n"
-        "  --steps N          optimizer steps (overrides train.steps)\n"
-        "  --metrics FILE     write one JSON object per step to FILE (overrides output.metrics)\n"
-        "  --sched NAME       StarPU scheduling policy (overrides train.sched; `slidedp "
-        "policies`)\n"
-        "  --cpus N           CPU workers (overrides train.cpus; 0 = all cores)\n"
-        "  --precision P      fp32 or bf16 (overrides train.precision)\n"
-        "  --grad-dtype D     auto, fp32 or bf16: the gradient AdamW reads (overrides "
-        "train.grad_dtype)\n"
-        "  --work-home H      host or gpu: where the working copies live (overrides "
-        "train.work_home)\n"
-        "  --embed-home H     host or gpu: where the embedding's working copy lives (overrides "
-        "train.embed_home)\n"
-        "  --embed-lookup L   compute or host: where the forward's embedding lookup runs "
-        "(overrides\n"
-        "                     train.embed_lookup)\n"
-        "  --embed-early X    on (default) or off: update the tied embedding's rows outside the\n"
-        "                     step's tokens during the backward (one rank, bf16 return, no\n"
-        "                     clipping)\n"
-        "  --mlp-early X      on or off: pack and update each layer's chunks of MLP weights\n"
-        "                     once the MLP's backward has run (one rank, bf16 return, no\n"
-        "                     clipping; by default with the working copies off the host only;\n"
-        "                     on: layer 1's with them on the host too)\n"
-        "  --gpu-update N     run the AdamW of layers 1..N on the GPU (overrides "
-        "train.gpu_update;\n"
-        "                     one rank, bf16 return, working copies on the host)\n"
-        "  --collectives C    starpu or nccl: how the GPU-reduction route moves gradients "
-        "(overrides\n"
-        "                     train.collectives)\n"
-        "  --gpus N           CUDA workers (overrides train.gpus; -1 = all found, 0 = none)\n"
-        "  --output DIR       run directory: checkpoints, COMPLETE, the trained model in "
-        "DIR/final\n"
-        "                     (overrides output.dir)\n"
-        "  --checkpoint-every K  checkpoint every K steps (overrides output.checkpoint_every)\n"
-        "  --no-resume        start afresh even if DIR/checkpoints holds a checkpoint\n"
-        "  --trace FILE.json  write a Chrome/Perfetto timeline of every task, one track per lane\n"
-        "  --events FILE.jsonl  write the task event log (tools/check_invariants.py checks it)\n"
-        "  --ranks R          data-parallel ranks (overrides train.ranks): one per GPU, or CPU\n"
-        "                     workers standing in for GPUs when there is none\n"
-        "  --grad-route cpu|gpu  gradient return of the ranks (overrides train.grad_route)\n"
-        "  --param-route replicated|sharded  parameter dispatch to the ranks (overrides\n"
-        "                     train.param_route)\n"
-        "  --grad-route-groups SPEC  per-group routes, e.g. gpu:1-18,cpu:19-36 (overrides\n"
-        "                     train.grad_route_groups)\n"
-        "  --param-delay 0|1  1: asynchronous optimizer, weights one update old (overrides\n"
-        "                     train.param_delay; breaks invariant 3, for comparisons)\n"
-        "\n"
-        "SIGUSR1 or SIGTERM: checkpoint at the next step boundary and exit 0; running the same\n"
-        "command again resumes.  Under Slurm, SLURM_JOB_ID names the default run directory\n"
-        "(runs/<recipe>-<job id>) and SLURM_CPUS_PER_TASK the CPU workers.\n"
-        "  -q, --quiet        no progress lines\n"
-        "  -v, --verbose      debug logging\n"
-        "  -h, --help         this text\n"
-        "\n"
-        "exit status: 0 success, 1 runtime failure, 2 usage error\n");
-}
+static const char usage_head[] =
+    "usage: slidedp train RECIPE.yaml [options]\n"
+    "\n"
+    "Train the model of RECIPE.yaml (docs/options.md lists its keys).  A flag overrides the\n"
+    "recipe key named after it.\n";
+
+static const char usage_tail[] =
+    "\n"
+    "SIGUSR1 or SIGTERM: checkpoint at the next step boundary and exit 0; running the same\n"
+    "command again resumes.  Under Slurm, SLURM_JOB_ID names the default run directory\n"
+    "(runs/<recipe>-<job id>) and SLURM_CPUS_PER_TASK the CPU workers.\n"
+    "\n"
+    "exit status: 0 success, 1 runtime failure, 2 usage error\n";
 
 static void fmt_duration(char *buf, size_t len, double s)
 {
@@ -103,27 +52,6 @@ static void fmt_duration(char *buf, size_t len, double s)
     else
         snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
 }
-
-static int parse_int(const char *opt, const char *s, int lo, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < lo || v > 1000000000) {
-        fprintf(stderr, "slidedp train: %s expects an integer >= %d, got '%s'\n", opt, lo, s);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-struct overrides {
-    int steps, cpus, gpus, checkpoint_every, no_resume, ranks, param_delay, embed_early_off;
-    int mlp_early_opt, gpu_update;
-    const char *work_home, *embed_home, *embed_lookup;
-    const char *metrics, *sched, *precision, *output, *trace, *events, *grad_route, *route_groups,
-        *param_route, *grad_dtype, *collectives;
-    int quiet;
-};
 
 /* JSON number, or null when not finite (JSON has no NaN). */
 static json_t *num(double x)
@@ -285,7 +213,7 @@ static int check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_dt)
     return 0;
 }
 
-static int run(struct sdp_recipe *r, const struct overrides *ov)
+static int run(struct sdp_recipe *r)
 {
     struct sdp_data data = { 0 };
     struct sdp_state st = { 0 };
@@ -389,7 +317,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
             goto out;
         }
         snprintf(ckdir, sizeof(ckdir), "%s/checkpoints", r->output_dir);
-        if (!ov->no_resume && sdp_ckpt_latest(ckdir, ckpath, sizeof(ckpath)) == 0) {
+        if (!r->no_resume && sdp_ckpt_latest(ckdir, ckpath, sizeof(ckpath)) == 0) {
             if (sdp_ckpt_read_info(ckpath, NULL, &info)) {
                 rc = SDP_EXIT_FAILURE;
                 goto out;
@@ -406,8 +334,8 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
             resuming = 1;
         }
     }
-    if (ov->metrics || r->metrics[0]) {
-        const char *path = ov->metrics ? ov->metrics : r->metrics;
+    if (r->metrics[0]) {
+        const char *path = r->metrics;
         if (resuming && trim_metrics(path, info.step)) {
             rc = SDP_EXIT_FAILURE;
             goto out;
@@ -444,7 +372,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         goto out;
     }
     started = 1;
-    if ((ov->trace || ov->events) && sdp_trace_start()) {
+    if ((r->trace || r->events) && sdp_trace_start()) {
         rc = SDP_EXIT_FAILURE;
         goto out;
     }
@@ -494,8 +422,8 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     gc.weight_decay = r->weight_decay;
     gc.max_grad_norm = r->max_grad_norm;
     gc.skip_nonfinite = r->skip_nonfinite;
-    gc.embed_early = ov->embed_early_off ? -1 : 0;
-    gc.mlp_early = ov->mlp_early_opt;
+    gc.embed_early = r->embed_early;
+    gc.mlp_early = r->mlp_early;
     gc.gpu_update = r->gpu_update;
     gc.embed_lookup_host = r->embed_lookup_host;
     gc.nranks = r->ranks;
@@ -594,7 +522,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
         }
         fmt_duration(el, sizeof(el), elapsed);
         fmt_duration(eta, sizeof(eta), elapsed / (s + 1 - first) * (r->steps - s - 1));
-        if (!ov->quiet) {
+        if (!r->quiet) {
             printf("step %d/%d  loss %.4f  lr %.3e  gnorm %.3f  %.0f tok/s  elapsed %s  eta %s\n",
                    s + 1, r->steps, res.loss, lr, res.grad_norm, res.tokens / step_s, el, eta);
             fflush(stdout);
@@ -629,7 +557,7 @@ static int run(struct sdp_recipe *r, const struct overrides *ov)
     }
     if (sdp_rt_wait_all() && rc == SDP_EXIT_OK)
         rc = SDP_EXIT_FAILURE;
-    if ((ov->trace || ov->events) && sdp_trace_write(ov->events, ov->trace))
+    if ((r->trace || r->events) && sdp_trace_write(r->events, r->trace))
         rc = SDP_EXIT_FAILURE;
     if (rc == SDP_EXIT_OK && !stopped && r->output_dir[0]) {
         char dir[SDP_PATH_MAX + 16], line[128];
@@ -666,244 +594,28 @@ out:
 
 int sdp_cli_train(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "steps", required_argument, NULL, 's' },
-        { "metrics", required_argument, NULL, 'm' },
-        { "sched", required_argument, NULL, 'S' },
-        { "cpus", required_argument, NULL, 'c' },
-        { "precision", required_argument, NULL, 'p' },
-        { "output", required_argument, NULL, 'o' },
-        { "gpus", required_argument, NULL, 'g' },
-        { "checkpoint-every", required_argument, NULL, 'K' },
-        { "no-resume", no_argument, NULL, 'R' },
-        { "trace", required_argument, NULL, 'T' },
-        { "events", required_argument, NULL, 'E' },
-        { "ranks", required_argument, NULL, 'N' },
-        { "grad-route", required_argument, NULL, 'G' },
-        { "param-delay", required_argument, NULL, 'P' },
-        { "grad-route-groups", required_argument, NULL, 'X' },
-        { "param-route", required_argument, NULL, 'Y' },
-        { "grad-dtype", required_argument, NULL, 'D' },
-        { "collectives", required_argument, NULL, 'C' },
-        { "embed-early", required_argument, NULL, 1000 },
-        { "work-home", required_argument, NULL, 1001 },
-        { "embed-home", required_argument, NULL, 1004 },
-        { "mlp-early", required_argument, NULL, 1003 },
-        { "gpu-update", required_argument, NULL, 1005 },
-        { "embed-lookup", required_argument, NULL, 1006 },
-        { "quiet", no_argument, NULL, 'q' },
-        { "verbose", no_argument, NULL, 'v' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
-    struct overrides ov = {
-        .steps = -1,
-        .cpus = -1,
-        .gpus = -2,
-        .checkpoint_every = -1,
-        .ranks = -1,
-        .param_delay = -1,
-        .gpu_update = -1,
-    };
     struct sdp_recipe r;
-    int opt, rc;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "qvh", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 's':
-            if (parse_int("--steps", optarg, 1, &ov.steps))
-                return SDP_EXIT_USAGE;
-            break;
-        case 'c':
-            if (parse_int("--cpus", optarg, 0, &ov.cpus))
-                return SDP_EXIT_USAGE;
-            break;
-        case 'g':
-            if (parse_int("--gpus", optarg, -1, &ov.gpus))
-                return SDP_EXIT_USAGE;
-            break;
-        case 'K':
-            if (parse_int("--checkpoint-every", optarg, 0, &ov.checkpoint_every))
-                return SDP_EXIT_USAGE;
-            break;
-        case 'R':
-            ov.no_resume = 1;
-            break;
-        case 'm':
-            ov.metrics = optarg;
-            break;
-        case 'S':
-            ov.sched = optarg;
-            break;
-        case 'p':
-            ov.precision = optarg;
-            break;
-        case 'o':
-            ov.output = optarg;
-            break;
-        case 'T':
-            ov.trace = optarg;
-            break;
-        case 'E':
-            ov.events = optarg;
-            break;
-        case 'N':
-            if (parse_int("--ranks", optarg, 1, &ov.ranks))
-                return SDP_EXIT_USAGE;
-            break;
-        case 'X':
-            ov.route_groups = optarg;
-            break;
-        case 'Y':
-            if (strcmp(optarg, "replicated") && strcmp(optarg, "sharded")) {
-                fprintf(stderr, "slidedp train: --param-route takes replicated or sharded\n");
-                return SDP_EXIT_USAGE;
-            }
-            ov.param_route = optarg;
-            break;
-        case 'P':
-            if (parse_int("--param-delay", optarg, 0, &ov.param_delay) || ov.param_delay > 1) {
-                fprintf(stderr, "slidedp train: --param-delay takes 0 or 1\n");
-                return SDP_EXIT_USAGE;
-            }
-            break;
-        case 'G':
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu")) {
-                fprintf(stderr, "slidedp train: --grad-route takes cpu or gpu, not '%s'\n", optarg);
-                return SDP_EXIT_USAGE;
-            }
-            ov.grad_route = optarg;
-            break;
-        case 'D':
-            if (strcmp(optarg, "auto") && strcmp(optarg, "fp32") && strcmp(optarg, "bf16")) {
-                fprintf(stderr, "slidedp train: --grad-dtype takes auto, fp32 or bf16, not '%s'\n",
-                        optarg);
-                return SDP_EXIT_USAGE;
-            }
-            ov.grad_dtype = optarg;
-            break;
-        case 1000:
-            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-                fprintf(stderr, "slidedp train: --embed-early takes on or off, not '%s'\n", optarg);
-                return SDP_EXIT_USAGE;
-            }
-            ov.embed_early_off = !strcmp(optarg, "off");
-            break;
-        case 1003:
-            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-                fprintf(stderr, "slidedp train: --mlp-early takes on or off, not '%s'\n", optarg);
-                return SDP_EXIT_USAGE;
-            }
-            ov.mlp_early_opt = !strcmp(optarg, "off") ? -1 : 1;
-            break;
-        case 1005:
-            if (parse_int("--gpu-update", optarg, 0, &ov.gpu_update))
-                return SDP_EXIT_USAGE;
-            break;
-        case 1001:
-            if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
-                fprintf(stderr, "slidedp train: --work-home takes host or gpu, not '%s'\n", optarg);
-                return SDP_EXIT_USAGE;
-            }
-            ov.work_home = optarg;
-            break;
-        case 1004:
-            if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
-                fprintf(stderr, "slidedp train: --embed-home takes host or gpu, not '%s'\n",
-                        optarg);
-                return SDP_EXIT_USAGE;
-            }
-            ov.embed_home = optarg;
-            break;
-        case 1006:
-            if (strcmp(optarg, "compute") && strcmp(optarg, "host")) {
-                fprintf(stderr, "slidedp train: --embed-lookup takes compute or host, not '%s'\n",
-                        optarg);
-                return SDP_EXIT_USAGE;
-            }
-            ov.embed_lookup = optarg;
-            break;
-        case 'C':
-            if (strcmp(optarg, "starpu") && strcmp(optarg, "nccl")) {
-                fprintf(stderr, "slidedp train: --collectives takes starpu or nccl, not '%s'\n",
-                        optarg);
-                return SDP_EXIT_USAGE;
-            }
-            ov.collectives = optarg;
-            break;
-        case 'q':
-            ov.quiet = 1;
-            break;
-        case 'v':
-            sdp_log_verbosity = SDP_LOG_DEBUG;
-            break;
-        case 'h':
-            usage(stdout);
-            return SDP_EXIT_OK;
-        default:
-            usage(stderr);
-            return SDP_EXIT_USAGE;
-        }
-    }
-    if (optind != argc - 1) {
+    int first, rc;
+
+    /* the flags are checked before the recipe is read, then applied over it */
+    sdp_recipe_defaults(&r);
+    rc = sdp_options_parse("train", SDP_CMD_TRAIN, argc, argv, &r, &first, usage_head, usage_tail);
+    if (rc)
+        return rc > 0 ? SDP_EXIT_OK : SDP_EXIT_USAGE;
+    if (r.verbose)
+        sdp_log_verbosity = SDP_LOG_DEBUG;
+    if (first != argc - 1) {
         fprintf(stderr, "slidedp train: expected exactly one recipe file\n\n");
-        usage(stderr);
+        sdp_options_usage(stderr, SDP_CMD_TRAIN, usage_head, usage_tail);
         return SDP_EXIT_USAGE;
     }
-    rc = sdp_recipe_load(argv[optind], &r);
+    rc = sdp_recipe_load(argv[first], &r);
     if (rc)
         return rc == -ENOENT || rc == -EINVAL ? SDP_EXIT_USAGE : SDP_EXIT_FAILURE;
-    if (ov.steps > 0)
-        r.steps = ov.steps;
-    if (ov.cpus >= 0)
-        r.cpus = ov.cpus;
-    if (ov.gpus >= -1)
-        r.gpus = ov.gpus;
-    if (ov.ranks > 0)
-        r.ranks = ov.ranks;
-    if (ov.param_delay >= 0)
-        r.param_delay = ov.param_delay;
-    if (ov.route_groups && snprintf(r.grad_route_groups, sizeof(r.grad_route_groups), "%s",
-                                    ov.route_groups) >= (int)sizeof(r.grad_route_groups)) {
-        fprintf(stderr, "slidedp train: --grad-route-groups is longer than %zu characters\n",
-                sizeof(r.grad_route_groups) - 1);
-        return SDP_EXIT_USAGE;
-    }
-    if (ov.grad_route)
-        r.grad_route_gpu = !strcmp(ov.grad_route, "gpu");
-    if (ov.param_route)
-        r.param_sharded = !strcmp(ov.param_route, "sharded");
-    if (ov.grad_dtype)
-        r.grad_bf16 = !strcmp(ov.grad_dtype, "auto") ? -1 : !strcmp(ov.grad_dtype, "bf16");
-    if (ov.collectives)
-        r.nccl = !strcmp(ov.collectives, "nccl");
-    if (ov.work_home)
-        r.work_on_gpu = !strcmp(ov.work_home, "gpu");
-    if (ov.embed_home)
-        r.embed_on_gpu = !strcmp(ov.embed_home, "gpu");
-    if (ov.embed_lookup)
-        r.embed_lookup_host = !strcmp(ov.embed_lookup, "host");
-    if (ov.gpu_update >= 0)
-        r.gpu_update = ov.gpu_update;
-    if (ov.checkpoint_every >= 0)
-        r.checkpoint_every = ov.checkpoint_every;
-    if (ov.output)
-        snprintf(r.output_dir, sizeof(r.output_dir), "%s", ov.output);
+    if (sdp_options_parse("train", SDP_CMD_TRAIN, argc, argv, &r, &first, usage_head, usage_tail))
+        return SDP_EXIT_USAGE; /* accepted above: cannot fail */
     apply_slurm(&r);
-    if (ov.sched)
-        snprintf(r.sched, sizeof(r.sched), "%s", ov.sched);
     if (!r.sched[0]) /* the project's policy unless the recipe or the command line names one */
         snprintf(r.sched, sizeof(r.sched), "%s", "sdp-slidedp");
-    if (ov.precision) {
-        if (!strcmp(ov.precision, "fp32"))
-            r.precision = SDP_PREC_FP32;
-        else if (!strcmp(ov.precision, "bf16"))
-            r.precision = SDP_PREC_BF16;
-        else {
-            fprintf(stderr, "slidedp train: --precision expects fp32 or bf16, got '%s'\n",
-                    ov.precision);
-            return SDP_EXIT_USAGE;
-        }
-    }
-    return run(&r, &ov);
+    return run(&r);
 }
