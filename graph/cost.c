@@ -33,7 +33,7 @@ void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_byte
         } else if (gi == 0 && sdp_graph_early_embed(g)) {
             again = n; /* packed twice */
         }
-        if (rank == 0 || !g->route_gpu[gi])
+        if (rank == 0 || !g->plan.group[gi].grad_gpu)
             rb->grad_d2h += (n + again) * gb;
         else
             rb->grad_peer += n * sizeof(float);

@@ -7,16 +7,14 @@
 #include <string.h>
 
 #include "graph/graph_internal.h"
-#include "base/env.h"
 #include "base/sdp_log.h"
 
 static int packed_segs(const sdp_graph_t *g, int c, struct sdp_adamw_segment **out, size_t *first);
 
 /* The tied embedding's final pack after its early update (early_embed): the norms of every chunk,
  * and the bf16 gradient of the rows of the step's tokens alone, packed, into rows_grad, which the
- * updates of those rows read; only they cross PCIe then (for qwen3-4b at 32 K uniform random
- * tokens about 29.5 K of 151,936 rows are expected, about 150 MB, instead of the group's 778 MB).
- */
+ * updates of those rows read; only they cross PCIe then (for V rows and n uniform random tokens,
+ * about V (1 - e^(-n / V)) of them), instead of the whole group. */
 int sdp_graph_pack_rows(sdp_graph_t *g, int step)
 {
     struct sdp_group_state *gs = &g->st->groups[0];
@@ -63,27 +61,19 @@ int sdp_graph_pack_rows(sdp_graph_t *g, int step)
     return rc;
 }
 
-/* The early update of the tied embedding: with one rank, the bf16 return, no clipping and a step
- * that updates, the gradient of every embedding row that none of the step's tokens selects is
- * final once the LM head's backward of the last micro-batch has run (the embedding's backward
- * adds only to the rows of the step's tokens).  Those rows are packed (grad_pack_early) and
- * updated (adamw_early) while the backward goes on; the rows of the step's tokens (about a tenth
- * of Qwen3's vocabulary for 16 K random tokens, fewer for text) and the group's other tensors are
- * updated after the embedding's backward, from the group's usual pack.  Without it the whole
- * embedding's update started when the backward ended, and the next step's forward, which starts
- * with the embedding, waited for all of it (qwen3-4b/16 on an H200: about 80 ms a step on 15
- * cores).  With the embedding's working copy off the host (its group staged: train.embed_home gpu;
- * with work_home gpu alone it does not apply: there the embedding's early updates, first in the
- * policy's order, took the stages the early MLP updates of the layers need) each of the two updates
- * of a chunk writes the rows it updates into a packed stage, and a param_put_early or
- * param_put_rows scatters them into the copy the GPU keeps: the early rows cross PCIe while the
- * backward goes on, and after the embedding's backward only the rows of the step's tokens do,
- * instead of the whole copy. */
+/* The early update of the tied embedding (the plan's embed_early), in a step that updates: the
+ * gradient of every embedding row that none of the step's tokens selects is final once the LM
+ * head's backward of the last micro-batch has run (the embedding's backward adds only to the rows
+ * of the step's tokens).  Those rows are packed (grad_pack_early) and updated (adamw_early) while
+ * the backward goes on; the rows of the step's tokens and the group's other tensors are updated
+ * after the embedding's backward, from the group's usual pack, so the next forward, which starts
+ * with the embedding, waits for those alone.  With the embedding's working copy off the host
+ * (train.embed_home gpu) each of the two updates of a chunk writes the rows it updates into a
+ * packed stage, and a param_put_early or param_put_rows scatters them into the copy the GPU keeps.
+ */
 int sdp_graph_early_embed(const sdp_graph_t *g)
 {
-    return g->row_mark && g->R == 1 && g->lm_group == 0 && sdp_graph_packs(g, 0) &&
-           g->c.embed_early >= 0 && !(g->c.max_grad_norm > 0) && !g->c.skip_nonfinite &&
-           (!g->st->work_staged || g->st->embed_staged);
+    return g->updating && g->plan.group[0].embed_early;
 }
 
 /* The segments of the tied embedding's chunk c that its final pack puts back to back (pack_rows):
@@ -157,10 +147,10 @@ int sdp_graph_defer_segs(const sdp_graph_t *g, int c, int rows, struct sdp_adamw
 /* The put of the embedding's rows of the step's tokens (update_chunk's rows 2 with the group
  * staged): one task takes every chunk's packed stage, so StarPU brings them all over PCIe at once.
  * A put per chunk ran one at a time (the puts of one copy commute: StarPU hands them out one by
- * one), each waiting for its stage behind the next forward's weight fetches, and qwen3-4b/32's
- * step grew from 1.84 to 2.09 s.  Its stages are not counted against the bound on stages alive
- * (their updates do not fill a stage for the policy, and the put drains none): the bound would
- * hold back the very updates this put waits for. */
+ * one), each waiting for its stage behind the next forward's weight fetches, and the step grew
+ * (bench/results/2026-12-03-h200-embed-rows.md).  Its stages are not counted against the bound on
+ * stages alive (their updates do not fill a stage for the policy, and the put drains none): the
+ * bound would hold back the very updates this put waits for. */
 int sdp_graph_put_rows(sdp_graph_t *g, int step)
 {
     struct rows_put *rp = &g->rput;
@@ -206,23 +196,19 @@ int sdp_graph_lookup_host(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids
     return 0;
 }
 
-/* Whether the step being submitted defers its late rows: with the lookup on the host
- * (lookup_host_create), the early update of the tied embedding (early_embed) and its rows pack,
- * and the next step's ids told (sdp_graph_set_next).  After the embedding's backward only the
- * rows of the step's tokens are left to update (rows 2), and of those the next step's lookup
- * reads only the ones its own tokens select too (rows 3): their updates come first, then the next
- * step's lookups (lookup_ahead), then the others (rows 4, adamw_late), which only the next step's
- * LM head reads, at the end of its forward.  So the next forward waits for the update of about a
- * fifth of those rows (qwen3-4b/32's 32 K uniform random tokens a step: V (1 - e^(-32768 / V))^2,
- * about 5.7 K of 29.5 K rows expected for V = 151,936) instead
- * of all of them.  Every read still sees every row's update of the step before (invariant 3, row
- * by row): StarPU orders the lookups after rows 3's updates, and the late updates after the
- * lookups and before the head's reads, through the working copy's chunks.  SDP_EMBED_DEFER=off
- * turns it off (for measuring). */
+/* Whether the step being submitted defers its late rows (the plan's defer_rows: the lookup on
+ * the host, the embedding's early update and its rows pack), when the next step's ids were told
+ * (sdp_graph_set_next).  After the embedding's backward only the rows of the step's tokens are
+ * left to update (rows 2), and of those the next step's lookup reads only the ones its own tokens
+ * select too (rows 3): their updates come first, then the next step's lookups (lookup_ahead), then
+ * the others (rows 4, adamw_late), which only the next step's LM head reads, at the end of its
+ * forward.  For V rows and n uniform random tokens a step, rows 3 holds about V (1 - e^(-n / V))^2
+ * rows of the V (1 - e^(-n / V)) of rows 2.  Every read still sees every row's update of the step
+ * before (invariant 3, row by row): StarPU orders the lookups after rows 3's updates, and the late
+ * updates after the lookups and before the head's reads, through the working copy's chunks. */
 int sdp_graph_defer_rows(const sdp_graph_t *g, int update)
 {
-    return update && g->x0 && g->next_told && g->rows_grad && sdp_graph_early_embed(g) &&
-           !g->c.param_delay && !sdp_env_is("SDP_EMBED_DEFER", "off");
+    return update && g->next_told && g->plan.defer_rows;
 }
 
 /* The lookups of `step` (the next one), submitted by the step before it (defer_rows) with the
@@ -252,19 +238,14 @@ int sdp_graph_lookup_ahead(sdp_graph_t *g, int step)
  * embedding's working copy on the host), a pinned buffer per micro-batch for its embeddings, in
  * parts of whole sequences (at most 16: about one per CPU worker), which the CPU workers fill from
  * the updated working copy as soon as the embedding's update has written it; the next forward
- * then waits for 2 x B x T x C bytes over PCIe instead of the whole table (0.78 GB for qwen3-4b).
- * Elsewhere the lookup stays where the compute runs, with a warning. */
+ * then waits for 2 x B x T x C bytes over PCIe instead of the whole table (the plan's lookup_host).
+ */
 int sdp_graph_lookup_host_create(sdp_graph_t *g)
 {
     const struct sdp_graph_conf *c = &g->c;
     int B = c->micro_batch, T = c->seq_len, rc = 0, nparts, per;
     size_t *parts;
     char name[64];
-    if (g->R > 1 || g->st->groups[0].staged) {
-        SDP_WARN("train.embed_lookup host applies with one rank and the embedding's working copy "
-                 "on the host; the lookup runs where the compute runs");
-        return 0;
-    }
     per = (B + 15) / 16; /* sequences a part (the last may hold fewer) */
     nparts = (B + per - 1) / per;
     g->x0 = calloc((size_t)c->n_micro, sizeof(*g->x0));

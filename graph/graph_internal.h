@@ -9,11 +9,13 @@
 #include <stdio.h>
 
 #include "codelets/sdp_tasks.h"
+#include "graph/plan.h"
 #include "graph/step.h"
 
 struct sdp_graph {
     struct sdp_state *st;
     struct sdp_graph_conf c;
+    struct sdp_plan plan;             /* what the graph builds, group by group (plan.h) */
     sdp_rt_tensor_t **ids, **targets; /* [2][n_micro]: alternate sets per step */
     sdp_rt_tensor_t **loss;           /* [n_micro] (2) f64 */
     sdp_rt_tensor_t **sumsq;          /* [nchunks_total] (1) f64 */
@@ -21,7 +23,6 @@ struct sdp_graph {
     int R, nm_rank;                   /* ranks, micro-batches per rank */
     sdp_rt_tensor_t **rgrad;          /* [(R - 1) * ngroups]: gradients of ranks 1..R-1 */
     sdp_rt_tensor_t **work2;          /* [ngroups]: second working copies (param_delay 1) */
-    unsigned char *route_gpu;         /* [ngroups]: 1 where the ranks' gradients meet on a GPU */
     sdp_rt_tensor_t **rwork;          /* [R * ngroups]: each rank's replica (sharded route) */
     int *chunk0;                      /* [ngroups]: index of the group's first chunk in the model */
     int work2_valid, last_update;     /* work2 holds the masters; step of the latest update */
@@ -54,7 +55,6 @@ struct sdp_graph {
     int looked_up;               /* the step whose lookups the previous step submitted, or -1 */
     int ndeferred;               /* steps that deferred their late rows */
     double lr;                   /* the learning rate of the step being submitted */
-    int gpu_writeback;           /* SDP_GPU_UPDATE_WRITEBACK=1 (update_chunk_gpu) */
 };
 
 /* Activations of one decoder layer for one micro-batch. */
@@ -106,7 +106,7 @@ static inline sdp_rt_tensor_t *work_of(const sdp_graph_t *g, int gi, int step)
 {
     if (step < 0) /* evaluation: the copy the latest update wrote */
         step = g->last_update;
-    if (!g->c.param_delay || step < 0)
+    if (!g->plan.param_delay || step < 0)
         return g->st->groups[gi].work;
     return step % 2 == 0 ? g->st->groups[gi].work : g->work2[gi];
 }
@@ -123,7 +123,7 @@ static inline sdp_rt_tensor_t *compute_work(const sdp_graph_t *g, int gi, int st
 /* The parameter version (updates applied) the compute of `step` reads. */
 static inline int version_read(const sdp_graph_t *g, int step)
 {
-    return g->c.param_delay && step > 0 ? step - 1 : step;
+    return g->plan.param_delay && step > 0 ? step - 1 : step;
 }
 
 static inline struct sdp_task_opts opts(const sdp_graph_t *g, int step, int group, int mb,
@@ -163,7 +163,6 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
 int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x,
                         struct layer_acts *a, sdp_rt_tensor_t *dres, unsigned long long *done);
 int sdp_graph_recomputed(const sdp_graph_t *g, int l);
-int sdp_graph_keeps_mlp(const sdp_graph_t *g, int l);
 unsigned long long sdp_graph_bwd_gate(const sdp_graph_t *g, const unsigned long long *done, int l);
 
 /* parameter dispatch, gradient zeroing, norms and rank reduction (graph/routes.c) */
@@ -178,7 +177,6 @@ void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r);
 /* gradient packs and AdamW per chunk (graph/optim.c) */
 int sdp_graph_packs(const sdp_graph_t *g, int gi);
 int sdp_graph_mlp_early(const sdp_graph_t *g, int gi, int mb);
-int sdp_graph_gpu_update_applies(const sdp_graph_t *g);
 size_t sdp_graph_packed_len(size_t covered, size_t n);
 int sdp_graph_norms_if_final(sdp_graph_t *g, int step, int mb, int gi);
 int sdp_graph_chunk_segs(const sdp_graph_t *g, int gi, int c, int rows,

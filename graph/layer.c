@@ -9,7 +9,7 @@
 
 /* The MLP half of layer l's forward up to the down projection: a->xmid -> a->h2 (norm), a->gu,
  * a->act; the first task with options o1, the others with o.  When a->gu is already set (kept
- * from the forward, keeps_mlp) the gate/up projection is not computed again and the SwiGLU, which
+ * from the forward, keep-mlp) the gate/up projection is not computed again and the SwiGLU, which
  * then reads only data already there, takes options osw (gated like o1). */
 static int mlp_fwd(sdp_graph_t *g, const struct sdp_task_opts *o1, const struct sdp_task_opts *o,
                    const struct sdp_task_opts *osw, int l, sdp_rt_tensor_t *W, struct layer_acts *a,
@@ -26,10 +26,10 @@ static int mlp_fwd(sdp_graph_t *g, const struct sdp_task_opts *o1, const struct 
 
 /* Forward of decoder layer l (group l) on x (N, C).  Fills a with every intermediate; writes the
  * layer output into out (N, C) unless out is NULL (recomputation needs the intermediates only).
- * mid, when given (selective recomputation, keeps_mlp), is the layer's mid residual x + attention
+ * mid, when given (selective recomputation, keep-mlp), is the layer's mid residual x + attention
  * kept from the forward: a takes it over as its xmid, the attention's output projection is not
  * computed again, and the MLP half, which needs only mid, is submitted first, since the backward
- * starts there.  gu, when given with mid (keeps_mlp), is the gate/up projection kept from the
+ * starts there.  gu, when given with mid (keep-mlp), is the gate/up projection kept from the
  * forward, taken over as a->gu: the MLP half then only normalises mid and applies the SwiGLU.  The
  * first task of each half, and with gu the SwiGLU, waits for the task tagged `after` (0: none). */
 int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
@@ -159,27 +159,16 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
     return 0;
 }
 
-/* Whether the backward recomputes layer l's activations: with recompute, every layer but the
- * top keep_last, whose backward follows their forward closely (the last layer's right after the
- * LM head), so they keep theirs from the forward. */
+/* Whether the backward recomputes layer l's activations (the plan's act). */
 int sdp_graph_recomputed(const sdp_graph_t *g, int l)
 {
-    return g->c.recompute && l <= g->L - g->c.keep_last;
-}
-
-/* Whether recomputed layer l keeps its mid residual and gate/up projection from the forward on the
- * GPU (keep_mlp): the top keep_mlp of the L - keep_last recomputed layers, whose backward comes
- * first, so the memory they hold is freed early in the backward; all of them when keep_mlp reaches
- * their number. */
-int sdp_graph_keeps_mlp(const sdp_graph_t *g, int l)
-{
-    return sdp_graph_recomputed(g, l) && l > g->L - g->c.keep_last - g->c.keep_mlp;
+    return g->plan.group[l].act != SDP_ACT_KEEP;
 }
 
 /* What layer l's backward preparations (recomputation, gradient zeroing) wait for: the end of
  * the backward of layer l + 1 + bwd_lookahead (done[L + 1]: the final norm's), or nothing. */
 unsigned long long sdp_graph_bwd_gate(const sdp_graph_t *g, const unsigned long long *done, int l)
 {
-    int k = l + 1 + g->c.bwd_lookahead;
-    return g->c.bwd_lookahead >= 0 && k <= g->L + 1 ? done[k] : 0;
+    int k = l + 1 + g->plan.bwd_lookahead;
+    return g->plan.bwd_lookahead >= 0 && k <= g->L + 1 ? done[k] : 0;
 }

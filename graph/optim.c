@@ -9,105 +9,45 @@
 #include "graph/graph_internal.h"
 #include "base/sdp_log.h"
 
-static int gpu_updates(const sdp_graph_t *g, int gi);
-
 /* Whether group gi's gradient returns in bf16 this step (it is packed only when the step
  * updates: a step without update leaves the fp32 accumulators in place). */
 int sdp_graph_packs(const sdp_graph_t *g, int gi)
 {
-    return g->st->groups[gi].grad_ret && g->updating;
+    return g->plan.group[gi].grad_bf16 && g->updating;
 }
 
-/* The first chunk of layer group gi that holds only MLP weights (gate, up, down, the group's last
- * tensors), or -1 when no chunk does or they are not the group's tail. */
-static int mlp_chunk0(const sdp_graph_t *g, int gi)
-{
-    const struct sdp_group_state *gs = &g->st->groups[gi];
-    size_t tail = (size_t)-1, end = 0;
-    for (int i = 0; i < gs->ntensors; i++) {
-        const struct sdp_param_desc *d = &gs->tensors[i];
-        if (d->kind == SDP_PT_GATE || d->kind == SDP_PT_UP || d->kind == SDP_PT_DOWN)
-            tail = d->offset < tail ? d->offset : tail;
-    }
-    if (tail == (size_t)-1)
-        return -1;
-    for (int i = 0; i < gs->ntensors; i++) {
-        const struct sdp_param_desc *d = &gs->tensors[i];
-        if (d->kind != SDP_PT_GATE && d->kind != SDP_PT_UP && d->kind != SDP_PT_DOWN) {
-            size_t e = d->offset + (size_t)d->rows * d->cols;
-            end = e > end ? e : end;
-        }
-    }
-    if (end > tail)
-        return -1;
-    for (int c = 1; c < gs->nchunks; c++)
-        if (sdp_rt_tensor_part_offset(gs->grad, c) >= tail)
-            return c;
-    return -1;
-}
-
-/* The early MLP update: with one rank, the bf16 return, no clipping and a step that updates, the
- * gradient of a layer's MLP weights (the layer's last tensors) is final once the MLP's backward of
- * the step's last micro-batch has run, while the attention's backward still adds to the chunks
- * before them.  The chunks that hold only MLP weights are then packed (grad_pack_mlp) and their
- * AdamW may start; each writes a stage, whose put into the working copy the compute reads waits
- * until the layer's backward has read that copy.  The layer's other chunks are packed after its
- * backward.  With the working copies off the host (sdp_state.work_staged) every update writes a
- * stage anyway, and it applies to every layer.  With them on the host an update writes its chunk
- * of the copy in place, which StarPU lets it do only once every task reading the group's copy has
- * run; there it applies, when asked for (mlp_early 1), to layer 1 alone, whose update ends the
- * step (the next forward waits for it), and its MLP chunks take a stage and a stage_put each, a
- * copy of the chunk that the other layers, updated while the backward goes on, would pay for
- * nothing.  Layer 1's MLP chunks, 18 of qwen3-4b's 25, then update on the CPU while the GPU still
- * runs the attention's backward and the embedding's, if the CPU has the time; at qwen3-4b/32 on
- * two H200 machines it gained nothing (17,710 and 18,018 tokens/s against 17,836 and 18,092: the
- * embedding's side bounds the step's end too; bench/results/2026-12-03-h200-mlp-early.md), so it
- * is not the default there.
+/* The early MLP update (the plan's mlp_early): the gradient of a layer's MLP weights (its last
+ * tensors) is final once the MLP's backward of the step's last micro-batch has run, while the
+ * attention's backward still adds to the chunks before them.  The chunks that hold only MLP
+ * weights are then packed (grad_pack_mlp) and their AdamW may start; each writes a stage, whose
+ * put into the working copy waits until the layer's backward has read that copy.  The layer's
+ * other chunks are packed after its backward.  With the working copies on the host an update
+ * writes its chunk in place, which StarPU allows only once every reader of the group's copy has
+ * run, so the MLP chunks then take a stage and a stage_put each (early_stage); the plan applies it
+ * there to layer 1 alone by default (bench/results/2026-12-03-h200-mlp-early.md).
  * Returns the first such chunk of group gi for micro-batch mb, or -1 where it does not apply. */
 int sdp_graph_mlp_early(const sdp_graph_t *g, int gi, int mb)
 {
-    if (g->R != 1 || mb != g->c.n_micro - 1 || g->c.mlp_early < 0 || gi < 1 || gi > g->L ||
-        !sdp_graph_packs(g, gi) || g->c.max_grad_norm > 0 || g->c.skip_nonfinite ||
-        (!g->st->groups[gi].staged && (gi != 1 || g->c.mlp_early < 1)) || gpu_updates(g, gi))
+    if (mb != g->c.n_micro - 1 || !g->updating)
         return -1;
-    return mlp_chunk0(g, gi);
+    return g->plan.group[gi].mlp_early;
 }
 
-/* The update of a layer on the GPU (train.gpu_update): with one rank, compute on a GPU, the bf16
- * return and the working copies on the host, the AdamW of layers 1 .. gpu_update runs on the GPU
- * (codelets/cuda/adamw.cu, the host's bits) instead of the host's cores.  Their gradients are the
- * last of the backward, so on the host their updates are what the next forward waits for after
- * it (qwen3-4b/32 on an H200: layer 1's about 260-300 ms of core time, 29-39 ms per CPU worker
- * left with the embedding's rows when the embedding's backward ends,
- * bench/results/2026-12-03-h200-embed-rows.md).  On the GPU the packed gradient does not cross
- * PCIe; the fp32 master and moments do, the first time, and then stay where StarPU keeps them
- * while it has the memory (12 bytes a parameter: 1.2 GB a layer of qwen3-4b), coming back to the
- * host when it needs the room or when the host reads them (a checkpoint, the end of the run).
- * Each updated chunk goes into a stage on the GPU, and a param_put copies it into the working
- * copy there, so the next forward's fetch finds it on the GPU: an update of the chunk in place
- * would gather the group's copy on the host first (its partition plan's home).  Measured, it has
- * not made a step faster yet (bench/results/2026-12-03-h200-gpu-update.md): under qwen3-4b/32's
- * 23 GiB limit the state crowds the GPU (the backward's first matmuls and the last packs wait for
- * room); without a limit layer 1's update ends 7 ms after the embedding's backward, but other
- * packs wait for their data and the step stays as long.  Hence 0 by default. */
-int sdp_graph_gpu_update_applies(const sdp_graph_t *g)
-{
-    /* every layer group returns bf16 or none does, and is staged or not like the others */
-    return g->R == 1 && sdp_tasks_compute_on_gpu() && g->L >= 1 && g->st->groups[1].grad_ret &&
-           !g->st->groups[1].staged;
-}
-
+/* The update of a layer on the GPU (the plan's update_gpu, train.gpu_update): AdamW runs on the
+ * GPU (codelets/cuda/adamw.cu, the host's bits) from the packed gradient, which then does not
+ * cross PCIe; the fp32 master and moments stay where StarPU keeps them while it has the memory.
+ * Each updated chunk goes into a stage on the GPU and a param_put copies it into the working copy
+ * there, so the next forward's fetch finds it on the GPU.  Off by default: it has not made a step
+ * faster yet (bench/results/2026-12-03-h200-gpu-update.md). */
 static int gpu_updates(const sdp_graph_t *g, int gi)
 {
-    return gi >= 1 && gi <= g->c.gpu_update && gi <= g->L && g->updating &&
-           sdp_graph_gpu_update_applies(g);
+    return g->updating && g->plan.group[gi].update_gpu;
 }
 
 /* The length of a packed buffer of `covered` elements of a chunk of n (update_chunk, pack_rows):
  * rounded up to 256 K elements while that stays below n, so that the packed gradients and stages
- * of every step come in a few sizes that StarPU's cache of freed buffers hands out again.  With a
- * length of its own each step (each a new allocation, the likely cause), the CPU workers at
- * qwen3-4b/32's step boundary sat idle 10-20 ms a step, and with these lengths mostly not
+ * of every step come in a few sizes that StarPU's cache of freed buffers hands out again, instead
+ * of a new allocation each step, which left the CPU workers idle at the step boundary
  * (bench/results/2026-12-03-h200-embed-rows.md). */
 size_t sdp_graph_packed_len(size_t covered, size_t n)
 {
@@ -261,7 +201,7 @@ static int update_chunk_gpu(sdp_graph_t *g, int step, int gi, int c)
     if (!rc && stage)
         rc = sdp_task_param_put(&o, work_of(g, gi, step), sdp_rt_tensor_part_offset(gs->master, c),
                                 stage);
-    if (!rc && stage && g->gpu_writeback) {
+    if (!rc && stage && g->plan.gpu_writeback) {
         /* SDP_GPU_UPDATE_WRITEBACK=1: StarPU writes the chunk's state back to the host when the
          * bus is idle, so that evicting it later costs no transfer */
         sdp_rt_tensor_wont_use(p);
@@ -436,7 +376,7 @@ int sdp_graph_refresh_work(sdp_graph_t *g, int step)
 int sdp_graph_refresh_work2(sdp_graph_t *g, int step)
 {
     struct sdp_state *st = g->st;
-    if (!g->c.param_delay || g->work2_valid)
+    if (!g->plan.param_delay || g->work2_valid)
         return 0;
     for (int gi = 0; gi < st->ngroups; gi++)
         for (int c = 0; c < st->groups[gi].nchunks; c++) {

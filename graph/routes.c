@@ -88,7 +88,7 @@ int sdp_graph_zero_grad(sdp_graph_t *g, int step, int mb, int gi, unsigned long 
 int sdp_graph_norms(sdp_graph_t *g, int step, int gi)
 {
     struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
-    if ((g->R == 1 && sdp_tasks_norms_on_gpu()) || (g->R > 1 && g->route_gpu[gi])) {
+    if (g->plan.group[gi].norms_gpu) {
         o.on_rank = g->R > 1; /* rank 0's worker, where the route summed */
         return sdp_task_grad_sumsq(&o, g->st->groups[gi].grad, &g->sumsq[g->chunk0[gi]]);
     }
@@ -109,7 +109,7 @@ int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
     sdp_rt_tensor_t *in[SDP_MAX_RANKS];
     for (int gi = 0; gi < st->ngroups; gi++) {
         struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
-        o.on_rank = g->route_gpu[gi];
+        o.on_rank = g->plan.group[gi].grad_gpu;
         for (int r = 1; r < g->R; r++)
             in[r - 1] = grad_of(g, gi, r);
         TRY_RET(sdp_task_grad_reduce(&o, st->groups[gi].grad, in, g->R - 1));

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "graph/graph_internal.h"
-#include "base/env.h"
 #include "base/sdp_log.h"
 
 /* Forward, loss and backward of one micro-batch. */
@@ -27,7 +26,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     struct sdp_task_opts o;
     int rc = 0, l, r = rank_of(g, mb);
     /* the rank's last micro-batch of the step: with a bounded window, GPU copies go after it */
-    int last = g->c.window > 0 && (mb + 1) % g->nm_rank == 0;
+    int last = g->plan.window > 0 && (mb + 1) % g->nm_rank == 0;
     if (!xs || !kept || !done) {
         free(xs);
         free(kept);
@@ -51,12 +50,12 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         TRY_GOTO(sdp_graph_dispatch(g, step, mb, l));
         TRY_GOTO(sdp_graph_layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], NULL, NULL, &kept[l],
                                      xs[l], 0));
-        if (sdp_graph_recomputed(g, l)) { /* else kept whole for the backward */
-            /* selective: only the mid residual stays for the recomputation; keeps_mlp: the mid
+        enum sdp_act_place act = g->plan.group[l].act;
+        if (act != SDP_ACT_KEEP) { /* else kept whole for the backward */
+            /* selective: only the mid residual stays for the recomputation; keep-mlp: the mid
              * residual and the gate/up projection */
-            int km = sdp_graph_keeps_mlp(g, l);
-            sdp_rt_tensor_t *mid =
-                g->c.recompute == SDP_RECOMPUTE_SELECTIVE || km ? kept[l].xmid : NULL;
+            int km = act == SDP_ACT_KEEP_MLP;
+            sdp_rt_tensor_t *mid = act == SDP_ACT_SELECTIVE || km ? kept[l].xmid : NULL;
             sdp_rt_tensor_t *gu = km ? kept[l].gu : NULL;
             if (mid)
                 kept[l].xmid = NULL;
@@ -66,13 +65,12 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
             kept[l].xmid = mid;
             kept[l].gu = gu;
         }
-        if (sdp_graph_recomputed(g, l) &&
-            g->c.offload_inputs) { /* back for layer l's recomputation */
+        if (g->plan.group[l].offload) { /* back for layer l's recomputation */
             sdp_rt_tensor_offload(xs[l - 1]);
-            if (kept[l].xmid && !sdp_graph_keeps_mlp(g, l)) /* keep_mlp's tensors stay on the GPU */
+            if (kept[l].xmid && act != SDP_ACT_KEEP_MLP) /* keep-mlp's tensors stay on the GPU */
                 sdp_rt_tensor_offload(kept[l].xmid);
         }
-        if (last && l <= L - g->c.window && !g->rwork)
+        if (last && l <= L - g->plan.window && !g->rwork)
             sdp_rt_tensor_wont_use(work_of(g, l, step));
     }
 
@@ -103,7 +101,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
                                     compute_work(g, g->lm_group, step, r), g->lm_off, targets, N,
                                     g->C, g->V, scale));
     }
-    o.tag = g->c.bwd_lookahead >= 0 ? sdp_graph_new_tag(g) : 0;
+    o.tag = g->plan.bwd_lookahead >= 0 ? sdp_graph_new_tag(g) : 0;
     TRY_GOTO(sdp_task_rmsnorm_bwd(&o, dres, 0, grad_of(g, g->head_group, r), g->norm_off, dh, xs[L],
                                   compute_work(g, g->head_group, step, r), g->norm_off, rstdN, N,
                                   g->C));
@@ -127,7 +125,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
                                          sdp_graph_bwd_gate(g, done, l)));
         TRY_GOTO(sdp_graph_zero_grad(g, step, mb, l, sdp_graph_bwd_gate(g, done, l)));
         TRY_GOTO(sdp_graph_layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres,
-                                     g->c.bwd_lookahead >= 0 ? &done[l] : NULL));
+                                     g->plan.bwd_lookahead >= 0 ? &done[l] : NULL));
         TRY_GOTO(sdp_graph_norms_if_final(g, step, mb, l));
         if (last)
             sdp_graph_window_release(g, step, l, r);
@@ -349,53 +347,32 @@ done:
 
 int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_graph_conf *c)
 {
-    sdp_graph_t *g = calloc(1, sizeof(*g));
+    struct sdp_plan p;
+    int rc = sdp_plan_init(&p, st, c);
+    if (!rc)
+        rc = sdp_graph_create_plan(out, st, c, &p);
+    sdp_plan_free(&p);
+    return rc;
+}
+
+int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct sdp_graph_conf *c,
+                          const struct sdp_plan *p)
+{
     const struct sdp_model_cfg *m = &st->cfg;
-    int rc = 0;
+    sdp_graph_t *g;
+    int rc = sdp_plan_check(p, st, c);
     char name[64];
-    if (!g)
+    if (rc)
+        return rc;
+    if (!(g = calloc(1, sizeof(*g))))
         return sdp_err(-ENOMEM, "graph");
-    if (c->micro_batch < 1 || c->n_micro < 1 || c->seq_len < 1) {
-        free(g);
-        return sdp_err(-EINVAL, "graph: micro_batch=%d n_micro=%d seq_len=%d must be positive",
-                       c->micro_batch, c->n_micro, c->seq_len);
-    }
     g->st = st;
     g->c = *c;
-    g->gpu_writeback = sdp_env_long("SDP_GPU_UPDATE_WRITEBACK", 0) > 0;
-    g->R = c->nranks > 1 ? c->nranks : 1;
-    if (g->R > SDP_MAX_RANKS || c->n_micro % g->R != 0) {
-        int R = g->R;
+    if ((rc = sdp_plan_copy(&g->plan, p)) != 0) {
         free(g);
-        return sdp_err(-EINVAL, "graph: %d micro-batches cannot be shared by %d ranks (at most %d)",
-                       c->n_micro, R, SDP_MAX_RANKS);
+        return rc;
     }
-    if (st->work_staged &&
-        (c->window > 0 || c->param_delay || (g->R > 1 && c->param_route == SDP_ROUTE_SHARDED))) {
-        free(g);
-        return sdp_err(-EINVAL,
-                       "graph: working copies off the host (train.work_home: gpu) need "
-                       "window 0 (no gpu_memory_gib), param_delay 0 and the replicated route");
-    }
-    if (st->groups[0].staged && !st->work_staged &&
-        (c->param_delay || (g->R > 1 && c->param_route == SDP_ROUTE_SHARDED))) {
-        free(g);
-        return sdp_err(-EINVAL, "graph: the embedding's working copy off the host "
-                                "(train.embed_home: gpu) needs param_delay 0 and the replicated "
-                                "route");
-    }
-    if (c->keep_last < 0 || c->keep_last > m->num_layers) {
-        int k = c->keep_last;
-        free(g);
-        return sdp_err(-EINVAL, "graph: keep_last = %d is outside 0..%d (the model's layers)", k,
-                       m->num_layers);
-    }
-    if (c->keep_mlp < 0 || c->keep_mlp > m->num_layers) {
-        int k = c->keep_mlp;
-        free(g);
-        return sdp_err(-EINVAL, "graph: keep_mlp = %d is outside 0..%d (the model's layers)", k,
-                       m->num_layers);
-    }
+    g->R = p->nranks;
     g->nm_rank = c->n_micro / g->R;
     g->C = m->hidden_size;
     g->I = m->intermediate_size;
@@ -447,7 +424,7 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
         g->row_mark = calloc((size_t)g->V, 1);
         if (!g->row_mark)
             rc = sdp_err(-ENOMEM, "embedding rows");
-        if (!rc && !sdp_env_is("SDP_ROWS_PACK", "off") &&
+        if (!rc && p->rows_pack &&
             !(g->rows_grad = calloc((size_t)st->groups[0].nchunks, sizeof(*g->rows_grad))))
             rc = sdp_err(-ENOMEM, "embedding rows");
         size_t nc = (size_t)st->groups[0].nchunks;
@@ -458,16 +435,11 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
         if (!rc && (!g->rput.stage || !g->rput.segs || !g->rput.nsegs || !g->rput.off))
             rc = sdp_err(-ENOMEM, "embedding rows");
     }
-    if (!rc && c->embed_lookup_host)
+    if (!rc && p->lookup_host)
         rc = sdp_graph_lookup_host_create(g);
     g->last_update = -1;
     g->looked_up = -1;
-    if (!rc && !(g->route_gpu = calloc((size_t)st->ngroups, 1)))
-        rc = sdp_err(-ENOMEM, "routes");
-    for (int gi = 0; !rc && gi < st->ngroups; gi++)
-        g->route_gpu[gi] =
-            c->grad_route_gpu ? c->grad_route_gpu[gi] : c->grad_route == SDP_ROUTE_GPU_REDUCE;
-    if (!rc && c->param_delay) {
+    if (!rc && p->param_delay) {
         g->work2 = calloc((size_t)st->ngroups, sizeof(*g->work2));
         if (!g->work2)
             rc = sdp_err(-ENOMEM, "second working copies");
@@ -485,7 +457,7 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
         for (int gi = 1; !rc && gi < st->ngroups; gi++)
             g->chunk0[gi] = g->chunk0[gi - 1] + st->groups[gi - 1].nchunks;
     }
-    if (!rc && g->R > 1 && c->param_route == SDP_ROUTE_SHARDED) {
+    if (!rc && g->R > 1 && p->param_route == SDP_ROUTE_SHARDED) {
         /* every rank's replica of every group, chunked like the working copy, device memory only */
         g->rwork = calloc((size_t)g->R * st->ngroups, sizeof(*g->rwork));
         if (!g->rwork)
@@ -502,11 +474,6 @@ int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_g
     if (!rc && g->R > 1 && st->grad_dtype != SDP_F32)
         rc = sdp_err(-EINVAL, "graph: the bf16 gradient return is for one rank (%d ranks asked)",
                      g->R);
-    if (!rc && c->gpu_update > 0 && !sdp_graph_gpu_update_applies(g))
-        SDP_WARN("train.gpu_update %d does not apply here (it needs one rank, compute on a GPU, "
-                 "the bf16 gradient return and the working copies on the host): every update "
-                 "runs on the host",
-                 c->gpu_update);
     if (!rc && g->R > 1) {
         /* ranks 1..R-1 accumulate into gradients of their own, chunked like rank 0's */
         g->rgrad = calloc((size_t)(g->R - 1) * st->ngroups, sizeof(*g->rgrad));
@@ -566,7 +533,7 @@ void sdp_graph_destroy(sdp_graph_t *g)
     for (int i = 0; g->work2 && i < g->st->ngroups; i++)
         sdp_rt_tensor_release(g->work2[i]);
     free(g->work2);
-    free(g->route_gpu);
+    sdp_plan_free(&g->plan);
     for (int i = 0; g->rwork && i < g->R * g->st->ngroups; i++)
         sdp_rt_tensor_release(g->rwork[i]);
     free(g->rwork);
