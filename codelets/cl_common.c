@@ -339,22 +339,67 @@ void *sdp_cl_cublaslt_ws(size_t *nbytes)
 }
 #endif
 
-/* ---- registry, for sdp_tasks_restrict ---- */
+/* ---- registry, for sdp_tasks_restrict and sdp_cl_dry_run ---- */
 #define MAX_CODELETS 64
-static struct starpu_codelet *codelets[MAX_CODELETS];
-static uint32_t codelet_where[MAX_CODELETS];
+struct reg_entry {
+    struct starpu_codelet *cl;
+    uint32_t where; /* as registered, for sdp_tasks_restrict("any") */
+    /* the real implementations and perfmodel, while the dry run has swapped them out */
+    starpu_cpu_func_t cpu_funcs[STARPU_MAXIMPLEMENTATIONS];
+    starpu_cuda_func_t cuda_funcs[STARPU_MAXIMPLEMENTATIONS];
+    struct starpu_perfmodel *model;
+};
+static struct reg_entry codelets[MAX_CODELETS];
 static int ncodelets;
+static int dry_run;
+
+/* The dry run's implementation, in every slot that has a real one (CPU and CUDA alike): the
+ * task's buffers are still fetched in their modes and its callbacks run, nothing is computed. */
+static void nop_func(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    (void)cl_arg;
+}
+
+/* Swap a codelet's implementations for the no-op (on) or back. The perfmodel goes too while dry:
+ * no-op timings must not enter the history of the real kernels. */
+static void dry_swap(struct reg_entry *e, int on)
+{
+    struct starpu_codelet *cl = e->cl;
+    for (int i = 0; i < STARPU_MAXIMPLEMENTATIONS; i++) {
+        if (e->cpu_funcs[i])
+            cl->cpu_funcs[i] = on ? nop_func : e->cpu_funcs[i];
+        if (e->cuda_funcs[i])
+            cl->cuda_funcs[i] = on ? nop_func : e->cuda_funcs[i];
+    }
+    cl->model = on ? NULL : e->model;
+}
 
 void sdp_cl_register(struct starpu_codelet *cl)
 {
     int i;
     for (i = 0; i < ncodelets; i++)
-        if (codelets[i] == cl)
+        if (codelets[i].cl == cl)
             return;
     SDP_ASSERT(ncodelets < MAX_CODELETS, "more than %d codelets: raise MAX_CODELETS", MAX_CODELETS);
-    codelets[ncodelets] = cl;
-    codelet_where[ncodelets] = cl->where;
-    ncodelets++;
+    struct reg_entry *e = &codelets[ncodelets++];
+    e->cl = cl;
+    e->where = cl->where;
+    memcpy(e->cpu_funcs, cl->cpu_funcs, sizeof(e->cpu_funcs));
+    memcpy(e->cuda_funcs, cl->cuda_funcs, sizeof(e->cuda_funcs));
+    e->model = cl->model;
+    if (dry_run)
+        dry_swap(e, 1);
+}
+
+void sdp_cl_dry_run(int on)
+{
+    on = on != 0;
+    if (on == dry_run)
+        return;
+    dry_run = on;
+    for (int i = 0; i < ncodelets; i++)
+        dry_swap(&codelets[i], on);
 }
 
 int sdp_tasks_restrict(const char *where)
@@ -370,6 +415,6 @@ int sdp_tasks_restrict(const char *where)
     else
         return sdp_err(-EINVAL, "unknown worker kind '%s' (cpu, cuda, any)", where);
     for (i = 0; i < ncodelets; i++)
-        codelets[i]->where = w ? w : codelet_where[i];
+        codelets[i].cl->where = w ? w : codelets[i].where;
     return 0;
 }

@@ -308,5 +308,11 @@ int sdp_tasks_set_ranks(int nranks, const int *workerids);
 /** Restrict every codelet to one kind of worker ("cpu", "cuda") or all ("any"), for tests.
  * @return 0 or -EINVAL */
 int sdp_tasks_restrict(const char *where);
+/** Dry run (on = 1): every codelet submitted from here on runs a no-op instead of its CPU or CUDA
+ * kernel, with the same buffers, access modes, dependencies, placement, name and trace records, so
+ * that a step's task graph can be built and run through StarPU without computing anything (the
+ * data is left as it was). on = 0 puts the kernels back. Call it with no task in flight (before
+ * the first submission or after starpu_task_wait_for_all). */
+void sdp_cl_dry_run(int on);
 
 #endif
