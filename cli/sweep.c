@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "codelets/sdp_tasks.h"
+#include "graph/sweep.h"
 #include "policies/sdp_policies.h"
 #include "cli/cli.h"
 #include "runtime/init.h"
@@ -47,17 +48,6 @@ static void usage(FILE *f)
                "  --gpus N        CUDA workers (-1 = all found, 0 = none; -1)\n"
                "  --cpus N        CPU workers (0 = all cores)\n"
                "  --sched NAME    scheduling policy (sdp-slidedp)\n");
-}
-
-static struct sdp_task_opts task_opts(enum sdp_phase ph, int chunk)
-{
-    struct sdp_task_opts o = { 0 };
-    o.hint.step = 0;
-    o.hint.group = LAYER;
-    o.hint.chunk = chunk;
-    o.hint.mb = -1;
-    o.hint.phase = ph;
-    return o;
 }
 
 /* One chunk size: returns 0 and the two medians (seconds), or a negative errno. */
@@ -91,38 +81,20 @@ static int time_size(const struct sweep_opts *so, const struct sdp_model_cfg *cf
         double t0;
         /* cast + H2D */
         t0 = sdp_cli_now_s();
-        for (int c = 0; !rc && c < gs->nchunks; c++) {
-            struct sdp_task_opts o = task_opts(SDP_PH_CAST, c);
-            rc = sdp_task_cast(&o, sdp_rt_tensor_part(gs->work, c),
-                               sdp_rt_tensor_part(gs->master, c));
-            o.on_rank = 1; /* the copy runs on the GPU, which pulls the chunk over PCIe */
-            if (!rc)
-                rc = sdp_task_param_copy(&o, sdp_rt_tensor_part(rep, c),
-                                         sdp_rt_tensor_part(gs->work, c));
-        }
+        rc = sdp_graph_sweep_cast_copy(&st, LAYER, rep);
         if (!rc)
             rc = sdp_rt_wait_all();
         if (r >= 0)
             t1[r] = sdp_cli_now_s() - t0;
         sdp_rt_tensor_discard(rep); /* the next repetition moves every chunk again */
         /* a gradient on the GPU (the compute worker), then D2H + AdamW chunk by chunk */
-        if (!rc) {
-            struct sdp_task_opts o = task_opts(SDP_PH_BWD, -1);
-            rc = sdp_task_zero(&o, gs->grad);
-        }
+        if (!rc)
+            rc = sdp_graph_sweep_zero_grad(&st, LAYER);
         if (!rc)
             rc = sdp_rt_wait_all();
         t0 = sdp_cli_now_s();
-        for (int c = 0; !rc && c < gs->nchunks; c++) {
-            struct sdp_task_opts o = task_opts(SDP_PH_UPDATE, c);
-            struct sdp_adamw_segment seg = { 0,
-                                             sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->work, c)),
-                                             1 };
-            rc = sdp_task_adamw(&o, sdp_rt_tensor_part(gs->master, c),
-                                sdp_rt_tensor_part(gs->grad, c), sdp_rt_tensor_part(gs->m, c),
-                                sdp_rt_tensor_part(gs->v, c), sdp_rt_tensor_part(gs->work, c), NULL,
-                                1e-5, 0.9, 0.95, 1e-8, 0.1, r + 2, &seg, 1);
-        }
+        if (!rc)
+            rc = sdp_graph_sweep_update(&st, LAYER, r + 2);
         if (!rc)
             rc = sdp_rt_wait_all();
         if (r >= 0)

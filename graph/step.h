@@ -5,8 +5,10 @@
  * per chunk the squared norm, the global norm and clipping coefficient, and AdamW, which also
  * writes the next step's working copy. Dataflow does the rest: a chunk's update starts when its
  * gradient (and, with clipping, the global norm) is final, and the next step's use of a layer waits
- * for that layer's update. Only sdp_task_*(), sdp_rt_tensor_*() and models/ are used here.  Tests:
- * tests/e2e/. */
+ * for that layer's update. Only sdp_task_*(), sdp_rt_tensor_*() and models/ are used here.  The
+ * configuration below fills the per-layer plan (graph/plan.h), which decides everything the graph
+ * builds; sdp_graph_create_plan takes a plan the caller edited.  Files: plan.c, layer.c, routes.c,
+ * optim.c, embed.c, step.c (the driver), cost.c.  Tests: tests/graph/, tests/e2e/. */
 #ifndef SDP_STEP_H
 #define SDP_STEP_H
 
@@ -61,7 +63,7 @@ struct sdp_graph_conf {
     int keep_mlp;    /* with recompute: the top keep_mlp recomputed layers keep their mid
                         residual and gate/up projection from the forward on the GPU, so their
                         recomputation skips the attention's output projection and the gate/up
-                        projection, the largest matmul (0: none; graph/step.c, keeps_mlp) */
+                        projection, the largest matmul (0: none; graph/plan.c, act_of) */
     int offload_inputs; /* with recompute: each layer's saved input leaves the GPU once the forward
                            has read it (StarPU moves it to the host) and comes back for that
                            layer's recomputation: the activation offload/reload lane */
@@ -76,24 +78,24 @@ struct sdp_graph_conf {
                               (the updates then wait for the global norm, as with clipping) */
     int embed_early;       /* 0: update the tied embedding's rows that the step's tokens do not
                               select during the backward, where it applies (one rank, bf16 return, no
-                              clipping); -1: the whole embedding after its backward (graph/step.c,
+                              clipping); -1: the whole embedding after its backward (graph/embed.c,
                               early_embed) */
     int mlp_early;         /* 0: pack and update a layer's chunks that hold only its MLP weights as
                               soon as the MLP's backward of the step's last micro-batch has run,
                               where it applies (one rank, bf16 return, no clipping, working copies
                               off the host); 1: also layer 1's with the working copies on the host;
-                              -1: never (graph/step.c, mlp_early) */
+                              -1: never (graph/optim.c, mlp_early) */
     int gpu_update;        /* the AdamW of layers 1 .. gpu_update runs on the GPU, where it applies
                               (one rank, compute on a GPU, the bf16 return, the working copies on the
                               host): those layers' fp32 masters and moments stay on the GPU while
                               StarPU has the memory for them, and their updates, the last of the
-                              backward, no longer wait for the host's cores (graph/step.c,
+                              backward, no longer wait for the host's cores (graph/optim.c,
                               gpu_updates); 0: every update on the host */
     int embed_lookup_host; /* 1: the forward's embedding lookup runs on the CPU workers, from the
                               working copy on the host, into a pinned buffer per micro-batch in
                               parts of whole sequences; the embedding's copy reaches the GPU only
                               for the tied LM head, at the end of the forward (one rank, the
-                              embedding's working copy on the host: graph/step.c,
+                              embedding's working copy on the host: graph/embed.c,
                               lookup_host_create);
                               0: the lookup runs where the compute runs */
 };
@@ -146,7 +148,7 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
  * them (train reads one batch ahead, bench draws them ahead).  With the lookup on the host
  * (train.embed_lookup: host) and the tied embedding's early update, that step then submits the
  * next step's lookups between the updates of the rows those ids select and the others
- * (graph/step.c defer_rows).  Told ids that the next step does not get are harmless: its lookups
+ * (graph/embed.c defer_rows).  Told ids that the next step does not get are harmless: its lookups
  * are redone.  Ids outside the vocabulary are not taken (the step they belong to reports them). */
 void sdp_graph_set_next(sdp_graph_t *g, const int32_t *ids);
 /** How many steps so far deferred their late rows (sdp_graph_set_next). */

@@ -3,3 +3,7 @@
 check_PROGRAMS += tests/graph/test_gpu_bytes
 TESTS += tests/graph/test_gpu_bytes
 tests_graph_test_gpu_bytes_SOURCES = tests/graph/test_gpu_bytes.c
+# the task graph of a step for given plans: counts per codelet and layer, ordering (graph/plan.h)
+check_PROGRAMS += tests/graph/test_graph_tasks
+TESTS += tests/graph/test_graph_tasks
+tests_graph_test_graph_tasks_SOURCES = tests/graph/test_graph_tasks.c tests/lib/sdp_test.h

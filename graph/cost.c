@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/* What a graph configuration moves per step and the least GPU memory it needs (step.h). */
+#include "config.h"
+
+#include <string.h>
+
+#include "graph/graph_internal.h"
+
+void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_bytes *rb)
+{
+    const struct sdp_state *st = g->st;
+    size_t es = sdp_dtype_size(st->work_dtype);
+    memset(rb, 0, sizeof(*rb));
+    for (int gi = 0; gi < st->ngroups; gi++) {
+        unsigned long long n = st->groups[gi].nelems;
+        int twice = g->c.window > 0 && g->c.recompute && gi >= 1 && gi <= g->L - g->c.window;
+        if (g->rwork) { /* sharded: the owned chunks from the host, the others from their owners */
+            for (int c = 0; c < st->groups[gi].nchunks; c++) {
+                unsigned long long nb =
+                    sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].work, c)) * es;
+                *(sdp_graph_owner_of(g, gi, c) == rank ? &rb->param_h2d : &rb->param_peer) += nb;
+            }
+        } else {
+            rb->param_h2d += n * es * (twice ? 2u : 1u);
+        }
+        unsigned long long gb = st->groups[gi].grad_ret ? 2u : sizeof(float); /* one rank */
+        unsigned long long again = 0; /* the early update's second return (early_embed) */
+        if (gi == 0 && sdp_graph_early_embed(g) &&
+            g->rows_grad) { /* the rows of the latest step's tokens */
+            for (int r = 0; r < g->V; r++)
+                again += g->row_mark[r];
+            again *= (unsigned long long)g->C;
+        } else if (gi == 0 && sdp_graph_early_embed(g)) {
+            again = n; /* packed twice */
+        }
+        if (rank == 0 || !g->plan.group[gi].grad_gpu)
+            rb->grad_d2h += (n + again) * gb;
+        else
+            rb->grad_peer += n * sizeof(float);
+    }
+}
+
+unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
+                                           const struct sdp_graph_conf *c)
+{
+    size_t es = sdp_dtype_size(work_dtype), group_max = 0;
+    unsigned long long n = (unsigned long long)c->micro_batch * c->seq_len, bytes, nfull;
+    for (int g = 0; g < sdp_model_num_groups(m); g++) {
+        size_t ne = sdp_model_group_nelems(m, g);
+        group_max = ne > group_max ? ne : group_max;
+    }
+    bytes = 2ull * group_max * (es + 4);                      /* work + fp32 grad */
+    bytes += 3 * n * (unsigned long long)m->hidden_size * es; /* d_x, h */
+    /* recomputing, what each layer saves (its input; selective, its mid residual too) for every
+     * layer or, offloaded, the few around the layer at work */
+    if (c->recompute)
+        bytes += (c->offload_inputs ? 4ull : (unsigned long long)m->num_layers) *
+                 sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, c->recompute);
+    /* keep_mlp: each chosen layer's gate/up projection and, unless selective without offload
+     * counted it above, its mid residual, kept on the GPU (at most the L - keep_last recomputed
+     * layers) */
+    if (c->recompute && c->keep_mlp > 0) {
+        int nrec = m->num_layers - (c->keep_last > 0 ? c->keep_last : 0);
+        unsigned long long k =
+            (unsigned long long)(c->keep_mlp < nrec ? c->keep_mlp : (nrec > 0 ? nrec : 0));
+        unsigned long long per;
+        per = n *
+              (2ull * (unsigned long long)m->intermediate_size +
+               (c->recompute == SDP_RECOMPUTE_SELECTIVE && !c->offload_inputs
+                    ? 0ull
+                    : (unsigned long long)m->hidden_size)) *
+              es;
+        bytes += k * per;
+    }
+    /* every intermediate of the layers at work (two), of those that keep theirs from the forward
+     * (keep_last; all of them without recomputation) */
+    nfull = c->recompute ? 2u + (unsigned)c->keep_last : (unsigned)m->num_layers + 1u;
+    bytes += nfull * sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, 0);
+    bytes +=
+        (1ull << 30) + (64ull << 20); /* LM-head logits block, cuBLASLt and kernel workspaces */
+    return bytes;
+}

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: MIT */
+/* A decoder layer's forward (also its recomputation) and backward as tasks, and which layers
+ * keep or recompute their activations. */
+#include "config.h"
+
+#include <string.h>
+
+#include "graph/graph_internal.h"
+
+/* The MLP half of layer l's forward up to the down projection: a->xmid -> a->h2 (norm), a->gu,
+ * a->act; the first task with options o1, the others with o.  When a->gu is already set (kept
+ * from the forward, keep-mlp) the gate/up projection is not computed again and the SwiGLU, which
+ * then reads only data already there, takes options osw (gated like o1). */
+static int mlp_fwd(sdp_graph_t *g, const struct sdp_task_opts *o1, const struct sdp_task_opts *o,
+                   const struct sdp_task_opts *osw, int l, sdp_rt_tensor_t *W, struct layer_acts *a,
+                   int N, float eps, int gu_kept)
+{
+    struct sdp_state *st = g->st;
+    TRY_RET(sdp_task_rmsnorm_fwd(o1, a->h2, a->rstd2, a->xmid, W, sdp_state_off(st, l, SDP_PT_LN2),
+                                 N, g->C, eps));
+    if (!gu_kept)
+        TRY_RET(sdp_task_matmul_fwd(o, a->gu, NULL, a->h2, W, sdp_state_off(st, l, SDP_PT_GATE), N,
+                                    g->C, 2 * g->I));
+    return sdp_task_swiglu_fwd(gu_kept ? osw : o, a->act, a->gu, N, g->I);
+}
+
+/* Forward of decoder layer l (group l) on x (N, C).  Fills a with every intermediate; writes the
+ * layer output into out (N, C) unless out is NULL (recomputation needs the intermediates only).
+ * mid, when given (selective recomputation, keep-mlp), is the layer's mid residual x + attention
+ * kept from the forward: a takes it over as its xmid, the attention's output projection is not
+ * computed again, and the MLP half, which needs only mid, is submitted first, since the backward
+ * starts there.  gu, when given with mid (keep-mlp), is the gate/up projection kept from the
+ * forward, taken over as a->gu: the MLP half then only normalises mid and applies the SwiGLU.  The
+ * first task of each half, and with gu the SwiGLU, waits for the task tagged `after` (0: none). */
+int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
+                        sdp_rt_tensor_t *x, sdp_rt_tensor_t *mid, sdp_rt_tensor_t *gu,
+                        struct layer_acts *a, sdp_rt_tensor_t *out, unsigned long long after)
+{
+    struct sdp_state *st = g->st;
+    sdp_rt_tensor_t *W = compute_work(g, l, step, rank_of(g, mb));
+    int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
+    int qk = st->cfg.qk_norm;
+    float eps = (float)st->cfg.rms_norm_eps;
+    struct sdp_task_opts o = opts(g, step, l, mb, ph);
+    memset(a, 0, sizeof(*a));
+    a->xmid = mid; /* taken over even if a temporary below cannot be made */
+    a->gu = gu;
+    TRY_RET(temp(&a->h1, g->act_dt, (size_t)N * g->C, "h1", mb, l));
+    TRY_RET(temp(&a->rstd1, SDP_F32, (size_t)N, "rstd1", mb, l));
+    TRY_RET(temp(&a->qkv, g->act_dt, (size_t)N * g->QKV, "qkv", mb, l));
+    TRY_RET(temp(&a->qkv2, g->act_dt, (size_t)N * g->QKV, "qkv_rope", mb, l));
+    if (qk)
+        TRY_RET(temp(&a->rstdqk, SDP_F32, (size_t)N * (g->NH + g->NKV), "rstd_qk", mb, l));
+    TRY_RET(temp(&a->att, g->act_dt, (size_t)N * g->NH * g->HD, "att", mb, l));
+    TRY_RET(temp(&a->lse, SDP_F32, (size_t)B * g->NH * T, "lse", mb, l));
+    if (!mid)
+        TRY_RET(temp(&a->xmid, g->act_dt, (size_t)N * g->C, "xmid", mb, l));
+    TRY_RET(temp(&a->h2, g->act_dt, (size_t)N * g->C, "h2", mb, l));
+    TRY_RET(temp(&a->rstd2, SDP_F32, (size_t)N, "rstd2", mb, l));
+    if (!gu)
+        TRY_RET(temp(&a->gu, g->act_dt, (size_t)N * 2 * g->I, "gate_up", mb, l));
+    TRY_RET(temp(&a->act, g->act_dt, (size_t)N * g->I, "swiglu", mb, l));
+
+    struct sdp_task_opts o1, osw;
+    if (mid) {
+        o1 = gated(g, o, after); /* a tag per task: each one is waited for at the step's end */
+        osw = gu ? gated(g, o, after) : o;
+        TRY_RET(mlp_fwd(g, &o1, &o, &osw, l, W, a, N, eps, gu != NULL));
+    }
+    o1 = gated(g, o, after);
+    TRY_RET(sdp_task_rmsnorm_fwd(&o1, a->h1, a->rstd1, x, W, sdp_state_off(st, l, SDP_PT_LN1), N,
+                                 g->C, eps));
+    TRY_RET(sdp_task_matmul_fwd(&o, a->qkv, NULL, a->h1, W, sdp_state_off(st, l, SDP_PT_Q), N, g->C,
+                                g->QKV));
+    TRY_RET(sdp_task_qknorm_rope_fwd(&o, a->qkv2, a->rstdqk, a->qkv, W,
+                                     qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1,
+                                     qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1, &g->rope,
+                                     N, T, g->NH, g->NKV, g->HD, eps));
+    TRY_RET(sdp_task_attention_fwd(&o, a->att, a->lse, a->qkv2, B, T, g->NH, g->NKV, g->HD));
+    if (mid)
+        return 0;
+    TRY_RET(sdp_task_matmul_fwd(&o, a->xmid, x, a->att, W, sdp_state_off(st, l, SDP_PT_O), N,
+                                g->NH * g->HD, g->C));
+    TRY_RET(mlp_fwd(g, &o, &o, &o, l, W, a, N, eps, 0));
+    if (out)
+        TRY_RET(sdp_task_matmul_fwd(&o, out, a->xmid, a->act, W, sdp_state_off(st, l, SDP_PT_DOWN),
+                                    N, g->I, g->C));
+    return 0;
+}
+
+/* Backward of decoder layer l: dres (N, C) holds d(out) on entry and d(x) on exit (updated in
+ * place).  With done != NULL the last task gets a tag, stored there once it is submitted.  With
+ * the early MLP update (mlp_early) the chunks of the MLP's weights are packed once their last
+ * gradient is in, and the tasks after that pack are marked as writing only the chunks before. */
+int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x,
+                        struct layer_acts *a, sdp_rt_tensor_t *dres, unsigned long long *done)
+{
+    struct sdp_state *st = g->st;
+    sdp_rt_tensor_t *W = compute_work(g, l, step, rank_of(g, mb));
+    sdp_rt_tensor_t *G = grad_of(g, l, rank_of(g, mb));
+    sdp_rt_tensor_t *dact, *dgu, *dh2, *datt, *dqkv2, *dqkv, *dh1;
+    int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
+    int qk = st->cfg.qk_norm;
+    struct sdp_task_opts o = opts(g, step, l, mb, SDP_PH_BWD);
+    size_t off_down = sdp_state_off(st, l, SDP_PT_DOWN),
+           off_gate = sdp_state_off(st, l, SDP_PT_GATE);
+    size_t off_o = sdp_state_off(st, l, SDP_PT_O), off_q = sdp_state_off(st, l, SDP_PT_Q);
+    size_t off_ln1 = sdp_state_off(st, l, SDP_PT_LN1), off_ln2 = sdp_state_off(st, l, SDP_PT_LN2);
+    size_t off_qn = qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1;
+    size_t off_kn = qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1;
+
+    /* MLP; with the early MLP update its tasks that write no gradient are marked so (od) */
+    int c_mlp = sdp_graph_mlp_early(g, l, mb);
+    struct sdp_task_opts od = o;
+    if (c_mlp > 0)
+        od.hint.grad_lim = c_mlp;
+    TRY_RET(temp(&dact, g->act_dt, (size_t)N * g->I, "d_swiglu", mb, l));
+    TRY_RET(sdp_task_matmul_bwd_data(&od, dact, dres, W, off_down, N, g->I, g->C));
+    TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_down, dres, a->act, N, g->I, g->C));
+    TRY_RET(temp(&dgu, g->act_dt, (size_t)N * 2 * g->I, "d_gate_up", mb, l));
+    TRY_RET(sdp_task_swiglu_bwd(&od, dgu, dact, a->gu, N, g->I));
+    sdp_rt_tensor_release(dact);
+    TRY_RET(temp(&dh2, g->act_dt, (size_t)N * g->C, "d_h2", mb, l));
+    TRY_RET(sdp_task_matmul_bwd_data(&od, dh2, dgu, W, off_gate, N, g->C, 2 * g->I));
+    TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_gate, dgu, a->h2, N, g->C, 2 * g->I));
+    sdp_rt_tensor_release(dgu);
+    if (c_mlp > 0) { /* the MLP's weight gradients are final: their chunks go */
+        struct sdp_task_opts op = opts(g, step, l, -1, SDP_PH_NORM);
+        op.hint.chunk = c_mlp;
+        TRY_RET(
+            sdp_task_grad_pack_mlp(&op, G, st->groups[l].grad_ret, &g->sumsq[g->chunk0[l]], c_mlp));
+        o.hint.grad_lim = c_mlp;
+    }
+    TRY_RET(
+        sdp_task_rmsnorm_bwd(&o, dres, 1, G, off_ln2, dh2, a->xmid, W, off_ln2, a->rstd2, N, g->C));
+    sdp_rt_tensor_release(dh2);
+
+    /* attention */
+    TRY_RET(temp(&datt, g->act_dt, (size_t)N * g->NH * g->HD, "d_att", mb, l));
+    TRY_RET(sdp_task_matmul_bwd_data(&o, datt, dres, W, off_o, N, g->NH * g->HD, g->C));
+    TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_o, dres, a->att, N, g->NH * g->HD, g->C));
+    TRY_RET(temp(&dqkv2, g->act_dt, (size_t)N * g->QKV, "d_qkv_rope", mb, l));
+    TRY_RET(sdp_task_attention_bwd(&o, dqkv2, datt, a->qkv2, a->att, a->lse, B, T, g->NH, g->NKV,
+                                   g->HD));
+    sdp_rt_tensor_release(datt);
+    TRY_RET(temp(&dqkv, g->act_dt, (size_t)N * g->QKV, "d_qkv", mb, l));
+    TRY_RET(sdp_task_qknorm_rope_bwd(&o, dqkv, G, off_qn, off_kn, dqkv2, a->qkv, W, off_qn, off_kn,
+                                     a->rstdqk, &g->rope, N, T, g->NH, g->NKV, g->HD));
+    sdp_rt_tensor_release(dqkv2);
+    TRY_RET(temp(&dh1, g->act_dt, (size_t)N * g->C, "d_h1", mb, l));
+    TRY_RET(sdp_task_matmul_bwd_data(&o, dh1, dqkv, W, off_q, N, g->C, g->QKV));
+    TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_q, dqkv, a->h1, N, g->C, g->QKV));
+    sdp_rt_tensor_release(dqkv);
+    o.tag = done ? sdp_graph_new_tag(g) : 0;
+    TRY_RET(sdp_task_rmsnorm_bwd(&o, dres, 1, G, off_ln1, dh1, x, W, off_ln1, a->rstd1, N, g->C));
+    if (done)
+        *done = o.tag;
+    sdp_rt_tensor_release(dh1);
+    return 0;
+}
+
+/* Whether the backward recomputes layer l's activations (the plan's act). */
+int sdp_graph_recomputed(const sdp_graph_t *g, int l)
+{
+    return g->plan.group[l].act != SDP_ACT_KEEP;
+}
+
+/* What layer l's backward preparations (recomputation, gradient zeroing) wait for: the end of
+ * the backward of layer l + 1 + bwd_lookahead (done[L + 1]: the final norm's), or nothing. */
+unsigned long long sdp_graph_bwd_gate(const sdp_graph_t *g, const unsigned long long *done, int l)
+{
+    int k = l + 1 + g->plan.bwd_lookahead;
+    return g->plan.bwd_lookahead >= 0 && k <= g->L + 1 ? done[k] : 0;
+}

@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/* The per-layer plan of a run: every choice the step graph makes about a parameter group
+ * (embedding, decoder layers, LM head), computed once from the graph's configuration and the
+ * training state, and the run-wide choices beside them.  The graph builds its tasks from the plan
+ * and decides nothing else; the recipe's knobs (keep_last, keep_mlp, activations, offload,
+ * grad_route_groups, gpu_update, mlp_early, embed_early, embed_lookup, work_home ...) are ways to
+ * fill it.
+ *
+ * Use from the CLI:
+ *     struct sdp_plan p;
+ *     sdp_plan_init(&p, &st, &gc);                      // today's behaviour from the knobs
+ *     sdp_plan_set(&p, 1, 8, "activations", "keep");    // per layer range (recipe's plan:)
+ *     sdp_plan_print(&p, stdout);                       // --print-plan
+ *     sdp_graph_create_plan(&g, &st, &gc, &p);          // validates, then copies the plan
+ *     sdp_plan_free(&p);
+ * sdp_plan_init reads where the tasks run (sdp_tasks_place_compute, sdp_tasks_place_norms), so
+ * call it after those, as sdp_graph_create does.  Groups are numbered as in the state: 0 the
+ * embedding, 1..L the decoder layers, L + 1 the final norm and LM head (SDP_PLAN_HEAD).
+ * Test: tests/graph/test_graph_tasks.c. */
+#ifndef SDP_PLAN_H
+#define SDP_PLAN_H
+
+#include <stdio.h>
+
+#include "graph/step.h"
+
+/* What a decoder layer's backward has of its forward's activations. */
+enum sdp_act_place {
+    SDP_ACT_KEEP,      /* every intermediate kept on the GPU from the forward */
+    SDP_ACT_RECOMPUTE, /* only the input kept; the backward recomputes the layer's forward */
+    SDP_ACT_SELECTIVE, /* the input and the mid residual kept: the recomputation skips the
+                          attention's output projection */
+    SDP_ACT_KEEP_MLP   /* the input, the mid residual and the gate/up projection kept: the
+                          recomputation skips the output and gate/up projections */
+};
+
+/* One parameter group's row of the plan. */
+struct sdp_plan_group {
+    enum sdp_act_place act; /* decoder layers; SDP_ACT_KEEP for the embedding and the head */
+    int offload;            /* the saved input (and a selective mid residual) leaves the GPU after
+                               the forward and comes back for the recomputation */
+    int work_gpu;           /* the working copy's home is the GPU (staged: train.work_home or
+                               embed_home gpu); 0: the host */
+    int grad_gpu;           /* with ranks: the ranks' gradients meet on rank 0's GPU; 0: host */
+    int grad_bf16;          /* the gradient returns to the host in bf16 (packed); 0: fp32 */
+    int norms_gpu;          /* the squared norms read the gradient on the GPU, whole */
+    int nchunks;            /* chunks of the group (the update's unit) */
+    size_t chunk_elems;     /* elements of a chunk (the last may be shorter) */
+    int update_gpu;         /* AdamW on the GPU (train.gpu_update) when the step updates */
+    int mlp_early;          /* > 0: the first chunk holding only MLP weights, packed and updated
+                               after the MLP's backward of the last micro-batch (train.mlp_early);
+                               -1: not early */
+    int embed_early;        /* embedding: the rows the step's tokens do not select are updated
+                               during the backward (train.embed_early) */
+};
+
+struct sdp_plan {
+    int nlayers;                  /* L */
+    int ngroups;                  /* L + 2 */
+    struct sdp_plan_group *group; /* [ngroups] */
+    /* run-wide */
+    int nranks;                       /* data-parallel ranks (1: one) */
+    enum sdp_param_route param_route; /* with ranks: replicated or sharded dispatch */
+    int window;                       /* bounded GPU window (sdp_graph_conf.window) */
+    int bwd_lookahead;                /* backward preparations ahead (sdp_graph_conf) */
+    int param_delay;                  /* 0 synchronous; 1 RoundPipe's delayed weights */
+    int lookup_host;                  /* the embedding lookup on the CPU workers */
+    int rows_pack;     /* the embedding's late rows packed alone (SDP_ROWS_PACK not off) */
+    int defer_rows;    /* the next step's lookups between the late rows' updates, when told the
+                          next ids (sdp_graph_set_next; SDP_EMBED_DEFER not off) */
+    int gpu_writeback; /* SDP_GPU_UPDATE_WRITEBACK: GPU updates write the state back when idle */
+    int clip;          /* the updates wait for the global norm (clipping or skip_nonfinite) */
+};
+
+/* The group index of the final norm and LM head in a plan. */
+#define SDP_PLAN_HEAD(p) ((p)->nlayers + 1)
+
+/** Fill p with today's behaviour for st and c (the knobs of sdp_graph_conf).
+ * @return 0, -ENOMEM, -EINVAL (a knob outside its range, logged) */
+int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct sdp_graph_conf *c);
+
+/** Set field `key` of groups first..last (inclusive; 0: embedding, L + 1: head) to `value`:
+ *   activations  keep | recompute | selective | keep-mlp   (decoder layers)
+ *   offload      on | off                                   (recomputed decoder layers)
+ *   grad_route   cpu | gpu                                  (with ranks)
+ *   update       host | gpu                                 (decoder layers, see sdp_plan_check)
+ *   mlp_early    on | off                                   (decoder layers)
+ * Derived fields follow (a layer set to keep stops offloading; mlp_early on finds the chunk).
+ * @return 0 or -EINVAL (unknown key or value, range outside 0..L + 1: logged with the allowed
+ * values) */
+int sdp_plan_set(struct sdp_plan *p, const struct sdp_state *st, int first, int last,
+                 const char *key, const char *value);
+
+/** Whether the graph can build p for st and c: the same rules as the configuration's checks,
+ * per group.  @return 0 or -EINVAL (logged, naming the group and the field) */
+int sdp_plan_check(const struct sdp_plan *p, const struct sdp_state *st,
+                   const struct sdp_graph_conf *c);
+
+/** p as a table: the run-wide choices, then one row per run of identical groups. */
+void sdp_plan_print(const struct sdp_plan *p, FILE *f);
+
+/** Copy src into dst (dst's previous content is not freed).  @return 0 or -ENOMEM */
+int sdp_plan_copy(struct sdp_plan *dst, const struct sdp_plan *src);
+void sdp_plan_free(struct sdp_plan *p);
+
+/** sdp_graph_create with a plan (checked, then copied): the graph builds p's tasks.
+ * @return 0, -ENOMEM, -EINVAL */
+int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct sdp_graph_conf *c,
+                          const struct sdp_plan *p);
+
+#endif

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/* The routes between the host and the ranks: parameter dispatch and fetch, gradient zeroing,
+ * norms, the reduction of the ranks' gradients and what a bounded window lets go. */
+#include "config.h"
+
+#include "graph/graph_internal.h"
+
+/* The rank that receives chunk c of group gi from the host on the sharded route: chunks are dealt
+ * to the ranks in turn over the whole model, so every rank gets P/R within a chunk. */
+int sdp_graph_owner_of(const sdp_graph_t *g, int gi, int c)
+{
+    return (g->chunk0[gi] + c) % g->R;
+}
+
+/* One rank: a param_fetch of group gi's working copy, ordered just ahead of the group's first
+ * compute task of phase ph (micro-batch -1), where the compute runs.  It is ready as soon as the
+ * copy is written, so the policy's prefetch window moves the weights while earlier groups still
+ * compute; the backward's (after a bounded window let the weights go) waits for `after` like the
+ * layer's recomputation. */
+int sdp_graph_fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after)
+{
+    struct sdp_task_opts o = gated(g, opts(g, step, gi, -1, ph), after);
+    return sdp_task_param_fetch(&o, work_of(g, gi, step));
+}
+
+/* Sharded route: before the first forward of the step uses group gi (micro-batch 0), chunk c goes
+ * from the host's working copy to its owner rank (owner_of), then from the owner to every other
+ * rank: one NCCL broadcast when NCCL is set up for the ranks, else a copy on each receiving rank's
+ * worker, for which StarPU moves the source. */
+int sdp_graph_dispatch(sdp_graph_t *g, int step, int mb, int gi)
+{
+    sdp_rt_tensor_t *src = work_of(g, gi, step);
+    int nchunks = g->st->groups[gi].nchunks;
+    if (mb != 0)
+        return 0;
+    if (!g->rwork) /* one rank: the compute reads the working copy itself; bring it early */
+        return sdp_graph_fetch(g, step, gi, SDP_PH_FWD, 0);
+    for (int c = 0; c < nchunks; c++) {
+        int owner = sdp_graph_owner_of(g, gi, c);
+        sdp_rt_tensor_t *own = sdp_rt_tensor_part(compute_work(g, gi, step, owner), c);
+        struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
+        o.hint.chunk = c;
+        o.hint.rank = owner;
+        o.on_rank = 1;
+        TRY_RET(sdp_task_param_copy(&o, own, sdp_rt_tensor_part(src, c)));
+        /* the owner's GPU copy of the host chunk is not read again: let it go first */
+        sdp_rt_tensor_wont_use(sdp_rt_tensor_part(src, c));
+        if (sdp_tasks_nccl_ranks() == g->R) { /* one NCCL broadcast from the owner */
+            sdp_rt_tensor_t *reps[SDP_MAX_RANKS];
+            for (int r = 0; r < g->R; r++)
+                reps[r] = sdp_rt_tensor_part(compute_work(g, gi, step, r), c);
+            o.hint.rank = owner;
+            TRY_RET(sdp_task_param_bcast_nccl(&o, reps, g->R, owner));
+            continue;
+        }
+        for (int r = 0; r < g->R; r++) {
+            if (r == owner)
+                continue;
+            o.hint.rank = r;
+            TRY_RET(
+                sdp_task_param_copy(&o, sdp_rt_tensor_part(compute_work(g, gi, step, r), c), own));
+        }
+    }
+    return 0;
+}
+
+/* Clear group gi's gradient accumulator of rank r just before its first writer of the step (the
+ * rank's first micro-batch), so a GPU holds a layer's gradient only from that layer's backward to
+ * its return, instead of every group's from the start of the step. */
+int sdp_graph_zero_grad(sdp_graph_t *g, int step, int mb, int gi, unsigned long long after)
+{
+    struct sdp_task_opts o;
+    if (mb % g->nm_rank != 0)
+        return 0;
+    o = opts(g, step, gi, mb, SDP_PH_BWD);
+    o.hint.mb = -1;
+    o = gated(g, o, after);
+    return sdp_task_zero(&o, grad_of(g, gi, rank_of(g, mb)));
+}
+
+/* The squared norms of group gi's gradient chunks, into sumsq[chunk0[gi] + c].  With one rank they
+ * are submitted as soon as the group's gradient is final (after its backward in the last
+ * micro-batch), before the window lets the gradient go; with more ranks they follow the reduction
+ * (sdp_graph_optimizer()).  Where the gradient is on a GPU (one rank with the norms there, or the
+ * GPU route's sum on rank 0), one task reads the whole gradient where it is: a chunk's own task
+ * would make StarPU split the vector on the host first, then bring each chunk back up.  On the
+ * host, one task per chunk reads the chunks AdamW reads, in parallel. */
+int sdp_graph_norms(sdp_graph_t *g, int step, int gi)
+{
+    struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
+    if (g->plan.group[gi].norms_gpu) {
+        o.on_rank = g->R > 1; /* rank 0's worker, where the route summed */
+        return sdp_task_grad_sumsq(&o, g->st->groups[gi].grad, &g->sumsq[g->chunk0[gi]]);
+    }
+    for (int c = 0; c < g->st->groups[gi].nchunks; c++) {
+        o.hint.chunk = c;
+        TRY_RET(sdp_task_sumsq(&o, g->sumsq[g->chunk0[gi] + c],
+                               sdp_rt_tensor_part(g->st->groups[gi].grad, c)));
+    }
+    return 0;
+}
+
+/* The gradient return of ranks 1..R-1 into rank 0's gradient, one task per group on the whole
+ * vectors (the route decides where the sum runs).  Chunk by chunk, StarPU split every rank's
+ * gradient on the host first, so even the GPU route sent each gradient through host memory. */
+int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
+{
+    struct sdp_state *st = g->st;
+    sdp_rt_tensor_t *in[SDP_MAX_RANKS];
+    for (int gi = 0; gi < st->ngroups; gi++) {
+        struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
+        o.on_rank = g->plan.group[gi].grad_gpu;
+        for (int r = 1; r < g->R; r++)
+            in[r - 1] = grad_of(g, gi, r);
+        TRY_RET(sdp_task_grad_reduce(&o, st->groups[gi].grad, in, g->R - 1));
+    }
+    return 0;
+}
+
+/* What a bounded window lets go of after rank r's last backward of group gi: the working copy,
+ * and the fp32 gradient unless it was packed (then it is discarded already, and the bf16 chunks
+ * wait on the GPU for their updates to fetch them, so the host holds only the chunks being
+ * updated). */
+void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r)
+{
+    if (!g->st->groups[gi].staged) /* a staged copy has nowhere else to go */
+        sdp_rt_tensor_wont_use(work_of(g, gi, step));
+    if (!(g->R == 1 && sdp_graph_packs(g, gi)))
+        sdp_rt_tensor_wont_use(grad_of(g, gi, r));
+}
