@@ -1,6 +1,7 @@
 # cli/local.mk: the slidedp program (built at the top of the build tree) and the YAML recipe
 # parser (in the library, for its tests and fuzzer); included by Makefile.am
-libsdp_a_SOURCES += cli/recipe.h cli/recipe.c cli/recipe_check.c cli/options.h cli/options.c
+libsdp_a_SOURCES += cli/recipe.h cli/recipe.c cli/recipe_check.c cli/recipe_plan.c cli/options.h \
+	cli/options.c
 bin_PROGRAMS += slidedp
 slidedp_SOURCES = cli/cli.h cli/main.c cli/train.c cli/policies.c cli/bench.c cli/export.c \
 	cli/tokenize.c cli/plot.c cli/sweep.c cli/util.c cli/options_cli.c

@@ -237,6 +237,8 @@ const struct sdp_option sdp_options[] = {
       .help = "the task event log (tools/check_invariants.py)" },
     { NULL, "mem-log", 0, BENCH, .type = SDP_OPT_ARG, RF(mem_log), .arg = "FILE.jsonl",
       .def = "none", .help = "RSS, host and GPU memory every 0.5 s, one JSON line a sample" },
+    { NULL, "print-plan", 0, TRAIN, .type = SDP_OPT_FLAG, RF(print_plan), .def = "off",
+      .help = "print the per-layer plan (the knobs, then the recipe's plan: rows) and exit" },
     { NULL, "quiet", 'q', TRAIN, .type = SDP_OPT_FLAG, RF(quiet), .def = "off",
       .help = "no progress lines" },
     { NULL, "verbose", 'v', TRAIN, .type = SDP_OPT_FLAG, RF(verbose), .def = "off",

@@ -33,6 +33,7 @@ struct ctx {
     struct sdp_model_cfg sizes;
     enum sdp_arch arch;
     int sec_line[NSEC];
+    int plan_line; /* of the plan: section */
     int line[SDP_OPT_MAX];
 };
 
@@ -327,11 +328,21 @@ static int parse_root(struct ctx *c, yaml_document_t *doc, const yaml_node_t *ro
             return fail_at(c, line_of(root), "malformed top-level mapping");
         if (kn->type != YAML_SCALAR_NODE)
             return fail_at(c, line_of(kn), "section names must be names, got %s", node_kind(kn));
+        if (!strcmp((const char *)kn->data.scalar.value, "plan")) {
+            if (c->plan_line)
+                return fail_at(c, line_of(kn), "duplicate section 'plan' (first given on line %d)",
+                               c->plan_line);
+            c->plan_line = line_of(kn);
+            rc = sdp_recipe_plan_parse(c->file, c->r, doc, vn);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
         for (si = 0; si < NSEC; si++)
             if (!strcmp((const char *)kn->data.scalar.value, sdp_option_sections[si]))
                 break;
         if (si == NSEC)
-            return fail_at(c, line_of(kn), "unknown section '%s' (known: %s)",
+            return fail_at(c, line_of(kn), "unknown section '%s' (known: %s, plan)",
                            (const char *)kn->data.scalar.value, known);
         if (c->sec_line[si])
             return fail_at(c, line_of(kn), "duplicate section '%s' (first given on line %d)",

@@ -17,6 +17,8 @@
 enum sdp_precision { SDP_PREC_FP32, SDP_PREC_BF16 };
 enum sdp_lr_schedule { SDP_LR_COSINE, SDP_LR_LINEAR, SDP_LR_CONSTANT };
 
+#define SDP_RECIPE_PLAN_ROWS 64 /* settings of a recipe's plan: section at most */
+
 struct sdp_recipe {
     char file[SDP_PATH_MAX]; /* the recipe's own path */
 
@@ -84,10 +86,19 @@ struct sdp_recipe {
     int checkpoint_every;          /* steps between checkpoints (0 = end and signals only) */
     int keep_checkpoints;          /* checkpoints kept in output_dir/checkpoints */
 
+    /* plan: rows of the per-layer plan (cli/plan_recipe.c), applied in order over the knobs */
+    int nplan;
+    struct sdp_recipe_plan_row {
+        int first, last; /* groups (0: embedding, 1..L: layers, L + 1: head); -1..-1: all layers */
+        char key[24], value[24];
+        int line; /* of the key in the recipe */
+    } plan[SDP_RECIPE_PLAN_ROWS];
+
     /* command line only: the rows of cli/options.c without a recipe key */
     int embed_early; /* sdp_graph_conf.embed_early: 0 on (default), -1 off */
     int mlp_early;   /* sdp_graph_conf.mlp_early: 0 where it applies (default), 1 on, -1 off */
     int no_resume, quiet, verbose; /* train */
+    int print_plan;                /* train: print the plan and exit */
     int warmup, barrier;           /* bench: untimed steps first, a barrier after each step */
     const char *trace, *events;    /* Chrome/Perfetto timeline, task event log ("" = none) */
     const char *mem_log;           /* bench: memory samples (JSONL) */
@@ -123,6 +134,15 @@ int sdp_recipe_activations(const char *name, int *recompute, int *offload);
 const char *sdp_recipe_activations_name(int recompute, int offload);
 /** The same rule for a requested dtype (-1 auto, 0 fp32, 1 bf16) and a rank count (bench). */
 int sdp_grad_bf16_choice(int grad_dtype, int ranks, int on_gpu);
+
+struct yaml_document_s;
+struct yaml_node_s;
+/** Parse a `plan:` list into r->plan: each item a mapping with `layers` (N, N-M or all: the
+ * decoder layers 1..L; 0 is the embedding and L + 1 the LM head) and one or more of the keys
+ * sdp_plan_set (graph/plan.h) takes.  Values are checked when the run makes its plan, with the
+ * item's line.  @return 0 or -EINVAL (logged with the recipe file and line) */
+int sdp_recipe_plan_parse(const char *file, struct sdp_recipe *r, struct yaml_document_s *doc,
+                          const struct yaml_node_s *list);
 
 /** Learning rate for optimizer step s (0-based) of r->steps: linear warmup (s+1)/warmup, then
  * cosine or linear decay to lr * min_lr_ratio, or constant. */

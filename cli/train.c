@@ -16,6 +16,7 @@
 
 #include "codelets/sdp_tasks.h"
 #include "cli/recipe.h"
+#include "graph/plan.h"
 #include "graph/step.h"
 #include "policies/sdp_policies.h"
 #include "runtime/ckpt.h"
@@ -102,6 +103,28 @@ static void install_signals(void)
 
 /* The recipe fields a resumed run must share with the checkpoint's run: they decide the data order
  * and the gradient summation order (the model configuration is compared by sdp_ckpt_load). */
+/* The run's plan: the knobs of gc (sdp_plan_init), then the recipe's plan: rows in order, checked
+ * as the graph will check it.  0, or an error logged with the recipe's line. */
+static int plan_make(const struct sdp_recipe *r, const struct sdp_state *st,
+                     const struct sdp_graph_conf *gc, struct sdp_plan *p)
+{
+    int rc = sdp_plan_init(p, st, gc);
+    for (int i = 0; !rc && i < r->nplan; i++) {
+        const struct sdp_recipe_plan_row *row = &r->plan[i];
+        int first = row->first < 0 ? 1 : row->first;
+        int last = row->last < 0 ? p->nlayers : row->last;
+        rc = sdp_plan_set(p, st, first, last, row->key, row->value);
+        if (rc)
+            SDP_ERROR("recipe %s line %d: the plan refuses %s: %s for layers %d-%d", r->file,
+                      row->line, row->key, row->value, first, last);
+    }
+    if (!rc && (rc = sdp_plan_check(p, st, gc)) != 0 && r->nplan)
+        SDP_ERROR("recipe %s: the plan its `plan:` rows make cannot be built", r->file);
+    if (rc)
+        sdp_plan_free(p);
+    return rc;
+}
+
 static void fingerprint(const struct sdp_recipe *r, const struct sdp_data *d, char *out, size_t len)
 {
     snprintf(out, len, "seq_len=%d global=%d micro=%d seed=%llu shuffle=%d data_tokens=%llu",
@@ -218,6 +241,7 @@ static int run(struct sdp_recipe *r)
     struct sdp_data data = { 0 };
     struct sdp_state st = { 0 };
     sdp_graph_t *g = NULL;
+    struct sdp_plan plan;
     struct sdp_rt_conf rc_conf = { 0 };
     struct sdp_graph_conf gc = { 0 };
     void *policy = NULL;
@@ -311,7 +335,7 @@ static int run(struct sdp_recipe *r)
         goto out;
     }
     /* ---- resume: the newest valid checkpoint of the run directory ---- */
-    if (r->output_dir[0]) {
+    if (r->output_dir[0] && !r->print_plan) {
         if (sdp_mkdir_p(r->output_dir)) {
             rc = SDP_EXIT_FAILURE;
             goto out;
@@ -334,7 +358,7 @@ static int run(struct sdp_recipe *r)
             resuming = 1;
         }
     }
-    if (r->metrics[0]) {
+    if (r->metrics[0] && !r->print_plan) {
         const char *path = r->metrics;
         if (resuming && trim_metrics(path, info.step)) {
             rc = SDP_EXIT_FAILURE;
@@ -372,7 +396,7 @@ static int run(struct sdp_recipe *r)
         goto out;
     }
     started = 1;
-    if ((r->trace || r->events) && sdp_trace_start()) {
+    if ((r->trace || r->events) && !r->print_plan && sdp_trace_start()) {
         rc = SDP_EXIT_FAILURE;
         goto out;
     }
@@ -400,6 +424,8 @@ static int run(struct sdp_recipe *r)
         first = info.step;
         last_loss = info.last_loss; /* a run resumed at its last step still knows its final loss */
         SDP_INFO("resuming from %s: step %d of %d", ckpath, first, r->steps);
+    } else if (r->print_plan) {
+        /* the plan needs the state's layout, not its values */
     } else if (r->model_path[0]) {
         if (sdp_state_load_hf(&st, r->model_path)) {
             rc = SDP_EXIT_FAILURE;
@@ -451,7 +477,19 @@ static int run(struct sdp_recipe *r)
                  r->param_sharded ? "sharded" : "replicated", r->grad_route_gpu ? "GPU" : "CPU",
                  r->nccl ? " (NCCL where it is on the GPUs)" : "");
     }
-    if (sdp_graph_create(&g, &st, &gc)) {
+    if (plan_make(r, &st, &gc, &plan)) {
+        rc = r->nplan ? SDP_EXIT_USAGE : SDP_EXIT_FAILURE;
+        goto out;
+    }
+    if (r->print_plan) {
+        sdp_plan_print(&plan, stdout);
+        sdp_plan_free(&plan);
+        rc = SDP_EXIT_OK;
+        goto out;
+    }
+    rc = sdp_graph_create_plan(&g, &st, &gc, &plan);
+    sdp_plan_free(&plan);
+    if (rc) {
         rc = SDP_EXIT_FAILURE;
         goto out;
     }

@@ -8,6 +8,9 @@ TESTS += tests/e2e/test_e2e_sweep.sh
 EXTRA_DIST += tests/e2e/test_e2e_sweep.sh
 TESTS += tests/e2e/test_e2e_lookahead.sh
 EXTRA_DIST += tests/e2e/test_e2e_lookahead.sh
+# the recipe's plan: section and train --print-plan
+TESTS += tests/e2e/test_e2e_plan.sh
+EXTRA_DIST += tests/e2e/test_e2e_plan.sh
 TESTS += tests/e2e/test_e2e_grad_dtype.sh
 EXTRA_DIST += tests/e2e/test_e2e_grad_dtype.sh
 TESTS += tests/e2e/test_e2e_nccl.sh
