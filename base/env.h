@@ -2,7 +2,7 @@
 /* The environment variables the project reads, listed once (name, values, what it changes), and
  * the only functions that read them.  Reading a variable that is not in the table is a bug and
  * aborts, so the table (and docs/options.md, generated from it) cannot fall behind the code.
- * Tests: tests/cli/test_options.c. */
+ * Tests: tests/cli/test_options.sh. */
 #ifndef SDP_ENV_H
 #define SDP_ENV_H
 
