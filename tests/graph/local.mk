@@ -2,7 +2,7 @@
 # the GPU memory a graph configuration needs at least (graph/step.c)
 check_PROGRAMS += tests/graph/test_gpu_bytes
 TESTS += tests/graph/test_gpu_bytes
-tests_graph_test_gpu_bytes_SOURCES = tests/graph/test_gpu_bytes.c
+tests_graph_test_gpu_bytes_SOURCES = tests/graph/test_gpu_bytes.c tests/lib/sdp_test.h
 # the task graph of a step for given plans: counts per codelet and layer, ordering (graph/plan.h)
 check_PROGRAMS += tests/graph/test_graph_tasks
 TESTS += tests/graph/test_graph_tasks

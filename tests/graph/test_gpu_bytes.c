@@ -8,18 +8,7 @@
 
 #include "graph/step.h"
 #include "models/sdp_models.h"
-
-static int nfail;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("FAIL: ");                                                                      \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            nfail++;                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "tests/lib/sdp_test.h"
 
 enum { NONE = SDP_RECOMPUTE_NONE, FULL = SDP_RECOMPUTE_FULL, SEL = SDP_RECOMPUTE_SELECTIVE };
 
@@ -91,6 +80,5 @@ int main(void)
     CHECK(need(&m, 16, FULL, 0, 1) < 15 * gib, "qwen3-4b/16 must fit 15 GiB");
     CHECK(need(&m, 32, NONE, 0, 0) > 80 * gib,
           "qwen3-4b/32 keeping every activation needs > 80 GiB");
-    printf("%s\n", nfail ? "FAIL" : "PASS");
-    return nfail ? 1 : 0;
+    return sdp_test_finish(sdp_test_nfail);
 }

@@ -35,18 +35,6 @@
 #define T       16
 #define NMICRO  2
 
-static int nfail;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("  FAIL: ");                                                                    \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            nfail++;                                                                               \
-        }                                                                                          \
-    } while (0)
-
 struct ev {
     char name[40], phase[16];
     int group, chunk, mb;
@@ -368,7 +356,7 @@ int main(void)
         sdp_cl_dry_run(dry);
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
             if (run_case(&cfg, &cases[i], tmp, &loss[i]))
-                nfail++;
+                sdp_test_nfail++;
     }
     /* where activations live changes no bits */
     CHECK(loss[0] == loss[1] && loss[0] == loss[2], "losses %.17g %.17g %.17g differ", loss[0],
@@ -377,6 +365,5 @@ int main(void)
     rmdir(tmp);
     sdp_tasks_shutdown();
     sdp_rt_shutdown();
-    printf("%s\n", nfail ? "FAIL" : "PASS");
-    return nfail ? 1 : 0;
+    return sdp_test_finish(sdp_test_nfail);
 }
