@@ -21,20 +21,6 @@
 #include "tests/lib/sdp_test.h"
 #include "tests/lib/sdp_test_files.h"
 
-static uint32_t f2u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float u2f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static uint32_t rnd(void)
@@ -52,13 +38,14 @@ static uint32_t rnd(void)
  * the value IEEE rounding uses for overflow). */
 static uint16_t oracle_bf16(float x)
 {
-    uint32_t u = f2u(x), sign = u & 0x80000000u, a = u & 0x7fffffffu;
+    uint32_t u = sdp_f32_bits(x), sign = u & 0x80000000u, a = u & 0x7fffffffu;
     if (a > 0x7f800000u)
         return 0xffff; /* NaN: checked separately */
     if (a == 0x7f800000u)
         return (uint16_t)((sign | a) >> 16);
     uint32_t lo = a & 0xffff0000u, hi = lo + 0x10000u;
-    double v = u2f(a), vlo = u2f(lo), vhi = hi >= 0x7f800000u ? ldexp(1.0, 128) : u2f(hi);
+    double v = sdp_f32_from_bits(a), vlo = sdp_f32_from_bits(lo),
+           vhi = hi >= 0x7f800000u ? ldexp(1.0, 128) : sdp_f32_from_bits(hi);
     uint32_t pick;
     if (v - vlo < vhi - v)
         pick = lo;
@@ -166,7 +153,7 @@ static void test_conversions_and_round_trip(void)
         default: /* magnitudes near the half range */
             u = (u & 0x807fffffu) | ((uint32_t)(90 + rnd() % 60) << 23);
         }
-        vals[n++] = u2f(u);
+        vals[n++] = sdp_f32_from_bits(u);
     }
     for (int i = 0; i < 1000; i++)
         ints[i] = (int32_t)rnd();
@@ -247,11 +234,11 @@ static void test_conversions_and_round_trip(void)
             continue;
         }
         if (b != oracle_bf16(vals[i]) && bad_bf++ < 5)
-            printf("  bf16 of %a (0x%08x): 0x%04x, oracle 0x%04x\n", vals[i], f2u(vals[i]), b,
-                   oracle_bf16(vals[i]));
+            printf("  bf16 of %a (0x%08x): 0x%04x, oracle 0x%04x\n", vals[i], sdp_f32_bits(vals[i]),
+                   b, oracle_bf16(vals[i]));
         if (hh != oracle_f16(vals[i]) && bad_h++ < 5)
-            printf("  f16 of %a (0x%08x): 0x%04x, oracle 0x%04x\n", vals[i], f2u(vals[i]), hh,
-                   oracle_f16(vals[i]));
+            printf("  f16 of %a (0x%08x): 0x%04x, oracle 0x%04x\n", vals[i], sdp_f32_bits(vals[i]),
+                   hh, oracle_f16(vals[i]));
 #ifdef __FLT16_MAX__
         _Float16 hw = (_Float16)vals[i];
         uint16_t hb;
@@ -292,7 +279,7 @@ static void test_conversions_and_round_trip(void)
         if (isnan(vals[i]))
             bad += !isnan(back[i]);
         else
-            bad += f2u(back[i]) != (uint32_t)oracle_bf16(vals[i]) << 16;
+            bad += sdp_f32_bits(back[i]) != (uint32_t)oracle_bf16(vals[i]) << 16;
     }
     CHECK(rc == 0 && bad == 0, "bf16 read: %d mismatches (rc %d)", bad, rc);
     t = sdp_st_find(st, "c.f16");
@@ -317,7 +304,7 @@ static void test_conversions_and_round_trip(void)
     t = sdp_st_find(st, "e.scalar");
     CHECK(t && t->ndim == 0 && t->nelems == 1, "scalar descriptor");
     rc = sdp_st_read_f32(st, t, &sc, 1);
-    CHECK(rc == 0 && f2u(sc) == f2u(vals[4]), "scalar");
+    CHECK(rc == 0 && sdp_f32_bits(sc) == sdp_f32_bits(vals[4]), "scalar");
     t = sdp_st_find(st, "f.empty");
     CHECK(t && t->nelems == 0 && t->nbytes == 0 && sdp_st_read_f32(st, t, back, 0) == 0, "empty");
     /* misuse */
@@ -397,7 +384,7 @@ static void test_chunked(void)
     if (rc == 0) {
         rc = sdp_st_read_f32(st, sdp_st_find(st, "big.bf16"), back, n);
         for (size_t i = 0; i < n; i++)
-            bad += f2u(back[i]) != (uint32_t)oracle_bf16(src[i]) << 16;
+            bad += sdp_f32_bits(back[i]) != (uint32_t)oracle_bf16(src[i]) << 16;
         CHECK(rc == 0 && bad == 0, "big bf16: rc %d, %zu mismatches", rc, bad);
         rc = sdp_st_read_f32(st, sdp_st_find(st, "big.f16"), back, n);
         bad = 0;
@@ -469,8 +456,9 @@ static void test_sharded(void)
              * bf16 rounding of the source computed by the oracle */
             int bad = 0;
             for (int i = 0; i < NE; i++) {
-                float want = k % 2 ? u2f((uint32_t)oracle_bf16(src[k][i]) << 16) : src[k][i];
-                bad += f2u(out[i]) != f2u(want);
+                float want =
+                    k % 2 ? sdp_f32_from_bits((uint32_t)oracle_bf16(src[k][i]) << 16) : src[k][i];
+                bad += sdp_f32_bits(out[i]) != sdp_f32_bits(want);
             }
             CHECK(rc == 0 && bad == 0, "sharded tensor %s: rc %d, %d mismatches", names[k], rc,
                   bad);

@@ -25,19 +25,12 @@ static const uint32_t special_bits[] = {
 };
 #define NSPECIAL (sizeof(special_bits) / sizeof(special_bits[0]))
 
-static float f32_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
 /* x (n): uniform in [lo, hi), about 1 in 8 replaced by a special value when salt is set */
 static void fill(struct sdp_rng *rng, float *x, size_t n, float lo, float hi, int salt)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = salt && sdp_rng_next(rng) % 8 == 0
-                   ? f32_of(special_bits[sdp_rng_next(rng) % NSPECIAL])
+                   ? sdp_f32_from_bits(special_bits[sdp_rng_next(rng) % NSPECIAL])
                    : sdp_rng_uniform(rng, lo, hi);
 }
 

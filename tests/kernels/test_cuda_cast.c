@@ -23,13 +23,6 @@
         }                                                                                          \
     } while (0)
 
-static float from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
 /* cast src (n) on the GPU from element offset `off` of a device buffer; compare with the CPU */
 static int check_bf16(const char *name, const float *src, size_t n, size_t off)
 {
@@ -128,7 +121,7 @@ int main(void)
     const size_t ns = sizeof(special) / sizeof(special[0]);
     float sv[sizeof(special) / sizeof(special[0])];
     for (size_t i = 0; i < ns; i++)
-        sv[i] = from_bits(special[i]);
+        sv[i] = sdp_f32_from_bits(special[i]);
     nfail += check_bf16("cast special values", sv, ns, 0);
     nfail += check_bf16("cast special values (misaligned)", sv, ns, 1);
 
@@ -137,7 +130,7 @@ int main(void)
     float *r = sdp_test_alloc(nr * sizeof(float));
     struct sdp_rng rng = { 12345 };
     for (size_t i = 0; i < nr; i++)
-        r[i] = from_bits((uint32_t)sdp_rng_next(&rng));
+        r[i] = sdp_f32_from_bits((uint32_t)sdp_rng_next(&rng));
     nfail += check_bf16("cast random bits", r, nr, 0);
     nfail += check_bf16("cast random bits (n odd)", r, nr - 5, 0);
     nfail += check_bf16("cast random bits (misaligned)", r + 3, 1001, 3);
@@ -145,7 +138,7 @@ int main(void)
 
     /* every bf16 tie: low 16 bits exactly 0x8000 over many exponents */
     for (size_t i = 0; i < nr; i++)
-        r[i] = from_bits(((uint32_t)sdp_rng_next(&rng) & 0xffff0000u) | 0x8000u);
+        r[i] = sdp_f32_from_bits(((uint32_t)sdp_rng_next(&rng) & 0xffff0000u) | 0x8000u);
     nfail += check_bf16("cast exact ties", r, nr, 0);
 
     nfail += check_f32("cast f32 copy (random bits)", r, nr);

@@ -96,13 +96,6 @@ enum { DST_ALIGNED, DST_MISALIGNED, DST_SOME, DST_NONE };
 static const char *const dst_mode[] = { "dst 8-aligned", "dst 2-aligned", "dst odd NULL",
                                         "dst NULL" };
 
-static float from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
 /* count the elements of x (n) that differ from y (n), or from 0xabab (the fill) when y is NULL */
 static size_t bf16_diff(const uint16_t *x, const uint16_t *y, size_t n)
 {
@@ -140,10 +133,10 @@ static int check_fused(const char *name, const float *g, const size_t *len, int 
     float *h = sdp_test_alloc(N * 4 + 4);
     memcpy(h, g, N * 4);
     if (nc > 1 && len[1] >= 4) {
-        h[off[1]] = from_bits(0x7fc00000u);     /* quiet NaN */
-        h[off[1] + 1] = from_bits(0xffc12345u); /* negative NaN with a payload */
-        h[off[1] + 2] = from_bits(0x7f800001u); /* signalling NaN */
-        h[off[1] + len[1] - 1] = from_bits(0xff812345u);
+        h[off[1]] = sdp_f32_from_bits(0x7fc00000u);     /* quiet NaN */
+        h[off[1] + 1] = sdp_f32_from_bits(0xffc12345u); /* negative NaN with a payload */
+        h[off[1] + 2] = sdp_f32_from_bits(0x7f800001u); /* signalling NaN */
+        h[off[1] + len[1] - 1] = sdp_f32_from_bits(0xff812345u);
     }
     if (nc > 2 && len[2] >= 2) {
         h[off[2]] = INFINITY;
@@ -252,7 +245,7 @@ static int check_fused_all(void)
             0x80000000u, 0x00000000u,              /* signed zeros */
             0x3f808000u, 0x3f818000u, 0xbf808001u, /* ties to even, just above a tie */
         };
-        g[i] = from_bits(special[(i / 1009) % (sizeof(special) / sizeof(special[0]))]);
+        g[i] = sdp_f32_from_bits(special[(i / 1009) % (sizeof(special) / sizeof(special[0]))]);
     }
     for (int mode = DST_ALIGNED; mode <= DST_NONE; mode++) {
         nfail += check_fused("sumsq_cast 5x4097+1001", g, l1, 6, 0, mode);

@@ -25,13 +25,6 @@ static const size_t sizes[] = { 0, 1, 15, 16, 17, 31, 32, 33, 63, 64 + 7, 100, 1
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 #define BIG    1000003
 
-static float f32_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
 /* NaNs (quiet, signalling, payloads, both signs), infinities, zeros, denormals, huge values and
  * values that sit exactly between two bf16 values (ties to even, down and up) */
 static const uint32_t special_bits[] = {
@@ -44,7 +37,7 @@ static const uint32_t special_bits[] = {
 
 static float special(struct sdp_rng *rng)
 {
-    return f32_of(special_bits[sdp_rng_next(rng) % NSPECIAL]);
+    return sdp_f32_from_bits(special_bits[sdp_rng_next(rng) % NSPECIAL]);
 }
 
 /* about 1 in 8 elements replaced by a special value when salt is set */
@@ -81,7 +74,7 @@ static int check_cast(struct sdp_rng *rng)
                 const size_t n = sizes[si], os = offs[oi][0], od = offs[oi][1];
                 float *s = src + os;
                 for (size_t i = 0; i < n; i++) /* random bits, normal values, specials */
-                    s[i] = mode == 0   ? f32_of((uint32_t)sdp_rng_next(rng))
+                    s[i] = mode == 0   ? sdp_f32_from_bits((uint32_t)sdp_rng_next(rng))
                            : mode == 1 ? sdp_rng_normal(rng, 3.0f)
                                        : special(rng);
                 fill_guard(d_ref, (BIG + 3 * GUARD) * sizeof(uint16_t));

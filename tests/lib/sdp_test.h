@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- tolerances (see the "Tolerances" table of the style guide) ---- */
 
@@ -40,6 +41,22 @@
 /* bf16 outputs: the reference rounded once to bf16 is within u_bf16 relative; the kernel rounding
  * an fp32 value that is itself off by a few u32 can land one bf16 ulp away: 2 u_bf16. */
 #define SDP_RTOL_BF16 (2.0 * SDP_UBF16)
+
+/* ---- fp32 as its bits and back (memcpy: no aliasing question) ---- */
+
+static inline float sdp_f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+static inline uint32_t sdp_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
 
 /* ---- deterministic random numbers (splitmix64, Steele et al. 2014) ---- */
 
