@@ -241,9 +241,10 @@ def c_sampler(path, T, seed, shuffle, workdir):
     if not cc:
         raise Fail("no C compiler (cc) to build formats/data.c for --check-batches")
     inc = tempfile.mkdtemp(dir=workdir)
-    open(os.path.join(inc, "config.h"), "w").close()  # data.c, shard.c, log.c need no macros
+    open(os.path.join(inc, "config.h"), "w").close()  # the sampler and its helpers need no macros
     so = os.path.join(workdir, "libsdp_data.so")
-    src = [os.path.join(SRC, "runtime", f) for f in ("data.c", "shard.c", "log.c")]
+    src = [os.path.join(SRC, f) for f in ("formats/data.c", "formats/shard.c", "base/log.c",
+                                          "base/fsutil.c")]
     cmd = [cc, "-std=gnu11", "-O1", "-shared", "-fPIC", "-I" + inc, "-I" + SRC, "-o", so] + src
     res = subprocess.run(cmd, capture_output=True, text=True)
     shutil.rmtree(inc)
