@@ -1,5 +1,6 @@
 # codelets/cuda/attention.mk: CUDA kernels (included by Makefile.am when CUDA is present)
-libsdp_a_SOURCES += codelets/cuda/attention.cu
+libsdp_a_SOURCES += codelets/cuda/attention_internal.cuh codelets/cuda/attention_fwd.cu \
+	codelets/cuda/attention_bwd.cu
 if SDP_CUDNN_FE
 # cuDNN's fused attention graphs (header-only cudnn_frontend; slow to compile: about 4 min)
 libsdp_a_SOURCES += codelets/cuda/attention_cudnn.cu

@@ -2,7 +2,8 @@
 # Elementwise and row-wise ops (cast, embedding, RMSNorm, q/k norm + RoPE, SwiGLU, sumsq) and
 # their tests against the CPU _ref kernels (exit 77 without a GPU).
 libsdp_a_SOURCES += codelets/cuda/storage.cuh codelets/cuda/cast.cu codelets/cuda/embedding.cu codelets/cuda/rmsnorm.cu \
-	codelets/cuda/qknorm_rope.cu codelets/cuda/swiglu.cu codelets/cuda/sumsq.cu codelets/cuda/reduce.cu \
+	codelets/cuda/qknorm_rope_internal.cuh codelets/cuda/qknorm_rope_fwd.cu codelets/cuda/qknorm_rope_bwd.cu \
+	codelets/cuda/swiglu.cu codelets/cuda/sumsq.cu codelets/cuda/reduce.cu \
 	codelets/cuda/scatter.cu codelets/cuda/adamw.cu
 
 check_PROGRAMS += tests/kernels/test_cuda_cast
