@@ -44,7 +44,8 @@ static void attention_bwd_cpu(void *buffers[], void *cl_arg)
 #ifdef SDP_HAVE_CUDA
 #ifdef SDP_HAVE_CUDNN_FRONTEND
 /* bf16 attention goes through cuDNN's fused graphs unless SDP_ATTENTION=own; a shape cuDNN cannot
- * run falls back to the kernels of codelets/cuda/attention.cu, with one warning per direction. */
+ * run falls back to the kernels of codelets/cuda/attention_{fwd,bwd}.cu, with one warning per
+ * direction. */
 static int use_cudnn(int dt)
 {
     static int choice = -1; /* -1 unread, 0 own kernels, 1 cuDNN (sdp_rt_init checked the value) */
