@@ -64,11 +64,9 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
 /* Whether group g's fp32 gradient gets pinned host pages although it is packed on the GPU (bf16
  * return): the tied embedding's (group 0), whose accumulator lives on the GPU from the LM head's
  * backward, the first of the step, to the embedding's, the last.  StarPU may write it back to
- * its host home in between (qwen3-4b at 32 sequences: 1.56 GB more D2H a step than the gradient
- * return, with or without a GPU limit), and a write-back into pages that do not exist yet faults
- * them in and goes through StarPU's bounce buffers.  That run stalled the GPU 111-140 ms once a
- * step; with the gradient in pinned pages no task of it waits over 20 ms, and its step takes
- * 1.88 s instead of 1.97 (1.56 GB more pinned host memory). */
+ * its host home in between, and a write-back into pages that do not exist yet faults them in and
+ * goes through StarPU's bounce buffers, which stalled the GPU once a step
+ * (bench/results/2026-12-01-h200-tied-grad.md). */
 static int tied_grad_pinned(const struct sdp_model_cfg *cfg, int g)
 {
     return g == 0 && cfg->tie_word_embeddings;

@@ -197,9 +197,8 @@ int run(plan *p, std::unordered_map<int64_t, void *> &pack, void *ws, cudaStream
 
 /* The default cap on the backward's workspace: 1 GiB, or 128 MiB under a GPU memory limit below
  * 20 GiB (sdp_cuda_small_gpu_limit), where the workspace is taken from the data StarPU may keep.
- * The workspace grows by about 32 MiB a sequence at qwen3-4b's heads and 1024 tokens; qwen3-4b/32
- * under 23 GiB on an H200: calls of 2 sequences (64 MiB) take 3.43 ms a layer, calls of 16 (514
- * MiB) 2.72 ms, 17,484 against 17,759 tokens/s (bench/results/2026-12-02-h200-kernels.md). */
+ * The workspace grows by about 32 MiB a sequence at qwen3-4b's heads and 1024 tokens; larger
+ * calls are faster per layer (bench/results/2026-12-02-h200-kernels.md). */
 #define ATTN_WS_MIB         1024.0
 #define ATTN_LIMITED_WS_MIB 128.0
 
