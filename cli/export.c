@@ -63,17 +63,18 @@ static int has_file(const char *dir, const char *name)
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* Copy src to dst through dst.tmp, fsync and rename. */
+/* Copy src to dst through dst.tmp, committed by sdp_file_commit (flush, fsync, rename). */
 static int copy_file(const char *src, const char *dst)
 {
     char tmp[4500], buf[1 << 16];
-    int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = 0;
+    const char *what = NULL;
+    int in = open(src, O_RDONLY | O_CLOEXEC), rc = 0;
+    FILE *out;
     ssize_t n;
     if (in < 0)
         return sdp_err(-errno, "cannot open %s", src);
     snprintf(tmp, sizeof(tmp), "%s.tmp", dst);
-    out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (out < 0) {
+    if (!(out = fopen(tmp, "wb"))) {
         rc = sdp_err(-errno, "cannot create %s", tmp);
         close(in);
         return rc;
@@ -83,19 +84,19 @@ static int copy_file(const char *src, const char *dst)
             continue;
         if (n < 0)
             rc = sdp_err(-errno, "reading %s", src);
-        else if (write(out, buf, (size_t)n) != n)
+        else if (fwrite(buf, 1, (size_t)n, out) != (size_t)n)
             rc = sdp_err(errno == ENOSPC ? -ENOSPC : -EIO, "writing %s", tmp);
     }
-    if (!rc && fsync(out) != 0)
-        rc = sdp_err(-errno, "fsync of %s", tmp);
-    if (close(out) != 0 && !rc)
-        rc = sdp_err(-errno, "closing %s", tmp);
     close(in);
-    if (!rc && rename(tmp, dst) != 0)
-        rc = sdp_err(-errno, "renaming %s to %s", tmp, dst);
-    if (rc)
+    if (rc) {
+        fclose(out);
         unlink(tmp);
-    return rc;
+        return rc;
+    }
+    rc = sdp_file_commit(out, tmp, dst, &what);
+    if (rc)
+        return sdp_err(rc, "writing %s: %s", dst, what);
+    return 0;
 }
 
 static int copy_tokenizer(const char *from, const char *outdir)
