@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: MIT */
+/* `slidedp train`: everything checked before StarPU starts (the model, the recipe, the routes, the
+ * policy, the data, the host and GPU memory), and the Slurm defaults. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/env.h"
+#include "base/sdp_log.h"
+#include "cli/cli.h"
+#include "cli/train_internal.h"
+#include "formats/hfconfig.h"
+#include "policies/sdp_policies.h"
+#include "runtime/init.h"
+
+/* Slurm: the job id names the default run directory (a requeued job keeps its id, so it resumes),
+ * and the CPUs of the task set the CPU workers. */
+void sdp_train_apply_slurm(struct sdp_recipe *r)
+{
+    const char *job = sdp_env("SLURM_JOB_ID"), *cpus = sdp_env("SLURM_CPUS_PER_TASK");
+    if (!job)
+        return;
+    if (!r->output_dir[0]) {
+        const char *base = strrchr(r->file, '/');
+        char name[256];
+        snprintf(name, sizeof(name), "%.200s", base ? base + 1 : r->file);
+        if (strlen(name) > 5 && !strcmp(name + strlen(name) - 5, ".yaml"))
+            name[strlen(name) - 5] = '\0';
+        snprintf(r->output_dir, sizeof(r->output_dir), "runs/%s-%.64s", name, job);
+    }
+    if (r->cpus == 0 && cpus && atoi(cpus) > 0)
+        r->cpus = atoi(cpus);
+    SDP_INFO("Slurm job %s: run directory %s, %d CPU workers", job, r->output_dir, r->cpus);
+}
+
+/* "embedding", "decoder layer 3", "head" for a parameter group (see models/sdp_models.h). */
+void sdp_train_group_name(const struct sdp_recipe *r, int g, char *out, size_t len)
+{
+    if (g < 0)
+        snprintf(out, len, "none, the loss only");
+    else if (g == 0)
+        snprintf(out, len, "embedding");
+    else if (g <= r->model.num_layers)
+        snprintf(out, len, "decoder layer %d", g - 1);
+    else
+        snprintf(out, len, "final norm / LM head");
+}
+
+/* The GPU window must fit: the configured limit within the device, the run's minimum within both.
+ */
+int sdp_train_check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_dt)
+{
+    struct sdp_graph_conf gc = { .micro_batch = r->micro_batch,
+                                 .seq_len = r->seq_len,
+                                 .recompute = r->recompute,
+                                 .offload_inputs = r->act_offload,
+                                 .keep_last = r->keep_last,
+                                 .keep_mlp = r->keep_mlp };
+    unsigned long long total = sdp_rt_gpu_mem_total(0);
+    unsigned long long limit =
+        r->gpu_memory_gib > 0 ? (unsigned long long)(r->gpu_memory_gib * 1073741824.0) : total;
+    unsigned long long need = sdp_graph_gpu_bytes_min(&r->model, work_dt, &gc);
+    if (total > 0 && limit > total) {
+        sdp_err(-EINVAL, "%s: train.gpu_memory_gib = %.1f GiB exceeds the GPU's %.1f GiB", r->file,
+                r->gpu_memory_gib, total / 1073741824.0);
+        sdp_hint("lower train.gpu_memory_gib, or set it to 0 for the whole GPU");
+        return -EINVAL;
+    }
+    if (limit > 0 && need > limit) {
+        sdp_err(-ENOMEM,
+                "%s: the run needs at least %.1f GiB of GPU memory (two layers of weights and "
+                "gradients, one micro-batch of activations), the %s allows %.1f GiB",
+                r->file, need / 1073741824.0, r->gpu_memory_gib > 0 ? "recipe" : "GPU",
+                limit / 1073741824.0);
+        if (r->keep_mlp > 0)
+            sdp_hint("lower train.keep_mlp (%d layers keep their MLP's inputs on the GPU), "
+                     "batch.micro or data.seq_len, or raise train.gpu_memory_gib",
+                     r->keep_mlp);
+        else
+            sdp_hint("lower batch.micro or data.seq_len, set train.keep_last: 0 or "
+                     "train.activations: offload, or raise train.gpu_memory_gib");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* The host memory of the run: its state and the activations of one step (recomputed: every layer
+ * input of every micro-batch alive), within what the recipe or the host allows. */
+static int check_host_memory(const struct sdp_train *t)
+{
+    const struct sdp_recipe *r = t->r;
+    unsigned long long need, avail, state_bytes;
+
+    state_bytes = sdp_state_host_bytes(&r->model, t->work_dt, t->grad_dt,
+                                       (sdp_cli_may_use_gpu(r->gpus) ? SDP_STATE_ON_GPU : 0) |
+                                           (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                                           (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
+    need = state_bytes +
+           (unsigned long long)r->global_batch / r->micro_batch *
+               (sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, r->recompute) *
+                    (unsigned long long)(r->model.num_layers + 1) +
+                sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, 0) +
+                (r->recompute ? (unsigned long long)r->keep_mlp * r->micro_batch * r->seq_len *
+                                    (r->model.hidden_size + 2ull * r->model.intermediate_size) * 4
+                              : 0));
+    avail = r->host_memory_gib > 0 ? (unsigned long long)(r->host_memory_gib * 1073741824.0)
+                                   : sdp_rt_host_mem_available();
+    if (avail > 0 && need > avail) {
+        sdp_err(-ENOMEM,
+                "%s: the run needs about %.2f GiB of host memory (state %.2f GiB for %zu "
+                "parameters + activations), %.2f GiB are available",
+                r->file, need / 1073741824.0, state_bytes / 1073741824.0,
+                sdp_model_num_params(&r->model), avail / 1073741824.0);
+        sdp_hint("use a smaller model, batch.micro or data.seq_len, or raise train.host_memory_gib "
+                 "if the "
+                 "limit is wrong");
+        return SDP_EXIT_FAILURE;
+    }
+    return SDP_EXIT_OK;
+}
+
+int sdp_train_check(struct sdp_train *t)
+{
+    struct sdp_recipe *r = t->r;
+    int rc;
+
+    if (r->model_path[0]) {
+        rc = sdp_hfconfig_load(r->model_path, &r->model);
+        if (!rc)
+            rc = sdp_state_check_hf(&r->model, r->model_path);
+        if (rc)
+            return SDP_EXIT_FAILURE;
+    }
+    if (sdp_recipe_validate(r))
+        return SDP_EXIT_USAGE;
+    t->routes = calloc((size_t)sdp_model_num_groups(&r->model), 1);
+    if (!t->routes)
+        return SDP_EXIT_FAILURE;
+    if (sdp_recipe_grad_routes(r, sdp_model_num_groups(&r->model), t->routes))
+        return SDP_EXIT_USAGE;
+    if (r->ranks > 1) {
+        /* every rank takes global / ranks sequences, in micro-batches of at most batch.micro */
+        int per = r->global_batch / r->ranks, mb = r->micro_batch < per ? r->micro_batch : per;
+        while (per % mb)
+            mb--;
+        if (mb != r->micro_batch)
+            SDP_INFO("%d ranks of %d sequences each: micro-batches of %d sequences (batch.micro "
+                     "is %d)",
+                     r->ranks, per, mb, r->micro_batch);
+        r->micro_batch = mb;
+    }
+    if (r->sched[0] && sdp_policy_resolve(r->sched, &t->policy))
+        return SDP_EXIT_USAGE;
+    rc = sdp_data_open(&t->data, r->data_train, r->seq_len, r->seed, r->shuffle);
+    if (rc)
+        return SDP_EXIT_FAILURE;
+    if (t->data.shard.vocab_size > (uint32_t)r->model.vocab_size) {
+        sdp_err(-EINVAL, "data %s was tokenized with a vocabulary of %u ids, the model has %d",
+                r->data_train, t->data.shard.vocab_size, r->model.vocab_size);
+        sdp_hint("tokenize the data with the model's tokenizer");
+        return SDP_EXIT_FAILURE;
+    }
+    t->work_dt = r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32;
+    /* the return as far as it is known before StarPU starts (resolved again once it has) */
+    t->grad_dt = sdp_recipe_grad_bf16(r, sdp_cli_may_use_gpu(r->gpus)) ? SDP_BF16 : SDP_F32;
+    return check_host_memory(t);
+}

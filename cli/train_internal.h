@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/* The parts of `slidedp train` (cli/train.c): the checks made before StarPU starts
+ * (cli/train_checks.c), the run directory (cli/train_rundir.c) and the loop of steps
+ * (cli/train_loop.c), sharing one struct sdp_train. */
+#ifndef SDP_CLI_TRAIN_INTERNAL_H
+#define SDP_CLI_TRAIN_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/fsutil.h"
+#include "cli/recipe.h"
+#include "formats/data.h"
+#include "graph/step.h"
+#include "runtime/ckpt.h"
+#include "runtime/state.h"
+
+/** One training run: the recipe, its data, state and graph, and where it stands. */
+struct sdp_train {
+    struct sdp_recipe *r;
+    struct sdp_data data;
+    struct sdp_state st;
+    sdp_graph_t *g;
+    unsigned char *routes; /* gradient route per parameter group */
+    void *policy;          /* the scheduling policy the recipe names (NULL: StarPU's by name) */
+    enum sdp_dtype work_dt, grad_dt;
+    FILE *mf; /* the metrics file, or NULL */
+    int32_t *ids, *targets, *next_ids, *next_targets;
+    struct sdp_ckpt_info info; /* the checkpoint resumed from */
+    char ckdir[SDP_PATH_MAX + 16], ckpath[SDP_PATH_MAX + 64], fp[128];
+    int resuming, first, stopped, started, state_made;
+    double last_loss;
+};
+
+/* cli/train_checks.c */
+/** Everything that can be checked before StarPU starts: the model, the recipe, the routes, the
+ * policy, the data, the host memory.  Opens t->data.  @return an exit status (0 to go on). */
+int sdp_train_check(struct sdp_train *t);
+/** The GPU window must fit: the configured limit within the device, the run's minimum within both.
+ */
+int sdp_train_check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_dt);
+/** Slurm: the job id names the default run directory, the CPUs of the task set the CPU workers. */
+void sdp_train_apply_slurm(struct sdp_recipe *r);
+/** "embedding", "decoder layer 3", "final norm / LM head" for parameter group g. */
+void sdp_train_group_name(const struct sdp_recipe *r, int g, char *out, size_t len);
+
+/* cli/train_rundir.c */
+/** The recipe fields a resumed run must share with the checkpoint's run. */
+void sdp_train_fingerprint(struct sdp_train *t);
+/** Find the checkpoint to resume from (sets t->resuming, t->info, t->ckpath) and open the metrics
+ * file.  @return an exit status (0 to go on). */
+int sdp_train_rundir_open(struct sdp_train *t);
+/** The trained model as final/ and the COMPLETE marker.  @return an exit status. */
+int sdp_train_rundir_finish(struct sdp_train *t);
+
+/* cli/train_loop.c */
+/** Install the stop signals (SIGUSR1, SIGTERM): the loop checkpoints and stops at a step boundary.
+ */
+void sdp_train_install_signals(void);
+/** The steps from t->first to the recipe's last.  @return an exit status. */
+int sdp_train_steps(struct sdp_train *t);
+
+#endif
