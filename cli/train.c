@@ -191,7 +191,9 @@ static int run(struct sdp_train *t)
 
     /* a stop request before the first step is honoured there (after a checkpoint of the state) */
     sdp_train_install_signals();
-    if ((rc = sdp_train_check(t)) != SDP_EXIT_OK || (rc = sdp_train_rundir_open(t)) != SDP_EXIT_OK)
+    if ((rc = sdp_train_check(t)) != SDP_EXIT_OK ||
+        (rc = sdp_train_rundir_open(t)) != SDP_EXIT_OK ||
+        (rc = sdp_train_metrics_open(t)) != SDP_EXIT_OK)
         return rc;
     t->ids = malloc(n * sizeof(*t->ids));
     t->targets = malloc(n * sizeof(*t->targets));

@@ -47,11 +47,19 @@ void sdp_train_group_name(const struct sdp_recipe *r, int g, char *out, size_t l
 /* cli/train_rundir.c */
 /** The recipe fields a resumed run must share with the checkpoint's run. */
 void sdp_train_fingerprint(struct sdp_train *t);
-/** Find the checkpoint to resume from (sets t->resuming, t->info, t->ckpath) and open the metrics
- * file.  @return an exit status (0 to go on). */
+/** Find the checkpoint to resume from (sets t->resuming, t->info, t->ckpath).  @return an exit
+ * status (0 to go on). */
 int sdp_train_rundir_open(struct sdp_train *t);
 /** The trained model as final/ and the COMPLETE marker.  @return an exit status. */
 int sdp_train_rundir_finish(struct sdp_train *t);
+
+/* cli/train_metrics.c */
+/** Open the metrics file (a resumed run drops the lines after its checkpoint and appends).
+ * @return an exit status. */
+int sdp_train_metrics_open(struct sdp_train *t);
+/** The metrics line of step (0-based) with its result.  @return 0 or -errno. */
+int sdp_train_metrics_write(FILE *mf, int step, const struct sdp_step_result *r, double lr,
+                            double step_s, double elapsed);
 
 /* cli/train_loop.c */
 /** Install the stop signals (SIGUSR1, SIGTERM): the loop checkpoints and stops at a step boundary.

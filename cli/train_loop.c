@@ -5,7 +5,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -22,34 +21,6 @@ static void fmt_duration(char *buf, size_t len, double s)
         snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
     else
         snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
-}
-
-/* JSON number, or null when not finite (JSON has no NaN). */
-static json_t *num(double x)
-{
-    return isfinite(x) ? json_real(x) : json_null();
-}
-
-static int write_metrics(FILE *mf, int step, const struct sdp_step_result *r, double lr,
-                         double step_s, double elapsed)
-{
-    json_t *o = json_pack("{s:i, s:o, s:f, s:o, s:I, s:I, s:f, s:f, s:f}", "step", step + 1, "loss",
-                          num(r->loss), "lr", lr, "grad_norm", num(r->grad_norm), "tokens",
-                          (json_int_t)r->tokens, "valid_targets", (json_int_t)r->valid_targets,
-                          "tokens_per_s", step_s > 0 ? r->tokens / step_s : 0.0, "step_s", step_s,
-                          "elapsed_s", elapsed);
-    char *s;
-    int rc = 0;
-    if (!o)
-        return -ENOMEM;
-    s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
-    json_decref(o);
-    if (!s)
-        return -ENOMEM;
-    if (fprintf(mf, "%s\n", s) < 0 || fflush(mf) != 0)
-        rc = -EIO;
-    free(s);
-    return rc;
 }
 
 static volatile sig_atomic_t stop_signal;
@@ -164,7 +135,7 @@ int sdp_train_steps(struct sdp_train *t)
                    s + 1, r->steps, res.loss, lr, res.grad_norm, res.tokens / step_s, el, eta);
             fflush(stdout);
         }
-        if (t->mf && write_metrics(t->mf, s, &res, lr, step_s, elapsed)) {
+        if (t->mf && sdp_train_metrics_write(t->mf, s, &res, lr, step_s, elapsed)) {
             sdp_err(-EIO, "cannot write the metrics file");
             return SDP_EXIT_FAILURE;
         }

@@ -23,39 +23,6 @@ void sdp_train_fingerprint(struct sdp_train *t)
              (unsigned long long)t->data.shard.count);
 }
 
-/* A resumed run appends to its metrics file: drop the lines of steps after the checkpoint first
- * (the interrupted run may have gone further), atomically. */
-static int trim_metrics(const char *path, int last_step)
-{
-    FILE *f = fopen(path, "r");
-    char *buf = NULL, line[4096];
-    size_t len = 0, cap = 0;
-    int rc;
-    if (!f)
-        return 0; /* nothing written yet */
-    while (fgets(line, sizeof(line), f)) {
-        const char *p = strstr(line, "\"step\":");
-        size_t n = strlen(line);
-        if (!p || atoi(p + 7) > last_step)
-            continue;
-        if (len + n + 1 > cap) {
-            char *nb = realloc(buf, cap = 2 * (len + n + 1));
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return sdp_err(-ENOMEM, "metrics file %s", path);
-            }
-            buf = nb;
-        }
-        memcpy(buf + len, line, n);
-        len += n;
-    }
-    fclose(f);
-    rc = sdp_write_file_atomic(path, buf ? buf : "", len);
-    free(buf);
-    return rc;
-}
-
 int sdp_train_rundir_open(struct sdp_train *t)
 {
     const struct sdp_recipe *r = t->r;
@@ -76,16 +43,6 @@ int sdp_train_rundir_open(struct sdp_train *t)
                 return SDP_EXIT_FAILURE;
             }
             t->resuming = 1;
-        }
-    }
-    if (r->metrics[0] && !r->print_plan) {
-        const char *path = r->metrics;
-        if (t->resuming && trim_metrics(path, t->info.step))
-            return SDP_EXIT_FAILURE;
-        t->mf = fopen(path, t->resuming ? "a" : "w");
-        if (!t->mf) {
-            sdp_err(-errno, "cannot open metrics file %s", path);
-            return SDP_EXIT_FAILURE;
         }
     }
     return SDP_EXIT_OK;
