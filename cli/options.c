@@ -88,6 +88,8 @@ const struct sdp_option sdp_options[] = {
     /* model: path, preset or arch come first; the other keys are sizes (they need arch) */
     { "model.path", .type = SDP_OPT_PATH, RF(model_path), .def = "none",
       .help = "a Hugging Face model directory (config.json and safetensors)" },
+    { "model.tokenizer", .type = SDP_OPT_PATH, RF(tokenizer), .def = "model.path's, if any",
+      .help = "a tokenizer directory: its files and a generation_config.json go into RUN/final" },
     { "model.preset", .type = SDP_OPT_STR, RF(model_preset), .def = "none",
       .help = "a preset of models/: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b" },
     { "model.arch", .type = SDP_OPT_ARCH, .def = "none",

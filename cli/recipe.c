@@ -475,6 +475,8 @@ static int resolve_paths(struct ctx *c)
 
     rc = join_path(c, key_line(c, "model.path"), "model.path", r->model_path, dir);
     if (rc == 0)
+        rc = join_path(c, key_line(c, "model.tokenizer"), "model.tokenizer", r->tokenizer, dir);
+    if (rc == 0)
         rc = join_path(c, key_line(c, "data.train"), "data.train", r->data_train, dir);
     if (rc == 0)
         rc = join_path(c, key_line(c, "output.dir"), "output.dir", r->output_dir, dir);

@@ -24,6 +24,7 @@ struct sdp_recipe {
 
     /* model */
     char model_path[SDP_PATH_MAX]; /* HF directory ("" = random init from sizes/preset) */
+    char tokenizer[SDP_PATH_MAX];  /* tokenizer directory for RUN/final ("" = none) */
     char model_preset[64];
     struct sdp_model_cfg model; /* filled from preset/sizes; from config.json by the runtime when
                                    model_path is set (then sizes in the recipe are an error) */

@@ -10,6 +10,7 @@
 #include "base/env.h"
 #include "base/sdp_log.h"
 #include "cli/cli.h"
+#include "cli/hfdir.h"
 #include "cli/train_internal.h"
 #include "formats/hfconfig.h"
 #include "policies/sdp_policies.h"
@@ -134,6 +135,12 @@ int sdp_train_check(struct sdp_train *t)
             return SDP_EXIT_FAILURE;
     }
     if (sdp_recipe_validate(r))
+        return SDP_EXIT_USAGE;
+    /* the tokenizer RUN/final gets: the recipe's, else the model directory's */
+    if (!r->tokenizer[0] && r->model_path[0] && sdp_hfdir_has_tokenizer(r->model_path))
+        snprintf(r->tokenizer, sizeof(r->tokenizer), "%s", r->model_path);
+    else if (r->tokenizer[0] &&
+             sdp_hfdir_check_tokenizer(r->tokenizer, "model.tokenizer", &r->model))
         return SDP_EXIT_USAGE;
     t->routes = calloc((size_t)sdp_model_num_groups(&r->model), 1);
     if (!t->routes)

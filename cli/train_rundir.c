@@ -10,6 +10,7 @@
 #include "base/fsutil.h"
 #include "base/sdp_log.h"
 #include "cli/cli.h"
+#include "cli/hfdir.h"
 #include "cli/train_internal.h"
 
 /* The recipe fields a resumed run must share with the checkpoint's run: they decide the data order
@@ -56,7 +57,8 @@ int sdp_train_rundir_finish(struct sdp_train *t)
     if (!r->output_dir[0])
         return SDP_EXIT_OK;
     snprintf(dir, sizeof(dir), "%s/final", r->output_dir);
-    if (sdp_state_save_hf(&t->st, dir, "float32"))
+    if (sdp_state_save_hf(&t->st, dir, "float32") ||
+        (r->tokenizer[0] && sdp_hfdir_add_tokenizer(r->tokenizer, dir, &r->model)))
         return SDP_EXIT_FAILURE;
     SDP_INFO("model written to %s", dir);
     snprintf(dir, sizeof(dir), "%s/COMPLETE", r->output_dir);
