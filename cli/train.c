@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "codelets/sdp_tasks.h"
@@ -19,6 +20,7 @@
 #include "cli/train_internal.h"
 #include "runtime/init.h"
 #include "base/sdp_log.h"
+#include "runtime/tensor.h"
 #include "runtime/trace.h"
 
 static const char usage_head[] =
@@ -140,6 +142,39 @@ static int start(struct sdp_train *t)
     return SDP_EXIT_OK;
 }
 
+/* The memory the run holds and needs, before its first step: host (pinned and pageable, held
+ * now by the state and the graph, and a step's activations, estimated) and GPU (the least a device
+ * needs, and the limit). */
+/* bytes as "123.4 MiB" or "12.34 GiB" into buf */
+static const char *human(char *buf, size_t len, double bytes)
+{
+    if (bytes < 1073741824.0)
+        snprintf(buf, len, "%.1f MiB", bytes / 1048576.0);
+    else
+        snprintf(buf, len, "%.2f GiB", bytes / 1073741824.0);
+    return buf;
+}
+
+static void print_memory(const struct sdp_train *t, const struct sdp_graph_conf *gc)
+{
+    const struct sdp_recipe *r = t->r;
+    size_t pinned, pageable;
+    char gpu[160] = "", b[4][32];
+    sdp_rt_tensor_host_bytes(&pinned, &pageable);
+    if (sdp_rt_ncuda() > 0)
+        snprintf(gpu, sizeof(gpu), "; GPU: at least %s a device, %s %s",
+                 human(b[0], sizeof(b[0]), sdp_graph_gpu_bytes_min(&r->model, t->work_dt, gc)),
+                 r->gpu_memory_gib > 0 ? "limit" : "of",
+                 human(b[1], sizeof(b[1]),
+                       r->gpu_memory_gib > 0 ? r->gpu_memory_gib * 1073741824.0
+                                             : (double)sdp_rt_gpu_mem_total(0)));
+    SDP_INFO("memory before step 1: host %s held (%s pinned) and about %s of activations in a "
+             "step, of %s available%s",
+             human(b[2], sizeof(b[2]), (double)(pinned + pageable)),
+             human(b[3], sizeof(b[3]), (double)pinned), human(b[0], sizeof(b[0]), t->host_act),
+             human(b[1], sizeof(b[1]), t->host_avail), gpu);
+}
+
 /* The ranks, the plan and the step's graph (--print-plan: print the plan instead).  @return an
  * exit status. */
 static int build(struct sdp_train *t)
@@ -173,6 +208,7 @@ static int build(struct sdp_train *t)
     sdp_plan_free(&plan);
     if (rc)
         return SDP_EXIT_FAILURE;
+    print_memory(t, &gc);
     SDP_INFO(
         "training %s (%zu parameters, %d layers) for %d steps: %d x %d sequences of %d tokens, "
         "%s, lr %.3g, data %s (%llu sequences)%s%s",
@@ -183,10 +219,28 @@ static int build(struct sdp_train *t)
     return SDP_EXIT_OK;
 }
 
+/* The closing line: the steps run, their time and mean throughput, the last loss, the peak
+ * resident host memory. */
+static void print_summary(const struct sdp_train *t, double seconds)
+{
+    const struct sdp_recipe *r = t->r;
+    int last = t->stopped ? t->done : r->steps, n = last - t->first;
+    struct rusage ru;
+    double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss / 1048576.0 : 0.0;
+    if (n <= 0)
+        return;
+    SDP_INFO("%s: steps %d-%d in %.1f s, %.0f tokens/s, last loss %.4f, peak host memory %.2f GiB "
+             "resident",
+             t->stopped ? "stopped" : "done", t->first + 1, last, seconds,
+             seconds > 0 ? (double)n * r->global_batch * r->seq_len / seconds : 0.0, t->last_loss,
+             rss);
+}
+
 static int run(struct sdp_train *t)
 {
     const struct sdp_recipe *r = t->r;
     size_t n = (size_t)r->global_batch * r->seq_len;
+    double t0;
     int rc;
 
     /* a stop request before the first step is honoured there (after a checkpoint of the state) */
@@ -206,13 +260,17 @@ static int run(struct sdp_train *t)
     if ((rc = start(t)) != SDP_EXIT_OK || (rc = build(t)) != SDP_EXIT_OK || r->print_plan)
         return rc;
     sdp_train_fingerprint(t);
+    t0 = sdp_cli_now_s();
     rc = sdp_train_steps(t);
+    t0 = sdp_cli_now_s() - t0;
     if (sdp_rt_wait_all() && rc == SDP_EXIT_OK)
         rc = SDP_EXIT_FAILURE;
     if ((r->trace || r->events) && sdp_trace_write(r->events, r->trace))
         rc = SDP_EXIT_FAILURE;
     if (rc == SDP_EXIT_OK && !t->stopped)
         rc = sdp_train_rundir_finish(t);
+    if (rc == SDP_EXIT_OK)
+        print_summary(t, t0);
     return rc;
 }
 

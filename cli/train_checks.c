@@ -89,7 +89,7 @@ int sdp_train_check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_d
 
 /* The host memory of the run: its state and the activations of one step (recomputed: every layer
  * input of every micro-batch alive), within what the recipe or the host allows. */
-static int check_host_memory(const struct sdp_train *t)
+static int check_host_memory(struct sdp_train *t)
 {
     const struct sdp_recipe *r = t->r;
     unsigned long long need, avail, state_bytes;
@@ -108,6 +108,8 @@ static int check_host_memory(const struct sdp_train *t)
                               : 0));
     avail = r->host_memory_gib > 0 ? (unsigned long long)(r->host_memory_gib * 1073741824.0)
                                    : sdp_rt_host_mem_available();
+    t->host_act = need - state_bytes;
+    t->host_avail = avail;
     if (avail > 0 && need > avail) {
         sdp_err(-ENOMEM,
                 "%s: the run needs about %.2f GiB of host memory (state %.2f GiB for %zu "

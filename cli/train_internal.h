@@ -28,7 +28,9 @@ struct sdp_train {
     int32_t *ids, *targets, *next_ids, *next_targets;
     struct sdp_ckpt_info info; /* the checkpoint resumed from */
     char ckdir[SDP_PATH_MAX + 16], ckpath[SDP_PATH_MAX + 64], fp[128];
-    int resuming, first, stopped, started, state_made;
+    int resuming, first, done, stopped, started, state_made; /* done: steps run so far */
+    unsigned long long host_act,
+        host_avail; /* bytes: a step's activations (estimate), the host's */
     double last_loss;
 };
 

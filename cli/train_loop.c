@@ -140,6 +140,7 @@ int sdp_train_steps(struct sdp_train *t)
             return SDP_EXIT_FAILURE;
         }
         t->last_loss = res.loss;
+        t->done = s + 1;
         stop = stop_signal != 0;
         if (t->ckdir[0] && (stop || s + 1 == r->steps ||
                             (r->checkpoint_every > 0 && (s + 1) % r->checkpoint_every == 0)))

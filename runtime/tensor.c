@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -60,6 +61,25 @@ static int check_size(size_t nelems, const char *name)
 
 /* malloc_flags of host memory mapped by map_zeroed() rather than allocated by StarPU. */
 #define MAPPED (-1)
+
+/* Host bytes held by tensors: [0] pinned, [1] pageable (sdp_rt_tensor_host_bytes). */
+static _Atomic size_t host_held[2];
+
+static void count_host(const struct sdp_rt_tensor *t, int sign)
+{
+    size_t n = t->nelems * sdp_dtype_size(t->dtype);
+    int k = t->malloc_flags == MAPPED ? 1 : 0;
+    if (sign > 0)
+        atomic_fetch_add(&host_held[k], n);
+    else
+        atomic_fetch_sub(&host_held[k], n);
+}
+
+void sdp_rt_tensor_host_bytes(size_t *pinned, size_t *pageable)
+{
+    *pinned = atomic_load(&host_held[0]);
+    *pageable = atomic_load(&host_held[1]);
+}
 
 /* Cleared after the first refused pinned allocation, so one warning covers the run. */
 static int pinned_ok = 1;
@@ -129,6 +149,7 @@ static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const
         memset(t->data, 0, nbytes);
     t->dtype = dt;
     t->nelems = nelems;
+    count_host(t, 1);
     snprintf(t->name, sizeof(t->name), "%s", name);
     starpu_vector_data_register(&t->handle, STARPU_MAIN_RAM, (uintptr_t)t->data, (uint32_t)nelems,
                                 sdp_dtype_size(dt));
@@ -190,6 +211,8 @@ void sdp_rt_tensor_release(sdp_rt_tensor_t *t)
         free(t->part_lens);
     }
     starpu_data_unregister(t->handle);
+    if (t->data)
+        count_host(t, -1);
     if (t->data && t->malloc_flags == MAPPED)
         munmap(t->data, t->nelems * sdp_dtype_size(t->dtype));
     else if (t->data)

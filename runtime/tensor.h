@@ -36,6 +36,9 @@ int sdp_rt_tensor_temp(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, 
  * the unregistration after all pending tasks (asynchronous).  NULL is ignored. */
 void sdp_rt_tensor_release(sdp_rt_tensor_t *t);
 
+/** Host bytes the tensors hold now: pinned (page-locked for DMA) and pageable. */
+void sdp_rt_tensor_host_bytes(size_t *pinned, size_t *pageable);
+
 /** Plan a partition of a persistent tensor into contiguous parts of the given element counts
  * (summing to the whole).  Tasks may then use the whole or the parts; StarPU switches between them.
  * Once per tensor. */

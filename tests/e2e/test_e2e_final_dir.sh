@@ -7,6 +7,7 @@
 # and eos, and generate() stops at <|im_end|> when the model emits it.  A llama recipe without
 # bos/eos gets them from the tokenizer.  A model.tokenizer that is not a tokenizer directory, or
 # whose ids exceed the model's vocabulary, is refused (exit 2) before the run starts.
+# The run prints the memory it holds and needs before step 1, and a closing summary line.
 # Skips (77) without torch/transformers.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
@@ -18,6 +19,11 @@ if ! "$bin" train "$tmp/r.yaml" --steps 2 --cpus 2 -q --output "$tmp/run" 2> "$t
     echo "training failed"; tail -n 20 "$tmp/train.err"; echo FAIL; exit 1
 fi
 echo "final/: $(ls "$tmp/run/final" | tr '\n' ' ')"
+# what the run tells: its memory before step 1, and a closing line
+grep -q "memory before step 1: host .* held (.* pinned) and about .* of activations in a step" \
+    "$tmp/train.err" || { echo "no memory line before step 1"; cat "$tmp/train.err"; fail=1; }
+grep -q "done: steps 1-2 in .* tokens/s, last loss .*, peak host memory" "$tmp/train.err" ||
+    { echo "no closing summary line"; cat "$tmp/train.err"; fail=1; }
 sed -e "s#^  arch: qwen3#  arch: llama#" "$tmp/r.yaml" > "$tmp/llama.yaml"
 if ! "$bin" train "$tmp/llama.yaml" --steps 1 --cpus 2 -q --output "$tmp/llama" 2> "$tmp/llama.err"; then
     echo "llama training failed"; tail -n 20 "$tmp/llama.err"; fail=1
