@@ -13,3 +13,9 @@ TESTS += tests/ref/check_refs.py tests/e2e/test_e2e_train_tiny.sh tests/e2e/test
 	tests/e2e/test_e2e_bad_input.sh
 EXTRA_DIST += tests/ref tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_policies.sh tests/e2e/test_e2e_resume.sh tests/e2e/test_e2e_nan.sh \
 	tests/e2e/test_e2e_bad_input.sh tests/e2e/data
+# instruction data with batches without a target (test_e2e_sft_masked.sh)
+TESTS += tests/e2e/test_e2e_sft_masked.sh
+EXTRA_DIST += tests/e2e/test_e2e_sft_masked.sh
+# the validation loss and the best model (test_e2e_val.sh)
+TESTS += tests/e2e/test_e2e_val.sh
+EXTRA_DIST += tests/e2e/test_e2e_val.sh
