@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/fsutil.h"
@@ -74,6 +75,7 @@ int sdp_train_eval_open(struct sdp_train *t)
     const struct sdp_recipe *r = t->r;
     size_t n = (size_t)r->global_batch * r->seq_len;
     const struct sdp_shard *s = &t->val.shard;
+    struct stat sv, st;
 
     t->best_loss = INFINITY;
     if (!r->data_val[0] || r->print_plan)
@@ -89,8 +91,17 @@ int sdp_train_eval_open(struct sdp_train *t)
     }
     if (vocab_check(r, s))
         return SDP_EXIT_FAILURE;
+    if (stat(r->data_val, &sv) == 0 && stat(r->data_train, &st) == 0 && sv.st_dev == st.st_dev &&
+        sv.st_ino == st.st_ino)
+        SDP_WARN("recipe %s: data.val is data.train (%s): the validation loss is not held out",
+                 r->file, r->data_val);
     if (sdp_train_check_targets(t, &t->val, "data.val"))
         return SDP_EXIT_FAILURE;
+    if (r->eval_every > 0)
+        SDP_INFO("validation every %d steps and at the last: %s, %llu sequences in %llu batches "
+                 "(a forward and a backward each)",
+                 r->eval_every, r->data_val, (unsigned long long)t->val.nseq,
+                 (unsigned long long)((t->val.nseq + r->global_batch - 1) / r->global_batch));
     t->val_ids = malloc(n * sizeof(*t->val_ids));
     t->val_targets = malloc(n * sizeof(*t->val_targets));
     if (!t->val_ids || !t->val_targets) {
