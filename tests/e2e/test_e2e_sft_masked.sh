@@ -43,9 +43,8 @@ else
 fi
 
 # a run stopped after the checkpoint of step 3 (the later ones gone) and resumed
-mkdir "$tmp/res" && cp -r "$tmp/ref/checkpoints" "$tmp/res/" && cp "$tmp/ref.jsonl" "$tmp/res.jsonl"
-rm -f "$tmp/res/checkpoints/step-00000006.sdpckpt" "$tmp/res/checkpoints/step-00000009.sdpckpt" \
-    "$tmp/res/checkpoints/step-00000010.sdpckpt"
+mkdir -p "$tmp/res/checkpoints" && cp "$tmp/ref.jsonl" "$tmp/res.jsonl" &&
+    cp "$tmp/ref/checkpoints/step-00000003.sdpckpt" "$tmp/res/checkpoints/"
 "$bin" train "$tmp/sft.yaml" $args --output "$tmp/res" --metrics "$tmp/res.jsonl" 2> "$tmp/res.err" ||
     { echo "resumed run failed"; tail -3 "$tmp/res.err"; fail=1; }
 grep -q "resuming from.*step-00000003" "$tmp/res.err" || { echo "did not resume from step 3"; fail=1; }
