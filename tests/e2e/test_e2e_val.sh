@@ -52,7 +52,7 @@ else
     echo "validation at steps $steps over $ntok targets, in the progress lines"
 fi
 best=$(grep -o '"step":[0-9]*,.*"val_loss":[0-9.e+-]*' "$tmp/val.jsonl" |
-    sed -e 's/"step":\([0-9]*\),.*"val_loss":\(.*\)/\2 \1/' | sort -g | head -1 | cut -d' ' -f2)
+    sed -e 's/"step":\([0-9]*\),.*"val_loss":\(.*\)/\2 \1/' | sort -n | head -1 | cut -d' ' -f2)
 if [ ! -s "$tmp/run/best/model.safetensors" ] || [ ! -s "$tmp/run/best/config.json" ] ||
     ! grep -q "\"step\": $best," "$tmp/run/best/best.json"; then
     echo "best/: expected the model of step $best"; ls -l "$tmp/run/best"; cat "$tmp/run/best/best.json"
