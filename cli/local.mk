@@ -3,6 +3,7 @@
 libsdp_a_SOURCES += cli/recipe.h cli/recipe.c cli/recipe_check.c cli/recipe_plan.c cli/options.h \
 	cli/options.c
 bin_PROGRAMS += slidedp
-slidedp_SOURCES = cli/cli.h cli/main.c cli/train.c cli/train_internal.h cli/train_checks.c cli/train_rundir.c \
-	cli/train_loop.c cli/train_metrics.c cli/hfdir.h cli/hfdir.c cli/policies.c cli/bench.c cli/export.c \
-	cli/tokenize.c cli/plot.c cli/sweep.c cli/util.c cli/options_cli.c
+slidedp_SOURCES = cli/cli.h cli/main.c cli/train.c cli/train_internal.h cli/train_checks.c \
+	cli/train_rundir.c cli/train_loop.c cli/train_eval.c cli/train_metrics.c cli/hfdir.h cli/hfdir.c \
+	cli/policies.c cli/bench.c cli/export.c cli/tokenize.c cli/plot.c cli/sweep.c cli/util.c \
+	cli/options_cli.c

@@ -117,6 +117,8 @@ const struct sdp_option sdp_options[] = {
 
     { "data.train", .type = SDP_OPT_PATH, RF(data_train), .def = "none",
       .help = "the token shard (tools/make_token_data.py, slidedp tokenize)" },
+    { "data.val", .type = SDP_OPT_PATH, RF(data_val), .def = "none",
+      .help = "held-out token shard for the validation loss (train.eval_every)" },
     { "data.seq_len", "seq", BENCH, RF(seq_len), INT_GE(1), .def = "1024",
       .help = "tokens per sequence" },
     { "data.shuffle", .type = SDP_OPT_BOOL, RF(shuffle), .def = "true",
@@ -209,6 +211,8 @@ const struct sdp_option sdp_options[] = {
     { "train.param_delay", "param-delay", TRAIN, RF(param_delay), .type = SDP_OPT_INT, .lo = 0,
       .hi = 1, .arg = "0|1", .def = "0",
       .help = "1: asynchronous optimizer, weights one update old (for comparisons)" },
+    { "train.eval_every", "eval-every", TRAIN, RF(eval_every), INT_GE(0), .def = "0",
+      .help = "steps between validation losses over data.val, and at the last step (0: never)" },
     { "train.mlp_early", "mlp-early", BOTH, CHOICE(on_off_names, set_mlp_early),
       .def = "with the working copies off the host",
       .help = "pack and update a layer's MLP chunks once the MLP's backward has run" },
@@ -222,6 +226,8 @@ const struct sdp_option sdp_options[] = {
       .def = "0", .help = "steps between checkpoints (0: at the end and on a signal)" },
     { "output.keep_checkpoints", RF(keep_checkpoints), INT_GE(1), .def = "3",
       .help = "checkpoints kept" },
+    { "output.save_best", .type = SDP_OPT_BOOL, RF(save_best), .def = "false",
+      .help = "keep DIR/best: the model of the lowest validation loss, with its step" },
 
     /* command line only */
     { NULL, "model", 0, BENCH, .type = SDP_OPT_ARG, RF(bench_model), .arg = "PRESET|CONFIG",

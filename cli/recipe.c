@@ -479,6 +479,8 @@ static int resolve_paths(struct ctx *c)
     if (rc == 0)
         rc = join_path(c, key_line(c, "data.train"), "data.train", r->data_train, dir);
     if (rc == 0)
+        rc = join_path(c, key_line(c, "data.val"), "data.val", r->data_val, dir);
+    if (rc == 0)
         rc = join_path(c, key_line(c, "output.dir"), "output.dir", r->output_dir, dir);
     /* metrics: relative to output.dir when set, else to the recipe's directory */
     if (rc == 0)

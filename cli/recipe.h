@@ -31,7 +31,8 @@ struct sdp_recipe {
 
     /* data */
     char data_train[SDP_PATH_MAX];
-    int seq_len; /* T */
+    char data_val[SDP_PATH_MAX]; /* held-out shard for the validation loss ("" = none) */
+    int seq_len;                 /* T */
     int shuffle;
 
     /* batch */
@@ -80,12 +81,14 @@ struct sdp_recipe {
     int staging_depth;           /* sdp-slidedp: casts and updates in flight (0 = policy default) */
     int prefetch_groups; /* sdp-slidedp: groups a GPU prefetches ahead (-1 = policy default) */
     int nccl;            /* train.collectives: 0 starpu (default), 1 nccl (sdp_tasks_use_nccl) */
+    int eval_every;      /* steps between validation losses over data.val (0 = never) */
 
     /* output */
     char output_dir[SDP_PATH_MAX]; /* "" = no output directory */
     char metrics[SDP_PATH_MAX];    /* "" = none */
     int checkpoint_every;          /* steps between checkpoints (0 = end and signals only) */
     int keep_checkpoints;          /* checkpoints kept in output_dir/checkpoints */
+    int save_best;                 /* keep output_dir/best: the model of the best validation loss */
 
     /* plan: rows of the per-layer plan (cli/plan_recipe.c), applied in order over the knobs */
     int nplan;

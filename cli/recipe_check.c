@@ -21,6 +21,18 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
         sdp_hint("add 'data: {train: FILE.tok}' (token shards come from tools/make_token_data.py)");
         return -EINVAL;
     }
+    if ((r->eval_every > 0 || r->save_best) && !r->data_val[0]) {
+        sdp_err(-EINVAL, "recipe %s: %s needs data.val", r->file,
+                r->save_best ? "output.save_best" : "train.eval_every");
+        sdp_hint("add 'data: {val: FILE.tok}', a held-out shard tokenized like data.train");
+        return -EINVAL;
+    }
+    if (r->save_best && (!r->output_dir[0] || r->eval_every == 0)) {
+        sdp_err(-EINVAL, "recipe %s: output.save_best needs output.dir and train.eval_every > 0",
+                r->file);
+        sdp_hint("set output.dir (the best model goes to DIR/best) and train.eval_every");
+        return -EINVAL;
+    }
     if (r->model_path[0] == '\0' && r->model.hidden_size <= 0) {
         sdp_err(-EINVAL,
                 "recipe %s: no model: set model.path, model.preset or model.arch with sizes",

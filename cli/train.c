@@ -291,6 +291,7 @@ static void train_free(struct sdp_train *t)
     free(t->targets);
     free(t->next_ids);
     free(t->next_targets);
+    sdp_train_eval_close(t);
     sdp_data_close(&t->data);
 }
 

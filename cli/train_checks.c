@@ -171,6 +171,8 @@ int sdp_train_check(struct sdp_train *t)
         sdp_hint("tokenize the data with the model's tokenizer");
         return SDP_EXIT_FAILURE;
     }
+    if (sdp_train_check_targets(t, &t->data, "data.train") || sdp_train_eval_open(t))
+        return SDP_EXIT_FAILURE;
     t->work_dt = r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32;
     /* the return as far as it is known before StarPU starts (resolved again once it has) */
     t->grad_dt = sdp_recipe_grad_bf16(r, sdp_cli_may_use_gpu(r->gpus)) ? SDP_BF16 : SDP_F32;

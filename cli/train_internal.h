@@ -32,6 +32,23 @@ struct sdp_train {
     unsigned long long host_act,
         host_avail; /* bytes: a step's activations (estimate), the host's */
     double last_loss;
+    /* batches without a target passed over (cli/train_loop.c): before the step's batch, before
+     * the batch read ahead, in the whole run */
+    int skipped, next_skipped;
+    long long skipped_total;
+    /* the validation (cli/train_eval.c): data.val, a batch of it, the best loss so far */
+    struct sdp_data val;
+    int32_t *val_ids, *val_targets;
+    double best_loss;
+    int best_step;
+};
+
+/** What a step's metrics line holds beyond the graph's result. */
+struct sdp_step_extra {
+    int skipped_batches; /* batches without a target passed over before the step's batch */
+    int evaluated;       /* 1: val_loss and val_tokens hold the step's validation */
+    double val_loss;     /* mean loss over the targets of data.val */
+    long long val_tokens;
 };
 
 /* cli/train_checks.c */
@@ -61,7 +78,25 @@ int sdp_train_rundir_finish(struct sdp_train *t);
 int sdp_train_metrics_open(struct sdp_train *t);
 /** The metrics line of step (0-based) with its result.  @return 0 or -errno. */
 int sdp_train_metrics_write(FILE *mf, int step, const struct sdp_step_result *r, double lr,
-                            double step_s, double elapsed);
+                            double step_s, double elapsed, const struct sdp_step_extra *x);
+
+/* cli/train_eval.c */
+/** The targets of n that count (>= 0; -100 is a masked one). */
+long long sdp_train_count_targets(const int32_t *targets, size_t n);
+/** Refuse a data file none of whose sequences of data.seq_len tokens has a target (every target
+ * masked): no batch of it could ever train.  key names it ("data.train").  @return an exit status
+ */
+int sdp_train_check_targets(const struct sdp_train *t, const struct sdp_data *d, const char *key);
+/** Open and check data.val (readable, within the model's vocabulary, some target), when the
+ * recipe names it.  @return an exit status */
+int sdp_train_eval_open(struct sdp_train *t);
+/** Before the first step: the best validation loss a resumed run had (RUN/best/best.json). */
+void sdp_train_eval_resume(struct sdp_train *t);
+/** The validation after step s (0-based) when train.eval_every asks for one: the loss over every
+ * target of data.val, in order, into x; with output.save_best, a new best goes to RUN/best.
+ * @return an exit status */
+int sdp_train_eval(struct sdp_train *t, int s, struct sdp_step_extra *x);
+void sdp_train_eval_close(struct sdp_train *t);
 
 /* cli/train_loop.c */
 /** Install the stop signals (SIGUSR1, SIGTERM): the loop checkpoints and stops at a step boundary.

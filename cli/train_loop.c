@@ -42,10 +42,31 @@ void sdp_train_install_signals(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* The next batch with a target into ids/targets: a batch whose every target is masked (-100: a
+ * long prompt in instruction data and a small batch) could not train, so it is passed over and
+ * counted in *skipped.  Data without any target is refused up front (sdp_train_check_targets);
+ * the bound here only keeps a bug from looping.  @return 0 or -EINVAL (logged) */
+static int draw(struct sdp_train *t, int32_t *ids, int32_t *targets, int *skipped)
+{
+    const struct sdp_recipe *r = t->r;
+    size_t n = (size_t)r->global_batch * r->seq_len;
+    uint64_t bound = 2 * (t->data.nseq / (uint64_t)r->global_batch + 2);
+    *skipped = 0;
+    for (;;) {
+        sdp_data_next(&t->data, r->global_batch, ids, targets);
+        if (sdp_train_count_targets(targets, n) > 0)
+            return 0;
+        if ((uint64_t)++ * skipped > bound)
+            return sdp_err(-EINVAL, "data %s: %d batches in a row without a target", r->data_train,
+                           *skipped);
+    }
+}
+
 /* Step s's batch into t->ids/t->targets, read ahead by step s - 1 or now, and the next step's
  * batch read ahead and told to the graph (sdp_graph_set_next).  *pos: the data's position after
- * step s's batch, what a checkpoint of step s keeps. */
-static void next_batch(struct sdp_train *t, int s, int *have_next, uint64_t pos[2])
+ * step s's batch, what a checkpoint of step s keeps (a resumed run passes over the same batches
+ * without a target).  @return an exit status */
+static int next_batch(struct sdp_train *t, int s, int *have_next, uint64_t pos[2])
 {
     const struct sdp_recipe *r = t->r;
     if (*have_next) {
@@ -55,16 +76,25 @@ static void next_batch(struct sdp_train *t, int s, int *have_next, uint64_t pos[
         swap = t->targets;
         t->targets = t->next_targets;
         t->next_targets = swap;
-    } else {
-        sdp_data_next(&t->data, r->global_batch, t->ids, t->targets);
+        t->skipped = t->next_skipped;
+    } else if (draw(t, t->ids, t->targets, &t->skipped)) {
+        return SDP_EXIT_FAILURE;
     }
     pos[0] = t->data.epoch;
     pos[1] = t->data.index;
     *have_next = s + 1 < r->steps;
     if (*have_next) {
-        sdp_data_next(&t->data, r->global_batch, t->next_ids, t->next_targets);
+        if (draw(t, t->next_ids, t->next_targets, &t->next_skipped))
+            return SDP_EXIT_FAILURE;
         sdp_graph_set_next(t->g, t->next_ids);
     }
+    if (t->skipped > 0 && t->skipped_total == 0)
+        SDP_WARN("step %d: %d batch(es) of %d sequences without a target (every target masked) "
+                 "passed over; the step takes the next one.  Further ones: the metrics' "
+                 "skipped_batches and a count at the end",
+                 s + 1, t->skipped, r->global_batch);
+    t->skipped_total += t->skipped;
+    return SDP_EXIT_OK;
 }
 
 /* A non-finite loss or gradient norm: an error, or a warning under train.on_nan: skip (the graph
@@ -106,6 +136,23 @@ static int checkpoint(struct sdp_train *t, int s, const uint64_t pos[2], double 
                                                                           : SDP_EXIT_OK;
 }
 
+/* The progress line of step s on stdout (with the validation loss when there was one). */
+static void progress(const struct sdp_train *t, int s, const struct sdp_step_result *res, double lr,
+                     double step_s, double elapsed, const struct sdp_step_extra *x)
+{
+    const struct sdp_recipe *r = t->r;
+    char el[32], eta[32], val[32] = "";
+    if (r->quiet)
+        return;
+    fmt_duration(el, sizeof(el), elapsed);
+    fmt_duration(eta, sizeof(eta), elapsed / (s + 1 - t->first) * (r->steps - s - 1));
+    if (x->evaluated)
+        snprintf(val, sizeof(val), "  val %.4f", x->val_loss);
+    printf("step %d/%d  loss %.4f  lr %.3e  gnorm %.3f  %.0f tok/s  elapsed %s  eta %s%s\n", s + 1,
+           r->steps, res->loss, lr, res->grad_norm, res->tokens / step_s, el, eta, val);
+    fflush(stdout);
+}
+
 int sdp_train_steps(struct sdp_train *t)
 {
     const struct sdp_recipe *r = t->r;
@@ -113,29 +160,32 @@ int sdp_train_steps(struct sdp_train *t)
     int rc = SDP_EXIT_OK, have_next = 0;
     uint64_t pos[2];
 
+    sdp_train_eval_resume(t);
     t0 = t_prev = sdp_cli_now_s();
     for (int s = t->first; s < r->steps && rc == SDP_EXIT_OK; s++) {
         struct sdp_step_result res;
-        double lr = sdp_recipe_lr_at(r, s), now, step_s, elapsed;
-        char el[32], eta[32];
+        struct sdp_step_extra x = { 0 };
+        double lr = sdp_recipe_lr_at(r, s), now, step_s;
         int stop;
-        next_batch(t, s, &have_next, pos);
+        if ((rc = next_batch(t, s, &have_next, pos)) != SDP_EXIT_OK)
+            break;
         if (sdp_graph_step(t->g, s, t->ids, t->targets, lr, 1, &res))
             return SDP_EXIT_FAILURE;
         now = sdp_cli_now_s();
         step_s = now - t_prev;
         t_prev = now;
-        elapsed = now - t0;
         if ((rc = check_finite(t, s, &res)) != SDP_EXIT_OK)
             break;
-        fmt_duration(el, sizeof(el), elapsed);
-        fmt_duration(eta, sizeof(eta), elapsed / (s + 1 - t->first) * (r->steps - s - 1));
-        if (!r->quiet) {
-            printf("step %d/%d  loss %.4f  lr %.3e  gnorm %.3f  %.0f tok/s  elapsed %s  eta %s\n",
-                   s + 1, r->steps, res.loss, lr, res.grad_norm, res.tokens / step_s, el, eta);
-            fflush(stdout);
+        x.skipped_batches = t->skipped;
+        if ((rc = sdp_train_eval(t, s, &x)) != SDP_EXIT_OK)
+            break;
+        if (x.evaluated) {
+            t_prev = sdp_cli_now_s(); /* the next step's time leaves the validation out */
+            if (have_next)            /* the validation's passes told the graph of no next step */
+                sdp_graph_set_next(t->g, t->next_ids);
         }
-        if (t->mf && sdp_train_metrics_write(t->mf, s, &res, lr, step_s, elapsed)) {
+        progress(t, s, &res, lr, step_s, now - t0, &x);
+        if (t->mf && sdp_train_metrics_write(t->mf, s, &res, lr, step_s, now - t0, &x)) {
             sdp_err(-EIO, "cannot write the metrics file");
             return SDP_EXIT_FAILURE;
         }
@@ -152,5 +202,9 @@ int sdp_train_steps(struct sdp_train *t)
             break;
         }
     }
+    if (t->skipped_total > 0)
+        SDP_WARN("%lld batch(es) without a target passed over in this run (skipped_batches in the "
+                 "metrics)",
+                 t->skipped_total);
     return rc;
 }

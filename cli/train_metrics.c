@@ -70,7 +70,7 @@ static json_t *num(double x)
 }
 
 int sdp_train_metrics_write(FILE *mf, int step, const struct sdp_step_result *r, double lr,
-                            double step_s, double elapsed)
+                            double step_s, double elapsed, const struct sdp_step_extra *x)
 {
     json_t *o = json_pack("{s:i, s:o, s:f, s:o, s:I, s:I, s:f, s:f, s:f}", "step", step + 1, "loss",
                           num(r->loss), "lr", lr, "grad_norm", num(r->grad_norm), "tokens",
@@ -81,6 +81,13 @@ int sdp_train_metrics_write(FILE *mf, int step, const struct sdp_step_result *r,
     int rc = 0;
     if (!o)
         return -ENOMEM;
+    /* only where they apply: a step after batches without a target, a step with a validation */
+    if (x->skipped_batches)
+        json_object_set_new(o, "skipped_batches", json_integer(x->skipped_batches));
+    if (x->evaluated) {
+        json_object_set_new(o, "val_loss", num(x->val_loss));
+        json_object_set_new(o, "val_tokens", json_integer(x->val_tokens));
+    }
     s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
     json_decref(o);
     if (!s)

@@ -88,7 +88,8 @@ int sdp_shard_open(const char *path, struct sdp_shard *s)
     }
     if (memcmp(hdr, SDP_SHARD_MAGIC, 8) != 0) {
         rc = sdp_err(-EINVAL, "token shard %s: bad magic (expected \"%s\")", path, SDP_SHARD_MAGIC);
-        sdp_hint("data.train must be a token shard written by tools/make_token_data.py, not text");
+        sdp_hint("a data file (data.train, data.val) must be a token shard written by `slidedp "
+                 "tokenize` or tools/make_token_data.py, not text");
         goto fail;
     }
     version = get_u32(hdr + 8);

@@ -16,3 +16,9 @@ EXTRA_DIST += tests/ref tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_poli
 # RUN/final with the tokenizer and generation_config.json
 TESTS += tests/e2e/test_e2e_final_dir.sh
 EXTRA_DIST += tests/e2e/test_e2e_final_dir.sh
+# instruction data with batches without a target (test_e2e_sft_masked.sh)
+TESTS += tests/e2e/test_e2e_sft_masked.sh
+EXTRA_DIST += tests/e2e/test_e2e_sft_masked.sh
+# the validation loss and the best model (test_e2e_val.sh)
+TESTS += tests/e2e/test_e2e_val.sh
+EXTRA_DIST += tests/e2e/test_e2e_val.sh
