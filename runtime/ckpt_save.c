@@ -36,7 +36,8 @@ static int io_error(const char *path, int err, const char *what)
 {
     if (err == ENOSPC || err == EDQUOT) {
         int rc = sdp_err(-ENOSPC, "checkpoint %s: %s: no space left on the device", path, what);
-        sdp_hint("free disk space, lower keep_last or write checkpoints to another directory");
+        sdp_hint("free disk space, lower output.keep_checkpoints in the recipe, or set output.dir "
+                 "(--output) to a directory on another file system");
         return rc;
     }
     if (err == EFBIG) {
