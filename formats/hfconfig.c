@@ -274,7 +274,7 @@ int sdp_hfconfig_load(const char *path, struct sdp_model_cfg *cfg)
 
     if (stat(path, &sb) != 0) {
         if (errno == ENOENT)
-            return sdp_err(-ENOENT, "config %s: no such file or directory", path);
+            return sdp_err(-ENOENT, "config %s: cannot open", path); /* + errno's text */
         return sdp_err(-EIO, "config %s: %s", path, strerror(errno));
     }
     if (S_ISDIR(sb.st_mode)) {
