@@ -197,8 +197,8 @@ int sdp_model_validate(const struct sdp_model_cfg *cfg, char *why, size_t whylen
                        cfg->max_position_embeddings);
     if (!(cfg->rope_theta > 0.0))
         return invalid(why, whylen, "rope_theta = %g must be positive", cfg->rope_theta);
-    if (!(cfg->rms_norm_eps > 0.0))
-        return invalid(why, whylen, "rms_norm_eps = %g must be positive", cfg->rms_norm_eps);
+    if (!(cfg->rms_norm_eps > 0.0 && cfg->rms_norm_eps < 1.0)) /* 1 or more flattens every norm */
+        return invalid(why, whylen, "rms_norm_eps = %g must be in (0, 1)", cfg->rms_norm_eps);
     if (!(cfg->initializer_range >= 0.0))
         return invalid(why, whylen, "initializer_range = %g must be >= 0", cfg->initializer_range);
     if (cfg->rope_scaling_factor != 0.0) {

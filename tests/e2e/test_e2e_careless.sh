@@ -1,9 +1,10 @@
 #!/bin/sh
 # Careless input to `slidedp train`, as a new user gives it: more CPU workers than cores (capped at
 # the cores with a warning), weights holding NaN or Inf (refused at load, naming the file, the
-# tensor and the first bad element), absurd model shapes (refused at once, naming the key), and
-# the form of the messages (no function@file:line and no stray errno text unless -v; steps counted
-# from 1 as in the progress lines).  Every refusal exits 1 or 2 and changes nothing on disk.
+# tensor and the first bad element), absurd model shapes and values (refused at once, naming the
+# key), and the form of the messages (no function@file:line and no stray errno text unless -v;
+# steps counted from 1 as in the progress lines).  Every refusal exits 1 or 2 and changes nothing
+# on disk.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 trap 'rm -rf "$tmp" "$tmp.out" "$tmp.err"' EXIT
@@ -106,6 +107,17 @@ mk_model
 sed -i 's/"intermediate_size": 160/"intermediate_size": 16777216/; s/"num_hidden_layers": 2/"num_hidden_layers": 4000/' \
     model/config.json
 expect 1 "num_hidden_layers = 4000 layers of .* parameters make .*, more than" -- "$bin" train hf.yaml
+# zero or negative optional dimensions are not "absent"; a norm epsilon of 1 or more flattens
+# every activation (both trained silently before)
+mk_model
+sed -i 's/"head_dim": 16/"head_dim": 0/' model/config.json
+expect 1 "\"head_dim\" = 0 must be positive" -- "$bin" train hf.yaml
+mk_model
+sed -i 's/"num_key_value_heads": 2/"num_key_value_heads": -2/' model/config.json
+expect 1 "\"num_key_value_heads\" = -2 must be positive" -- "$bin" train hf.yaml
+mk_model
+sed -i 's/"rms_norm_eps": 1e-06/"rms_norm_eps": 1e300/' model/config.json
+expect 1 "rms_norm_eps = 1e\+300 must be in \(0, 1\)" -- "$bin" train hf.yaml
 sed -e 's/vocab_size: 151936/vocab_size: 16000000/; s/hidden_size: 32/hidden_size: 160000/' \
     micro.yaml > wide.yaml
 expect 2 "vocab_size = 16000000 by hidden_size = 160000 make .* embedding parameters" \
