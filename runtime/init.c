@@ -62,6 +62,24 @@ static int cap_cpus(const struct sdp_rt_conf *c)
     return limit;
 }
 
+/* STARPU_NCPU overrides train.cpus inside StarPU: the same cap, applied to the variable. */
+static void cap_env_cpus(const struct sdp_rt_conf *c)
+{
+    long want = sdp_env_long("STARPU_NCPU", -1);
+    int cores, limit;
+    char buf[16];
+    if (want <= 0 || (cores = bound_cores()) <= 0)
+        return;
+    limit = cores + (c->rank_cpus > 0 ? c->rank_cpus : 0);
+    if (want <= limit)
+        return;
+    SDP_WARN("STARPU_NCPU=%ld asks for more CPU workers than the %d CPU core(s) this process may "
+             "use: starting %d",
+             want, cores, limit);
+    snprintf(buf, sizeof(buf), "%d", limit);
+    setenv("STARPU_NCPU", buf, 1);
+}
+
 int sdp_rt_init(const struct sdp_rt_conf *c)
 {
     struct starpu_conf conf;
@@ -73,6 +91,7 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
         conf.sched_policy_name = c->sched_name;
     if (c->ncpus > 0)
         conf.ncpus = cap_cpus(c);
+    cap_env_cpus(c);
     conf.ncuda = c->ncuda;
     conf.nopencl = 0;
 #ifndef STARPU_USE_CUDA

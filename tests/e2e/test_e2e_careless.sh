@@ -47,6 +47,9 @@ workers=$(sed -n 's/.*StarPU [0-9.]*: \([0-9]*\) CPU workers.*/\1/p' "$tmp.err")
 if [ -z "$workers" ] || [ "$workers" -gt "$(nproc)" ]; then
     echo "--cpus 100000 started '$workers' CPU workers on $(nproc) processors"; fail=1
 fi
+# StarPU's own variable, which overrides --cpus inside StarPU: the same cap
+expect 0 "STARPU_NCPU=64 asks for more CPU workers than the [0-9]+ CPU core" \
+    -- env STARPU_NCPU=64 "$bin" train "$tmp/micro.yaml" -q
 
 # ---- weights with NaN or Inf: refused before training, naming file, tensor and element ----
 # poison FILE TENSOR INDEX VALUE: write one fp32 value into a tensor of a safetensors file
