@@ -7,7 +7,7 @@
 # on disk.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
-trap 'rm -rf "$tmp" "$tmp.out" "$tmp.err"' EXIT
+trap 'rm -rf "$tmp" "$tmp.out" "$tmp.err" "$tmp.run"' EXIT
 n=0
 
 # expect CODE PATTERN -- command...: exit code, a stderr line matching PATTERN, no file changed
@@ -149,6 +149,14 @@ PYEOF
 sed -e "s#^  train: .*#  train: badid.tok#" micro.yaml > badid.yaml
 expect 1 "step 1: (token|target) id 999999|token .* is 999999, outside the vocabulary" \
     -- "$bin" train badid.yaml && lacks "step 0"
+
+# a full disk while checkpointing (the checkpoint's temporary is a link to /dev/full): the hint
+# names the recipe key to lower, output.keep_checkpoints
+mkdir -p "$tmp.run/checkpoints"
+ln -s /dev/full "$tmp.run/checkpoints/step-00000001.sdpckpt.tmp"
+expect 1 "write failed: no space left on the device$" -- "$bin" train micro.yaml -q --output "$tmp.run"
+grep -q "hint.*output.keep_checkpoints" "$tmp.err" || { echo "the hint lacks output.keep_checkpoints"; fail=1; }
+lacks "keep_last"
 
 echo "$n careless inputs tried"
 finish
