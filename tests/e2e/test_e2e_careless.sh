@@ -133,6 +133,7 @@ expect 2 "^\[sdp\]\[error\] recipe typo.yaml line [0-9]+: unknown key 'data.seq_
     -- "$bin" train typo.yaml && lacks "@|Invalid argument"
 expect 2 "^\[sdp\]\[error\] unknown scheduling policy 'fastest'$" \
     -- "$bin" train micro.yaml --sched fastest && lacks "No such file"
+expect 2 "^\[sdp\]\[hint\] did you mean 'eager'\?" -- "$bin" train micro.yaml --sched EAGER
 expect 2 "^\[sdp\]\[error\]\[[a-z_]+@recipe.c:[0-9]+\] recipe typo.yaml .*: Invalid argument$" \
     -- "$bin" train typo.yaml -v
 # where the errno text tells something (a file that cannot be opened), it stays
