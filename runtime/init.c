@@ -53,8 +53,11 @@ static int bound_cores(void)
  * whose workers come on top of the cores), and say so.  @return the workers to ask StarPU for. */
 static int cap_cpus(const struct sdp_rt_conf *c)
 {
-    int cores = bound_cores(), limit = cores + (c->rank_cpus > 0 ? c->rank_cpus : 0);
-    if (cores <= 0 || c->ncpus <= limit)
+    int cores, limit;
+    if (c->ncpus <= 1 || (cores = bound_cores()) <= 0) /* one worker fits any machine */
+        return c->ncpus;
+    limit = cores + (c->rank_cpus > 0 ? c->rank_cpus : 0);
+    if (c->ncpus <= limit)
         return c->ncpus;
     SDP_WARN("%d CPU workers asked for (--cpus, train.cpus), but this process may use %d CPU "
              "core(s): starting %d",
@@ -68,7 +71,7 @@ static void cap_env_cpus(const struct sdp_rt_conf *c)
     long want = sdp_env_long("STARPU_NCPU", -1);
     int cores, limit;
     char buf[16];
-    if (want <= 0 || (cores = bound_cores()) <= 0)
+    if (want <= 1 || (cores = bound_cores()) <= 0)
         return;
     limit = cores + (c->rank_cpus > 0 ? c->rank_cpus : 0);
     if (want <= limit)
