@@ -42,6 +42,8 @@ const struct sdp_env_var sdp_env_vars[] = {
     { "STARPU_LIMIT_CUDA_MEM", "MiB (set from train.gpu_memory_gib)",
       "StarPU's GPU memory limit; below 20 GiB kernels pick smaller workspaces" },
     { "STARPU_SILENT", "1 (set unless given)", "StarPU's banner" },
+    { "STARPU_NCPU", "CPU workers (StarPU's; overrides train.cpus)",
+      "capped at the cores the process may use, with a warning" },
     { "SLURM_JOB_ID", "set by Slurm", "the run's log names the job" },
     { "SLURM_CPUS_PER_TASK", "set by Slurm", "the CPU workers default to the job's cores" },
     { "PATH", "the shell's", "slidedp plot looks for gnuplot on it" },

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Logging and error reporting to stderr (see sdp_log.h).  Keeps errno intact around logging. */
+/* Logging and error reporting to stderr (see sdp_log.h).  Keeps errno intact around logging.
+ * Users see the message alone; the source location, and the errno text of a validation error,
+ * are for -v (SDP_LOG_DEBUG), where a developer reads them. */
 #include "config.h"
 
 #include <errno.h>
@@ -28,7 +30,7 @@ void sdp_log_at(int level, const char *func, const char *file, int line, const c
         level = 0;
     if (level > SDP_LOG_DEBUG)
         level = SDP_LOG_DEBUG;
-    if (level >= SDP_LOG_INFO)
+    if (level >= SDP_LOG_INFO || sdp_log_verbosity < SDP_LOG_DEBUG)
         fprintf(stderr, "[sdp][%s] ", level_name[level]);
     else
         fprintf(stderr, "[sdp][%s][%s@%s:%d] ", level_name[level], func, base_name(file), line);
@@ -39,15 +41,22 @@ void sdp_log_at(int level, const char *func, const char *file, int line, const c
     errno = saved;
 }
 
+/* The errno text tells something only where a system call has just failed with it (errno still
+ * holds the code, as in sdp_err(-errno, "cannot open %s", path)); a code chosen for a validation
+ * error ("unknown policy" as -ENOENT, a recipe value as -EINVAL) gets it only under -v. */
 int sdp_err_at(int rc, const char *func, const char *file, int line, const char *fmt, ...)
 {
     int saved = errno;
+    int verbose = sdp_log_verbosity >= SDP_LOG_DEBUG;
     va_list ap;
-    fprintf(stderr, "[sdp][error][%s@%s:%d] ", func, base_name(file), line);
+    if (verbose)
+        fprintf(stderr, "[sdp][error][%s@%s:%d] ", func, base_name(file), line);
+    else
+        fputs("[sdp][error] ", stderr);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    if (rc < 0)
+    if (rc < 0 && (verbose || saved == -rc))
         fprintf(stderr, ": %s", strerror(-rc));
     fputc('\n', stderr);
     errno = saved;

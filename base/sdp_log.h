@@ -32,7 +32,9 @@ _Noreturn void sdp_assert_fail(const char *cond, const char *func, const char *f
 
 /* Report an error once and return rc (a negative errno):
  *   return sdp_err(-EINVAL, "recipe %s: chunk %d does not divide T=%d", path, chunk, T);
- * prints "[sdp][error][func@file:line] message: strerror(-rc)". */
+ * prints "[sdp][error] message", adding ": strerror(-rc)" where errno still holds -rc (a system
+ * call has just failed with it).  Under -v (sdp_log_verbosity SDP_LOG_DEBUG) it prints
+ * "[sdp][error][func@file:line] message: strerror(-rc)" always; warnings get the location too. */
 #define sdp_err(rc, ...) sdp_err_at((rc), __func__, __FILE__, __LINE__, __VA_ARGS__)
 
 /* Always-on assertion for bugs (never for input validation); the message says how to fix it. */

@@ -166,7 +166,7 @@ const struct sdp_option sdp_options[] = {
     { "train.sched", "sched", BOTH, .type = SDP_OPT_STR, RF(sched), .arg = "NAME",
       .def = "sdp-slidedp", .help = "StarPU scheduling policy (`slidedp policies`)" },
     { "train.cpus", "cpus", BOTH, RF(cpus), INT_GE(0), .def = "0",
-      .help = "CPU workers (0: all cores; under Slurm, SLURM_CPUS_PER_TASK)" },
+      .help = "CPU workers (0: all cores; under Slurm, SLURM_CPUS_PER_TASK; more: capped)" },
     { "train.host_memory_gib", RF(host_memory_gib), DBL_GE(0), .def = "0",
       .help = "host memory budget (0: MemAvailable or the cgroup's limit)" },
     { "train.gpus", "gpus", BOTH, RF(gpus), INT_GE(-1), .def = "-1",
@@ -250,7 +250,7 @@ const struct sdp_option sdp_options[] = {
     { NULL, "quiet", 'q', TRAIN, .type = SDP_OPT_FLAG, RF(quiet), .def = "off",
       .help = "no progress lines" },
     { NULL, "verbose", 'v', TRAIN, .type = SDP_OPT_FLAG, RF(verbose), .def = "off",
-      .help = "debug logging" },
+      .help = "debug logging; errors name their source location" },
 };
 const int sdp_noptions = (int)(sizeof(sdp_options) / sizeof(sdp_options[0]));
 _Static_assert(sizeof(sdp_options) / sizeof(sdp_options[0]) <= SDP_OPT_MAX,

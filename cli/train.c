@@ -104,6 +104,8 @@ static int start(struct sdp_train *t)
     rc_conf.ncpus = r->cpus;
     if (r->ranks > 1 && r->gpus <= 0 && r->cpus == 0 && sysconf(_SC_NPROCESSORS_ONLN) < r->ranks)
         rc_conf.ncpus = r->ranks; /* CPU ranks: one worker each, even on fewer cores */
+    if (r->ranks > 1 && r->gpus <= 0)
+        rc_conf.rank_cpus = r->ranks;
     rc_conf.ncuda = r->gpus;
     rc_conf.require_cuda = r->gpus > 0;
     rc_conf.gpu_memory_gib = r->gpu_memory_gib;

@@ -38,6 +38,17 @@ static int get_int(const char *path, json_t *root, const char *key, int required
     return 0;
 }
 
+/* An optional dimension: absent or null keeps the default; given, it must be positive (0 would
+ * silently read as "absent" further on). */
+static int get_dim(const char *path, json_t *root, const char *key, int *out)
+{
+    int rc = get_int(path, root, key, 0, out);
+    if (rc == 0 && *out <= 0)
+        return sdp_err(-EINVAL, "config %s: \"%s\" = %d must be positive, or null for the default",
+                       path, key, *out);
+    return rc;
+}
+
 static int get_real(const char *path, json_t *obj, const char *where, const char *key, int required,
                     double *out)
 {
@@ -236,8 +247,8 @@ static int parse_config(const char *path, json_t *root, struct sdp_model_cfg *cf
         c.num_kv_heads = 32;
     if (arch == SDP_ARCH_QWEN3 && !json_object_get(root, "head_dim"))
         c.head_dim = 128;
-    if ((rc = get_int(path, root, "num_key_value_heads", 0, &c.num_kv_heads)) < 0 ||
-        (rc = get_int(path, root, "head_dim", 0, &c.head_dim)) < 0)
+    if ((rc = get_dim(path, root, "num_key_value_heads", &c.num_kv_heads)) < 0 ||
+        (rc = get_dim(path, root, "head_dim", &c.head_dim)) < 0)
         return rc;
     if (c.num_heads <= 0)
         return sdp_err(-EINVAL, "config %s: \"num_attention_heads\" = %d", path, c.num_heads);
@@ -260,6 +271,13 @@ static int parse_config(const char *path, json_t *root, struct sdp_model_cfg *cf
         c.eos_token_id = -1;
     if (sdp_model_validate(&c, why, sizeof(why)) != 0)
         return sdp_err(-EINVAL, "config %s: %s", path, why);
+    if (c.bos_token_id >= c.vocab_size)
+        SDP_WARN("config %s: bos_token_id %d is outside the vocabulary of %d", path, c.bos_token_id,
+                 c.vocab_size);
+    if (c.eos_token_id >= c.vocab_size) /* accepted, as transformers does */
+        SDP_WARN("config %s: eos_token_id %d is outside the vocabulary of %d: generation will not "
+                 "stop at it",
+                 path, c.eos_token_id, c.vocab_size);
     *cfg = c;
     return 0;
 }
@@ -274,7 +292,7 @@ int sdp_hfconfig_load(const char *path, struct sdp_model_cfg *cfg)
 
     if (stat(path, &sb) != 0) {
         if (errno == ENOENT)
-            return sdp_err(-ENOENT, "config %s: no such file or directory", path);
+            return sdp_err(-ENOENT, "config %s: cannot open", path); /* + errno's text */
         return sdp_err(-EIO, "config %s: %s", path, strerror(errno));
     }
     if (S_ISDIR(sb.st_mode)) {

@@ -457,9 +457,11 @@ static int parse_index(sdp_st_t *st, const char *index_path)
     int rc = 0, nshards = 0;
     struct stat sb;
 
-    if (stat(index_path, &sb) != 0)
-        return sdp_err(errno == ENOENT ? -ENOENT : -EIO, "index %s: cannot stat: %s", index_path,
-                       strerror(errno));
+    if (stat(index_path, &sb) != 0) { /* ENOENT: errno's text follows the message */
+        if (errno == ENOENT)
+            return sdp_err(-ENOENT, "index %s: cannot stat", index_path);
+        return sdp_err(-EIO, "index %s: cannot stat: %s", index_path, strerror(errno));
+    }
     if ((uint64_t)sb.st_size > MAX_HEADER_BYTES)
         return sdp_err(-EINVAL, "index %s: %lld bytes, larger than the %u-byte limit", index_path,
                        (long long)sb.st_size, MAX_HEADER_BYTES);
@@ -576,7 +578,7 @@ int sdp_st_open(const char *path, sdp_st_t **out)
     *out = NULL;
     if (stat(path, &sb) != 0) {
         if (errno == ENOENT)
-            return sdp_err(-ENOENT, "safetensors %s: no such file or directory", path);
+            return sdp_err(-ENOENT, "safetensors %s: cannot open", path); /* + errno's text */
         return sdp_err(-EIO, "safetensors %s: cannot stat: %s", path, strerror(errno));
     }
     st = calloc(1, sizeof(*st));

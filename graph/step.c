@@ -178,15 +178,16 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
         if (ids[i] < 0 || ids[i] >= g->V)
             return sdp_err(-EINVAL,
                            "step %d: token id %d at position %zu is outside the vocabulary (V=%d)",
-                           step, ids[i], i, g->V);
+                           step + 1, ids[i], i, g->V);
         if (targets[i] >= g->V)
             return sdp_err(-EINVAL,
                            "step %d: target id %d at position %zu is outside the vocabulary (V=%d)",
-                           step, targets[i], i, g->V);
+                           step + 1, targets[i], i, g->V);
         valid += targets[i] >= 0;
     }
     if (valid == 0)
-        return sdp_err(-EINVAL, "step %d: every target is ignored; nothing to learn from", step);
+        return sdp_err(-EINVAL, "step %d: every target is ignored; nothing to learn from",
+                       step + 1);
 
     /* the tags of a step that failed part-way may belong to tasks never submitted: leave them */
     g->ntags = 0;

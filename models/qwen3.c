@@ -103,31 +103,70 @@ static int invalid(char *why, size_t whylen, const char *fmt, ...)
     return -EINVAL;
 }
 
+__extension__ typedef unsigned __int128 u128;
+
 /* Largest dimension accepted: keeps rows, columns, NH*HD, (NH+2*NKV)*HD and 2*I in an int. */
 #define MAX_DIM (1 << 24)
+/* Most layers: 32 times the deepest released LLM (126).  Each layer costs about 1 MiB of host
+ * memory beyond its weights (StarPU handles, tasks, tables), which the memory check does not count:
+ * 65536 tiny layers pass it and then exhaust a 24 GiB host. */
+#define MAX_LAYERS 4096
+/* Most parameters: 2^40 (1.1e12) need 16 TiB of fp32 masters, moments and gradients in host
+ * memory, beyond any one host; below it every byte count of the state fits in a size_t. */
+#define MAX_PARAMS ((u128)1 << 40)
+
+/* The parameter count in 128 bits (no dimension product can overflow it: each is < 2^24), checked
+ * against MAX_PARAMS before any size_t count is taken; the key to lower is named. */
+static int check_params(const struct sdp_model_cfg *cfg, char *why, size_t whylen)
+{
+    const u128 C = (u128)cfg->hidden_size, I = (u128)cfg->intermediate_size;
+    const u128 HD = (u128)cfg->head_dim, NH = (u128)cfg->num_heads, NKV = (u128)cfg->num_kv_heads;
+    const u128 V = (u128)cfg->vocab_size, L = (u128)cfg->num_layers;
+    u128 layer =
+        2 * C + (NH + 2 * NKV) * HD * C + NH * HD * C + 3 * I * C + (cfg->qk_norm ? 2 * HD : 0);
+    u128 embed = V * C * (cfg->tie_word_embeddings ? 1 : 2) + C;
+    u128 total = L * layer + embed;
+    if (total <= MAX_PARAMS)
+        return 0;
+    if (embed > MAX_PARAMS)
+        return invalid(why, whylen,
+                       "vocab_size = %d by hidden_size = %d make %.3g embedding parameters, more "
+                       "than the %.3g (2^40) a run can hold",
+                       cfg->vocab_size, cfg->hidden_size, (double)embed, (double)MAX_PARAMS);
+    if (layer > MAX_PARAMS)
+        return invalid(why, whylen,
+                       "%s = %d makes %.3g parameters in one layer, more than the %.3g (2^40) a "
+                       "run can hold",
+                       I > C ? "intermediate_size" : "hidden_size", I > C ? (int)I : (int)C,
+                       (double)layer, (double)MAX_PARAMS);
+    return invalid(why, whylen,
+                   "num_hidden_layers = %d layers of %.3g parameters make %.3g, more than the "
+                   "%.3g (2^40) a run can hold",
+                   cfg->num_layers, (double)layer, (double)total, (double)MAX_PARAMS);
+}
 
 int sdp_model_validate(const struct sdp_model_cfg *cfg, char *why, size_t whylen)
 {
     const struct {
         const char *name;
-        int v;
+        int v, max;
     } dims[] = {
-        { "vocab_size", cfg->vocab_size },
-        { "hidden_size", cfg->hidden_size },
-        { "intermediate_size", cfg->intermediate_size },
-        { "num_hidden_layers", cfg->num_layers },
-        { "num_attention_heads", cfg->num_heads },
-        { "num_key_value_heads", cfg->num_kv_heads },
-        { "head_dim", cfg->head_dim },
+        { "vocab_size", cfg->vocab_size, MAX_DIM },
+        { "hidden_size", cfg->hidden_size, MAX_DIM },
+        { "intermediate_size", cfg->intermediate_size, MAX_DIM },
+        { "num_hidden_layers", cfg->num_layers, MAX_LAYERS },
+        { "num_attention_heads", cfg->num_heads, MAX_DIM },
+        { "num_key_value_heads", cfg->num_kv_heads, MAX_DIM },
+        { "head_dim", cfg->head_dim, MAX_DIM },
     };
     if (why && whylen > 0)
         why[0] = '\0';
     if (cfg->arch != SDP_ARCH_QWEN3 && cfg->arch != SDP_ARCH_LLAMA)
         return invalid(why, whylen, "unknown architecture %d", (int)cfg->arch);
     for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) {
-        if (dims[i].v <= 0 || dims[i].v > MAX_DIM)
+        if (dims[i].v <= 0 || dims[i].v > dims[i].max)
             return invalid(why, whylen, "%s = %d must be in [1, %d]", dims[i].name, dims[i].v,
-                           MAX_DIM);
+                           dims[i].max);
     }
     if (cfg->num_heads % cfg->num_kv_heads != 0)
         return invalid(why, whylen,
@@ -146,6 +185,8 @@ int sdp_model_validate(const struct sdp_model_cfg *cfg, char *why, size_t whylen
         return invalid(why, whylen, "(NH + 2*NKV) * HD = %lld exceeds %d",
                        (long long)(cfg->num_heads + 2LL * cfg->num_kv_heads) * cfg->head_dim,
                        MAX_DIM);
+    if (check_params(cfg, why, whylen))
+        return -EINVAL;
     if (cfg->qk_norm && cfg->arch != SDP_ARCH_QWEN3)
         return invalid(why, whylen, "qk_norm is a Qwen3 feature, not %s",
                        sdp_model_arch_name(cfg->arch));
@@ -156,8 +197,8 @@ int sdp_model_validate(const struct sdp_model_cfg *cfg, char *why, size_t whylen
                        cfg->max_position_embeddings);
     if (!(cfg->rope_theta > 0.0))
         return invalid(why, whylen, "rope_theta = %g must be positive", cfg->rope_theta);
-    if (!(cfg->rms_norm_eps > 0.0))
-        return invalid(why, whylen, "rms_norm_eps = %g must be positive", cfg->rms_norm_eps);
+    if (!(cfg->rms_norm_eps > 0.0 && cfg->rms_norm_eps < 1.0)) /* 1 or more flattens every norm */
+        return invalid(why, whylen, "rms_norm_eps = %g must be in (0, 1)", cfg->rms_norm_eps);
     if (!(cfg->initializer_range >= 0.0))
         return invalid(why, whylen, "initializer_range = %g must be >= 0", cfg->initializer_range);
     if (cfg->rope_scaling_factor != 0.0) {

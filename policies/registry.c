@@ -6,6 +6,7 @@
  * sdp_policy_<name>` named "sdp-<name>", and one line here. */
 #include "config.h"
 
+#include <ctype.h>
 #include <string.h>
 
 #include <starpu.h>
@@ -23,9 +24,51 @@ SDP_POLICIES(POLICY_EXTERN)
 /* The project's own policies; NULL-terminated. */
 static struct starpu_sched_policy *ours[] = { SDP_POLICIES(POLICY_ROW) NULL };
 
+/* Edit distance of a and b, ignoring case, capped at 9 (names are short). */
+static int distance(const char *a, const char *b)
+{
+    int la = (int)strlen(a), lb = (int)strlen(b), row[64];
+    if (la > 63 || lb > 63)
+        return 9;
+    for (int j = 0; j <= lb; j++)
+        row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int same = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]);
+            int up = row[j], best = diag + !same;
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb] < 9 ? row[lb] : 9;
+}
+
+/* The policy name nearest to a misspelt one (at most 2 edits, case aside), or NULL. */
+static const char *nearest(const char *name, struct starpu_sched_policy **stock)
+{
+    const char *best = NULL;
+    int bd = 3;
+    for (int k = 0; k < 2; k++)
+        for (struct starpu_sched_policy **p = k ? stock : ours; *p; p++) {
+            int d = distance(name, (*p)->policy_name);
+            if (d < bd) {
+                bd = d;
+                best = (*p)->policy_name;
+            }
+        }
+    return best;
+}
+
 int sdp_policy_resolve(const char *name, void **policy)
 {
     struct starpu_sched_policy **stock = starpu_sched_get_predefined_policies();
+    const char *near;
     *policy = NULL;
     for (int i = 0; ours[i]; i++)
         if (!strcmp(ours[i]->policy_name, name)) {
@@ -35,8 +78,12 @@ int sdp_policy_resolve(const char *name, void **policy)
     for (int i = 0; stock[i]; i++)
         if (!strcmp(stock[i]->policy_name, name))
             return 0;
+    errno = 0; /* -ENOENT is not a file's: no errno text after the message */
     sdp_err(-ENOENT, "unknown scheduling policy '%s'", name);
-    sdp_hint("run `slidedp policies` for the list (e.g. eager, lws, dmda)");
+    if ((near = nearest(name, stock)))
+        sdp_hint("did you mean '%s'? `slidedp policies` lists them all", near);
+    else
+        sdp_hint("run `slidedp policies` for the list (e.g. eager, lws, dmda)");
     return -ENOENT;
 }
 

@@ -35,8 +35,10 @@ static uint64_t align_up(uint64_t x)
 static int io_error(const char *path, int err, const char *what)
 {
     if (err == ENOSPC || err == EDQUOT) {
+        errno = 0; /* the message says why: no errno text after it */
         int rc = sdp_err(-ENOSPC, "checkpoint %s: %s: no space left on the device", path, what);
-        sdp_hint("free disk space, lower keep_last or write checkpoints to another directory");
+        sdp_hint("free disk space, lower output.keep_checkpoints in the recipe, or set output.dir "
+                 "(--output) to a directory on another file system");
         return rc;
     }
     if (err == EFBIG) {

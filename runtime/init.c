@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <hwloc.h>
 #include <starpu.h>
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
 #include <cblas.h>
@@ -22,6 +23,66 @@
 
 static int started;
 
+/* Cores this process may run on, as StarPU counts them: hwloc cores (hardware threads where the
+ * OS reports no cores) inside the process's CPU binding (Slurm, taskset).  0 if unknown. */
+static int bound_cores(void)
+{
+    hwloc_topology_t topo;
+    hwloc_bitmap_t bind;
+    int n = 0, type = HWLOC_OBJ_CORE;
+    if (hwloc_topology_init(&topo))
+        return 0;
+    if (hwloc_topology_load(topo) || !(bind = hwloc_bitmap_alloc())) {
+        hwloc_topology_destroy(topo);
+        return 0;
+    }
+    if (hwloc_get_cpubind(topo, bind, HWLOC_CPUBIND_PROCESS))
+        hwloc_bitmap_copy(bind, hwloc_topology_get_allowed_cpuset(topo));
+    if (hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE) <= 0)
+        type = HWLOC_OBJ_PU;
+    n = hwloc_get_nbobjs_inside_cpuset_by_type(topo, bind, type);
+    if (n <= 0) /* bound to part of a core's hardware threads */
+        n = hwloc_get_nbobjs_inside_cpuset_by_type(topo, bind, HWLOC_OBJ_PU);
+    hwloc_bitmap_free(bind);
+    hwloc_topology_destroy(topo);
+    return n > 0 ? n : 0;
+}
+
+/* More CPU workers than cores only slow every task down (StarPU would start up to 128 of them on
+ * any machine): keep at most one a core, plus the workers of CPU ranks (they stand in for GPUs,
+ * whose workers come on top of the cores), and say so.  @return the workers to ask StarPU for. */
+static int cap_cpus(const struct sdp_rt_conf *c)
+{
+    int cores, limit;
+    if (c->ncpus <= 1 || (cores = bound_cores()) <= 0) /* one worker fits any machine */
+        return c->ncpus;
+    limit = cores + (c->rank_cpus > 0 ? c->rank_cpus : 0);
+    if (c->ncpus <= limit)
+        return c->ncpus;
+    SDP_WARN("%d CPU workers asked for (--cpus, train.cpus), but this process may use %d CPU "
+             "core(s): starting %d",
+             c->ncpus, cores, limit);
+    return limit;
+}
+
+/* STARPU_NCPU overrides train.cpus inside StarPU: the same cap, applied to the variable. */
+static void cap_env_cpus(const struct sdp_rt_conf *c)
+{
+    long want = sdp_env_long("STARPU_NCPU", -1);
+    int cores, limit;
+    char buf[16];
+    if (want <= 1 || (cores = bound_cores()) <= 0)
+        return;
+    limit = cores + (c->rank_cpus > 0 ? c->rank_cpus : 0);
+    if (want <= limit)
+        return;
+    SDP_WARN("STARPU_NCPU=%ld asks for more CPU workers than the %d CPU core(s) this process may "
+             "use: starting %d",
+             want, cores, limit);
+    snprintf(buf, sizeof(buf), "%d", limit);
+    setenv("STARPU_NCPU", buf, 1);
+}
+
 int sdp_rt_init(const struct sdp_rt_conf *c)
 {
     struct starpu_conf conf;
@@ -32,7 +93,8 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
     else if (c->sched_name && c->sched_name[0])
         conf.sched_policy_name = c->sched_name;
     if (c->ncpus > 0)
-        conf.ncpus = c->ncpus;
+        conf.ncpus = cap_cpus(c);
+    cap_env_cpus(c);
     conf.ncuda = c->ncuda;
     conf.nopencl = 0;
 #ifndef STARPU_USE_CUDA

@@ -7,7 +7,9 @@
 struct sdp_rt_conf {
     const char *sched_name; /* StarPU stock policy name, or NULL/"" for the default */
     void *sched_policy;     /* a struct starpu_sched_policy * of ours, or NULL */
-    int ncpus;              /* CPU workers; 0 = all cores */
+    int ncpus;              /* CPU workers; 0 = all cores; more than the cores: capped, warned */
+    int rank_cpus;          /* CPU workers standing in for GPUs (CPU ranks), allowed beyond the
+                               cores as CUDA workers would be */
     int ncuda;              /* CUDA workers; 0 = none, -1 = all found */
     double gpu_memory_gib;  /* memory StarPU may use on each GPU; 0 = no limit */
     int require_cuda;       /* 1: fail unless the CUDA workers asked for start */

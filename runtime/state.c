@@ -358,6 +358,40 @@ static const struct sdp_st_tensor *find_checked(sdp_st_t *sf, const char *path,
     return t;
 }
 
+/* Index of the first NaN or Inf of x[0..n), or n.  Blocks are tested with an OR that vectorizes;
+ * only a bad block is searched element by element, so the check costs a fraction of the read. */
+static size_t first_nonfinite(const float *x, size_t n)
+{
+    for (size_t b = 0; b < n; b += 4096) {
+        size_t e = n - b < 4096 ? n : b + 4096;
+        int bad = 0;
+        for (size_t i = b; i < e; i++)
+            bad |= !isfinite(x[i]);
+        if (bad)
+            for (size_t i = b; i < e; i++)
+                if (!isfinite(x[i]))
+                    return i;
+    }
+    return n;
+}
+
+/* Read tensor t of d into dst, refusing NaN and Inf: found at step 1, they would read as the
+ * divergence of whatever layer they reach first.  @return 0 or a negative errno (logged). */
+static int read_finite(sdp_st_t *sf, const struct sdp_st_tensor *t, const struct sdp_param_desc *d,
+                       float *dst)
+{
+    size_t n = (size_t)d->rows * d->cols, bad;
+    int rc = sdp_st_read_f32(sf, t, dst, n);
+    if (rc || (bad = first_nonfinite(dst, n)) == n)
+        return rc;
+    rc = sdp_err(-EINVAL, "%s: tensor %s: element %zu (row %zu, column %zu) is %g",
+                 sdp_st_file_path(sf, t->file), d->hf_name, bad, bad / (size_t)d->cols,
+                 bad % (size_t)d->cols, dst[bad]);
+    sdp_hint("the weights hold NaN or Inf, so training cannot start from them: download or export "
+             "the model again, or start from a checkpoint before it diverged");
+    return rc;
+}
+
 /* Check every tensor of cfg (and, with st, read it into the masters). */
 static int visit_hf(const struct sdp_model_cfg *cfg, const char *path, struct sdp_state *st)
 {
@@ -376,9 +410,9 @@ static int visit_hf(const struct sdp_model_cfg *cfg, const char *path, struct sd
             }
             used++;
             if (st)
-                rc = sdp_st_read_f32(
-                    sf, t, (float *)sdp_rt_tensor_data(st->groups[g].master) + descs[i].offset,
-                    (size_t)descs[i].rows * descs[i].cols);
+                rc = read_finite(sf, t, &descs[i],
+                                 (float *)sdp_rt_tensor_data(st->groups[g].master) +
+                                     descs[i].offset);
         }
     }
     n = sdp_st_num_tensors(sf);

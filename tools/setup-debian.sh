@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Installs everything SlideDP needs on a Debian (bookworm or later) or Ubuntu machine:
 #   1. Debian packages (compiler, autotools, hwloc, OpenBLAS, jansson, libyaml, PCRE2, utf8proc,
-#      Python, clang-format, gnuplot, Slurm and munge for the Slurm test),
+#      Python, clang-format, gnuplot, Slurm and munge for the Slurm test: their daemons are left
+#      disabled at boot and stopped, since the test starts private ones of its own),
 #   2. a Python virtual environment with the reference packages (torch CPU, transformers, tokenizers),
 #      and with nvcc present the headers of cuDNN's C++ frontend (for the fused attention),
 #   3. StarPU 1.4.10 built from Debian's source tarball (with CUDA when nvcc is present),
@@ -21,7 +22,7 @@ with_cuda=auto
 
 usage()
 {
-    sed -n '3,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 while [ $# -gt 0 ]; do
@@ -55,8 +56,9 @@ if [ "$do_apt" = 1 ]; then
         sudo=""
         [ "$(id -u)" = 0 ] || sudo=sudo
         say "installing Debian packages: ${missing[*]}"
-        $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+        # slurm-wlm and munge are for the Slurm test, which runs daemons of its own: leave theirs
+        # disabled and stopped (Debian enables and starts them on install)
+        $sudo "$here/tools/apt-install-no-services.sh" "${missing[@]}"
     else
         say "Debian packages already installed"
     fi

@@ -22,3 +22,6 @@ EXTRA_DIST += tests/e2e/test_e2e_sft_masked.sh
 # the validation loss and the best model (test_e2e_val.sh)
 TESTS += tests/e2e/test_e2e_val.sh
 EXTRA_DIST += tests/e2e/test_e2e_val.sh
+# careless options and inputs: --cpus beyond the cores, NaN weights, absurd shapes, message forms
+TESTS += tests/e2e/test_e2e_careless.sh
+EXTRA_DIST += tests/e2e/test_e2e_careless.sh

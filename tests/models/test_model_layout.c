@@ -165,8 +165,8 @@ int main(void)
     struct {
         const char *what;
         struct sdp_model_cfg c;
-    } bad[8];
-    for (int i = 0; i < 8; i++)
+    } bad[11];
+    for (int i = 0; i < 11; i++)
         bad[i].c = ll;
     bad[0].what = "NH % NKV";
     bad[0].c.num_kv_heads = 5;
@@ -187,7 +187,16 @@ int main(void)
     bad[7].c.rope_low_freq_factor = 4;
     bad[7].c.rope_high_freq_factor = 1;
     bad[7].c.rope_original_max_pos = 8192;
-    for (int i = 0; i < 8; i++) {
+    /* absurd shapes: refused at once, the count taken in 128 bits (no size_t overflow) */
+    bad[8].what = "a million layers";
+    bad[8].c.num_layers = 1000000;
+    bad[9].what = "2^40 parameters in the layers";
+    bad[9].c.intermediate_size = 1 << 24;
+    bad[9].c.num_layers = 4096;
+    bad[10].what = "2^40 parameters in the embeddings";
+    bad[10].c.vocab_size = 1 << 24;
+    bad[10].c.hidden_size = 1 << 16;
+    for (int i = 0; i < 11; i++) {
         int rc = sdp_model_validate(&bad[i].c, why, sizeof(why));
         printf("invalid config (%s): rc %d, %s\n", bad[i].what, rc, why);
         CHECK(rc == -EINVAL && why[0], "%s accepted", bad[i].what);

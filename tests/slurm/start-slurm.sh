@@ -44,8 +44,8 @@ if ! have_all; then
     [ "${SDP_SLURM_INSTALL:-1}" != 0 ] || skip "slurm-wlm or munge is not installed (SDP_SLURM_INSTALL=0)"
     command -v apt-get > /dev/null 2>&1 || skip "slurm-wlm or munge is not installed, and there is no apt-get"
     echo "slurm: installing slurm-wlm and munge (log: $dir/apt.log)"
-    if ! { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y slurm-wlm munge; } \
-        > "$dir/apt.log" 2>&1; then
+    # Debian would enable and start the system's munge, slurmctld and slurmd: left disabled here
+    if ! "$here/../../tools/apt-install-no-services.sh" slurm-wlm munge > "$dir/apt.log" 2>&1; then
         tail -n 5 "$dir/apt.log"
         skip "apt-get install slurm-wlm munge failed"
     fi
