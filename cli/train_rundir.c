@@ -134,9 +134,14 @@ static int identity_check(const struct sdp_train *t, const char *path)
     model_identity(t->r, model, sizeof(model));
     fp = json_string_value(json_object_get(o, "fingerprint"));
     mod = json_string_value(json_object_get(o, "model"));
-    if (!fp || !mod)
+    if (!fp || !mod) {
         rc = sdp_err(-EINVAL, "%s is not a run record (line %d: %s)", path, jerr.line, jerr.text);
-    else if (strcmp(fp, t->fp) != 0)
+        sdp_hint("it is written when a run starts afresh: pass --force-new to move that run to "
+                 "%s/previous-N and start afresh, or remove the file to resume its checkpoints",
+                 t->r->output_dir);
+        json_decref(o);
+        return rc;
+    } else if (strcmp(fp, t->fp) != 0)
         rc = sdp_err(-EINVAL, "%s: the run directory belongs to a run with %s; %s has %s", path, fp,
                      t->r->file, t->fp);
     else if (strcmp(mod, model) != 0)
@@ -319,9 +324,14 @@ int sdp_train_rundir_open(struct sdp_train *t)
                  dir);
         return SDP_EXIT_USAGE;
     }
-    if (used)
-        return resume(t, record);
-    return identity_write(t, record) ? SDP_EXIT_FAILURE : SDP_EXIT_OK;
+    if (used ? resume(t, record) : identity_write(t, record))
+        return SDP_EXIT_FAILURE;
+    /* where the checkpoints go, found wrong now rather than at the first checkpoint */
+    if (sdp_mkdir_p(t->ckdir)) {
+        sdp_hint("%s must be a directory the run can write", t->ckdir);
+        return SDP_EXIT_FAILURE;
+    }
+    return SDP_EXIT_OK;
 }
 
 int sdp_train_rundir_finish(struct sdp_train *t)
