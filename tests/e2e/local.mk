@@ -16,3 +16,6 @@ EXTRA_DIST += tests/ref tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_poli
 # the run directory: one run, its lock, corrupt checkpoints
 TESTS += tests/e2e/test_e2e_rundir.sh
 EXTRA_DIST += tests/e2e/test_e2e_rundir.sh
+# the stop signals: SIGTERM, SIGINT, twice, before the first step
+TESTS += tests/e2e/test_e2e_signals.sh
+EXTRA_DIST += tests/e2e/test_e2e_signals.sh
