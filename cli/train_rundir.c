@@ -52,11 +52,13 @@ static void unlock_at_exit(void)
     lock_fd = -1;
 }
 
-/* Take RUN/train.lock (flock, exclusive, not waiting) and write our pid and command in it.
+/* Take RUN/train.lock (flock, exclusive, not waiting) and write our pid, host and command in it
+ * (where the file system cannot lock, warn and go on).
  * @return an exit status: 1 when another process holds it, naming its pid. */
-static int rundir_lock(const char *dir)
+static int rundir_lock(const char *dir, const char *recipe)
 {
-    char path[SDP_PATH_MAX + 16], other[256] = "", mine[128];
+    char path[SDP_PATH_MAX + 16], other[SDP_PATH_MAX + 256] = "", mine[SDP_PATH_MAX + 256];
+    char host[128] = "";
     ssize_t n;
     snprintf(path, sizeof(path), "%s/train.lock", dir);
     lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -72,6 +74,11 @@ static int rundir_lock(const char *dir)
         other[strcspn(other, "\n")] = '\0';
         close(lock_fd);
         lock_fd = -1;
+        if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) { /* some network file systems */
+            SDP_WARN("cannot lock %s (%s): a second run on %s would not be noticed", path,
+                     strerror(e), dir);
+            return SDP_EXIT_OK;
+        }
         if (e != EWOULDBLOCK)
             return sdp_err(-e, "cannot lock %s", path), SDP_EXIT_FAILURE;
         sdp_err(-EBUSY, "run directory %s is in use by another slidedp train (%s)", dir,
@@ -80,7 +87,10 @@ static int rundir_lock(const char *dir)
                  "another directory with --output");
         return SDP_EXIT_FAILURE;
     }
-    n = snprintf(mine, sizeof(mine), "pid %ld: slidedp train\n", (long)getpid());
+    gethostname(host, sizeof(host) - 1);
+    n = snprintf(mine, sizeof(mine), "pid %ld on %s: slidedp train %s\n", (long)getpid(), host,
+                 recipe);
+    n = n < (ssize_t)sizeof(mine) ? n : (ssize_t)sizeof(mine) - 1;
     if (ftruncate(lock_fd, 0) != 0 || pwrite(lock_fd, mine, (size_t)n, 0) != n)
         SDP_WARN("cannot write the pid into %s: %s", path, strerror(errno));
     atexit(unlock_at_exit);
@@ -305,7 +315,7 @@ int sdp_train_rundir_open(struct sdp_train *t)
         sdp_hint("output.dir (--output) names the run directory: a directory, created if missing");
         return SDP_EXIT_FAILURE;
     }
-    if (rundir_lock(dir))
+    if (rundir_lock(dir, r->file))
         return SDP_EXIT_FAILURE;
     snprintf(t->ckdir, sizeof(t->ckdir), "%s/checkpoints", dir);
     snprintf(record, sizeof(record), "%s/run.json", dir);
