@@ -26,15 +26,18 @@ static void fmt_duration(char *buf, size_t len, double s)
 
 static volatile sig_atomic_t stop_signal;
 
+/* write(2) of a constant: what a signal handler may do (its result cannot be acted on) */
+#define SAY(msg) (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1)
+
 static void on_signal(int sig)
 {
-    static const char msg[] = "\n[sdp][warn] second interrupt: exiting now, without a checkpoint\n";
     if (sig == SIGINT && stop_signal) {
-        if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0) {
-            /* nothing more to do in a signal handler */
-        }
+        SAY("\n[sdp][warn] second interrupt: exiting now, without a checkpoint\n");
         _exit(130);
     }
+    if (!stop_signal)
+        SAY("[sdp][info] stop requested: stopping at the end of this step (a second Ctrl-C "
+            "exits at once)\n");
     stop_signal = sig;
 }
 

@@ -46,7 +46,8 @@ env --default-signal=INT "$bin" train "$recipe" $args --output "$d" > "$tmp/j.ou
 pid=$!
 wait_for "$tmp/j.out" "^step 2/"
 kill -INT $pid
-sleep 0.05
+i=0
+while ! grep -q "stop requested" "$tmp/j.err" && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
 kill -INT $pid
 wait $pid
 st=$?
