@@ -3,8 +3,9 @@
 # --force-new) and changes nothing; --force-new moves the old run to RUN/previous-1; a rerun of a
 # finished run leaves it as it is; a recipe with fewer steps than the checkpoint is refused; every
 # checkpoint corrupt is refused (exit 1) instead of a silent restart, one corrupt of two resumes the
-# other; a second run on a locked directory is refused at once naming the first one's pid, and the
-# lock goes with the process (kill -9).  --print-plan creates no run directory.
+# other; a directory without run.json (earlier versions) resumes; a second run on a locked
+# directory is refused at once naming the first one's pid, and the lock goes with the process
+# (kill -9).  --print-plan creates no run directory.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 recipe=$top/tests/e2e/data/micro-qwen3.yaml
@@ -70,6 +71,14 @@ st=$?
     grep -q "resuming from .*step-00000001" "$tmp/c3.err" &&
     echo "one corrupt checkpoint of two: warned, the other resumed" ||
     bad "one corrupt checkpoint of two: exit $st, expected 0 resuming step 1" "$tmp/c3.err"
+
+# a run directory of an earlier version (no run.json) still resumes, and gets one
+rm -f "$c/run.json"
+"$bin" train "$recipe" $args --steps 3 --output "$c" 2> "$tmp/c4.err"
+st=$?
+[ $st -eq 0 ] && grep -q "resuming from .*step-00000002" "$tmp/c4.err" && [ -s "$c/run.json" ] &&
+    echo "no run.json (an earlier version): resumed, run.json written" ||
+    bad "no run.json: exit $st, expected 0 resuming step 2 and a new run.json" "$tmp/c4.err"
 
 # two runs on one directory: the second refused at once with the first one's pid; after kill -9
 # of the first, the lock is gone
