@@ -102,6 +102,7 @@ struct sdp_recipe {
     int embed_early; /* sdp_graph_conf.embed_early: 0 on (default), -1 off */
     int mlp_early;   /* sdp_graph_conf.mlp_early: 0 where it applies (default), 1 on, -1 off */
     int no_resume, quiet, verbose; /* train */
+    int force_new;                 /* train: move the run a run directory holds aside */
     int print_plan;                /* train: print the plan and exit */
     int warmup, barrier;           /* bench: untimed steps first, a barrier after each step */
     const char *trace, *events;    /* Chrome/Perfetto timeline, task event log ("" = none) */

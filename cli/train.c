@@ -31,9 +31,15 @@ static const char usage_head[] =
 
 static const char usage_tail[] =
     "\n"
-    "SIGUSR1 or SIGTERM: checkpoint at the next step boundary and exit 0; running the same\n"
-    "command again resumes.  Under Slurm, SLURM_JOB_ID names the default run directory\n"
-    "(runs/<recipe>-<job id>) and SLURM_CPUS_PER_TASK the CPU workers.\n"
+    "The run directory (output.dir, --output) holds one run: its checkpoints, final/, COMPLETE,\n"
+    "run.json and a lock (a second run on it is refused).  Running the same command again\n"
+    "resumes from the newest valid checkpoint; a finished run is left as it is.  --no-resume is\n"
+    "refused on a directory that holds a run; --force-new moves that run to DIR/previous-N.\n"
+    "\n"
+    "SIGUSR1, SIGTERM or SIGINT (Ctrl-C): checkpoint at the next step boundary and exit 0\n"
+    "(exit 1 without a run directory: nothing was saved); a second Ctrl-C exits at once (130).\n"
+    "Under Slurm, SLURM_JOB_ID names the default run directory (runs/<recipe>-<job id>) and\n"
+    "SLURM_CPUS_PER_TASK the CPU workers.\n"
     "\n"
     "exit status: 0 success, 1 runtime failure, 2 usage error\n";
 
@@ -112,6 +118,7 @@ static int start(struct sdp_train *t)
     if (sdp_rt_init(&rc_conf))
         return SDP_EXIT_FAILURE;
     t->started = 1;
+    sdp_train_install_signals(); /* over StarPU's SIGINT handler (STARPU_CATCH_SIGNALS) */
     if ((r->trace || r->events) && !r->print_plan && sdp_trace_start())
         return SDP_EXIT_FAILURE;
     t->grad_dt = sdp_recipe_grad_bf16(r, sdp_rt_ncuda() > 0) ? SDP_BF16 : SDP_F32;
@@ -245,8 +252,6 @@ static int run(struct sdp_train *t)
     double t0;
     int rc;
 
-    /* a stop request before the first step is honoured there (after a checkpoint of the state) */
-    sdp_train_install_signals();
     if ((rc = sdp_train_check(t)) != SDP_EXIT_OK ||
         (rc = sdp_train_rundir_open(t)) != SDP_EXIT_OK ||
         (rc = sdp_train_metrics_open(t)) != SDP_EXIT_OK)
@@ -302,6 +307,8 @@ int sdp_cli_train(int argc, char **argv)
     struct sdp_recipe r;
     int first, rc;
 
+    /* a stop request before the first step is honoured there (after a checkpoint of the state) */
+    sdp_train_install_signals();
     /* the flags are checked before the recipe is read, then applied over it */
     sdp_recipe_defaults(&r);
     rc = sdp_options_parse("train", SDP_CMD_TRAIN, argc, argv, &r, &first, usage_head, usage_tail);

@@ -99,8 +99,8 @@ int sdp_train_eval(struct sdp_train *t, int s, struct sdp_step_extra *x);
 void sdp_train_eval_close(struct sdp_train *t);
 
 /* cli/train_loop.c */
-/** Install the stop signals (SIGUSR1, SIGTERM): the loop checkpoints and stops at a step boundary.
- */
+/** Install the stop signals (SIGUSR1, SIGTERM, SIGINT): the loop checkpoints and stops at a step
+ * boundary; a second SIGINT exits at once. */
 void sdp_train_install_signals(void);
 /** The steps from t->first to the recipe's last.  @return an exit status. */
 int sdp_train_steps(struct sdp_train *t);

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/sdp_log.h"
 #include "cli/cli.h"
@@ -25,21 +26,59 @@ static void fmt_duration(char *buf, size_t len, double s)
 
 static volatile sig_atomic_t stop_signal;
 
+/* write(2) of a constant: what a signal handler may do (its result cannot be acted on) */
+#define SAY(msg) (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1)
+
 static void on_signal(int sig)
 {
+    if (sig == SIGINT && stop_signal) {
+        SAY("\n[sdp][warn] second interrupt: exiting now, without a checkpoint\n");
+        _exit(130);
+    }
+    if (!stop_signal)
+        SAY("[sdp][info] stop requested: stopping at the end of this step (a second Ctrl-C "
+            "exits at once)\n");
     stop_signal = sig;
 }
 
-/* SIGUSR1 (Slurm's warning before the time limit) and SIGTERM (preemption, scancel): finish the
- * step, checkpoint, exit. */
+/* SIGUSR1 (Slurm's warning before the time limit), SIGTERM (preemption, scancel) and SIGINT
+ * (Ctrl-C): finish the step, checkpoint, exit.  A second SIGINT exits at once (130); the
+ * checkpoint being written then stays a temporary, never a damaged checkpoint.  An ignored SIGINT
+ * stays ignored.  Called again after starpu_init, whose SIGINT handler (STARPU_CATCH_SIGNALS)
+ * would otherwise come first. */
 void sdp_train_install_signals(void)
 {
-    struct sigaction sa;
+    static int first = 1, int_ignored;
+    struct sigaction sa, old;
+    if (first && sigaction(SIGINT, NULL, &old) == 0) /* nohup, or `cmd &` in a script */
+        int_ignored = old.sa_handler == SIG_IGN;
+    first = 0;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    if (int_ignored)
+        sa.sa_handler = SIG_IGN;
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* The run stops at a signal after step `done` (the steps done): with a run directory the
+ * checkpoint of that step is saved and a rerun resumes (exit 0); without one nothing was saved
+ * and the exit status says so (1). */
+static int stopped(struct sdp_train *t, int done)
+{
+    t->stopped = 1;
+    if (t->ckdir[0]) {
+        SDP_INFO("stopped by signal %d at step %d of %d; resume by running the same command",
+                 (int)stop_signal, done, t->r->steps);
+        return SDP_EXIT_OK;
+    }
+    sdp_err(-EINTR, "stopped by signal %d at step %d of %d: nothing was saved", (int)stop_signal,
+            done, t->r->steps);
+    sdp_hint("name a run directory (output.dir, --output) for a checkpoint at a stop signal");
+    return SDP_EXIT_FAILURE;
 }
 
 /* The next batch with a target into ids/targets: a batch whose every target is masked (-100: a
@@ -162,6 +201,13 @@ int sdp_train_steps(struct sdp_train *t)
 
     sdp_train_eval_resume(t);
     t0 = t_prev = sdp_cli_now_s();
+    if (stop_signal) { /* before the first step: the state as it starts (a resume's is saved) */
+        pos[0] = t->data.epoch;
+        pos[1] = t->data.index;
+        if (t->ckdir[0] && !t->resuming && checkpoint(t, t->first - 1, pos, t->last_loss))
+            return SDP_EXIT_FAILURE;
+        return stopped(t, t->first);
+    }
     for (int s = t->first; s < r->steps && rc == SDP_EXIT_OK; s++) {
         struct sdp_step_result res;
         struct sdp_step_extra x = { 0 };
@@ -195,12 +241,8 @@ int sdp_train_steps(struct sdp_train *t)
         if (t->ckdir[0] && (stop || s + 1 == r->steps ||
                             (r->checkpoint_every > 0 && (s + 1) % r->checkpoint_every == 0)))
             rc = checkpoint(t, s, pos, res.loss);
-        if (stop && rc == SDP_EXIT_OK) {
-            SDP_INFO("stopped by signal %d at step %d; resume by running the same command",
-                     (int)stop_signal, s + 1);
-            t->stopped = 1;
-            break;
-        }
+        if (stop && rc == SDP_EXIT_OK)
+            return stopped(t, s + 1);
     }
     if (t->skipped_total > 0)
         SDP_WARN("%lld batch(es) without a target passed over in this run (skipped_batches in the "

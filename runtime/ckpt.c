@@ -138,10 +138,19 @@ int sdp_ckpt_latest(const char *dir, char *path_out, size_t len)
                 break;
             }
         }
-        SDP_WARN("skipping checkpoint %s: it failed validation (above); trying an older one", path);
+        SDP_WARN("skipping checkpoint %s: it failed validation (above)%s", path,
+                 i + 1 < n ? "; trying an older one" : "");
     }
     free(steps);
     return rc;
+}
+
+int sdp_ckpt_count(const char *dir)
+{
+    long *steps = NULL;
+    int n = 0, rc = sdp_ckpt_list_steps(dir, &steps, &n);
+    free(steps);
+    return rc == -ENOENT ? 0 : rc ? rc : n;
 }
 
 int sdp_ckpt_load(const char *path, struct sdp_state *st, struct sdp_ckpt_info *info_out)

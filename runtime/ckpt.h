@@ -54,6 +54,11 @@ int sdp_ckpt_save(const char *dir, struct sdp_state *st, const struct sdp_ckpt_i
  * may expect it), -ENAMETOOLONG, -ENOMEM */
 int sdp_ckpt_latest(const char *dir, char *path_out, size_t len);
 
+/** The number of checkpoint files of dir (step-*.sdpckpt, valid or not; temporaries not counted):
+ * with sdp_ckpt_latest, it tells "no checkpoint" from "every checkpoint corrupt".
+ * @return the count (0 when dir is missing), or -ENOMEM (logged) */
+int sdp_ckpt_count(const char *dir);
+
 /** Validate the header of a checkpoint (magic, version, header crc, JSON, tensor table against the
  * model and the file size) without reading the tensor data.
  * @param[out] cfg_out  model configuration (may be NULL)

@@ -25,3 +25,9 @@ EXTRA_DIST += tests/e2e/test_e2e_val.sh
 # careless options and inputs: --cpus beyond the cores, NaN weights, absurd shapes, message forms
 TESTS += tests/e2e/test_e2e_careless.sh
 EXTRA_DIST += tests/e2e/test_e2e_careless.sh
+# the run directory: one run, its lock, corrupt checkpoints
+TESTS += tests/e2e/test_e2e_rundir.sh
+EXTRA_DIST += tests/e2e/test_e2e_rundir.sh
+# the stop signals: SIGTERM, SIGINT, twice, before the first step
+TESTS += tests/e2e/test_e2e_signals.sh
+EXTRA_DIST += tests/e2e/test_e2e_signals.sh
