@@ -33,6 +33,9 @@ static const char usage_tail[] =
     "command again resumes.  Under Slurm, SLURM_JOB_ID names the default run directory\n"
     "(runs/<recipe>-<job id>) and SLURM_CPUS_PER_TASK the CPU workers.\n"
     "\n"
+    "Every output (the metrics, --trace and --events files, the run directory) is checked\n"
+    "against the inputs and for being writable before the run starts (exit 2 if not).\n"
+    "\n"
     "exit status: 0 success, 1 runtime failure, 2 usage error\n";
 
 /* The run's plan: the knobs of gc (sdp_plan_init), then the recipe's plan: rows in order, checked
@@ -227,6 +230,7 @@ static void train_free(struct sdp_train *t)
         sdp_tasks_shutdown();
         sdp_rt_shutdown();
     }
+    sdp_train_metrics_commit(t, 0); /* never committed: the old metrics file stays */
     if (t->mf)
         fclose(t->mf);
     free(t->ids);

@@ -135,6 +135,8 @@ int sdp_train_check(struct sdp_train *t)
     }
     if (sdp_recipe_validate(r))
         return SDP_EXIT_USAGE;
+    if ((rc = sdp_train_check_paths(t)) != SDP_EXIT_OK)
+        return rc;
     t->routes = calloc((size_t)sdp_model_num_groups(&r->model), 1);
     if (!t->routes)
         return SDP_EXIT_FAILURE;
@@ -162,6 +164,9 @@ int sdp_train_check(struct sdp_train *t)
         sdp_hint("tokenize the data with the model's tokenizer");
         return SDP_EXIT_FAILURE;
     }
+    if (t->data.shard.vocab_size == 0 &&
+        sdp_data_check_vocab(&t->data, r->data_train, (uint32_t)r->model.vocab_size))
+        return SDP_EXIT_FAILURE;
     t->work_dt = r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32;
     /* the return as far as it is known before StarPU starts (resolved again once it has) */
     t->grad_dt = sdp_recipe_grad_bf16(r, sdp_cli_may_use_gpu(r->gpus)) ? SDP_BF16 : SDP_F32;

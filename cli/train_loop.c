@@ -144,6 +144,9 @@ int sdp_train_steps(struct sdp_train *t)
         if (t->ckdir[0] && (stop || s + 1 == r->steps ||
                             (r->checkpoint_every > 0 && (s + 1) % r->checkpoint_every == 0)))
             rc = checkpoint(t, s, pos, res.loss);
+        /* the metrics file in place once it matches a checkpoint, or the run's end */
+        if (rc == SDP_EXIT_OK && (t->info.step == s + 1 || stop || s + 1 == r->steps))
+            rc = sdp_train_metrics_commit(t, 1);
         if (stop && rc == SDP_EXIT_OK) {
             SDP_INFO("stopped by signal %d at step %d; resume by running the same command",
                      (int)stop_signal, s + 1);
