@@ -201,6 +201,11 @@ static int check_writable(const struct sdp_path_role *o, const char *c, int new)
             sdp_hint("name a file inside it, or another file");
             return -EISDIR;
         }
+        if (!isdir && !S_ISREG(sb.st_mode)) { /* a device or a pipe would be replaced */
+            sdp_err(-EINVAL, "%s %s is not a regular file", o->what, o->path);
+            sdp_hint("outputs are written to a temporary and renamed: name a regular file");
+            return -EINVAL;
+        }
         if (isdir && !S_ISDIR(sb.st_mode)) {
             sdp_err(-ENOTDIR, "%s %s exists and is not a directory", o->what, o->path);
             sdp_hint("name a directory, or a path that does not exist yet");
@@ -235,6 +240,8 @@ static int check_pair(const struct sdp_path_role *o, const char *co, const struc
 {
     const char *how = NULL;
     struct stat sb;
+    if (o->kind == SDP_PATH_DIR)
+        return 0; /* written into, not over: what it will hold is listed on its own */
     if (same_file(o->path, co, p->path, cp))
         how = "is the same file as";
     else if (o->kind == SDP_PATH_DIR_ALL && lies_in(cp, co))
