@@ -195,9 +195,9 @@ static int check_writable(const struct sdp_path_role *o, const char *c, int new)
     char dir[PATH_MAX];
     struct stat sb;
     int isdir = o->kind != SDP_PATH_FILE;
-    if (stat(o->path, &sb) == 0) {
-        if (!isdir && S_ISDIR(sb.st_mode)) {
-            sdp_err(-EISDIR, "%s %s is a directory", o->what, o->path);
+    if (stat(o->path, &sb) == 0 || (!isdir && o->path[strlen(o->path) - 1] == '/')) {
+        if (!isdir && (o->path[strlen(o->path) - 1] == '/' || S_ISDIR(sb.st_mode))) {
+            sdp_err(-EISDIR, "%s %s names a directory", o->what, o->path);
             sdp_hint("name a file inside it, or another file");
             return -EISDIR;
         }
