@@ -13,3 +13,6 @@ TESTS += tests/ref/check_refs.py tests/e2e/test_e2e_train_tiny.sh tests/e2e/test
 	tests/e2e/test_e2e_bad_input.sh
 EXTRA_DIST += tests/ref tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_policies.sh tests/e2e/test_e2e_resume.sh tests/e2e/test_e2e_nan.sh \
 	tests/e2e/test_e2e_bad_input.sh tests/e2e/data
+# outputs against inputs (train, tokenize, export)
+TESTS += tests/e2e/test_e2e_paths.sh
+EXTRA_DIST += tests/e2e/test_e2e_paths.sh
