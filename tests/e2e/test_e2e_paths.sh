@@ -4,7 +4,8 @@
 # paths) an output that is one of their inputs (by name, symlink or hard link) or replaces one, an
 # output they could not write (a directory, a missing directory) before any work, and change
 # nothing on disk; a data file whose header gives no vocabulary is scanned up front; a run that
-# fails keeps the old metrics file; export refuses a used directory without --force.
+# fails keeps the old metrics file; export refuses a used directory without --force; plot's PNG
+# may not replace its metrics file.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 w=$tmp/w # what the refused commands must leave as it is
@@ -88,6 +89,8 @@ expect 2 "output file .*vocab.json would replace a file of the tokenizer" -- "$b
 sed -e 's/lr: 1.0e-2/lr: 1.0e+30/' -e 's/max_grad_norm: 1.0/max_grad_norm: 0/' -e 's/steps: 1/steps: 4/' "$w/r.yaml" > "$w/nan.yaml"
 echo '{"step": 1, "loss": 1.0}' > "$w/old.jsonl"
 expect 1 "diverged" -- "$bin" train "$w/nan.yaml" --metrics "$w/old.jsonl"
+# plot: its PNG over the metrics file it reads
+expect 2 "output file .*old.jsonl $same the metrics file" -- "$bin" plot "$w/old.jsonl" -o "$w/old.jsonl"
 
 # class 8b: export into a used directory needs --force; never into its own checkpoint directory
 "$bin" train "$w/r.yaml" -q --output "$tmp/run" 2> "$tmp.err" || { cat "$tmp.err"; fail=1; }
