@@ -17,6 +17,7 @@
 #include "graph/step.h"
 #include "policies/sdp_policies.h"
 #include "cli/cli.h"
+#include "base/fsutil.h"
 #include "cli/options.h"
 #include "formats/hfconfig.h"
 #include "runtime/init.h"
@@ -93,6 +94,15 @@ static int run(const struct bench_opts *b)
             return SDP_EXIT_USAGE;
         }
         if (sdp_hfconfig_load(b->model, &cfg)) /* names the file and the field */
+            return SDP_EXIT_USAGE;
+    }
+    { /* the files written after the last step, checked before the first */
+        const struct sdp_path_role in[] = { { access(b->model, F_OK) == 0 ? b->model : NULL,
+                                              "the model", SDP_PATH_FILE } };
+        const struct sdp_path_role out[] = { { b->trace, "the --trace file", SDP_PATH_FILE },
+                                             { b->events, "the --events file", SDP_PATH_FILE },
+                                             { b->mem_log, "the --mem-log file", SDP_PATH_FILE } };
+        if (sdp_paths_check(out, 3, in, 1))
             return SDP_EXIT_USAGE;
     }
     if (b->batch % b->micro != 0) {
