@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* `slidedp train`: the metrics file, one JSON object per step (docs/recipes-and-options.md), and
  * the check of every path the run writes against what it reads, made before StarPU starts.  A fresh
- * metrics file is written as FILE.tmp and renamed over FILE at the first checkpoint (or at the
- * end), so a run that fails before leaves the old file.  Tests: tests/e2e/test_e2e_paths.sh. */
+ * metrics file is written as FILE.tmp and renamed over FILE just before the first checkpoint (or at
+ * the end), so a run that fails before leaves the old file.  Tests: tests/e2e/test_e2e_paths.sh. */
 #include "config.h"
 
 #include <errno.h>
