@@ -175,12 +175,17 @@ static void progress(struct run *r, int final)
 /* Write the pending ids of a text-format run. */
 static int flush_text(struct run *r)
 {
+    errno = 0;
     for (size_t i = 0; i < r->n; i++)
         fprintf(r->text_out, i ? " %u" : "%u", r->ids[i]);
     fputc('\n', r->text_out);
     r->n = 0;
-    if (ferror(r->text_out))
-        return sdp_err(-EIO, "tokenize: writing %s", r->o->output);
+    if (ferror(r->text_out)) { /* errno is the failed write's: ENOSPC on a full disk */
+        int rc = sdp_err(errno ? -errno : -EIO, "tokenize: writing %s", r->o->output);
+        if (strcmp(r->o->output, "-"))
+            sdp_hint("the previous %s, if any, is untouched", r->o->output);
+        return rc;
+    }
     return 0;
 }
 
