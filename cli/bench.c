@@ -103,7 +103,7 @@ static int run(const struct bench_opts *b)
                                              { b->events, "the --events file", SDP_PATH_FILE },
                                              { b->mem_log, "the --mem-log file", SDP_PATH_FILE } };
         if (sdp_paths_check(out, 3, in, 1))
-            return SDP_EXIT_USAGE;
+            return SDP_EXIT_FAILURE; /* as an unwritable --mem-log always was */
     }
     if (b->batch % b->micro != 0) {
         sdp_err(-EINVAL, "--batch %d is not a multiple of --micro %d", b->batch, b->micro);
