@@ -17,6 +17,7 @@
 #include "graph/step.h"
 #include "policies/sdp_policies.h"
 #include "cli/cli.h"
+#include "base/fsutil.h"
 #include "cli/options.h"
 #include "formats/hfconfig.h"
 #include "runtime/init.h"
@@ -94,6 +95,15 @@ static int run(const struct bench_opts *b)
         }
         if (sdp_hfconfig_load(b->model, &cfg)) /* names the file and the field */
             return SDP_EXIT_USAGE;
+    }
+    { /* the files written after the last step, checked before the first */
+        const struct sdp_path_role in[] = { { access(b->model, F_OK) == 0 ? b->model : NULL,
+                                              "the model", SDP_PATH_FILE } };
+        const struct sdp_path_role out[] = { { b->trace, "the --trace file", SDP_PATH_FILE },
+                                             { b->events, "the --events file", SDP_PATH_FILE },
+                                             { b->mem_log, "the --mem-log file", SDP_PATH_FILE } };
+        if (sdp_paths_check(out, 3, in, 1))
+            return SDP_EXIT_FAILURE; /* as an unwritable --mem-log always was */
     }
     if (b->batch % b->micro != 0) {
         sdp_err(-EINVAL, "--batch %d is not a multiple of --micro %d", b->batch, b->micro);

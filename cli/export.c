@@ -5,6 +5,7 @@
  * checkpoint.  Tests: the e2e export test compares logits with transformers. */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -37,12 +38,14 @@ static void usage(FILE *f)
             "\n"
             "Write the model weights of a checkpoint as a Hugging Face directory (config.json and\n"
             "model.safetensors, sharded above 5 GiB).  CKPT is a .sdpckpt file, or a checkpoint\n"
-            "directory, whose newest valid checkpoint is exported.\n"
+            "directory, whose newest valid checkpoint is exported.  OUTDIR must be new or empty\n"
+            "(--force: replace the files there), and may not be or hold CKPT or the tokenizer.\n"
             "\n"
             "options:\n"
             "  --dtype D          float32 (default) or bfloat16\n"
             "  --tokenizer DIR    copy the tokenizer files of DIR (tokenizer.json and\n"
             "                     tokenizer_config.json, or vocab.json and merges.txt, ...)\n"
+            "  --force            write into OUTDIR even if it holds files (an earlier export)\n"
             "  -v, --verbose      debug logging\n"
             "  -h, --help         this text\n"
             "\n"
@@ -117,6 +120,30 @@ static int copy_tokenizer(const char *from, const char *outdir)
     return 0;
 }
 
+/* OUTDIR against the inputs, and new or empty unless --force.  @return an exit status. */
+static int check_outdir(const char *ckpt, const char *outdir, const char *tokenizer, int force)
+{
+    const struct sdp_path_role in[] = { { ckpt, "the checkpoint", SDP_PATH_FILE },
+                                        { tokenizer, "the tokenizer directory", SDP_PATH_DIR } };
+    const struct sdp_path_role out[] = { { outdir, "the output directory", SDP_PATH_DIR_ALL } };
+    DIR *d;
+    struct dirent *e;
+    int used = 0;
+    if (sdp_paths_check(out, 1, in, 2))
+        return SDP_EXIT_USAGE;
+    if (force || !(d = opendir(outdir)))
+        return SDP_EXIT_OK; /* missing: created by the export */
+    while (!used && (e = readdir(d)))
+        used = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    if (!used)
+        return SDP_EXIT_OK;
+    fprintf(stderr, "slidedp export: %s exists and holds files; the export would replace them\n",
+            outdir);
+    fprintf(stderr, "hint: pass --force to replace them, or name a new directory\n");
+    return SDP_EXIT_USAGE;
+}
+
 /* The tokenizer directory must hold a complete tokenizer (checked before any heavy work). */
 static int check_tokenizer(const char *dir)
 {
@@ -180,14 +207,12 @@ static int run(const char *ckpt, const char *outdir, const char *dtype, const ch
 int sdp_cli_export(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        { "dtype", required_argument, NULL, 'd' },
-        { "tokenizer", required_argument, NULL, 't' },
-        { "verbose", no_argument, NULL, 'v' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        { "dtype", required_argument, NULL, 'd' }, { "tokenizer", required_argument, NULL, 't' },
+        { "force", no_argument, NULL, 'f' },       { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },        { NULL, 0, NULL, 0 },
     };
     const char *dtype = "float32", *tokenizer = NULL;
-    int opt;
+    int opt, force = 0;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
         switch (opt) {
@@ -196,6 +221,9 @@ int sdp_cli_export(int argc, char **argv)
             break;
         case 't':
             tokenizer = optarg;
+            break;
+        case 'f':
+            force = 1;
             break;
         case 'v':
             sdp_log_verbosity = SDP_LOG_DEBUG;
@@ -218,6 +246,8 @@ int sdp_cli_export(int argc, char **argv)
         return SDP_EXIT_USAGE;
     }
     if (tokenizer && check_tokenizer(tokenizer) != 0)
+        return SDP_EXIT_USAGE;
+    if (check_outdir(argv[optind], argv[optind + 1], tokenizer, force))
         return SDP_EXIT_USAGE;
     return run(argv[optind], argv[optind + 1], dtype, tokenizer);
 }

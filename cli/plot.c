@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "base/fsutil.h"
 #include "base/sdp_log.h"
 #include "base/env.h"
 
@@ -298,6 +299,12 @@ int sdp_cli_plot(int argc, char **argv)
         return SDP_EXIT_USAGE;
     }
     path = argv[optind];
+    {
+        const struct sdp_path_role in[] = { { path, "the metrics file", SDP_PATH_FILE } };
+        const struct sdp_path_role png[] = { { out, "the --output file", SDP_PATH_FILE } };
+        if (sdp_paths_check(png, 1, in, 1))
+            return SDP_EXIT_USAGE;
+    }
     rc = read_metrics(path, &s);
     if (rc) {
         free(s.p);

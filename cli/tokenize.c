@@ -9,16 +9,20 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "text/chat.h"
 #include "cli/cli.h"
+#include "base/fsutil.h"
 #include "base/sdp_log.h"
 #include "formats/shard.h"
 #include "text/tokenizer.h"
@@ -171,12 +175,17 @@ static void progress(struct run *r, int final)
 /* Write the pending ids of a text-format run. */
 static int flush_text(struct run *r)
 {
+    errno = 0;
     for (size_t i = 0; i < r->n; i++)
         fprintf(r->text_out, i ? " %u" : "%u", r->ids[i]);
     fputc('\n', r->text_out);
     r->n = 0;
-    if (ferror(r->text_out))
-        return sdp_err(-EIO, "tokenize: writing %s", r->o->output);
+    if (ferror(r->text_out)) { /* errno is the failed write's: ENOSPC on a full disk */
+        int rc = sdp_err(errno ? -errno : -EIO, "tokenize: writing %s", r->o->output);
+        if (strcmp(r->o->output, "-"))
+            sdp_hint("the previous %s, if any, is untouched", r->o->output);
+        return rc;
+    }
     return 0;
 }
 
@@ -487,10 +496,24 @@ int sdp_cli_tokenize(int argc, char **argv)
 {
     struct opts o;
     struct run r = { .o = &o, .eos_id = -1 };
+    char tmp[PATH_MAX + 8];
+    const char *what = NULL;
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? SDP_EXIT_OK : rc;
 
+    if (strcmp(o.output, "-")) {
+        struct stat sb;
+        const struct sdp_path_role in[] = {
+            { o.input, "the --input file", SDP_PATH_FILE },
+            { o.tokenizer, "the tokenizer",
+              stat(o.tokenizer, &sb) == 0 && S_ISDIR(sb.st_mode) ? SDP_PATH_DIR : SDP_PATH_FILE },
+        };
+        const struct sdp_path_role out[] = { { o.output, "the --output file", SDP_PATH_FILE } };
+        if (sdp_paths_check(out, 1, in, 2))
+            return SDP_EXIT_USAGE;
+        snprintf(tmp, sizeof(tmp), "%s.tmp", o.output);
+    }
     if (sdp_tok_load(o.tokenizer, &r.tok))
         return SDP_EXIT_FAILURE;
     if (o.eos && !strcmp(o.eos, "none")) {
@@ -512,9 +535,9 @@ int sdp_cli_tokenize(int argc, char **argv)
     }
 
     if (o.text_format) {
-        r.text_out = strcmp(o.output, "-") ? fopen(o.output, "w") : stdout;
+        r.text_out = strcmp(o.output, "-") ? fopen(tmp, "w") : stdout;
         if (!r.text_out) {
-            rc = sdp_err(-errno, "tokenize: cannot create %s", o.output);
+            rc = sdp_err(-errno, "tokenize: cannot create %s", tmp);
             goto out;
         }
     }
@@ -542,8 +565,12 @@ int sdp_cli_tokenize(int argc, char **argv)
                  "(assistant replies)",
                  r.n_trained, r.n_tokens, 100.0 * (double)r.n_trained / (double)r.n_tokens);
 out:
-    if (r.text_out && r.text_out != stdout && fclose(r.text_out) && !rc)
-        rc = sdp_err(-errno, "tokenize: writing %s", o.output);
+    if (r.text_out && r.text_out != stdout && rc) {
+        fclose(r.text_out); /* the old output stays */
+        unlink(tmp);
+    } else if (r.text_out && r.text_out != stdout &&
+               (rc = sdp_file_commit(r.text_out, tmp, o.output, &what)) != 0)
+        rc = sdp_err(rc, "tokenize: writing %s: %s", o.output, what);
     else if (r.text_out == stdout && fflush(stdout) && !rc)
         rc = sdp_err(-EIO, "tokenize: writing stdout");
     free(r.ids);

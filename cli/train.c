@@ -41,6 +41,9 @@ static const char usage_tail[] =
     "Under Slurm, SLURM_JOB_ID names the default run directory (runs/<recipe>-<job id>) and\n"
     "SLURM_CPUS_PER_TASK the CPU workers.\n"
     "\n"
+    "Every output (the metrics, --trace and --events files, the run directory) is checked\n"
+    "against the inputs and for being writable before the run starts (exit 2 if not).\n"
+    "\n"
     "exit status: 0 success, 1 runtime failure, 2 usage error\n";
 
 /* The run's plan: the knobs of gc (sdp_plan_init), then the recipe's plan: rows in order, checked
@@ -292,6 +295,7 @@ static void train_free(struct sdp_train *t)
         sdp_tasks_shutdown();
         sdp_rt_shutdown();
     }
+    sdp_train_metrics_commit(t, 0); /* never committed: the old metrics file stays */
     if (t->mf)
         fclose(t->mf);
     free(t->ids);

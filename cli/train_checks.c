@@ -144,6 +144,8 @@ int sdp_train_check(struct sdp_train *t)
     else if (r->tokenizer[0] &&
              sdp_hfdir_check_tokenizer(r->tokenizer, "model.tokenizer", &r->model))
         return SDP_EXIT_USAGE;
+    if ((rc = sdp_train_check_paths(t)) != SDP_EXIT_OK)
+        return rc;
     t->routes = calloc((size_t)sdp_model_num_groups(&r->model), 1);
     if (!t->routes)
         return SDP_EXIT_FAILURE;
@@ -171,6 +173,9 @@ int sdp_train_check(struct sdp_train *t)
         sdp_hint("tokenize the data with the model's tokenizer");
         return SDP_EXIT_FAILURE;
     }
+    if (t->data.shard.vocab_size == 0 &&
+        sdp_data_check_vocab(&t->data, r->data_train, (uint32_t)r->model.vocab_size))
+        return SDP_EXIT_FAILURE;
     if (sdp_train_check_targets(t, &t->data, "data.train") || sdp_train_eval_open(t))
         return SDP_EXIT_FAILURE;
     t->work_dt = r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32;

@@ -76,6 +76,11 @@ int sdp_train_rundir_finish(struct sdp_train *t);
 /** Open the metrics file (a resumed run drops the lines after its checkpoint and appends).
  * @return an exit status. */
 int sdp_train_metrics_open(struct sdp_train *t);
+/** Move a fresh metrics file from FILE.tmp over FILE (ok: at a checkpoint and at the end), or drop
+ * the temporary (!ok: a failed run leaves the old FILE).  @return an exit status. */
+int sdp_train_metrics_commit(struct sdp_train *t, int ok);
+/** Every path the run writes against every path it reads, and writable (exit 2 if not). */
+int sdp_train_check_paths(const struct sdp_train *t);
 /** The metrics line of step (0-based) with its result.  @return 0 or -errno. */
 int sdp_train_metrics_write(FILE *mf, int step, const struct sdp_step_result *r, double lr,
                             double step_s, double elapsed, const struct sdp_step_extra *x);

@@ -164,6 +164,9 @@ static int check_finite(const struct sdp_train *t, int s, const struct sdp_step_
 static int checkpoint(struct sdp_train *t, int s, const uint64_t pos[2], double loss)
 {
     const struct sdp_recipe *r = t->r;
+    /* the metrics file in place first: a resume from an older checkpoint trims it */
+    if (sdp_train_metrics_commit(t, 1))
+        return SDP_EXIT_FAILURE;
     memset(&t->info, 0, sizeof(t->info));
     t->info.step = s + 1;
     t->info.data_epoch = pos[0];
@@ -241,6 +244,9 @@ int sdp_train_steps(struct sdp_train *t)
         if (t->ckdir[0] && (stop || s + 1 == r->steps ||
                             (r->checkpoint_every > 0 && (s + 1) % r->checkpoint_every == 0)))
             rc = checkpoint(t, s, pos, res.loss);
+        /* without a run directory, the metrics file is in place at the end (or the stop) */
+        if (rc == SDP_EXIT_OK && !t->ckdir[0] && (stop || s + 1 == r->steps))
+            rc = sdp_train_metrics_commit(t, 1);
         if (stop && rc == SDP_EXIT_OK)
             return stopped(t, s + 1);
     }

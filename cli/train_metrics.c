@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* `slidedp train`: the metrics file, one JSON object per step (docs/recipes-and-options.md). */
+/* `slidedp train`: the metrics file, one JSON object per step (docs/recipes-and-options.md), and
+ * the check of every path the run writes against what it reads, made before StarPU starts.  A fresh
+ * metrics file is written as FILE.tmp and renamed over FILE just before the first checkpoint (or at
+ * the end), so a run that fails before leaves the old file.  Tests: tests/e2e/test_e2e_paths.sh. */
 #include "config.h"
 
 #include <errno.h>
@@ -7,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/fsutil.h"
 #include "base/sdp_log.h"
@@ -46,6 +50,45 @@ static int trim_metrics(const char *path, int last_step)
     return rc;
 }
 
+/* FILE.tmp of a fresh metrics file until its first commit ("" once renamed or when appending);
+ * one run per process. */
+static char metrics_tmp[SDP_PATH_MAX + 8];
+
+int sdp_train_check_paths(const struct sdp_train *t)
+{
+    const struct sdp_recipe *r = t->r;
+    char ck[SDP_PATH_MAX + 16], fin[SDP_PATH_MAX + 16], done[SDP_PATH_MAX + 16],
+        best[SDP_PATH_MAX + 16];
+    int run = r->output_dir[0] != '\0';
+    snprintf(ck, sizeof(ck), "%s/checkpoints", r->output_dir);
+    snprintf(fin, sizeof(fin), "%s/final", r->output_dir);
+    snprintf(done, sizeof(done), "%s/COMPLETE", r->output_dir);
+    snprintf(best, sizeof(best), "%s/best", r->output_dir);
+    const struct sdp_path_role in[] = {
+        { r->file, "the recipe", SDP_PATH_FILE },
+        { r->model_path, "the model directory", SDP_PATH_DIR },
+        { r->tokenizer, "the tokenizer directory", SDP_PATH_DIR },
+        { r->data_train, "the data file", SDP_PATH_FILE },
+        { r->data_val, "the validation data file", SDP_PATH_FILE },
+    };
+    const struct sdp_path_role out[] = {
+        { r->metrics, "the metrics file", SDP_PATH_FILE },
+        { r->trace, "the --trace file", SDP_PATH_FILE },
+        { r->events, "the --events file", SDP_PATH_FILE },
+        { run ? r->output_dir : NULL, "the run directory", SDP_PATH_DIR },
+        { run ? ck : NULL, "the run's checkpoint directory", SDP_PATH_DIR_ALL },
+        { run ? fin : NULL, "the run's final directory", SDP_PATH_DIR_ALL },
+        { run ? done : NULL, "the run's COMPLETE marker", SDP_PATH_FILE },
+        { run && r->save_best ? best : NULL, "the run's best directory", SDP_PATH_DIR_ALL },
+    };
+    if (r->print_plan)
+        return SDP_EXIT_OK; /* writes nothing */
+    return sdp_paths_check(out, (int)(sizeof(out) / sizeof(out[0])), in,
+                           (int)(sizeof(in) / sizeof(in[0])))
+               ? SDP_EXIT_USAGE
+               : SDP_EXIT_OK;
+}
+
 int sdp_train_metrics_open(struct sdp_train *t)
 {
     const struct sdp_recipe *r = t->r;
@@ -54,12 +97,37 @@ int sdp_train_metrics_open(struct sdp_train *t)
         const char *path = r->metrics;
         if (t->resuming && trim_metrics(path, t->info.step))
             return SDP_EXIT_FAILURE;
-        t->mf = fopen(path, t->resuming ? "a" : "w");
+        metrics_tmp[0] = '\0';
+        if (!t->resuming)
+            snprintf(metrics_tmp, sizeof(metrics_tmp), "%s.tmp", path);
+        t->mf = fopen(t->resuming ? path : metrics_tmp, t->resuming ? "a" : "w");
         if (!t->mf) {
-            sdp_err(-errno, "cannot open metrics file %s", path);
+            sdp_err(-errno, "cannot open metrics file %s", t->resuming ? path : metrics_tmp);
             return SDP_EXIT_FAILURE;
         }
     }
+    return SDP_EXIT_OK;
+}
+
+int sdp_train_metrics_commit(struct sdp_train *t, int ok)
+{
+    const char *path = t->r->metrics;
+    if (!t->mf || !metrics_tmp[0])
+        return SDP_EXIT_OK;
+    if (!ok) { /* the old file stays */
+        fclose(t->mf);
+        t->mf = NULL;
+        unlink(metrics_tmp);
+        metrics_tmp[0] = '\0';
+        return SDP_EXIT_OK;
+    }
+    /* the stream stays valid across the rename: later lines go to path */
+    if (fflush(t->mf) != 0 || fsync(fileno(t->mf)) != 0 || rename(metrics_tmp, path) != 0) {
+        sdp_err(-errno, "cannot move the metrics file %s to %s", metrics_tmp, path);
+        return SDP_EXIT_FAILURE;
+    }
+    metrics_tmp[0] = '\0';
+    sdp_fsync_parent(path);
     return SDP_EXIT_OK;
 }
 

@@ -118,6 +118,23 @@ fail:
     return rc;
 }
 
+int sdp_data_check_vocab(const struct sdp_data *d, const char *path, uint32_t vocab)
+{
+    const struct sdp_shard *s = &d->shard;
+    for (uint64_t i = 0; i < s->count; i++) {
+        if (s->tokens[i] >= vocab) {
+            sdp_err(-EINVAL,
+                    "data file %s: the token at position %llu is %u, outside the model's "
+                    "vocabulary of %u",
+                    path, (unsigned long long)i, s->tokens[i], vocab);
+            sdp_hint("the header gives no vocabulary size: tokenize the data with the model's "
+                     "tokenizer");
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 void sdp_data_close(struct sdp_data *d)
 {
     free(d->order);

@@ -31,6 +31,10 @@ void sdp_data_close(struct sdp_data *d);
  * epochs, reshuffled with seed + epoch). */
 void sdp_data_next(struct sdp_data *d, int nseq_out, int32_t *ids, int32_t *targets);
 
+/** Every token id of d's shard below vocab (for a shard whose header gives no vocabulary).
+ * @return 0, or -EINVAL naming path, the position and the id (logged). */
+int sdp_data_check_vocab(const struct sdp_data *d, const char *path, uint32_t vocab);
+
 /** Move to a saved position. */
 void sdp_data_seek(struct sdp_data *d, uint64_t epoch, uint64_t index);
 

@@ -31,3 +31,6 @@ EXTRA_DIST += tests/e2e/test_e2e_rundir.sh
 # the stop signals: SIGTERM, SIGINT, twice, before the first step
 TESTS += tests/e2e/test_e2e_signals.sh
 EXTRA_DIST += tests/e2e/test_e2e_signals.sh
+# outputs against inputs (train, tokenize, export)
+TESTS += tests/e2e/test_e2e_paths.sh
+EXTRA_DIST += tests/e2e/test_e2e_paths.sh
