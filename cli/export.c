@@ -17,19 +17,13 @@
 
 #include "runtime/ckpt.h"
 #include "cli/cli.h"
+#include "cli/hfdir.h"
 #include "base/fsutil.h"
 #include "runtime/init.h"
 #include "base/sdp_log.h"
 #include "runtime/state.h"
 
 #define EXPORT_CHUNK_BYTES ((size_t)64 << 20) /* any size works: the exported tensors are flat */
-
-/* Tokenizer (and generation) files copied when present; check_tokenizer requires a complete set. */
-static const char *const tokenizer_files[] = {
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-    "merges.txt",     "tokenizer.model",       "added_tokens.json",       "generation_config.json",
-};
-#define NTOKENIZER_FILES (sizeof(tokenizer_files) / sizeof(tokenizer_files[0]))
 
 static void usage(FILE *f)
 {
@@ -44,7 +38,8 @@ static void usage(FILE *f)
             "options:\n"
             "  --dtype D          float32 (default) or bfloat16\n"
             "  --tokenizer DIR    copy the tokenizer files of DIR (tokenizer.json and\n"
-            "                     tokenizer_config.json, or vocab.json and merges.txt, ...)\n"
+            "                     tokenizer_config.json, or vocab.json and merges.txt, ...) and\n"
+            "                     write a generation_config.json unless DIR has one\n"
             "  --force            write into OUTDIR even if it holds files (an earlier export)\n"
             "  -v, --verbose      debug logging\n"
             "  -h, --help         this text\n"
@@ -56,68 +51,6 @@ static int is_dir(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-static int has_file(const char *dir, const char *name)
-{
-    char path[4400];
-    struct stat sb;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-/* Copy src to dst through dst.tmp, committed by sdp_file_commit (flush, fsync, rename). */
-static int copy_file(const char *src, const char *dst)
-{
-    char tmp[4500], buf[1 << 16];
-    const char *what = NULL;
-    int in = open(src, O_RDONLY | O_CLOEXEC), rc = 0;
-    FILE *out;
-    ssize_t n;
-    if (in < 0)
-        return sdp_err(-errno, "cannot open %s", src);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", dst);
-    if (!(out = fopen(tmp, "wb"))) {
-        rc = sdp_err(-errno, "cannot create %s", tmp);
-        close(in);
-        return rc;
-    }
-    while (!rc && (n = read(in, buf, sizeof(buf))) != 0) {
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            rc = sdp_err(-errno, "reading %s", src);
-        else if (fwrite(buf, 1, (size_t)n, out) != (size_t)n)
-            rc = sdp_err(errno == ENOSPC ? -ENOSPC : -EIO, "writing %s", tmp);
-    }
-    close(in);
-    if (rc) {
-        fclose(out);
-        unlink(tmp);
-        return rc;
-    }
-    rc = sdp_file_commit(out, tmp, dst, &what);
-    if (rc)
-        return sdp_err(rc, "writing %s: %s", dst, what);
-    return 0;
-}
-
-static int copy_tokenizer(const char *from, const char *outdir)
-{
-    char src[4400], dst[4400];
-    int n = 0;
-    for (size_t i = 0; i < NTOKENIZER_FILES; i++) {
-        if (!has_file(from, tokenizer_files[i]))
-            continue;
-        snprintf(src, sizeof(src), "%s/%s", from, tokenizer_files[i]);
-        snprintf(dst, sizeof(dst), "%s/%s", outdir, tokenizer_files[i]);
-        int rc = copy_file(src, dst);
-        if (rc)
-            return rc;
-        n++;
-    }
-    SDP_INFO("copied %d tokenizer files from %s", n, from);
-    return 0;
 }
 
 /* OUTDIR against the inputs, and new or empty unless --force.  @return an exit status. */
@@ -144,23 +77,6 @@ static int check_outdir(const char *ckpt, const char *outdir, const char *tokeni
     return SDP_EXIT_USAGE;
 }
 
-/* The tokenizer directory must hold a complete tokenizer (checked before any heavy work). */
-static int check_tokenizer(const char *dir)
-{
-    if (!is_dir(dir)) {
-        fprintf(stderr, "slidedp export: --tokenizer %s is not a directory\n", dir);
-        return -1;
-    }
-    if (has_file(dir, "tokenizer.json") || has_file(dir, "tokenizer.model") ||
-        (has_file(dir, "vocab.json") && has_file(dir, "merges.txt")))
-        return 0;
-    fprintf(stderr,
-            "slidedp export: %s holds no tokenizer (tokenizer.json, tokenizer.model, or "
-            "vocab.json with merges.txt)\n",
-            dir);
-    return -1;
-}
-
 static int run(const char *ckpt, const char *outdir, const char *dtype, const char *tokenizer)
 {
     struct sdp_rt_conf conf = { .ncpus = 1, .ncuda = 0 };
@@ -184,6 +100,9 @@ static int run(const char *ckpt, const char *outdir, const char *dtype, const ch
     rc = sdp_ckpt_read_info(path, &cfg, &info);
     if (rc)
         return rc == -ENOENT ? SDP_EXIT_USAGE : SDP_EXIT_FAILURE;
+    /* a model without bos/eos ids takes the tokenizer's (config.json, generation_config.json) */
+    if (tokenizer && sdp_hfdir_check_tokenizer(tokenizer, "--tokenizer", &cfg))
+        return SDP_EXIT_USAGE;
     rc = sdp_rt_init(&conf);
     if (rc)
         return SDP_EXIT_FAILURE;
@@ -193,7 +112,7 @@ static int run(const char *ckpt, const char *outdir, const char *dtype, const ch
         if (!rc)
             rc = sdp_state_save_hf(&st, outdir, dtype);
         if (!rc && tokenizer)
-            rc = copy_tokenizer(tokenizer, outdir);
+            rc = sdp_hfdir_add_tokenizer(tokenizer, outdir, &cfg);
         sdp_state_destroy(&st);
     }
     sdp_rt_shutdown();
@@ -245,8 +164,6 @@ int sdp_cli_export(int argc, char **argv)
         fprintf(stderr, "slidedp export: --dtype expects float32 or bfloat16, got '%s'\n", dtype);
         return SDP_EXIT_USAGE;
     }
-    if (tokenizer && check_tokenizer(tokenizer) != 0)
-        return SDP_EXIT_USAGE;
     if (check_outdir(argv[optind], argv[optind + 1], tokenizer, force))
         return SDP_EXIT_USAGE;
     return run(argv[optind], argv[optind + 1], dtype, tokenizer);

@@ -148,7 +148,7 @@ hdr = b"SDPTOKEN" + struct.pack("<IIQIi", 1, 4, len(ids), 0, -1) + bytes(32)
 open(sys.argv[1], "wb").write(hdr + struct.pack("<%dI" % len(ids), *ids))
 PYEOF
 sed -e "s#^  train: .*#  train: badid.tok#" micro.yaml > badid.yaml
-expect 1 "step 1: (token|target) id 999999|token .* is 999999, outside the vocabulary" \
+expect 1 "step 1: (token|target) id 999999|token .* is 999999, outside the (model's )?vocabulary" \
     -- "$bin" train badid.yaml && lacks "step 0"
 
 # a full disk while checkpointing (the checkpoint's temporary is a link to /dev/full): the hint
