@@ -37,34 +37,6 @@ struct ctx {
     int line[SDP_OPT_MAX];
 };
 
-/* activation names' settings: enum sdp_recompute, and whether the saved inputs are offloaded */
-static const struct {
-    const char *name;
-    int recompute, offload;
-} activation_modes[] = { { "recompute", SDP_RECOMPUTE_FULL, 0 },
-                         { "keep", SDP_RECOMPUTE_NONE, 0 },
-                         { "offload", SDP_RECOMPUTE_FULL, 1 },
-                         { "selective", SDP_RECOMPUTE_SELECTIVE, 0 } };
-
-int sdp_recipe_activations(const char *name, int *recompute, int *offload)
-{
-    for (size_t i = 0; i < sizeof(activation_modes) / sizeof(activation_modes[0]); i++)
-        if (!strcmp(name, activation_modes[i].name)) {
-            *recompute = activation_modes[i].recompute;
-            *offload = activation_modes[i].offload;
-            return 0;
-        }
-    return -EINVAL;
-}
-
-const char *sdp_recipe_activations_name(int recompute, int offload)
-{
-    for (size_t i = 0; i < sizeof(activation_modes) / sizeof(activation_modes[0]); i++)
-        if (recompute == activation_modes[i].recompute && offload == activation_modes[i].offload)
-            return activation_modes[i].name;
-    return "recompute";
-}
-
 static const enum sdp_arch known_archs[] = { SDP_ARCH_QWEN3, SDP_ARCH_LLAMA };
 #define NARCH (int)(sizeof(known_archs) / sizeof(known_archs[0]))
 

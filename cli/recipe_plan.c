@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The recipe's `plan:` section: rows that set fields of the per-layer plan (graph/plan.h) for a
  * range of layers, kept as text with their line, so that a value the plan refuses is reported
- * against the recipe (cli/train.c applies them).  Tests: tests/e2e/test_e2e_plan.sh. */
+ * against the recipe (cli/train.c applies them), and the names of the activation placements.
+ * Tests: tests/e2e/test_e2e_plan.sh. */
 #include "config.h"
 
 #include <errno.h>
@@ -13,6 +14,34 @@
 #include <yaml.h>
 
 #include "cli/recipe.h"
+
+/* activation names' settings: enum sdp_recompute, and whether the saved inputs are offloaded */
+static const struct {
+    const char *name;
+    int recompute, offload;
+} activation_modes[] = { { "recompute", SDP_RECOMPUTE_FULL, 0 },
+                         { "keep", SDP_RECOMPUTE_NONE, 0 },
+                         { "offload", SDP_RECOMPUTE_FULL, 1 },
+                         { "selective", SDP_RECOMPUTE_SELECTIVE, 0 } };
+
+int sdp_recipe_activations(const char *name, int *recompute, int *offload)
+{
+    for (size_t i = 0; i < sizeof(activation_modes) / sizeof(activation_modes[0]); i++)
+        if (!strcmp(name, activation_modes[i].name)) {
+            *recompute = activation_modes[i].recompute;
+            *offload = activation_modes[i].offload;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+const char *sdp_recipe_activations_name(int recompute, int offload)
+{
+    for (size_t i = 0; i < sizeof(activation_modes) / sizeof(activation_modes[0]); i++)
+        if (recompute == activation_modes[i].recompute && offload == activation_modes[i].offload)
+            return activation_modes[i].name;
+    return "recompute";
+}
 
 /* `layers:` as first..last; -1..-1 for "all" (the decoder layers, resolved at make time) */
 static int parse_layers(const char *s, int *first, int *last)
