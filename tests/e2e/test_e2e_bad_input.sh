@@ -5,29 +5,7 @@
 # fit the host memory budget, an unknown policy, an unknown SDP_ATTENTION.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
-# the output of each case sits beside $tmp, so that $tmp holds only what the cases must not change
-trap 'rm -rf "$tmp" "$tmp.out" "$tmp.err"' EXIT
-n=0
 
-# expect CODE PATTERN -- command...: exit code and a stderr line matching PATTERN
-expect() {
-    code=$1 pat=$2
-    shift 3
-    n=$((n + 1))
-    before=$(cd "$tmp" && find . -type d -print -o -type f -exec sha256sum {} + | sort)
-    "$@" > "$tmp.out" 2> "$tmp.err"
-    got=$?
-    after=$(cd "$tmp" && find . -type d -print -o -type f -exec sha256sum {} + | sort)
-    if [ "$got" != "$code" ]; then
-        echo "case $n: exit $got, expected $code: $*"; cat "$tmp.err"; fail=1
-    elif ! grep -qE "$pat" "$tmp.err"; then
-        echo "case $n: stderr lacks /$pat/: $*"; cat "$tmp.err"; fail=1
-    elif [ "$before" != "$after" ]; then
-        echo "case $n: files changed on disk: $*"; fail=1
-    else
-        echo "case $n: exit $got, $(grep -E "$pat" "$tmp.err" | head -n 1 | cut -c1-150)"
-    fi
-}
 
 # a recipe from the test recipe with one line replaced (sed expression)
 recipe() {

@@ -8,35 +8,6 @@
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 trap 'rm -rf "$tmp" "$tmp.out" "$tmp.err" "$tmp.run"' EXIT
-n=0
-
-# expect CODE PATTERN -- command...: exit code, a stderr line matching PATTERN, no file changed
-expect() {
-    code=$1 pat=$2
-    shift 3
-    n=$((n + 1))
-    before=$(cd "$tmp" && find . -type d -print -o -type f -exec sha256sum {} + | sort)
-    "$@" > "$tmp.out" 2> "$tmp.err"
-    got=$?
-    after=$(cd "$tmp" && find . -type d -print -o -type f -exec sha256sum {} + | sort)
-    if [ "$got" != "$code" ]; then
-        echo "case $n: exit $got, expected $code: $*"; cat "$tmp.err"; fail=1
-    elif ! grep -qE "$pat" "$tmp.err"; then
-        echo "case $n: stderr lacks /$pat/: $*"; cat "$tmp.err"; fail=1
-    elif [ "$before" != "$after" ]; then
-        echo "case $n: files changed on disk: $*"; fail=1
-    else
-        echo "case $n: exit $got, $(grep -E "$pat" "$tmp.err" | head -n 1 | cut -c1-150)"
-        return 0
-    fi
-    return 1
-}
-# lacks PATTERN: no stderr line of the last case matches PATTERN
-lacks() {
-    if grep -qE "$1" "$tmp.err"; then
-        echo "case $n: stderr has /$1/:"; grep -E "$1" "$tmp.err"; fail=1
-    fi
-}
 
 micro_recipe | sed -e 's/steps: 4/steps: 1/' > "$tmp/micro.yaml"
 

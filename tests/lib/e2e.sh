@@ -11,7 +11,7 @@ build=$(cd "${top_builddir:-.}" && pwd)
 bin=$build/slidedp
 py=${PYTHON3:-python3}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp" "$tmp.out" "$tmp.err"' EXIT
 fail=0
 
 # ngpus: the number of GPUs nvidia-smi lists (0 without it).
@@ -51,6 +51,45 @@ tiny_recipe() {
 }
 
 # finish: print PASS or FAIL from $fail and exit with it.
+# expect CODE PATTERN -- command...: the command exits CODE, a stderr line matches PATTERN (ERE),
+# and nothing under $expect_dir (default $tmp) changes.  Its output goes beside $tmp ($tmp.out,
+# $tmp.err), so that $tmp holds only what a case must not change.  expect_prepare, which a test
+# may redefine, runs before each case.  Cases are numbered in $n; returns 0 when the case passed.
+n=0
+expect_dir=
+expect_prepare() { :; }
+expect_snapshot() {
+    (cd "${expect_dir:-$tmp}" && find . -type d -print -o -type f -exec sha256sum {} + | sort)
+}
+expect() {
+    _code=$1 _pat=$2
+    shift 3
+    n=$((n + 1))
+    expect_prepare
+    _before=$(expect_snapshot)
+    "$@" > "$tmp.out" 2> "$tmp.err"
+    _got=$?
+    _after=$(expect_snapshot)
+    if [ "$_got" != "$_code" ]; then
+        echo "case $n: exit $_got, expected $_code: $*"; cat "$tmp.err"; fail=1
+    elif ! grep -qE "$_pat" "$tmp.err"; then
+        echo "case $n: stderr lacks /$_pat/: $*"; cat "$tmp.err"; fail=1
+    elif [ "$_before" != "$_after" ]; then
+        echo "case $n: files changed on disk: $*"; fail=1
+    else
+        echo "case $n: exit $_got, $(grep -E "$_pat" "$tmp.err" | head -n 1 | cut -c1-150)"
+        return 0
+    fi
+    return 1
+}
+
+# lacks PATTERN: no stderr line of the last expect case matches PATTERN
+lacks() {
+    if grep -qE "$1" "$tmp.err"; then
+        echo "case $n: stderr has /$1/:"; grep -E "$1" "$tmp.err"; fail=1
+    fi
+}
+
 finish() {
     if [ "$fail" -eq 0 ]; then
         echo PASS
