@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,7 @@ void sdp_predict_machine_h200(struct sdp_predict_machine *mc)
     mc->ngpus = 1;
     /* BENCH.md per-op ceilings: the qwen3-4b/8b GEMMs reach 620-790 TFLOP/s, ~700 typical;
      * attention fwd+bwd 330-340 TFLOP/s (causal half counted) */
-    mc->gpu_flops = 700e12;
+    mc->gpu_flops = 670e12; /* 700 less the ~4% the 4b/32 trace shows (GPU lane 91% of 1.81 s) */
     mc->gpu_attn_flops = 335e12;
     mc->gpu_mem_bps = 4.0e12; /* H200 HBM3e 4.8 TB/s nominal, ~4 sustained */
     mc->h2d_bps = 55.5e9;     /* BENCH.md pinned H2D / D2H */
@@ -152,7 +153,8 @@ static void param_bytes(const struct sdp_plan *p, const struct sdp_model_cfg *m,
 /* The per-step sums one group adds, and the GPU chain's share of it. */
 struct acc {
     double compute_s, gpu_update_s, h2d, d2h, d2h_all, peer, adamw, reduce, chain_s;
-    long long tasks;
+    double top_s; /* the GPU's work from the top layer's forward to its gradient: layer L, head */
+    long long tasks, host_tasks;
 };
 
 static void add_group(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
@@ -176,6 +178,8 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
         cf = ct = nr * head_compute_s(m, B, T, mc);
     }
     a->compute_s += ct;
+    if (gi >= p->nlayers)
+        a->top_s += ct;
     a->h2d += host * (1 + twice) + nr * act;
     a->peer += peer * (1 + twice);
     a->d2h += n * gb + nr * act; /* rank 0's */
@@ -188,7 +192,8 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
         a->gpu_update_s += n * adamw_bpp(gb, r->es) / mc->gpu_mem_bps;
     else
         a->adamw += n * adamw_bpp(gb, r->es);
-    a->tasks += (layer ? nr * (2 + (pg->act != SDP_ACT_KEEP)) : 2 * nr) + 2ll * pg->nchunks;
+    a->tasks += layer ? nr * (2 + (pg->act != SDP_ACT_KEEP)) : 2 * nr;
+    a->host_tasks += 2ll * pg->nchunks; /* a chunk's pack or norm, and its update */
     /* the chain: forward, then backward with the recomputation; a transfer longer than the compute
      * it feeds shows; without a window every copy may prefetch, and transfers hide.  With no
      * lookahead a layer's backward waits for its own parameters (no overlap) */
@@ -206,32 +211,48 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
 }
 
 /* Exposed at the step boundary (synchronous weights): the last gradients of the backward are
- * layer 1's (and the embedding's, unless updated early); the next forward starts with them, so
- * one chunk's return, the group's update over the threads its chunks can use, the host's sum of
- * the ranks' gradients and one chunk's way back do not overlap compute. */
+ * layer 1's (and the embedding's, unless updated early), and the next forward starts with them.
+ * One chunk's return, their updates, the host's sum of the ranks' gradients and one chunk's way
+ * back do not overlap compute.  The host updates whole chunks, one a thread: the chunks of both
+ * groups take ceil(chunks / threads) rounds, after half a chunk of those the workers are running
+ * when the backward ends (bench/results: 64 MiB chunks left 24 embedding chunks for 15 cores, two
+ * rounds of 45 ms plus the running ones; 16 MiB chunks cut that tail by ~100 ms).  With the early
+ * embedding update, the rows the step's tokens select stay late: V (1 - exp(-N / V)) of them for
+ * N uniform tokens. */
 static double boundary_s(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
                          const struct rates *r)
 {
     const struct sdp_plan *p = run->plan;
-    double t = 0;
+    int threads = mc->cpu_cores - mc->ngpus > 0 ? mc->cpu_cores - mc->ngpus : 1, chunks = 0;
+    double t = 0, host = 0, bpp = 0;
     if (p->param_delay || p->nlayers < 1)
         return 0;
     for (int gi = 0; gi <= 1; gi++) {
         const struct sdp_plan_group *pg = &p->group[gi];
         double n = (double)sdp_model_group_nelems(run->m, gi), gb = pg->grad_bf16 ? 2 : 4;
         double ce = pg->chunk_elems > 0 && (double)pg->chunk_elems < n ? pg->chunk_elems : n;
-        int threads = mc->cpu_cores - mc->ngpus;
-        if (gi == 0 && pg->embed_early)
-            continue;
-        threads = pg->nchunks < threads ? pg->nchunks : threads;
+        if (gi == 0 && pg->embed_early) {
+            double V = run->m->vocab_size,
+                   N = (double)run->micro_batch * run->seq_len * (run->n_micro / p->nranks);
+            n = V * (1.0 - exp(-N / V)) * run->m->hidden_size;
+            ce = ce < n ? ce : n;
+        }
         t += xfer_s(ce * gb, r->d2h) + xfer_s(ce * r->es, r->h2d);
-        if (pg->update_gpu)
-            t += n * adamw_bpp((int)gb, r->es) / mc->gpu_mem_bps;
-        else
-            t += n * adamw_bpp((int)gb, r->es) /
-                 sdp_predict_lane_bps(mc->adamw_core_bps, mc->adamw_max_bps, threads);
+        bpp = adamw_bpp((int)gb, r->es);
+        if (pg->update_gpu) {
+            t += n * bpp / mc->gpu_mem_bps;
+        } else {
+            host += n, chunks += (int)ceil(n / ce);
+        }
         if (p->nranks > 1 && !pg->grad_gpu)
             t += (p->nranks + 1) * n * gb / r->cast;
+    }
+    if (chunks > 0) { /* rounds of k chunks at once, after half a chunk of those running */
+        int k = chunks < threads ? chunks : threads;
+        double lane1 = sdp_predict_lane_bps(mc->adamw_core_bps, mc->adamw_max_bps, k) / k;
+        double ce = (double)p->group[1].chunk_elems, n1 = (double)sdp_model_group_nelems(run->m, 1);
+        t += (double)((chunks + threads - 1) / threads) * (host / chunks) * bpp / lane1;
+        t += 0.5 * (ce > 0 && ce < n1 ? ce : n1) * bpp / (r->adamw / threads);
     }
     return t;
 }
@@ -363,22 +384,35 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     /* DMA reads and writes host memory too, where there is a link */
     o->dram_bytes = a.adamw + a.reduce + (mc->h2d_bps > 0 ? host_h2d + host_d2h : 0);
     d[SDP_PRES_DRAM] = o->dram_bytes / mc->dram_bps;
-    d[SDP_PRES_CPU] = a.adamw / r.adamw + a.reduce / r.cast;
+    d[SDP_PRES_CPU] =
+        a.adamw / r.adamw + a.reduce / r.cast +
+        a.host_tasks * mc->task_s / (mc->cpu_cores > mc->ngpus ? mc->cpu_cores - mc->ngpus : 1);
     if (mc->ngpus == 0) /* CPU workers: the compute takes the same cores */
         d[SDP_PRES_CPU] += d[SDP_PRES_GPU];
-    o->step_s = o->chain_s, o->bound = SDP_PRES_DEPS;
+    /* the host's chain: synchronous weights hold its first gradient of a step until the forward
+     * has reached the top layer, so a host-bound step adds the top layer and the head (its
+     * updates done, the host waits for them); CPU workers compute them on those cores */
+    o->host_chain_s = d[SDP_PRES_CPU] + (p->param_delay || mc->ngpus == 0 ? 0 : a.top_s);
+    o->step_s = o->chain_s > o->host_chain_s ? o->chain_s : o->host_chain_s;
+    o->bound = SDP_PRES_DEPS;
     for (int i = 0; i < SDP_PRES_COUNT; i++)
         if (d[i] > o->step_s)
             o->step_s = d[i], o->bound = (enum sdp_predict_res)i;
-    /* a GPU busy 90% of a chain-bound step is its bound (the traces' reading: qwen3-4b/32's
-     * GPU lane at 91% bounds it); below that, its waits do */
-    if (o->bound == SDP_PRES_DEPS && d[SDP_PRES_GPU] >= 0.9 * o->step_s)
-        o->bound = SDP_PRES_GPU;
+    /* a lane busy 90% of a chain-bound step is its bound (the traces' reading: qwen3-4b/32's GPU
+     * lane at 91% bounds it); below that, the waits between the lanes do */
+    if (o->bound == SDP_PRES_DEPS) {
+        int top = 0;
+        for (int i = 1; i < SDP_PRES_COUNT; i++)
+            top = d[i] > d[top] ? i : top;
+        if (d[top] >= 0.9 * o->step_s)
+            o->bound = (enum sdp_predict_res)top;
+    }
     for (int i = 0; i < SDP_PRES_COUNT; i++)
         o->busy[i] = d[i] / o->step_s;
     o->tokens_per_s = (double)run->micro_batch * run->seq_len * run->n_micro / o->step_s;
     o->h2d_bytes = a.h2d, o->d2h_bytes = a.d2h, o->peer_bytes = a.peer;
     o->adamw_bytes = a.adamw, o->reduce_bytes = a.reduce, o->tasks = a.tasks;
+    o->host_tasks = a.host_tasks;
     /* model FLOPs of one GPU (BENCH.md's count: recomputation not counted) */
     o->gpu_flops = sdp_model_train_flops_per_token(run->m, run->seq_len) * run->micro_batch *
                    run->seq_len * (run->n_micro / R);
@@ -418,6 +452,8 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
         pg->chunk_elems = chunk_bytes / 4;
         pg->nchunks = (int)((n + pg->chunk_elems - 1) / pg->chunk_elems);
         pg->mlp_early = -1;
+        pg->embed_early = gi == 0 && m->tie_word_embeddings && grad_bf16 && p->nranks == 1 &&
+                          c->embed_early >= 0 && !p->clip; /* as plan.c, the host's copies */
     }
     return 0;
 }

@@ -84,16 +84,19 @@ const char *sdp_predict_res_name(enum sdp_predict_res r);
 struct sdp_predict {
     double demand_s[SDP_PRES_COUNT]; /* service demand per step (per-GPU resources: one GPU) */
     double busy[SDP_PRES_COUNT];     /* demand_s / step_s */
-    double chain_s;    /* the GPU's stream: each layer's compute or its transfers, whichever is
-                          longer (forward, then backward), the head, and the boundary below */
-    double boundary_s; /* exposed at the step boundary: layer 1's (and the embedding's) gradient
-                          down, update, and first chunk back up before the next forward */
-    double step_s;     /* max(chain_s, every demand) */
+    double chain_s;      /* the GPU's stream: each layer's compute or its transfers, whichever is
+                            longer (forward, then backward), the head, and the boundary below */
+    double boundary_s;   /* exposed at the step boundary: layer 1's (and the embedding's) gradient
+                            down, update, and first chunk back up before the next forward */
+    double host_chain_s; /* the host's cores, and their wait each step for the first gradient:
+                            the top layer's forward, the head, the top layer's backward */
+    double step_s;       /* max(chain_s, host_chain_s, every demand) */
     enum sdp_predict_res bound; /* the resource whose demand is the step, or SDP_PRES_DEPS */
     double tokens_per_s;
     /* the traffic and work behind the demands, per step (per-GPU figures: one GPU) */
     double gpu_flops, h2d_bytes, d2h_bytes, peer_bytes, dram_bytes, adamw_bytes, reduce_bytes;
-    long long tasks; /* tasks of one GPU's stream, per step */
+    long long tasks;      /* tasks of one GPU's stream, per step */
+    long long host_tasks; /* the chunks' tasks on the host's workers (packs, updates) */
     /* memory peaks */
     unsigned long long gpu_bytes;    /* one GPU */
     unsigned long long host_bytes;   /* the process */
@@ -108,8 +111,9 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
 
 /** Fill p from the model and a graph configuration without a runtime state, as sdp_plan_init
  * would for a state with chunks of chunk_bytes of fp32 master, grad_bf16 the state's gradient
- * return, the working copies on the host and every update on the host (gpu_update, mlp_early and
- * embed_early, which need the runtime's placement, are left off).  Free with sdp_plan_free.
+ * return and the working copies on the host: the same activation rule (recompute, keep_last,
+ * keep_mlp), routes and early embedding update; gpu_update and mlp_early, which need to know
+ * where the tasks run, are left off.  Free with sdp_plan_free.
  * @return 0, -ENOMEM, -EINVAL (keep_last or keep_mlp outside 0..L, chunk_bytes < 4: logged) */
 int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m,
                                const struct sdp_graph_conf *c, size_t chunk_bytes, int grad_bf16);
