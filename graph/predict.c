@@ -264,7 +264,8 @@ static void stage_cap(const struct sdp_predict_run *run, const struct sdp_predic
                       struct rates *r)
 {
     const struct sdp_plan_group *pg = &run->plan->group[1];
-    if (!run->work_staged || run->stage_buffers <= 0 || r->h2d <= 0 || pg->chunk_elems == 0)
+    if (!run->work_staged || run->stage_buffers <= 0 || r->h2d <= 0 || pg->chunk_elems == 0 ||
+        mc->adamw_core_bps <= 0)
         return;
     double cw = (double)pg->chunk_elems * r->es;
     double round =
@@ -286,12 +287,13 @@ static unsigned long long gpu_peak(const struct sdp_predict_run *run)
     const struct sdp_model_cfg *m = run->m;
     struct sdp_graph_conf c = { .micro_batch = run->micro_batch, .seq_len = run->seq_len };
     int L = p->nlayers, es = run->work_dtype == SDP_F32 ? 4 : 2, kept = 0, sel = 0, rec = 0;
-    unsigned long long extra = 0, all = 0, gmax = 0;
+    unsigned long long extra = 0, all = 0, gmax = 0, lmax = 0;
     for (int gi = 0; gi < p->ngroups; gi++) {
         const struct sdp_plan_group *pg = &p->group[gi];
         unsigned long long n = sdp_model_group_nelems(m, gi);
         all += n, gmax = n > gmax ? n : gmax;
         if (gi >= 1 && gi <= L) {
+            lmax = n > lmax ? n : lmax;
             kept += pg->act == SDP_ACT_KEEP;
             sel += pg->act == SDP_ACT_SELECTIVE;
             rec += pg->act != SDP_ACT_KEEP;
@@ -310,7 +312,7 @@ static unsigned long long gpu_peak(const struct sdp_predict_run *run)
     int ahead = p->bwd_lookahead < 0 ? L : p->bwd_lookahead;
     if (ahead > 1 && rec)
         extra += (unsigned long long)(ahead - 1) *
-                 (gmax * 4ull + sdp_model_layer_act_bytes(m, run->micro_batch, run->seq_len, es,
+                 (lmax * 4ull + sdp_model_layer_act_bytes(m, run->micro_batch, run->seq_len, es,
                                                           SDP_RECOMPUTE_NONE));
     return sdp_graph_gpu_bytes_min(m, run->work_dtype, &c) + extra;
 }
@@ -357,6 +359,22 @@ static int check_run(const struct sdp_predict_run *run)
     return 0;
 }
 
+int sdp_predict_machine_check(const struct sdp_predict_machine *mc)
+{
+    if (!(mc->gpu_flops > 0 && mc->gpu_attn_flops > 0 && mc->dram_bps > 0 &&
+          mc->adamw_core_bps > 0 && mc->adamw_max_bps > 0 && mc->cast_core_bps > 0 &&
+          mc->cast_max_bps > 0 && mc->cpu_cores >= 1 && mc->ngpus >= 0 && mc->task_s >= 0 &&
+          mc->h2d_bps >= 0 && mc->d2h_bps >= 0 && mc->h2d_all_bps >= 0 && mc->d2h_all_bps >= 0 &&
+          mc->peer_bps >= 0 && (mc->ngpus == 0 || mc->gpu_mem_bps > 0)))
+        return sdp_err(-EINVAL,
+                       "predict: a machine with a rate <= 0 (gpu %g FLOP/s, attention %g, DRAM %g "
+                       "B/s, AdamW %g/%g, cast %g/%g, %d cores)\nhint: recalibrate, or take the "
+                       "defaults (sdp_predict_machine_h200, _cpu2)",
+                       mc->gpu_flops, mc->gpu_attn_flops, mc->dram_bps, mc->adamw_core_bps,
+                       mc->adamw_max_bps, mc->cast_core_bps, mc->cast_max_bps, mc->cpu_cores);
+    return 0;
+}
+
 int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
                      struct sdp_predict *o)
 {
@@ -364,6 +382,8 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     struct rates r;
     struct acc a = { 0 };
     int rc = check_run(run), R;
+    if (!rc)
+        rc = sdp_predict_machine_check(mc);
     if (rc)
         return rc;
     memset(o, 0, sizeof(*o));

@@ -50,6 +50,11 @@ void sdp_predict_machine_h200(struct sdp_predict_machine *mc);
 /** A 2-core machine with CPU workers only (CI). */
 void sdp_predict_machine_cpu2(struct sdp_predict_machine *mc);
 
+/** Whether the model can price on mc: every compute, DRAM and host lane rate > 0, at least one
+ * core, no negative figure (0 is allowed for the links: none).
+ * @return 0 or -EINVAL (logged with the figures and a hint) */
+int sdp_predict_machine_check(const struct sdp_predict_machine *mc);
+
 /** Host bytes/s of a saturating lane (AdamW, cast) with `threads` threads:
  * min(threads * per_core, max). */
 double sdp_predict_lane_bps(double per_core_bps, double max_bps, int threads);
@@ -105,7 +110,8 @@ struct sdp_predict {
 
 /** Predict one step of run on mc.
  * @return 0, or -EINVAL (a run the model cannot price: no plan, a plan of another model, B, T
- * or n_micro < 1, n_micro not a multiple of the ranks; logged) */
+ * or n_micro < 1, n_micro not a multiple of the ranks, a machine sdp_predict_machine_check
+ * refuses; logged) */
 int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
                      struct sdp_predict *out);
 
