@@ -359,6 +359,26 @@ static int check_run(const struct sdp_predict_run *run)
     return 0;
 }
 
+/* The step: the longer chain or the largest demand; the bound: the resource whose demand it is,
+ * or a lane busy 90% of a chain-bound step (the traces' reading: qwen3-4b/32's GPU lane at 91%
+ * bounds it); below that, the waits between the lanes (SDP_PRES_DEPS). */
+static void step_and_bound(struct sdp_predict *o)
+{
+    const double *d = o->demand_s;
+    int top = 0;
+    o->step_s = o->chain_s > o->host_chain_s ? o->chain_s : o->host_chain_s;
+    o->bound = SDP_PRES_DEPS;
+    for (int i = 0; i < SDP_PRES_COUNT; i++) {
+        if (d[i] > o->step_s)
+            o->step_s = d[i], o->bound = (enum sdp_predict_res)i;
+        top = d[i] > d[top] ? i : top;
+    }
+    if (o->bound == SDP_PRES_DEPS && d[top] >= 0.9 * o->step_s)
+        o->bound = (enum sdp_predict_res)top;
+    for (int i = 0; i < SDP_PRES_COUNT; i++)
+        o->busy[i] = d[i] / o->step_s;
+}
+
 int sdp_predict_machine_check(const struct sdp_predict_machine *mc)
 {
     if (!(mc->gpu_flops > 0 && mc->gpu_attn_flops > 0 && mc->dram_bps > 0 &&
@@ -413,22 +433,7 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
      * has reached the top layer, so a host-bound step adds the top layer and the head (its
      * updates done, the host waits for them); CPU workers compute them on those cores */
     o->host_chain_s = d[SDP_PRES_CPU] + (p->param_delay || mc->ngpus == 0 ? 0 : a.top_s);
-    o->step_s = o->chain_s > o->host_chain_s ? o->chain_s : o->host_chain_s;
-    o->bound = SDP_PRES_DEPS;
-    for (int i = 0; i < SDP_PRES_COUNT; i++)
-        if (d[i] > o->step_s)
-            o->step_s = d[i], o->bound = (enum sdp_predict_res)i;
-    /* a lane busy 90% of a chain-bound step is its bound (the traces' reading: qwen3-4b/32's GPU
-     * lane at 91% bounds it); below that, the waits between the lanes do */
-    if (o->bound == SDP_PRES_DEPS) {
-        int top = 0;
-        for (int i = 1; i < SDP_PRES_COUNT; i++)
-            top = d[i] > d[top] ? i : top;
-        if (d[top] >= 0.9 * o->step_s)
-            o->bound = (enum sdp_predict_res)top;
-    }
-    for (int i = 0; i < SDP_PRES_COUNT; i++)
-        o->busy[i] = d[i] / o->step_s;
+    step_and_bound(o);
     o->tokens_per_s = (double)run->micro_batch * run->seq_len * run->n_micro / o->step_s;
     o->h2d_bytes = a.h2d, o->d2h_bytes = a.d2h, o->peer_bytes = a.peer;
     o->adamw_bytes = a.adamw, o->reduce_bytes = a.reduce, o->tasks = a.tasks;

@@ -293,8 +293,8 @@ static void h200(void)
  * bf16 return, recomputation with the last layer kept, no GPU limit: no window).  The model lands
  * 5-12% above these step rates; 20% catches a broken term without pinning the defaults'
  * calibration (the GPU machine's calibrated check asks 10%).  Host memory: the state's formula
- * plus the process, 5% (the issue's memory tolerance).  The bound: the lane the traces name
- * (BENCH.md: the GPU at qwen3-4b/32, the host's AdamW at qwen3-8b/16). */
+ * plus the process, 5% (the tolerance the memory predictions are held to).  The bound: the lane the
+ * traces name (BENCH.md: the GPU at qwen3-4b/32, the host's AdamW at qwen3-8b/16). */
 static void measured(void)
 {
     static const struct {
