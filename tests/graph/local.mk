@@ -7,3 +7,7 @@ tests_graph_test_gpu_bytes_SOURCES = tests/graph/test_gpu_bytes.c tests/lib/sdp_
 check_PROGRAMS += tests/graph/test_graph_tasks
 TESTS += tests/graph/test_graph_tasks
 tests_graph_test_graph_tasks_SOURCES = tests/graph/test_graph_tasks.c tests/lib/sdp_test.h
+# the step-time model on hand-computed cases and the direction of each term (graph/predict.h)
+check_PROGRAMS += tests/graph/test_predict
+TESTS += tests/graph/test_predict
+tests_graph_test_predict_SOURCES = tests/graph/test_predict.c tests/lib/sdp_test.h
