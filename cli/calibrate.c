@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* `slidedp calibrate`: short microbenchmarks of this node, saved as the machine file
- * (formats/machine.h) the step-time model reads.  On the host, before StarPU starts (its workers
- * would compete for the cores): the project's own AdamW and fp32 -> bf16 cast kernels
+ * (formats/machine.h) the step-time model reads.  On the host, once StarPU has stopped (its
+ * workers would compete for the cores): the project's own AdamW and fp32 -> bf16 cast kernels
  * (codelets/cpu/, as bench/host_adamw runs them) over 1 to all cores, and a memcpy over all cores
- * for the DRAM bandwidth.  Then through the runtime: the submission and the life of a task that
- * does nothing (sdp_task_zero of one element).  The GPU rates need a CUDA worker and are recorded
- * as absent (null) otherwise.  Each figure is the median of a few timed passes after an untimed
- * one; progress goes to stderr. */
+ * for the DRAM bandwidth.  Before them, through the runtime: the submission and the life of a task
+ * that does nothing (sdp_task_zero of one element).  The GPU rates need a CUDA worker and are
+ * recorded as absent (null) otherwise.  Each figure is the median of a few timed passes after an
+ * untimed one; progress goes to stderr. */
 #include "config.h"
 
 #include <errno.h>
@@ -257,13 +257,15 @@ static int run(const char *out, int gpus)
     struct sdp_machine m;
     double t0 = sdp_cli_now_s();
     if (sdp_paths_check(outs, 1, NULL, 0)) /* before a minute of measuring, not after */
-        return SDP_EXIT_FAILURE;
+        return SDP_EXIT_USAGE;             /* as train, tokenize and export refuse outputs */
     memset(&m, 0, sizeof(m));
     sdp_machine_identify(&m);
     m.nthreads = m.cores < SDP_MACHINE_MAX_THREADS ? m.cores : SDP_MACHINE_MAX_THREADS;
     SDP_INFO("calibrate: %s, %s, %d cores; host kernels over 1 to %d threads", m.host, m.cpu,
              m.cores, m.nthreads);
-    if (measure_kernels(&m) || measure_dram(&m) || measure_runtime(&m, gpus))
+    /* the runtime first: a GPU asked for and missing is refused before the host passes, which
+     * then have the cores to themselves (StarPU stopped) */
+    if (measure_runtime(&m, gpus) || measure_kernels(&m) || measure_dram(&m))
         return SDP_EXIT_FAILURE;
     m.calib_s = sdp_cli_now_s() - t0;
     if (sdp_machine_save(out, &m))
