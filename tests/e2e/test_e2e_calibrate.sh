@@ -50,6 +50,8 @@ for bad in "--gpus x" "--gpus -2" "-o" "extra" "--frobnicate"; do
     # shellcheck disable=SC2086 # the options are split on purpose
     "$bin" calibrate $bad > /dev/null 2> "$tmp/bad.err"
     rc=$?
-    [ $rc -eq 2 ] || { echo "calibrate $bad: expected exit 2, got $rc"; cat "$tmp/bad.err"; fail=1; }
+    if [ $rc -ne 2 ]; then
+        echo "calibrate $bad: expected exit 2, got $rc"; cat "$tmp/bad.err"; fail=1
+    fi
 done
 finish
