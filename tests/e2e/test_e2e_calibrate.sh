@@ -45,7 +45,9 @@ for out in "$tmp/dir" "$tmp/missing/m.json"; do
         cat "$tmp/bad.err"; fail=1
     fi
 done
-[ ! -e "$tmp/missing" ] && [ -z "$(ls "$tmp/dir")" ] || { echo "a refused -o wrote"; fail=1; }
+if [ -e "$tmp/missing" ] || [ -n "$(ls "$tmp/dir")" ]; then
+    echo "a refused -o wrote"; fail=1
+fi
 for bad in "--gpus x" "--gpus -2" "-o" "extra" "--frobnicate"; do
     # shellcheck disable=SC2086 # the options are split on purpose
     "$bin" calibrate $bad > /dev/null 2> "$tmp/bad.err"
