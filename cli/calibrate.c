@@ -4,9 +4,10 @@
  * workers would compete for the cores): the project's own AdamW and fp32 -> bf16 cast kernels
  * (codelets/cpu/, as bench/host_adamw runs them) over 1 to all cores, and a memcpy over all cores
  * for the DRAM bandwidth.  Before them, through the runtime: the submission and the life of a task
- * that does nothing (sdp_task_zero of one element).  The GPU rates need a CUDA worker and are
- * recorded as absent (null) otherwise.  Each figure is the median of a few timed passes after an
- * untimed one; progress goes to stderr. */
+ * that does nothing (sdp_task_zero of one element), and with CUDA workers the cast-and-copy H2D
+ * and the D2H of each GPU alone and of all at once (GEMM, attention and launch rates are not
+ * measured yet: null).  Without a CUDA worker the GPU rates are absent.  Each figure is the median
+ * of a few timed passes after an untimed one; progress goes to stderr. */
 #include "config.h"
 
 #include <errno.h>
@@ -25,6 +26,7 @@
 #include "formats/machine.h"
 #include "policies/sdp_policies.h"
 #include "runtime/init.h"
+#include "runtime/hint.h"
 #include "runtime/tensor.h"
 
 /* Sizes of the host passes: each well beyond a last-level cache (tens of MiB), and short enough
@@ -206,13 +208,144 @@ static int measure_tasks(struct sdp_machine *m)
     return 0;
 }
 
+/* The GPU passes: a working copy of GPU_N bf16 elements in GPU_CHUNK chunks, cast on the host
+ * from an fp32 master and pulled by each GPU (the parameter route's H2D), then a replica on each
+ * GPU pulled back chunk by chunk by CPU workers (D2H): 128 MiB each way per GPU per pass. */
+#define GPU_N     ((size_t)64 << 20)
+#define GPU_CHUNK ((size_t)8 << 20)
+#define GPU_REPS  3
+
+struct gpu_bufs {
+    sdp_rt_tensor_t *master, *work;
+    sdp_rt_tensor_t *rep[SDP_MACHINE_MAX_GPUS], *back[SDP_MACHINE_MAX_GPUS];
+};
+
+static struct sdp_task_opts gpu_opts(enum sdp_phase ph, int chunk, int rank, int on_rank)
+{
+    struct sdp_task_opts o = { 0 };
+    o.hint.group = 1;
+    o.hint.chunk = chunk;
+    o.hint.mb = -1;
+    o.hint.phase = ph;
+    o.hint.rank = rank;
+    o.on_rank = on_rank;
+    return o;
+}
+
+/* One pass over the GPUs of mask: H2D (d2h = 0: cast each chunk, every GPU of mask pulls it) or
+ * D2H (each GPU's replica to the host).  @return seconds, or a negative errno as -1 */
+static double gpu_pass(struct gpu_bufs *b, int ngpu, unsigned mask, int d2h)
+{
+    const int nc = sdp_rt_tensor_nparts(b->work);
+    double t0;
+    int rc = 0;
+    if (d2h) { /* the replicas written on their GPUs first, untimed */
+        for (int g = 0; !rc && g < ngpu; g++)
+            for (int c = 0; !rc && (mask >> g & 1) && c < nc; c++) {
+                struct sdp_task_opts o = gpu_opts(SDP_PH_BWD, c, g, 1);
+                rc = sdp_task_zero(&o, sdp_rt_tensor_part(b->rep[g], c));
+            }
+        if (!rc)
+            rc = sdp_rt_wait_all();
+    }
+    t0 = sdp_cli_now_s();
+    for (int c = 0; !rc && c < nc; c++) {
+        struct sdp_task_opts o = gpu_opts(SDP_PH_CAST, c, 0, 0);
+        if (!d2h)
+            rc =
+                sdp_task_cast(&o, sdp_rt_tensor_part(b->work, c), sdp_rt_tensor_part(b->master, c));
+        for (int g = 0; !rc && g < ngpu; g++) {
+            if (!(mask >> g & 1))
+                continue;
+            o = gpu_opts(d2h ? SDP_PH_UPDATE : SDP_PH_CAST, c, g, !d2h);
+            rc = d2h ? sdp_task_stage_put(&o, sdp_rt_tensor_part(b->back[g], c),
+                                          sdp_rt_tensor_part(b->rep[g], c))
+                     : sdp_task_param_copy(&o, sdp_rt_tensor_part(b->rep[g], c),
+                                           sdp_rt_tensor_part(b->work, c));
+        }
+    }
+    if (!rc)
+        rc = sdp_rt_wait_all();
+    t0 = sdp_cli_now_s() - t0;
+    for (int g = 0; g < ngpu; g++)
+        if (mask >> g & 1)
+            sdp_rt_tensor_discard(b->rep[g]); /* the next pass moves every chunk again */
+    return rc ? -1.0 : t0;
+}
+
+/* Bytes/s per GPU of a direction for the GPUs of mask: median of GPU_REPS passes after one. */
+static double gpu_rate(struct gpu_bufs *b, int ngpu, unsigned mask, int d2h)
+{
+    double s[GPU_REPS];
+    for (int r = -1; r < GPU_REPS; r++) {
+        double dt = gpu_pass(b, ngpu, mask, d2h);
+        if (dt <= 0.0)
+            return 0.0;
+        if (r >= 0)
+            s[r] = dt;
+    }
+    return 2.0 * GPU_N / sdp_cli_median(s, GPU_REPS);
+}
+
+/* Cast-and-copy H2D and D2H of each GPU alone, then of every GPU at once.  StarPU running with
+ * ngpu CUDA workers as ranks.  @return 0 or a negative errno (logged) */
+static int measure_gpus(struct sdp_machine *m, int ngpu)
+{
+    struct gpu_bufs b = { 0 };
+    size_t parts[GPU_N / GPU_CHUNK];
+    int rc, nc = (int)(GPU_N / GPU_CHUNK);
+    for (int c = 0; c < nc; c++)
+        parts[c] = GPU_CHUNK;
+    rc = sdp_rt_tensor_create_host(&b.master, SDP_F32, GPU_N, "calibrate.master");
+    if (!rc)
+        rc = sdp_rt_tensor_create(&b.work, SDP_BF16, GPU_N, "calibrate.work");
+    if (!rc)
+        rc = sdp_rt_tensor_partition(b.master, nc, parts);
+    if (!rc)
+        rc = sdp_rt_tensor_partition(b.work, nc, parts);
+    for (int g = 0; !rc && g < ngpu; g++) {
+        rc = sdp_rt_tensor_create_device(&b.rep[g], SDP_BF16, GPU_N, "calibrate.replica");
+        if (!rc)
+            rc = sdp_rt_tensor_create(&b.back[g], SDP_BF16, GPU_N, "calibrate.back");
+        if (!rc)
+            rc = sdp_rt_tensor_partition(b.rep[g], nc, parts);
+        if (!rc)
+            rc = sdp_rt_tensor_partition(b.back[g], nc, parts);
+    }
+    for (int g = 0; !rc && g < ngpu; g++) {
+        struct sdp_machine_gpu *d = &m->gpu[g];
+        d->h2d_bps = gpu_rate(&b, ngpu, 1u << g, 0);
+        d->d2h_bps = gpu_rate(&b, ngpu, 1u << g, 1);
+        SDP_INFO("calibrate: GPU %d alone: cast+H2D %.2f GB/s, D2H %.2f GB/s", g, d->h2d_bps / 1e9,
+                 d->d2h_bps / 1e9);
+        if (d->h2d_bps <= 0.0 || d->d2h_bps <= 0.0)
+            rc = sdp_err(-EIO, "calibrate: the transfers of GPU %d failed", g);
+    }
+    if (!rc && ngpu > 1) {
+        const unsigned all = (1u << ngpu) - 1;
+        const double h2d = gpu_rate(&b, ngpu, all, 0), d2h = gpu_rate(&b, ngpu, all, 1);
+        for (int g = 0; g < ngpu; g++)
+            m->gpu[g].h2d_shared_bps = h2d, m->gpu[g].d2h_shared_bps = d2h;
+        SDP_INFO("calibrate: %d GPUs at once: cast+H2D %.2f GB/s, D2H %.2f GB/s each", ngpu,
+                 h2d / 1e9, d2h / 1e9);
+    } else if (!rc) { /* one GPU shares its link with no other */
+        m->gpu[0].h2d_shared_bps = m->gpu[0].h2d_bps;
+        m->gpu[0].d2h_shared_bps = m->gpu[0].d2h_bps;
+    }
+    for (int g = 0; g < ngpu; g++)
+        sdp_rt_tensor_release(b.back[g]), sdp_rt_tensor_release(b.rep[g]);
+    sdp_rt_tensor_release(b.work);
+    sdp_rt_tensor_release(b.master);
+    return rc;
+}
+
 /* The runtime's part: StarPU with the project's policy, then the task overheads; the GPUs'
  * count and names.  @return 0 or a negative errno (logged) */
 static int measure_runtime(struct sdp_machine *m, int gpus)
 {
     struct sdp_rt_conf conf = { .ncuda = gpus, .require_cuda = gpus > 0 };
     void *policy = NULL;
-    int rc;
+    int rc, wid[SDP_MACHINE_MAX_GPUS];
     if (sdp_policy_resolve("sdp-slidedp", &policy))
         return -EINVAL;
     conf.sched_name = "sdp-slidedp";
@@ -220,17 +353,17 @@ static int measure_runtime(struct sdp_machine *m, int gpus)
     rc = sdp_rt_init(&conf);
     if (rc)
         return rc;
-    rc = sdp_tasks_init();
-    if (!rc)
-        rc = sdp_tasks_place_compute(0);
-    if (!rc)
-        rc = measure_tasks(m);
     /* the CUDA workers StarPU started; the names came from the driver (sdp_machine_identify) */
     m->gpus = sdp_rt_ncuda() < SDP_MACHINE_MAX_GPUS ? sdp_rt_ncuda() : SDP_MACHINE_MAX_GPUS;
-    if (!rc && sdp_rt_ncuda() > 0)
-        SDP_WARN("calibrate: %d GPU%s found; their rates are not measured by this version and are "
-                 "recorded as absent (the model takes its defaults for them)",
-                 sdp_rt_ncuda(), sdp_rt_ncuda() > 1 ? "s" : "");
+    rc = sdp_tasks_init();
+    if (!rc)
+        rc = sdp_tasks_place_compute(m->gpus > 0);
+    if (!rc && m->gpus > 0 && !(rc = sdp_rt_rank_workers(m->gpus, wid)))
+        rc = sdp_tasks_set_ranks(m->gpus, wid);
+    if (!rc)
+        rc = measure_tasks(m);
+    if (!rc && m->gpus > 0)
+        rc = measure_gpus(m, m->gpus);
     sdp_tasks_shutdown();
     sdp_rt_shutdown();
     return rc;
