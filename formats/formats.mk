@@ -4,3 +4,4 @@ libsdp_a_SOURCES += formats/safetensors.h formats/safetensors.c formats/safetens
 libsdp_a_SOURCES += formats/hfconfig.h formats/hfconfig.c
 # Checkpoint files (runtime/ckpt.h saves and restores the state through them).
 libsdp_a_SOURCES += formats/ckpt_format.h formats/ckpt_header.c formats/ckpt_read.c
+libsdp_a_SOURCES += formats/machine.h formats/machine.c

@@ -34,3 +34,6 @@ EXTRA_DIST += tests/e2e/test_e2e_signals.sh
 # outputs against inputs (train, tokenize, export)
 TESTS += tests/e2e/test_e2e_paths.sh
 EXTRA_DIST += tests/e2e/test_e2e_paths.sh
+# slidedp calibrate: the machine file of this machine, and refused outputs
+TESTS += tests/e2e/test_e2e_calibrate.sh
+EXTRA_DIST += tests/e2e/test_e2e_calibrate.sh

@@ -10,3 +10,7 @@ tests_formats_test_safetensors_bad_SOURCES = tests/formats/test_safetensors_bad.
 tests_formats_test_hfconfig_SOURCES = tests/formats/test_hfconfig.c tests/lib/sdp_test.h \
 	tests/lib/sdp_test_files.h
 EXTRA_DIST += tests/formats/data/qwen3-0.6b.config.json tests/formats/data/llama-3.2-1b.config.json
+check_PROGRAMS += tests/formats/test_machine
+TESTS += tests/formats/test_machine
+tests_formats_test_machine_SOURCES = tests/formats/test_machine.c tests/lib/sdp_test.h \
+	tests/lib/sdp_test_files.h

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/* The machine description: what `slidedp calibrate` measured on this node, the input of the
+ * step-time model beside the plan.  Per-resource rates (host AdamW and fp32 -> bf16 cast bytes/s
+ * for each thread count up to the cores, DRAM copy bytes/s, per-task overheads, and per GPU the
+ * cast-and-copy H2D and D2H bytes/s alone and with every GPU copying at once, bf16 GEMM and
+ * attention FLOP/s) and the identity of the node they were measured on (host, CPU model, cores,
+ * GPU model), which a later run compares with its own to refuse a stale file.
+ *
+ * Stored as JSON (jansson), version SDP_MACHINE_VERSION; a rate that was not measured (no CUDA
+ * worker, say) is null in the file and 0 here.  Reading never fails hard: a missing, stale or
+ * malformed file is reported once (the file, what is wrong, `slidedp calibrate -o FILE` as the
+ * fix) and the caller gets the defaults, the reference node of docs/performance.md (1 H200, 16
+ * cores).  Plain C: no StarPU, no CUDA; the GPU identity is the caller's to give. */
+#ifndef SDP_MACHINE_H
+#define SDP_MACHINE_H
+
+#define SDP_MACHINE_VERSION     1
+#define SDP_MACHINE_MAX_THREADS 256 /* thread counts kept for the host kernels */
+#define SDP_MACHINE_MAX_GPUS    16
+#define SDP_MACHINE_MAX_GEMMS   8
+#define SDP_MACHINE_NAME_LEN    128
+
+/** A GEMM rate: bf16 (M, K) x (K, N) in FLOP/s (2 M K N per product). */
+struct sdp_machine_gemm {
+    int m, k, n;
+    double flops;
+};
+
+/** One GPU's rates; 0 = not measured. */
+struct sdp_machine_gpu {
+    char name[SDP_MACHINE_NAME_LEN];
+    double h2d_bps, d2h_bps;               /* cast-and-copy, this GPU alone */
+    double h2d_shared_bps, d2h_shared_bps; /* this GPU while every GPU copies at once */
+    double bf16_flops;                     /* best GEMM rate of the shapes measured */
+    double attention_flops;                /* causal attention fwd+bwd, the half counted */
+};
+
+/** The node and its rates (bytes/s, FLOP/s, seconds); 0 = not measured. */
+struct sdp_machine {
+    char host[SDP_MACHINE_NAME_LEN], cpu[SDP_MACHINE_NAME_LEN];
+    int cores;                                 /* online CPU cores */
+    int gpus;                                  /* GPUs described in gpu[] */
+    int nthreads;                              /* entries of the two tables below */
+    double adamw_bps[SDP_MACHINE_MAX_THREADS]; /* [t - 1]: t threads; 28 B per parameter */
+    double cast_bps[SDP_MACHINE_MAX_THREADS];  /* [t - 1]: fp32 -> bf16, 6 B per element */
+    double dram_bps;                           /* memcpy, read + write bytes per second */
+    double task_submit_s;                      /* StarPU submission of one task */
+    double task_s;                             /* one empty task, submitted to ended */
+    double kernel_launch_s;                    /* one CUDA kernel launch */
+    struct sdp_machine_gpu gpu[SDP_MACHINE_MAX_GPUS];
+    int ngemm;
+    struct sdp_machine_gemm gemm[SDP_MACHINE_MAX_GEMMS];
+    double calib_s; /* how long the calibration took */
+    int ndefaulted; /* after sdp_machine_load: fields missing from the file, taken from defaults */
+};
+
+/** The reference node's figures (1 H200, a 16-core Xeon; BENCH.md and the seed): AdamW rising
+ * with the threads to 183 GB/s at 16, PCIe cast-and-copy 15.6 GB/s alone and 8.7 shared, bf16
+ * GEMM 700 TFLOP/s, attention 336 TFLOP/s.  Names are empty: the defaults are never stale. */
+void sdp_machine_defaults(struct sdp_machine *m);
+
+/** Fill host, cpu and cores from this node (gethostname, /proc/cpuinfo, sysconf), and gpus and
+ * the GPU names from the NVIDIA driver's /proc files (0 GPUs without them); the rates are left as
+ * they are. */
+void sdp_machine_identify(struct sdp_machine *m);
+
+/** Rate of the host kernels with `threads` threads (clamped to the table); 0 if the table is
+ * empty. */
+double sdp_machine_adamw_bps(const struct sdp_machine *m, int threads);
+double sdp_machine_cast_bps(const struct sdp_machine *m, int threads);
+
+/** Write m to path atomically (path.tmp, fsync, rename).  @return 0 or a negative errno (logged
+ * with the path) */
+int sdp_machine_save(const char *path, const struct sdp_machine *m);
+
+/** Read path into m.  here (may be NULL: no staleness check) is this node's identity: a file
+ * measured on another host name, CPU model, core count or GPU model (when here names a GPU) is
+ * stale.  A field missing from the file takes its default, logged with its name and counted in
+ * m->ndefaulted.  @return 0; or, with m set to the defaults and the problem logged with the file
+ * and the fix: -ENOENT (no such file), -ESTALE (another machine), -EINVAL (not JSON, a wrong
+ * type, a negative or non-finite rate, another format or version), -EIO (unreadable) */
+int sdp_machine_load(const char *path, const struct sdp_machine *here, struct sdp_machine *m);
+
+#endif
