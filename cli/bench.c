@@ -19,6 +19,7 @@
 #include "cli/cli.h"
 #include "base/fsutil.h"
 #include "cli/options.h"
+#include "cli/predict_cli.h"
 #include "formats/hfconfig.h"
 #include "runtime/init.h"
 #include "base/sdp_log.h"
@@ -32,6 +33,7 @@ struct bench_opts {
     int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last, keep_mlp, gpu_update;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
+    const struct sdp_recipe *r; /* the options as parsed (train.machine, the plan's knobs) */
 };
 
 static const char usage_head[] =
@@ -67,6 +69,31 @@ static int grad_bf16(const struct bench_opts *b, int on_gpu)
     return sdp_grad_bf16_choice(want, b->ranks, on_gpu);
 }
 
+/* The step-time model's prediction of the plan the graph was built from (logged, and kept for
+ * the JSON line as *out); nothing when the model cannot price it. */
+static void predict(const struct bench_opts *b, const struct sdp_model_cfg *cfg,
+                    const struct sdp_state *st, const struct sdp_graph_conf *gc, json_t **out)
+{
+    int ngpus = sdp_rt_ncuda() > 0 ? b->ranks : 0;
+    struct sdp_cli_machine cm;
+    struct sdp_predict p;
+    struct sdp_plan plan;
+    char line[4600];
+    if (sdp_plan_init(&plan, st, gc))
+        return;
+    sdp_cli_machine_get(b->r->machine, ngpus, &cm);
+    if (!sdp_cli_predict_plan(b->r, cfg, &plan, ngpus, &cm, &p)) {
+        sdp_cli_predict_line(&p, &cm, line, sizeof(line));
+        SDP_INFO("predicted: %s", line);
+        *out = json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:s}", "step_s", p.step_s,
+                         "tokens_per_s", p.tokens_per_s, "bound", sdp_predict_res_name(p.bound),
+                         "gpu_peak_gib", p.gpu_bytes / 1073741824.0, "host_peak_gib",
+                         p.host_bytes / 1073741824.0, "pinned_gib", p.pinned_bytes / 1073741824.0,
+                         "machine", cm.source);
+    }
+    sdp_plan_free(&plan);
+}
+
 static int run(const struct bench_opts *b)
 {
     struct sdp_model_cfg cfg;
@@ -84,6 +111,7 @@ static int run(const struct bench_opts *b)
     int rc = SDP_EXIT_FAILURE, state_made = 0, total = b->warmup + b->steps, gbf16;
     int wid[SDP_MAX_RANKS] = { 0 };
     unsigned long long need, avail;
+    json_t *pred = NULL; /* the step-time model's prediction of the run */
 
     if (sdp_model_preset(b->model, &cfg)) {
         if (access(b->model, F_OK) != 0) {
@@ -188,6 +216,7 @@ static int run(const struct bench_opts *b)
         goto out;
     if (sdp_graph_create(&g, &st, &gc))
         goto out;
+    predict(b, &cfg, &st, &gc, &pred);
     if (b->ranks == 1 && sdp_rt_rank_workers(1, wid))
         goto out;
     t_graph = sdp_cli_now_s();
@@ -308,6 +337,8 @@ static int run(const struct bench_opts *b)
                             json_pack("{s:f, s:f, s:f, s:f}", "total", t_graph - t_go, "starpu",
                                       t_rt - t_go, "state", t_state - t_rt, "init_graph",
                                       t_graph - t_state));
+        if (pred)
+            json_object_set_new(o, "predicted", pred), pred = NULL;
         if (steady > 0) /* pipelined: tokens per steady step (the intervals after the first) */
             json_object_set_new(o, "tokens_per_s_steady", json_real(steady));
         line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
@@ -320,6 +351,7 @@ static int run(const struct bench_opts *b)
     if ((b->trace || b->events) && sdp_trace_write(b->events, b->trace))
         rc = SDP_EXIT_FAILURE;
 out:
+    json_decref(pred);
     t_end = sdp_cli_now_s();
     sdp_graph_destroy(g);
     if (state_made)
@@ -380,6 +412,7 @@ static void from_recipe(const struct sdp_recipe *r, struct bench_opts *b)
     b->gpu_memory_gib = r->gpu_memory_gib;
     b->max_grad_norm = r->max_grad_norm;
     b->seed = r->seed;
+    b->r = r;
 }
 
 int sdp_cli_bench(int argc, char **argv)
@@ -413,6 +446,8 @@ int sdp_cli_bench(int argc, char **argv)
         b.micro = b.batch / b.ranks;
     if (b.window < 0)
         b.window = b.gpu_memory_gib > 0 ? 2 : 0;
+    r.micro_batch = b.micro; /* the run as it will be, for the prediction */
+    r.window = b.window;
     if (b.batch % b.ranks || (b.batch / b.ranks) % b.micro) {
         fprintf(stderr,
                 "slidedp bench: --batch %d must split into %d ranks of whole micro-batches of "

@@ -22,6 +22,7 @@ static void usage(FILE *f)
         "  sweep --model M     time one layer's cast+H2D and D2H+update paths per chunk size\n"
         "  plot METRICS.jsonl  draw loss and tokens/s of a metrics file as a PNG (gnuplot)\n"
         "  calibrate           measure this machine for the step-time model (machine.json)\n"
+        "  plan RECIPE.yaml    predict a run: step time, bound, memory, what each change buys\n"
         "  policies            list the scheduling policies --sched accepts\n"
         "  options --markdown  every recipe key, flag and environment variable (docs/options.md)\n"
         "\n"
@@ -60,6 +61,8 @@ int main(int argc, char **argv)
         return sdp_cli_options(argc - 1, argv + 1);
     if (!strcmp(argv[1], "calibrate"))
         return sdp_cli_calibrate(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "plan"))
+        return sdp_cli_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "policies"))
         return sdp_cli_policies(argc - 1, argv + 1);
     fprintf(stderr, "slidedp: unknown command '%s'\n\n", argv[1]);

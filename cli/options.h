@@ -40,6 +40,7 @@ enum sdp_opt_base {
 /* Subcommands whose command line takes an option's flag. */
 #define SDP_CMD_TRAIN 1u
 #define SDP_CMD_BENCH 2u
+#define SDP_CMD_PLAN  4u
 
 struct sdp_option {
     const char *key;  /* "section.key" of a recipe, or NULL: command line only */
@@ -76,7 +77,8 @@ void sdp_option_range_text(const struct sdp_option *o, char *out, size_t len);
 /** "a, b, c" from a NULL-terminated list. */
 void sdp_option_join(char *out, size_t len, const char *const *names, const char *last_sep);
 
-/** Parse the options of argv for subcommand cmd (SDP_CMD_*; name "train" or "bench" for messages)
+/** Parse the options of argv for subcommand cmd (SDP_CMD_*; name "train", "bench" or "plan" for
+ * messages)
  * into r, which holds the defaults or a loaded recipe; argv[*first..argc) are then the operands.
  * -h/--help prints usage_head, the options and usage_tail on stdout.
  * @return 0, 1 after --help, or -1 after a usage error (printed on stderr) */

@@ -132,7 +132,7 @@ static void wrap(FILE *f, const char *text, int col, int at)
 
 static const char *default_of(const struct sdp_option *o, unsigned cmd)
 {
-    return cmd == SDP_CMD_BENCH && o->bench_def ? o->bench_def : o->def;
+    return cmd != SDP_CMD_TRAIN && o->bench_def ? o->bench_def : o->def; /* plan --model: bench's */
 }
 
 /* "a|b|c" from a NULL-terminated list */
@@ -257,9 +257,13 @@ static const char *type_name(const struct sdp_option *o)
 
 static void cmds_text(const struct sdp_option *o, char *out, size_t len)
 {
-    snprintf(out, len, "%s%s%s", o->cmds & SDP_CMD_TRAIN ? "train" : "",
-             (o->cmds & SDP_CMD_TRAIN) && (o->cmds & SDP_CMD_BENCH) ? ", " : "",
-             o->cmds & SDP_CMD_BENCH ? "bench" : "");
+    static const unsigned bits[] = { SDP_CMD_TRAIN, SDP_CMD_BENCH, SDP_CMD_PLAN };
+    static const char *const names[] = { "train", "bench", "plan" };
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < 3 && used < len; i++)
+        if (o->cmds & bits[i])
+            used += (size_t)snprintf(out + used, len - used, "%s%s", used ? ", " : "", names[i]);
 }
 
 static void print_row(FILE *f, const struct sdp_option *o)

@@ -82,6 +82,7 @@ struct sdp_recipe {
     int prefetch_groups; /* sdp-slidedp: groups a GPU prefetches ahead (-1 = policy default) */
     int nccl;            /* train.collectives: 0 starpu (default), 1 nccl (sdp_tasks_use_nccl) */
     int eval_every;      /* steps between validation losses over data.val (0 = never) */
+    char machine[SDP_PATH_MAX]; /* the calibration file for the step-time model ("" = defaults) */
 
     /* output */
     char output_dir[SDP_PATH_MAX]; /* "" = no output directory */
@@ -104,6 +105,7 @@ struct sdp_recipe {
     int no_resume, quiet, verbose; /* train */
     int force_new;                 /* train: move the run a run directory holds aside */
     int print_plan;                /* train: print the plan and exit */
+    int json;                      /* plan: the prediction as JSON */
     int warmup, barrier;           /* bench: untimed steps first, a barrier after each step */
     const char *trace, *events;    /* Chrome/Perfetto timeline, task event log ("" = none) */
     const char *mem_log;           /* bench: memory samples (JSONL) */

@@ -17,6 +17,7 @@
 #include "policies/sdp_policies.h"
 #include "cli/cli.h"
 #include "cli/options.h"
+#include "cli/predict_cli.h"
 #include "cli/train_internal.h"
 #include "runtime/init.h"
 #include "base/sdp_log.h"
@@ -71,33 +72,11 @@ static int plan_make(const struct sdp_recipe *r, const struct sdp_state *st,
 /* The graph's configuration from the recipe (the plan refines it per layer). */
 static void graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc)
 {
-    gc->micro_batch = r->micro_batch;
-    gc->n_micro = r->global_batch / r->micro_batch;
-    gc->seq_len = r->seq_len;
-    gc->recompute = r->recompute;
-    gc->offload_inputs = r->act_offload;
-    gc->bwd_lookahead = r->bwd_lookahead;
-    gc->keep_last = r->keep_last;
-    gc->keep_mlp = r->keep_mlp;
-    gc->beta1 = r->beta1;
-    gc->beta2 = r->beta2;
-    gc->eps = r->eps;
-    gc->weight_decay = r->weight_decay;
-    gc->max_grad_norm = r->max_grad_norm;
-    gc->skip_nonfinite = r->skip_nonfinite;
-    gc->embed_early = r->embed_early;
-    gc->mlp_early = r->mlp_early;
-    gc->gpu_update = r->gpu_update;
-    gc->embed_lookup_host = r->embed_lookup_host;
-    gc->nranks = r->ranks;
-    gc->param_delay = r->param_delay;
+    sdp_recipe_graph_conf(r, gc);
     if (r->param_delay)
         SDP_WARN("train.param_delay = 1: every step computes with weights one update old "
                  "(asynchronous optimizer); SlideDP's invariant 3 does not hold");
-    gc->window = r->window >= 0 ? r->window : r->gpu_memory_gib > 0 ? 2 : 0;
     sdp_cli_place_norms(r->ranks, gc->window);
-    gc->grad_route = r->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
-    gc->param_route = r->param_sharded ? SDP_ROUTE_SHARDED : SDP_ROUTE_REPLICATED;
 }
 
 /* StarPU, the codelets, and the state: resumed from the checkpoint, loaded from the model
@@ -187,6 +166,21 @@ static void print_memory(const struct sdp_train *t, const struct sdp_graph_conf 
              human(b[1], sizeof(b[1]), t->host_avail), gpu);
 }
 
+/* The step-time model's prediction of the plan the run built, logged before step 1. */
+static void predict(struct sdp_train *t, const struct sdp_plan *plan)
+{
+    int ngpus = sdp_rt_ncuda() > 0 ? (t->r->ranks > 1 ? t->r->ranks : 1) : 0;
+    struct sdp_cli_machine cm;
+    struct sdp_predict p;
+    char line[4600];
+    sdp_cli_machine_get(t->r->machine, ngpus, &cm);
+    if (sdp_cli_predict_plan(t->r, &t->r->model, plan, ngpus, &cm, &p))
+        return; /* logged; the run does not need it */
+    t->pred_step_s = p.step_s;
+    sdp_cli_predict_line(&p, &cm, line, sizeof(line));
+    SDP_INFO("predicted: %s", line);
+}
+
 /* The ranks, the plan and the step's graph (--print-plan: print the plan instead).  @return an
  * exit status. */
 static int build(struct sdp_train *t)
@@ -211,6 +205,8 @@ static int build(struct sdp_train *t)
     }
     if (plan_make(r, &t->st, &gc, &plan))
         return r->nplan ? SDP_EXIT_USAGE : SDP_EXIT_FAILURE;
+    if (!r->print_plan)
+        predict(t, &plan);
     if (r->print_plan) {
         sdp_plan_print(&plan, stdout);
         sdp_plan_free(&plan);
@@ -246,6 +242,10 @@ static void print_summary(const struct sdp_train *t, double seconds)
              t->stopped ? "stopped" : "done", t->first + 1, last, seconds,
              seconds > 0 ? (double)n * r->global_batch * r->seq_len / seconds : 0.0, t->last_loss,
              rss);
+    if (t->timed > 0 && t->pred_step_s > 0)
+        SDP_INFO("step time: measured %.3f s (the mean of steps %d-%d), predicted %.3f s (%+.0f%%)",
+                 t->timed_s / t->timed, last - t->timed + 1, last, t->pred_step_s,
+                 100.0 * (t->pred_step_s / (t->timed_s / t->timed) - 1.0));
 }
 
 static int run(struct sdp_train *t)

@@ -41,6 +41,10 @@ struct sdp_train {
     int32_t *val_ids, *val_targets;
     double best_loss;
     int best_step;
+    /* the step-time model's prediction (cli/predict_cli.h) and the steps after the first, timed
+     * (the first fills the pipeline and wakes the workers) */
+    double pred_step_s, timed_s;
+    int timed;
 };
 
 /** What a step's metrics line holds beyond the graph's result. */

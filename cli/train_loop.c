@@ -223,6 +223,8 @@ int sdp_train_steps(struct sdp_train *t)
         now = sdp_cli_now_s();
         step_s = now - t_prev;
         t_prev = now;
+        if (s > t->first)
+            t->timed_s += step_s, t->timed++;
         if ((rc = check_finite(t, s, &res)) != SDP_EXIT_OK)
             break;
         x.skipped_batches = t->skipped;

@@ -169,7 +169,7 @@ static void set_one(struct sdp_plan *p, const struct sdp_state *st, int gi, int 
         pg->mlp_early = v ? -1 : pg->mlp_early;
         break;
     default: /* mlp_early */
-        pg->mlp_early = v ? mlp_chunk0(st, gi) : -1;
+        pg->mlp_early = !v ? -1 : st ? mlp_chunk0(st, gi) : 1; /* no state: as asked */
         break;
     }
 }
@@ -201,7 +201,7 @@ int sdp_plan_set(struct sdp_plan *p, const struct sdp_state *st, int first, int 
         return sdp_err(-EINVAL, "plan: %s applies to the decoder layers 1..%d, not %d..%d", key, L,
                        first, last);
     for (int gi = first; gi <= last; gi++) {
-        if (k == 4 && v && mlp_chunk0(st, gi) < 0)
+        if (k == 4 && v && st && mlp_chunk0(st, gi) < 0)
             return sdp_err(-EINVAL,
                            "plan: layer %d has no chunk of MLP weights alone to update "
                            "early (train.chunk_mib smaller than its MLP)",

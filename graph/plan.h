@@ -86,6 +86,8 @@ int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct s
  *   update       host | gpu                                 (decoder layers, see sdp_plan_check)
  *   mlp_early    on | off                                   (decoder layers)
  * Derived fields follow (a layer set to keep stops offloading; mlp_early on finds the chunk).
+ * st may be NULL for a plan priced before any state exists (graph/predict.h): mlp_early on is
+ * then taken as asked, unchecked.
  * @return 0 or -EINVAL (unknown key or value, range outside 0..L + 1: logged with the allowed
  * values) */
 int sdp_plan_set(struct sdp_plan *p, const struct sdp_state *st, int first, int last,

@@ -45,6 +45,7 @@ void sdp_predict_machine_h200(struct sdp_predict_machine *mc)
     mc->cpu_cores = 16;
     mc->task_s = 20e-6; /* StarPU submission + scheduling + launch, tens of us a task */
     mc->host_base_bytes = 3ull << 30;
+    mc->gpu_mem_bytes = 143771ull << 20; /* what the driver reports of the H200's 141 GB */
 }
 
 void sdp_predict_machine_cpu2(struct sdp_predict_machine *mc)

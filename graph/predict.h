@@ -43,6 +43,7 @@ struct sdp_predict_machine {
     int cpu_cores;                      /* every core; one per GPU drives that GPU */
     double task_s;                      /* per task: submission, scheduling, kernel launch */
     unsigned long long host_base_bytes; /* the process before the state: libraries, data */
+    unsigned long long gpu_mem_bytes;   /* each GPU's memory (0: unknown), for the fit */
 };
 
 /** The H200 host of BENCH.md: 1 H200, 16 cores, figures derived in predict.c. */

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/* The step-time model (graph/predict.h) as the commands use it: the machine it prices on (the file
+ * `slidedp calibrate` wrote, or the model's defaults) and the run a recipe describes, priced
+ * before any state exists (`slidedp plan`, cli/plan.c) or from the plan a run built (train, bench:
+ * the prediction printed beside the measurement).  Test: tests/e2e/test_e2e_plan_predict.sh. */
+#ifndef SDP_PREDICT_CLI_H
+#define SDP_PREDICT_CLI_H
+
+#include "cli/recipe.h"
+#include "graph/plan.h"
+#include "graph/predict.h"
+
+/* A machine for the model, and where its figures came from. */
+struct sdp_cli_machine {
+    struct sdp_predict_machine mc;
+    int from_file;     /* 1: a calibration file's figures; 0: the model's defaults */
+    char source[4200]; /* "FILE (calibrated on HOST)" or "defaults: why" */
+};
+
+/** The machine for a run with `ngpus` GPUs (0: CPU workers) from the calibration file at path (NULL
+ * or "": none).  A missing, stale or malformed file is reported (formats/machine.h names the file
+ * and the fix) and the defaults are used: sdp_predict_machine_h200 with GPUs, _cpu2 with this
+ * node's cores without; a rate the file lacks keeps its default.  Never fails. */
+void sdp_cli_machine_get(const char *path, int ngpus, struct sdp_cli_machine *out);
+
+/** The GPUs a run of r uses: train.ranks where > 1, else train.gpus, where -1 means the GPUs this
+ * node has (the NVIDIA driver's /proc files) — or, with a calibration file, the GPUs it
+ * describes. */
+int sdp_cli_run_gpus(const struct sdp_recipe *r, const char *machine_path);
+
+/** The graph's configuration of a recipe (train's and plan's; the plan refines it per layer).
+ * gc->grad_route_gpu is left NULL. */
+void sdp_recipe_graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc);
+
+/** Everything the model needs of a run of r with ngpus GPUs, in one place. */
+struct sdp_cli_run {
+    struct sdp_model_cfg m;
+    struct sdp_graph_conf gc;
+    struct sdp_plan plan;
+    unsigned char *routes; /* per-group gradient routes (train.grad_route_groups) */
+    struct sdp_predict_run run;
+    int ngpus;
+};
+
+/** Build the plan of r without a state (sdp_predict_plan_from_conf, then r's `plan:` rows) and the
+ * run around it.  r->model must hold the sizes (a preset, the recipe's or config.json's).
+ * @return 0, or -EINVAL / -ENOMEM (logged with the recipe and the row) */
+int sdp_cli_run_make(const struct sdp_recipe *r, int ngpus, struct sdp_cli_run *cr);
+void sdp_cli_run_free(struct sdp_cli_run *cr);
+
+/** Predict the plan a run of r on model m built (with its state) on cm's machine.
+ * @return 0 or -EINVAL (logged) */
+int sdp_cli_predict_plan(const struct sdp_recipe *r, const struct sdp_model_cfg *m,
+                         const struct sdp_plan *plan, int ngpus, const struct sdp_cli_machine *cm,
+                         struct sdp_predict *out);
+
+/** One line: the predicted step, tokens/s, bound and peaks, and the machine's source. */
+void sdp_cli_predict_line(const struct sdp_predict *p, const struct sdp_cli_machine *cm,
+                          char *out, size_t len);
+
+#endif
