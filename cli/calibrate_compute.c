@@ -23,8 +23,7 @@
 #include "runtime/tensor.h"
 
 #define REPS      3
-#define GPU_ITERS 10  /* GEMM triples or attention pairs per GPU pass: tens of ms, overheads aside \
-                       */
+#define GPU_ITERS 10  /* GEMM triples or attention pairs in a GPU pass: tens of ms */
 #define CPU_ITERS 1   /* a CPU pass of one is already milliseconds to a second */
 #define NLAUNCH   500 /* tiny tasks timed for the launch overhead */
 #define MAXSHAPES 4
