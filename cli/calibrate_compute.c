@@ -9,7 +9,9 @@
  * time; attention counts the forward as 2 B NH T T HD (the causal half, as graph/predict.c does)
  * and the backward 2.5 times that.  Each time is the median of REPS passes after an untimed one
  * (which also brings the inputs where the worker computes).  Inputs are zeros: the kernels' time
- * does not depend on the values.  Tasks only, no CUDA call: the same code serves both builds. */
+ * does not depend on the values.  With GPUs, last, the launch overhead: a tiny task's life on a
+ * CUDA worker less its life on a CPU worker.  Tasks only, no CUDA call: the same code serves both
+ * builds. */
 #include "config.h"
 
 #include <errno.h>
@@ -269,32 +271,50 @@ static int measure_all_cpus(struct compute *c, struct sdp_machine *m)
     return 0;
 }
 
-/* The life of a task of one element zeroed on GPU g (a memset on its stream), one after the other
- * through their data, less the empty task's life (m->task_s, wherever it ran): what reaching the
- * GPU adds to a task, launch and stream synchronisation.  0 if not above the empty task's.
- * @return 0 or the runtime's error (logged) */
-static int measure_launch(struct sdp_machine *m, int g)
+/* The life of a task that zeroes one element of t, one after the other through their data (50
+ * untimed first), submitted with o.  @return seconds per task, or -1 (the error logged) */
+static double tiny_life(sdp_rt_tensor_t *t, const struct sdp_task_opts *o)
 {
-    const struct sdp_task_opts o = opts(SDP_PH_FWD, g);
-    sdp_rt_tensor_t *t = NULL;
-    double t0 = 0.0, life;
-    int rc = sdp_rt_tensor_create_device(&t, SDP_BF16, 1, "calibrate.launch");
-    for (int i = -50; !rc && i < NLAUNCH; i++) { /* 50 untimed, then NLAUNCH */
+    double t0 = 0.0;
+    int rc = 0;
+    for (int i = -50; !rc && i < NLAUNCH; i++) {
         if (i == 0 && !(rc = sdp_rt_wait_all()))
             t0 = sdp_cli_now_s();
         if (!rc)
-            rc = sdp_task_zero(&o, t);
+            rc = sdp_task_zero(o, t);
     }
     if (!rc)
         rc = sdp_rt_wait_all();
-    life = (sdp_cli_now_s() - t0) / NLAUNCH;
+    if (rc) {
+        sdp_err(rc, "calibrate: the tiny tasks");
+        return -1.0;
+    }
+    return (sdp_cli_now_s() - t0) / NLAUNCH;
+}
+
+/* What reaching GPU 0 adds to a task: the life of a one-element zero on its CUDA worker (a memset
+ * on the worker's stream, and the wait for it) less the same task's on a CPU worker (the codelets
+ * restricted to the CPUs for it, then placed back).  0 when not above.  @return 0 or an error */
+static int measure_launch(struct sdp_machine *m)
+{
+    const struct sdp_task_opts gpu = opts(SDP_PH_FWD, 0);
+    struct sdp_task_opts host = opts(SDP_PH_UPDATE, 0);
+    sdp_rt_tensor_t *t = NULL;
+    double on_gpu = -1.0, on_cpu = -1.0;
+    int rc = sdp_rt_tensor_create(&t, SDP_BF16, 1, "calibrate.launch");
+    host.on_rank = 0; /* an optimizer phase: not pinned to a rank, the scheduler picks a CPU */
+    if (!rc)
+        on_gpu = tiny_life(t, &gpu);
+    if (on_gpu > 0.0 && !(rc = sdp_tasks_restrict("cpu")))
+        on_cpu = tiny_life(t, &host);
+    if (!rc && !(rc = sdp_tasks_restrict("any")))
+        rc = sdp_tasks_place_compute(1);
     sdp_rt_tensor_release(t);
-    if (rc)
-        return sdp_err(rc, "calibrate: the tiny tasks on GPU %d", g);
-    m->kernel_launch_s = life > m->task_s ? life - m->task_s : 0.0;
-    SDP_INFO("calibrate: GPU %d: a tiny task %.1f us submitted to ended, %.1f us over the empty "
-             "task's",
-             g, life * 1e6, m->kernel_launch_s * 1e6);
+    if (rc || on_gpu <= 0.0 || on_cpu <= 0.0)
+        return sdp_err(rc ? rc : -EIO, "calibrate: the launch overhead on GPU 0");
+    m->kernel_launch_s = on_gpu > on_cpu ? on_gpu - on_cpu : 0.0;
+    SDP_INFO("calibrate: a tiny task: %.1f us on GPU 0, %.1f us on a CPU worker: launch %.1f us",
+             on_gpu * 1e6, on_cpu * 1e6, m->kernel_launch_s * 1e6);
     return 0;
 }
 
@@ -345,7 +365,7 @@ int sdp_cli_calibrate_compute(struct sdp_machine *m)
         rc = measure_all_cpus(&c, m);
     release_all(&c);
     if (!rc && c.on_gpu)
-        rc = measure_launch(m, 0);
+        rc = measure_launch(m);
     if (!c.on_gpu)
         sdp_tasks_set_ranks(0, NULL);
     return rc;
