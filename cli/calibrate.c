@@ -4,10 +4,11 @@
  * workers would compete for the cores): the project's own AdamW and fp32 -> bf16 cast kernels
  * (codelets/cpu/, as bench/host_adamw runs them) over 1 to all cores, and a memcpy over all cores
  * for the DRAM bandwidth.  Before them, through the runtime: the submission and the life of a task
- * that does nothing (sdp_task_zero of one element), and with CUDA workers the cast-and-copy H2D
- * and the D2H of each GPU alone and of all at once (GEMM, attention and launch rates are not
- * measured yet: null).  Without a CUDA worker the GPU rates are absent.  Each figure is the median
- * of a few timed passes after an untimed one; progress goes to stderr. */
+ * that does nothing (sdp_task_zero of one element), with CUDA workers the cast-and-copy H2D and
+ * the D2H of each GPU alone and of all at once, then the GEMM and attention rates of the compute
+ * workers (cli/calibrate_compute.c: each GPU, else the CPU workers) and the launch overhead.
+ * Without a CUDA worker the GPU rates are absent.  Each figure is the median of a few timed passes
+ * after an untimed one; progress goes to stderr. */
 #include "config.h"
 
 #include <errno.h>
@@ -20,6 +21,7 @@
 
 #include "base/fsutil.h"
 #include "base/sdp_log.h"
+#include "cli/calibrate.h"
 #include "cli/cli.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #include "codelets/sdp_tasks.h"
@@ -364,6 +366,8 @@ static int measure_runtime(struct sdp_machine *m, int gpus)
         rc = measure_tasks(m);
     if (!rc && m->gpus > 0)
         rc = measure_gpus(m, m->gpus);
+    if (!rc)
+        rc = sdp_cli_calibrate_compute(m);
     sdp_tasks_shutdown();
     sdp_rt_shutdown();
     return rc;
@@ -371,17 +375,17 @@ static int measure_runtime(struct sdp_machine *m, int gpus)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: slidedp calibrate [--gpus N] [-o machine.json]\n"
-            "\n"
-            "Measure this machine for the step-time model (under a minute on a small CPU\n"
-            "machine) and save it as JSON: host AdamW and fp32->bf16 cast bytes/s for 1 to all\n"
-            "cores, DRAM copy bytes/s, the per-task overheads of the runtime, and the GPU rates\n"
-            "where CUDA workers start (else recorded as absent).\n"
-            "\n"
-            "  --gpus N           CUDA workers (-1 = all found, 0 = none; -1)\n"
-            "  -o, --output FILE  the machine file to write (machine.json)\n"
-            "  -h, --help         this text\n");
+    fprintf(f, "usage: slidedp calibrate [--gpus N] [-o machine.json]\n"
+               "\n"
+               "Measure this machine for the step-time model (under a minute on a small CPU\n"
+               "machine) and save it as JSON: host AdamW and fp32->bf16 cast bytes/s for 1 to all\n"
+               "cores, DRAM copy bytes/s, the per-task overheads of the runtime, the GEMM and\n"
+               "attention FLOP/s of the compute workers (each GPU, else the CPU workers), and the\n"
+               "GPU transfer rates where CUDA workers start (else recorded as absent).\n"
+               "\n"
+               "  --gpus N           CUDA workers (-1 = all found, 0 = none; -1)\n"
+               "  -o, --output FILE  the machine file to write (machine.json)\n"
+               "  -h, --help         this text\n");
 }
 
 static int run(const char *out, int gpus)

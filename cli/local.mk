@@ -7,4 +7,5 @@ slidedp_SOURCES = cli/cli.h cli/main.c cli/train.c cli/train_internal.h cli/trai
 	cli/train_rundir.c cli/train_loop.c cli/train_eval.c cli/train_metrics.c cli/hfdir.h cli/hfdir.c \
 	cli/policies.c cli/bench.c cli/export.c cli/tokenize.c cli/plot.c cli/sweep.c cli/util.c \
 	cli/options_cli.c
-slidedp_SOURCES += cli/calibrate.c cli/plan.c cli/predict_cli.h cli/predict_cli.c
+slidedp_SOURCES += cli/calibrate.c cli/calibrate.h cli/calibrate_compute.c cli/plan.c \
+	cli/predict_cli.h cli/predict_cli.c

@@ -30,6 +30,9 @@ static const struct {
     { "task_submit_s", offsetof(struct sdp_machine, task_submit_s) },
     { "task_s", offsetof(struct sdp_machine, task_s) },
     { "kernel_launch_s", offsetof(struct sdp_machine, kernel_launch_s) },
+    { "cpu_gemm_flops", offsetof(struct sdp_machine, cpu_gemm_flops) },
+    { "cpu_gemm_flops_all", offsetof(struct sdp_machine, cpu_gemm_flops_all) },
+    { "cpu_attention_flops", offsetof(struct sdp_machine, cpu_attention_flops) },
     { "calib_s", offsetof(struct sdp_machine, calib_s) },
 };
 

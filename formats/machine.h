@@ -3,8 +3,9 @@
  * step-time model beside the plan.  Per-resource rates (host AdamW and fp32 -> bf16 cast bytes/s
  * for each thread count up to the cores, DRAM copy bytes/s, per-task overheads, and per GPU the
  * cast-and-copy H2D and D2H bytes/s alone and with every GPU copying at once, bf16 GEMM and
- * attention FLOP/s) and the identity of the node they were measured on (host, CPU model, cores,
- * GPU model), which a later run compares with its own to refuse a stale file.
+ * attention FLOP/s; without a GPU, the CPU workers' fp32 GEMM and attention FLOP/s) and the
+ * identity of the node they were measured on (host, CPU model, cores, GPU model), which a later run
+ * compares with its own to refuse a stale file.
  *
  * Stored as JSON (jansson), version SDP_MACHINE_VERSION; a rate that was not measured (no CUDA
  * worker, say) is null in the file and 0 here.  Reading never fails hard: a missing, stale or
@@ -20,7 +21,8 @@
 #define SDP_MACHINE_MAX_GEMMS   8
 #define SDP_MACHINE_NAME_LEN    128
 
-/** A GEMM rate: bf16 (M, K) x (K, N) in FLOP/s (2 M K N per product). */
+/** A GEMM rate: (M, K) x (K, N) in FLOP/s, the forward, backward-data and backward-weight
+ * products' FLOPs (2 M K N each) over their summed time. */
 struct sdp_machine_gemm {
     int m, k, n;
     double flops;
@@ -31,7 +33,7 @@ struct sdp_machine_gpu {
     char name[SDP_MACHINE_NAME_LEN];
     double h2d_bps, d2h_bps;               /* cast-and-copy, this GPU alone */
     double h2d_shared_bps, d2h_shared_bps; /* this GPU while every GPU copies at once */
-    double bf16_flops;                     /* best GEMM rate of the shapes measured */
+    double bf16_flops;                     /* GEMM rate over the shapes, FLOP-weighted */
     double attention_flops;                /* causal attention fwd+bwd, the half counted */
 };
 
@@ -46,9 +48,12 @@ struct sdp_machine {
     double dram_bps;                           /* memcpy, read + write bytes per second */
     double task_submit_s;                      /* StarPU submission of one task */
     double task_s;                             /* one empty task, submitted to ended */
-    double kernel_launch_s;                    /* one CUDA kernel launch */
+    double kernel_launch_s;                    /* a tiny task on a CUDA worker over an empty one */
+    double cpu_gemm_flops;      /* fp32 GEMMs one at a time on one CPU worker (a chain's rate) */
+    double cpu_gemm_flops_all;  /* fp32 GEMMs one per CPU worker at once, summed */
+    double cpu_attention_flops; /* fp32 causal attention fwd+bwd on one CPU worker */
     struct sdp_machine_gpu gpu[SDP_MACHINE_MAX_GPUS];
-    int ngemm;
+    int ngemm; /* the compute workers' shapes: GPU 0's bf16 with GPUs, else one CPU worker's fp32 */
     struct sdp_machine_gemm gemm[SDP_MACHINE_MAX_GEMMS];
     double calib_s; /* how long the calibration took */
     int ndefaulted; /* after sdp_machine_load: fields missing from the file, taken from defaults */
@@ -56,7 +61,8 @@ struct sdp_machine {
 
 /** The reference node's figures (1 H200, a 16-core Xeon; BENCH.md and the seed): AdamW rising
  * with the threads to 183 GB/s at 16, PCIe cast-and-copy 15.6 GB/s alone and 8.7 shared, bf16
- * GEMM 700 TFLOP/s, attention 336 TFLOP/s.  Names are empty: the defaults are never stale. */
+ * GEMM 700 TFLOP/s, attention 336 TFLOP/s; the CPU compute rates 0 (not measured: the reference
+ * node computes on its GPU).  Names are empty: the defaults are never stale. */
 void sdp_machine_defaults(struct sdp_machine *m);
 
 /** Fill host, cpu and cores from this node (gethostname, /proc/cpuinfo, sysconf), and gpus and

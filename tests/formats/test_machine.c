@@ -3,8 +3,9 @@
  * included), this node's identity, and the files a run may meet instead of a good one: missing,
  * stale (another host, CPU model, core count or GPU model), malformed (not JSON, another format or
  * version, a negative or non-numeric rate, tables of different lengths, a GPU list that does not
- * match its count) and short of some fields.  Each bad file must give its error code and the
- * defaults in full; a short one its own fields and the defaults for the rest. */
+ * match its count) and short of some fields (a file written before the CPU compute rates among
+ * them).  Each bad file must give its error code and the defaults in full; a short one its own
+ * fields and the defaults for the rest. */
 #include "config.h"
 
 #include <errno.h>
@@ -42,6 +43,9 @@ static void sample(struct sdp_machine *m)
     m->task_submit_s = 3.5e-6;
     m->task_s = 1.2e-5;
     m->kernel_launch_s = 0.0; /* not measured */
+    m->cpu_gemm_flops = 1.218e11;
+    m->cpu_gemm_flops_all = 2.512e11;
+    m->cpu_attention_flops = 0.0; /* not measured */
     m->calib_s = 12.5;
     m->gpus = 2;
     for (int g = 0; g < 2; g++) {
@@ -67,7 +71,9 @@ static int same(const struct sdp_machine *a, const struct sdp_machine *b)
         ok = close_to(a->adamw_bps[t], b->adamw_bps[t]) && close_to(a->cast_bps[t], b->cast_bps[t]);
     ok = ok && close_to(a->dram_bps, b->dram_bps) && close_to(a->task_submit_s, b->task_submit_s) &&
          close_to(a->task_s, b->task_s) && close_to(a->kernel_launch_s, b->kernel_launch_s) &&
-         close_to(a->calib_s, b->calib_s);
+         close_to(a->calib_s, b->calib_s) && close_to(a->cpu_gemm_flops, b->cpu_gemm_flops) &&
+         close_to(a->cpu_gemm_flops_all, b->cpu_gemm_flops_all) &&
+         close_to(a->cpu_attention_flops, b->cpu_attention_flops);
     for (int g = 0; ok && g < a->gpus; g++) {
         const struct sdp_machine_gpu *x = &a->gpu[g], *y = &b->gpu[g];
         ok = !strcmp(x->name, y->name) && close_to(x->h2d_bps, y->h2d_bps) &&
@@ -92,6 +98,8 @@ static void test_defaults(void)
     CHECK(sdp_machine_adamw_bps(&d, 99) == 183e9 && sdp_machine_adamw_bps(&d, 0) == 14e9,
           "thread counts beyond the table are clamped");
     CHECK(d.gpu[0].h2d_bps > d.gpu[0].h2d_shared_bps, "a shared link is slower than one alone");
+    CHECK(d.cpu_gemm_flops == 0.0 && d.cpu_gemm_flops_all == 0.0 && d.cpu_attention_flops == 0.0,
+          "defaults: the CPU compute rates not measured (the reference node computes on its GPU)");
     d.nthreads = 0;
     CHECK(sdp_machine_cast_bps(&d, 4) == 0.0, "an empty table gives 0");
 }
@@ -114,7 +122,8 @@ static void test_round_trip(void)
     CHECK(sdp_machine_save(path, &a) == 0, "save %s", path);
     CHECK(sdp_machine_load(path, NULL, &b) == 0 && same(&a, &b) && b.ndefaulted == 0,
           "round trip: every field back, none defaulted (%d)", b.ndefaulted);
-    CHECK(b.kernel_launch_s == 0.0 && b.gpu[1].d2h_shared_bps == 0.0,
+    CHECK(b.kernel_launch_s == 0.0 && b.gpu[1].d2h_shared_bps == 0.0 &&
+              b.cpu_attention_flops == 0.0,
           "an absent rate reads back absent, not defaulted");
     here = a; /* the same node: not stale */
     CHECK(sdp_machine_load(path, &here, &b) == 0 && same(&a, &b), "load on the same node");
@@ -170,6 +179,8 @@ static const char *edited(const char *name, const char *from, const char *to)
     sample(&a);
     CHECK(sdp_machine_save(path, &a) == 0, "save %s", path);
     text = (char *)sdp_test_read_file(path, &len);
+    if (text)
+        text[len] = '\0'; /* the spare byte: the text is read as a string */
     at = text ? strstr(text, from) : NULL;
     CHECK(at != NULL, "%s: '%s' in the file", name, from);
     if (at && len + strlen(to) < sizeof(out)) {
@@ -210,6 +221,53 @@ static void test_malformed(void)
                     edited("h.json", "\"host\": \"node17\"", "\"host\": 17"), NULL, -EINVAL);
 }
 
+/* A file of the sample machine without the lines that hold the keys of drop (NULL-ended): each
+ * is one line of the indented file and not its object's last. */
+static const char *without(const char *name, const char *const *drop)
+{
+    struct sdp_machine a;
+    const char *path = sdp_test_path(name);
+    size_t len = 0, n = 0;
+    char *text, out[8192], key[64];
+    sample(&a);
+    CHECK(sdp_machine_save(path, &a) == 0, "save %s", path);
+    text = (char *)sdp_test_read_file(path, &len);
+    if (text)
+        text[len] = '\0';
+    for (char *line = text, *end; line && *line; line = end) {
+        int keep = 1;
+        end = strchr(line, '\n');
+        end = end ? end + 1 : line + strlen(line);
+        for (int i = 0; drop[i]; i++) {
+            snprintf(key, sizeof(key), "\"%s\":", drop[i]);
+            keep = keep && !(strstr(line, key) && strstr(line, key) < end);
+        }
+        if (keep && n + (size_t)(end - line) < sizeof(out))
+            memcpy(out + n, line, (size_t)(end - line)), n += (size_t)(end - line);
+    }
+    CHECK(text && n < len, "%s: some lines dropped", name);
+    sdp_test_write_file(path, out, n);
+    free(text);
+    return path;
+}
+
+/* A file written before the CPU compute rates: loads, those from the defaults, each counted. */
+static void test_without_cpu_rates(void)
+{
+    static const char *const cpu[] = { "cpu_gemm_flops", "cpu_gemm_flops_all",
+                                       "cpu_attention_flops", NULL };
+    struct sdp_machine m, a;
+    const char *p = without("old.json", cpu);
+    sample(&a);
+    CHECK(sdp_machine_load(p, NULL, &m) == 0, "a file without the CPU compute rates loads");
+    CHECK(m.ndefaulted == 3 && m.cpu_gemm_flops == 0.0 && m.cpu_gemm_flops_all == 0.0 &&
+              m.cpu_attention_flops == 0.0,
+          "the CPU compute rates from the defaults, 3 counted (%d)", m.ndefaulted);
+    CHECK(close_to(m.task_s, a.task_s) && m.ngemm == 2 && close_to(m.gemm[0].flops, 7.8e14) &&
+              close_to(m.gpu[0].bf16_flops, 6.5e14),
+          "the other fields from the file");
+}
+
 static void test_missing_fields(void)
 {
     struct sdp_machine m, d, a;
@@ -226,7 +284,7 @@ static void test_missing_fields(void)
               m.gemm[0].flops == d.gemm[0].flops,
           "a missing GEMM table: the defaults' (%d missing)", m.ndefaulted);
     sdp_test_write_file(p, "{\"format\": \"slidedp-machine\", \"version\": 1}", 43);
-    CHECK(sdp_machine_load(p, NULL, &m) == 0 && m.ndefaulted == 13 && same(&m, &d),
+    CHECK(sdp_machine_load(p, NULL, &m) == 0 && m.ndefaulted == 16 && same(&m, &d),
           "only the header: every field from the defaults (%d missing)", m.ndefaulted);
 }
 
@@ -242,6 +300,7 @@ int main(void)
     test_stale();
     test_malformed();
     test_missing_fields();
+    test_without_cpu_rates();
     sdp_test_rm_tree(sdp_test_dir());
     return sdp_test_finish(sdp_test_nfail);
 }
