@@ -85,11 +85,10 @@ static void predict(const struct bench_opts *b, const struct sdp_model_cfg *cfg,
     if (!sdp_cli_predict_plan(b->r, cfg, &plan, ngpus, &cm, &p)) {
         sdp_cli_predict_line(&p, &cm, line, sizeof(line));
         SDP_INFO("predicted: %s", line);
-        *out = json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:s}", "step_s", p.step_s,
-                         "tokens_per_s", p.tokens_per_s, "bound", sdp_predict_res_name(p.bound),
-                         "gpu_peak_gib", p.gpu_bytes / 1073741824.0, "host_peak_gib",
-                         p.host_bytes / 1073741824.0, "pinned_gib", p.pinned_bytes / 1073741824.0,
-                         "machine", cm.source);
+        *out = json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:s}", "step_s", p.step_s, "tokens_per_s",
+                         p.tokens_per_s, "bound", sdp_predict_res_name(p.bound), "gpu_peak_gib",
+                         p.gpu_bytes / 1073741824.0, "host_peak_gib", p.host_bytes / 1073741824.0,
+                         "pinned_gib", p.pinned_bytes / 1073741824.0, "machine", cm.source);
     }
     sdp_plan_free(&plan);
 }

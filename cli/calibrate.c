@@ -316,6 +316,7 @@ static int measure_gpus(struct sdp_machine *m, int ngpu)
     }
     for (int g = 0; !rc && g < ngpu; g++) {
         struct sdp_machine_gpu *d = &m->gpu[g];
+        d->mem_bytes = (double)sdp_rt_gpu_mem_total(g);
         d->h2d_bps = gpu_rate(&b, ngpu, 1u << g, 0);
         d->d2h_bps = gpu_rate(&b, ngpu, 1u << g, 1);
         SDP_INFO("calibrate: GPU %d alone: cast+H2D %.2f GB/s, D2H %.2f GB/s", g, d->h2d_bps / 1e9,

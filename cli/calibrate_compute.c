@@ -7,7 +7,9 @@
  * N 151936 / 4, attention B 2, T 128, 4 heads, 2 KV heads, head 32.  A GEMM shape's rate is its
  * forward, backward-data and backward-weight products' FLOPs (2 M K N each) over their summed
  * time; attention counts the forward as 2 B NH T T HD (the causal half, as graph/predict.c does)
- * and the backward 2.5 times that.  Each time is the median of REPS passes after an untimed one
+ * and the backward 2.5 times that.  The LM head with its cross-entropy is one task (logits, loss
+ * and both gradients: 3 x 2 N C V FLOPs), timed alone: its kernel is not a plain GEMM (on the CPU
+ * it runs at a third of one).  Each time is the median of REPS passes after an untimed one
  * (which also brings the inputs where the worker computes).  Inputs are zeros: the kernels' time
  * does not depend on the values.  With GPUs, last, the launch overhead: a tiny task's life on a
  * CUDA worker less its life on a CPU worker.  Tasks only, no CUDA call: the same code serves both
@@ -46,6 +48,9 @@ static const struct shape cpu_shapes[MAXSHAPES] = {
 };
 static const struct att_shape gpu_att = { 8, 1024, 32, 8, 128 };
 static const struct att_shape cpu_att = { 2, 128, 4, 2, 32 };
+/* the LM head with its cross-entropy (one task: logits, loss, both gradients): N tokens, C, V */
+static const struct shape gpu_head = { 8192, 2560, 151936 };
+static const struct shape cpu_head = { 512, 128, 151936 };
 
 /* One GEMM shape's tensors: inputs shared by the ranks (read only), outputs one per rank. */
 struct gemm_set {
@@ -60,11 +65,18 @@ struct att_set {
     sdp_rt_tensor_t *qkv, *dout, *out, *lse, *dqkv;
 };
 
+/* The LM head's tensors (one rank at a time). */
+struct head_set {
+    struct shape s; /* m: tokens, k: hidden, n: vocabulary */
+    sdp_rt_tensor_t *loss, *dh, *gg, *h, *w, *targets;
+};
+
 struct compute {
     int nranks, ngemm, iters, on_gpu;
     enum sdp_dtype dt;
     struct gemm_set g[MAXSHAPES];
     struct att_set at;
+    struct head_set hd;
 };
 
 static struct sdp_task_opts opts(enum sdp_phase ph, int rank)
@@ -133,8 +145,28 @@ static int alloc_att(struct compute *c, struct att_set *s)
     return rc;
 }
 
+static int alloc_head(struct compute *c, struct head_set *s)
+{
+    const size_t N = (size_t)s->s.m, C = (size_t)s->s.k, V = (size_t)s->s.n;
+    int rc = tensor(c, &s->loss, SDP_F64, 2, 0);
+    if (!rc)
+        rc = tensor(c, &s->dh, c->dt, N * C, 0);
+    if (!rc)
+        rc = tensor(c, &s->gg, SDP_F32, V * C, 0);
+    if (!rc)
+        rc = tensor(c, &s->h, c->dt, N * C, 0);
+    if (!rc)
+        rc = tensor(c, &s->w, c->dt, V * C, 0);
+    if (!rc)
+        rc = tensor(c, &s->targets, SDP_I32, N, 0); /* token 0 everywhere: every target valid */
+    return rc;
+}
+
 static void release_all(struct compute *c)
 {
+    sdp_rt_tensor_release(c->hd.loss), sdp_rt_tensor_release(c->hd.dh);
+    sdp_rt_tensor_release(c->hd.gg), sdp_rt_tensor_release(c->hd.h);
+    sdp_rt_tensor_release(c->hd.w), sdp_rt_tensor_release(c->hd.targets);
     for (int i = 0; i < c->ngemm; i++) {
         struct gemm_set *g = &c->g[i];
         sdp_rt_tensor_release(g->x), sdp_rt_tensor_release(g->w), sdp_rt_tensor_release(g->dout);
@@ -169,6 +201,40 @@ static int submit_att(struct att_set *s, int r)
         rc = sdp_task_attention_bwd(&b, s->dqkv, s->dout, s->qkv, s->out, s->lse, a->b, a->t, a->nh,
                                     a->nkv, a->hd);
     return rc;
+}
+
+/* The LM head's pass on rank r: c->iters tasks.  @return seconds, or -1 (the error logged) */
+static double head_pass(struct compute *c, int r)
+{
+    const struct sdp_task_opts o = opts(SDP_PH_LOSS, r);
+    const struct shape *s = &c->hd.s;
+    double t0 = sdp_cli_now_s();
+    int rc = 0;
+    for (int it = 0; !rc && it < c->iters; it++)
+        rc = sdp_task_lmhead_ce(&o, c->hd.loss, c->hd.dh, c->hd.gg, 0, c->hd.h, c->hd.w, 0,
+                                c->hd.targets, s->m, s->k, s->n, 1.0f / s->m);
+    if (!rc)
+        rc = sdp_rt_wait_all();
+    if (rc) {
+        sdp_err(rc, "calibrate: the LM head's tasks failed");
+        return -1.0;
+    }
+    return sdp_cli_now_s() - t0;
+}
+
+/* The LM head's rate on rank r: 3 x 2 N C V FLOPs a task (logits, the two gradients), median of
+ * REPS passes after one.  0 on failure (logged). */
+static double head_rate(struct compute *c, int r)
+{
+    double s[REPS];
+    for (int i = -1; i < REPS; i++) {
+        double dt = head_pass(c, r);
+        if (dt <= 0.0)
+            return 0.0;
+        if (i >= 0)
+            s[i] = dt;
+    }
+    return c->iters * gemm_flops(&c->hd.s) / sdp_cli_median(s, REPS);
 }
 
 /* What one pass submits on each rank of mask: GEMM shape `shape`, the attention (shape = ngemm),
@@ -332,6 +398,7 @@ static int setup(struct compute *c, const struct sdp_machine *m)
     for (int i = 0; i < c->ngemm; i++)
         c->g[i].s = shapes[i];
     c->at.a = c->on_gpu ? gpu_att : cpu_att;
+    c->hd.s = c->on_gpu ? gpu_head : cpu_head;
     if (c->on_gpu)
         return 0;
     if (n < 1)
@@ -352,14 +419,25 @@ int sdp_cli_calibrate_compute(struct sdp_machine *m)
         rc = alloc_gemm(&c, &c.g[i]);
     if (!rc)
         rc = alloc_att(&c, &c.at);
+    if (!rc)
+        rc = alloc_head(&c, &c.hd);
     if (rc)
         sdp_err(rc, "calibrate: the compute pass's tensors");
     for (int r = 0; !rc && r < (c.on_gpu ? c.nranks : 1); r++) {
+        double head = 0.0;
         rc = measure_alone(&c, r, m, &gemm, &att);
+        if (!rc && (head = head_rate(&c, r)) <= 0.0)
+            rc = sdp_err(-EIO, "calibrate: the LM head on %s %d", c.on_gpu ? "GPU" : "CPU worker",
+                         r);
+        if (!rc)
+            SDP_INFO("calibrate: %s %d: LM head N %d C %d V %d (logits, loss, gradients): %.1f %s",
+                     c.on_gpu ? "GPU" : "CPU worker", r, c.hd.s.m, c.hd.s.k, c.hd.s.n,
+                     in_unit(&c, head), unit_name(&c));
         if (c.on_gpu)
-            m->gpu[r].bf16_flops = gemm, m->gpu[r].attention_flops = att;
+            m->gpu[r].bf16_flops = gemm, m->gpu[r].attention_flops = att,
+            m->gpu[r].head_flops = head;
         else
-            m->cpu_gemm_flops = gemm, m->cpu_attention_flops = att;
+            m->cpu_gemm_flops = gemm, m->cpu_attention_flops = att, m->cpu_head_flops = head;
     }
     if (!rc && !c.on_gpu)
         rc = measure_all_cpus(&c, m);

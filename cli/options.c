@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The options registry (cli/options.h): one row per option of a recipe and of the train, bench
- * and plan command lines.  The recipe parser reads the rows with a key, the command lines those with a
- * flag; help texts and docs/options.md are printed from the same rows. */
+ * and plan command lines.  The recipe parser reads the rows with a key, the command lines those
+ * with a flag; help texts and docs/options.md are printed from the same rows. */
 #include "config.h"
 
 #include <errno.h>
@@ -80,9 +80,9 @@ static void set_mlp_early(struct sdp_recipe *r, int i)
 #define BENCH            .cmds = SDP_CMD_BENCH
 #define BOTH             .cmds = SDP_CMD_TRAIN | SDP_CMD_BENCH
 /* the same, and `slidedp plan` (an option that shapes the plan or the step it prices) */
-#define TRAIN_P          .cmds = SDP_CMD_TRAIN | SDP_CMD_PLAN
-#define BENCH_P          .cmds = SDP_CMD_BENCH | SDP_CMD_PLAN
-#define BOTH_P           .cmds = SDP_CMD_TRAIN | SDP_CMD_BENCH | SDP_CMD_PLAN
+#define TRAIN_P .cmds = SDP_CMD_TRAIN | SDP_CMD_PLAN
+#define BENCH_P .cmds = SDP_CMD_BENCH | SDP_CMD_PLAN
+#define BOTH_P  .cmds = SDP_CMD_TRAIN | SDP_CMD_BENCH | SDP_CMD_PLAN
 
 const char *const sdp_option_sections[SDP_OPT_NSECTIONS + 1] = { "model",     "data",     "batch",
                                                                  "optimizer", "schedule", "train",
@@ -143,8 +143,8 @@ const struct sdp_option sdp_options[] = {
     { "optimizer.eps", RF(eps), DBL_GT(0), .def = "1e-8", .help = "AdamW's epsilon" },
     { "optimizer.weight_decay", RF(weight_decay), DBL_GE(0), .def = "0.1",
       .help = "decoupled weight decay" },
-    { "optimizer.max_grad_norm", "max-grad-norm", BENCH_P, RF(max_grad_norm), DBL_GE(0), .def = "1.0",
-      .bench_def = "0", .help = "clip the global gradient norm to this (0: none)" },
+    { "optimizer.max_grad_norm", "max-grad-norm", BENCH_P, RF(max_grad_norm), DBL_GE(0),
+      .def = "1.0", .bench_def = "0", .help = "clip the global gradient norm to this (0: none)" },
 
     { "schedule.name", CHOICE(schedule_names, set_schedule), .def = "cosine",
       .help = "learning-rate decay after the warmup" },
@@ -179,8 +179,8 @@ const struct sdp_option sdp_options[] = {
       .help = "memory StarPU may use per GPU (0: all)" },
     { "train.ranks", "ranks", BOTH_P, RF(ranks), INT_GE(1), .def = "1",
       .help = "data-parallel ranks: one per GPU, or CPU workers standing in" },
-    { "train.grad_route", "grad-route", BOTH_P, INDEX(grad_route_names, grad_route_gpu), .def = "cpu",
-      .help = "the host sums the ranks' gradients, or rank 0's GPU does" },
+    { "train.grad_route", "grad-route", BOTH_P, INDEX(grad_route_names, grad_route_gpu),
+      .def = "cpu", .help = "the host sums the ranks' gradients, or rank 0's GPU does" },
     { "train.param_route", "param-route", BOTH_P, INDEX(param_route_names, param_sharded),
       .def = "replicated", .help = "each rank gets every working copy from the host, or 1/ranks" },
     { "train.grad_route_groups", "grad-route-groups", TRAIN_P, .type = SDP_OPT_STR,

@@ -207,12 +207,12 @@ static json_t *pred_json(const struct sdp_predict *p)
         json_object_set_new(b, sdp_predict_res_name((enum sdp_predict_res)i),
                             json_real(p->busy[i]));
     }
-    return json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:o, s:o, s:I, s:I, s:I}", "step_s",
-                     p->step_s, "tokens_per_s", p->tokens_per_s, "bound",
-                     sdp_predict_res_name(p->bound), "chain_s", p->chain_s, "boundary_s",
-                     p->boundary_s, "host_chain_s", p->host_chain_s, "demand_s", d, "busy", b,
-                     "gpu_bytes", (json_int_t)p->gpu_bytes, "host_bytes",
-                     (json_int_t)p->host_bytes, "pinned_bytes", (json_int_t)p->pinned_bytes);
+    return json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:o, s:o, s:I, s:I, s:I}", "step_s", p->step_s,
+                     "tokens_per_s", p->tokens_per_s, "bound", sdp_predict_res_name(p->bound),
+                     "chain_s", p->chain_s, "boundary_s", p->boundary_s, "host_chain_s",
+                     p->host_chain_s, "demand_s", d, "busy", b, "gpu_bytes",
+                     (json_int_t)p->gpu_bytes, "host_bytes", (json_int_t)p->host_bytes,
+                     "pinned_bytes", (json_int_t)p->pinned_bytes);
 }
 
 static void print_json(const struct sdp_recipe *r, const struct sdp_cli_run *cr,
@@ -229,13 +229,13 @@ static void print_json(const struct sdp_recipe *r, const struct sdp_cli_run *cr,
         json_array_append_new(arr, e);
     }
     o = json_pack("{s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:b, s:o, s:f, s:f, s:b, s:o}",
-                  "model", r->model_preset[0] ? r->model_preset : sdp_model_arch_name(r->model.arch),
-                  "params", (json_int_t)sdp_model_num_params(&r->model), "gpus", cr->ngpus,
-                  "ranks", cr->plan.nranks, "micro_batch", r->micro_batch, "n_micro",
-                  cr->run.n_micro, "seq_len", r->seq_len, "chunk_mib", r->chunk_mib, "machine",
-                  cm->source, "calibrated", cm->from_file, "predicted", pred_json(p),
-                  "gpu_limit_bytes", l->gpu, "host_limit_bytes", l->host, "fits", ok, "what_if",
-                  arr);
+                  "model",
+                  r->model_preset[0] ? r->model_preset : sdp_model_arch_name(r->model.arch),
+                  "params", (json_int_t)sdp_model_num_params(&r->model), "gpus", cr->ngpus, "ranks",
+                  cr->plan.nranks, "micro_batch", r->micro_batch, "n_micro", cr->run.n_micro,
+                  "seq_len", r->seq_len, "chunk_mib", r->chunk_mib, "machine", cm->source,
+                  "calibrated", cm->from_file, "predicted", pred_json(p), "gpu_limit_bytes", l->gpu,
+                  "host_limit_bytes", l->host, "fits", ok, "what_if", arr);
     s = json_dumps(o, JSON_COMPACT);
     if (s)
         puts(s);

@@ -46,6 +46,8 @@ static void map_machine(const struct sdp_machine *m, int ngpus, struct sdp_predi
             mc->gpu_flops = m->cpu_gemm_flops;
         if (m->cpu_attention_flops > 0)
             mc->gpu_attn_flops = m->cpu_attention_flops;
+        if (m->cpu_head_flops > 0)
+            mc->head_flops = m->cpu_head_flops;
         return;
     }
     const struct sdp_machine_gpu *g = &m->gpu[0];
@@ -53,6 +55,8 @@ static void map_machine(const struct sdp_machine *m, int ngpus, struct sdp_predi
         mc->gpu_flops = g->bf16_flops;
     if (g->attention_flops > 0)
         mc->gpu_attn_flops = g->attention_flops;
+    if (g->head_flops > 0)
+        mc->head_flops = g->head_flops;
     if (g->h2d_bps > 0)
         mc->h2d_bps = g->h2d_bps, mc->h2d_all_bps = g->h2d_bps;
     if (g->d2h_bps > 0)
@@ -62,7 +66,7 @@ static void map_machine(const struct sdp_machine *m, int ngpus, struct sdp_predi
     if (ngpus > 1 && g->d2h_shared_bps > 0)
         mc->d2h_all_bps = g->d2h_shared_bps * ngpus;
     if (g->mem_bytes > 0)
-        mc->gpu_mem_bytes = g->mem_bytes;
+        mc->gpu_mem_bytes = (unsigned long long)g->mem_bytes;
 }
 
 /* The defaults: the reference node with GPUs (the seed's shared link for more than one: 8.7 GB/s
@@ -182,8 +186,8 @@ static void fill_run(const struct sdp_recipe *r, const struct sdp_model_cfg *m,
         .work_dtype = r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32,
         .work_staged = r->work_on_gpu,
         /* sdp-slidedp's default: one stage per CPU worker, at least 4 */
-        .stage_buffers = r->staging_depth > 0 ? r->staging_depth
-                                              : (cores - ngpus > 4 ? cores - ngpus : 4),
+        .stage_buffers =
+            r->staging_depth > 0 ? r->staging_depth : (cores - ngpus > 4 ? cores - ngpus : 4),
     };
 }
 
@@ -208,8 +212,8 @@ int sdp_cli_run_make(const struct sdp_recipe *r, int ngpus, struct sdp_cli_run *
     if ((rc = sdp_recipe_grad_routes(r, r->model.num_layers + 2, cr->routes)) != 0)
         return rc;
     cr->gc.grad_route_gpu = cr->routes;
-    rc = sdp_predict_plan_from_conf(&cr->plan, &cr->m, &cr->gc,
-                                    (size_t)(r->chunk_mib * 1048576.0), grad_bf16);
+    rc = sdp_predict_plan_from_conf(&cr->plan, &cr->m, &cr->gc, (size_t)(r->chunk_mib * 1048576.0),
+                                    grad_bf16);
     if (!rc && (rc = apply_rows(r, &cr->plan)) != 0)
         sdp_plan_free(&cr->plan);
     if (rc)
@@ -226,13 +230,14 @@ void sdp_cli_run_free(struct sdp_cli_run *cr)
     cr->routes = NULL;
 }
 
-void sdp_cli_predict_line(const struct sdp_predict *p, const struct sdp_cli_machine *cm,
-                          char *out, size_t len)
+void sdp_cli_predict_line(const struct sdp_predict *p, const struct sdp_cli_machine *cm, char *out,
+                          size_t len)
 {
     char gpu[48] = "";
     if (cm->mc.ngpus > 0)
         snprintf(gpu, sizeof(gpu), "GPU %.2f GiB, ", p->gpu_bytes / 1073741824.0);
-    snprintf(out, len, "%.3f s a step, %.0f tokens/s, bound by %s; peaks: %shost %.2f GiB; machine: %s",
+    snprintf(out, len,
+             "%.3f s a step, %.0f tokens/s, bound by %s; peaks: %shost %.2f GiB; machine: %s",
              p->step_s, p->tokens_per_s, sdp_predict_res_name(p->bound), gpu,
              p->host_bytes / 1073741824.0, cm->source);
 }

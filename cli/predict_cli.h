@@ -55,7 +55,7 @@ int sdp_cli_predict_plan(const struct sdp_recipe *r, const struct sdp_model_cfg 
                          struct sdp_predict *out);
 
 /** One line: the predicted step, tokens/s, bound and peaks, and the machine's source. */
-void sdp_cli_predict_line(const struct sdp_predict *p, const struct sdp_cli_machine *cm,
-                          char *out, size_t len);
+void sdp_cli_predict_line(const struct sdp_predict *p, const struct sdp_cli_machine *cm, char *out,
+                          size_t len);
 
 #endif

@@ -35,6 +35,8 @@ struct sdp_machine_gpu {
     double h2d_shared_bps, d2h_shared_bps; /* this GPU while every GPU copies at once */
     double bf16_flops;                     /* GEMM rate over the shapes, FLOP-weighted */
     double attention_flops;                /* causal attention fwd+bwd, the half counted */
+    double head_flops;                     /* the LM head + cross-entropy task, 3 x 2 N C V */
+    double mem_bytes;                      /* the GPU's memory, as the driver reports it */
 };
 
 /** The node and its rates (bytes/s, FLOP/s, seconds); 0 = not measured. */
@@ -52,6 +54,7 @@ struct sdp_machine {
     double cpu_gemm_flops;      /* fp32 GEMMs one at a time on one CPU worker (a chain's rate) */
     double cpu_gemm_flops_all;  /* fp32 GEMMs one per CPU worker at once, summed */
     double cpu_attention_flops; /* fp32 causal attention fwd+bwd on one CPU worker */
+    double cpu_head_flops;      /* fp32 LM head + cross-entropy on one CPU worker */
     struct sdp_machine_gpu gpu[SDP_MACHINE_MAX_GPUS];
     int ngemm; /* the compute workers' shapes: GPU 0's bf16 with GPUs, else one CPU worker's fp32 */
     struct sdp_machine_gemm gemm[SDP_MACHINE_MAX_GEMMS];

@@ -115,7 +115,8 @@ static double layer_fwd_s(const struct sdp_model_cfg *m, int B, int T,
 static double head_compute_s(const struct sdp_model_cfg *m, int B, int T,
                              const struct sdp_predict_machine *mc)
 {
-    return 3.0 * 2.0 * (double)B * T * m->hidden_size * m->vocab_size / mc->gpu_flops;
+    return 3.0 * 2.0 * (double)B * T * m->hidden_size * m->vocab_size /
+           (mc->head_flops > 0 ? mc->head_flops : mc->gpu_flops);
 }
 
 struct rates {
@@ -386,7 +387,7 @@ int sdp_predict_machine_check(const struct sdp_predict_machine *mc)
           mc->adamw_core_bps > 0 && mc->adamw_max_bps > 0 && mc->cast_core_bps > 0 &&
           mc->cast_max_bps > 0 && mc->cpu_cores >= 1 && mc->ngpus >= 0 && mc->task_s >= 0 &&
           mc->h2d_bps >= 0 && mc->d2h_bps >= 0 && mc->h2d_all_bps >= 0 && mc->d2h_all_bps >= 0 &&
-          mc->peer_bps >= 0 && (mc->ngpus == 0 || mc->gpu_mem_bps > 0)))
+          mc->peer_bps >= 0 && mc->head_flops >= 0 && (mc->ngpus == 0 || mc->gpu_mem_bps > 0)))
         return sdp_err(-EINVAL,
                        "predict: a machine with a rate <= 0 (gpu %g FLOP/s, attention %g, DRAM %g "
                        "B/s, AdamW %g/%g, cast %g/%g, %d cores)\nhint: recalibrate, or take the "
