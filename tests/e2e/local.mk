@@ -37,3 +37,6 @@ EXTRA_DIST += tests/e2e/test_e2e_paths.sh
 # slidedp calibrate: the machine file of this machine, and refused outputs
 TESTS += tests/e2e/test_e2e_calibrate.sh
 EXTRA_DIST += tests/e2e/test_e2e_calibrate.sh
+# slidedp plan and the step-time model against a measured run (test_e2e_plan_predict.sh)
+TESTS += tests/e2e/test_e2e_plan_predict.sh
+EXTRA_DIST += tests/e2e/test_e2e_plan_predict.sh

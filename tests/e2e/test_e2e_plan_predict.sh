@@ -1,0 +1,89 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# slidedp plan and the step-time model on CPU workers: plan prices the tiny recipe without StarPU
+# (its time printed; a sanity bound of 10 s, far above the second it takes, catches a plan that
+# starts the runtime or measures), its text and --json forms agree; with this machine calibrated
+# (slidedp calibrate), the predicted step lies within a factor of 2 of a measured 5-step run of
+# the same recipe (train prints both at the end).  Bad input: a missing, malformed or stale
+# calibration file is reported with the file and the fix, and the defaults are used (exit 0);
+# a plan that cannot fit the GPU is refused (exit 1) with by how much and which single change
+# fits; bad options exit 2.
+set -u
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
+tiny_recipe | sed -e "s#^  steps: .*#  steps: 5#" > "$tmp/tiny.yaml"
+grep -q "^  steps: 5" "$tmp/tiny.yaml" || { echo "recipe edit failed"; fail=1; }
+
+# 1. plan without a calibration: the defaults, text and JSON
+t0=$("$py" -c 'import time; print(time.time())')
+"$bin" plan "$tmp/tiny.yaml" > "$tmp.out" 2> "$tmp.err" || { echo "plan failed"; cat "$tmp.err"; fail=1; }
+t1=$("$py" -c 'import time; print(time.time())')
+took=$("$py" -c "print(round($t1 - $t0, 3))")
+echo "plan of the tiny recipe: $took s"
+"$py" -c "import sys; sys.exit(0 if $took < 10 else 1)" || { echo "plan took $took s"; fail=1; }
+for want in "^machine: defaults" "^predicted step: [0-9.]+ s, [0-9]+ tokens/s, bound by " \
+    "^what if" "train.chunk_mib: 64" "train.activations: keep" "^group +activation"; do
+    grep -qE "$want" "$tmp.out" || { echo "plan's text lacks /$want/"; cat "$tmp.out"; fail=1; }
+done
+"$bin" plan "$tmp/tiny.yaml" --json > "$tmp.json" 2> /dev/null || fail=1
+"$py" - "$tmp.json" "$tmp.out" <<'PYEOF' || fail=1
+import json, re, sys
+j = json.load(open(sys.argv[1]))
+text = open(sys.argv[2]).read()
+p = j["predicted"]
+step = float(re.search(r"predicted step: ([0-9.]+) s", text).group(1))
+checks = {
+    "keys": {"model", "gpus", "machine", "predicted", "what_if", "fits"} <= set(j),
+    "cpu": j["gpus"] == 0 and j["fits"] is True and not j["calibrated"],
+    "same step": abs(p["step_s"] - step) <= 0.0005 + 1e-3 * step,
+    "bound": p["bound"] in p["demand_s"] or p["bound"] == "dependencies",
+    "whatif": len(j["what_if"]) >= 5 and all("change" in w and w["step_s"] > 0 for w in j["what_if"]),
+    "sorted": [w["step_s"] for w in j["what_if"]] == sorted(w["step_s"] for w in j["what_if"]),
+}
+bad = [k for k, ok in checks.items() if not ok]
+print("plan --json: checks failed:", bad) if bad else print("plan --json: all checks hold")
+sys.exit(1 if bad else 0)
+PYEOF
+
+# 2. calibrated: the prediction against a measured 5-step run, within a factor of 2
+"$bin" calibrate --gpus 0 -o "$tmp/machine.json" 2> "$tmp/calib.err" || {
+    echo "calibrate failed"; cat "$tmp/calib.err"; fail=1; }
+"$bin" train "$tmp/tiny.yaml" --machine "$tmp/machine.json" -q > "$tmp/train.out" 2>&1 || {
+    echo "train failed"; cat "$tmp/train.out"; fail=1; }
+grep -E "predicted|step time" "$tmp/train.out"
+line=$(grep -E "step time: measured [0-9.]+ s .*predicted [0-9.]+ s" "$tmp/train.out")
+meas=$(echo "$line" | sed -E 's/.*measured ([0-9.]+) s.*/\1/')
+pred=$(echo "$line" | sed -E 's/.*predicted ([0-9.]+) s.*/\1/')
+if [ -z "$line" ] || ! "$py" -c "import sys; r = $pred / $meas; print('predicted/measured', round(r, 3)); sys.exit(0 if 0.5 <= r <= 2 else 1)"; then
+    echo "the prediction ($pred s) is not within a factor of 2 of the measured step ($meas s)"
+    fail=1
+fi
+grep -q "machine: $tmp/machine.json (calibrated on" "$tmp/train.out" || {
+    echo "train did not price on the calibration"; fail=1; }
+
+# 3. bad calibration files: reported, the defaults used
+echo "not json" > "$tmp/text.json"
+sed -e 's/"host": "[^"]*"/"host": "another-node"/' "$tmp/machine.json" > "$tmp/stale.json"
+expect 0 "missing.json: cannot read it.*|hint: run .slidedp calibrate" -- \
+    "$bin" plan "$tmp/tiny.yaml" --machine "$tmp/missing.json"
+grep -q "^machine: defaults ($tmp/missing.json could not be used)" "$tmp.out" || {
+    echo "the defaults not named"; fail=1; }
+expect 0 "text.json: line 1" -- "$bin" plan "$tmp/tiny.yaml" --machine "$tmp/text.json"
+expect 0 "stale.json: measured on host another-node" -- \
+    "$bin" plan "$tmp/tiny.yaml" --machine "$tmp/stale.json"
+"$bin" plan "$tmp/tiny.yaml" --machine "$tmp/machine.json" > "$tmp.out" 2> "$tmp.err" || fail=1
+grep -q "^machine: $tmp/machine.json (calibrated on" "$tmp.out" || {
+    echo "a good file not used"; cat "$tmp.out"; fail=1; }
+
+# 4. a plan that cannot fit: refused with the excess and the changes that fit
+expect 1 "does not fit the GPU: [0-9.]+ GiB a device, [0-9.]+ GiB over the train.gpu_memory_gib limit of 8.00 GiB" -- \
+    "$bin" plan --model qwen3-0.6b --batch 16 --gpus 1 --gpu-memory-gib 8 --activations keep
+grep -qE "\[hint\] train.activations: recompute fits \(GPU [0-9.]+ GiB" "$tmp.err" || {
+    echo "the change that fits not named"; cat "$tmp.err"; fail=1; }
+
+# 5. usage errors
+expect 2 "give one recipe file, or --model" -- "$bin" plan
+expect 2 "unknown model preset 'qwen9'" -- "$bin" plan --model qwen9
+expect 2 "must split into" -- "$bin" plan --model qwen3-0.6b --batch 6 --micro 4
+expect 2 "" -- "$bin" plan --model qwen3-0.6b --frobnicate
+expect 2 "recipe" -- "$bin" plan "$tmp/nonexistent.yaml"
+finish
