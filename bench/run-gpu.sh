@@ -27,6 +27,8 @@
 #            a word BUNDLE=DIR runs that spec with DIR/slidedp (a second bundle, e.g. of the commit
 #            before a change, so that before and after are measured in one lease);
 #            TARGETS_ROUNDS=N runs the list N times, every other round in reverse order
+#   predict  slidedp calibrate, then the step-time model's workloads (PREDICT, as TARGETS) benched
+#            with the prediction beside the measurement (--machine) and priced by slidedp plan
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
@@ -85,6 +87,35 @@ lanes() { # lane utilisation of every event log not yet summarised, then compres
         log "invariants $(basename "$ev"): exit $? $(tail -n 1 "${ev%.jsonl}.check.txt")"
         gzip -f "$ev"
     done
+}
+
+declare -A seen=() # names of target runs so far (a name met again gets -2, -3, ...)
+target() { # "MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB [WORDS...]" [BENCH_ARGS...]: one bench of a spec
+    local spec=$1 hm hb gd gib chunk extra w
+    shift
+    read -r hm hb gd gib chunk extra <<< "$spec"
+    # words of the form STARPU_NAME=VALUE or SDP_NAME=VALUE (StarPU's and the policy's
+    # variables) are the environment of this run alone
+    bench_env=() args=() bench_bin=$b/slidedp
+    for w in ${extra:-}; do
+        case $w in
+        STARPU_*=* | SDP_*=*) bench_env+=("$w") ;;
+        BUNDLE=*) bench_bin=$top/${w#BUNDLE=}/slidedp ;;
+        *) args+=("$w") ;;
+        esac
+    done
+    name=$(basename "$hm" .json)-b$hb-grad-$gd-gib$gib-chunk$chunk$(echo "${extra:-}" | sed 's/STARPU_//g;s/SDP_//g' |
+        tr -cd 'a-zA-Z0-9 ' | tr -d ' ' | cut -c1-60 | sed 's/^/-/;s/^-$//')
+    seen[$name]=$((${seen[$name]:-0} + 1))
+    ((${seen[$name]} > 1)) && name=$name-${seen[$name]}
+    bench "$name" 300 --model "$hm" --batch "$hb" --seq 1024 --steps 4 --warmup 2 \
+        --grad-dtype "$gd" --gpu-memory-gib "$gib" --chunk-mib "$chunk" \
+        --events "$out/events-$name.jsonl" --mem-log "$out/mem-$name.jsonl" \
+        ${args[@]+"${args[@]}"} "$@"
+    log "  environment: ${bench_env[*]:-none}; binary: $bench_bin ($(head -c 12 "$(dirname "$bench_bin")/BUILD_INFO" 2>/dev/null))"
+    bench_env=() bench_bin=$b/slidedp
+    target_args=(--model "$hm" --batch "$hb" --seq 1024 --grad-dtype "$gd" --gpu-memory-gib "$gib"
+        --chunk-mib "$chunk" ${args[@]+"${args[@]}"} "$@")
 }
 
 for stage in $stages; do
@@ -172,30 +203,28 @@ for stage in $stages; do
                 for ((i = ${#specs[@]} - 1; i >= 0; i--)); do order+=("$i"); done
             fi
         done
-        declare -A seen=()
         for i in "${order[@]}"; do
-            spec=${specs[$i]}
-            read -r hm hb gd gib chunk extra <<< "$spec"
-            # words of the form STARPU_NAME=VALUE or SDP_NAME=VALUE (StarPU's and the policy's
-            # variables) are the environment of this run alone
-            bench_env=() args=() bench_bin=$b/slidedp
-            for w in ${extra:-}; do
-                case $w in
-                STARPU_*=* | SDP_*=*) bench_env+=("$w") ;;
-                BUNDLE=*) bench_bin=$top/${w#BUNDLE=}/slidedp ;;
-                *) args+=("$w") ;;
-                esac
-            done
-            name=$hm-b$hb-grad-$gd-gib$gib-chunk$chunk$(echo "${extra:-}" | sed 's/STARPU_//g;s/SDP_//g' |
-                tr -cd 'a-zA-Z0-9 ' | tr -d ' ' | cut -c1-60 | sed 's/^/-/;s/^-$//')
-            seen[$name]=$((${seen[$name]:-0} + 1))
-            ((${seen[$name]} > 1)) && name=$name-${seen[$name]}
-            bench "$name" 300 --model "$hm" --batch "$hb" --seq 1024 --steps 4 --warmup 2 \
-                --grad-dtype "$gd" --gpu-memory-gib "$gib" --chunk-mib "$chunk" \
-                --events "$out/events-$name.jsonl" --mem-log "$out/mem-$name.jsonl" \
-                ${args[@]+"${args[@]}"}
-            log "  environment: ${bench_env[*]:-none}; binary: $bench_bin ($(head -c 12 "$(dirname "$bench_bin")/BUILD_INFO" 2>/dev/null))"
-            bench_env=() bench_bin=$b/slidedp
+            target "${specs[$i]}"
+        done
+        lanes
+        ;;
+    predict)
+        # the step-time model against measurements: this machine calibrated (slidedp calibrate),
+        # then each workload benched with the prediction in its JSON line (--machine) and priced
+        # by `slidedp plan --json` (plan-NAME.json); PREDICT="SPEC; ..." (as TARGETS) replaces the
+        # list: the model's validation set, and the chunk and gradient-return variants of
+        # qwen3-4b/16 whose effects it is to predict
+        timeout 300 "$b/slidedp" calibrate -o "$out/machine.json" 2> "$out/calibrate.log"
+        log "calibrate: exit $? $(tail -n 1 "$out/calibrate.log")"
+        IFS=';' read -r -a specs <<< "$(tr '\n' ' ' <<< "${PREDICT:-qwen3-1.7b 16 bf16 0 16;
+            qwen3-4b 16 bf16 0 16; qwen3-4b 16 bf16 0 64; qwen3-4b 16 fp32 0 16;
+            qwen3-4b 16 bf16 15 16; qwen3-4b 32 bf16 23 16; qwen3-4b 32 bf16 0 16;
+            qwen3-8b 16 bf16 0 16}")"
+        for spec in "${specs[@]}"; do
+            [ -n "${spec// /}" ] || continue
+            target "$spec" --machine "$out/machine.json"
+            "$b/slidedp" plan "${target_args[@]}" --json > "$out/plan-$name.json" 2> "$out/plan-$name.log"
+            log "  plan $name: exit $? $(cut -c1-200 "$out/plan-$name.json")"
         done
         lanes
         ;;
