@@ -168,7 +168,7 @@ static void set_one(struct sdp_plan *p, const struct sdp_state *st, int gi, int 
         pg->update_gpu = v;
         pg->mlp_early = v ? -1 : pg->mlp_early;
         break;
-    default: /* mlp_early */
+    default:                                                   /* mlp_early */
         pg->mlp_early = !v ? -1 : st ? mlp_chunk0(st, gi) : 1; /* no state: as asked */
         break;
     }
