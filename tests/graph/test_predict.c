@@ -134,6 +134,14 @@ static void gpu_bound(void)
     CHECK(NEAR(o.demand_s[SDP_PRES_GPU], want), "GPU demand from the FLOP formulas");
     CHECK(o.bound == SDP_PRES_GPU && NEAR_STEP(o.step_s, want), "the GPU bounds it");
     CHECK(NEAR(run_on(&p, &mc, 3).demand_s[SDP_PRES_GPU], 3 * want), "three micro-batches");
+    { /* the LM head at a rate of its own (calibrate's head task): its 6 N C V FLOPs move */
+        double head = 6.0 * 4 * 256 * model.hidden_size * (double)model.vocab_size;
+        struct sdp_predict_machine slow_head = mc;
+        slow_head.head_flops = 1e11;
+        CHECK(NEAR(run_on(&p, &slow_head, 1).demand_s[SDP_PRES_GPU],
+                   want + head / 1e11 - head / 1e12),
+              "the head priced at head_flops, the layers at gpu_flops");
+    }
     mc.task_s = 1e-3;
     CHECK(NEAR(run_on(&p, &mc, 1).demand_s[SDP_PRES_GPU], want + 1e-3 * o.tasks),
           "each task adds its overhead");
