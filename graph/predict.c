@@ -362,8 +362,9 @@ static int check_run(const struct sdp_predict_run *run)
 }
 
 /* The step: the longer chain or the largest demand; the bound: the resource whose demand it is,
- * or a lane busy 90% of a chain-bound step (the traces' reading: qwen3-4b/32's GPU lane at 91%
- * bounds it); below that, the waits between the lanes (SDP_PRES_DEPS). */
+ * or a lane busy 85% of a chain-bound step (the traces' reading, tools/predict_table.py:
+ * qwen3-4b/32's GPU lane at 91% bounds it); below that, the waits between the lanes
+ * (SDP_PRES_DEPS). */
 static void step_and_bound(struct sdp_predict *o)
 {
     const double *d = o->demand_s;
@@ -375,7 +376,7 @@ static void step_and_bound(struct sdp_predict *o)
             o->step_s = d[i], o->bound = (enum sdp_predict_res)i;
         top = d[i] > d[top] ? i : top;
     }
-    if (o->bound == SDP_PRES_DEPS && d[top] >= 0.9 * o->step_s)
+    if (o->bound == SDP_PRES_DEPS && d[top] >= 0.85 * o->step_s)
         o->bound = (enum sdp_predict_res)top;
     for (int i = 0; i < SDP_PRES_COUNT; i++)
         o->busy[i] = d[i] / o->step_s;
