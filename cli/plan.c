@@ -166,12 +166,14 @@ static void print_text(const struct sdp_recipe *r, const struct sdp_cli_run *cr,
                        const struct sdp_cli_machine *cm, const struct sdp_predict *p,
                        const struct limits *l, const struct whatif *w, int nw)
 {
+    char where[32] = "on CPU workers";
+    if (cr->ngpus > 0)
+        snprintf(where, sizeof(where), "on %d GPU%s", cr->ngpus, cr->ngpus > 1 ? "s" : "");
     printf("run: %s (%zu parameters, %d layers), %d x %d sequences of %d tokens a step, %s, "
            "chunks of %g MiB, %s\n",
            r->model_preset[0] ? r->model_preset : sdp_model_arch_name(r->model.arch),
            sdp_model_num_params(&r->model), r->model.num_layers, cr->run.n_micro, r->micro_batch,
-           r->seq_len, cr->ngpus > 0 ? "on a GPU" : "on CPU workers", r->chunk_mib,
-           r->precision == SDP_PREC_BF16 ? "bf16" : "fp32");
+           r->seq_len, where, r->chunk_mib, r->precision == SDP_PREC_BF16 ? "bf16" : "fp32");
     printf("machine: %s\n", cm->source);
     sdp_plan_print(&cr->plan, stdout);
     printf("\npredicted step: %.3f s, %.0f tokens/s, bound by %s\n", p->step_s, p->tokens_per_s,

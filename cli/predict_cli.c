@@ -115,20 +115,21 @@ void sdp_cli_machine_get(const char *path, int ngpus, struct sdp_cli_machine *ou
 int sdp_cli_run_gpus(const struct sdp_recipe *r, const char *machine_path)
 {
     struct sdp_machine m;
+    int have = r->gpus;
     if (r->gpus == 0)
         return 0;
-    if (r->ranks > 1)
-        return r->ranks;
-    if (r->gpus > 0)
-        return r->gpus > 1 ? 1 : r->gpus; /* one rank computes on one GPU */
-    memset(&m, 0, sizeof(m));
-    sdp_machine_identify(&m);
-    if (m.gpus == 0 && machine_path && machine_path[0] && access(machine_path, R_OK) == 0) {
-        struct sdp_machine f;
-        if (sdp_machine_load(machine_path, NULL, &f) == 0)
-            m.gpus = f.gpus;
+    if (have < 0) { /* all found: this node's, else the calibrated node's */
+        memset(&m, 0, sizeof(m));
+        sdp_machine_identify(&m);
+        have = m.gpus;
+        if (have == 0 && machine_path && machine_path[0] && access(machine_path, R_OK) == 0) {
+            struct sdp_machine f;
+            have = sdp_machine_load(machine_path, NULL, &f) == 0 ? f.gpus : 0;
+        }
     }
-    return m.gpus > 0 ? 1 : 0;
+    if (have <= 0)
+        return 0; /* CPU workers, ranks standing in on them */
+    return r->ranks > 1 ? r->ranks : 1;
 }
 
 void sdp_recipe_graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc)

@@ -23,9 +23,8 @@ struct sdp_cli_machine {
  * node's cores without; a rate the file lacks keeps its default.  Never fails. */
 void sdp_cli_machine_get(const char *path, int ngpus, struct sdp_cli_machine *out);
 
-/** The GPUs a run of r uses: train.ranks where > 1, else train.gpus, where -1 means the GPUs this
- * node has (the NVIDIA driver's /proc files) — or, with a calibration file, the GPUs it
- * describes. */
+/** The GPUs a run of r computes on: none with train.gpus 0 or where none is found (-1: this node's,
+ * from the NVIDIA driver's /proc files, else those of the calibration file), else one per rank. */
 int sdp_cli_run_gpus(const struct sdp_recipe *r, const char *machine_path);
 
 /** The graph's configuration of a recipe (train's and plan's; the plan refines it per layer).
