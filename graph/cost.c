@@ -80,3 +80,41 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
         (1ull << 30) + (64ull << 20); /* LM-head logits block, cuBLASLt and kernel workspaces */
     return bytes;
 }
+
+unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct sdp_model_cfg *m,
+                                          enum sdp_dtype work_dtype, int micro_batch, int seq_len)
+{
+    const unsigned long long es = sdp_dtype_size(work_dtype),
+                             n = (unsigned long long)micro_batch * (unsigned long long)seq_len;
+    const unsigned long long full = sdp_model_layer_act_bytes(m, micro_batch, seq_len, (int)es, 0);
+    unsigned long long bytes, group_max = 0, pool = 0;
+    int nrec = 0, offloaded = 0;
+    for (int g = 0; g < sdp_model_num_groups(m); g++) {
+        unsigned long long ne = sdp_model_group_nelems(m, g);
+        group_max = ne > group_max ? ne : group_max;
+    }
+    bytes = 2ull * group_max * (es + 4) + 3ull * n * (unsigned long long)m->hidden_size * es;
+    for (int l = 1; l <= p->nlayers; l++) {
+        const struct sdp_plan_group *pg = &p->group[l];
+        int kind = pg->act == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE : SDP_RECOMPUTE_FULL;
+        unsigned long long saved =
+            sdp_model_layer_act_bytes(m, micro_batch, seq_len, (int)es, kind);
+        if (pg->act == SDP_ACT_KEEP) {
+            bytes += full;
+            continue;
+        }
+        nrec++;
+        if (pg->offload) /* on the host but for the few around the layer at work */
+            offloaded = 1, pool = saved > pool ? saved : pool;
+        else
+            bytes += saved;
+        if (pg->act == SDP_ACT_KEEP_MLP) /* the mid residual and the gate/up projection */
+            bytes += n *
+                     (2ull * (unsigned long long)m->intermediate_size +
+                      (unsigned long long)m->hidden_size) *
+                     es;
+    }
+    bytes += offloaded ? 4 * pool : 0;
+    bytes += (nrec ? 2ull : 1ull) * full; /* the layers at work */
+    return bytes + (1ull << 30) + (64ull << 20);
+}

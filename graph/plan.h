@@ -105,6 +105,15 @@ void sdp_plan_print(const struct sdp_plan *p, FILE *f);
 int sdp_plan_copy(struct sdp_plan *dst, const struct sdp_plan *src);
 void sdp_plan_free(struct sdp_plan *p);
 
+/** sdp_graph_gpu_bytes_min for plan p, layer by layer: two groups in flight, a micro-batch's
+ * residual stream, per decoder layer what its placement keeps (keep: every intermediate;
+ * recompute, selective, keep-mlp: the saved input, the mid residual, the gate/up projection; an
+ * offloaded one only while it is near the layer at work), the layers at work, the LM head's block
+ * and workspaces.  For a plan of the knobs it equals sdp_graph_gpu_bytes_min, less the inputs
+ * that function also counts for the kept layers (keep_last of them).  Test: test_gpu_bytes.c. */
+unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct sdp_model_cfg *m,
+                                          enum sdp_dtype work_dtype, int micro_batch, int seq_len);
+
 /** sdp_graph_create with a plan (checked, then copied): the graph builds p's tasks.
  * @return 0, -ENOMEM, -EINVAL */
 int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct sdp_graph_conf *c,

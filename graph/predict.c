@@ -277,9 +277,7 @@ static void stage_cap(const struct sdp_predict_run *run, const struct sdp_predic
     r->h2d = cap < r->h2d ? cap : r->h2d;
 }
 
-/* One GPU's peak: sdp_graph_gpu_bytes_min for the configuration the plan amounts to (the
- * recomputed layers' kind, the kept layers as keep_last, the keep-mlp ones as keep_mlp; a mix of
- * full and selective counts every recomputed layer as selective, an upper bound), plus what
+/* One GPU's peak: the plan's own account (sdp_plan_gpu_bytes_min, layer by layer), plus what
  * stays on the GPU beyond it: the working copies without a window, the staged ones, the GPU
  * updates' masters and moments, and the fp32 gradients and intermediates of the layers a
  * lookahead beyond one prepares. */
@@ -287,8 +285,7 @@ static unsigned long long gpu_peak(const struct sdp_predict_run *run)
 {
     const struct sdp_plan *p = run->plan;
     const struct sdp_model_cfg *m = run->m;
-    struct sdp_graph_conf c = { .micro_batch = run->micro_batch, .seq_len = run->seq_len };
-    int L = p->nlayers, es = run->work_dtype == SDP_F32 ? 4 : 2, kept = 0, sel = 0, rec = 0;
+    int L = p->nlayers, es = run->work_dtype == SDP_F32 ? 4 : 2, rec = 0;
     unsigned long long extra = 0, all = 0, gmax = 0, lmax = 0;
     for (int gi = 0; gi < p->ngroups; gi++) {
         const struct sdp_plan_group *pg = &p->group[gi];
@@ -296,19 +293,13 @@ static unsigned long long gpu_peak(const struct sdp_predict_run *run)
         all += n, gmax = n > gmax ? n : gmax;
         if (gi >= 1 && gi <= L) {
             lmax = n > lmax ? n : lmax;
-            kept += pg->act == SDP_ACT_KEEP;
-            sel += pg->act == SDP_ACT_SELECTIVE;
             rec += pg->act != SDP_ACT_KEEP;
-            c.keep_mlp += pg->act == SDP_ACT_KEEP_MLP;
-            c.offload_inputs |= pg->offload;
         }
         if (pg->update_gpu)
             extra += n * 12ull;
         if (pg->work_gpu && p->window > 0)
             extra += n * (unsigned long long)es;
     }
-    c.recompute = !rec ? SDP_RECOMPUTE_NONE : sel ? SDP_RECOMPUTE_SELECTIVE : SDP_RECOMPUTE_FULL;
-    c.keep_last = rec ? kept : 0;
     if (p->window <= 0)
         extra += (all - 2 * gmax) * (unsigned long long)es;
     int ahead = p->bwd_lookahead < 0 ? L : p->bwd_lookahead;
@@ -316,7 +307,7 @@ static unsigned long long gpu_peak(const struct sdp_predict_run *run)
         extra += (unsigned long long)(ahead - 1) *
                  (lmax * 4ull + sdp_model_layer_act_bytes(m, run->micro_batch, run->seq_len, es,
                                                           SDP_RECOMPUTE_NONE));
-    return sdp_graph_gpu_bytes_min(m, run->work_dtype, &c) + extra;
+    return sdp_plan_gpu_bytes_min(p, m, run->work_dtype, run->micro_batch, run->seq_len) + extra;
 }
 
 /* The host: fp32 masters and moments (12 bytes a parameter), the working copy unless staged (a

@@ -6,6 +6,8 @@
 
 #include <stdio.h>
 
+#include "graph/plan.h"
+#include "graph/predict.h"
 #include "graph/step.h"
 #include "models/sdp_models.h"
 #include "tests/lib/sdp_test.h"
@@ -28,6 +30,47 @@ static unsigned long long need(const struct sdp_model_cfg *m, int B, int recompu
                                int keep_last)
 {
     return need_mlp(m, B, recompute, offload, keep_last, 0);
+}
+
+/* The per-layer account of the plan the knobs make: the knobs' figure less the inputs that one
+ * also counts for the keep_last kept layers (not when offloaded: then it counts a pool of 4);
+ * then a plan the knobs cannot make, its kept layers in the middle. */
+static void plan_bytes(const struct sdp_model_cfg *m)
+{
+    static const int recs[] = { NONE, FULL, SEL };
+    for (int ri = 0; ri < 3; ri++)
+        for (int off = 0; off <= 1; off++)
+            for (int kl = 0; kl <= 2; kl++)
+                for (int km = 0; km <= 3; km += 3) {
+                    struct sdp_graph_conf c = { .micro_batch = 16,
+                                                .seq_len = 1024,
+                                                .recompute = recs[ri],
+                                                .offload_inputs = off,
+                                                .keep_last = kl,
+                                                .keep_mlp = km };
+                    struct sdp_plan p;
+                    unsigned long long knobs = sdp_graph_gpu_bytes_min(m, SDP_BF16, &c), plan;
+                    unsigned long long in =
+                        recs[ri] ? sdp_model_layer_act_bytes(m, 16, 1024, 2, recs[ri]) : 0;
+                    CHECK(sdp_predict_plan_from_conf(&p, m, &c, 16u << 20, 1) == 0, "plan");
+                    plan = sdp_plan_gpu_bytes_min(&p, m, SDP_BF16, 16, 1024);
+                    CHECK(plan == knobs - (off ? 0 : (unsigned long long)kl * in),
+                          "plan of the knobs (recompute %d, offload %d, keep_last %d, keep_mlp %d):"
+                          " %llu against %llu",
+                          recs[ri], off, kl, km, plan, knobs);
+                    sdp_plan_free(&p);
+                }
+    struct sdp_graph_conf c = { .micro_batch = 16, .seq_len = 1024, .recompute = FULL };
+    struct sdp_plan p;
+    CHECK(sdp_predict_plan_from_conf(&p, m, &c, 16u << 20, 1) == 0, "plan");
+    unsigned long long all = sdp_plan_gpu_bytes_min(&p, m, SDP_BF16, 16, 1024);
+    unsigned long long full = sdp_model_layer_act_bytes(m, 16, 1024, 2, 0);
+    unsigned long long in = sdp_model_layer_act_bytes(m, 16, 1024, 2, FULL);
+    for (int l = 10; l < 14; l++)
+        p.group[l].act = SDP_ACT_KEEP;
+    CHECK(sdp_plan_gpu_bytes_min(&p, m, SDP_BF16, 16, 1024) == all + 4 * (full - in),
+          "four layers kept in the middle: each its intermediates instead of its input");
+    sdp_plan_free(&p);
 }
 
 int main(void)
@@ -80,5 +123,6 @@ int main(void)
     CHECK(need(&m, 16, FULL, 0, 1) < 15 * gib, "qwen3-4b/16 must fit 15 GiB");
     CHECK(need(&m, 32, NONE, 0, 0) > 80 * gib,
           "qwen3-4b/32 keeping every activation needs > 80 GiB");
+    plan_bytes(&m);
     return sdp_test_finish(sdp_test_nfail);
 }
