@@ -81,7 +81,7 @@ static void predict(const struct bench_opts *b, const struct sdp_model_cfg *cfg,
     char line[4600];
     if (sdp_plan_init(&plan, st, gc))
         return;
-    sdp_cli_machine_get(b->r->machine, ngpus, &cm);
+    sdp_cli_machine_get(b->r->machine, ngpus, 0, &cm);
     if (!sdp_cli_predict_plan(b->r, cfg, &plan, ngpus, &cm, &p)) {
         sdp_cli_predict_line(&p, &cm, line, sizeof(line));
         SDP_INFO("predicted: %s", line);

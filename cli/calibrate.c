@@ -4,7 +4,7 @@
  * workers would compete for the cores): the project's own AdamW and fp32 -> bf16 cast kernels
  * (codelets/cpu/, as bench/host_adamw runs them) over 1 to all cores, and a memcpy over all cores
  * for the DRAM bandwidth.  Before them, through the runtime: the submission and the life of a task
- * that does nothing (sdp_task_zero of one element), with CUDA workers the cast-and-copy H2D and
+ * that does nothing (sdp_task_zero of one element), with CUDA workers the pinned H2D copy and
  * the D2H of each GPU alone and of all at once, then the GEMM and attention rates of the compute
  * workers (cli/calibrate_compute.c: each GPU, else the CPU workers) and the launch overhead.
  * Without a CUDA worker the GPU rates are absent.  Each figure is the median of a few timed passes
@@ -241,21 +241,22 @@ static double gpu_pass(struct gpu_bufs *b, int ngpu, unsigned mask, int d2h)
     const int nc = sdp_rt_tensor_nparts(b->work);
     double t0;
     int rc = 0;
-    if (d2h) { /* the replicas written on their GPUs first, untimed */
-        for (int g = 0; !rc && g < ngpu; g++)
-            for (int c = 0; !rc && (mask >> g & 1) && c < nc; c++) {
-                struct sdp_task_opts o = gpu_opts(SDP_PH_BWD, c, g, 1);
-                rc = sdp_task_zero(&o, sdp_rt_tensor_part(b->rep[g], c));
-            }
-        if (!rc)
-            rc = sdp_rt_wait_all();
+    /* untimed first: the replicas written on their GPUs (D2H), or the working copy on the host,
+     * which drops its GPU copies (H2D: the timed part is the link, not the cast) */
+    for (int g = 0; !rc && d2h && g < ngpu; g++)
+        for (int c = 0; !rc && (mask >> g & 1) && c < nc; c++) {
+            struct sdp_task_opts o = gpu_opts(SDP_PH_BWD, c, g, 1);
+            rc = sdp_task_zero(&o, sdp_rt_tensor_part(b->rep[g], c));
+        }
+    for (int c = 0; !rc && !d2h && c < nc; c++) {
+        struct sdp_task_opts o = gpu_opts(SDP_PH_CAST, c, 0, 0);
+        rc = sdp_task_cast(&o, sdp_rt_tensor_part(b->work, c), sdp_rt_tensor_part(b->master, c));
     }
+    if (!rc)
+        rc = sdp_rt_wait_all();
     t0 = sdp_cli_now_s();
     for (int c = 0; !rc && c < nc; c++) {
-        struct sdp_task_opts o = gpu_opts(SDP_PH_CAST, c, 0, 0);
-        if (!d2h)
-            rc =
-                sdp_task_cast(&o, sdp_rt_tensor_part(b->work, c), sdp_rt_tensor_part(b->master, c));
+        struct sdp_task_opts o;
         for (int g = 0; !rc && g < ngpu; g++) {
             if (!(mask >> g & 1))
                 continue;
@@ -319,7 +320,7 @@ static int measure_gpus(struct sdp_machine *m, int ngpu)
         d->mem_bytes = (double)sdp_rt_gpu_mem_total(g);
         d->h2d_bps = gpu_rate(&b, ngpu, 1u << g, 0);
         d->d2h_bps = gpu_rate(&b, ngpu, 1u << g, 1);
-        SDP_INFO("calibrate: GPU %d alone: cast+H2D %.2f GB/s, D2H %.2f GB/s", g, d->h2d_bps / 1e9,
+        SDP_INFO("calibrate: GPU %d alone: H2D %.2f GB/s, D2H %.2f GB/s", g, d->h2d_bps / 1e9,
                  d->d2h_bps / 1e9);
         if (d->h2d_bps <= 0.0 || d->d2h_bps <= 0.0)
             rc = sdp_err(-EIO, "calibrate: the transfers of GPU %d failed", g);
@@ -329,8 +330,8 @@ static int measure_gpus(struct sdp_machine *m, int ngpu)
         const double h2d = gpu_rate(&b, ngpu, all, 0), d2h = gpu_rate(&b, ngpu, all, 1);
         for (int g = 0; g < ngpu; g++)
             m->gpu[g].h2d_shared_bps = h2d, m->gpu[g].d2h_shared_bps = d2h;
-        SDP_INFO("calibrate: %d GPUs at once: cast+H2D %.2f GB/s, D2H %.2f GB/s each", ngpu,
-                 h2d / 1e9, d2h / 1e9);
+        SDP_INFO("calibrate: %d GPUs at once: H2D %.2f GB/s, D2H %.2f GB/s each", ngpu, h2d / 1e9,
+                 d2h / 1e9);
     } else if (!rc) { /* one GPU shares its link with no other */
         m->gpu[0].h2d_shared_bps = m->gpu[0].h2d_bps;
         m->gpu[0].d2h_shared_bps = m->gpu[0].d2h_bps;

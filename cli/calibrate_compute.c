@@ -77,6 +77,7 @@ struct compute {
     struct gemm_set g[MAXSHAPES];
     struct att_set at;
     struct head_set hd;
+    sdp_rt_tensor_t *egu, *eout; /* SwiGLU's input and output at GEMM shape 2 */
 };
 
 static struct sdp_task_opts opts(enum sdp_phase ph, int rank)
@@ -159,6 +160,10 @@ static int alloc_head(struct compute *c, struct head_set *s)
         rc = tensor(c, &s->w, c->dt, V * C, 0);
     if (!rc)
         rc = tensor(c, &s->targets, SDP_I32, N, 0); /* token 0 everywhere: every target valid */
+    if (!rc) /* SwiGLU at the gate/up shape: N x 2I in, N x I out */
+        rc = tensor(c, &c->egu, c->dt, (size_t)c->g[2].s.m * (size_t)c->g[2].s.n, 0);
+    if (!rc)
+        rc = tensor(c, &c->eout, c->dt, (size_t)c->g[2].s.m * (size_t)(c->g[2].s.n / 2), 0);
     return rc;
 }
 
@@ -167,6 +172,7 @@ static void release_all(struct compute *c)
     sdp_rt_tensor_release(c->hd.loss), sdp_rt_tensor_release(c->hd.dh);
     sdp_rt_tensor_release(c->hd.gg), sdp_rt_tensor_release(c->hd.h);
     sdp_rt_tensor_release(c->hd.w), sdp_rt_tensor_release(c->hd.targets);
+    sdp_rt_tensor_release(c->egu), sdp_rt_tensor_release(c->eout);
     for (int i = 0; i < c->ngemm; i++) {
         struct gemm_set *g = &c->g[i];
         sdp_rt_tensor_release(g->x), sdp_rt_tensor_release(g->w), sdp_rt_tensor_release(g->dout);
@@ -203,38 +209,44 @@ static int submit_att(struct att_set *s, int r)
     return rc;
 }
 
-/* The LM head's pass on rank r: c->iters tasks.  @return seconds, or -1 (the error logged) */
-static double head_pass(struct compute *c, int r)
+/* One pass of c->iters LM-head tasks (elem 0) or SwiGLU forwards (elem 1) on rank r.
+ * @return seconds, or -1 (the error logged) */
+static double single_pass(struct compute *c, int r, int elem)
 {
-    const struct sdp_task_opts o = opts(SDP_PH_LOSS, r);
+    const struct sdp_task_opts o = opts(elem ? SDP_PH_FWD : SDP_PH_LOSS, r);
     const struct shape *s = &c->hd.s;
     double t0 = sdp_cli_now_s();
     int rc = 0;
     for (int it = 0; !rc && it < c->iters; it++)
-        rc = sdp_task_lmhead_ce(&o, c->hd.loss, c->hd.dh, c->hd.gg, 0, c->hd.h, c->hd.w, 0,
-                                c->hd.targets, s->m, s->k, s->n, 1.0f / s->m);
+        rc = elem ? sdp_task_swiglu_fwd(&o, c->eout, c->egu, c->g[2].s.m, c->g[2].s.n / 2)
+                  : sdp_task_lmhead_ce(&o, c->hd.loss, c->hd.dh, c->hd.gg, 0, c->hd.h, c->hd.w, 0,
+                                       c->hd.targets, s->m, s->k, s->n, 1.0f / s->m);
     if (!rc)
         rc = sdp_rt_wait_all();
     if (rc) {
-        sdp_err(rc, "calibrate: the LM head's tasks failed");
+        sdp_err(rc, "calibrate: the %s tasks failed", elem ? "SwiGLU" : "LM head's");
         return -1.0;
     }
     return sdp_cli_now_s() - t0;
 }
 
-/* The LM head's rate on rank r: 3 x 2 N C V FLOPs a task (logits, the two gradients), median of
- * REPS passes after one.  0 on failure (logged). */
-static double head_rate(struct compute *c, int r)
+/* The LM head's FLOP/s on rank r (3 x 2 N C V FLOPs a task: logits, the two gradients), or the
+ * element-wise bytes/s (elem: SwiGLU's forward over GEMM shape 2's output, N x N2/2 outputs from
+ * N x N2 inputs: 1.5 N N2 elements moved), median of REPS passes after one.  0 on failure. */
+static double single_rate(struct compute *c, int r, int elem)
 {
+    const struct shape *g = &c->g[2].s;
     double s[REPS];
     for (int i = -1; i < REPS; i++) {
-        double dt = head_pass(c, r);
+        double dt = single_pass(c, r, elem);
         if (dt <= 0.0)
             return 0.0;
         if (i >= 0)
             s[i] = dt;
     }
-    return c->iters * gemm_flops(&c->hd.s) / sdp_cli_median(s, REPS);
+    return c->iters *
+           (elem ? 1.5 * g->m * (double)g->n * sdp_dtype_size(c->dt) : gemm_flops(&c->hd.s)) /
+           sdp_cli_median(s, REPS);
 }
 
 /* What one pass submits on each rank of mask: GEMM shape `shape`, the attention (shape = ngemm),
@@ -424,20 +436,22 @@ int sdp_cli_calibrate_compute(struct sdp_machine *m)
     if (rc)
         sdp_err(rc, "calibrate: the compute pass's tensors");
     for (int r = 0; !rc && r < (c.on_gpu ? c.nranks : 1); r++) {
-        double head = 0.0;
+        double head = 0.0, elem = 0.0;
+        const char *who = c.on_gpu ? "GPU" : "CPU worker";
         rc = measure_alone(&c, r, m, &gemm, &att);
-        if (!rc && (head = head_rate(&c, r)) <= 0.0)
-            rc = sdp_err(-EIO, "calibrate: the LM head on %s %d", c.on_gpu ? "GPU" : "CPU worker",
-                         r);
+        if (!rc && ((head = single_rate(&c, r, 0)) <= 0.0 || (elem = single_rate(&c, r, 1)) <= 0.0))
+            rc = sdp_err(-EIO, "calibrate: the LM head or SwiGLU on %s %d", who, r);
         if (!rc)
-            SDP_INFO("calibrate: %s %d: LM head N %d C %d V %d (logits, loss, gradients): %.1f %s",
-                     c.on_gpu ? "GPU" : "CPU worker", r, c.hd.s.m, c.hd.s.k, c.hd.s.n,
-                     in_unit(&c, head), unit_name(&c));
+            SDP_INFO("calibrate: %s %d: LM head N %d C %d V %d (logits, loss, gradients): %.1f %s; "
+                     "element-wise (SwiGLU forward): %.1f GB/s",
+                     who, r, c.hd.s.m, c.hd.s.k, c.hd.s.n, in_unit(&c, head), unit_name(&c),
+                     elem / 1e9);
         if (c.on_gpu)
             m->gpu[r].bf16_flops = gemm, m->gpu[r].attention_flops = att,
-            m->gpu[r].head_flops = head;
+            m->gpu[r].head_flops = head, m->gpu[r].elem_bps = elem;
         else
-            m->cpu_gemm_flops = gemm, m->cpu_attention_flops = att, m->cpu_head_flops = head;
+            m->cpu_gemm_flops = gemm, m->cpu_attention_flops = att, m->cpu_head_flops = head,
+            m->cpu_elem_bps = elem;
     }
     if (!rc && !c.on_gpu)
         rc = measure_all_cpus(&c, m);

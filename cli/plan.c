@@ -305,7 +305,7 @@ static int plan_run(struct sdp_recipe *r)
     int ngpus = sdp_cli_run_gpus(r, r->machine), nw, ok;
     if (model_of(r))
         return SDP_EXIT_USAGE;
-    sdp_cli_machine_get(r->machine, ngpus, &cm);
+    sdp_cli_machine_get(r->machine, ngpus, 1, &cm);
     if (sdp_cli_run_make(r, ngpus, &cr))
         return SDP_EXIT_USAGE;
     if (sdp_predict_step(&cr.run, &cm.mc, &p)) {

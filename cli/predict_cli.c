@@ -25,7 +25,7 @@ static void lane_of(const double *bps, int n, double *core, double *max)
 /* Override the defaults in mc with what m measured (a rate of 0 was not measured).  The host
  * lanes come from the AdamW and cast tables; DRAM is at least what AdamW moved (the copy's
  * read + write understates a read-heavy stream, graph/predict.c); a GPU's transfer rates are the
- * cast-and-copy rates, and the shared ones give the host link of all GPUs at once. */
+ * copy rates, and the shared ones give the host link of all GPUs at once. */
 static void map_machine(const struct sdp_machine *m, int ngpus, struct sdp_predict_machine *mc)
 {
     double core, max;
@@ -48,6 +48,8 @@ static void map_machine(const struct sdp_machine *m, int ngpus, struct sdp_predi
             mc->gpu_attn_flops = m->cpu_attention_flops;
         if (m->cpu_head_flops > 0)
             mc->head_flops = m->cpu_head_flops;
+        if (m->cpu_elem_bps > 0)
+            mc->elem_bps = m->cpu_elem_bps;
         return;
     }
     const struct sdp_machine_gpu *g = &m->gpu[0];
@@ -57,6 +59,8 @@ static void map_machine(const struct sdp_machine *m, int ngpus, struct sdp_predi
         mc->gpu_attn_flops = g->attention_flops;
     if (g->head_flops > 0)
         mc->head_flops = g->head_flops;
+    if (g->elem_bps > 0)
+        mc->elem_bps = g->elem_bps;
     if (g->h2d_bps > 0)
         mc->h2d_bps = g->h2d_bps, mc->h2d_all_bps = g->h2d_bps;
     if (g->d2h_bps > 0)
@@ -85,7 +89,7 @@ static void defaults(int ngpus, struct sdp_predict_machine *mc)
     }
 }
 
-void sdp_cli_machine_get(const char *path, int ngpus, struct sdp_cli_machine *out)
+void sdp_cli_machine_get(const char *path, int ngpus, int elsewhere, struct sdp_cli_machine *out)
 {
     struct sdp_machine here, m;
     memset(out, 0, sizeof(*out));
@@ -97,7 +101,7 @@ void sdp_cli_machine_get(const char *path, int ngpus, struct sdp_cli_machine *ou
     }
     memset(&here, 0, sizeof(here));
     sdp_machine_identify(&here);
-    if (sdp_machine_load(path, &here, &m)) { /* reported with the file and the fix */
+    if (sdp_machine_load(path, elsewhere ? NULL : &here, &m)) { /* reported: file and fix */
         snprintf(out->source, sizeof(out->source), "defaults (%s could not be used)", path);
         return;
     }
@@ -108,8 +112,11 @@ void sdp_cli_machine_get(const char *path, int ngpus, struct sdp_cli_machine *ou
         return;
     }
     out->from_file = 1;
-    snprintf(out->source, sizeof(out->source), "%s (calibrated on %s)", path,
-             m.host[0] ? m.host : "an unnamed host");
+    snprintf(out->source, sizeof(out->source), "%s (calibrated on %s%s)", path,
+             m.host[0] ? m.host : "an unnamed host",
+             strcmp(m.host, here.host) || strcmp(m.cpu, here.cpu) || m.cores != here.cores
+                 ? ", another machine than this one"
+                 : "");
 }
 
 int sdp_cli_run_gpus(const struct sdp_recipe *r, const char *machine_path)

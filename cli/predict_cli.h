@@ -18,10 +18,12 @@ struct sdp_cli_machine {
 };
 
 /** The machine for a run with `ngpus` GPUs (0: CPU workers) from the calibration file at path (NULL
- * or "": none).  A missing, stale or malformed file is reported (formats/machine.h names the file
- * and the fix) and the defaults are used: sdp_predict_machine_h200 with GPUs, _cpu2 with this
- * node's cores without; a rate the file lacks keeps its default.  Never fails. */
-void sdp_cli_machine_get(const char *path, int ngpus, struct sdp_cli_machine *out);
+ * or "": none).  A missing or malformed file, or one measured on another machine when the run is
+ * to run here (elsewhere 0: train, bench), is reported (formats/machine.h names the file and the
+ * fix) and the defaults are used: sdp_predict_machine_h200 with GPUs, _cpu2 with this node's
+ * cores without.  elsewhere 1 (plan) prices for the machine the file describes, wherever that
+ * is.  A rate the file lacks keeps its default.  Never fails. */
+void sdp_cli_machine_get(const char *path, int ngpus, int elsewhere, struct sdp_cli_machine *out);
 
 /** The GPUs a run of r computes on: none with train.gpus 0 or where none is found (-1: this node's,
  * from the NVIDIA driver's /proc files, else those of the calibration file), else one per rank. */

@@ -173,7 +173,7 @@ static void predict(struct sdp_train *t, const struct sdp_plan *plan)
     struct sdp_cli_machine cm;
     struct sdp_predict p;
     char line[4600];
-    sdp_cli_machine_get(t->r->machine, ngpus, &cm);
+    sdp_cli_machine_get(t->r->machine, ngpus, 0, &cm);
     if (sdp_cli_predict_plan(t->r, &t->r->model, plan, ngpus, &cm, &p))
         return; /* logged; the run does not need it */
     t->pred_step_s = p.step_s;

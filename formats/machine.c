@@ -34,6 +34,7 @@ static const struct {
     { "cpu_gemm_flops_all", offsetof(struct sdp_machine, cpu_gemm_flops_all) },
     { "cpu_attention_flops", offsetof(struct sdp_machine, cpu_attention_flops) },
     { "cpu_head_flops", offsetof(struct sdp_machine, cpu_head_flops) },
+    { "cpu_elem_bps", offsetof(struct sdp_machine, cpu_elem_bps) },
     { "calib_s", offsetof(struct sdp_machine, calib_s) },
 };
 
@@ -49,6 +50,7 @@ static const struct {
     { "bf16_flops", offsetof(struct sdp_machine_gpu, bf16_flops) },
     { "attention_flops", offsetof(struct sdp_machine_gpu, attention_flops) },
     { "head_flops", offsetof(struct sdp_machine_gpu, head_flops) },
+    { "elem_bps", offsetof(struct sdp_machine_gpu, elem_bps) },
     { "mem_bytes", offsetof(struct sdp_machine_gpu, mem_bytes) },
 };
 
@@ -71,13 +73,14 @@ void sdp_machine_defaults(struct sdp_machine *m)
     m->kernel_launch_s = 5e-6;
     m->gpus = 1;
     snprintf(m->gpu[0].name, sizeof(m->gpu[0].name), "%s", "");
-    m->gpu[0].h2d_bps = 15.6e9; /* cast-and-copy, the seed's one-GPU figure */
-    m->gpu[0].d2h_bps = 15.6e9;
-    m->gpu[0].h2d_shared_bps = 8.7e9; /* each of two GPUs at once (the seed) */
-    m->gpu[0].d2h_shared_bps = 8.7e9;
+    m->gpu[0].h2d_bps = 55.5e9; /* pinned copies (BENCH.md) */
+    m->gpu[0].d2h_bps = 55.3e9;
+    m->gpu[0].h2d_shared_bps = 55.5e9 * 8.7 / 15.6; /* the seed's two GPUs: 8.7 each of 15.6 */
+    m->gpu[0].d2h_shared_bps = 55.3e9 * 8.7 / 15.6;
     m->gpu[0].bf16_flops = 700e12;            /* the layer GEMMs of qwen3-4b/8b at batch 16 */
     m->gpu[0].attention_flops = 336e12;       /* qwen3-4b attention fwd+bwd */
     m->gpu[0].head_flops = 700e12;            /* a GEMM's rate: its logits and gradients */
+    m->gpu[0].elem_bps = 2.7e12;              /* graph/predict.c's reference figure */
     m->gpu[0].mem_bytes = 143771.0 * 1048576; /* the H200's 141 GB as the driver reports them */
     m->ngemm = 1;
     m->gemm[0] = (struct sdp_machine_gemm){ 16384, 2560, 6144, 787e12 };

@@ -2,7 +2,7 @@
 /* The machine description: what `slidedp calibrate` measured on this node, the input of the
  * step-time model beside the plan.  Per-resource rates (host AdamW and fp32 -> bf16 cast bytes/s
  * for each thread count up to the cores, DRAM copy bytes/s, per-task overheads, and per GPU the
- * cast-and-copy H2D and D2H bytes/s alone and with every GPU copying at once, bf16 GEMM and
+ * pinned H2D copy and the D2H into a host stage, bytes/s alone and with every GPU copying at once, bf16 GEMM and
  * attention FLOP/s; without a GPU, the CPU workers' fp32 GEMM and attention FLOP/s) and the
  * identity of the node they were measured on (host, CPU model, cores, GPU model), which a later run
  * compares with its own to refuse a stale file.
@@ -31,11 +31,12 @@ struct sdp_machine_gemm {
 /** One GPU's rates; 0 = not measured. */
 struct sdp_machine_gpu {
     char name[SDP_MACHINE_NAME_LEN];
-    double h2d_bps, d2h_bps;               /* cast-and-copy, this GPU alone */
+    double h2d_bps, d2h_bps;               /* pinned copy; D2H into a stage; this GPU alone */
     double h2d_shared_bps, d2h_shared_bps; /* this GPU while every GPU copies at once */
     double bf16_flops;                     /* GEMM rate over the shapes, FLOP-weighted */
     double attention_flops;                /* causal attention fwd+bwd, the half counted */
     double head_flops;                     /* the LM head + cross-entropy task, 3 x 2 N C V */
+    double elem_bps;                       /* element-wise kernels (SwiGLU), bytes moved/s */
     double mem_bytes;                      /* the GPU's memory, as the driver reports it */
 };
 
@@ -55,6 +56,7 @@ struct sdp_machine {
     double cpu_gemm_flops_all;  /* fp32 GEMMs one per CPU worker at once, summed */
     double cpu_attention_flops; /* fp32 causal attention fwd+bwd on one CPU worker */
     double cpu_head_flops;      /* fp32 LM head + cross-entropy on one CPU worker */
+    double cpu_elem_bps;        /* fp32 element-wise kernels (SwiGLU) on one CPU worker, B/s */
     struct sdp_machine_gpu gpu[SDP_MACHINE_MAX_GPUS];
     int ngemm; /* the compute workers' shapes: GPU 0's bf16 with GPUs, else one CPU worker's fp32 */
     struct sdp_machine_gemm gemm[SDP_MACHINE_MAX_GEMMS];
@@ -63,7 +65,7 @@ struct sdp_machine {
 };
 
 /** The reference node's figures (1 H200, a 16-core Xeon; BENCH.md and the seed): AdamW rising
- * with the threads to 183 GB/s at 16, PCIe cast-and-copy 15.6 GB/s alone and 8.7 shared, bf16
+ * with the threads to 183 GB/s at 16, PCIe 55 GB/s alone and the seed's ratio shared, bf16
  * GEMM 700 TFLOP/s, attention 336 TFLOP/s; the CPU compute rates 0 (not measured: the reference
  * node computes on its GPU).  Names are empty: the defaults are never stale. */
 void sdp_machine_defaults(struct sdp_machine *m);

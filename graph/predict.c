@@ -29,7 +29,11 @@ void sdp_predict_machine_h200(struct sdp_predict_machine *mc)
     mc->gpu_flops = 670e12; /* 700 less the ~4% the 4b/32 trace shows (GPU lane 91% of 1.81 s) */
     mc->gpu_attn_flops = 335e12;
     mc->gpu_mem_bps = 4.0e12; /* H200 HBM3e 4.8 TB/s nominal, ~4 sustained */
-    mc->h2d_bps = 55.5e9;     /* BENCH.md pinned H2D / D2H */
+    /* short element-wise kernels reach less: SwiGLU, the norms and RoPE of an H100 step (3.35
+     * TB/s HBM3) moved their bytes at ~1.9 TB/s (bench/results/2026-12-06-h100-predict.md),
+     * scaled to the H200's memory */
+    mc->elem_bps = 2.7e12;
+    mc->h2d_bps = 55.5e9; /* BENCH.md pinned H2D / D2H */
     mc->d2h_bps = 55.3e9;
     mc->h2d_all_bps = 55.5e9; /* one GPU: the same link */
     mc->d2h_all_bps = 55.3e9;
@@ -54,6 +58,7 @@ void sdp_predict_machine_cpu2(struct sdp_predict_machine *mc)
     mc->ngpus = 0;
     mc->gpu_flops = 20e9; /* fp32 reference GEMMs on two cores */
     mc->gpu_attn_flops = 5e9;
+    mc->elem_bps = 5e9; /* one core streaming fp32 element-wise ops */
     mc->dram_bps = 10e9;
     mc->adamw_core_bps = 2e9;
     mc->adamw_max_bps = 4e9;
@@ -101,6 +106,19 @@ static double layer_compute_s(const struct sdp_model_cfg *m, int B, int T,
     else if (act == SDP_ACT_KEEP_MLP)
         rg = gemm - o - gu, ra = attn;
     return (3.0 * gemm + rg) / mc->gpu_flops + (3.5 * attn + ra) / mc->gpu_attn_flops;
+}
+
+/* Bytes the element-wise kernels of one layer move for one micro-batch (es bytes an element):
+ * forward the two RMSNorms (read and write C each), RoPE with the q/k norms (the QKV rows) and
+ * SwiGLU (read 2I, write I); the backward the norms' (read x and dy, write dx), RoPE's and
+ * SwiGLU's (read 3I, write 2I); a recomputation runs the forward's again. */
+static double layer_elem_bytes(const struct sdp_model_cfg *m, int B, int T, int es,
+                               enum sdp_act_place act)
+{
+    double C = m->hidden_size, I = m->intermediate_size;
+    double qkv = (double)(m->num_heads + 2 * m->num_kv_heads) * m->head_dim;
+    double fwd = 4 * C + 2 * qkv + 3 * I, bwd = 6 * C + 2 * qkv + 5 * I;
+    return (double)B * T * es * (fwd * (act == SDP_ACT_KEEP ? 1 : 2) + bwd);
 }
 
 /* The forward alone of one micro-batch of a layer. */
@@ -179,6 +197,10 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
     } else if (gi == SDP_PLAN_HEAD(p)) {
         cf = ct = nr * head_compute_s(m, B, T, mc);
     }
+    if (layer && mc->elem_bps > 0)
+        ct += nr * layer_elem_bytes(m, B, T, r->es, pg->act) / mc->elem_bps;
+    if (mc->elem_bps > 0) /* the gradient zeroed (fp32), and packed to bf16 for the return */
+        ct += n * (4.0 + (pg->grad_bf16 ? 6.0 : 0.0)) / mc->elem_bps;
     a->compute_s += ct;
     if (gi >= p->nlayers)
         a->top_s += ct;
@@ -379,7 +401,8 @@ int sdp_predict_machine_check(const struct sdp_predict_machine *mc)
           mc->adamw_core_bps > 0 && mc->adamw_max_bps > 0 && mc->cast_core_bps > 0 &&
           mc->cast_max_bps > 0 && mc->cpu_cores >= 1 && mc->ngpus >= 0 && mc->task_s >= 0 &&
           mc->h2d_bps >= 0 && mc->d2h_bps >= 0 && mc->h2d_all_bps >= 0 && mc->d2h_all_bps >= 0 &&
-          mc->peer_bps >= 0 && mc->head_flops >= 0 && (mc->ngpus == 0 || mc->gpu_mem_bps > 0)))
+          mc->peer_bps >= 0 && mc->head_flops >= 0 && mc->elem_bps >= 0 &&
+          (mc->ngpus == 0 || mc->gpu_mem_bps > 0)))
         return sdp_err(-EINVAL,
                        "predict: a machine with a rate <= 0 (gpu %g FLOP/s, attention %g, DRAM %g "
                        "B/s, AdamW %g/%g, cast %g/%g, %d cores)\nhint: recalibrate, or take the "
@@ -415,8 +438,10 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     d[SDP_PRES_LINK_H2D] = xfer_s(host_h2d, mc->h2d_all_bps);
     d[SDP_PRES_LINK_D2H] = xfer_s(host_d2h, mc->d2h_all_bps);
     d[SDP_PRES_PEER] = xfer_s(a.peer, mc->peer_bps);
-    /* DMA reads and writes host memory too, where there is a link */
-    o->dram_bytes = a.adamw + a.reduce + (mc->h2d_bps > 0 ? host_h2d + host_d2h : 0);
+    /* DMA reads and writes host memory beside the host's lanes; their own traffic is in their
+     * measured rates (AdamW's and the cast's tables), so DRAM counts the DMA alone: a step
+     * bound by DRAM is one whose transfers outrun the memory the lanes leave */
+    o->dram_bytes = mc->h2d_bps > 0 ? host_h2d + host_d2h : 0;
     d[SDP_PRES_DRAM] = o->dram_bytes / mc->dram_bps;
     d[SDP_PRES_CPU] =
         a.adamw / r.adamw + a.reduce / r.cast +

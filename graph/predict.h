@@ -30,6 +30,8 @@ struct sdp_predict_machine {
     double gpu_flops;      /* dense bf16 GEMM FLOP/s at the layers' shapes */
     double gpu_attn_flops; /* causal attention FLOP/s (causal half counted), forward and backward */
     double head_flops;     /* the LM head + cross-entropy task's FLOP/s (0: gpu_flops) */
+    double elem_bps;       /* the element-wise kernels' bytes/s (norms, RoPE, SwiGLU, zeroing and
+                              packing the gradients): their bytes read and written over time */
     double gpu_mem_bps;    /* GPU memory bytes/s (AdamW on the GPU) */
     double h2d_bps;        /* pinned host to GPU, one GPU alone */
     double d2h_bps;        /* pinned GPU to host, one GPU alone */

@@ -7,7 +7,8 @@
 # the same recipe (train prints both at the end).  Bad input: a missing, malformed or stale
 # calibration file is reported with the file and the fix, and the defaults are used (exit 0);
 # a plan that cannot fit the GPU is refused (exit 1) with by how much and which single change
-# fits; bad options exit 2.
+# fits; bad options exit 2.  A file measured on another machine is the defaults for train (it
+# runs here) and the machine plan prices for.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 tiny_recipe | sed -e "s#^  steps: .*#  steps: 5#" > "$tmp/tiny.yaml"
@@ -68,8 +69,14 @@ expect 0 "missing.json: cannot read it.*|hint: run .slidedp calibrate" -- \
 grep -q "^machine: defaults ($tmp/missing.json could not be used)" "$tmp.out" || {
     echo "the defaults not named"; fail=1; }
 expect 0 "text.json: line 1" -- "$bin" plan "$tmp/tiny.yaml" --machine "$tmp/text.json"
+# another machine's file: train (to run here) takes the defaults; plan prices for that machine
 expect 0 "stale.json: measured on host another-node" -- \
-    "$bin" plan "$tmp/tiny.yaml" --machine "$tmp/stale.json"
+    "$bin" train "$tmp/tiny.yaml" --steps 1 -q --machine "$tmp/stale.json"
+grep -q "predicted: .*machine: defaults ($tmp/stale.json could not be used)" "$tmp.err" || {
+    echo "train did not fall back to the defaults"; fail=1; }
+"$bin" plan "$tmp/tiny.yaml" --machine "$tmp/stale.json" > "$tmp.out" 2> "$tmp.err" || fail=1
+grep -q "^machine: $tmp/stale.json (calibrated on another-node, another machine than this one)" \
+    "$tmp.out" || { echo "plan did not price for the other machine"; cat "$tmp.out"; fail=1; }
 "$bin" plan "$tmp/tiny.yaml" --machine "$tmp/machine.json" > "$tmp.out" 2> "$tmp.err" || fail=1
 grep -q "^machine: $tmp/machine.json (calibrated on" "$tmp.out" || {
     echo "a good file not used"; cat "$tmp.out"; fail=1; }

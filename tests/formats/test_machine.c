@@ -47,6 +47,7 @@ static void sample(struct sdp_machine *m)
     m->cpu_gemm_flops_all = 2.512e11;
     m->cpu_attention_flops = 0.0; /* not measured */
     m->cpu_head_flops = 4.1e10;
+    m->cpu_elem_bps = 6.5e9;
     m->calib_s = 12.5;
     m->gpus = 2;
     for (int g = 0; g < 2; g++) {
@@ -58,6 +59,7 @@ static void sample(struct sdp_machine *m)
         m->gpu[g].bf16_flops = 6.5e14;
         m->gpu[g].attention_flops = 3.3e14;
         m->gpu[g].head_flops = 6.1e14;
+        m->gpu[g].elem_bps = 1.9e12;
         m->gpu[g].mem_bytes = 150754820096.0;
     }
     m->ngemm = 2;
@@ -77,7 +79,8 @@ static int same(const struct sdp_machine *a, const struct sdp_machine *b)
          close_to(a->calib_s, b->calib_s) && close_to(a->cpu_gemm_flops, b->cpu_gemm_flops) &&
          close_to(a->cpu_gemm_flops_all, b->cpu_gemm_flops_all) &&
          close_to(a->cpu_attention_flops, b->cpu_attention_flops) &&
-         close_to(a->cpu_head_flops, b->cpu_head_flops);
+         close_to(a->cpu_head_flops, b->cpu_head_flops) &&
+         close_to(a->cpu_elem_bps, b->cpu_elem_bps);
     for (int g = 0; ok && g < a->gpus; g++) {
         const struct sdp_machine_gpu *x = &a->gpu[g], *y = &b->gpu[g];
         ok = !strcmp(x->name, y->name) && close_to(x->h2d_bps, y->h2d_bps) &&
@@ -85,7 +88,8 @@ static int same(const struct sdp_machine *a, const struct sdp_machine *b)
              close_to(x->d2h_shared_bps, y->d2h_shared_bps) &&
              close_to(x->bf16_flops, y->bf16_flops) &&
              close_to(x->attention_flops, y->attention_flops) &&
-             close_to(x->head_flops, y->head_flops) && close_to(x->mem_bytes, y->mem_bytes);
+             close_to(x->head_flops, y->head_flops) && close_to(x->elem_bps, y->elem_bps) &&
+             close_to(x->mem_bytes, y->mem_bytes);
     }
     for (int i = 0; ok && i < a->ngemm; i++)
         ok = a->gemm[i].m == b->gemm[i].m && a->gemm[i].k == b->gemm[i].k &&
@@ -259,15 +263,16 @@ static const char *without(const char *name, const char *const *drop)
 /* A file written before the CPU compute rates: loads, those from the defaults, each counted. */
 static void test_without_cpu_rates(void)
 {
-    static const char *const cpu[] = { "cpu_gemm_flops", "cpu_gemm_flops_all",
-                                       "cpu_attention_flops", "cpu_head_flops", NULL };
+    static const char *const cpu[] = { "cpu_gemm_flops",      "cpu_gemm_flops_all",
+                                       "cpu_attention_flops", "cpu_head_flops",
+                                       "cpu_elem_bps",        NULL };
     struct sdp_machine m, a;
     const char *p = without("old.json", cpu);
     sample(&a);
     CHECK(sdp_machine_load(p, NULL, &m) == 0, "a file without the CPU compute rates loads");
-    CHECK(m.ndefaulted == 4 && m.cpu_gemm_flops == 0.0 && m.cpu_gemm_flops_all == 0.0 &&
-              m.cpu_attention_flops == 0.0 && m.cpu_head_flops == 0.0,
-          "the CPU compute rates from the defaults, 4 counted (%d)", m.ndefaulted);
+    CHECK(m.ndefaulted == 5 && m.cpu_gemm_flops == 0.0 && m.cpu_gemm_flops_all == 0.0 &&
+              m.cpu_attention_flops == 0.0 && m.cpu_head_flops == 0.0 && m.cpu_elem_bps == 0.0,
+          "the CPU compute rates from the defaults, 5 counted (%d)", m.ndefaulted);
     CHECK(close_to(m.task_s, a.task_s) && m.ngemm == 2 && close_to(m.gemm[0].flops, 7.8e14) &&
               close_to(m.gpu[0].bf16_flops, 6.5e14),
           "the other fields from the file");
@@ -289,7 +294,7 @@ static void test_missing_fields(void)
               m.gemm[0].flops == d.gemm[0].flops,
           "a missing GEMM table: the defaults' (%d missing)", m.ndefaulted);
     sdp_test_write_file(p, "{\"format\": \"slidedp-machine\", \"version\": 1}", 43);
-    CHECK(sdp_machine_load(p, NULL, &m) == 0 && m.ndefaulted == 17 && same(&m, &d),
+    CHECK(sdp_machine_load(p, NULL, &m) == 0 && m.ndefaulted == 18 && same(&m, &d),
           "only the header: every field from the defaults (%d missing)", m.ndefaulted);
 }
 
