@@ -8,7 +8,8 @@ libsdp_a_SOURCES += codelets/cpu/sdp_cpu_kernels.h \
 	codelets/cpu/qknorm_rope_ref.c \
 	codelets/cpu/attention_ref.c \
 	codelets/cpu/swiglu_ref.c \
-	codelets/cpu/lmhead_ce.c
+	codelets/cpu/lmhead_ce.c \
+	codelets/cpu/cpu_pool.c
 
 # The AdamW and cast kernels, references and AVX-512 alike, are compiled with -ffp-contract=off so
 # that no target (FMA in -march, or the AVX-512 functions' own target) fuses a*b+c: each operation
