@@ -63,21 +63,30 @@ float sdp_cpu_exp_neg(float x)
     return exp_neg(x);
 }
 
-/* max of z[0..n) */
+/* max of z[0..n); NaN if z holds a NaN or an infinity (z - z is then NaN), which exp_neg would
+ * not pass on */
 static float row_max(const float *restrict z, int n)
 {
-    float m[LANES];
+    float m[LANES], chk[LANES];
     int v = 0;
-    for (int l = 0; l < LANES; l++)
+    for (int l = 0; l < LANES; l++) {
         m[l] = -INFINITY;
+        chk[l] = 0.0f;
+    }
     for (; v + LANES <= n; v += LANES)
-        for (int l = 0; l < LANES; l++)
+        for (int l = 0; l < LANES; l++) {
             m[l] = z[v + l] > m[l] ? z[v + l] : m[l];
-    for (; v < n; v++)
+            chk[l] += z[v + l] - z[v + l];
+        }
+    for (; v < n; v++) {
         m[0] = z[v] > m[0] ? z[v] : m[0];
-    for (int l = 1; l < LANES; l++)
+        chk[0] += z[v] - z[v];
+    }
+    for (int l = 1; l < LANES; l++) {
         m[0] = m[l] > m[0] ? m[l] : m[0];
-    return m[0];
+        chk[0] += chk[l];
+    }
+    return chk[0] == 0.0f ? m[0] : NAN;
 }
 
 /* z[v] = k exp(z[v] - m) (in lanes: the vectoriser's cheap model takes fixed-length loops) */
@@ -192,6 +201,11 @@ static void pass1(struct head_ctx *x, int s, float *z, int n0, int bs)
             if (t >= v0 && t < v0 + nv)
                 x->zt[r] = zr[t - v0];
             const float bm = row_max(zr, nv);
+            if (isnan(bm) || isnan(m[r])) { /* the loss and gradients become NaN */
+                m[r] = NAN;
+                sum[r] = NAN;
+                continue;
+            }
             if (bm > m[r]) { /* rescale the sum so far to the new max */
                 sum[r] = sum[r] > 0.0 ? sum[r] * exp((double)m[r] - bm) : 0.0;
                 m[r] = bm;

@@ -255,6 +255,29 @@ static int check_exp(void)
     return bad;
 }
 
+/* A NaN in h (as a diverged run has) makes the loss NaN, as the libm's exp would (the kernel's exp
+ * clamps negative NaNs; the row's max check passes them on) */
+static int check_nan(void)
+{
+    enum { N = 4, C = 8, V = 300 };
+    struct sdp_rng rng = { 41 };
+    float h[N * C], w[V * C], dh[N * C], dw[V * C] = { 0 };
+    const int32_t tgt[N] = { 1, 2, 3, 4 };
+    struct sdp_lmhead_blocks b = { 2, 64, 3, 2 };
+    double loss;
+    int nvalid;
+
+    sdp_fill_normal(&rng, h, N * C, 1.0f);
+    sdp_fill_normal(&rng, w, V * C, 1.0f);
+    h[C + 3] = -NAN;
+    void *scratch = sdp_test_alloc(sdp_cpu_lmhead_ce_scratch(C, &b));
+    sdp_cpu_lmhead_ce(&loss, &nvalid, dh, dw, h, w, tgt, N, C, V, 0.25f, &b, scratch);
+    free(scratch);
+    const int bad = !isnan(loss) || !isnan(dh[C]);
+    printf("NaN in h: loss %g, dh of its row %g  %s\n", loss, (double)dh[C], bad ? "BAD" : "ok");
+    return bad;
+}
+
 int main(void)
 {
     struct sdp_rng rng = { 37 };
@@ -262,6 +285,7 @@ int main(void)
 
     nfail += check_oracle_fd();
     nfail += check_exp();
+    nfail += check_nan();
     nfail += run_case(&rng, 37, 32, 211, 1.0f, "random");
     nfail += run_case(&rng, 20, 16, 97, 8.0f, "large logits");
     nfail += run_case(&rng, 1, 8, 5, 1.0f, "N=1");
