@@ -8,8 +8,9 @@
  * dw by two more sgemms (8 N C V FLOPs in all, where a row-blocked version does 6 but streams the
  * whole of w and dw through memory at every block).  The vocabulary is cut into a fixed number of
  * shards that threads of a pool take in turn; dh sums the shards' partial products in shard order,
- * so the result does not depend on the thread count.  Also the fp64 triple-loop version (test
- * oracle).  Ignored targets (< 0) contribute nothing.
+ * so the result does not depend on the thread count.  The element-wise work (max, exp, sums):
+ * codelets/cpu/lmhead_rows.c, AVX-512 or not, the same bits.  Also the fp64 triple-loop version
+ * (test oracle).  Ignored targets (< 0) contribute nothing.
  * Test: tests/kernels/test_kernels_lmhead_ce.c (fp64 oracle, finite differences). */
 #include "config.h"
 
@@ -25,101 +26,6 @@
 
 #include "codelets/cpu/sdp_cpu_kernels.h"
 
-#define LANES 8 /* independent partial maxima and sums, for the vectoriser */
-
-/* exp(x) in fp32 for x <= 0 (the kernel's only use: logits minus a max at least as large), written
- * so that the compiler vectorises a loop of it: x below -104 (as bits: the unsigned order of
- * negative floats is that of their magnitudes) becomes -104, a Cody-Waite reduction x = n ln2 + r,
- * |r| <= ln2 / 2, Cephes' polynomial for exp(r), then 2^n in two factors so that results below
- * FLT_MIN round once into subnormals (0 below -103.3).  No fused multiply-adds in the build, so
- * every target computes the same bits.  Max error 1 ulp (the test measures it; glibc's expf:
- * 0.5).  Positive x above 88 and NaN are outside its domain (the callers check for NaN). */
-static inline float exp_neg(float x)
-{
-    union {
-        float f;
-        uint32_t u;
-        int32_t i;
-    } c = { .f = x }, a, b;
-    c.u = c.u < 0xC2D00000u ? c.u : 0xC2D00000u; /* -104.0f */
-    x = c.f;
-    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const float y = p * (r * r) + r + 1.0f;
-    const int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1; /* each >= -75: normal scales */
-    a.i = (n1 + 127) << 23;
-    b.i = (n2 + 127) << 23;
-    return y * a.f * b.f;
-}
-
-float sdp_cpu_exp_neg(float x)
-{
-    return exp_neg(x);
-}
-
-/* max of z[0..n); NaN if z holds a NaN or an infinity (z - z is then NaN), which exp_neg would
- * not pass on */
-static float row_max(const float *restrict z, int n)
-{
-    float m[LANES], chk[LANES];
-    int v = 0;
-    for (int l = 0; l < LANES; l++) {
-        m[l] = -INFINITY;
-        chk[l] = 0.0f;
-    }
-    for (; v + LANES <= n; v += LANES)
-        for (int l = 0; l < LANES; l++) {
-            m[l] = z[v + l] > m[l] ? z[v + l] : m[l];
-            chk[l] += z[v + l] - z[v + l];
-        }
-    for (; v < n; v++) {
-        m[0] = z[v] > m[0] ? z[v] : m[0];
-        chk[0] += z[v] - z[v];
-    }
-    for (int l = 1; l < LANES; l++) {
-        m[0] = m[l] > m[0] ? m[l] : m[0];
-        chk[0] += chk[l];
-    }
-    return chk[0] == 0.0f ? m[0] : NAN;
-}
-
-/* z[v] = k exp(z[v] - m) (in lanes: the vectoriser's cheap model takes fixed-length loops) */
-static void exp_scale(float *restrict z, int n, float m, float k)
-{
-    int v = 0;
-    for (; v + LANES <= n; v += LANES)
-        for (int l = 0; l < LANES; l++)
-            z[v + l] = exp_neg(z[v + l] - m) * k;
-    for (; v < n; v++)
-        z[v] = exp_neg(z[v] - m) * k;
-}
-
-/* z[v] = exp(z[v] - m), returning their sum (double, in a fixed order) */
-static double exp_sum(float *restrict z, int n, float m)
-{
-    double s[LANES] = { 0 };
-    int v = 0;
-    for (; v + LANES <= n; v += LANES)
-        for (int l = 0; l < LANES; l++) {
-            z[v + l] = exp_neg(z[v + l] - m);
-            s[l] += z[v + l];
-        }
-    for (; v < n; v++) {
-        z[v] = exp_neg(z[v] - m);
-        s[0] += z[v];
-    }
-    double t = 0.0;
-    for (int l = 0; l < LANES; l++)
-        t += s[l];
-    return t;
-}
-
 /* One call's shared state.  Per row block: pass 1 (shards in turn), combine (thread 0), pass 2
  * (shards in turn), dh as the shards' sum (rows split over the threads); a barrier between. */
 struct head_ctx {
@@ -131,14 +37,17 @@ struct head_ctx {
     int N, C, V;
     float scale;
     struct sdp_lmhead_blocks b;
-    int nvb;       /* vocabulary blocks */
-    float *logits; /* per thread: rows x vcols */
-    float *dhp;    /* per shard: rows x C partial dh */
-    float *smax;   /* per shard: rows maxima */
-    double *ssum;  /* per shard: rows sums of exp(z - smax) */
-    double *zt;    /* rows: the target's logit */
-    float *rmax;   /* rows: the row's max */
-    float *rk;     /* rows: scale / sum, 0 for ignored rows */
+    int nvb;                                 /* vocabulary blocks */
+    float *logits;                           /* per thread: rows x vcols */
+    float *dhp;                              /* per shard: rows x C partial dh */
+    float *smax;                             /* per shard: rows maxima */
+    double *ssum;                            /* per shard: rows sums of exp(z - smax) */
+    double *zt;                              /* rows: the target's logit */
+    float *rmax;                             /* rows: the row's max */
+    float *rk;                               /* rows: scale / sum, 0 for ignored rows */
+    float (*row_max)(const float *z, int n); /* the element-wise work, AVX-512 or not */
+    double (*exp_sum)(float *z, int n, float m);
+    void (*exp_scale)(float *z, int n, float m, float k);
     atomic_int next1, next2;
     pthread_mutex_t bl;
     pthread_cond_t bc;
@@ -200,7 +109,7 @@ static void pass1(struct head_ctx *x, int s, float *z, int n0, int bs)
                 continue;
             if (t >= v0 && t < v0 + nv)
                 x->zt[r] = zr[t - v0];
-            const float bm = row_max(zr, nv);
+            const float bm = x->row_max(zr, nv);
             if (isnan(bm) || isnan(m[r])) { /* the loss and gradients become NaN */
                 m[r] = NAN;
                 sum[r] = NAN;
@@ -210,7 +119,7 @@ static void pass1(struct head_ctx *x, int s, float *z, int n0, int bs)
                 sum[r] = sum[r] > 0.0 ? sum[r] * exp((double)m[r] - bm) : 0.0;
                 m[r] = bm;
             }
-            sum[r] += exp_sum(zr, nv, m[r]);
+            sum[r] += x->exp_sum(zr, nv, m[r]);
         }
     }
 }
@@ -253,7 +162,7 @@ static void pass2(struct head_ctx *x, int s, float *z, int n0, int bs)
                 memset(zr, 0, (size_t)nv * sizeof(*zr));
                 continue;
             }
-            exp_scale(zr, nv, x->rmax[r], x->rk[r]);
+            x->exp_scale(zr, nv, x->rmax[r], x->rk[r]);
             if (t >= v0 && t < v0 + nv)
                 zr[t - v0] -= x->scale;
         }
@@ -388,6 +297,10 @@ void sdp_cpu_lmhead_ce(double *loss_sum, int *nvalid, float *dh, float *dw, cons
     x.rmax = (float *)p;
     p += ALIGN_UP((size_t)b->rows * sizeof(float));
     x.rk = (float *)p;
+    const int avx512 = sdp_cpu_isa() == SDP_CPU_ISA_AVX512;
+    x.row_max = avx512 ? sdp_cpu_lmhead_row_max_avx512 : sdp_cpu_lmhead_row_max_ref;
+    x.exp_sum = avx512 ? sdp_cpu_lmhead_exp_sum_avx512 : sdp_cpu_lmhead_exp_sum_ref;
+    x.exp_scale = avx512 ? sdp_cpu_lmhead_exp_scale_avx512 : sdp_cpu_lmhead_exp_scale_ref;
     atomic_init(&x.next1, 0);
     atomic_init(&x.next2, 0);
     pthread_mutex_init(&x.bl, NULL);
