@@ -46,7 +46,7 @@ struct head_ctx {
     float *rmax;                             /* rows: the row's max */
     float *rk;                               /* rows: scale / sum, 0 for ignored rows */
     float (*row_max)(const float *z, int n); /* the element-wise work, AVX-512 or not */
-    double (*exp_sum)(float *z, int n, float m);
+    double (*exp_sum)(const float *z, int n, float m);
     void (*exp_scale)(float *z, int n, float m, float k);
     atomic_int next1, next2;
     pthread_mutex_t bl;

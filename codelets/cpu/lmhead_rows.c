@@ -74,19 +74,15 @@ float sdp_cpu_lmhead_row_max_ref(const float *restrict z, int n)
     return chk[0] == 0.0f ? m[0] : NAN;
 }
 
-double sdp_cpu_lmhead_exp_sum_ref(float *restrict z, int n, float m)
+double sdp_cpu_lmhead_exp_sum_ref(const float *restrict z, int n, float m)
 {
     double s[LANES] = { 0 };
     int v = 0;
     for (; v + LANES <= n; v += LANES)
-        for (int l = 0; l < LANES; l++) {
-            z[v + l] = exp_neg(z[v + l] - m);
-            s[l] += z[v + l];
-        }
-    for (; v < n; v++) {
-        z[v] = exp_neg(z[v] - m);
-        s[0] += z[v];
-    }
+        for (int l = 0; l < LANES; l++)
+            s[l] += exp_neg(z[v + l] - m);
+    for (; v < n; v++)
+        s[0] += exp_neg(z[v] - m);
     double t = 0.0;
     for (int l = 0; l < LANES; l++)
         t += s[l];
@@ -150,30 +146,26 @@ SDP_AVX512 float sdp_cpu_lmhead_row_max_avx512(const float *restrict z, int n)
     return tail > mx ? tail : mx;
 }
 
-SDP_AVX512 double sdp_cpu_lmhead_exp_sum_avx512(float *restrict z, int n, float m)
+SDP_AVX512 double sdp_cpu_lmhead_exp_sum_avx512(const float *restrict z, int n, float m)
 {
     __m512d s = _mm512_setzero_pd();
     const __m512 mv = _mm512_set1_ps(m);
     int v = 0;
     for (; v + 16 <= n; v += 16) {
         const __m512 e = exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(z + v), mv));
-        _mm512_storeu_ps(z + v, e);
         s = _mm512_add_pd(s, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         s = _mm512_add_pd(
             s, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     }
     if (v + 8 <= n) {
         const __m512 e = exp_neg16(_mm512_sub_ps(_mm512_maskz_loadu_ps(0xff, z + v), mv));
-        _mm512_mask_storeu_ps(z + v, 0xff, e);
         s = _mm512_add_pd(s, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         v += 8;
     }
     double l[LANES];
     _mm512_storeu_pd(l, s);
-    for (; v < n; v++) {
-        z[v] = exp_neg(z[v] - m);
-        l[0] += z[v];
-    }
+    for (; v < n; v++)
+        l[0] += exp_neg(z[v] - m);
     double t = 0.0;
     for (int i = 0; i < LANES; i++)
         t += l[i];
@@ -200,7 +192,7 @@ float sdp_cpu_lmhead_row_max_avx512(const float *z, int n)
 {
     return sdp_cpu_lmhead_row_max_ref(z, n);
 }
-double sdp_cpu_lmhead_exp_sum_avx512(float *z, int n, float m)
+double sdp_cpu_lmhead_exp_sum_avx512(const float *z, int n, float m)
 {
     return sdp_cpu_lmhead_exp_sum_ref(z, n, m);
 }
@@ -216,7 +208,7 @@ float sdp_cpu_lmhead_row_max(const float *z, int n)
                                                : sdp_cpu_lmhead_row_max_ref(z, n);
 }
 
-double sdp_cpu_lmhead_exp_sum(float *z, int n, float m)
+double sdp_cpu_lmhead_exp_sum(const float *z, int n, float m)
 {
     return sdp_cpu_isa() == SDP_CPU_ISA_AVX512 ? sdp_cpu_lmhead_exp_sum_avx512(z, n, m)
                                                : sdp_cpu_lmhead_exp_sum_ref(z, n, m);

@@ -146,14 +146,14 @@ void sdp_cpu_lmhead_ce(double *loss_sum, int *nvalid, float *dh, float *dw, cons
 /** exp(x) for x <= 0 as the LM head computes it (vectorisable; max error 1 ulp; 0 below -104). */
 float sdp_cpu_exp_neg(float x);
 /* The head's element-wise work on one row of n logits (_ref, _avx512: the same bits; no suffix:
- * dispatched as the other host kernels): the max (NaN if z holds a NaN or an infinity); z =
- * exp(z - m) returning its sum in double; z = k exp(z - m). */
+ * dispatched as the other host kernels): the max (NaN if z holds a NaN or an infinity); the sum
+ * of exp(z - m) in double; z = k exp(z - m). */
 float sdp_cpu_lmhead_row_max_ref(const float *z, int n);
 float sdp_cpu_lmhead_row_max_avx512(const float *z, int n);
 float sdp_cpu_lmhead_row_max(const float *z, int n);
-double sdp_cpu_lmhead_exp_sum_ref(float *z, int n, float m);
-double sdp_cpu_lmhead_exp_sum_avx512(float *z, int n, float m);
-double sdp_cpu_lmhead_exp_sum(float *z, int n, float m);
+double sdp_cpu_lmhead_exp_sum_ref(const float *z, int n, float m);
+double sdp_cpu_lmhead_exp_sum_avx512(const float *z, int n, float m);
+double sdp_cpu_lmhead_exp_sum(const float *z, int n, float m);
 void sdp_cpu_lmhead_exp_scale_ref(float *z, int n, float m, float k);
 void sdp_cpu_lmhead_exp_scale_avx512(float *z, int n, float m, float k);
 void sdp_cpu_lmhead_exp_scale(float *z, int n, float m, float k);

@@ -300,11 +300,9 @@ static int check_rows_simd(void)
                         m2 = sdp_cpu_lmhead_row_max_avx512(z, n);
             nbad += !(m1 == m2 || (isnan(m1) && isnan(m2)));
             const float m = isnan(m1) || n == 0 ? 0.0f : m1;
-            memcpy(a, z, sizeof(z));
-            memcpy(b, z, sizeof(z));
-            const double s1 = sdp_cpu_lmhead_exp_sum_ref(a, n, m),
-                         s2 = sdp_cpu_lmhead_exp_sum_avx512(b, n, m);
-            nbad += memcmp(&s1, &s2, sizeof(s1)) != 0 || memcmp(a, b, (size_t)n * 4) != 0;
+            const double s1 = sdp_cpu_lmhead_exp_sum_ref(z, n, m),
+                         s2 = sdp_cpu_lmhead_exp_sum_avx512(z, n, m);
+            nbad += memcmp(&s1, &s2, sizeof(s1)) != 0;
             memcpy(a, z, sizeof(z));
             memcpy(b, z, sizeof(z));
             sdp_cpu_lmhead_exp_scale_ref(a, n, m, 0.37f);
