@@ -7,6 +7,7 @@ libsdp_a_SOURCES += codelets/cpu/sdp_cpu_kernels.h \
 	codelets/cpu/rmsnorm_ref.c \
 	codelets/cpu/qknorm_rope_ref.c \
 	codelets/cpu/attention_ref.c \
+	codelets/cpu/attention_blas.c \
 	codelets/cpu/swiglu_ref.c \
 	codelets/cpu/lmhead_ce.c \
 	codelets/cpu/cpu_pool.c

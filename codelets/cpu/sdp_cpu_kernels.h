@@ -118,6 +118,13 @@ void sdp_cpu_attention_fwd_ref(float *out, float *lse, const float *qkv, int B, 
  * forward. */
 void sdp_cpu_attention_bwd_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
                                const float *lse, int B, int T, int NH, int NKV, int HD);
+/* The same through BLAS (codelets/cpu/attention_blas.c): whole rows of scores per block of
+ * queries in ws, at least sdp_cpu_attention_ws_floats(T) floats. */
+size_t sdp_cpu_attention_ws_floats(int T);
+void sdp_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                           int HD, float *ws);
+void sdp_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                           const float *lse, int B, int T, int NH, int NKV, int HD, float *ws);
 
 /* ---- SwiGLU: gu (N, 2I) holds gate | up; out (N, I) = silu(gate) * up ---- */
 void sdp_cpu_swiglu_fwd_ref(float *out, const float *gu, int N, int inter);
