@@ -47,8 +47,11 @@ static void *helper(void *p)
         seen = pool.gen;
         if (tid >= pool.nth)
             continue;
+        void (*fn)(void *, int, int) = pool.fn;
+        void *arg = pool.arg;
+        const int nth = pool.nth;
         pthread_mutex_unlock(&pool.lock);
-        pool.fn(pool.arg, tid, pool.nth);
+        fn(arg, tid, nth);
         pthread_mutex_lock(&pool.lock);
         if (--pool.pending == 0)
             pthread_cond_signal(&pool.done);
