@@ -2,12 +2,13 @@
 /* Checks the fused LM head + cross-entropy (blocked BLAS version with several row, vocabulary,
  * shard and thread counts, and the fp64 triple-loop version) against an fp64 oracle written here:
  * loss sum, valid count, dh and the accumulated dw, with ignored targets (a whole ignored block
- * too), large logits and N = 1; the same bits whatever the thread count; the kernel's exp against
- * the libm's in double.  The oracle's gradient is checked against finite differences of its
- * loss. */
+ * too), large logits and N = 1; the same bits whatever the thread count and with calls at once;
+ * the kernel's exp against the libm's in double; NaN in, NaN out; AVX-512 row work == reference.
+ * The oracle's gradient is checked against finite differences of its loss. */
 #include "config.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -278,6 +279,63 @@ static int check_nan(void)
     return bad;
 }
 
+/* Calls at once from several threads (as workers of two ranks run their heads): one takes the pool,
+ * the others run alone; every call gives the bits of a call on its own. */
+enum { CN = 40, CC = 16, CV = 1000, CALLS = 3 };
+
+struct call {
+    const float *h, *w;
+    const int32_t *tgt;
+    float dh[CN * CC], dw[CV * CC];
+    double loss;
+};
+
+static void *call_run(void *p)
+{
+    struct call *c = p;
+    int nvalid;
+    struct sdp_lmhead_blocks b = { 16, 64, 8, 2 };
+    void *scratch = sdp_test_alloc(sdp_cpu_lmhead_ce_scratch(CC, &b));
+    memset(c->dw, 0, sizeof(c->dw));
+    sdp_cpu_lmhead_ce(&c->loss, &nvalid, c->dh, c->dw, c->h, c->w, c->tgt, CN, CC, CV, 0.1f, &b,
+                      scratch);
+    free(scratch);
+    return NULL;
+}
+
+static int check_concurrent(void)
+{
+    struct sdp_rng rng = { 47 };
+    static float h[CN * CC], w[CV * CC];
+    static int32_t tgt[CN];
+    static struct call one, calls[CALLS];
+    pthread_t th[CALLS];
+    int bad = 0, started[CALLS];
+
+    sdp_fill_normal(&rng, h, CN * CC, 1.0f);
+    sdp_fill_normal(&rng, w, CV * CC, 1.0f);
+    for (int n = 0; n < CN; n++)
+        tgt[n] = (int32_t)(sdp_rng_next(&rng) % CV);
+    one = (struct call){ .h = h, .w = w, .tgt = tgt };
+    call_run(&one);
+    for (int i = 0; i < CALLS; i++)
+        calls[i] = one;
+    for (int i = 0; i < CALLS; i++)
+        started[i] = pthread_create(&th[i], NULL, call_run, &calls[i]) == 0;
+    for (int i = 0; i < CALLS; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            call_run(&calls[i]);
+        bad |= memcmp(&calls[i].loss, &one.loss, sizeof(one.loss)) ||
+               memcmp(calls[i].dh, one.dh, sizeof(one.dh)) ||
+               memcmp(calls[i].dw, one.dw, sizeof(one.dw));
+    }
+    printf("%d calls at once: %s bits  %s\n", CALLS, bad ? "other" : "the same",
+           bad ? "BAD" : "ok");
+    return bad;
+}
+
 /* The element-wise row work: AVX-512 == reference, bit for bit, on rows of every length up to 40
  * (the 16-, 8- and 1-element steps), logits from -200 to 10 around a max, zeros, and a NaN */
 static int check_rows_simd(void)
@@ -322,6 +380,7 @@ int main(void)
     nfail += check_exp();
     nfail += check_nan();
     nfail += check_rows_simd();
+    nfail += check_concurrent();
     nfail += run_case(&rng, 37, 32, 211, 1.0f, "random");
     nfail += run_case(&rng, 20, 16, 97, 8.0f, "large logits");
     nfail += run_case(&rng, 1, 8, 5, 1.0f, "N=1");
