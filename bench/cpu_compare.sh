@@ -38,4 +38,7 @@ printf '{"system": "slidedp", "recipe": "%s", "step_s_mean": %s, "threads": %s}\
 peer=$("$py" "$top/bench/cpu_peer.py" "$recipe" --threads "$threads" --steps "$steps" 2>/dev/null)
 echo "$peer"
 torch=$(printf '%s\n' "$peer" | sed -n 's/.*"step_s_median": \([0-9.eE+-]*\).*/\1/p')
-awk -v m="$main" -v p="$torch" 'BEGIN { printf "main job %.3f s/step, pytorch %.3f s/step, ratio %.2f (above 1: the main job is faster)\n", m, p, p / m }'
+awk -v m="$main" -v p="$torch" 'BEGIN {
+    printf "main job %.3f s/step, pytorch %.3f s/step, ratio %.2f", m, p, p / m
+    print " (above 1: the main job is faster)"
+}'
