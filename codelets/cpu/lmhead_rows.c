@@ -26,11 +26,11 @@ static inline float exp_neg(float x)
     union {
         float f;
         uint32_t u;
-        int32_t i;
-    } c = { .f = x }, a, b;
+    } c = { .f = x }, t, a, b;
     c.u = c.u < 0xC2D00000u ? c.u : 0xC2D00000u; /* -104.0f */
     x = c.f;
-    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    t.f = x * 1.44269504088896341f + 12582912.0f; /* 1.5 2^23 + round(x log2 e): ulp 1 */
+    const float n = t.f - 12582912.0f;
     const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -39,9 +39,11 @@ static inline float exp_neg(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     const float y = p * (r * r) + r + 1.0f;
-    const int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1; /* each >= -75: normal scales */
-    a.i = (n1 + 127) << 23;
-    b.i = (n2 + 127) << 23;
+    /* n as an integer from t's bits (no float -> int conversion, which a NaN would make
+     * undefined), in two halves each >= -75: normal scales */
+    const int32_t ni = (int32_t)(t.u - 0x4B400000u), n1 = ni >> 1, n2 = ni - n1;
+    a.u = (uint32_t)(n1 + 127) << 23;
+    b.u = (uint32_t)(n2 + 127) << 23;
     return y * a.f * b.f;
 }
 
@@ -107,8 +109,8 @@ SDP_INLINE __m512 exp_neg16(__m512 x)
         _mm512_min_epu32(_mm512_castps_si512(x), _mm512_set1_epi32((int)0xC2D00000u));
     x = _mm512_castsi512_ps(xc);
     const __m512 big = _mm512_set1_ps(12582912.0f);
-    const __m512 n = _mm512_sub_ps(
-        _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), big), big);
+    const __m512 t = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), big);
+    const __m512 n = _mm512_sub_ps(t, big);
     const __m512 r = _mm512_sub_ps(_mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f))),
                                    _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
     __m512 p = _mm512_set1_ps(1.9875691500e-4f);
@@ -119,8 +121,9 @@ SDP_INLINE __m512 exp_neg16(__m512 x)
     p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
     const __m512 y = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
                                    _mm512_set1_ps(1.0f));
-    const __m512i ni = _mm512_cvttps_epi32(n), n1 = _mm512_srai_epi32(ni, 1),
-                  n2 = _mm512_sub_epi32(ni, n1), e = _mm512_set1_epi32(127);
+    const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000)),
+                  n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1),
+                  e = _mm512_set1_epi32(127);
     const __m512 a = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, e), 23));
     const __m512 b = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, e), 23));
     return _mm512_mul_ps(_mm512_mul_ps(y, a), b);
