@@ -17,6 +17,8 @@ const struct sdp_env_var sdp_env_vars[] = {
       "cap on cuDNN attention's workspace; larger batches fewer calls" },
     { "SDP_LMHEAD_BLOCK_MIB", "MiB (default chosen by the GPU's limit)",
       "size of the LM head's logits block on a GPU" },
+    { "SDP_LMHEAD_THREADS", "count (default: the CPU workers)",
+      "threads of one LM head task on CPU workers" },
     { "SDP_LMHEAD_LOGITS", "bf16 (default for bf16 weights) | f32",
       "dtype of the LM head's logits" },
     { "SDP_HOST_KERNELS", "auto (default) | avx512 | scalar", "which host kernels run" },

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* attention_fwd / attention_bwd: causal grouped-query softmax attention on the fused qkv
  * activation; the forward keeps only the output and the per-row log-sum-exp, never a (T, T) score
- * matrix. Kernels: codelets/cpu/attention_ref.c.  Tests: tests/kernels/test_kernels_attention.c,
- * tests/e2e. */
+ * matrix. Kernels: codelets/cpu/attention_blas.c (CPU workers), attention_ref.c (the reference).
+ * Tests: tests/kernels/test_kernels_attention.c, tests/e2e. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -25,8 +25,9 @@ static void attention_fwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_attention_args *a = cl_arg;
     float *out = sdp_cl_out(buffers[0], 0);
-    sdp_cpu_attention_fwd_ref(out, SDP_VECF(buffers[1]), sdp_cl_in(buffers[2], 1), a->key.d[0],
-                              a->key.d[1], a->key.d[2], a->key.d[3], a->key.d[4]);
+    float *ws = sdp_cl_scratch(4, sdp_cpu_attention_ws_floats(a->key.d[1]) * sizeof(float));
+    sdp_cpu_attention_fwd(out, SDP_VECF(buffers[1]), sdp_cl_in(buffers[2], 1), a->key.d[0],
+                          a->key.d[1], a->key.d[2], a->key.d[3], a->key.d[4], ws);
     sdp_cl_out_done(buffers[0], out);
 }
 
@@ -35,9 +36,10 @@ static void attention_bwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_attention_args *a = cl_arg;
     float *dqkv = sdp_cl_out(buffers[0], 0);
-    sdp_cpu_attention_bwd_ref(dqkv, sdp_cl_in(buffers[1], 1), sdp_cl_in(buffers[2], 2),
-                              sdp_cl_in(buffers[3], 3), SDP_VECF(buffers[4]), a->key.d[0],
-                              a->key.d[1], a->key.d[2], a->key.d[3], a->key.d[4]);
+    float *ws = sdp_cl_scratch(4, sdp_cpu_attention_ws_floats(a->key.d[1]) * sizeof(float));
+    sdp_cpu_attention_bwd(dqkv, sdp_cl_in(buffers[1], 1), sdp_cl_in(buffers[2], 2),
+                          sdp_cl_in(buffers[3], 3), SDP_VECF(buffers[4]), a->key.d[0], a->key.d[1],
+                          a->key.d[2], a->key.d[3], a->key.d[4], ws);
     sdp_cl_out_done(buffers[0], dqkv);
 }
 

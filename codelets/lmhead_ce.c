@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* lmhead_ce: the LM head fused with cross-entropy, forward and backward in one task, processed in
- * blocks of tokens so that (N, V) logits never exist whole.  Kernel: codelets/cpu/lmhead_ce.c.
- * Tests: tests/kernels/test_kernels_lmhead_ce.c, tests/e2e. */
+ * blocks (tokens; on CPUs also the vocabulary) so that (N, V) logits never exist whole.  Kernel:
+ * codelets/cpu/lmhead_ce.c. Tests: tests/kernels/test_kernels_lmhead_ce.c, tests/e2e. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -17,15 +17,57 @@
 #include "codelets/cuda/sdp_cuda_kernels.h"
 #endif
 
-/* Rows per block: about 16 MiB of fp32 logits per block, at least one row. */
-#define LMHEAD_BLOCK_FLOATS (4u << 20)
-
 struct sdp_lmhead_ce_args {
     struct sdp_shape_key key; /* N, C, V */
     size_t w_off, g_off;
     float scale;
 };
 
+/* Threads of a CPU head task: SDP_LMHEAD_THREADS if set (>= 1), else as many as there are CPU
+ * workers in a run without CUDA workers (1 with them: the GPUs run the head).  The head of one
+ * micro-batch is the step's longest task and the next one waits on its gradient, so it takes the
+ * cores that would otherwise idle; the result does not depend on the count.  Read once. */
+static int cpu_threads(void)
+{
+    static int n; /* 0: not read yet */
+    int t = __atomic_load_n(&n, __ATOMIC_RELAXED);
+    if (!t) {
+        long e = sdp_env_long("SDP_LMHEAD_THREADS", 0);
+        t = e >= 1                               ? (int)(e < 64 ? e : 64)
+            : starpu_cuda_worker_get_count() > 0 ? 1
+                                                 : (int)starpu_cpu_worker_get_count();
+        t = t < 1 ? 1 : t;
+        __atomic_store_n(&n, t, __ATOMIC_RELAXED);
+    }
+    return t;
+}
+
+/* buffers: loss (2) f64 W, dh (N, C) act W, gg f32 RW, h (N, C) act R, wg R, targets (N) i32 R */
+static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_lmhead_ce_args *a = cl_arg;
+    int N = a->key.d[0], C = a->key.d[1], V = a->key.d[2];
+    struct sdp_lmhead_blocks b = sdp_cpu_lmhead_blocks(N, C, V, cpu_threads());
+    double *loss = (double *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    const float *w = sdp_cl_f32_view(buffers[4], a->w_off, (size_t)V * C, 0);
+    void *scratch = sdp_cl_scratch(1, sdp_cpu_lmhead_ce_scratch(C, &b));
+    float *dh = sdp_cl_out(buffers[1], 2);
+    int nvalid = 0;
+    /* StarPU's idle workers poll without sleeping (non-blocking drivers): paused, they sleep once
+     * their current task is done and leave their cores to the head's helper threads */
+    if (b.threads > 1)
+        starpu_pause();
+    sdp_cpu_lmhead_ce(&loss[0], &nvalid, dh, SDP_VECF(buffers[2]) + a->g_off,
+                      sdp_cl_in(buffers[3], 3), w, SDP_VEC(buffers[5]), N, C, V, a->scale, &b,
+                      scratch);
+    if (b.threads > 1)
+        starpu_resume();
+    sdp_cl_out_done(buffers[1], dh);
+    loss[1] = nvalid;
+}
+
+#ifdef SDP_HAVE_CUDA
+/* Rows per block for budget_elems logits, at least one row. */
 static int block_rows(int N, int V, size_t budget_elems)
 {
     int rows = (int)(budget_elems / (size_t)V);
@@ -34,25 +76,6 @@ static int block_rows(int N, int V, size_t budget_elems)
     return rows > N ? N : rows;
 }
 
-/* buffers: loss (2) f64 W, dh (N, C) act W, gg f32 RW, h (N, C) act R, wg R, targets (N) i32 R */
-static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
-{
-    const struct sdp_lmhead_ce_args *a = cl_arg;
-    int N = a->key.d[0], C = a->key.d[1], V = a->key.d[2];
-    int rows = block_rows(N, V, LMHEAD_BLOCK_FLOATS);
-    double *loss = (double *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    const float *w = sdp_cl_f32_view(buffers[4], a->w_off, (size_t)V * C, 0);
-    float *scratch = sdp_cl_scratch(1, (size_t)rows * V * sizeof(float));
-    float *dh = sdp_cl_out(buffers[1], 2);
-    int nvalid = 0;
-    sdp_cpu_lmhead_ce(&loss[0], &nvalid, dh, SDP_VECF(buffers[2]) + a->g_off,
-                      sdp_cl_in(buffers[3], 3), w, SDP_VEC(buffers[5]), N, C, V, a->scale, scratch,
-                      rows);
-    sdp_cl_out_done(buffers[1], dh);
-    loss[1] = nvalid;
-}
-
-#ifdef SDP_HAVE_CUDA
 /* GPU blocks: 1 GiB of logits per block keeps the GEMMs large at production vocabularies; a
  * quarter of that under a GPU memory limit below 20 GiB (STARPU_LIMIT_CUDA_MEM, in MiB, which
  * gpu_memory_gib sets): the block's logits live in a workspace that the limit counts but StarPU

@@ -118,20 +118,56 @@ void sdp_cpu_attention_fwd_ref(float *out, float *lse, const float *qkv, int B, 
  * forward. */
 void sdp_cpu_attention_bwd_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
                                const float *lse, int B, int T, int NH, int NKV, int HD);
+/* The same through BLAS (codelets/cpu/attention_blas.c): whole rows of scores per block of
+ * queries in ws, at least sdp_cpu_attention_ws_floats(T) floats. */
+size_t sdp_cpu_attention_ws_floats(int T);
+void sdp_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                           int HD, float *ws);
+void sdp_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                           const float *lse, int B, int T, int NH, int NKV, int HD, float *ws);
 
 /* ---- SwiGLU: gu (N, 2I) holds gate | up; out (N, I) = silu(gate) * up ---- */
 void sdp_cpu_swiglu_fwd_ref(float *out, const float *gu, int N, int inter);
 /** dgu (N, 2I) written from dout (N, I). */
 void sdp_cpu_swiglu_bwd_ref(float *dgu, const float *dout, const float *gu, int N, int inter);
 
-/* ---- LM head fused with cross-entropy, chunked over tokens so (N, V) logits never exist whole
- * ---- h (N, C) final-normed hidden states; w (V, C); targets (N), entries < 0 are ignored. Writes:
- * *loss_sum = sum over valid n of -log softmax(h_n . w^T)[targets[n]] (double, unscaled); *nvalid =
- * number of valid targets; dh (N, C) = scale * d(loss_sum)/dh;   dw (V, C) += scale *
- * d(loss_sum)/dw. scratch: at least rows_per_block * V floats; rows_per_block >= 1. */
+/* ---- LM head fused with cross-entropy, in blocks of rows and of the vocabulary so that (N, V)
+ * logits never exist whole ---- h (N, C) final-normed hidden states; w (V, C); targets (N), entries
+ * < 0 are ignored.  Writes: *loss_sum = sum over valid n of -log softmax(h_n . w^T)[targets[n]]
+ * (double, unscaled); *nvalid = number of valid targets; dh (N, C) = scale * d(loss_sum)/dh;
+ * dw (V, C) += scale * d(loss_sum)/dw.  The blocks: rows of h at a time (dw is read and written
+ * once per row block), vcols vocabulary entries at a time (a rows x vcols block of logits, meant
+ * to stay in cache), the vocabulary cut into shards (each a partial dh; the result depends on
+ * rows, vcols and shards, never on threads), up to threads threads (the caller's and a pool's:
+ * sdp_cpu_pool_run()).  All >= 1.  scratch: sdp_cpu_lmhead_ce_scratch() bytes. */
+struct sdp_lmhead_blocks {
+    int rows, vcols, shards, threads;
+};
+/** The blocks for N rows of C channels over V classes on up to threads threads: rows so that the
+ * shards' partial dh stay within 16 MiB, vcols so that a block of logits is about 1 MiB. */
+struct sdp_lmhead_blocks sdp_cpu_lmhead_blocks(int N, int C, int V, int threads);
+size_t sdp_cpu_lmhead_ce_scratch(int C, const struct sdp_lmhead_blocks *b);
 void sdp_cpu_lmhead_ce(double *loss_sum, int *nvalid, float *dh, float *dw, const float *h,
                        const float *w, const int32_t *targets, int N, int C, int V, float scale,
-                       float *scratch, int rows_per_block);
+                       const struct sdp_lmhead_blocks *b, void *scratch);
+/** exp(x) for x <= 0 as the LM head computes it (vectorisable; max error 1 ulp; 0 below -104). */
+float sdp_cpu_exp_neg(float x);
+/* The head's element-wise work on one row of n logits (_ref, _avx512: the same bits; no suffix:
+ * dispatched as the other host kernels): the max (NaN if z holds a NaN or an infinity); the sum
+ * of exp(z - m) in double; z = k exp(z - m). */
+float sdp_cpu_lmhead_row_max_ref(const float *z, int n);
+float sdp_cpu_lmhead_row_max_avx512(const float *z, int n);
+float sdp_cpu_lmhead_row_max(const float *z, int n);
+double sdp_cpu_lmhead_exp_sum_ref(const float *z, int n, float m);
+double sdp_cpu_lmhead_exp_sum_avx512(const float *z, int n, float m);
+double sdp_cpu_lmhead_exp_sum(const float *z, int n, float m);
+void sdp_cpu_lmhead_exp_scale_ref(float *z, int n, float m, float k);
+void sdp_cpu_lmhead_exp_scale_avx512(float *z, int n, float m, float k);
+void sdp_cpu_lmhead_exp_scale(float *z, int n, float m, float k);
+/** Run fn(arg, tid, nth) on nth threads, tid 0 the caller's, the others from a pool of helper
+ * threads kept for the next calls; nth <= nthreads (1 when the pool is busy with another call or
+ * nthreads <= 1).  Returns nth. */
+int sdp_cpu_pool_run(int nthreads, void (*fn)(void *arg, int tid, int nth), void *arg);
 /** The same with triple loops and double accumulation (test oracle, small shapes only). */
 void sdp_cpu_lmhead_ce_ref(double *loss_sum, int *nvalid, float *dh, float *dw, const float *h,
                            const float *w, const int32_t *targets, int N, int C, int V,

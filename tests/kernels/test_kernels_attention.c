@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Checks causal GQA attention, forward (out, lse) and backward (dq, dk, dv), against an fp64 oracle
- * with per-element error bounds derived below; T = 1, NH/NKV = 1, 2, 4, T above the kernel's key
- * block, large scores (exp range), q = k = 0 (uniform weights).  The oracle's backward is checked
+/* Checks causal GQA attention, forward (out, lse) and backward (dq, dk, dv), the scalar reference
+ * and the BLAS version, against an fp64 oracle with per-element error bounds derived below (the
+ * BLAS version sums the same terms in another order, without the key-block rescales); T = 1,
+ * NH/NKV = 1, 2, 4, T above the kernel's key and query blocks, large scores (exp range), q = k = 0
+ * (uniform weights).  The oracle's backward is checked
  * against central finite differences of its forward. */
 #include "config.h"
 
@@ -208,6 +210,20 @@ static int run_case(struct sdp_rng *rng, struct shape s, float qk_amp, const cha
     memset(dqkv, 0x7f, nqkv * 4); /* garbage: every element must be written */
     sdp_cpu_attention_bwd_ref(dqkv, dout, qkv, out, lse, s.B, s.T, s.NH, s.NKV, s.HD);
     nfail += sdp_check("attention_bwd dqkv", dqkv, o.dqkv, o.kd, nqkv, SDP_SAFETY * SDP_U32, 0.0);
+    /* the BLAS version, its backward on its own forward, against the same oracle and bounds */
+    float *ws = sdp_test_alloc(sdp_cpu_attention_ws_floats(s.T) * 4);
+    memset(out, 0x7f, nout * 4);
+    memset(lse, 0x7f, nlse * 4);
+    sdp_cpu_attention_fwd(out, lse, qkv, s.B, s.T, s.NH, s.NKV, s.HD, ws);
+    nfail +=
+        sdp_check("attention_fwd (BLAS) out", out, o.out, o.kout, nout, SDP_SAFETY * SDP_U32, 0.0);
+    nfail +=
+        sdp_check("attention_fwd (BLAS) lse", lse, o.lse, o.klse, nlse, SDP_SAFETY * SDP_U32, 0.0);
+    memset(dqkv, 0x7f, nqkv * 4);
+    sdp_cpu_attention_bwd(dqkv, dout, qkv, out, lse, s.B, s.T, s.NH, s.NKV, s.HD, ws);
+    nfail +=
+        sdp_check("attention_bwd (BLAS) dqkv", dqkv, o.dqkv, o.kd, nqkv, SDP_SAFETY * SDP_U32, 0.0);
+    free(ws);
     oracle_free(&o);
     free(qkv), free(dout), free(out), free(lse), free(dqkv), free(qkvd), free(doutd);
     return nfail;

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* Checks the fused LM head + cross-entropy (blocked BLAS version with several block sizes, and the
- * fp64 triple-loop version) against an fp64 oracle written here: loss sum, valid count, dh and the
- * accumulated dw, with ignored targets (a whole ignored block too), large logits and N = 1.  The
- * oracle's gradient is checked against finite differences of its loss. */
+/* Checks the fused LM head + cross-entropy (blocked BLAS version with several row, vocabulary,
+ * shard and thread counts, and the fp64 triple-loop version) against an fp64 oracle written here:
+ * loss sum, valid count, dh and the accumulated dw, with ignored targets (a whole ignored block
+ * too), large logits and N = 1; the same bits whatever the thread count and with calls at once;
+ * the kernel's exp against the libm's in double; NaN in, NaN out; AVX-512 row work == reference.
+ * The oracle's gradient is checked against finite differences of its loss. */
 #include "config.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,11 +19,14 @@
 /* Error model of the blocked fp32 kernel in units of u32 (checked with SDP_SAFETY u32), per row n
  * with Zn = max_v sum_c |h_nc w_vc| and Mn = max_v |z_nv|:
  *  logits: sgemm over C terms:                    C Zn (absolute)
- *  p = expf(z - max): two logit errors, the subtraction, expf:   rho = 2 C Zn + 2 Mn + 4
+ *  p = exp(z - max): two logit errors, the subtraction, exp (<= 1 ulp, checked below):
+ *                                                 rho = 2 C Zn + 2 Mn + 4
+ *  (the sum of p over the vocabulary, and its rescaling to the row's max, in double: negligible)
  *  loss_n = lse - z_t:                            rho + C Zn + 2
  *  g_nv = scale (p/sum - onehot): Eg = scale (P (rho + 3) + onehot)
- *  dh_nc = sum_v g w (sgemm, V terms):  sum_v (Eg + (V + 1) |g|) |w_vc|
- *  dw_vc = dw0 + sum_n g h, one sgemm of <= N terms per block plus one accumulation per block:
+ *  dh_nc = sum_v g w (sgemms over vocabulary blocks, accumulated, then the shards' partial sums:
+ *          any order of V terms):  sum_v (Eg + (V + 1) |g|) |w_vc|
+ *  dw_vc = dw0 + sum_n g h, one sgemm of <= N terms per row block plus one accumulation per block:
  *          sum_n (Eg + (N + nblocks + 1) |g|) |h_nc| + nblocks |dw0| */
 struct oracle {
     double loss, kloss;
@@ -125,6 +131,29 @@ static int check_loss(const char *name, double loss, int nvalid, const struct or
     return bad;
 }
 
+/* The same blocks on one thread and on three: the same bits (dh, dw, loss). */
+static int check_threads(const struct sdp_lmhead_blocks *bl, double loss, const float *dh,
+                         const float *dw, const float *h, const float *w, const int32_t *tgt, int N,
+                         int C, int V, float scale, const float *dw0, void *scratch)
+{
+    struct sdp_lmhead_blocks b1 = *bl;
+    float *dh1 = sdp_test_alloc((size_t)N * C * 4), *dw1 = sdp_test_alloc((size_t)V * C * 4);
+    double loss1;
+    int nvalid1;
+
+    b1.threads = bl->threads == 1 ? 3 : 1;
+    if (sdp_cpu_lmhead_ce_scratch(C, &b1) > sdp_cpu_lmhead_ce_scratch(C, bl))
+        b1.threads = 1; /* fits: one thread needs the least */
+    memcpy(dw1, dw0, (size_t)V * C * 4);
+    sdp_cpu_lmhead_ce(&loss1, &nvalid1, dh1, dw1, h, w, tgt, N, C, V, scale, &b1, scratch);
+    const int bad = memcmp(&loss1, &loss, sizeof(loss)) || memcmp(dh1, dh, (size_t)N * C * 4) ||
+                    memcmp(dw1, dw, (size_t)V * C * 4);
+    printf("  %d thread(s) instead of %d: %s bits  %s\n", b1.threads, bl->threads,
+           bad ? "other" : "the same", bad ? "BAD" : "ok");
+    free(dh1), free(dw1);
+    return bad;
+}
+
 static int run_case(struct sdp_rng *rng, int N, int C, int V, float hamp, const char *label)
 {
     const size_t nh = (size_t)N * C, nw = (size_t)V * C;
@@ -137,7 +166,11 @@ static int run_case(struct sdp_rng *rng, int N, int C, int V, float hamp, const 
                         .kdh = sdp_test_alloc(nh * 8),
                         .dw = sdp_test_alloc(nw * 8),
                         .kdw = sdp_test_alloc(nw * 8) };
-    static const int blocks[] = { 1, 8, 37, 64 };
+    /* rows, vcols, shards, threads; rows 0: the _ref version; vcols 0: the default blocks */
+    static const struct sdp_lmhead_blocks blocks[] = {
+        { 1, 7, 1, 1 }, { 8, 16, 3, 2 }, { 37, 64, 8, 3 }, { 64, 1 << 20, 1, 1 },
+        { 5, 1, 4, 4 }, { 1, 0, 0, 2 },  { 0, 0, 0, 0 },
+    };
     char name[96];
     int nfail = 0;
 
@@ -161,19 +194,25 @@ static int run_case(struct sdp_rng *rng, int N, int C, int V, float hamp, const 
     }
     printf("-- %s: N=%d C=%d V=%d, h amp %g\n", label, N, C, V, (double)hamp);
 
-    for (size_t b = 0; b <= sizeof(blocks) / sizeof(blocks[0]); b++) {
-        const int rpb = b < sizeof(blocks) / sizeof(blocks[0]) ? blocks[b] : 0; /* 0: _ref */
-        const int nblocks = rpb ? (N + rpb - 1) / rpb : 1;
+    for (size_t b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++) {
+        struct sdp_lmhead_blocks bl = blocks[b];
+        if (bl.rows && !bl.vcols)
+            bl = sdp_cpu_lmhead_blocks(N, C, V, bl.threads);
+        bl.rows = bl.rows > N ? N : bl.rows;
+        bl.vcols = bl.vcols > V ? V : bl.vcols;
+        const int nblocks = bl.rows ? (N + bl.rows - 1) / bl.rows : 1;
         double loss;
         int nvalid;
         oracle_run(&o, hd, wd, tgt, N, C, V, scale, dw0d, nblocks);
         memcpy(dw, dw0, nw * 4);
         memset(dh, 0x7f, nh * 4);
-        if (rpb) {
-            float *scratch = sdp_test_alloc((size_t)rpb * V * 4);
-            sdp_cpu_lmhead_ce(&loss, &nvalid, dh, dw, h, w, tgt, N, C, V, scale, scratch, rpb);
+        if (bl.rows) {
+            void *scratch = sdp_test_alloc(sdp_cpu_lmhead_ce_scratch(C, &bl));
+            sdp_cpu_lmhead_ce(&loss, &nvalid, dh, dw, h, w, tgt, N, C, V, scale, &bl, scratch);
+            nfail += check_threads(&bl, loss, dh, dw, h, w, tgt, N, C, V, scale, dw0, scratch);
             free(scratch);
-            snprintf(name, sizeof(name), "lmhead_ce rows/block %d", rpb);
+            snprintf(name, sizeof(name), "lmhead_ce rows %d vcols %d shards %d threads %d", bl.rows,
+                     bl.vcols, bl.shards, bl.threads);
         } else {
             sdp_cpu_lmhead_ce_ref(&loss, &nvalid, dh, dw, h, w, tgt, N, C, V, scale);
             snprintf(name, sizeof(name), "lmhead_ce_ref");
@@ -196,12 +235,152 @@ static int run_case(struct sdp_rng *rng, int N, int C, int V, float hamp, const 
     return nfail;
 }
 
+/* The kernel's exp against exp() in double: a grid over [-104, 0] and the subnormal range, in
+ * units of the result's ulp (subnormals: 2^-149). */
+static int check_exp(void)
+{
+    double worst = 0.0, at = 0.0;
+    for (int i = 0; i <= 4000000; i++) {
+        const float x = -104.0f * (float)i / 4000000.0f;
+        const double ref = exp((double)x), got = sdp_cpu_exp_neg(x);
+        int e;
+        frexp(ref, &e);
+        const double ulp = ldexp(1.0, (e - 24 > -149 ? e - 24 : -149)), err = fabs(got - ref) / ulp;
+        if (err > worst)
+            worst = err, at = x;
+    }
+    const int bad = !(worst <= 1.0) || sdp_cpu_exp_neg(-200.0f) != 0.0f ||
+                    sdp_cpu_exp_neg(-1e30f) != 0.0f || sdp_cpu_exp_neg(0.0f) != 1.0f;
+    printf("exp over [-104, 0]: max error %.3f ulp at %.7g (allowed 1)  %s\n", worst, at,
+           bad ? "BAD" : "ok");
+    return bad;
+}
+
+/* A NaN in h (as a diverged run has) makes the loss NaN, as the libm's exp would (the kernel's exp
+ * clamps negative NaNs; the row's max check passes them on) */
+static int check_nan(void)
+{
+    enum { N = 4, C = 8, V = 300 };
+    struct sdp_rng rng = { 41 };
+    float h[N * C], w[V * C], dh[N * C], dw[V * C] = { 0 };
+    const int32_t tgt[N] = { 1, 2, 3, 4 };
+    struct sdp_lmhead_blocks b = { 2, 64, 3, 2 };
+    double loss;
+    int nvalid;
+
+    sdp_fill_normal(&rng, h, N * C, 1.0f);
+    sdp_fill_normal(&rng, w, V * C, 1.0f);
+    h[C + 3] = -NAN;
+    void *scratch = sdp_test_alloc(sdp_cpu_lmhead_ce_scratch(C, &b));
+    sdp_cpu_lmhead_ce(&loss, &nvalid, dh, dw, h, w, tgt, N, C, V, 0.25f, &b, scratch);
+    free(scratch);
+    const int bad = !isnan(loss) || !isnan(dh[C]);
+    printf("NaN in h: loss %g, dh of its row %g  %s\n", loss, (double)dh[C], bad ? "BAD" : "ok");
+    return bad;
+}
+
+/* Calls at once from several threads (as workers of two ranks run their heads): one takes the pool,
+ * the others run alone; every call gives the bits of a call on its own. */
+enum { CN = 40, CC = 16, CV = 1000, CALLS = 3 };
+
+struct call {
+    const float *h, *w;
+    const int32_t *tgt;
+    float dh[CN * CC], dw[CV * CC];
+    double loss;
+};
+
+static void *call_run(void *p)
+{
+    struct call *c = p;
+    int nvalid;
+    struct sdp_lmhead_blocks b = { 16, 64, 8, 2 };
+    void *scratch = sdp_test_alloc(sdp_cpu_lmhead_ce_scratch(CC, &b));
+    memset(c->dw, 0, sizeof(c->dw));
+    sdp_cpu_lmhead_ce(&c->loss, &nvalid, c->dh, c->dw, c->h, c->w, c->tgt, CN, CC, CV, 0.1f, &b,
+                      scratch);
+    free(scratch);
+    return NULL;
+}
+
+static int check_concurrent(void)
+{
+    struct sdp_rng rng = { 47 };
+    static float h[CN * CC], w[CV * CC];
+    static int32_t tgt[CN];
+    static struct call one, calls[CALLS];
+    pthread_t th[CALLS];
+    int bad = 0, started[CALLS];
+
+    sdp_fill_normal(&rng, h, CN * CC, 1.0f);
+    sdp_fill_normal(&rng, w, CV * CC, 1.0f);
+    for (int n = 0; n < CN; n++)
+        tgt[n] = (int32_t)(sdp_rng_next(&rng) % CV);
+    one = (struct call){ .h = h, .w = w, .tgt = tgt };
+    call_run(&one);
+    for (int i = 0; i < CALLS; i++)
+        calls[i] = one;
+    for (int i = 0; i < CALLS; i++)
+        started[i] = pthread_create(&th[i], NULL, call_run, &calls[i]) == 0;
+    for (int i = 0; i < CALLS; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            call_run(&calls[i]);
+        bad |= memcmp(&calls[i].loss, &one.loss, sizeof(one.loss)) ||
+               memcmp(calls[i].dh, one.dh, sizeof(one.dh)) ||
+               memcmp(calls[i].dw, one.dw, sizeof(one.dw));
+    }
+    printf("%d calls at once: %s bits  %s\n", CALLS, bad ? "other" : "the same",
+           bad ? "BAD" : "ok");
+    return bad;
+}
+
+/* The element-wise row work: AVX-512 == reference, bit for bit, on rows of every length up to 40
+ * (the 16-, 8- and 1-element steps), logits from -200 to 10 around a max, zeros, and a NaN */
+static int check_rows_simd(void)
+{
+    struct sdp_rng rng = { 43 };
+    float z[40], a[40], b[40];
+    int nbad = 0;
+
+    if (!sdp_cpu_have_avx512()) {
+        printf("row work AVX-512 == reference: no AVX-512 here, skipped\n");
+        return 0;
+    }
+    for (int n = 0; n <= 40; n++)
+        for (int rep = 0; rep < 20; rep++) {
+            for (int i = 0; i < n; i++)
+                z[i] = rep == 0 ? 0.0f : sdp_rng_normal(&rng, rep < 10 ? 3.0f : 60.0f);
+            if (rep == 19 && n > 0)
+                z[n / 2] = NAN;
+            const float m1 = sdp_cpu_lmhead_row_max_ref(z, n),
+                        m2 = sdp_cpu_lmhead_row_max_avx512(z, n);
+            nbad += !(m1 == m2 || (isnan(m1) && isnan(m2)));
+            const float m = isnan(m1) || n == 0 ? 0.0f : m1;
+            const double s1 = sdp_cpu_lmhead_exp_sum_ref(z, n, m),
+                         s2 = sdp_cpu_lmhead_exp_sum_avx512(z, n, m);
+            nbad += memcmp(&s1, &s2, sizeof(s1)) != 0;
+            memcpy(a, z, sizeof(z));
+            memcpy(b, z, sizeof(z));
+            sdp_cpu_lmhead_exp_scale_ref(a, n, m, 0.37f);
+            sdp_cpu_lmhead_exp_scale_avx512(b, n, m, 0.37f);
+            nbad += memcmp(a, b, (size_t)n * 4) != 0;
+        }
+    printf("row work AVX-512 == reference: %d differences  %s\n", nbad, nbad ? "BAD" : "ok");
+    return nbad != 0;
+}
+
 int main(void)
 {
     struct sdp_rng rng = { 37 };
     int nfail = 0;
 
     nfail += check_oracle_fd();
+    nfail += check_exp();
+    nfail += check_nan();
+    nfail += check_rows_simd();
+    nfail += check_concurrent();
     nfail += run_case(&rng, 37, 32, 211, 1.0f, "random");
     nfail += run_case(&rng, 20, 16, 97, 8.0f, "large logits");
     nfail += run_case(&rng, 1, 8, 5, 1.0f, "N=1");
