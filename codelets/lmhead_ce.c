@@ -4,6 +4,7 @@
  * codelets/cpu/lmhead_ce.c. Tests: tests/kernels/test_kernels_lmhead_ce.c, tests/e2e. */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,21 @@ static int cpu_threads(void)
     return t;
 }
 
+/* starpu_pause() and starpu_resume() of the head tasks, counted under a lock: starpu_pause's
+ * increment of StarPU's pause depth is not atomic, and two heads (two ranks) may run at once.
+ * The first head in pauses the workers, the last one out resumes them. */
+static void pause_others(int on)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static int heads;
+    pthread_mutex_lock(&lock);
+    if (on && heads++ == 0)
+        starpu_pause();
+    else if (!on && --heads == 0)
+        starpu_resume();
+    pthread_mutex_unlock(&lock);
+}
+
 /* buffers: loss (2) f64 W, dh (N, C) act W, gg f32 RW, h (N, C) act R, wg R, targets (N) i32 R */
 static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
 {
@@ -56,12 +72,12 @@ static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
     /* StarPU's idle workers poll without sleeping (non-blocking drivers): paused, they sleep once
      * their current task is done and leave their cores to the head's helper threads */
     if (b.threads > 1)
-        starpu_pause();
+        pause_others(1);
     sdp_cpu_lmhead_ce(&loss[0], &nvalid, dh, SDP_VECF(buffers[2]) + a->g_off,
                       sdp_cl_in(buffers[3], 3), w, SDP_VEC(buffers[5]), N, C, V, a->scale, &b,
                       scratch);
     if (b.threads > 1)
-        starpu_resume();
+        pause_others(0);
     sdp_cl_out_done(buffers[1], dh);
     loss[1] = nvalid;
 }

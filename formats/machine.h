@@ -2,10 +2,10 @@
 /* The machine description: what `slidedp calibrate` measured on this node, the input of the
  * step-time model beside the plan.  Per-resource rates (host AdamW and fp32 -> bf16 cast bytes/s
  * for each thread count up to the cores, DRAM copy bytes/s, per-task overheads, and per GPU the
- * pinned H2D copy and the D2H into a host stage, bytes/s alone and with every GPU copying at once, bf16 GEMM and
- * attention FLOP/s; without a GPU, the CPU workers' fp32 GEMM and attention FLOP/s) and the
- * identity of the node they were measured on (host, CPU model, cores, GPU model), which a later run
- * compares with its own to refuse a stale file.
+ * pinned H2D copy and the D2H into a host stage, bytes/s alone and with every GPU copying at once,
+ * bf16 GEMM and attention FLOP/s; without a GPU, the CPU workers' fp32 GEMM and attention FLOP/s)
+ * and the identity of the node they were measured on (host, CPU model, cores, GPU model), which a
+ * later run compares with its own to refuse a stale file.
  *
  * Stored as JSON (jansson), version SDP_MACHINE_VERSION; a rate that was not measured (no CUDA
  * worker, say) is null in the file and 0 here.  Reading never fails hard: a missing, stale or
