@@ -69,20 +69,17 @@ static int grad_bf16(const struct bench_opts *b, int on_gpu)
     return sdp_grad_bf16_choice(want, b->ranks, on_gpu);
 }
 
-/* The step-time model's prediction of the plan the graph was built from (logged, and kept for
+/* The step-time model's prediction of the plan the graph is built from (logged, and kept for
  * the JSON line as *out); nothing when the model cannot price it. */
 static void predict(const struct bench_opts *b, const struct sdp_model_cfg *cfg,
-                    const struct sdp_state *st, const struct sdp_graph_conf *gc, json_t **out)
+                    const struct sdp_plan *plan, json_t **out)
 {
     int ngpus = sdp_rt_ncuda() > 0 ? b->ranks : 0;
     struct sdp_cli_machine cm;
     struct sdp_predict p;
-    struct sdp_plan plan;
     char line[4600];
-    if (sdp_plan_init(&plan, st, gc))
-        return;
     sdp_cli_machine_get(b->r->machine, ngpus, 0, &cm);
-    if (!sdp_cli_predict_plan(b->r, cfg, &plan, ngpus, &cm, &p)) {
+    if (!sdp_cli_predict_plan(b->r, cfg, plan, ngpus, &cm, &p)) {
         sdp_cli_predict_line(&p, &cm, line, sizeof(line));
         SDP_INFO("predicted: %s", line);
         *out = json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:s}", "step_s", p.step_s, "tokens_per_s",
@@ -90,7 +87,6 @@ static void predict(const struct bench_opts *b, const struct sdp_model_cfg *cfg,
                          p.gpu_bytes / 1073741824.0, "host_peak_gib", p.host_bytes / 1073741824.0,
                          "pinned_gib", p.pinned_bytes / 1073741824.0, "machine", cm.source);
     }
-    sdp_plan_free(&plan);
 }
 
 static int run(const struct bench_opts *b)
@@ -213,9 +209,16 @@ static int run(const struct bench_opts *b)
     if (b->ranks > 1 && (sdp_rt_rank_workers(b->ranks, wid) || sdp_tasks_set_ranks(b->ranks, wid) ||
                          (b->nccl && sdp_tasks_use_nccl(b->ranks, wid))))
         goto out;
-    if (sdp_graph_create(&g, &st, &gc))
-        goto out;
-    predict(b, &cfg, &st, &gc, &pred);
+    { /* the plan once: the graph's, and the model's input */
+        struct sdp_plan plan;
+        if (sdp_plan_init(&plan, &st, &gc))
+            goto out;
+        predict(b, &cfg, &plan, &pred);
+        int made = sdp_graph_create_plan(&g, &st, &gc, &plan);
+        sdp_plan_free(&plan);
+        if (made)
+            goto out; /* rc is still SDP_EXIT_FAILURE */
+    }
     if (b->ranks == 1 && sdp_rt_rank_workers(1, wid))
         goto out;
     t_graph = sdp_cli_now_s();
