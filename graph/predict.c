@@ -11,6 +11,7 @@
 
 #include "base/sdp_log.h"
 #include "graph/predict.h"
+#include "graph/predict_internal.h"
 #include "models/sdp_models.h"
 
 /* Bytes of host DRAM one AdamW element moves: read fp32 p, m, v (12) and the gradient, write p, m,
@@ -26,7 +27,7 @@ void sdp_predict_machine_h200(struct sdp_predict_machine *mc)
     mc->ngpus = 1;
     /* BENCH.md per-op ceilings: the qwen3-4b/8b GEMMs reach 620-790 TFLOP/s, ~700 typical;
      * attention fwd+bwd 330-340 TFLOP/s (causal half counted) */
-    mc->gpu_flops = 670e12; /* 700 less the ~4% the 4b/32 trace shows (GPU lane 91% of 1.81 s) */
+    mc->gpu_flops = 700e12; /* the kernels alone: element-wise work and task overheads apart */
     mc->gpu_attn_flops = 335e12;
     mc->gpu_mem_bps = 4.0e12; /* H200 HBM3e 4.8 TB/s nominal, ~4 sustained */
     /* short element-wise kernels reach less: SwiGLU, the norms and RoPE of an H100 step (3.35
@@ -175,6 +176,7 @@ struct acc {
     double compute_s, gpu_update_s, h2d, d2h, d2h_all, peer, adamw, reduce, chain_s;
     double top_s; /* the GPU's work from the top layer's forward to its gradient: layer L, head */
     long long tasks, host_tasks;
+    struct sdp_pgroup_cost *cost; /* per group, for the timeline (predict_sim.c); NULL: none */
 };
 
 static void add_group(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
@@ -216,7 +218,17 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
         a->gpu_update_s += n * adamw_bpp(gb, r->es) / mc->gpu_mem_bps;
     else
         a->adamw += n * adamw_bpp(gb, r->es);
-    a->tasks += layer ? nr * (2 + (pg->act != SDP_ACT_KEEP)) : 2 * nr;
+    /* a layer's GPU tasks: forward 9 (two norms, four matmuls, RoPE, attention, SwiGLU), as many
+     * again recomputed (selective: the output projection not; keep-mlp: the gate/up not either),
+     * backward 13 (eight matmuls, two norms, RoPE, attention, SwiGLU); the gradient's zeroing
+     * and packing */
+    a->tasks += layer ? nr * (9 + 13 +
+                              (pg->act == SDP_ACT_RECOMPUTE   ? 9
+                               : pg->act == SDP_ACT_SELECTIVE ? 8
+                               : pg->act == SDP_ACT_KEEP_MLP  ? 6
+                                                              : 0)) +
+                            2
+                      : 2 * nr + 2;
     a->host_tasks += 2ll * pg->nchunks; /* a chunk's pack or norm, and its update */
     /* the chain: forward, then backward with the recomputation; a transfer longer than the compute
      * it feeds shows; without a window every copy may prefetch, and transfers hide.  With no
@@ -231,6 +243,20 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
             cb += bwd_in, bwd_in = 0;
         cb = cb > bwd_in ? cb : bwd_in;
         a->chain_s += cb > bwd_out ? cb : bwd_out;
+    }
+    if (a->cost) {
+        struct sdp_pgroup_cost *c = &a->cost[gi];
+        int threads = mc->cpu_cores - mc->ngpus > 0 ? mc->cpu_cores - mc->ngpus : 1;
+        c->fwd_s = gi == SDP_PLAN_HEAD(p) ? ct : cf;
+        c->bwd_s = gi == SDP_PLAN_HEAD(p) ? 0 : p->window > 0 && cb < bwd_in ? bwd_in : cb;
+        c->up_bytes = host;
+        c->down_s = bwd_out;
+        c->update_s = pg->update_gpu ? 0 : n * adamw_bpp(gb, r->es) / (r->adamw / threads);
+        c->nchunks = pg->nchunks;
+        if (gi == 0 && pg->embed_early) { /* the rows the step's tokens do not select: early */
+            double V = m->vocab_size, N = (double)B * T * nr;
+            c->early_frac = exp(-N / V);
+        }
     }
 }
 
@@ -427,11 +453,22 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     R = p->nranks;
     rates_of(mc, R, run->work_dtype == SDP_F32 ? 4 : 2, &r);
     stage_cap(run, mc, &r);
+    int sim = R == 1 && !p->param_delay && mc->ngpus > 0 && !run->work_staged;
+    for (int gi = 0; sim && gi < p->ngroups; gi++)
+        sim = !p->group[gi].update_gpu;
+    if (sim && !(a.cost = calloc((size_t)p->ngroups, sizeof(*a.cost))))
+        return sdp_err(-ENOMEM, "predict: the timeline of %d groups", p->ngroups);
     for (int gi = 0; gi < p->ngroups; gi++)
         add_group(run, mc, &r, gi, &a);
     double *d = o->demand_s, host_h2d = a.h2d * R, host_d2h = a.d2h_all;
     o->boundary_s = boundary_s(run, mc, &r);
     o->chain_s = a.chain_s + a.tasks * mc->task_s + a.gpu_update_s + o->boundary_s;
+    if (a.cost) { /* one rank on a GPU: the timeline, the next forward chasing the updates */
+        int threads = mc->cpu_cores - mc->ngpus > 0 ? mc->cpu_cores - mc->ngpus : 1;
+        o->chain_s =
+            sdp_predict_sim(a.cost, p->ngroups, threads, r.h2d, &o->wait_s) + a.tasks * mc->task_s;
+        free(a.cost);
+    }
     d[SDP_PRES_GPU] = a.compute_s + a.tasks * mc->task_s + a.gpu_update_s;
     d[SDP_PRES_H2D] = xfer_s(a.h2d, mc->h2d_bps);
     d[SDP_PRES_D2H] = xfer_s(a.d2h, mc->d2h_bps);
@@ -451,7 +488,7 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     /* the host's chain: synchronous weights hold its first gradient of a step until the forward
      * has reached the top layer, so a host-bound step adds the top layer and the head (its
      * updates done, the host waits for them); CPU workers compute them on those cores */
-    o->host_chain_s = d[SDP_PRES_CPU] + (p->param_delay || mc->ngpus == 0 ? 0 : a.top_s);
+    o->host_chain_s = d[SDP_PRES_CPU] + (p->param_delay || mc->ngpus == 0 || sim ? 0 : a.top_s);
     step_and_bound(o);
     o->tokens_per_s = (double)run->micro_batch * run->seq_len * run->n_micro / o->step_s;
     o->h2d_bytes = a.h2d, o->d2h_bytes = a.d2h, o->peer_bytes = a.peer;

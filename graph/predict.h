@@ -99,7 +99,8 @@ struct sdp_predict {
                             down, update, and first chunk back up before the next forward */
     double host_chain_s; /* the host's cores, and their wait each step for the first gradient:
                             the top layer's forward, the head, the top layer's backward */
-    double step_s;       /* max(chain_s, host_chain_s, every demand) */
+    double wait_s; /* of chain_s, the GPU's wait for updated copies (the timeline, one rank) */
+    double step_s; /* max(chain_s, host_chain_s, every demand) */
     enum sdp_predict_res bound; /* the resource whose demand is the step, or SDP_PRES_DEPS */
     double tokens_per_s;
     /* the traffic and work behind the demands, per step (per-GPU figures: one GPU) */
