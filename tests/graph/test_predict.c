@@ -365,10 +365,10 @@ static void measured(void)
 /* The timeline on a hand-run toy: layers 1 and 2 (forward 1 s, backward 2 s, AdamW 3 s), an
  * embedding and a head that cost nothing to compute or update, no link.  One thread: layer 2's
  * gradient at 5 (updated 5-8), layer 1's and the embedding's at 7; the embedding is updated at 8
- * (lowest first), layer 1 8-11; the next forward starts at 8 (1 s of waiting) and waits 3 s more for
- * layer 1; steady, the steps start 11 s apart.  Two threads: layer 1 is updated 7-10 beside layer
- * 2, the next forward starts at 7 and waits 3 s for layer 1: 10 s apart.  Updates of 0.5 s keep
- * up: the GPU's 7 s and the half second of layer 1's update after its gradient. */
+ * (lowest first), layer 1 8-11; the next forward starts at 8 (1 s of waiting) and waits 3 s more
+ * for layer 1; steady, the steps start 11 s apart.  Two threads: layer 1 is updated 7-10 beside
+ * layer 2, the next forward starts at 7 and waits 3 s for layer 1: 10 s apart.  Updates of 0.5 s
+ * keep up: the GPU's 7 s and the half second of layer 1's update after its gradient. */
 static void timeline(void)
 {
     struct sdp_pgroup_cost g[4] = { { 0 } };
