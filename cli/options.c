@@ -258,6 +258,8 @@ const struct sdp_option sdp_options[] = {
       .help = "print the per-layer plan (the knobs, then the recipe's plan: rows) and exit" },
     { NULL, "json", 0, SDP_CMD_PLAN, .type = SDP_OPT_FLAG, RF(json), .def = "off",
       .help = "the prediction as one JSON object" },
+    { NULL, "auto", 0, SDP_CMD_PLAN, .type = SDP_OPT_FLAG, RF(plan_auto), .def = "off",
+      .help = "choose each layer's activation placement within the GPU budget (text only)" },
     { NULL, "quiet", 'q', TRAIN, .type = SDP_OPT_FLAG, RF(quiet), .def = "off",
       .help = "no progress lines" },
     { NULL, "verbose", 'v', TRAIN, .type = SDP_OPT_FLAG, RF(verbose), .def = "off",

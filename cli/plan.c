@@ -323,6 +323,8 @@ static int plan_run(struct sdp_recipe *r)
         print_text(r, &cr, &cm, &p, &l, w, nw > 0 ? nw : 0);
     if (!ok)
         refuse(r, &p, &l, ngpus, w, nw > 0 ? nw : 0);
+    if (r->plan_auto && sdp_cli_plan_auto(&cr, &cm, l.gpu, &p) != 0)
+        ok = 0;
     sdp_cli_run_free(&cr);
     return ok ? SDP_EXIT_OK : SDP_EXIT_FAILURE;
 }
@@ -363,6 +365,10 @@ int sdp_cli_plan(int argc, char **argv)
                     r.global_batch, r.ranks, r.micro_batch);
             return SDP_EXIT_USAGE;
         }
+    }
+    if (r.plan_auto && r.json) {
+        fprintf(stderr, "slidedp plan: --auto prints a table and recipe rows; drop --json\n");
+        return SDP_EXIT_USAGE;
     }
     if (r.chunk_mib < 0.004) {
         fprintf(stderr, "slidedp plan: --chunk-mib expects a number >= 0.004, got %g\n",

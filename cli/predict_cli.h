@@ -55,6 +55,13 @@ int sdp_cli_predict_plan(const struct sdp_recipe *r, const struct sdp_model_cfg 
                          const struct sdp_plan *plan, int ngpus, const struct sdp_cli_machine *cm,
                          struct sdp_predict *out);
 
+/** `slidedp plan --auto` (cli/plan_auto.c): every decoder layer's activation placement chosen
+ * within gpu_limit bytes a GPU, printed with its predicted gain over base (cr's own plan) and the
+ * recipe rows that give it.  @return 0, -ENOSPC (no placement fits: logged with the least that
+ * does), -ENOMEM */
+int sdp_cli_plan_auto(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, double gpu_limit,
+                      const struct sdp_predict *base);
+
 /** One line: the predicted step, tokens/s, bound and peaks, and the machine's source. */
 void sdp_cli_predict_line(const struct sdp_predict *p, const struct sdp_cli_machine *cm, char *out,
                           size_t len);

@@ -106,6 +106,7 @@ struct sdp_recipe {
     int force_new;                 /* train: move the run a run directory holds aside */
     int print_plan;                /* train: print the plan and exit */
     int json;                      /* plan: the prediction as JSON */
+    int plan_auto;                 /* plan: choose each layer's activation placement */
     int warmup, barrier;           /* bench: untimed steps first, a barrier after each step */
     const char *trace, *events;    /* Chrome/Perfetto timeline, task event log ("" = none) */
     const char *mem_log;           /* bench: memory samples (JSONL) */

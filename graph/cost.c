@@ -81,6 +81,26 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
     return bytes;
 }
 
+unsigned long long sdp_plan_layer_bytes(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
+                                        int micro_batch, int seq_len, enum sdp_act_place act,
+                                        int offload)
+{
+    const unsigned long long es = sdp_dtype_size(work_dtype),
+                             n = (unsigned long long)micro_batch * (unsigned long long)seq_len;
+    int kind = act == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE : SDP_RECOMPUTE_FULL;
+    unsigned long long b = 0;
+    if (act == SDP_ACT_KEEP)
+        return sdp_model_layer_act_bytes(m, micro_batch, seq_len, (int)es, 0);
+    if (!offload) /* offloaded: on the host but for the few around the layer at work */
+        b += sdp_model_layer_act_bytes(m, micro_batch, seq_len, (int)es, kind);
+    if (act == SDP_ACT_KEEP_MLP) /* the mid residual and the gate/up projection */
+        b +=
+            n *
+            (2ull * (unsigned long long)m->intermediate_size + (unsigned long long)m->hidden_size) *
+            es;
+    return b;
+}
+
 unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct sdp_model_cfg *m,
                                           enum sdp_dtype work_dtype, int micro_batch, int seq_len)
 {
@@ -88,7 +108,7 @@ unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct
                              n = (unsigned long long)micro_batch * (unsigned long long)seq_len;
     const unsigned long long full = sdp_model_layer_act_bytes(m, micro_batch, seq_len, (int)es, 0);
     unsigned long long bytes, group_max = 0, pool = 0;
-    int nrec = 0, offloaded = 0;
+    int nrec = 0;
     for (int g = 0; g < sdp_model_num_groups(m); g++) {
         unsigned long long ne = sdp_model_group_nelems(m, g);
         group_max = ne > group_max ? ne : group_max;
@@ -97,24 +117,16 @@ unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct
     for (int l = 1; l <= p->nlayers; l++) {
         const struct sdp_plan_group *pg = &p->group[l];
         int kind = pg->act == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE : SDP_RECOMPUTE_FULL;
-        unsigned long long saved =
-            sdp_model_layer_act_bytes(m, micro_batch, seq_len, (int)es, kind);
-        if (pg->act == SDP_ACT_KEEP) {
-            bytes += full;
-            continue;
+        bytes += sdp_plan_layer_bytes(m, work_dtype, micro_batch, seq_len, pg->act,
+                                      pg->offload && pg->act != SDP_ACT_KEEP);
+        nrec += pg->act != SDP_ACT_KEEP;
+        if (pg->offload && pg->act != SDP_ACT_KEEP) {
+            unsigned long long saved =
+                sdp_model_layer_act_bytes(m, micro_batch, seq_len, (int)es, kind);
+            pool = saved > pool ? saved : pool;
         }
-        nrec++;
-        if (pg->offload) /* on the host but for the few around the layer at work */
-            offloaded = 1, pool = saved > pool ? saved : pool;
-        else
-            bytes += saved;
-        if (pg->act == SDP_ACT_KEEP_MLP) /* the mid residual and the gate/up projection */
-            bytes += n *
-                     (2ull * (unsigned long long)m->intermediate_size +
-                      (unsigned long long)m->hidden_size) *
-                     es;
     }
-    bytes += offloaded ? 4 * pool : 0;
+    bytes += 4 * pool;
     bytes += (nrec ? 2ull : 1ull) * full; /* the layers at work */
     return bytes + (1ull << 30) + (64ull << 20);
 }

@@ -113,6 +113,11 @@ void sdp_plan_free(struct sdp_plan *p);
  * that function also counts for the kept layers (keep_last of them).  Test: test_gpu_bytes.c. */
 unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct sdp_model_cfg *m,
                                           enum sdp_dtype work_dtype, int micro_batch, int seq_len);
+/** What decoder layer placement act (offloaded or not) keeps on one GPU for one micro-batch: its
+ * term in sdp_plan_gpu_bytes_min. */
+unsigned long long sdp_plan_layer_bytes(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
+                                        int micro_batch, int seq_len, enum sdp_act_place act,
+                                        int offload);
 
 /** sdp_graph_create with a plan (checked, then copied): the graph builds p's tasks.
  * @return 0, -ENOMEM, -EINVAL */

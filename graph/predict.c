@@ -502,6 +502,15 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     return 0;
 }
 
+double sdp_predict_layer_s(const struct sdp_model_cfg *m, int B, int T, enum sdp_dtype work,
+                           const struct sdp_predict_machine *mc, enum sdp_act_place act)
+{
+    double t = layer_compute_s(m, B, T, mc, act);
+    if (mc->elem_bps > 0)
+        t += layer_elem_bytes(m, B, T, work == SDP_F32 ? 4 : 2, act) / mc->elem_bps;
+    return t;
+}
+
 int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m,
                                const struct sdp_graph_conf *c, size_t chunk_bytes, int grad_bf16)
 {

@@ -120,6 +120,12 @@ struct sdp_predict {
 int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
                      struct sdp_predict *out);
 
+/** One decoder layer's GPU time for one micro-batch of B x T under placement act: its forward,
+ * the recomputation act asks, its backward, and its element-wise kernels (the chooser's time
+ * cost of a placement, graph/choose.h). */
+double sdp_predict_layer_s(const struct sdp_model_cfg *m, int B, int T, enum sdp_dtype work,
+                           const struct sdp_predict_machine *mc, enum sdp_act_place act);
+
 /** Fill p from the model and a graph configuration without a runtime state, as sdp_plan_init
  * would for a state with chunks of chunk_bytes of fp32 master, grad_bf16 the state's gradient
  * return and the working copies on the host: the same activation rule (recompute, keep_last,

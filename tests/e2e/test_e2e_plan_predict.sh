@@ -87,7 +87,25 @@ expect 1 "does not fit the GPU: [0-9.]+ GiB a device, [0-9.]+ GiB over the train
 grep -qE "\[hint\] train.activations: recompute fits \(GPU [0-9.]+ GiB" "$tmp.err" || {
     echo "the change that fits not named"; cat "$tmp.err"; fail=1; }
 
-# 5. usage errors
+# 5. --auto: each layer's placement chosen within the GPU limit, as recipe rows; the rows, put in
+# a recipe, give a plan the model prices within the limit; a limit nothing fits is refused
+"$bin" plan --model qwen3-0.6b --batch 16 --gpus 1 --gpu-memory-gib 8 --auto > "$tmp.out" \
+    2> "$tmp.err"
+grep -q "^auto: predicted step [0-9.]* s" "$tmp.out" && grep -q "^  - {layers: 1" "$tmp.out" || {
+    echo "plan --auto printed no choice"; cat "$tmp.out" "$tmp.err"; fail=1; }
+{ printf 'model: {preset: qwen3-0.6b}\ndata: {train: %s/data/kjv/val.tok}\n' "$top"
+  printf 'batch: {global: 16, micro: 16}\ntrain: {gpus: 1, gpu_memory_gib: 8}\n'
+  printf 'optimizer: {max_grad_norm: 0}\n'
+  sed -n '/^plan:$/,$p' "$tmp.out"; } > "$tmp/auto.yaml"
+"$bin" plan "$tmp/auto.yaml" --json 2> /dev/null > "$tmp/auto.json"
+"$py" -c "import json, sys; p = json.load(open(sys.argv[1]))['predicted']; \
+sys.exit(0 if p['gpu_bytes'] <= 8 * 2**30 else 1)" "$tmp/auto.json" || {
+    echo "the chosen rows do not fit 8 GiB"; cat "$tmp/auto.yaml"; fail=1; }
+expect 1 "no placement fits 1.00 GiB a GPU: the least needs [0-9.]+ GiB" -- \
+    "$bin" plan --model qwen3-0.6b --batch 16 --gpus 1 --gpu-memory-gib 1 --auto
+expect 2 "drop --json" -- "$bin" plan --model qwen3-0.6b --gpus 1 --auto --json
+
+# 6. usage errors
 expect 2 "give one recipe file, or --model" -- "$bin" plan
 expect 2 "unknown model preset 'qwen9'" -- "$bin" plan --model qwen9
 expect 2 "must split into" -- "$bin" plan --model qwen3-0.6b --batch 6 --micro 4

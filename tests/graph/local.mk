@@ -11,3 +11,7 @@ tests_graph_test_graph_tasks_SOURCES = tests/graph/test_graph_tasks.c tests/lib/
 check_PROGRAMS += tests/graph/test_predict
 TESTS += tests/graph/test_predict
 tests_graph_test_predict_SOURCES = tests/graph/test_predict.c tests/lib/sdp_test.h
+# the placement chooser against brute force (graph/choose.h)
+check_PROGRAMS += tests/graph/test_choose
+TESTS += tests/graph/test_choose
+tests_graph_test_choose_SOURCES = tests/graph/test_choose.c tests/lib/sdp_test.h
