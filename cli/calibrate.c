@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/fsutil.h"
@@ -55,6 +56,7 @@ struct hjob {
     struct hbufs *b;
     size_t lo, hi;
     int step;
+    atomic_int *stop; /* a background load's: run until set */
 };
 
 static void *hwork(void *arg)
@@ -89,8 +91,9 @@ static double hpass(enum hkind kind, struct hbufs *b, size_t n, int t, int step)
     double t0 = sdp_cli_now_s();
     int started = 0;
     for (int i = 0; i < t; i++) {
-        jobs[i] = (struct hjob){ kind, b, n * (size_t)i / (size_t)t,
-                                 n * (size_t)(i + 1) / (size_t)t, step };
+        jobs[i] =
+            (struct hjob){ kind, b,   n * (size_t)i / (size_t)t, n * (size_t)(i + 1) / (size_t)t,
+                           step, NULL };
         if (i > 0 && pthread_create(&th[i], NULL, hwork, &jobs[i]) != 0)
             break;
         started = i + 1;
@@ -124,41 +127,97 @@ static float unit(uint64_t *x)
     return ((float)((z ^ (z >> 31)) >> 40) + 0.5f) * (2.0f / 16777216.0f) - 1.0f;
 }
 
+/* The AdamW buffers of b (ADAMW_N parameters, typical values), and the cast's if cast.
+ * @return 0 or -ENOMEM (logged) */
+static int adamw_bufs(struct hbufs *b, int cast)
+{
+    uint64_t x = 0x5eed;
+    b->p = malloc(ADAMW_N * sizeof(float));
+    b->m = malloc(ADAMW_N * sizeof(float));
+    b->v = malloc(ADAMW_N * sizeof(float));
+    b->g = malloc(ADAMW_N * sizeof(uint16_t));
+    b->w = malloc(ADAMW_N * sizeof(uint16_t));
+    if (cast)
+        b->src = malloc(CAST_N * sizeof(float)), b->dst = malloc(CAST_N * sizeof(uint16_t));
+    if (!b->p || !b->m || !b->v || !b->g || !b->w || (cast && (!b->src || !b->dst)))
+        return sdp_err(-ENOMEM, "calibrate: %zu MiB for the host kernels' buffers",
+                       (ADAMW_N * 16 + (cast ? CAST_N * 6 : 0)) >> 20);
+    for (size_t i = 0; i < ADAMW_N; i++) {
+        b->p[i] = unit(&x);
+        b->m[i] = 1e-3f * unit(&x);
+        b->v[i] = 1e-5f * (1.0f + unit(&x));
+        b->g[i] = sdp_f32_to_bf16(1e-2f * unit(&x));
+    }
+    for (size_t i = 0; cast && i < CAST_N; i++)
+        b->src[i] = unit(&x);
+    return 0;
+}
+
+static void hbufs_free(struct hbufs *b)
+{
+    free(b->p), free(b->m), free(b->v), free(b->g), free(b->w), free(b->src), free(b->dst);
+}
+
 /* AdamW and cast bytes/s for 1 to m->nthreads threads.  @return 0 or -ENOMEM (logged) */
 static int measure_kernels(struct sdp_machine *m)
 {
     struct hbufs b = { 0 };
-    uint64_t x = 0x5eed;
-    int rc = 0;
-    b.p = malloc(ADAMW_N * sizeof(float));
-    b.m = malloc(ADAMW_N * sizeof(float));
-    b.v = malloc(ADAMW_N * sizeof(float));
-    b.g = malloc(ADAMW_N * sizeof(uint16_t));
-    b.w = malloc(ADAMW_N * sizeof(uint16_t));
-    b.src = malloc(CAST_N * sizeof(float));
-    b.dst = malloc(CAST_N * sizeof(uint16_t));
-    if (!b.p || !b.m || !b.v || !b.g || !b.w || !b.src || !b.dst) {
-        rc = sdp_err(-ENOMEM, "calibrate: %zu MiB for the host kernels' buffers",
-                     (ADAMW_N * 16 + CAST_N * 6) >> 20);
-        goto out;
-    }
-    for (size_t i = 0; i < ADAMW_N; i++) {
-        b.p[i] = unit(&x);
-        b.m[i] = 1e-3f * unit(&x);
-        b.v[i] = 1e-5f * (1.0f + unit(&x));
-        b.g[i] = sdp_f32_to_bf16(1e-2f * unit(&x));
-    }
-    for (size_t i = 0; i < CAST_N; i++)
-        b.src[i] = unit(&x);
-    for (int t = 1; t <= m->nthreads; t++) {
+    int rc = adamw_bufs(&b, 1);
+    for (int t = 1; !rc && t <= m->nthreads; t++) {
         m->adamw_bps[t - 1] = hrate(H_ADAMW, &b, ADAMW_N, 28.0 * ADAMW_N, t);
         m->cast_bps[t - 1] = hrate(H_CAST, &b, CAST_N, 6.0 * CAST_N, t);
         SDP_INFO("calibrate: %2d thread%s: AdamW %.2f GB/s, cast %.2f GB/s", t, t > 1 ? "s" : "",
                  m->adamw_bps[t - 1] / 1e9, m->cast_bps[t - 1] / 1e9);
     }
-out:
-    free(b.p), free(b.m), free(b.v), free(b.g), free(b.w), free(b.src), free(b.dst);
+    hbufs_free(&b);
     return rc;
+}
+
+/* The host's update lane as a background load: n threads running AdamW over their ranges of b
+ * until stop is set (the transfers' rate under it is what the step sees at its boundary). */
+struct hload {
+    struct hbufs b;
+    struct hjob jobs[SDP_MACHINE_MAX_THREADS];
+    pthread_t th[SDP_MACHINE_MAX_THREADS];
+    atomic_int stop;
+    int n;
+};
+
+static void *hload_work(void *arg)
+{
+    struct hjob *j = arg;
+    while (!atomic_load(j->stop))
+        hwork(j), j->step++;
+    return NULL;
+}
+
+/* Start n threads of AdamW (n >= 1).  @return 0 or a negative errno (logged) */
+static int hload_start(struct hload *l, int n)
+{
+    int rc = adamw_bufs(&l->b, 0);
+    atomic_init(&l->stop, 0);
+    l->n = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        l->jobs[i] = (struct hjob){ H_ADAMW,
+                                    &l->b,
+                                    ADAMW_N * (size_t)i / (size_t)n,
+                                    ADAMW_N * (size_t)(i + 1) / (size_t)n,
+                                    1,
+                                    &l->stop };
+        if (pthread_create(&l->th[i], NULL, hload_work, &l->jobs[i]) != 0)
+            rc = sdp_err(-EAGAIN, "calibrate: the background AdamW's thread %d of %d", i + 1, n);
+        else
+            l->n = i + 1;
+    }
+    return rc;
+}
+
+static void hload_stop(struct hload *l)
+{
+    atomic_store(&l->stop, 1);
+    for (int i = 0; i < l->n; i++)
+        pthread_join(l->th[i], NULL);
+    hbufs_free(&l->b);
 }
 
 /* memcpy bytes/s (read + write) over every core.  @return 0 or -ENOMEM (logged) */
@@ -290,6 +349,24 @@ static double gpu_rate(struct gpu_bufs *b, int ngpu, unsigned mask, int d2h)
     return 2.0 * GPU_N / sdp_cli_median(s, GPU_REPS);
 }
 
+/* Each GPU's H2D alone while the other cores run AdamW: the step's boundary, where the next
+ * forward's uploads cross the host's update.  @return 0 or a negative errno (logged) */
+static int measure_busy(struct sdp_machine *m, struct gpu_bufs *b, int ngpu)
+{
+    struct hload l = { 0 };
+    const int n = m->cores - ngpu > 1 ? m->cores - ngpu : 1;
+    int rc = hload_start(&l, n < SDP_MACHINE_MAX_THREADS ? n : SDP_MACHINE_MAX_THREADS);
+    for (int g = 0; !rc && g < ngpu; g++) {
+        m->gpu[g].h2d_busy_bps = gpu_rate(b, ngpu, 1u << g, 0);
+        SDP_INFO("calibrate: GPU %d alone, %d threads in AdamW: H2D %.2f GB/s", g, l.n,
+                 m->gpu[g].h2d_busy_bps / 1e9);
+        if (m->gpu[g].h2d_busy_bps <= 0.0)
+            rc = sdp_err(-EIO, "calibrate: the transfers of GPU %d under load failed", g);
+    }
+    hload_stop(&l);
+    return rc;
+}
+
 /* Cast-and-copy H2D and D2H of each GPU alone, then of every GPU at once.  StarPU running with
  * ngpu CUDA workers as ranks.  @return 0 or a negative errno (logged) */
 static int measure_gpus(struct sdp_machine *m, int ngpu)
@@ -299,6 +376,8 @@ static int measure_gpus(struct sdp_machine *m, int ngpu)
     int rc, nc = (int)(GPU_N / GPU_CHUNK);
     for (int c = 0; c < nc; c++)
         parts[c] = GPU_CHUNK;
+    for (int g = 0; g < ngpu; g++) /* before this pass allocates: the context, the libraries */
+        m->gpu[g].base_bytes = (double)sdp_rt_gpu_mem_used(g);
     rc = sdp_rt_tensor_create_host(&b.master, SDP_F32, GPU_N, "calibrate.master");
     if (!rc)
         rc = sdp_rt_tensor_create(&b.work, SDP_BF16, GPU_N, "calibrate.work");
@@ -325,6 +404,8 @@ static int measure_gpus(struct sdp_machine *m, int ngpu)
         if (d->h2d_bps <= 0.0 || d->d2h_bps <= 0.0)
             rc = sdp_err(-EIO, "calibrate: the transfers of GPU %d failed", g);
     }
+    if (!rc) /* the host's update lane on every core that drives no GPU */
+        rc = measure_busy(m, &b, ngpu);
     if (!rc && ngpu > 1) {
         const unsigned all = (1u << ngpu) - 1;
         const double h2d = gpu_rate(&b, ngpu, all, 0), d2h = gpu_rate(&b, ngpu, all, 1);
@@ -406,6 +487,7 @@ static int run(const char *out, int gpus)
      * then have the cores to themselves (StarPU stopped) */
     if (measure_runtime(&m, gpus) || measure_kernels(&m) || measure_dram(&m))
         return SDP_EXIT_FAILURE;
+    m.host_mem_bytes = (double)sdp_rt_host_mem_available();
     m.calib_s = sdp_cli_now_s() - t0;
     if (sdp_machine_save(out, &m))
         return SDP_EXIT_FAILURE;

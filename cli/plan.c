@@ -48,7 +48,7 @@ struct limits {
 
 static int fits(const struct sdp_predict *p, const struct limits *l, int ngpus)
 {
-    return (ngpus == 0 || l->gpu <= 0 || p->gpu_bytes <= l->gpu) &&
+    return (ngpus == 0 || l->gpu <= 0 || p->gpu_need_bytes <= l->gpu) &&
            (l->host <= 0 || p->host_bytes <= l->host);
 }
 
@@ -209,11 +209,12 @@ static json_t *pred_json(const struct sdp_predict *p)
         json_object_set_new(b, sdp_predict_res_name((enum sdp_predict_res)i),
                             json_real(p->busy[i]));
     }
-    return json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:o, s:o, s:I, s:I, s:I}", "step_s", p->step_s,
-                     "tokens_per_s", p->tokens_per_s, "bound", sdp_predict_res_name(p->bound),
-                     "chain_s", p->chain_s, "boundary_s", p->boundary_s, "host_chain_s",
-                     p->host_chain_s, "demand_s", d, "busy", b, "gpu_bytes",
-                     (json_int_t)p->gpu_bytes, "host_bytes", (json_int_t)p->host_bytes,
+    return json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:o, s:o, s:I, s:I, s:I, s:I}", "step_s",
+                     p->step_s, "tokens_per_s", p->tokens_per_s, "bound",
+                     sdp_predict_res_name(p->bound), "chain_s", p->chain_s, "boundary_s",
+                     p->boundary_s, "host_chain_s", p->host_chain_s, "demand_s", d, "busy", b,
+                     "gpu_bytes", (json_int_t)p->gpu_bytes, "gpu_need_bytes",
+                     (json_int_t)p->gpu_need_bytes, "host_bytes", (json_int_t)p->host_bytes,
                      "pinned_bytes", (json_int_t)p->pinned_bytes);
 }
 
@@ -250,12 +251,12 @@ static void refuse(const struct sdp_recipe *r, const struct sdp_predict *p, cons
                    int ngpus, const struct whatif *w, int nw)
 {
     int any = 0;
-    if (ngpus > 0 && l->gpu > 0 && p->gpu_bytes > l->gpu)
-        SDP_ERROR("%s: the plan does not fit the GPU: %.2f GiB a device, %.2f GiB over the %s of "
-                  "%.2f GiB",
-                  r->file[0] ? r->file : "plan", gib(p->gpu_bytes), gib(p->gpu_bytes - l->gpu),
-                  r->gpu_memory_gib > 0 ? "train.gpu_memory_gib limit" : "GPU's memory",
-                  gib(l->gpu));
+    if (ngpus > 0 && l->gpu > 0 && p->gpu_need_bytes > l->gpu)
+        SDP_ERROR(
+            "%s: the plan does not fit the GPU: %.2f GiB a device, %.2f GiB over the %s of "
+            "%.2f GiB",
+            r->file[0] ? r->file : "plan", gib(p->gpu_need_bytes), gib(p->gpu_need_bytes - l->gpu),
+            r->gpu_memory_gib > 0 ? "train.gpu_memory_gib limit" : "GPU's memory", gib(l->gpu));
     if (l->host > 0 && p->host_bytes > l->host)
         SDP_ERROR("%s: the plan does not fit the host: %.2f GiB, %.2f GiB over the %s of %.2f GiB",
                   r->file[0] ? r->file : "plan", gib(p->host_bytes), gib(p->host_bytes - l->host),
@@ -313,8 +314,10 @@ static int plan_run(struct sdp_recipe *r)
         return SDP_EXIT_USAGE;
     }
     l.gpu = r->gpu_memory_gib > 0 ? r->gpu_memory_gib * 1073741824.0 : (double)cm.mc.gpu_mem_bytes;
-    l.host = r->host_memory_gib > 0 ? r->host_memory_gib * 1073741824.0
-                                    : (double)sdp_rt_host_mem_available();
+    /* the host's memory: the recipe's limit, else the described machine's when it is another */
+    l.host = r->host_memory_gib > 0          ? r->host_memory_gib * 1073741824.0
+             : cm.foreign && cm.host_mem > 0 ? cm.host_mem
+                                             : (double)sdp_rt_host_mem_available();
     nw = whatifs(r, ngpus, &cm, &l, w);
     ok = fits(&p, &l, ngpus);
     if (r->json)

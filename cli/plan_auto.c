@@ -78,14 +78,14 @@ int sdp_cli_plan_auto(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, 
     set_all(&trial, NPLACE - 1);
     cr->run.plan = &trial;
     rc = sdp_predict_step(&cr->run, &cm->mc, &floor);
-    if (!rc && floor.gpu_bytes > gpu_limit)
+    if (!rc && floor.gpu_need_bytes > gpu_limit)
         rc = -ENOSPC, res.min_bytes = 0;
     if (!rc)
-        rc = sdp_choose(L, NPLACE, cost, (unsigned long long)(gpu_limit - floor.gpu_bytes),
+        rc = sdp_choose(L, NPLACE, cost, (unsigned long long)(gpu_limit - floor.gpu_need_bytes),
                         16ull << 20, pick, &res);
     if (rc == -ENOSPC) {
         SDP_ERROR("plan --auto: no placement fits %.2f GiB a GPU: the least needs %.2f GiB",
-                  gpu_limit / 1073741824.0, (floor.gpu_bytes + res.min_bytes) / 1073741824.0);
+                  gpu_limit / 1073741824.0, (floor.gpu_need_bytes + res.min_bytes) / 1073741824.0);
         sdp_hint("raise train.gpu_memory_gib, or lower batch.micro");
     }
     for (int l = 0; !rc && l < L; l++)
@@ -100,7 +100,7 @@ int sdp_cli_plan_auto(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, 
         printf("auto: predicted step %.3f s (%.0f tokens/s, bound by %s), %+.1f%% against the "
                "recipe's plan; GPU %.2f GiB\n",
                chosen.step_s, chosen.tokens_per_s, sdp_predict_res_name(chosen.bound),
-               100.0 * (base->step_s / chosen.step_s - 1.0), chosen.gpu_bytes / 1073741824.0);
+               100.0 * (base->step_s / chosen.step_s - 1.0), chosen.gpu_need_bytes / 1073741824.0);
         print_rows(pick, L);
     }
     cr->run.plan = &cr->plan;

@@ -65,12 +65,16 @@ static void map_machine(const struct sdp_machine *m, int ngpus, struct sdp_predi
         mc->h2d_bps = g->h2d_bps, mc->h2d_all_bps = g->h2d_bps;
     if (g->d2h_bps > 0)
         mc->d2h_bps = g->d2h_bps, mc->d2h_all_bps = g->d2h_bps;
+    if (g->h2d_busy_bps > 0)
+        mc->h2d_busy_bps = g->h2d_busy_bps;
     if (ngpus > 1 && g->h2d_shared_bps > 0)
         mc->h2d_all_bps = g->h2d_shared_bps * ngpus;
     if (ngpus > 1 && g->d2h_shared_bps > 0)
         mc->d2h_all_bps = g->d2h_shared_bps * ngpus;
     if (g->mem_bytes > 0)
         mc->gpu_mem_bytes = (unsigned long long)g->mem_bytes;
+    if (g->base_bytes > 0)
+        mc->gpu_base_bytes = (unsigned long long)g->base_bytes;
 }
 
 /* The defaults: the reference node with GPUs (the seed's shared link for more than one: 8.7 GB/s
@@ -112,11 +116,11 @@ void sdp_cli_machine_get(const char *path, int ngpus, int elsewhere, struct sdp_
         return;
     }
     out->from_file = 1;
+    out->foreign = strcmp(m.host, here.host) || strcmp(m.cpu, here.cpu) || m.cores != here.cores;
+    out->host_mem = m.host_mem_bytes;
     snprintf(out->source, sizeof(out->source), "%s (calibrated on %s%s)", path,
              m.host[0] ? m.host : "an unnamed host",
-             strcmp(m.host, here.host) || strcmp(m.cpu, here.cpu) || m.cores != here.cores
-                 ? ", another machine than this one"
-                 : "");
+             out->foreign ? ", another machine than this one" : "");
 }
 
 int sdp_cli_run_gpus(const struct sdp_recipe *r, const char *machine_path)
@@ -196,6 +200,8 @@ static void fill_run(const struct sdp_recipe *r, const struct sdp_model_cfg *m,
         /* sdp-slidedp's default: one stage per CPU worker, at least 4 */
         .stage_buffers =
             r->staging_depth > 0 ? r->staging_depth : (cores - ngpus > 4 ? cores - ngpus : 4),
+        .gpu_limit_bytes =
+            ngpus > 0 && r->gpu_memory_gib > 0 ? r->gpu_memory_gib * 1073741824.0 : 0,
     };
 }
 

@@ -14,6 +14,8 @@
 struct sdp_cli_machine {
     struct sdp_predict_machine mc;
     int from_file;     /* 1: a calibration file's figures; 0: the model's defaults */
+    int foreign;       /* the file describes another machine than this one */
+    double host_mem;   /* that machine's memory for a run (bytes; 0: unknown) */
     char source[4200]; /* "FILE (calibrated on HOST)" or "defaults: why" */
 };
 

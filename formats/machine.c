@@ -35,6 +35,7 @@ static const struct {
     { "cpu_attention_flops", offsetof(struct sdp_machine, cpu_attention_flops) },
     { "cpu_head_flops", offsetof(struct sdp_machine, cpu_head_flops) },
     { "cpu_elem_bps", offsetof(struct sdp_machine, cpu_elem_bps) },
+    { "host_mem_bytes", offsetof(struct sdp_machine, host_mem_bytes) },
     { "calib_s", offsetof(struct sdp_machine, calib_s) },
 };
 
@@ -47,11 +48,13 @@ static const struct {
     { "d2h_bps", offsetof(struct sdp_machine_gpu, d2h_bps) },
     { "h2d_shared_bps", offsetof(struct sdp_machine_gpu, h2d_shared_bps) },
     { "d2h_shared_bps", offsetof(struct sdp_machine_gpu, d2h_shared_bps) },
+    { "h2d_busy_bps", offsetof(struct sdp_machine_gpu, h2d_busy_bps) },
     { "bf16_flops", offsetof(struct sdp_machine_gpu, bf16_flops) },
     { "attention_flops", offsetof(struct sdp_machine_gpu, attention_flops) },
     { "head_flops", offsetof(struct sdp_machine_gpu, head_flops) },
     { "elem_bps", offsetof(struct sdp_machine_gpu, elem_bps) },
     { "mem_bytes", offsetof(struct sdp_machine_gpu, mem_bytes) },
+    { "base_bytes", offsetof(struct sdp_machine_gpu, base_bytes) },
 };
 
 #define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -61,6 +64,7 @@ void sdp_machine_defaults(struct sdp_machine *m)
     memset(m, 0, sizeof(*m));
     m->cores = 16;
     m->nthreads = 16;
+    m->host_mem_bytes = 120.0 * 1073741824; /* of the 125 GiB node (BENCH.md), what is free */
     /* DRAM-bound from about 13 threads: 14 GB/s a thread up to the seed's 183 GB/s; the cast moves
      * 6 B per element against AdamW's 28 but is as bandwidth-bound, so the same curve */
     for (int t = 1; t <= m->nthreads; t++) {
@@ -77,11 +81,13 @@ void sdp_machine_defaults(struct sdp_machine *m)
     m->gpu[0].d2h_bps = 55.3e9;
     m->gpu[0].h2d_shared_bps = 55.5e9 * 8.7 / 15.6; /* the seed's two GPUs: 8.7 each of 15.6 */
     m->gpu[0].d2h_shared_bps = 55.3e9 * 8.7 / 15.6;
+    m->gpu[0].h2d_busy_bps = 55.5e9;          /* none slower: graph/predict.c's reference figure */
     m->gpu[0].bf16_flops = 700e12;            /* the layer GEMMs of qwen3-4b/8b at batch 16 */
     m->gpu[0].attention_flops = 336e12;       /* qwen3-4b attention fwd+bwd */
     m->gpu[0].head_flops = 700e12;            /* a GEMM's rate: its logits and gradients */
     m->gpu[0].elem_bps = 2.7e12;              /* graph/predict.c's reference figure */
     m->gpu[0].mem_bytes = 143771.0 * 1048576; /* the H200's 141 GB as the driver reports them */
+    m->gpu[0].base_bytes = 530.0 * 1048576;   /* graph/predict.c's reference figure */
     m->ngemm = 1;
     m->gemm[0] = (struct sdp_machine_gemm){ 16384, 2560, 6144, 787e12 };
 }

@@ -33,11 +33,13 @@ struct sdp_machine_gpu {
     char name[SDP_MACHINE_NAME_LEN];
     double h2d_bps, d2h_bps;               /* pinned copy; D2H into a stage; this GPU alone */
     double h2d_shared_bps, d2h_shared_bps; /* this GPU while every GPU copies at once */
+    double h2d_busy_bps;                   /* alone, while every other core runs AdamW */
     double bf16_flops;                     /* GEMM rate over the shapes, FLOP-weighted */
     double attention_flops;                /* causal attention fwd+bwd, the half counted */
     double head_flops;                     /* the LM head + cross-entropy task, 3 x 2 N C V */
     double elem_bps;                       /* element-wise kernels (SwiGLU), bytes moved/s */
     double mem_bytes;                      /* the GPU's memory, as the driver reports it */
+    double base_bytes; /* in use before the run allocates (the CUDA context, other processes) */
 };
 
 /** The node and its rates (bytes/s, FLOP/s, seconds); 0 = not measured. */
@@ -60,7 +62,8 @@ struct sdp_machine {
     struct sdp_machine_gpu gpu[SDP_MACHINE_MAX_GPUS];
     int ngemm; /* the compute workers' shapes: GPU 0's bf16 with GPUs, else one CPU worker's fp32 */
     struct sdp_machine_gemm gemm[SDP_MACHINE_MAX_GEMMS];
-    double calib_s; /* how long the calibration took */
+    double host_mem_bytes; /* memory a run could take when it was measured (MemAvailable) */
+    double calib_s;        /* how long the calibration took */
     int ndefaulted; /* after sdp_machine_load: fields missing from the file, taken from defaults */
 };
 

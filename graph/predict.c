@@ -35,6 +35,11 @@ void sdp_predict_machine_h200(struct sdp_predict_machine *mc)
      * scaled to the H200's memory */
     mc->elem_bps = 2.7e12;
     mc->h2d_bps = 55.5e9; /* BENCH.md pinned H2D / D2H */
+    /* uploads while every host thread runs AdamW: a fourth of the idle rate on an H100 node
+     * (bench/results/2026-12-06-h100-predict.md), but the reference node's measured steps agree
+     * within 5% without a slowdown (tests/graph/test_predict.c): none here, calibrate measures it
+     */
+    mc->h2d_busy_bps = 0;
     mc->d2h_bps = 55.3e9;
     mc->h2d_all_bps = 55.5e9; /* one GPU: the same link */
     mc->d2h_all_bps = 55.3e9;
@@ -51,6 +56,7 @@ void sdp_predict_machine_h200(struct sdp_predict_machine *mc)
     mc->task_s = 20e-6; /* StarPU submission + scheduling + launch, tens of us a task */
     mc->host_base_bytes = 3ull << 30;
     mc->gpu_mem_bytes = 143771ull << 20; /* what the driver reports of the H200's 141 GB */
+    mc->gpu_base_bytes = 530ull << 20;   /* an H100's before StarPU allocated: 0.518 GiB */
 }
 
 void sdp_predict_machine_cpu2(struct sdp_predict_machine *mc)
@@ -465,8 +471,9 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     o->chain_s = a.chain_s + a.tasks * mc->task_s + a.gpu_update_s + o->boundary_s;
     if (a.cost) { /* one rank on a GPU: the timeline, the next forward chasing the updates */
         int threads = mc->cpu_cores - mc->ngpus > 0 ? mc->cpu_cores - mc->ngpus : 1;
+        const struct sdp_sim_link link = { r.h2d, mc->h2d_busy_bps };
         o->chain_s =
-            sdp_predict_sim(a.cost, p->ngroups, threads, r.h2d, &o->wait_s) + a.tasks * mc->task_s;
+            sdp_predict_sim(a.cost, p->ngroups, threads, &link, &o->wait_s) + a.tasks * mc->task_s;
         free(a.cost);
     }
     d[SDP_PRES_GPU] = a.compute_s + a.tasks * mc->task_s + a.gpu_update_s;
@@ -497,7 +504,14 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     /* model FLOPs of one GPU (BENCH.md's count: recomputation not counted) */
     o->gpu_flops = sdp_model_train_flops_per_token(run->m, run->seq_len) * run->micro_batch *
                    run->seq_len * (run->n_micro / R);
-    o->gpu_bytes = gpu_peak(run);
+    o->gpu_bytes = o->gpu_need_bytes = gpu_peak(run);
+    /* under a cap StarPU keeps evicted copies cached until the cap: it fills it, and the CUDA
+     * context and the libraries' workspaces lie outside it (the H100's peaks under 15 and 23 GiB
+     * caps sat 0.58-0.60 GiB over them, bench/results/2026-12-06-h100-predict.md) */
+    if (run->gpu_limit_bytes > 0 && mc->ngpus > 0) {
+        double full = run->gpu_limit_bytes + mc->gpu_base_bytes + (64ull << 20);
+        o->gpu_bytes = full > o->gpu_bytes ? (unsigned long long)full : o->gpu_bytes;
+    }
     host_peak(run, mc, o);
     return 0;
 }

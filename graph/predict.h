@@ -34,6 +34,7 @@ struct sdp_predict_machine {
                               packing the gradients): their bytes read and written over time */
     double gpu_mem_bps;    /* GPU memory bytes/s (AdamW on the GPU) */
     double h2d_bps;        /* pinned host to GPU, one GPU alone */
+    double h2d_busy_bps;   /* the same while the host's threads run AdamW (0: h2d_bps) */
     double d2h_bps;        /* pinned GPU to host, one GPU alone */
     double h2d_all_bps;    /* host to GPUs, all GPUs at once, summed over them */
     double d2h_all_bps;    /* GPUs to host, all at once, summed */
@@ -47,6 +48,7 @@ struct sdp_predict_machine {
     double task_s;                      /* per task: submission, scheduling, kernel launch */
     unsigned long long host_base_bytes; /* the process before the state: libraries, data */
     unsigned long long gpu_mem_bytes;   /* each GPU's memory (0: unknown), for the fit */
+    unsigned long long gpu_base_bytes;  /* in use before the run allocates: the CUDA context */
 };
 
 /** The H200 host of BENCH.md: 1 H200, 16 cores, figures derived in predict.c. */
@@ -73,6 +75,7 @@ struct sdp_predict_run {
     enum sdp_dtype work_dtype; /* the working copies' dtype (SDP_BF16) */
     int work_staged;           /* the working copies have no host home (work_home gpu) */
     int stage_buffers;         /* staged: host stages alive at once (0: unbounded) */
+    double gpu_limit_bytes;    /* the runtime's cap on its GPU allocations (0: none) */
 };
 
 /* The resources, then the dependencies as a pseudo-resource (the GPU waits on them). */
@@ -108,9 +111,10 @@ struct sdp_predict {
     long long tasks;      /* tasks of one GPU's stream, per step */
     long long host_tasks; /* the chunks' tasks on the host's workers (packs, updates) */
     /* memory peaks */
-    unsigned long long gpu_bytes;    /* one GPU */
-    unsigned long long host_bytes;   /* the process */
-    unsigned long long pinned_bytes; /* of host_bytes, registered with the driver */
+    unsigned long long gpu_bytes;      /* one GPU's peak, as the driver counts it */
+    unsigned long long gpu_need_bytes; /* of it, what the plan needs within a GPU limit */
+    unsigned long long host_bytes;     /* the process */
+    unsigned long long pinned_bytes;   /* of host_bytes, registered with the driver */
 };
 
 /** Predict one step of run on mc.

@@ -15,12 +15,20 @@ struct sdp_pgroup_cost {
     int nchunks;       /* the update's tasks */
 };
 
+/* The host-to-GPU link of the timeline: bytes/s with the host's update threads idle, and while
+ * they run (their DRAM traffic and the cores they hold slow the copies: a layer's upload took 13-16
+ * ms at 15 busy threads against 3.6 idle, bench/results/2026-12-06-h100-predict.md).  h2d_bps 0:
+ * no link (CPU workers); h2d_busy_bps 0: the idle rate throughout. */
+struct sdp_sim_link {
+    double h2d_bps, h2d_busy_bps;
+};
+
 /* The steady period of the step simulated over a few steps: the GPU runs each group's forward once
- * its updated copy is back (up_bytes at h2d_bps after its update), the head, the backward from the
- * top layer; each gradient goes down, and the host's `threads` take its chunks, the lowest group
- * (the next forward's first) before the others.  ngroups = L + 2 (0: embedding, L + 1: head).
+ * its updated copy is back (up_bytes over the link after its update), the head, the backward from
+ * the top layer; each gradient goes down, and the host's `threads` take its chunks, the lowest
+ * group (the next forward's first) before the others.  ngroups = L + 2 (0: embedding, L + 1: head).
  * @return the period, and in *gpu_wait_s the GPU's wait for updated copies in it */
-double sdp_predict_sim(const struct sdp_pgroup_cost *g, int ngroups, int threads, double h2d_bps,
-                       double *gpu_wait_s);
+double sdp_predict_sim(const struct sdp_pgroup_cost *g, int ngroups, int threads,
+                       const struct sdp_sim_link *link, double *gpu_wait_s);
 
 #endif

@@ -57,8 +57,22 @@ static void host_lane(const struct sdp_pgroup_cost *g, int ng, const double *rea
     free(left);
 }
 
-double sdp_predict_sim(const struct sdp_pgroup_cost *g, int ng, int threads, double h2d_bps,
-                       double *gpu_wait_s)
+/* When `bytes` that start crossing the link at t arrive: at the busy rate until the host's
+ * threads end their update (host_end), at the idle rate after. */
+static double upload_end(const struct sdp_sim_link *l, double t, double bytes, double host_end)
+{
+    double busy = l->h2d_busy_bps > 0 ? l->h2d_busy_bps : l->h2d_bps;
+    if (t < host_end) {
+        double part = (host_end - t) * busy;
+        if (bytes <= part)
+            return t + bytes / busy;
+        bytes -= part, t = host_end;
+    }
+    return t + bytes / l->h2d_bps;
+}
+
+double sdp_predict_sim(const struct sdp_pgroup_cost *g, int ng, int threads,
+                       const struct sdp_sim_link *l, double *gpu_wait_s)
 {
     double *param = calloc((size_t)ng, sizeof(double)), *ready = calloc((size_t)ng, sizeof(double));
     double *done = calloc((size_t)ng, sizeof(double)), free_at[MAX_THREADS];
@@ -86,10 +100,13 @@ double sdp_predict_sim(const struct sdp_pgroup_cost *g, int ng, int threads, dou
             ready[i] = down;
         }
         host_lane(g, ng, ready, early_at, free_at, threads, done);
+        double host_end = 0;
+        for (int i = 0; i < ng; i++)
+            host_end = maxd(host_end, done[i]);
         for (int i = 0; i < ng; i++) { /* the updated copies go back up, lowest first */
-            if (h2d_bps > 0)
-                link = maxd(link, done[i]) + g[i].up_bytes / h2d_bps;
-            param[i] = h2d_bps > 0 ? link : done[i]; /* no link: the compute reads the host's */
+            if (l->h2d_bps > 0)
+                link = upload_end(l, maxd(link, done[i]), g[i].up_bytes, host_end);
+            param[i] = l->h2d_bps > 0 ? link : done[i]; /* no link: the compute reads the host's */
         }
         wait[s] = w;
         if (s > 0)

@@ -99,7 +99,7 @@ grep -q "^auto: predicted step [0-9.]* s" "$tmp.out" && grep -q "^  - {layers: 1
   sed -n '/^plan:$/,$p' "$tmp.out"; } > "$tmp/auto.yaml"
 "$bin" plan "$tmp/auto.yaml" --json 2> /dev/null > "$tmp/auto.json"
 "$py" -c "import json, sys; p = json.load(open(sys.argv[1]))['predicted']; \
-sys.exit(0 if p['gpu_bytes'] <= 8 * 2**30 else 1)" "$tmp/auto.json" || {
+sys.exit(0 if p['gpu_need_bytes'] <= 8 * 2**30 <= p['gpu_bytes'] else 1)" "$tmp/auto.json" || {
     echo "the chosen rows do not fit 8 GiB"; cat "$tmp/auto.yaml"; fail=1; }
 expect 1 "no placement fits 1.00 GiB a GPU: the least needs [0-9.]+ GiB" -- \
     "$bin" plan --model qwen3-0.6b --batch 16 --gpus 1 --gpu-memory-gib 1 --auto

@@ -61,7 +61,10 @@ static void sample(struct sdp_machine *m)
         m->gpu[g].head_flops = 6.1e14;
         m->gpu[g].elem_bps = 1.9e12;
         m->gpu[g].mem_bytes = 150754820096.0;
+        m->gpu[g].h2d_busy_bps = 4.1e9;
+        m->gpu[g].base_bytes = 5.4e8 + g;
     }
+    m->host_mem_bytes = 1.2e11;
     m->ngemm = 2;
     m->gemm[0] = (struct sdp_machine_gemm){ 16384, 2560, 6144, 7.8e14 };
     m->gemm[1] = (struct sdp_machine_gemm){ 16384, 9728, 2560, 0.0 };
@@ -80,7 +83,8 @@ static int same(const struct sdp_machine *a, const struct sdp_machine *b)
          close_to(a->cpu_gemm_flops_all, b->cpu_gemm_flops_all) &&
          close_to(a->cpu_attention_flops, b->cpu_attention_flops) &&
          close_to(a->cpu_head_flops, b->cpu_head_flops) &&
-         close_to(a->cpu_elem_bps, b->cpu_elem_bps);
+         close_to(a->cpu_elem_bps, b->cpu_elem_bps) &&
+         close_to(a->host_mem_bytes, b->host_mem_bytes);
     for (int g = 0; ok && g < a->gpus; g++) {
         const struct sdp_machine_gpu *x = &a->gpu[g], *y = &b->gpu[g];
         ok = !strcmp(x->name, y->name) && close_to(x->h2d_bps, y->h2d_bps) &&
@@ -89,7 +93,8 @@ static int same(const struct sdp_machine *a, const struct sdp_machine *b)
              close_to(x->bf16_flops, y->bf16_flops) &&
              close_to(x->attention_flops, y->attention_flops) &&
              close_to(x->head_flops, y->head_flops) && close_to(x->elem_bps, y->elem_bps) &&
-             close_to(x->mem_bytes, y->mem_bytes);
+             close_to(x->mem_bytes, y->mem_bytes) && close_to(x->h2d_busy_bps, y->h2d_busy_bps) &&
+             close_to(x->base_bytes, y->base_bytes);
     }
     for (int i = 0; ok && i < a->ngemm; i++)
         ok = a->gemm[i].m == b->gemm[i].m && a->gemm[i].k == b->gemm[i].k &&
@@ -294,7 +299,7 @@ static void test_missing_fields(void)
               m.gemm[0].flops == d.gemm[0].flops,
           "a missing GEMM table: the defaults' (%d missing)", m.ndefaulted);
     sdp_test_write_file(p, "{\"format\": \"slidedp-machine\", \"version\": 1}", 43);
-    CHECK(sdp_machine_load(p, NULL, &m) == 0 && m.ndefaulted == 18 && same(&m, &d),
+    CHECK(sdp_machine_load(p, NULL, &m) == 0 && m.ndefaulted == 19 && same(&m, &d),
           "only the header: every field from the defaults (%d missing)", m.ndefaulted);
 }
 

@@ -355,6 +355,13 @@ static void measured(void)
               row[i].B);
         CHECK(row[i].bound < 0 || (int)o.bound == row[i].bound, "%s/%d bound", row[i].name,
               row[i].B);
+        /* under a 15 GiB cap StarPU's cache fills it; the context and workspaces lie outside */
+        struct sdp_predict capped;
+        run.gpu_limit_bytes = 15.0 * 1073741824;
+        CHECK(sdp_predict_step(&run, &mc, &capped) == 0, "predict under a cap");
+        double want = run.gpu_limit_bytes + mc.gpu_base_bytes + (64 << 20);
+        CHECK(fabs(capped.gpu_bytes - fmax((double)o.gpu_bytes, want)) < 1,
+              "%s/%d: a cap is filled, a plan above it is not cut", row[i].name, row[i].B);
         sdp_plan_free(&p);
     }
     mc.dram_bps = 0;
@@ -376,19 +383,33 @@ static void timeline(void)
     for (int l = 1; l <= 2; l++)
         g[l].fwd_s = 1, g[l].bwd_s = 2, g[l].update_s = 3, g[l].nchunks = 1;
     g[3].fwd_s = 1; /* the head: its whole task */
-    double p1 = sdp_predict_sim(g, 4, 1, 0, &wait);
+    const struct sdp_sim_link none = { 0, 0 }, idle = { 1.0, 0 }, busy = { 1.0, 0.5 };
+    double p1 = sdp_predict_sim(g, 4, 1, &none, &wait);
     printf("timeline: one thread %.3f s (GPU waits %.3f s), ", p1, wait);
     CHECK(fabs(p1 - 11) < 1e-9 && fabs(wait - 4) < 1e-9, "one thread: 11 s, 4 s of waiting");
-    double p2 = sdp_predict_sim(g, 4, 2, 0, &wait);
+    double p2 = sdp_predict_sim(g, 4, 2, &none, &wait);
     printf("two threads %.3f s (GPU waits %.3f s)\n", p2, wait);
     CHECK(fabs(p2 - 10) < 1e-9 && fabs(wait - 3) < 1e-9, "two threads: 10 s, 3 s of waiting");
     g[1].update_s = g[2].update_s = 0.5; /* updates keep up: the GPU alone, 3 + 4 s */
-    CHECK(fabs(sdp_predict_sim(g, 4, 1, 0, &wait) - 7.5) < 1e-9 && fabs(wait - 0.5) < 1e-9,
+    CHECK(fabs(sdp_predict_sim(g, 4, 1, &none, &wait) - 7.5) < 1e-9 && fabs(wait - 0.5) < 1e-9,
           "updates that keep up: the GPU's chain and layer 1's update");
     g[1].up_bytes = g[2].up_bytes = 2; /* at 1 B/s: each copy 2 s back up, after its update */
-    double p3 = sdp_predict_sim(g, 4, 1, 1.0, &wait);
+    double p3 = sdp_predict_sim(g, 4, 1, &idle, &wait);
     printf("timeline with uploads: %.3f s\n", p3);
     CHECK(p3 > 7.5 + 1e-9, "uploads after the updates lengthen the step");
+    /* two threads, layer 2's update 4 s: it ends 1.5 s after layer 1's, whose upload starts
+     * then.  Idle link: layer 1 back 2.5 s after the step's start, layer 2 2 s later; forward,
+     * head and backward 1 + 1 + 1 + 2 + 2: 10.5 s apart, 3.5 s of waiting.  At half the rate
+     * while the host updates, layer 1's first 1.5 s carry 0.75 B: back 0.75 s later. */
+    g[2].update_s = 4;
+    double pi = sdp_predict_sim(g, 4, 2, &idle, &wait), wi = wait;
+    double pb = sdp_predict_sim(g, 4, 2, &busy, &wait);
+    printf("timeline, host busy during an upload: idle link %.3f s (waits %.3f), busy %.3f s "
+           "(waits %.3f)\n",
+           pi, wi, pb, wait);
+    CHECK(fabs(pi - 10.5) < 1e-9 && fabs(wi - 3.5) < 1e-9, "idle link: 10.5 s, 3.5 s waiting");
+    CHECK(fabs(pb - 11.25) < 1e-9 && fabs(wait - 4.25) < 1e-9,
+          "a link slowed while the host updates: 0.75 s more");
 }
 
 int main(void)
