@@ -16,19 +16,32 @@
 #include "cli/predict_cli.h"
 #include "graph/choose.h"
 
-#define NPLACE 5
-static const enum sdp_act_place place_act[NPLACE] = { SDP_ACT_KEEP, SDP_ACT_KEEP_MLP,
-                                                      SDP_ACT_SELECTIVE, SDP_ACT_RECOMPUTE,
-                                                      SDP_ACT_RECOMPUTE };
-static const int place_off[NPLACE] = { 0, 0, 0, 0, 1 };
-static const char *const place_name[NPLACE] = { "keep", "keep-mlp", "selective", "recompute",
-                                                "offload" };
+const enum sdp_act_place sdp_auto_place_act[SDP_AUTO_NPLACE] = {
+    SDP_ACT_KEEP, SDP_ACT_KEEP_MLP, SDP_ACT_SELECTIVE, SDP_ACT_RECOMPUTE, SDP_ACT_RECOMPUTE
+};
+const int sdp_auto_place_off[SDP_AUTO_NPLACE] = { 0, 0, 0, 0, 1 };
+const char *const sdp_auto_place_name[SDP_AUTO_NPLACE] = { "keep", "keep-mlp", "selective",
+                                                           "recompute", "offload" };
 
-/* The plan with every layer at placement k. */
-static void set_all(struct sdp_plan *p, int k)
+void sdp_auto_set_all(struct sdp_plan *p, int k)
 {
     for (int l = 1; l <= p->nlayers; l++)
-        p->group[l].act = place_act[k], p->group[l].offload = place_off[k];
+        p->group[l].act = sdp_auto_place_act[k], p->group[l].offload = sdp_auto_place_off[k];
+}
+
+int sdp_auto_rows(const int *pick, int L, struct sdp_auto_row *rows, int max)
+{
+    int n = 0;
+    for (int a = 0; a < L;) {
+        int b = a;
+        while (b + 1 < L && pick[b + 1] == pick[a])
+            b++;
+        if (n == max)
+            return -ENOSPC;
+        rows[n++] = (struct sdp_auto_row){ a + 1, b + 1, pick[a] };
+        a = b + 1;
+    }
+    return n;
 }
 
 /* The recipe's `plan:` rows of the choice, runs of equal layers merged. */
@@ -43,68 +56,88 @@ static void print_rows(const int *pick, int L)
             printf("  - {layers: %d", a + 1);
         else
             printf("  - {layers: %d-%d", a + 1, b + 1);
-        if (place_off[pick[a]])
+        if (sdp_auto_place_off[pick[a]])
             printf(", activations: recompute, offload: on}\n");
         else
-            printf(", activations: %s}\n", place_name[pick[a]]);
+            printf(", activations: %s}\n", sdp_auto_place_name[pick[a]]);
         a = b + 1;
     }
+}
+
+int sdp_cli_auto_choose(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, double limit,
+                        const double *adjust, int *pick, struct sdp_predict *chosen, double *least)
+{
+    const struct sdp_predict_run *run = &cr->run;
+    int L = cr->plan.nlayers, nr = run->n_micro / cr->plan.nranks, gpu = cm->mc.ngpus > 0, rc;
+    struct sdp_choice *cost = calloc((size_t)L * SDP_AUTO_NPLACE, sizeof(*cost));
+    struct sdp_plan trial;
+    struct sdp_predict floor;
+    struct sdp_choose_result res = { 0 };
+    if (!cost || sdp_plan_copy(&trial, &cr->plan)) {
+        free(cost);
+        return sdp_err(-ENOMEM, "auto: the cost table of %d layers", L);
+    }
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < SDP_AUTO_NPLACE; k++) {
+            struct sdp_choice *c = &cost[l * SDP_AUTO_NPLACE + k];
+            c->time_s = nr * sdp_predict_layer_s(run->m, run->micro_batch, run->seq_len,
+                                                 run->work_dtype, &cm->mc, sdp_auto_place_act[k]) +
+                        (adjust ? adjust[k] : 0.0);
+            c->bytes = sdp_plan_layer_bytes(run->m, run->work_dtype, run->micro_batch, run->seq_len,
+                                            sdp_auto_place_act[k], sdp_auto_place_off[k]);
+        }
+    /* what the rest of the run holds: the peak with every layer recomputed and offloaded (on
+     * CPU workers the activations are host memory: the host's peak) */
+    sdp_auto_set_all(&trial, SDP_AUTO_NPLACE - 1);
+    cr->run.plan = &trial;
+    rc = sdp_predict_step(&cr->run, &cm->mc, &floor);
+    double held = gpu ? (double)floor.gpu_need_bytes : (double)floor.host_bytes;
+    if (!rc && held > limit)
+        rc = -ENOSPC;
+    if (!rc)
+        rc = sdp_choose(L, SDP_AUTO_NPLACE, cost, (unsigned long long)(limit - held), 16ull << 20,
+                        pick, &res);
+    *least = held + (double)res.min_bytes;
+    for (int l = 0; !rc && l < L; l++)
+        trial.group[l + 1].act = sdp_auto_place_act[pick[l]],
+                        trial.group[l + 1].offload = sdp_auto_place_off[pick[l]];
+    if (!rc)
+        rc = sdp_predict_step(&cr->run, &cm->mc, chosen);
+    cr->run.plan = &cr->plan;
+    sdp_plan_free(&trial);
+    free(cost);
+    return rc;
 }
 
 int sdp_cli_plan_auto(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, double gpu_limit,
                       const struct sdp_predict *base)
 {
-    const struct sdp_predict_run *run = &cr->run;
-    int L = cr->plan.nlayers, nr = run->n_micro / cr->plan.nranks, rc;
-    struct sdp_choice *cost = calloc((size_t)L * NPLACE, sizeof(*cost));
-    int *pick = calloc((size_t)L, sizeof(*pick));
-    struct sdp_plan trial;
-    struct sdp_predict floor, chosen;
-    struct sdp_choose_result res;
-    if (!cost || !pick || sdp_plan_copy(&trial, &cr->plan)) {
-        free(cost), free(pick);
-        return sdp_err(-ENOMEM, "plan --auto: the cost table of %d layers", L);
-    }
-    for (int l = 0; l < L; l++)
-        for (int k = 0; k < NPLACE; k++) {
-            cost[l * NPLACE + k].time_s =
-                nr * sdp_predict_layer_s(run->m, run->micro_batch, run->seq_len, run->work_dtype,
-                                         &cm->mc, place_act[k]);
-            cost[l * NPLACE + k].bytes =
-                sdp_plan_layer_bytes(run->m, run->work_dtype, run->micro_batch, run->seq_len,
-                                     place_act[k], place_off[k]);
-        }
-    /* what the rest of the run holds: the peak with every layer recomputed and offloaded */
-    set_all(&trial, NPLACE - 1);
-    cr->run.plan = &trial;
-    rc = sdp_predict_step(&cr->run, &cm->mc, &floor);
-    if (!rc && floor.gpu_need_bytes > gpu_limit)
-        rc = -ENOSPC, res.min_bytes = 0;
-    if (!rc)
-        rc = sdp_choose(L, NPLACE, cost, (unsigned long long)(gpu_limit - floor.gpu_need_bytes),
-                        16ull << 20, pick, &res);
+    int L = cr->plan.nlayers, *pick = calloc((size_t)L, sizeof(int)), rc;
+    struct sdp_predict chosen;
+    struct sdp_plan shown;
+    double least = 0;
+    if (!pick)
+        return sdp_err(-ENOMEM, "plan --auto: %d layers", L);
+    rc = sdp_cli_auto_choose(cr, cm, gpu_limit, NULL, pick, &chosen, &least);
     if (rc == -ENOSPC) {
         SDP_ERROR("plan --auto: no placement fits %.2f GiB a GPU: the least needs %.2f GiB",
-                  gpu_limit / 1073741824.0, (floor.gpu_need_bytes + res.min_bytes) / 1073741824.0);
+                  gpu_limit / 1073741824.0, least / 1073741824.0);
         sdp_hint("raise train.gpu_memory_gib, or lower batch.micro");
     }
-    for (int l = 0; !rc && l < L; l++)
-        trial.group[l + 1].act = place_act[pick[l]],
-                        trial.group[l + 1].offload = place_off[pick[l]];
-    if (!rc)
-        rc = sdp_predict_step(&cr->run, &cm->mc, &chosen);
-    if (!rc) {
+    if (!rc && !(rc = sdp_plan_copy(&shown, &cr->plan))) {
+        for (int l = 0; l < L; l++)
+            shown.group[l + 1].act = sdp_auto_place_act[pick[l]],
+                            shown.group[l + 1].offload = sdp_auto_place_off[pick[l]];
         printf("\nauto: per-layer activation placements chosen within %.2f GiB a GPU:\n",
                gpu_limit / 1073741824.0);
-        sdp_plan_print(&trial, stdout);
+        sdp_plan_print(&shown, stdout);
         printf("auto: predicted step %.3f s (%.0f tokens/s, bound by %s), %+.1f%% against the "
                "recipe's plan; GPU %.2f GiB\n",
                chosen.step_s, chosen.tokens_per_s, sdp_predict_res_name(chosen.bound),
                100.0 * (base->step_s / chosen.step_s - 1.0), chosen.gpu_need_bytes / 1073741824.0);
         print_rows(pick, L);
+        sdp_plan_free(&shown);
     }
-    cr->run.plan = &cr->plan;
-    sdp_plan_free(&trial);
-    free(cost), free(pick);
+    free(pick);
     return rc;
 }

@@ -64,6 +64,29 @@ int sdp_cli_predict_plan(const struct sdp_recipe *r, const struct sdp_model_cfg 
 int sdp_cli_plan_auto(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, double gpu_limit,
                       const struct sdp_predict *base);
 
+/* AutoPolicy's placements of a decoder layer's activations, the chooser's options in order */
+#define SDP_AUTO_NPLACE 5
+extern const enum sdp_act_place sdp_auto_place_act[SDP_AUTO_NPLACE];
+extern const int sdp_auto_place_off[SDP_AUTO_NPLACE];
+extern const char *const sdp_auto_place_name[SDP_AUTO_NPLACE]; /* keep ... recompute, offload */
+
+/** Every decoder layer of p at placement k. */
+void sdp_auto_set_all(struct sdp_plan *p, int k);
+
+/** A run of layers first..last (1-based) at placement k. */
+struct sdp_auto_row {
+    int first, last, place;
+};
+/** pick (a placement per layer) as runs of equal layers.  @return the rows, or -ENOSPC (max) */
+int sdp_auto_rows(const int *pick, int L, struct sdp_auto_row *rows, int max);
+
+/** AutoPolicy's assignment: pick[l] for every layer, the least predicted GPU time whose bytes fit
+ * limit (a GPU's; on CPU workers the host's) beside the rest of the run; adjust[k] (NULL: none)
+ * adds a measured correction to placement k's time per layer.  chosen: the choice priced whole;
+ * *least: the least any choice needs.  @return 0, -ENOSPC (none fits), -ENOMEM */
+int sdp_cli_auto_choose(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, double limit,
+                        const double *adjust, int *pick, struct sdp_predict *chosen, double *least);
+
 /** One line: the predicted step, tokens/s, bound and peaks, and the machine's source. */
 void sdp_cli_predict_line(const struct sdp_predict *p, const struct sdp_cli_machine *cm, char *out,
                           size_t len);
