@@ -49,6 +49,10 @@ const struct sdp_env_var sdp_env_vars[] = {
     { "SLURM_JOB_ID", "set by Slurm", "the run's log names the job" },
     { "SLURM_CPUS_PER_TASK", "set by Slurm", "the CPU workers default to the job's cores" },
     { "PATH", "the shell's", "slidedp plot looks for gnuplot on it" },
+    { "SDP_CACHE_DIR", "a directory (default $XDG_CACHE_HOME/slidedp, else ~/.cache/slidedp)",
+      "where train.policy auto keeps its chosen plans" },
+    { "XDG_CACHE_HOME", "the desktop's", "the cache's parent when SDP_CACHE_DIR is unset" },
+    { "HOME", "the login's", "~/.cache/slidedp when neither of the two is set" },
     { NULL, NULL, NULL },
 };
 

@@ -27,6 +27,7 @@ static const char *const collectives_names[] = { "starpu", "nccl", NULL };
 static const char *const home_names[] = { "host", "gpu", NULL };
 static const char *const embed_lookup_names[] = { "compute", "host", NULL };
 static const char *const on_off_names[] = { "on", "off", NULL };
+static const char *const policy_names[] = { "fixed", "auto", NULL };
 
 static void set_precision(struct sdp_recipe *r, int i)
 {
@@ -215,6 +216,9 @@ const struct sdp_option sdp_options[] = {
     { "train.param_delay", "param-delay", TRAIN_P, RF(param_delay), .type = SDP_OPT_INT, .lo = 0,
       .hi = 1, .arg = "0|1", .def = "0",
       .help = "1: asynchronous optimizer, weights one update old (for comparisons)" },
+    { "train.policy", "policy", TRAIN_P, INDEX(policy_names, policy_auto), .def = "fixed",
+      .help = "auto: each layer's activation placement chosen by the step-time model, measured "
+              "on a reduced pipeline and validated on the first steps (docs/autopolicy.md)" },
     { "train.machine", "machine", BOTH_P, .type = SDP_OPT_PATH, RF(machine), .arg = "FILE",
       .def = "none (the reference node's figures)",
       .help = "the machine file of `slidedp calibrate`, for the step-time model's prediction" },

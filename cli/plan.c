@@ -326,7 +326,7 @@ static int plan_run(struct sdp_recipe *r)
         print_text(r, &cr, &cm, &p, &l, w, nw > 0 ? nw : 0);
     if (!ok)
         refuse(r, &p, &l, ngpus, w, nw > 0 ? nw : 0);
-    if (r->plan_auto && sdp_cli_plan_auto(&cr, &cm, l.gpu, &p) != 0)
+    if ((r->plan_auto || r->policy_auto) && sdp_cli_plan_auto(&cr, &cm, l.gpu, &p) != 0)
         ok = 0;
     sdp_cli_run_free(&cr);
     return ok ? SDP_EXIT_OK : SDP_EXIT_FAILURE;

@@ -83,6 +83,7 @@ struct sdp_recipe {
     int nccl;            /* train.collectives: 0 starpu (default), 1 nccl (sdp_tasks_use_nccl) */
     int eval_every;      /* steps between validation losses over data.val (0 = never) */
     char machine[SDP_PATH_MAX]; /* the calibration file for the step-time model ("" = defaults) */
+    int policy_auto;            /* train.policy: 0 fixed (the recipe's plan), 1 auto (AutoPolicy) */
 
     /* output */
     char output_dir[SDP_PATH_MAX]; /* "" = no output directory */

@@ -101,12 +101,14 @@ static int start(struct sdp_train *t)
         return SDP_EXIT_FAILURE;
     t->started = 1;
     sdp_train_install_signals(); /* over StarPU's SIGINT handler (STARPU_CATCH_SIGNALS) */
+    t->grad_dt = sdp_recipe_grad_bf16(r, sdp_rt_ncuda() > 0) ? SDP_BF16 : SDP_F32;
+    /* the auto policy's reduced pipeline before the run's state and its trace */
+    if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
+        (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&r->model)) || sdp_train_auto_measure(t))
+        return SDP_EXIT_FAILURE;
     if ((r->trace || r->events) && !r->print_plan && sdp_trace_start())
         return SDP_EXIT_FAILURE;
-    t->grad_dt = sdp_recipe_grad_bf16(r, sdp_rt_ncuda() > 0) ? SDP_BF16 : SDP_F32;
-    if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
-        (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&r->model)) ||
-        sdp_state_create_ex(&t->st, &r->model, t->work_dt, (size_t)(r->chunk_mib * 1048576.0),
+    if (sdp_state_create_ex(&t->st, &r->model, t->work_dt, (size_t)(r->chunk_mib * 1048576.0),
                             t->grad_dt,
                             (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
                                 (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
@@ -181,17 +183,55 @@ static void predict(struct sdp_train *t, const struct sdp_plan *plan)
     SDP_INFO("predicted: %s", line);
 }
 
-/* The ranks, the plan and the step's graph (--print-plan: print the plan instead).  @return an
- * exit status. */
-static int build(struct sdp_train *t)
+/* The plan (the recipe's, and the auto policy's rows when with_auto) and the step's graph on the
+ * state as it stands; the first time, the prediction (--print-plan: the plan printed instead).
+ * @return an exit status */
+static int graph_make(struct sdp_train *t, int with_auto, int first)
 {
     const struct sdp_recipe *r = t->r;
     struct sdp_graph_conf gc = { 0 };
     struct sdp_plan plan;
     int rc;
 
-    graph_conf(r, &gc);
+    sdp_recipe_graph_conf(r, &gc);
+    sdp_cli_place_norms(r->ranks, gc.window);
     gc.grad_route_gpu = t->routes;
+    if (plan_make(r, &t->st, &gc, &plan))
+        return r->nplan ? SDP_EXIT_USAGE : SDP_EXIT_FAILURE;
+    if (with_auto && (sdp_train_auto_apply(t, &plan) || sdp_plan_check(&plan, &t->st, &gc))) {
+        sdp_plan_free(&plan);
+        return SDP_EXIT_FAILURE;
+    }
+    if (first && !r->print_plan)
+        predict(t, &plan);
+    if (r->print_plan) {
+        sdp_plan_print(&plan, stdout);
+        sdp_plan_free(&plan);
+        return SDP_EXIT_OK;
+    }
+    rc = sdp_graph_create_plan(&t->g, &t->st, &gc, &plan);
+    sdp_plan_free(&plan);
+    return rc ? SDP_EXIT_FAILURE : SDP_EXIT_OK;
+}
+
+int sdp_train_regraph(struct sdp_train *t, int with_auto)
+{
+    if (sdp_rt_wait_all())
+        return SDP_EXIT_FAILURE;
+    sdp_graph_destroy(t->g);
+    t->g = NULL;
+    return graph_make(t, with_auto, 0);
+}
+
+/* The ranks, the plan and the step's graph (--print-plan: print the plan instead).  @return an
+ * exit status. */
+static int build(struct sdp_train *t)
+{
+    const struct sdp_recipe *r = t->r;
+    struct sdp_graph_conf gc = { 0 };
+    int rc;
+
+    graph_conf(r, &gc);
     if (r->ranks > 1) {
         int wid[SDP_MAX_RANKS];
         if (sdp_rt_rank_workers(r->ranks, wid) || sdp_tasks_set_ranks(r->ranks, wid))
@@ -203,19 +243,8 @@ static int build(struct sdp_train *t)
                  r->param_sharded ? "sharded" : "replicated", r->grad_route_gpu ? "GPU" : "CPU",
                  r->nccl ? " (NCCL where it is on the GPUs)" : "");
     }
-    if (plan_make(r, &t->st, &gc, &plan))
-        return r->nplan ? SDP_EXIT_USAGE : SDP_EXIT_FAILURE;
-    if (!r->print_plan)
-        predict(t, &plan);
-    if (r->print_plan) {
-        sdp_plan_print(&plan, stdout);
-        sdp_plan_free(&plan);
-        return SDP_EXIT_OK;
-    }
-    rc = sdp_graph_create_plan(&t->g, &t->st, &gc, &plan);
-    sdp_plan_free(&plan);
-    if (rc)
-        return SDP_EXIT_FAILURE;
+    if ((rc = graph_make(t, t->autop.nrows > 0, 1)) != SDP_EXIT_OK || r->print_plan)
+        return rc;
     print_memory(t, &gc);
     SDP_INFO(
         "training %s (%zu parameters, %d layers) for %d steps: %d x %d sequences of %d tokens, "
@@ -224,6 +253,7 @@ static int build(struct sdp_train *t)
         r->steps, gc.n_micro, r->micro_batch, r->seq_len, t->work_dt == SDP_BF16 ? "bf16" : "fp32",
         r->lr, r->data_train, (unsigned long long)t->data.nseq,
         r->output_dir[0] ? ", run directory " : "", r->output_dir);
+    sdp_train_auto_start(t);
     return SDP_EXIT_OK;
 }
 
@@ -267,7 +297,8 @@ static int run(struct sdp_train *t)
         sdp_err(-ENOMEM, "batch buffers");
         return SDP_EXIT_FAILURE;
     }
-    if ((rc = start(t)) != SDP_EXIT_OK || (rc = build(t)) != SDP_EXIT_OK || r->print_plan)
+    if ((rc = sdp_train_auto_plan(t)) != SDP_EXIT_OK || (rc = start(t)) != SDP_EXIT_OK ||
+        (rc = build(t)) != SDP_EXIT_OK || r->print_plan)
         return rc;
     sdp_train_fingerprint(t);
     t0 = sdp_cli_now_s();

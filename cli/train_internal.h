@@ -9,11 +9,29 @@
 #include <stdio.h>
 
 #include "base/fsutil.h"
+#include "cli/predict_cli.h"
 #include "cli/recipe.h"
 #include "formats/data.h"
 #include "graph/step.h"
 #include "runtime/ckpt.h"
 #include "runtime/state.h"
+
+/* train.policy auto: where the plan came from, its rows and figures (cli/autopolicy*.c) */
+#define SDP_AUTO_MAX_ROWS 64
+enum { SDP_AUTO_SELECTED = 1, SDP_AUTO_FROM_CACHE, SDP_AUTO_FROM_RUN };
+struct sdp_auto {
+    int from;     /* SDP_AUTO_*; 0: no selection */
+    int measured; /* stage 2 ran: adjust[] holds its corrections */
+    int nrows;    /* the chosen placements (0: the recipe's plan) */
+    struct sdp_auto_row rows[SDP_AUTO_MAX_ROWS];
+    double adjust[SDP_AUTO_NPLACE];       /* s a step per layer, measured - predicted */
+    double pred_chosen_s, pred_default_s; /* the model's steps */
+    double t0, select_s;                  /* when the selection began, how long it took */
+    int validate;                         /* stage 4 under way */
+    double meas_s[2];                     /* its steps: chosen, the recipe's */
+    char verdict[48];
+    char key[1024], cache_dir[SDP_PATH_MAX], cache_path[SDP_PATH_MAX + 64];
+};
 
 /** One training run: the recipe, its data, state and graph, and where it stands. */
 struct sdp_train {
@@ -45,6 +63,7 @@ struct sdp_train {
      * (the first fills the pipeline and wakes the workers) */
     double pred_step_s, timed_s;
     int timed;
+    struct sdp_auto autop; /* train.policy auto */
 };
 
 /** What a step's metrics line holds beyond the graph's result. */
@@ -66,6 +85,38 @@ int sdp_train_check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_d
 void sdp_train_apply_slurm(struct sdp_recipe *r);
 /** "embedding", "decoder layer 3", "final norm / LM head" for parameter group g. */
 void sdp_train_group_name(const struct sdp_recipe *r, int g, char *out, size_t len);
+
+/* cli/train.c */
+/** The graph again on the state as it stands (the previous one waited for and destroyed), with
+ * the auto policy's rows or the recipe's plan alone.  @return an exit status */
+int sdp_train_regraph(struct sdp_train *t, int with_auto);
+
+/* cli/autopolicy.c, cli/autopolicy_cache.c, cli/autopolicy_check.c: train.policy auto */
+/** Before StarPU: the plan of the run directory (resume) or of the cache, else stage 1 (the
+ * model's choice; a budget nothing fits is refused here).  @return an exit status */
+int sdp_train_auto_plan(struct sdp_train *t);
+/** StarPU started, before the state: stages 2 and 3 (the reduced pipeline, the corrected choice).
+ * @return 0 or an error (logged) */
+int sdp_train_auto_measure(struct sdp_train *t);
+/** The chosen rows as one log line: "auto: what: 1-13 offload, 14 selective, ...". */
+void sdp_train_auto_print(const struct sdp_auto *a, const char *what);
+/** The chosen rows onto plan p.  @return 0 or -EINVAL (logged) */
+int sdp_train_auto_apply(const struct sdp_train *t, struct sdp_plan *p);
+/** Before the first step: stage 4 planned, or the choice saved as it stands. */
+void sdp_train_auto_start(struct sdp_train *t);
+/** Whether step s must not learn of step s + 1 (the graph may change after it). */
+int sdp_train_auto_hold_next(const struct sdp_train *t, int s);
+/** After step s, which took step_s: stage 4's bookkeeping and changes of graph.  @return an exit
+ * status */
+int sdp_train_auto_after_step(struct sdp_train *t, int s, double step_s);
+/** The key of the cache (the model's shape, batch, budgets, machine) and the cache's paths. */
+void sdp_train_auto_key(struct sdp_train *t);
+/** The cached or the run directory's plan into t->autop.  @return 0, -ENOENT, -EINVAL (reported) */
+int sdp_train_auto_load_cache(struct sdp_train *t);
+int sdp_train_auto_load_run(struct sdp_train *t);
+/** The plan into the run directory (auto-plan.json) and, with cache, the cache.  @return 0 or the
+ * run directory's write error (a cache that cannot be written is a warning) */
+int sdp_train_auto_save(struct sdp_train *t, int cache);
 
 /* cli/train_rundir.c */
 /** The recipe fields a resumed run must share with the checkpoint's run. */

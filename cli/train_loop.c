@@ -125,7 +125,8 @@ static int next_batch(struct sdp_train *t, int s, int *have_next, uint64_t pos[2
     if (*have_next) {
         if (draw(t, t->next_ids, t->next_targets, &t->next_skipped))
             return SDP_EXIT_FAILURE;
-        sdp_graph_set_next(t->g, t->next_ids);
+        if (!sdp_train_auto_hold_next(t, s)) /* a graph that may change after s is not told */
+            sdp_graph_set_next(t->g, t->next_ids);
     }
     if (t->skipped > 0 && t->skipped_total == 0)
         SDP_WARN("step %d: %d batch(es) of %d sequences without a target (every target masked) "
@@ -225,7 +226,8 @@ int sdp_train_steps(struct sdp_train *t)
         t_prev = now;
         if (s > t->first)
             t->timed_s += step_s, t->timed++;
-        if ((rc = check_finite(t, s, &res)) != SDP_EXIT_OK)
+        if ((rc = check_finite(t, s, &res)) != SDP_EXIT_OK ||
+            (rc = sdp_train_auto_after_step(t, s, step_s)) != SDP_EXIT_OK)
             break;
         x.skipped_batches = t->skipped;
         if ((rc = sdp_train_eval(t, s, &x)) != SDP_EXIT_OK)

@@ -47,6 +47,15 @@ int sdp_tasks_init(void)
     return 0;
 }
 
+/* Where a codelet can run among this run's workers: what "anywhere" means.  Spelled out rather
+ * than 0, which StarPU resolves only at a codelet's first submission: a graph built again after
+ * a placement would find 0 there, and no worker. */
+static uint32_t anywhere(const struct starpu_codelet *cl)
+{
+    return (cl->cpu_funcs[0] ? STARPU_CPU : 0) |
+           (cl->cuda_funcs[0] && starpu_cuda_worker_get_count() > 0 ? STARPU_CUDA : 0);
+}
+
 int sdp_tasks_place_compute(int on_gpu)
 {
     if (on_gpu && starpu_cuda_worker_get_count() == 0)
@@ -58,7 +67,7 @@ int sdp_tasks_place_compute(int on_gpu)
         if (on_gpu && !cl->cuda_funcs[0])
             return sdp_err(-ENODEV, "codelet %s has no CUDA implementation in this build",
                            cl->name);
-        cl->where = on_gpu ? STARPU_CUDA : 0;
+        cl->where = on_gpu ? STARPU_CUDA : anywhere(cl);
     }
     return 0;
 }
@@ -76,7 +85,7 @@ void sdp_tasks_place_norms(enum sdp_norm_place where)
                                                                                     : 0;
     for (int i = 0; i < sdp_nops; i++) {
         if (sdp_ops[i].place == SDP_PLACE_NORMS)
-            sdp_ops[i].cl->where = norms;
+            sdp_ops[i].cl->where = norms ? norms : anywhere(sdp_ops[i].cl);
         else if (sdp_ops[i].place == SDP_PLACE_NORMS_GPU)
             sdp_ops[i].cl->where = where == SDP_NORMS_GPU ? norms : 0;
     }

@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/* train.policy: auto, the selection (AutoPolicy's stages 1-3; cli/train_internal.h): the step-time
+ * model prices every decoder layer's activation placement and the chooser keeps the least time
+ * within the budget (stage 1, before StarPU: a budget nothing fits is refused there); a reduced
+ * pipeline (the model's layer shapes, a few layers, a few steps) measures each placement on this
+ * machine and corrects the model's per-layer times by what it missed (stage 2); the chooser runs
+ * again on the corrected times (stage 3).  The choice is a list of `plan:` rows, appended to the
+ * recipe's, saved in the run directory (auto-plan.json, reused on resume) and in a cache keyed by
+ * the model's shape, the batch, the budget and the machine (cli/autopolicy_cache.c).  Stage 4, the
+ * validation against the recipe's own plan on the run's first steps, is cli/autopolicy_check.c. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/sdp_log.h"
+#include "cli/cli.h"
+#include "cli/predict_cli.h"
+#include "cli/train_internal.h"
+#include "runtime/init.h"
+
+#define REDUCED_LAYERS 4 /* the reduced pipeline's depth */
+#define REDUCED_STEPS  3 /* its steps per placement: the first fills the pipeline */
+
+/* The chooser's budget: the GPU's limit (the recipe's, else the device's), or on CPU workers the
+ * host's (the recipe's, else what is available). */
+static double budget_of(const struct sdp_recipe *r, const struct sdp_cli_machine *cm)
+{
+    if (cm->mc.ngpus > 0)
+        return r->gpu_memory_gib > 0 ? r->gpu_memory_gib * 1073741824.0
+                                     : (double)cm->mc.gpu_mem_bytes;
+    return r->host_memory_gib > 0 ? r->host_memory_gib * 1073741824.0
+                                  : (double)sdp_rt_host_mem_available();
+}
+
+void sdp_train_auto_print(const struct sdp_auto *a, const char *what)
+{
+    char line[1024];
+    size_t o = 0;
+    line[0] = '\0';
+    for (int i = 0; i < a->nrows && o < sizeof(line); i++) {
+        const struct sdp_auto_row *w = &a->rows[i];
+        o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%d%s%.0d %s", i ? ", " : "", w->first,
+                              w->last > w->first ? "-" : "", w->last > w->first ? w->last : 0,
+                              sdp_auto_place_name[w->place]);
+    }
+    SDP_INFO("auto: %s: %s", what, a->nrows ? line : "the recipe's plan");
+}
+
+/* The choice pick[] as rows into a->rows.  @return 0 or -ENOSPC (logged) */
+static int keep_rows(struct sdp_auto *a, const int *pick, int L)
+{
+    int n = sdp_auto_rows(pick, L, a->rows, SDP_AUTO_MAX_ROWS);
+    if (n < 0)
+        return sdp_err(-ENOSPC, "auto: the choice needs more than %d plan rows", SDP_AUTO_MAX_ROWS);
+    a->nrows = n;
+    return 0;
+}
+
+/* Stages 1 and 3: the chooser on the model's times (+ a->adjust when measured).  Prints the
+ * predicted gain over the recipe's plan.  @return 0, -ENOSPC (logged with the least budget) */
+static int choose(struct sdp_train *t, const char *stage)
+{
+    struct sdp_recipe *r = t->r;
+    struct sdp_auto *a = &t->autop;
+    struct sdp_cli_machine cm;
+    struct sdp_cli_run cr;
+    struct sdp_predict base, chosen;
+    int ngpus = sdp_cli_run_gpus(r, r->machine), rc, *pick;
+    double least = 0, limit;
+    sdp_cli_machine_get(r->machine, ngpus, 0, &cm);
+    if ((rc = sdp_cli_run_make(r, ngpus, &cr)) != 0)
+        return rc;
+    limit = budget_of(r, &cm);
+    pick = calloc((size_t)cr.plan.nlayers, sizeof(*pick));
+    rc = pick ? sdp_predict_step(&cr.run, &cm.mc, &base) : -ENOMEM;
+    if (!rc)
+        rc = sdp_cli_auto_choose(&cr, &cm, limit, a->measured ? a->adjust : NULL, pick, &chosen,
+                                 &least);
+    if (rc == -ENOSPC) {
+        SDP_ERROR("%s: train.policy auto: no activation placement fits the %s of %.2f GiB; the "
+                  "least needs %.2f GiB",
+                  r->file[0] ? r->file : "train", ngpus > 0 ? "GPU budget" : "host budget",
+                  limit / 1073741824.0, least / 1073741824.0);
+        sdp_hint("raise train.%s to %.2f or more, or lower batch.micro",
+                 ngpus > 0 ? "gpu_memory_gib" : "host_memory_gib", least / 1073741824.0 + 0.01);
+    }
+    if (!rc && (rc = keep_rows(a, pick, cr.plan.nlayers)) == 0) {
+        a->pred_default_s = base.step_s, a->pred_chosen_s = chosen.step_s;
+        SDP_INFO("auto: %s: predicted %.3f s a step against %.3f s for the recipe's plan (%+.1f%%)",
+                 stage, chosen.step_s, base.step_s, 100.0 * (base.step_s / chosen.step_s - 1.0));
+        sdp_train_auto_print(a, "layers");
+    }
+    free(pick);
+    sdp_cli_run_free(&cr);
+    return rc;
+}
+
+/* One placement on the reduced pipeline: its state st with every layer at placement k, `steps`
+ * steps of random tokens; @return the mean of the steps after the first in *step_s. */
+static int run_reduced(struct sdp_train *t, struct sdp_state *st, int k, int32_t *ids,
+                       double *step_s)
+{
+    const struct sdp_recipe *r = t->r;
+    struct sdp_graph_conf gc = { 0 };
+    struct sdp_plan p;
+    sdp_graph_t *g = NULL;
+    struct sdp_step_result res;
+    int rc, L = st->cfg.num_layers;
+    double t0 = 0;
+    sdp_recipe_graph_conf(r, &gc);
+    gc.grad_route_gpu = NULL;
+    sdp_cli_place_norms(1, gc.window);
+    rc = sdp_plan_init(&p, st, &gc);
+    if (!rc)
+        rc = sdp_plan_set(&p, st, 1, L, "activations",
+                          sdp_auto_place_off[k] ? "recompute" : sdp_auto_place_name[k]);
+    if (!rc)
+        rc = sdp_plan_set(&p, st, 1, L, "offload", sdp_auto_place_off[k] ? "on" : "off");
+    if (!rc && !(rc = sdp_plan_check(&p, st, &gc)))
+        rc = sdp_graph_create_plan(&g, st, &gc, &p);
+    if (p.group)
+        sdp_plan_free(&p);
+    for (int s = 0; !rc && s < REDUCED_STEPS; s++) {
+        if (s == 1)
+            t0 = sdp_cli_now_s();
+        rc = sdp_graph_step(g, s, ids, ids, 1e-6, 1, &res);
+    }
+    if (!rc)
+        rc = sdp_rt_wait_all();
+    *step_s = (sdp_cli_now_s() - t0) / (REDUCED_STEPS - 1);
+    sdp_graph_destroy(g);
+    return rc;
+}
+
+/* Stage 2: the reduced pipeline's step for each placement against the model's price of it; the
+ * difference per layer corrects that placement's time.  @return 0 or an error (logged) */
+static int measure(struct sdp_train *t)
+{
+    struct sdp_recipe *r = t->r;
+    struct sdp_auto *a = &t->autop;
+    struct sdp_model_cfg m = r->model;
+    struct sdp_state st;
+    struct sdp_cli_machine cm;
+    struct sdp_cli_run cr;
+    size_t n = (size_t)r->global_batch * r->seq_len;
+    int32_t *ids = malloc(n * sizeof(*ids));
+    int rc, ngpus = sdp_rt_ncuda() > 0 ? 1 : 0;
+    m.num_layers = m.num_layers < REDUCED_LAYERS ? m.num_layers : REDUCED_LAYERS;
+    if (!ids)
+        return sdp_err(-ENOMEM, "auto: the reduced pipeline's tokens");
+    for (size_t i = 0; i < n; i++) /* any ids: the work does not depend on them */
+        ids[i] = (int32_t)((i * 2654435761u) % (size_t)m.vocab_size);
+    rc = sdp_state_create_ex(&st, &m, t->work_dt, (size_t)(r->chunk_mib * 1048576.0), t->grad_dt,
+                             (ngpus > 0 ? SDP_STATE_ON_GPU : 0) |
+                                 (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                                 (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    sdp_state_init_random(&st, r->seed);
+    struct sdp_recipe rr = *r; /* the recipe of the reduced model: no rows of the full one */
+    rr.model = m, rr.nplan = 0;
+    sdp_cli_machine_get(r->machine, ngpus, 0, &cm);
+    rc = sdp_cli_run_make(&rr, ngpus, &cr);
+    for (int k = 0; !rc && k < SDP_AUTO_NPLACE; k++) {
+        struct sdp_predict pred;
+        double got = 0;
+        sdp_auto_set_all(&cr.plan, k);
+        if ((rc = sdp_predict_step(&cr.run, &cm.mc, &pred)) != 0 ||
+            (rc = run_reduced(t, &st, k, ids, &got)) != 0)
+            break;
+        a->adjust[k] = (got - pred.step_s) / m.num_layers;
+        SDP_INFO("auto: stage 2: %d layers, every one %s: %.3f s a step measured, %.3f predicted",
+                 m.num_layers, sdp_auto_place_name[k], got, pred.step_s);
+    }
+    if (cr.plan.group)
+        sdp_cli_run_free(&cr);
+    sdp_state_destroy(&st);
+    free(ids);
+    a->measured = rc == 0;
+    return rc;
+}
+
+int sdp_train_auto_plan(struct sdp_train *t)
+{
+    struct sdp_auto *a = &t->autop;
+    if (!t->r->policy_auto || t->r->print_plan)
+        return 0;
+    a->t0 = sdp_cli_now_s();
+    sdp_train_auto_key(t);
+    if (t->resuming && sdp_train_auto_load_run(t) == 0) {
+        a->from = SDP_AUTO_FROM_RUN;
+        sdp_train_auto_print(a, "the run's plan");
+        return 0;
+    }
+    if (sdp_train_auto_load_cache(t) == 0) {
+        a->from = SDP_AUTO_FROM_CACHE;
+        sdp_train_auto_print(a, "the cached plan");
+        return 0;
+    }
+    a->from = SDP_AUTO_SELECTED;
+    return choose(t, "stage 1 (the model)") ? SDP_EXIT_USAGE : 0;
+}
+
+int sdp_train_auto_measure(struct sdp_train *t)
+{
+    struct sdp_auto *a = &t->autop;
+    if (!t->r->policy_auto || t->r->print_plan || a->from != SDP_AUTO_SELECTED)
+        return 0;
+    if (t->r->ranks > 1) /* the reduced pipeline runs one rank */
+        SDP_INFO("auto: stage 2 measures one rank; with %d the model's choice stands", t->r->ranks);
+    else if (measure(t) || choose(t, "stage 3 (the model, corrected by stage 2)"))
+        return -1;
+    a->select_s = sdp_cli_now_s() - a->t0;
+    SDP_INFO("auto: selection took %.1f s", a->select_s);
+    return 0;
+}

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/* train.policy auto, the chosen plan in the run (cli/train_internal.h): its rows applied to the
+ * recipe's plan, and stage 4, the validation: the run's first steps on the chosen plan, then as
+ * many on the recipe's own, each after a step that fills the pipeline; the faster plan carries the
+ * run on.  The steps are the run's own (every placement gives the same bits), so the validation
+ * costs only the slower plan's extra time and two changes of graph, at step boundaries where the
+ * state is whole (as at a resume). */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#include "base/sdp_log.h"
+#include "cli/cli.h"
+#include "cli/train_internal.h"
+
+#define VSTEPS 2 /* timed steps per plan */
+
+int sdp_train_auto_apply(const struct sdp_train *t, struct sdp_plan *p)
+{
+    const struct sdp_auto *a = &t->autop;
+    int rc = 0;
+    for (int i = 0; !rc && i < a->nrows; i++) {
+        const struct sdp_auto_row *w = &a->rows[i];
+        rc = sdp_plan_set(p, &t->st, w->first, w->last, "activations",
+                          sdp_auto_place_off[w->place] ? "recompute"
+                                                       : sdp_auto_place_name[w->place]);
+        if (!rc)
+            rc = sdp_plan_set(p, &t->st, w->first, w->last, "offload",
+                              sdp_auto_place_off[w->place] ? "on" : "off");
+    }
+    return rc;
+}
+
+/* The validation's steps, from the run's first: [v0, v0 + VSTEPS] chosen, then [.., v0 + 2 VSTEPS
+ * + 1] the recipe's; 0 when there is none (the plan came from a file, no step to spare). */
+static int v0_of(const struct sdp_train *t)
+{
+    const struct sdp_auto *a = &t->autop;
+    return a->validate ? t->first : -1000;
+}
+
+int sdp_train_auto_hold_next(const struct sdp_train *t, int s)
+{
+    int v = v0_of(t);
+    return s == v + VSTEPS || s == v + 2 * VSTEPS + 1; /* the graph may change after s */
+}
+
+void sdp_train_auto_start(struct sdp_train *t)
+{
+    struct sdp_auto *a = &t->autop;
+    const int need = 2 * (VSTEPS + 1) + 1;
+    if (!t->r->policy_auto || a->from != SDP_AUTO_SELECTED)
+        return;
+    a->validate = a->nrows > 0 && t->r->steps - t->first >= need;
+    if (!a->validate) {
+        snprintf(a->verdict, sizeof(a->verdict), "%s",
+                 a->nrows ? "not validated: too few steps" : "the recipe's plan");
+        if (a->nrows)
+            SDP_INFO("auto: %d steps are too few to validate the choice (%d needed): the model's "
+                     "choice stands",
+                     t->r->steps - t->first, need);
+        sdp_train_auto_save(t, 1);
+    } else {
+        sdp_train_auto_save(t, 0); /* the run's: a stop before the verdict resumes with it */
+    }
+}
+
+/* The verdict after both plans' timed steps: the faster one carries on.  @return an exit status */
+static int decide(struct sdp_train *t)
+{
+    struct sdp_auto *a = &t->autop;
+    double c = a->meas_s[0] / VSTEPS, d = a->meas_s[1] / VSTEPS;
+    int keep = c < d;
+    a->meas_s[0] = c, a->meas_s[1] = d;
+    snprintf(a->verdict, sizeof(a->verdict), "%s", keep ? "chosen" : "the recipe's plan");
+    SDP_INFO("auto: validation: the chosen plan %.3f s a step, the recipe's %.3f s: %+.1f%% "
+             "measured (%+.1f%% predicted); %s",
+             c, d, 100.0 * (d / c - 1.0), 100.0 * (a->pred_default_s / a->pred_chosen_s - 1.0),
+             keep ? "the chosen plan carries on" : "the recipe's plan carries on");
+    if (keep)
+        SDP_INFO("auto: selection took %.1f s: it pays for itself after %.0f steps", a->select_s,
+                 a->select_s / (d - c) + 0.5);
+    else
+        a->nrows = 0; /* the recipe's plan: what the files keep */
+    a->validate = 0;
+    sdp_train_auto_save(t, 1);
+    return keep ? sdp_train_regraph(t, 1) : SDP_EXIT_OK;
+}
+
+int sdp_train_auto_after_step(struct sdp_train *t, int s, double step_s)
+{
+    struct sdp_auto *a = &t->autop;
+    int v = v0_of(t);
+    if (!a->validate || s < v)
+        return SDP_EXIT_OK;
+    if (s > v && s <= v + VSTEPS)
+        a->meas_s[0] += step_s;
+    if (s == v + VSTEPS)
+        return sdp_train_regraph(t, 0);
+    if (s > v + VSTEPS + 1 && s <= v + 2 * VSTEPS + 1)
+        a->meas_s[1] += step_s;
+    if (s == v + 2 * VSTEPS + 1)
+        return decide(t);
+    return SDP_EXIT_OK;
+}
