@@ -40,3 +40,6 @@ EXTRA_DIST += tests/e2e/test_e2e_calibrate.sh
 # slidedp plan and the step-time model against a measured run (test_e2e_plan_predict.sh)
 TESTS += tests/e2e/test_e2e_plan_predict.sh
 EXTRA_DIST += tests/e2e/test_e2e_plan_predict.sh
+# train.policy auto: selection, validation, cache, resume (test_e2e_policy_auto.sh)
+TESTS += tests/e2e/test_e2e_policy_auto.sh
+EXTRA_DIST += tests/e2e/test_e2e_policy_auto.sh
