@@ -13,8 +13,7 @@
 #include "base/sdp_log.h"
 #include "cli/cli.h"
 #include "cli/train_internal.h"
-
-#define VSTEPS 2 /* timed steps per plan */
+#include "graph/choose.h"
 
 int sdp_train_auto_apply(const struct sdp_train *t, struct sdp_plan *p)
 {
@@ -32,7 +31,8 @@ int sdp_train_auto_apply(const struct sdp_train *t, struct sdp_plan *p)
     return rc;
 }
 
-/* The validation's steps, from the run's first: [v0, v0 + VSTEPS] chosen, then [.., v0 + 2 VSTEPS
+/* The validation's steps, from the run's first: [v0, v0 + SDP_AUTO_VSTEPS] chosen, then [.., v0 + 2
+ * SDP_AUTO_VSTEPS
  * + 1] the recipe's; 0 when there is none (the plan came from a file, no step to spare). */
 static int v0_of(const struct sdp_train *t)
 {
@@ -43,13 +43,14 @@ static int v0_of(const struct sdp_train *t)
 int sdp_train_auto_hold_next(const struct sdp_train *t, int s)
 {
     int v = v0_of(t);
-    return s == v + VSTEPS || s == v + 2 * VSTEPS + 1; /* the graph may change after s */
+    return s == v + SDP_AUTO_VSTEPS ||
+           s == v + 2 * SDP_AUTO_VSTEPS + 1; /* the graph may change after s */
 }
 
 void sdp_train_auto_start(struct sdp_train *t)
 {
     struct sdp_auto *a = &t->autop;
-    const int need = 2 * (VSTEPS + 1) + 1;
+    const int need = 2 * (SDP_AUTO_VSTEPS + 1) + 1;
     if (!t->r->policy_auto || a->from != SDP_AUTO_SELECTED)
         return;
     a->validate = a->nrows > 0 && t->r->steps - t->first >= need;
@@ -70,8 +71,10 @@ void sdp_train_auto_start(struct sdp_train *t)
 static int decide(struct sdp_train *t)
 {
     struct sdp_auto *a = &t->autop;
-    double c = a->meas_s[0] / VSTEPS, d = a->meas_s[1] / VSTEPS;
-    int keep = c < d;
+    int keep = sdp_choose_keep(a->vchosen, SDP_AUTO_VSTEPS, a->vbase, SDP_AUTO_VSTEPS);
+    double c = 0, d = 0;
+    for (int i = 0; i < SDP_AUTO_VSTEPS; i++)
+        c += a->vchosen[i] / SDP_AUTO_VSTEPS, d += a->vbase[i] / SDP_AUTO_VSTEPS;
     a->meas_s[0] = c, a->meas_s[1] = d;
     snprintf(a->verdict, sizeof(a->verdict), "%s", keep ? "chosen" : "the recipe's plan");
     SDP_INFO("auto: validation: the chosen plan %.3f s a step, the recipe's %.3f s: %+.1f%% "
@@ -94,13 +97,13 @@ int sdp_train_auto_after_step(struct sdp_train *t, int s, double step_s)
     int v = v0_of(t);
     if (!a->validate || s < v)
         return SDP_EXIT_OK;
-    if (s > v && s <= v + VSTEPS)
-        a->meas_s[0] += step_s;
-    if (s == v + VSTEPS)
+    if (s > v && s <= v + SDP_AUTO_VSTEPS)
+        a->vchosen[s - v - 1] = step_s;
+    if (s == v + SDP_AUTO_VSTEPS)
         return sdp_train_regraph(t, 0);
-    if (s > v + VSTEPS + 1 && s <= v + 2 * VSTEPS + 1)
-        a->meas_s[1] += step_s;
-    if (s == v + 2 * VSTEPS + 1)
+    if (s > v + SDP_AUTO_VSTEPS + 1 && s <= v + 2 * SDP_AUTO_VSTEPS + 1)
+        a->vbase[s - v - SDP_AUTO_VSTEPS - 2] = step_s;
+    if (s == v + 2 * SDP_AUTO_VSTEPS + 1)
         return decide(t);
     return SDP_EXIT_OK;
 }

@@ -18,6 +18,7 @@
 
 /* train.policy auto: where the plan came from, its rows and figures (cli/autopolicy*.c) */
 #define SDP_AUTO_MAX_ROWS 64
+#define SDP_AUTO_VSTEPS   2 /* the validation's timed steps per plan */
 enum { SDP_AUTO_SELECTED = 1, SDP_AUTO_FROM_CACHE, SDP_AUTO_FROM_RUN };
 struct sdp_auto {
     int from;     /* SDP_AUTO_*; 0: no selection */
@@ -28,7 +29,8 @@ struct sdp_auto {
     double pred_chosen_s, pred_default_s; /* the model's steps */
     double t0, select_s;                  /* when the selection began, how long it took */
     int validate;                         /* stage 4 under way */
-    double meas_s[2];                     /* its steps: chosen, the recipe's */
+    double vchosen[SDP_AUTO_VSTEPS], vbase[SDP_AUTO_VSTEPS]; /* its timed steps */
+    double meas_s[2];                                        /* their means: chosen, the recipe's */
     char verdict[48];
     char key[1024], cache_dir[SDP_PATH_MAX], cache_path[SDP_PATH_MAX + 64];
 };

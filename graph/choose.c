@@ -83,3 +83,15 @@ out:
     free(best), free(next), free(took);
     return rc;
 }
+
+int sdp_choose_keep(const double *chosen_s, int n, const double *base_s, int m)
+{
+    double c = 0, b = 0;
+    if (n <= 0 || m <= 0)
+        return 0;
+    for (int i = 0; i < n; i++)
+        c += chosen_s[i];
+    for (int i = 0; i < m; i++)
+        b += base_s[i];
+    return c / n < b / m;
+}

@@ -35,4 +35,9 @@ struct sdp_choose_result {
 int sdp_choose(int nitems, int nopts, const struct sdp_choice *cost, unsigned long long budget,
                unsigned long long unit, int *pick, struct sdp_choose_result *res);
 
+/** AutoPolicy's validation: whether the chosen plan carries the run on, from the steps timed on
+ * it (chosen_s[0..n)) and on the base plan (base_s[0..m)): only when its mean step is shorter
+ * (a tie, or no step timed, keeps the base: a choice must earn its change). */
+int sdp_choose_keep(const double *chosen_s, int n, const double *base_s, int m);
+
 #endif

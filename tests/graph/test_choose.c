@@ -116,5 +116,11 @@ int main(void)
     struct sdp_choice none[2] = { { 1, SDP_CHOICE_NO }, { 2, SDP_CHOICE_NO } };
     CHECK(sdp_choose(1, 2, none, 1ull << 40, MiB, pick, &res) == -EINVAL, "no option applies");
     CHECK(sdp_choose(2, 2, c, 70 * MiB, 0, pick, &res) == -EINVAL, "unit 0");
+    /* the validation: the chosen plan carries on only when its steps were shorter */
+    const double fast[2] = { 0.9, 1.0 }, slow[2] = { 1.1, 1.2 }, same[2] = { 0.95, 0.95 };
+    CHECK(sdp_choose_keep(fast, 2, slow, 2), "a faster choice is kept");
+    CHECK(!sdp_choose_keep(slow, 2, fast, 2), "a slower choice falls back to the base");
+    CHECK(!sdp_choose_keep(fast, 2, same, 2), "a tie keeps the base (means 0.95 and 0.95)");
+    CHECK(!sdp_choose_keep(fast, 0, slow, 2), "nothing timed keeps the base");
     return sdp_test_finish(sdp_test_nfail);
 }
