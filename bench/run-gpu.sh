@@ -29,6 +29,11 @@
 #            TARGETS_ROUNDS=N runs the list N times, every other round in reverse order
 #   predict  slidedp calibrate, then the step-time model's workloads (PREDICT, as TARGETS) benched
 #            with the prediction beside the measurement (--machine) and priced by slidedp plan
+#   auto     train.policy auto against the fixed default (the recipe's plan), each a short
+#            `slidedp train` of a preset on the KJV text at seq 1024, in the order of AUTO="MODEL
+#            BATCH GPU_GIB HOST_GIB; ..." (default: qwen3-4b/32 under 24 GiB, qwen3-4b/16 under 16
+#            GiB, qwen3-8b/16 with the host's 90 GiB): the selection's log, the chosen plans (the
+#            cache's files, auto-plans/) and both runs' metrics (step times after the validation)
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
@@ -227,6 +232,28 @@ for stage in $stages; do
             log "  plan $name: exit $? $(cut -c1-200 "$out/plan-$name.json")"
         done
         lanes
+        ;;
+    auto)
+        IFS=';' read -r -a specs <<< "$(tr '\n' ' ' <<< "${AUTO:-qwen3-4b 32 24 0; qwen3-4b 16 16 60;
+            qwen3-8b 16 0 90}")"
+        for spec in "${specs[@]}"; do
+            read -r am ab ag ah <<< "$spec"
+            [ -n "$am" ] || continue
+            name="$am-b$ab-gib$ag-host$ah"
+            printf 'model: {preset: %s}\ndata: {train: %s/data/kjv/train.tok, seq_len: 1024}\n' \
+                "$am" "$top" > "$out/$name.yaml"
+            printf 'batch: {global: %s, micro: %s}\noptimizer: {lr: 1.0e-5}\n' "$ab" "$ab" \
+                >> "$out/$name.yaml"
+            printf 'train: {steps: 20, gpus: 1, gpu_memory_gib: %s, host_memory_gib: %s}\n' \
+                "$ag" "$ah" >> "$out/$name.yaml"
+            for pol in fixed auto; do
+                SDP_CACHE_DIR=$out/cache timeout 420 "$b/slidedp" train "$out/$name.yaml" -q \
+                    --policy "$pol" --metrics "$out/metrics-$name-$pol.jsonl" > /dev/null 2> "$out/train-$name-$pol.log"
+                log "train $name $pol: exit $? $(grep -E 'auto: (validation|layers|stage 3|sel)|done:' \
+                    "$out/train-$name-$pol.log" | tr '\n' ' ' | cut -c1-600)"
+            done
+        done
+        cp -r "$out/cache/plans" "$out/auto-plans" 2> /dev/null
         ;;
     peers)
         for sys in pytorch-gpu fsdp2-offload; do
