@@ -33,3 +33,6 @@ TESTS += tests/e2e/test_e2e_embed_lookup.sh
 EXTRA_DIST += tests/e2e/test_e2e_embed_lookup.sh
 TESTS += tests/e2e/test_e2e_embed_lookup_gpu.sh
 EXTRA_DIST += tests/e2e/test_e2e_embed_lookup_gpu.sh
+# the bounded window: its paths on CPU workers, and on a GPU under a limit (exit 77 without one)
+TESTS += tests/e2e/test_e2e_window_cpu.sh tests/e2e/test_e2e_window_gpu.sh
+EXTRA_DIST += tests/e2e/test_e2e_window_cpu.sh tests/e2e/test_e2e_window_gpu.sh
