@@ -153,7 +153,7 @@ static int measure(struct sdp_train *t)
         return sdp_err(-ENOMEM, "auto: the reduced pipeline's tokens");
     for (size_t i = 0; i < n; i++) /* any ids: the work does not depend on them */
         ids[i] = (int32_t)((i * 2654435761u) % (size_t)m.vocab_size);
-    rc = sdp_state_create_ex(&st, &m, t->work_dt, (size_t)(r->chunk_mib * 1048576.0), t->grad_dt,
+    rc = sdp_state_create_ex(&st, &m, t->work_dt, sdp_cli_chunk_bytes(r->chunk_mib, &m), t->grad_dt,
                              (ngpus > 0 ? SDP_STATE_ON_GPU : 0) |
                                  (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
                                  (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));

@@ -171,7 +171,7 @@ static int run(const struct bench_opts *b)
     gbf16 = grad_bf16(b, sdp_rt_ncuda() > 0);
     if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&cfg)) ||
-        sdp_state_create_ex(&st, &cfg, dt, (size_t)(b->chunk_mib * 1048576.0),
+        sdp_state_create_ex(&st, &cfg, dt, sdp_cli_chunk_bytes(b->chunk_mib, &cfg),
                             gbf16 ? SDP_BF16 : SDP_F32,
                             (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
                                 (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
@@ -438,8 +438,8 @@ int sdp_cli_bench(int argc, char **argv)
         sdp_options_usage(stderr, SDP_CMD_BENCH, usage_head, usage_tail);
         return SDP_EXIT_USAGE;
     }
-    if (r.chunk_mib < 0.004) { /* a chunk of at least 4 KiB of fp32 master */
-        fprintf(stderr, "slidedp bench: --chunk-mib expects a number >= 0.004, got %g\n",
+    if (r.chunk_mib != 0 && r.chunk_mib < 0.004) { /* at least 4 KiB of fp32 master, or 0 */
+        fprintf(stderr, "slidedp bench: --chunk-mib expects 0 (unchunked) or >= 0.004, got %g\n",
                 r.chunk_mib);
         return SDP_EXIT_USAGE;
     }

@@ -4,6 +4,10 @@
 #ifndef SDP_CLI_H
 #define SDP_CLI_H
 
+#include <stddef.h>
+
+struct sdp_model_cfg;
+
 #define SDP_EXIT_OK      0
 #define SDP_EXIT_FAILURE 1
 #define SDP_EXIT_USAGE   2
@@ -27,6 +31,9 @@ double sdp_cli_median(double *v, int n);
  * the GPUs when compute runs there with one rank (no host CPU time or memory traffic for them),
  * else on the host under a window, else anywhere.  @return the placement's name, for logs. */
 const char *sdp_cli_place_norms(int ranks, int window);
+/** The state's chunk in bytes of fp32 master for train.chunk_mib = mib: 0 means unchunked, one
+ * chunk as large as m's largest parameter group (the chunk pipeline's ablation). */
+size_t sdp_cli_chunk_bytes(double mib, const struct sdp_model_cfg *m);
 
 /** Whether a run asking for `gpus` CUDA workers (-1 = all found) may compute on GPUs, as far as
  * is known before StarPU starts: never in a build without CUDA. */

@@ -160,8 +160,8 @@ const struct sdp_option sdp_options[] = {
       .help = "random initialisation and data order" },
     { "train.precision", "precision", BOTH_P, CHOICE(precision_names, set_precision), .def = "bf16",
       .help = "the working copies' dtype" },
-    { "train.chunk_mib", "chunk-mib", BENCH_P, RF(chunk_mib), DBL_GT(0), .def = "16",
-      .help = "parameter chunk, MiB of fp32 master" },
+    { "train.chunk_mib", "chunk-mib", BENCH_P, RF(chunk_mib), DBL_GE(0), .def = "16",
+      .help = "parameter chunk, MiB of fp32 master (0: unchunked, one chunk a group)" },
     { "train.activations", "activations", BENCH_P, CHOICE(activation_names, set_activations),
       .def = "recompute",
       .help = "offload: recompute, the saved inputs wait on the host; selective: recompute, "

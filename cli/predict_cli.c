@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/sdp_log.h"
+#include "cli/cli.h"
 #include "cli/predict_cli.h"
 #include "formats/machine.h"
 
@@ -226,8 +227,8 @@ int sdp_cli_run_make(const struct sdp_recipe *r, int ngpus, struct sdp_cli_run *
     if ((rc = sdp_recipe_grad_routes(r, r->model.num_layers + 2, cr->routes)) != 0)
         return rc;
     cr->gc.grad_route_gpu = cr->routes;
-    rc = sdp_predict_plan_from_conf(&cr->plan, &cr->m, &cr->gc, (size_t)(r->chunk_mib * 1048576.0),
-                                    grad_bf16);
+    rc = sdp_predict_plan_from_conf(&cr->plan, &cr->m, &cr->gc,
+                                    sdp_cli_chunk_bytes(r->chunk_mib, &cr->m), grad_bf16);
     if (!rc && (rc = apply_rows(r, &cr->plan)) != 0)
         sdp_plan_free(&cr->plan);
     if (rc)

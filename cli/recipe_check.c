@@ -106,8 +106,9 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
         sdp_hint("lower train.keep_mlp (0: every recomputed layer recomputes its MLP)");
         return -EINVAL;
     }
-    if (!(r->chunk_mib > 0) || !(r->lr > 0))
-        return sdp_err(-EINVAL, "recipe %s: train.chunk_mib=%g and optimizer.lr=%g must be > 0",
+    if (!(r->chunk_mib >= 0) || !(r->lr > 0))
+        return sdp_err(-EINVAL,
+                       "recipe %s: train.chunk_mib=%g must be >= 0 and optimizer.lr=%g > 0",
                        r->file, r->chunk_mib, r->lr);
     if (r->model.max_position_embeddings > 0 && r->seq_len > r->model.max_position_embeddings) {
         sdp_err(-EINVAL,

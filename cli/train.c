@@ -108,8 +108,8 @@ static int start(struct sdp_train *t)
         return SDP_EXIT_FAILURE;
     if ((r->trace || r->events) && !r->print_plan && sdp_trace_start())
         return SDP_EXIT_FAILURE;
-    if (sdp_state_create_ex(&t->st, &r->model, t->work_dt, (size_t)(r->chunk_mib * 1048576.0),
-                            t->grad_dt,
+    if (sdp_state_create_ex(&t->st, &r->model, t->work_dt,
+                            sdp_cli_chunk_bytes(r->chunk_mib, &r->model), t->grad_dt,
                             (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
                                 (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
                                 (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0)))

@@ -7,6 +7,7 @@
 
 #include "codelets/sdp_tasks.h"
 #include "cli/cli.h"
+#include "models/sdp_models.h"
 #include "runtime/init.h"
 
 double sdp_cli_now_s(void)
@@ -36,6 +37,16 @@ int sdp_cli_may_use_gpu(int gpus)
     (void)gpus;
     return 0;
 #endif
+}
+
+size_t sdp_cli_chunk_bytes(double mib, const struct sdp_model_cfg *m)
+{
+    size_t most = 0;
+    if (mib > 0)
+        return (size_t)(mib * 1048576.0);
+    for (int g = 0; g < sdp_model_num_groups(m); g++)
+        most = sdp_model_group_nelems(m, g) > most ? sdp_model_group_nelems(m, g) : most;
+    return most * sizeof(float);
 }
 
 const char *sdp_cli_place_norms(int ranks, int window)

@@ -14,7 +14,7 @@ recipe() {
 
 recipe unknown 's/^  seq_len: 32/  seq_len: 32\n  sequence_length: 64/'
 expect 2 "line 1[0-9].*unknown key 'data.sequence_length'" -- "$bin" train "$tmp/unknown.yaml"
-recipe chunk0 's/chunk_mib: 1/chunk_mib: 0/'
+recipe chunk0 's/chunk_mib: 1/chunk_mib: -1/'
 expect 2 "chunk_mib" -- "$bin" train "$tmp/chunk0.yaml"
 recipe batch 's/micro: 2/micro: 3/'
 expect 2 "not a multiple" -- "$bin" train "$tmp/batch.yaml"
