@@ -271,14 +271,15 @@ static int measure_tasks(struct sdp_machine *m)
 
 /* The GPU passes: a working copy of GPU_N bf16 elements in GPU_CHUNK chunks, cast on the host
  * from an fp32 master and pulled by each GPU (the parameter route's H2D), then a replica on each
- * GPU pulled back chunk by chunk by CPU workers (D2H): 128 MiB each way per GPU per pass. */
+ * GPU brought back into its pinned host memory, every chunk at once (D2H): 128 MiB each way
+ * per GPU per pass. */
 #define GPU_N     ((size_t)64 << 20)
 #define GPU_CHUNK ((size_t)8 << 20)
 #define GPU_REPS  3
 
 struct gpu_bufs {
     sdp_rt_tensor_t *master, *work;
-    sdp_rt_tensor_t *rep[SDP_MACHINE_MAX_GPUS], *back[SDP_MACHINE_MAX_GPUS];
+    sdp_rt_tensor_t *rep[SDP_MACHINE_MAX_GPUS];
 };
 
 static struct sdp_task_opts gpu_opts(enum sdp_phase ph, int chunk, int rank, int on_rank)
@@ -294,7 +295,9 @@ static struct sdp_task_opts gpu_opts(enum sdp_phase ph, int chunk, int rank, int
 }
 
 /* One pass over the GPUs of mask: H2D (d2h = 0: cast each chunk, every GPU of mask pulls it) or
- * D2H (each GPU's replica to the host).  @return seconds, or a negative errno as -1 */
+ * D2H (each GPU's replica, written there, brought into its pinned host memory as a host task's
+ * read brings a gradient: every chunk requested at once, then waited for).  @return seconds, or
+ * -1 */
 static double gpu_pass(struct gpu_bufs *b, int ngpu, unsigned mask, int d2h)
 {
     const int nc = sdp_rt_tensor_nparts(b->work);
@@ -314,18 +317,19 @@ static double gpu_pass(struct gpu_bufs *b, int ngpu, unsigned mask, int d2h)
     if (!rc)
         rc = sdp_rt_wait_all();
     t0 = sdp_cli_now_s();
-    for (int c = 0; !rc && c < nc; c++) {
-        struct sdp_task_opts o;
+    for (int c = 0; !rc && c < nc; c++)
         for (int g = 0; !rc && g < ngpu; g++) {
+            struct sdp_task_opts o = gpu_opts(SDP_PH_CAST, c, g, 1);
             if (!(mask >> g & 1))
                 continue;
-            o = gpu_opts(d2h ? SDP_PH_UPDATE : SDP_PH_CAST, c, g, !d2h);
-            rc = d2h ? sdp_task_stage_put(&o, sdp_rt_tensor_part(b->back[g], c),
-                                          sdp_rt_tensor_part(b->rep[g], c))
+            rc = d2h ? sdp_rt_tensor_fetch_host(sdp_rt_tensor_part(b->rep[g], c))
                      : sdp_task_param_copy(&o, sdp_rt_tensor_part(b->rep[g], c),
                                            sdp_rt_tensor_part(b->work, c));
         }
-    }
+    for (int c = 0; !rc && d2h && c < nc; c++)
+        for (int g = 0; !rc && g < ngpu; g++)
+            if (mask >> g & 1 && !(rc = sdp_rt_tensor_acquire(sdp_rt_tensor_part(b->rep[g], c), 0)))
+                sdp_rt_tensor_release_acquire(sdp_rt_tensor_part(b->rep[g], c));
     if (!rc)
         rc = sdp_rt_wait_all();
     t0 = sdp_cli_now_s() - t0;
@@ -386,13 +390,10 @@ static int measure_gpus(struct sdp_machine *m, int ngpu)
     if (!rc)
         rc = sdp_rt_tensor_partition(b.work, nc, parts);
     for (int g = 0; !rc && g < ngpu; g++) {
-        rc = sdp_rt_tensor_create_device(&b.rep[g], SDP_BF16, GPU_N, "calibrate.replica");
-        if (!rc)
-            rc = sdp_rt_tensor_create(&b.back[g], SDP_BF16, GPU_N, "calibrate.back");
+        /* pinned host memory behind it, as the gradients' */
+        rc = sdp_rt_tensor_create(&b.rep[g], SDP_BF16, GPU_N, "calibrate.replica");
         if (!rc)
             rc = sdp_rt_tensor_partition(b.rep[g], nc, parts);
-        if (!rc)
-            rc = sdp_rt_tensor_partition(b.back[g], nc, parts);
     }
     for (int g = 0; !rc && g < ngpu; g++) {
         struct sdp_machine_gpu *d = &m->gpu[g];
@@ -418,7 +419,7 @@ static int measure_gpus(struct sdp_machine *m, int ngpu)
         m->gpu[0].d2h_shared_bps = m->gpu[0].d2h_bps;
     }
     for (int g = 0; g < ngpu; g++)
-        sdp_rt_tensor_release(b.back[g]), sdp_rt_tensor_release(b.rep[g]);
+        sdp_rt_tensor_release(b.rep[g]);
     sdp_rt_tensor_release(b.work);
     sdp_rt_tensor_release(b.master);
     return rc;

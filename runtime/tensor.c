@@ -329,6 +329,13 @@ void sdp_rt_tensor_discard(sdp_rt_tensor_t *t)
     starpu_data_invalidate_submit(t->handle);
 }
 
+int sdp_rt_tensor_fetch_host(sdp_rt_tensor_t *t)
+{
+    if (starpu_data_fetch_on_node(t->handle, STARPU_MAIN_RAM, 1) != 0)
+        return sdp_err(-EIO, "tensor %s: its host copy could not be fetched", t->name);
+    return 0;
+}
+
 void sdp_rt_tensor_wont_use(sdp_rt_tensor_t *t)
 {
     starpu_data_wont_use(t->handle);

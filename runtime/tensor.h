@@ -57,6 +57,9 @@ void *sdp_rt_tensor_data(sdp_rt_tensor_t *t);
 /** Wait until the host copy is valid (and, with write, exclusively ours), then make it so. */
 int sdp_rt_tensor_acquire(sdp_rt_tensor_t *t, int write);
 void sdp_rt_tensor_release_acquire(sdp_rt_tensor_t *t);
+/** Start bringing the tensor's valid copy into its host memory (asynchronous: a later acquire
+ * waits for it), as a host task's read of a GPU-written tensor does.  @return 0 or -EIO */
+int sdp_rt_tensor_fetch_host(sdp_rt_tensor_t *t);
 /** Drop the tensor's contents once the tasks submitted so far are done: every copy is freed and
  * none is written back (for replicas that the next writer overwrites whole). */
 void sdp_rt_tensor_discard(sdp_rt_tensor_t *t);
