@@ -73,6 +73,7 @@ static int plan_make(const struct sdp_recipe *r, const struct sdp_state *st,
 static void graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc)
 {
     sdp_recipe_graph_conf(r, gc);
+    gc->lora = r->lora;
     if (r->param_delay)
         SDP_WARN("train.param_delay = 1: every step computes with weights one update old "
                  "(asynchronous optimizer); SlideDP's invariant 3 does not hold");

@@ -365,6 +365,9 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
     char name[64];
     if (rc)
         return rc;
+    if (p->lora.rank > 0)
+        return sdp_err(-ENOTSUP, "graph: the plan has LoRA adapters (lora:), whose tasks the step "
+                                 "graph does not build yet; --print-plan shows the plan");
     if (!(g = calloc(1, sizeof(*g))))
         return sdp_err(-ENOMEM, "graph");
     g->st = st;

@@ -40,3 +40,6 @@ EXTRA_DIST += tests/e2e/test_e2e_calibrate.sh
 # slidedp plan and the step-time model against a measured run (test_e2e_plan_predict.sh)
 TESTS += tests/e2e/test_e2e_plan_predict.sh
 EXTRA_DIST += tests/e2e/test_e2e_plan_predict.sh
+# the recipe's lora: section in the plan, and its refusals (test_e2e_lora_plan.sh)
+TESTS += tests/e2e/test_e2e_lora_plan.sh
+EXTRA_DIST += tests/e2e/test_e2e_lora_plan.sh
