@@ -80,6 +80,19 @@ static void graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc)
     sdp_cli_place_norms(r->ranks, gc->window);
 }
 
+/* The state: with lora:, the frozen base and the adapters (sdp_state_create_lora). */
+static int state_create(struct sdp_train *t)
+{
+    const struct sdp_recipe *r = t->r;
+    size_t chunk = (size_t)(r->chunk_mib * 1048576.0);
+    unsigned flags = (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
+                     (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                     (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0);
+    if (r->lora.rank > 0)
+        return sdp_state_create_lora(&t->st, &r->model, &r->lora, t->work_dt, chunk, flags);
+    return sdp_state_create_ex(&t->st, &r->model, t->work_dt, chunk, t->grad_dt, flags);
+}
+
 /* StarPU, the codelets, and the state: resumed from the checkpoint, loaded from the model
  * directory or drawn from the seed.  @return an exit status. */
 static int start(struct sdp_train *t)
@@ -106,12 +119,7 @@ static int start(struct sdp_train *t)
         return SDP_EXIT_FAILURE;
     t->grad_dt = sdp_recipe_grad_bf16(r, sdp_rt_ncuda() > 0) ? SDP_BF16 : SDP_F32;
     if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
-        (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&r->model)) ||
-        sdp_state_create_ex(&t->st, &r->model, t->work_dt, (size_t)(r->chunk_mib * 1048576.0),
-                            t->grad_dt,
-                            (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
-                                (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
-                                (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0)))
+        (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&r->model)) || state_create(t))
         return SDP_EXIT_FAILURE;
     t->state_made = 1;
     if (sdp_rt_ncuda() > 0 && sdp_train_check_gpu_memory(r, t->work_dt))
@@ -131,6 +139,8 @@ static int start(struct sdp_train *t)
     } else {
         sdp_state_init_random(&t->st, r->seed);
     }
+    if (!t->resuming && r->lora.rank > 0)
+        sdp_state_lora_init(&t->st, r->seed);
     return SDP_EXIT_OK;
 }
 

@@ -94,10 +94,12 @@ static int check_host_memory(struct sdp_train *t)
     const struct sdp_recipe *r = t->r;
     unsigned long long need, avail, state_bytes;
 
-    state_bytes = sdp_state_host_bytes(&r->model, t->work_dt, t->grad_dt,
-                                       (sdp_cli_may_use_gpu(r->gpus) ? SDP_STATE_ON_GPU : 0) |
-                                           (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
-                                           (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
+    state_bytes = r->lora.rank > 0
+                      ? sdp_state_lora_host_bytes(&r->model, &r->lora, t->work_dt)
+                      : sdp_state_host_bytes(&r->model, t->work_dt, t->grad_dt,
+                                             (sdp_cli_may_use_gpu(r->gpus) ? SDP_STATE_ON_GPU : 0) |
+                                                 (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                                                 (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
     need = state_bytes +
            (unsigned long long)r->global_batch / r->micro_batch *
                (sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, r->recompute) *

@@ -18,6 +18,8 @@ static int mlp_chunk0(const struct sdp_state *st, int gi)
 {
     const struct sdp_group_state *gs = &st->groups[gi];
     size_t tail = (size_t)-1, end = 0;
+    if (gs->frozen) /* LoRA's base: no gradient, no update */
+        return -1;
     for (int i = 0; i < gs->ntensors; i++) {
         const struct sdp_param_desc *d = &gs->tensors[i];
         if (d->kind == SDP_PT_GATE || d->kind == SDP_PT_UP || d->kind == SDP_PT_DOWN)
