@@ -177,11 +177,6 @@ int sdp_recipe_lora_check(const struct sdp_recipe *r)
                  "not implemented, and another mask would not be PEFT's training");
         return -EINVAL;
     }
-    if (r->lora_init[0]) {
-        sdp_err(-EINVAL, "recipe %s: lora.init_from is not supported yet", r->file);
-        sdp_hint("drop lora.init_from: the adapters start from PEFT's initialisation");
-        return -EINVAL;
-    }
     if (r->ranks > 1)
         return sdp_err(-EINVAL, "recipe %s: lora: is for one rank (train.ranks is %d)", r->file,
                        r->ranks);

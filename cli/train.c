@@ -20,6 +20,7 @@
 #include "cli/predict_cli.h"
 #include "cli/train_internal.h"
 #include "runtime/init.h"
+#include "runtime/peft.h"
 #include "base/sdp_log.h"
 #include "runtime/tensor.h"
 #include "runtime/trace.h"
@@ -139,8 +140,11 @@ static int start(struct sdp_train *t)
     } else {
         sdp_state_init_random(&t->st, r->seed);
     }
-    if (!t->resuming && r->lora.rank > 0)
+    if (!t->resuming && r->lora.rank > 0 && !r->print_plan) {
         sdp_state_lora_init(&t->st, r->seed);
+        if (r->lora_init[0] && sdp_state_load_peft(&t->st, r->lora_init))
+            return SDP_EXIT_FAILURE;
+    }
     return SDP_EXIT_OK;
 }
 

@@ -15,6 +15,7 @@
 #include "formats/hfconfig.h"
 #include "policies/sdp_policies.h"
 #include "runtime/init.h"
+#include "runtime/peft.h"
 
 /* Slurm: the job id names the default run directory (a requeued job keeps its id, so it resumes),
  * and the CPUs of the task set the CPU workers. */
@@ -140,6 +141,11 @@ int sdp_train_check(struct sdp_train *t)
     }
     if (sdp_recipe_validate(r))
         return SDP_EXIT_USAGE;
+    if (r->lora.rank > 0 && r->lora_init[0] &&
+        sdp_peft_check_config(r->lora_init, &r->model, &r->lora)) {
+        sdp_hint("lora.init_from (recipe %s) names that adapter", r->file);
+        return SDP_EXIT_USAGE;
+    }
     /* the tokenizer RUN/final gets: the recipe's, else the model directory's */
     if (!r->tokenizer[0] && r->model_path[0] && sdp_hfdir_has_tokenizer(r->model_path))
         snprintf(r->tokenizer, sizeof(r->tokenizer), "%s", r->model_path);

@@ -514,13 +514,20 @@ int sdp_state_load_hf(struct sdp_state *st, const char *path)
     return rc;
 }
 
+/* The fp32 copy of group gs's weights: its master, or a frozen fp32 base's working copy (a LoRA
+ * state merged for export, sdp_state_lora_merge). */
+static sdp_rt_tensor_t *base_of(struct sdp_group_state *gs)
+{
+    return gs->frozen ? gs->work : gs->master;
+}
+
 int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype)
 {
     struct sdp_st_wtensor *wt;
     int n = 0, rc;
     char path[4200];
     enum sdp_st_dtype sdt = !strcmp(dtype, "bfloat16") ? SDP_ST_BF16 : SDP_ST_F32;
-    if (st->lora.rank > 0)
+    if (st->lora.rank > 0 && st->work_dtype != SDP_F32)
         return sdp_err(-EINVAL, "state: the base of a LoRA run is frozen and has no master to "
                                 "save; its adapters are what it trains");
     rc = sdp_mkdir_p(dir);
@@ -528,7 +535,7 @@ int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype)
         return rc;
     for (int g = 0; g < st->ngroups; g++) {
         /* the masters are written only by CPU tasks: make the host copy current */
-        rc = sdp_rt_tensor_acquire(st->groups[g].master, 0);
+        rc = sdp_rt_tensor_acquire(base_of(&st->groups[g]), 0);
         if (rc)
             return rc;
         n += st->groups[g].ntensors;
@@ -541,7 +548,7 @@ int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype)
     n = 0;
     for (int g = 0; g < st->ngroups; g++) {
         struct sdp_group_state *gs = &st->groups[g];
-        const float *p = sdp_rt_tensor_data(gs->master);
+        const float *p = sdp_rt_tensor_data(base_of(gs));
         for (int i = 0; i < gs->ntensors; i++) {
             const struct sdp_param_desc *d = &gs->tensors[i];
             int one_d = d->rows == 1 && d->kind != SDP_PT_EMBED && d->kind != SDP_PT_LM_HEAD;
@@ -561,6 +568,6 @@ int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype)
     free(wt);
 out:
     for (int g = 0; g < st->ngroups; g++)
-        sdp_rt_tensor_release_acquire(st->groups[g].master);
+        sdp_rt_tensor_release_acquire(base_of(&st->groups[g]));
     return rc;
 }

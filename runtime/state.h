@@ -106,7 +106,8 @@ int sdp_state_load_hf(struct sdp_state *st, const char *path);
 int sdp_state_check_hf(const struct sdp_model_cfg *cfg, const char *path);
 
 /** Write config.json and model.safetensors (sharded above 5 GiB) of the current masters into dir
- * (created if missing), as dtype "float32" or "bfloat16".  Waits for pending tasks.
+ * (created if missing), as dtype "float32" or "bfloat16"; of a LoRA state, its fp32 frozen base
+ * (merged by sdp_state_lora_merge for an export; a bf16 base is refused).  Waits for pending tasks.
  * @return 0, -EIO, -ENOSPC */
 int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype);
 

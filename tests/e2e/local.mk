@@ -43,3 +43,6 @@ EXTRA_DIST += tests/e2e/test_e2e_plan_predict.sh
 # the recipe's lora: section in the plan, and its refusals (test_e2e_lora_plan.sh)
 TESTS += tests/e2e/test_e2e_lora_plan.sh
 EXTRA_DIST += tests/e2e/test_e2e_lora_plan.sh
+# LoRA adapters in PEFT's format: read, written, merged, against PEFT (test_e2e_lora_peft.sh)
+TESTS += tests/e2e/test_e2e_lora_peft.sh
+EXTRA_DIST += tests/e2e/test_e2e_lora_peft.sh tests/e2e/lora_peft.py

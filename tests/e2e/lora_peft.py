@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""LoRA adapters between slidedp and PEFT (run by test_e2e_lora_peft.sh).
+
+  lora_peft.py make OUT      a tiny Qwen3 (the tiny recipe's shapes, fp32, seed 0) in OUT/base and
+                             a PEFT LoRA adapter of it in OUT/adapter: r 4, alpha 8, the seven
+                             projections of layers 1-3 (0-based), B drawn non-zero so that the
+                             adapter changes the model
+  lora_peft.py check OUT     after `slidedp export` wrote OUT/rewritten (the adapter read and
+                             written again) and OUT/merged (--merge):
+    1. OUT/rewritten holds PEFT's tensors bit for bit, and PeftModel.from_pretrained loads it;
+    2. every merged weight against PEFT's merge_and_unload(), within the rounding bound below;
+    3. transformers' logits of the merged model against PEFT's LoRA forward (unmerged) of the
+       adapter, and our own logits of the merged model (dump_logits), within LOGIT_RTOL.
+Exit 0 pass, 1 fail, 77 skip (torch, transformers, peft or safetensors missing).
+"""
+
+import os
+import subprocess
+import sys
+
+try:
+    import numpy as np
+    import torch
+    import transformers
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from safetensors.torch import load_file
+except ImportError as e:
+    print("SKIP: %s" % e)
+    sys.exit(77)
+
+R, ALPHA, LAYERS = 4, 8, [1, 2, 3]
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+NSEQ, T = 2, 32
+U32 = 2.0 ** -24
+
+# Logits: both sides compute an fp32 forward of weights that agree to a few roundings (part 2), so
+# the differences are the rounding errors of different summation orders.  The argument of
+# tests/e2e/export_hf.py (chains of ~20 fp32 operations, reductions of k terms, a typical relative
+# error sqrt(k) u per reduction) gives ~3e-6 for this model's longest reductions (k = 384): the
+# threshold 1e-5 is ~3x that; a wrong scale, a transposed A or B or a missed target moves the
+# logits by more than 1e-3 relative here (B ~ 0.05).
+LOGIT_RTOL = 1e-5
+
+
+def tiny_config():
+    return transformers.Qwen3Config(
+        vocab_size=151936, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=1024,
+        rope_theta=1000000.0, tie_word_embeddings=True, rms_norm_eps=1e-6)
+
+
+def make(out):
+    torch.manual_seed(0)
+    model = transformers.Qwen3ForCausalLM(tiny_config()).float()
+    model.save_pretrained(os.path.join(out, "base"))
+    cfg = LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, layers_to_transform=LAYERS,
+                     lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, cfg)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.05)
+    peft_model.save_pretrained(os.path.join(out, "adapter"))
+    print("made %s/base and %s/adapter" % (out, out))
+
+
+def base_model(out):
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.join(out, "base"), dtype=torch.float32, attn_implementation="eager").eval()
+
+
+def ids():
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(0, 151669, (NSEQ, T), generator=g)
+
+
+def rel(a, b):
+    return float(torch.linalg.vector_norm((a - b).double()) / torch.linalg.vector_norm(b.double()))
+
+
+def check_rewritten(out):
+    ok = True
+    a = load_file(os.path.join(out, "adapter", "adapter_model.safetensors"))
+    b = load_file(os.path.join(out, "rewritten", "adapter_model.safetensors"))
+    if sorted(a) != sorted(b):
+        print("rewritten adapter: names differ: %s" % sorted(set(a) ^ set(b)))
+        return False
+    same = all(torch.equal(a[k].float(), b[k]) for k in a)
+    print("rewritten adapter: %d tensors, bit-identical: %s" % (len(a), same))
+    m = PeftModel.from_pretrained(base_model(out), os.path.join(out, "rewritten"))
+    n = sum(1 for k, _ in m.named_parameters() if "lora_" in k)
+    print("PeftModel.from_pretrained loaded it: %d adapter tensors" % n)
+    return same and n == len(a) and ok
+
+
+def check_weights(out):
+    """ours: W + s (B A) summed in fp64, rounded once; PEFT: fp32 B @ A (r products, error at most
+    r u sum|b||a|), times s = 2 (exact), added to W (one rounding).  Per element
+    |ours - peft| <= 2 u |W'| + (r + 1) u s sum_k |b_ik| |a_kj|, a bound from Higham's Thm 3.1."""
+    peft = PeftModel.from_pretrained(base_model(out), os.path.join(out, "adapter"))
+    adapters = {k: v.detach() for k, v in peft.named_parameters() if "lora_" in k}
+    merged_ref = peft.merge_and_unload().state_dict()
+    ours = load_file(os.path.join(out, "merged", "model.safetensors"))
+    worst, ok, s = 0.0, True, ALPHA / R
+    for k, w in merged_ref.items():
+        if k not in ours:
+            if k == "lm_head.weight":
+                continue  # tied
+            print("merged: %s missing" % k)
+            return False
+        o = ours[k]
+        stem = "base_model.model." + k[: -len(".weight")]
+        an = [n for n in adapters if n.startswith(stem + ".lora_A")]
+        bound = 2 * U32 * w.abs()
+        if an:
+            A = adapters[an[0]]
+            B = adapters[[n for n in adapters if n.startswith(stem + ".lora_B")][0]]
+            bound = bound + (R + 1) * U32 * s * (B.abs() @ A.abs())
+        elif not torch.equal(o, w):
+            print("merged: %s is not adapted but changed" % k)
+            ok = False
+        err = (o.double() - w.double()).abs()
+        if bool((err > bound.double()).any()):
+            print("merged: %s exceeds the bound (%.3g > %.3g)" % (k, float(err.max()),
+                                                                 float(bound.max())))
+            ok = False
+        worst = max(worst, float((err / bound.double().clamp_min(1e-30)).max()))
+    print("merged weights: %d tensors, worst error %.2f of its bound" % (len(merged_ref), worst))
+    return ok
+
+
+def check_logits(out, dump):
+    x = ids()
+    with torch.no_grad():
+        peft = PeftModel.from_pretrained(base_model(out), os.path.join(out, "adapter")).eval()
+        ref = peft(input_ids=x).logits
+        base = base_model(out)(input_ids=x).logits
+        merged = transformers.AutoModelForCausalLM.from_pretrained(
+            os.path.join(out, "merged"), dtype=torch.float32,
+            attn_implementation="eager").eval()(input_ids=x).logits
+    idp, lp = os.path.join(out, "ids.bin"), os.path.join(out, "logits.bin")
+    x.to(torch.int32).numpy().tofile(idp)
+    r = subprocess.run([dump, os.path.join(out, "merged"), idp, str(NSEQ), str(T), lp])
+    if r.returncode:
+        print("dump_logits exited %d" % r.returncode)
+        return False
+    ours = torch.from_numpy(np.fromfile(lp, dtype=np.float32).reshape(ref.shape))
+    e_hf, e_ours, e_base = rel(merged, ref), rel(ours, ref), rel(base, ref)
+    print("logits vs PEFT's LoRA forward: transformers on the merged model %.2e, ours %.2e "
+          "(limit %.0e); the base alone %.2e" % (e_hf, e_ours, LOGIT_RTOL, e_base))
+    return e_hf < LOGIT_RTOL and e_ours < LOGIT_RTOL and e_base > 100 * LOGIT_RTOL
+
+
+def main():
+    if sys.argv[1] == "make":
+        make(sys.argv[2])
+        return 0
+    out, dump = sys.argv[2], sys.argv[3]
+    ok = check_rewritten(out)
+    ok = check_weights(out) and ok
+    ok = check_logits(out, dump) and ok
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
