@@ -70,6 +70,16 @@ void sdp_cpu_matmul_bwd_weight(float *dw, const float *dout, const float *x, int
 void sdp_cpu_matmul_bwd_weight_ref(float *dw, const float *dout, const float *x, int M, int K,
                                    int N);
 
+/* ---- LoRA adapters (PEFT: y = W x + s B (A x), s = alpha / r) ---- */
+/** y (M, out; row stride ldy) += s (x (M, in) . A (r, in)^T) . B (out, r)^T; u: M * r scratch */
+void sdp_cpu_lora_fwd(float *y, int ldy, const float *x, const float *a, const float *b, int M,
+                      int in, int out, int r, float s, float *u);
+/** With dy (M, out; row stride ldy) the gradient of y: dx (M, in) += s (dy B) A,
+ * dA (r, in) += s (dy B)^T x, dB (out, r) += s dy^T (x A^T); u, v: M * r scratch each */
+void sdp_cpu_lora_bwd(float *dx, const float *dy, int ldy, const float *x, const float *a,
+                      const float *b, float *ga, float *gb, int M, int in, int out, int r, float s,
+                      float *u, float *v);
+
 /* ---- embedding ---- */
 
 /** out (N, C) = wte[ids[n]] for n < N.  ids in [0, V). */

@@ -2,7 +2,8 @@
 # GEMMs through cuBLASLt (needs -lcublasLt) and the fused LM head + cross-entropy.
 libsdp_a_SOURCES += codelets/cuda/gemm_internal.h \
 	codelets/cuda/matmul.cu \
-	codelets/cuda/lmhead_ce.cu
+	codelets/cuda/lmhead_ce.cu \
+	codelets/cuda/lora.cu
 
 check_PROGRAMS += tests/kernels/test_cuda_matmul tests/kernels/test_cuda_lmhead_ce
 TESTS += tests/kernels/test_cuda_matmul tests/kernels/test_cuda_lmhead_ce

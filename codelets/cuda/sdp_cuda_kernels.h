@@ -89,6 +89,20 @@ void sdp_cuda_matmul_bwd_weight(cublasLtHandle_t lt, float *dw, const void *dout
                                 int M, int K, int N, int dt, void *ws, size_t ws_bytes,
                                 cudaStream_t s);
 
+/* ---- LoRA adapters (codelets/cuda/lora.cu) ----
+ * y, dy: the slice's first element, row stride ldy; A (r, in), B (out, r) dt; u, us, v, vs:
+ * M * r * 4 bytes of device workspace each. */
+/** y (M, out) dt += s (x (M, in) dt . A^T) . B^T (the scaled product rounded to dt first) */
+void sdp_cuda_lora_fwd(cublasLtHandle_t lt, void *y, int ldy, const void *x, const void *a,
+                       const void *b, int M, int in, int out, int r, float s, int dt, void *u,
+                       void *us, void *ws, size_t ws_bytes, cudaStream_t st);
+/** dx (M, in) dt += s (dy B) A; ga (r, in) f32 += s (dy B)^T x; gb (out, r) f32 += s dy^T (x A^T)
+ */
+void sdp_cuda_lora_bwd(cublasLtHandle_t lt, void *dx, const void *dy, int ldy, const void *x,
+                       const void *a, const void *b, float *ga, float *gb, int M, int in, int out,
+                       int r, float s, int dt, void *u, void *us, void *v, void *vs, void *ws,
+                       size_t ws_bytes, cudaStream_t st);
+
 /* ---- embedding ---- */
 /** out (N, C) dt = wte[ids] (wte (V, C) dt) */
 void sdp_cuda_embedding_fwd(void *out, const int32_t *ids, const void *wte, int N, int C, int dt,
