@@ -7,6 +7,30 @@
 
 #include "graph/graph_internal.h"
 
+/* Layer l's LoRA adapter on the linear `kind`, if the plan gives it one: y's columns [col0, col0 +
+ * out) (row stride ldy) += s B (A x), x (N, in) the linear's input (lora_fwd). */
+static int lora_fwd(sdp_graph_t *g, const struct sdp_task_opts *o, int l, enum sdp_ptensor kind,
+                    sdp_rt_tensor_t *y, int ldy, int col0, sdp_rt_tensor_t *x, int N)
+{
+    const struct sdp_lora_state *ls = g->st->groups[l].lora;
+    struct sdp_lora_dims d = { 0 };
+    if (!(g->plan.group[l].lora_targets & SDP_LORA_BIT(kind)) || !ls)
+        return 0;
+    for (int i = 0; i + 1 < ls->ntensors; i += 2)
+        if (ls->tensors[i].kind == kind) {
+            d.a_off = ls->tensors[i].offset;
+            d.b_off = ls->tensors[i + 1].offset;
+            d.in = ls->tensors[i].cols;
+            d.out = ls->tensors[i + 1].rows;
+        }
+    d.M = N;
+    d.r = g->plan.lora.rank;
+    d.ldy = ldy;
+    d.col0 = col0;
+    d.s = (float)sdp_lora_scale(&g->plan.lora);
+    return sdp_task_lora_fwd(o, y, x, ls->work, &d);
+}
+
 /* The MLP half of layer l's forward up to the down projection: a->xmid -> a->h2 (norm), a->gu,
  * a->act; the first task with options o1, the others with o.  When a->gu is already set (kept
  * from the forward, keep-mlp) the gate/up projection is not computed again and the SwiGLU, which
@@ -18,9 +42,12 @@ static int mlp_fwd(sdp_graph_t *g, const struct sdp_task_opts *o1, const struct 
     struct sdp_state *st = g->st;
     TRY_RET(sdp_task_rmsnorm_fwd(o1, a->h2, a->rstd2, a->xmid, W, sdp_state_off(st, l, SDP_PT_LN2),
                                  N, g->C, eps));
-    if (!gu_kept)
+    if (!gu_kept) {
         TRY_RET(sdp_task_matmul_fwd(o, a->gu, NULL, a->h2, W, sdp_state_off(st, l, SDP_PT_GATE), N,
                                     g->C, 2 * g->I));
+        TRY_RET(lora_fwd(g, o, l, SDP_PT_GATE, a->gu, 2 * g->I, 0, a->h2, N));
+        TRY_RET(lora_fwd(g, o, l, SDP_PT_UP, a->gu, 2 * g->I, g->I, a->h2, N));
+    }
     return sdp_task_swiglu_fwd(gu_kept ? osw : o, a->act, a->gu, N, g->I);
 }
 
@@ -72,6 +99,9 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
                                  g->C, eps));
     TRY_RET(sdp_task_matmul_fwd(&o, a->qkv, NULL, a->h1, W, sdp_state_off(st, l, SDP_PT_Q), N, g->C,
                                 g->QKV));
+    TRY_RET(lora_fwd(g, &o, l, SDP_PT_Q, a->qkv, g->QKV, 0, a->h1, N));
+    TRY_RET(lora_fwd(g, &o, l, SDP_PT_K, a->qkv, g->QKV, g->NH * g->HD, a->h1, N));
+    TRY_RET(lora_fwd(g, &o, l, SDP_PT_V, a->qkv, g->QKV, (g->NH + g->NKV) * g->HD, a->h1, N));
     TRY_RET(sdp_task_qknorm_rope_fwd(&o, a->qkv2, a->rstdqk, a->qkv, W,
                                      qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1,
                                      qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1, &g->rope,
@@ -81,10 +111,13 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
         return 0;
     TRY_RET(sdp_task_matmul_fwd(&o, a->xmid, x, a->att, W, sdp_state_off(st, l, SDP_PT_O), N,
                                 g->NH * g->HD, g->C));
+    TRY_RET(lora_fwd(g, &o, l, SDP_PT_O, a->xmid, g->C, 0, a->att, N));
     TRY_RET(mlp_fwd(g, &o, &o, &o, l, W, a, N, eps, 0));
-    if (out)
+    if (out) {
         TRY_RET(sdp_task_matmul_fwd(&o, out, a->xmid, a->act, W, sdp_state_off(st, l, SDP_PT_DOWN),
                                     N, g->I, g->C));
+        TRY_RET(lora_fwd(g, &o, l, SDP_PT_DOWN, out, g->C, 0, a->act, N));
+    }
     return 0;
 }
 

@@ -343,6 +343,20 @@ int sdp_graph_optimizer(sdp_graph_t *g, int step, int update)
     return 0;
 }
 
+/* The working copy of group gi's adapters from their masters, chunk by chunk. */
+static int lora_cast(sdp_graph_t *g, int step, int gi)
+{
+    struct sdp_lora_state *ls = g->st->groups[gi].lora;
+    for (int c = 0; c < ls->nchunks; c++) {
+        struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
+        o.hint.chunk = c;
+        o.priority = 1;
+        TRY_RET(
+            sdp_task_cast(&o, sdp_rt_tensor_part(ls->work, c), sdp_rt_tensor_part(ls->master, c)));
+    }
+    return 0;
+}
+
 int sdp_graph_refresh_work(sdp_graph_t *g, int step)
 {
     struct sdp_state *st = g->st;
@@ -356,7 +370,9 @@ int sdp_graph_refresh_work(sdp_graph_t *g, int step)
             o.hint.stage_role = SDP_STAGE_NONE;
             TRY_RET(sdp_task_zero(&o, gs->work));
         }
-        for (int c = 0; c < gs->nchunks; c++) {
+        if (gs->lora) /* LoRA: the adapters' copies from their masters; the base is frozen */
+            TRY_RET(lora_cast(g, step, gi));
+        for (int c = 0; c < gs->nchunks && !gs->frozen; c++) {
             struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
             o.hint.chunk = c;
             o.priority = 1;

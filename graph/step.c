@@ -188,6 +188,10 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
     if (valid == 0)
         return sdp_err(-EINVAL, "step %d: every target is ignored; nothing to learn from",
                        step + 1);
+    if (g->plan.lora.rank > 0)
+        return sdp_err(-ENOTSUP, "graph: training with LoRA adapters (lora:) is not built yet: "
+                                 "the adapters' backward and updates are to come (the forward "
+                                 "and sdp_graph_logits are)");
 
     /* the tags of a step that failed part-way may belong to tasks never submitted: leave them */
     g->ntags = 0;
@@ -365,9 +369,8 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
     char name[64];
     if (rc)
         return rc;
-    if (p->lora.rank > 0)
-        return sdp_err(-ENOTSUP, "graph: the plan has LoRA adapters (lora:), whose tasks the step "
-                                 "graph does not build yet; --print-plan shows the plan");
+    if (p->lora.rank > 0 && (p->nranks > 1 || p->param_delay))
+        return sdp_err(-EINVAL, "graph: LoRA adapters are for one rank, param_delay 0");
     if (!(g = calloc(1, sizeof(*g))))
         return sdp_err(-ENOMEM, "graph");
     g->st = st;

@@ -11,7 +11,9 @@
     1. OUT/rewritten holds PEFT's tensors bit for bit, and PeftModel.from_pretrained loads it;
     2. every merged weight against PEFT's merge_and_unload(), within the rounding bound below;
     3. transformers' logits of the merged model against PEFT's LoRA forward (unmerged) of the
-       adapter, and our own logits of the merged model (dump_logits), within LOGIT_RTOL.
+       adapter, our own logits of the merged model (dump_logits), and our LoRA forward of the
+       base and the adapter (dump_logits with the adapter: the lora_fwd tasks beside the frozen
+       base), within LOGIT_RTOL.
 Exit 0 pass, 1 fail, 77 skip (torch, transformers, peft or safetensors missing).
 """
 
@@ -141,15 +143,19 @@ def check_logits(out, dump):
             attn_implementation="eager").eval()(input_ids=x).logits
     idp, lp = os.path.join(out, "ids.bin"), os.path.join(out, "logits.bin")
     x.to(torch.int32).numpy().tofile(idp)
-    r = subprocess.run([dump, os.path.join(out, "merged"), idp, str(NSEQ), str(T), lp])
-    if r.returncode:
-        print("dump_logits exited %d" % r.returncode)
-        return False
-    ours = torch.from_numpy(np.fromfile(lp, dtype=np.float32).reshape(ref.shape))
-    e_hf, e_ours, e_base = rel(merged, ref), rel(ours, ref), rel(base, ref)
-    print("logits vs PEFT's LoRA forward: transformers on the merged model %.2e, ours %.2e "
-          "(limit %.0e); the base alone %.2e" % (e_hf, e_ours, LOGIT_RTOL, e_base))
-    return e_hf < LOGIT_RTOL and e_ours < LOGIT_RTOL and e_base > 100 * LOGIT_RTOL
+    got = []
+    for extra in ([os.path.join(out, "merged")], [os.path.join(out, "base"),
+                                                  os.path.join(out, "adapter")]):
+        r = subprocess.run([dump, extra[0], idp, str(NSEQ), str(T), lp] + extra[1:])
+        if r.returncode:
+            print("dump_logits exited %d" % r.returncode)
+            return False
+        got.append(torch.from_numpy(np.fromfile(lp, dtype=np.float32).reshape(ref.shape)))
+    e_hf, e_ours, e_lora, e_base = rel(merged, ref), rel(got[0], ref), rel(got[1], ref), rel(base, ref)
+    print("logits vs PEFT's LoRA forward: transformers on the merged model %.2e, ours on it %.2e, "
+          "our LoRA forward %.2e (limit %.0e); the base alone %.2e"
+          % (e_hf, e_ours, e_lora, LOGIT_RTOL, e_base))
+    return max(e_hf, e_ours, e_lora) < LOGIT_RTOL and e_base > 100 * LOGIT_RTOL
 
 
 def main():

@@ -6,7 +6,8 @@
 # --merge writes the merged model.  lora_peft.py then checks that the rewritten adapter is PEFT's
 # bit for bit and loads with PeftModel.from_pretrained, that every merged weight is PEFT's
 # merge_and_unload() within a derived rounding bound, and that the merged model's logits
-# (transformers' and our own forward, dump_logits) match PEFT's LoRA forward.  Bad adapters are
+# (transformers' and our own forward, dump_logits) and our forward of the frozen base with the
+# adapter's own tasks (lora_fwd, dump_logits with the adapter) match PEFT's LoRA forward.  Bad adapters are
 # refused with exit 2 naming the field or tensor, writing nothing: a DoRA config, a target that
 # names no linear, a tensor whose shape disagrees with the base, an extra tensor; and an adapter
 # without --base; a recipe whose lora.init_from adapter is not its lora: is refused (exit 2).  Skips (77) without torch, transformers, peft or safetensors.
