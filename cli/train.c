@@ -227,16 +227,6 @@ static int build(struct sdp_train *t)
         sdp_plan_free(&plan);
         return SDP_EXIT_OK;
     }
-    if (plan.lora.rank > 0) {
-        sdp_plan_free(&plan);
-        sdp_err(-ENOTSUP,
-                "%s: training with LoRA adapters is not built yet (their backward and "
-                "updates are to come)",
-                r->file);
-        sdp_hint("--print-plan shows the plan; slidedp export ADAPTER OUT --base MODEL --merge "
-                 "folds a PEFT adapter into its model");
-        return SDP_EXIT_FAILURE;
-    }
     rc = sdp_graph_create_plan(&t->g, &t->st, &gc, &plan);
     sdp_plan_free(&plan);
     if (rc)

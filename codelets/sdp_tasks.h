@@ -127,7 +127,8 @@ int sdp_task_swiglu_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dgu, sdp
 
 /** LM head + cross-entropy, forward and backward in one task.
  * loss (2) f64 W = { sum of -log p(target) over valid targets, number of valid targets };
- * dh (N, C) W = scale * dloss/dh; grad group gg RW: (V, C) at g_off += scale * dloss/dw.
+ * dh (N, C) W = scale * dloss/dh; grad group gg RW: (V, C) at g_off += scale * dloss/dw (gg
+ * NULL: no weight gradient, a frozen head).
  * h (N, C) R, w (V, C) at w_off of wg, targets (N) i32 (< 0 ignored). */
 int sdp_task_lmhead_ce(const struct sdp_task_opts *o, sdp_rt_tensor_t *loss, sdp_rt_tensor_t *dh,
                        sdp_rt_tensor_t *gg, size_t g_off, sdp_rt_tensor_t *h, sdp_rt_tensor_t *wg,

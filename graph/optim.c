@@ -325,9 +325,11 @@ int sdp_graph_optimizer(sdp_graph_t *g, int step, int update)
             TRY_RET(sdp_graph_norms(g, step, gi));
     }
     struct sdp_task_opts on = opts(g, step, -1, -1, SDP_PH_NORM);
-    rc = sdp_task_grad_norm(&on, g->clip, g->sumsq, st->nchunks_total, g->c.max_grad_norm);
+    rc = sdp_task_grad_norm(&on, g->clip, g->sumsq, g->nsumsq, g->c.max_grad_norm);
     if (rc || !update)
         return rc;
+    if (g->plan.lora.rank > 0) /* LoRA: the adapters alone; the base is frozen */
+        return sdp_graph_lora_update(g, step);
     for (int gi = 0; gi < st->ngroups; gi++) {
         for (int c = 0; c < st->groups[gi].nchunks; c++)
             TRY_RET(sdp_graph_update_chunk(

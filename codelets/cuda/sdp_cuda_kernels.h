@@ -172,10 +172,10 @@ void sdp_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int
 
 /* ---- LM head + cross-entropy, in blocks of rows so (N, V) logits never exist whole ----
  * loss (2) double, device: {sum of -log p(target) over valid rows, number of valid rows} (written).
- * dh (N, C) dt = scale * dloss/dh; dw (V, C) f32 += scale * dloss/dw; targets (N) int32, < 0
- * ignored.  The logits are stored as zdt (SDP_CUDA_F32, or SDP_CUDA_BF16 for bf16 weights), the
- * softmax computed from them in fp32.  ws: at least sdp_cuda_lmhead_ce_ws(N, C, V, rows_per_block,
- * zdt) bytes. */
+ * dh (N, C) dt = scale * dloss/dh; dw (V, C) f32 += scale * dloss/dw (NULL: none); targets (N)
+ * int32, < 0 ignored.  The logits are stored as zdt (SDP_CUDA_F32, or SDP_CUDA_BF16 for bf16
+ * weights), the softmax computed from them in fp32.  ws: at least sdp_cuda_lmhead_ce_ws(N, C, V,
+ * rows_per_block, zdt) bytes. */
 size_t sdp_cuda_lmhead_ce_ws(int N, int C, int V, int rows_per_block, int zdt);
 void sdp_cuda_lmhead_ce(cublasLtHandle_t lt, double *loss, void *dh, float *dw, const void *h,
                         const void *w, const int32_t *targets, int N, int C, int V, float scale,

@@ -14,6 +14,13 @@
        adapter, our own logits of the merged model (dump_logits), and our LoRA forward of the
        base and the adapter (dump_logits with the adapter: the lora_fwd tasks beside the frozen
        base), within LOGIT_RTOL.
+  lora_peft.py train OUT DATA RUN METRICS STEPS
+                             PEFT trains OUT/adapter on OUT/base for STEPS AdamW steps on the
+                             batches `slidedp train` took from DATA (the recipe of
+                             test_e2e_lora_peft.sh: T 32, 4 sequences a step in 2 micro-batches, in
+                             order, lr 1e-3 constant, betas 0.9 0.95, eps 1e-8, weight decay 0.1,
+                             clipping at 1 as ours); its losses and gradient norms must match
+                             METRICS and its final adapter RUN/final, within the bounds below.
 Exit 0 pass, 1 fail, 77 skip (torch, transformers, peft or safetensors missing).
 """
 
@@ -158,10 +165,96 @@ def check_logits(out, dump):
     return max(e_hf, e_ours, e_lora) < LOGIT_RTOL and e_base > 100 * LOGIT_RTOL
 
 
+# Training.  Per step, both sides start from the same adapter and base (fp32) and differ only by
+# rounding: the loss by about log2(V) u = 1e-6 relative (the argument of test_e2e_loss_compare.sh),
+# the gradients by a few 1e-6 relative; AdamW's update m / sqrt(v) does not depend on the
+# gradient's scale, so each step moves the adapters' relative error by about as much, and the loss
+# error grows at most linearly: LOSS_RTOL = 1e-5 over 10 steps, the fp32 rule of
+# test_e2e_hf_parity.c, with the gradient norm under the same bound.  The adapters' change over the
+# run, (final - initial), carries the updates' relative error (a few 1e-6 a step, more for elements
+# whose gradient is near zero, where m / sqrt(v) is a ratio of small numbers): ADAPTER_RTOL = 1e-3
+# norm-wise leaves two orders of magnitude; a wrong scale, decay, bias correction or clipping
+# changes it by O(1).
+LOSS_RTOL, ADAPTER_RTOL = 1e-5, 1e-3
+T_TRAIN, GLOBAL, MICRO, LR, BETAS, EPS, WD, CLIP = 32, 4, 2, 1e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
+
+
+def batches(data, steps):
+    with open(data, "rb") as f:
+        head = f.read(64)
+        count = int.from_bytes(head[16:24], "little")
+        tok = np.frombuffer(f.read(4 * count), dtype="<u4").astype(np.int64)
+    for s in range(steps):
+        seqs = [tok[k * T_TRAIN:k * T_TRAIN + T_TRAIN + 1]
+                for k in range(s * GLOBAL, (s + 1) * GLOBAL)]
+        yield torch.tensor(np.stack([q[:-1] for q in seqs])), torch.tensor(
+            np.stack([q[1:] for q in seqs]))
+
+
+def train(out, data, run, metrics, steps):
+    import json
+    import math
+    model = PeftModel.from_pretrained(base_model(out), os.path.join(out, "adapter"),
+                                      is_trainable=True).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    init = [p.detach().clone() for p in params]
+    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, foreach=False,
+                            fused=False)
+    V = model.config.vocab_size
+    ours = [json.loads(l) for l in open(metrics) if '"loss"' in l]
+    ok, worst = len(ours) == steps, 0.0
+    for s, (ids, tg) in enumerate(batches(data, steps)):
+        loss_sum = 0.0
+        for mb in range(GLOBAL // MICRO):
+            x, y = ids[mb * MICRO:(mb + 1) * MICRO], tg[mb * MICRO:(mb + 1) * MICRO]
+            logits = model(input_ids=x, use_cache=False).logits
+            ce = torch.nn.functional.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1),
+                                                   reduction="sum")
+            (ce / tg.numel()).backward()
+            loss_sum += ce.item()
+        # the global norm in fp64 and clip_grad_norm_'s coefficient, as ours (codelets/adamw.c)
+        gnorm = math.sqrt(sum(float(torch.linalg.vector_norm(p.grad, dtype=torch.float64)) ** 2
+                              for p in params))
+        coef = min(CLIP / (gnorm + 1e-6), 1.0)
+        for p in params:
+            p.grad.mul_(coef)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_sum / tg.numel()
+        if s < len(ours):
+            el = abs(ours[s]["loss"] - loss) / abs(loss)
+            eg = abs(ours[s]["grad_norm"] - gnorm) / gnorm
+            worst = max(worst, el, eg)
+            print("step %2d  loss ours %.8f peft %.8f (%.1e)  grad norm ours %.6f peft %.6f (%.1e)"
+                  % (s + 1, ours[s]["loss"], loss, el, ours[s]["grad_norm"], gnorm, eg))
+            ok = ok and el < LOSS_RTOL and eg < LOSS_RTOL
+    final = load_file(os.path.join(run, "final", "adapter_model.safetensors"))
+    num = den = moved = 0.0
+    for n, p, p0 in zip(names, params, init):
+        key = n.replace(".default", "")
+        if key not in final:
+            print("final adapter: %s missing" % key)
+            return False
+        d_ref, d_ours = (p.detach() - p0).double(), (final[key] - p0).double()
+        num += float(((d_ours - d_ref) ** 2).sum())
+        den += float((d_ref ** 2).sum())
+        moved += float((p0.double() ** 2).sum())
+    e = math.sqrt(num / den)
+    print("losses and gradient norms: worst %.1e (limit %.0e); final adapter: its change over the "
+          "run differs by %.2e relative (limit %.0e; the change is %.2e of the adapter's norm)"
+          % (worst, LOSS_RTOL, e, ADAPTER_RTOL, math.sqrt(den / moved)))
+    return ok and e < ADAPTER_RTOL and len(final) == len(names)
+
+
 def main():
     if sys.argv[1] == "make":
         make(sys.argv[2])
         return 0
+    if sys.argv[1] == "train":
+        ok = train(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]))
+        print("PASS" if ok else "FAIL")
+        return 0 if ok else 1
     out, dump = sys.argv[2], sys.argv[3]
     ok = check_rewritten(out)
     ok = check_weights(out) and ok

@@ -10,7 +10,9 @@
 # adapter's own tasks (lora_fwd, dump_logits with the adapter) match PEFT's LoRA forward.  Bad adapters are
 # refused with exit 2 naming the field or tensor, writing nothing: a DoRA config, a target that
 # names no linear, a tensor whose shape disagrees with the base, an extra tensor; and an adapter
-# without --base; a recipe whose lora.init_from adapter is not its lora: is refused (exit 2).  Skips (77) without torch, transformers, peft or safetensors.
+# without --base; a recipe whose lora.init_from adapter is not its lora: is refused (exit 2).
+# Then training: 10 steps from the PEFT adapter against PEFT's own training of it (losses,
+# gradient norms, the final adapter in RUN/final, which PeftModel.from_pretrained loads).  Skips (77) without torch, transformers, peft or safetensors.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 dump=$build/tests/e2e/dump_logits
@@ -51,6 +53,29 @@ expect 1 "$q.lora_A.weight has shape \[4, 96\], the base implies \[4, 128\]" -- 
 expect 1 "lora_embedding_A is not a LoRA adapter" -- "$bin" export "$tmp/bad-extra" "$tmp/o4" --base "$w/base"
 expect 1 "$q.lora_B.weight is missing" -- "$bin" export "$tmp/bad-missing" "$tmp/o5" --base "$w/base"
 expect 2 "is a PEFT adapter" -- "$bin" export "$w/adapter" "$tmp/o6"
+# training against PEFT: 10 AdamW steps of the adapter (B non-zero) on the frozen base, fp32, CPU
+# workers; losses, gradient norms and the final adapter (RUN/final) against PEFT's own training
+# (lora_peft.py train: its tolerances are derived there)
+{
+    printf 'model: {path: %s}\ndata: {train: %s, seq_len: 32, shuffle: false}\n' "$w/base" "$top/data/kjv/val.tok"
+    printf 'batch: {global: 4, micro: 2}\nschedule: {name: constant, warmup_steps: 0}\n'
+    printf 'optimizer: {lr: 1.0e-3, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1, max_grad_norm: 1.0}\n'
+    printf 'train: {steps: 10, precision: fp32}\n'
+    printf 'lora: {rank: 4, alpha: 8, targets: all-linear, layers: 2-4, init_from: %s}\n' "$w/adapter"
+} > "$tmp/train.yaml"
+if "$bin" train "$tmp/train.yaml" --cpus 2 --output "$w/run" --metrics "$w/m.jsonl" -q 2> "$w/train.err"; then
+    "$py" "$top/tests/e2e/lora_peft.py" train "$w" "$top/data/kjv/val.tok" "$w/run" "$w/m.jsonl" 10 2>&1 |
+        grep -v -e 'Loading weights' -e 'Warning' -e 'warnings.warn' | tee "$w/train.log"
+    grep -q '^PASS$' "$w/train.log" || fail=1
+    # PEFT loads what the run wrote
+    "$py" -c "import sys, transformers, peft
+m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1])
+peft.PeftModel.from_pretrained(m, sys.argv[2]); print('PeftModel.from_pretrained loaded RUN/final')" \
+        "$w/base" "$w/run/final" 2>&1 | grep -v -e 'Loading weights' -e arn || fail=1
+else
+    echo "LoRA training failed"; cat "$w/train.err"; fail=1
+fi
+
 # lora.init_from: the adapter must be the recipe's LoRA (checked before the run starts)
 recipe() { # RANK: a LoRA recipe on the base, starting from the adapter
     printf 'model: {path: %s}\ndata: {train: %s, seq_len: 32}\nbatch: {global: 2, micro: 2}\n' \
