@@ -177,6 +177,14 @@ int sdp_recipe_lora_check(const struct sdp_recipe *r)
                  "not implemented, and another mask would not be PEFT's training");
         return -EINVAL;
     }
+    if (r->work_on_gpu || r->embed_on_gpu || r->param_delay) {
+        sdp_err(-EINVAL,
+                "recipe %s: lora: keeps the frozen base's working copy on the host and "
+                "updates synchronously",
+                r->file);
+        sdp_hint("drop train.work_home, train.embed_home and train.param_delay");
+        return -EINVAL;
+    }
     if (r->ranks > 1)
         return sdp_err(-EINVAL, "recipe %s: lora: is for one rank (train.ranks is %d)", r->file,
                        r->ranks);
