@@ -2,10 +2,12 @@
 # SPDX-License-Identifier: MIT
 """LoRA adapters between slidedp and PEFT (run by test_e2e_lora_peft.sh).
 
-  lora_peft.py make OUT      a tiny Qwen3 (the tiny recipe's shapes, fp32, seed 0) in OUT/base and
-                             a PEFT LoRA adapter of it in OUT/adapter: r 4, alpha 8, the seven
-                             projections of layers 1-3 (0-based), B drawn non-zero so that the
-                             adapter changes the model
+  lora_peft.py make OUT ARCH  ARCH qwen3: a tiny Qwen3 (the tiny recipe's shapes, tied), or llama:
+                             a tiny Llama (untied, llama3 RoPE scaling, 3 layers), fp32, seed 0,
+                             in OUT/base, and a PEFT LoRA adapter of it in OUT/adapter: r 4,
+                             alpha 8, the seven projections of the layers after the first, B drawn
+                             non-zero so that the adapter changes the model; OUT/layers holds
+                             their range in the recipe's numbering (2-4, 2-3)
   lora_peft.py check OUT     after `slidedp export` wrote OUT/rewritten (the adapter read and
                              written again) and OUT/merged (--merge):
     1. OUT/rewritten holds PEFT's tensors bit for bit, and PeftModel.from_pretrained loads it;
@@ -38,7 +40,7 @@ except ImportError as e:
     print("SKIP: %s" % e)
     sys.exit(77)
 
-R, ALPHA, LAYERS = 4, 8, [1, 2, 3]
+R, ALPHA = 4, 8
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 NSEQ, T = 2, 32
 U32 = 2.0 ** -24
@@ -52,18 +54,29 @@ U32 = 2.0 ** -24
 LOGIT_RTOL = 1e-5
 
 
-def tiny_config():
-    return transformers.Qwen3Config(
-        vocab_size=151936, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=1024,
-        rope_theta=1000000.0, tie_word_embeddings=True, rms_norm_eps=1e-6)
+def tiny_model(arch):
+    if arch == "qwen3":
+        return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
+            vocab_size=151936, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            max_position_embeddings=1024, rope_theta=1000000.0, tie_word_embeddings=True,
+            rms_norm_eps=1e-6))
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=151936, hidden_size=64, intermediate_size=176, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+        rope_theta=500000.0, tie_word_embeddings=False, rms_norm_eps=1e-5,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32}))
 
 
-def make(out):
+def make(out, arch):
     torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(tiny_config()).float()
+    model = tiny_model(arch).float()
     model.save_pretrained(os.path.join(out, "base"))
-    cfg = LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, layers_to_transform=LAYERS,
+    layers = list(range(1, model.config.num_hidden_layers))
+    with open(os.path.join(out, "layers"), "w") as f:
+        f.write("%d-%d\n" % (layers[0] + 1, layers[-1] + 1))
+    cfg = LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, layers_to_transform=layers,
                      lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
     peft_model = get_peft_model(model, cfg)
     with torch.no_grad():
@@ -249,7 +262,7 @@ def train(out, data, run, metrics, steps):
 
 def main():
     if sys.argv[1] == "make":
-        make(sys.argv[2])
+        make(sys.argv[2], sys.argv[3])
         return 0
     if sys.argv[1] == "train":
         ok = train(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]))
