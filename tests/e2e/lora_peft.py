@@ -48,7 +48,7 @@ U32 = 2.0 ** -24
 # Logits: both sides compute an fp32 forward of weights that agree to a few roundings (part 2), so
 # the differences are the rounding errors of different summation orders.  The argument of
 # tests/e2e/export_hf.py (chains of ~20 fp32 operations, reductions of k terms, a typical relative
-# error sqrt(k) u per reduction) gives ~3e-6 for this model's longest reductions (k = 384): the
+# error sqrt(k) u per reduction) gives ~3e-6 for these models' longest reductions (k <= 384): the
 # threshold 1e-5 is ~3x that; a wrong scale, a transposed A or B or a missed target moves the
 # logits by more than 1e-3 relative here (B ~ 0.05).
 LOGIT_RTOL = 1e-5
