@@ -125,6 +125,11 @@ static int start(struct sdp_train *t)
     t->state_made = 1;
     if (sdp_rt_ncuda() > 0 && sdp_train_check_gpu_memory(r, t->work_dt))
         return SDP_EXIT_FAILURE;
+    /* a LoRA checkpoint holds the adapters alone: the frozen base comes from where it came */
+    if (t->resuming && r->lora.rank > 0 &&
+        (r->model_path[0] ? sdp_state_load_hf(&t->st, r->model_path)
+                          : (sdp_state_init_random(&t->st, r->seed), 0)))
+        return SDP_EXIT_FAILURE;
     if (t->resuming) {
         if (sdp_ckpt_load(t->ckpath, &t->st, &t->info))
             return SDP_EXIT_FAILURE;

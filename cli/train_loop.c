@@ -167,13 +167,6 @@ static int checkpoint(struct sdp_train *t, int s, const uint64_t pos[2], double 
     /* the metrics file in place first: a resume from an older checkpoint trims it */
     if (sdp_train_metrics_commit(t, 1))
         return SDP_EXIT_FAILURE;
-    if (r->lora.rank > 0) { /* the checkpoint format holds masters and moments of every group */
-        static int told;
-        if (!told++)
-            SDP_WARN("checkpoints of a LoRA run are not written yet: a stopped run starts again; "
-                     "RUN/final gets the adapter at the end");
-        return SDP_EXIT_OK;
-    }
     memset(&t->info, 0, sizeof(t->info));
     t->info.step = s + 1;
     t->info.data_epoch = pos[0];
