@@ -5,7 +5,8 @@
  * and gate/up projections take one task per target; the backward adds into dx (after the frozen
  * linear's matmul_bwd_data wrote it) and accumulates dA and dB into the adapters' fp32 gradient.
  * A and B are read from the adapters' working copy (offsets a_off, b_off).  Kernels:
- * codelets/cpu/lora.c, codelets/cuda/lora.cu.  Tests: tests/kernels/test_kernels_lora.c. */
+ * codelets/cpu/lora.c, codelets/cuda/lora.cu.  Tests: tests/kernels/test_kernels_lora.c,
+ * tests/kernels/test_cuda_lora.c. */
 #include "config.h"
 
 #include "codelets/cl_common.h"
@@ -76,8 +77,8 @@ static void lora_fwd_cuda(void *buffers[], void *cl_arg)
     sdp_cuda_lora_fwd(starpu_cublasLt_get_local_handle(), (void *)at(buffers[0], a->col0), ldy,
                       SDP_VEC(buffers[1]), at(buffers[2], a->a_off), at(buffers[2], a->b_off), M,
                       in, out, r, a->s, dt, sdp_cl_cuda_ws(0, (size_t)M * r * 4),
-                      sdp_cl_cuda_ws(1, (size_t)M * r * 4), ws, wsb,
-                      starpu_cuda_get_local_stream());
+                      sdp_cl_cuda_ws(1, (size_t)M * r * 4), sdp_cl_cuda_ws(2, (size_t)M * out * 4),
+                      ws, wsb, starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -88,13 +89,13 @@ static void lora_bwd_cuda(void *buffers[], void *cl_arg)
     size_t wsb;
     void *ws = sdp_cl_cublaslt_ws(&wsb);
     float *g = SDP_VECF(buffers[4]);
-    sdp_cuda_lora_bwd(starpu_cublasLt_get_local_handle(), SDP_VEC(buffers[0]),
-                      at(buffers[1], a->col0), ldy, SDP_VEC(buffers[2]), at(buffers[3], a->a_off),
-                      at(buffers[3], a->b_off), g + a->a_off, g + a->b_off, M, in, out, r, a->s,
-                      SDP_CL_DT(buffers[0]), sdp_cl_cuda_ws(0, (size_t)M * r * 4),
-                      sdp_cl_cuda_ws(1, (size_t)M * r * 4), sdp_cl_cuda_ws(2, (size_t)M * r * 4),
-                      sdp_cl_cuda_ws(3, (size_t)M * r * 4), ws, wsb,
-                      starpu_cuda_get_local_stream());
+    sdp_cuda_lora_bwd(
+        starpu_cublasLt_get_local_handle(), SDP_VEC(buffers[0]), at(buffers[1], a->col0), ldy,
+        SDP_VEC(buffers[2]), at(buffers[3], a->a_off), at(buffers[3], a->b_off), g + a->a_off,
+        g + a->b_off, M, in, out, r, a->s, SDP_CL_DT(buffers[0]),
+        sdp_cl_cuda_ws(0, (size_t)M * r * 4), sdp_cl_cuda_ws(1, (size_t)M * r * 4),
+        sdp_cl_cuda_ws(2, (size_t)M * (r > in ? r : in) * 4), sdp_cl_cuda_ws(3, (size_t)M * r * 4),
+        ws, wsb, starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
 }
 #endif

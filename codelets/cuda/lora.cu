@@ -3,9 +3,10 @@
  * (gemm_internal.h) and one kernel that scales the rank-r intermediate by s = alpha / r and rounds
  * it to the operands' dtype, since one GEMM takes both operands in one dtype.  Row-major (rows,
  * cols) operands are column-major (cols, rows) matrices: every product is computed transposed.
- * The accumulations into y and dx run in place (beta 1, C = D): in bf16 that rounds twice, like
- * the forward's residual epilogue (sdp_cuda_matmul_fwd's note).  Never allocates or
- * synchronizes.  Test: tests/kernels/test_kernels_lora.c (CPU); the GPU test is to come. */
+ * The accumulations into y and dx run in place (beta 1, C = D) in f32; in bf16 the product goes
+ * to an fp32 buffer t and a kernel adds it, rounding once (cuBLASLt's in-place bf16 epilogue was
+ * measured well beyond two roundings: sdp_cuda_matmul_fwd's note).  Never allocates or
+ * synchronizes.  Test: tests/kernels/test_cuda_lora.c (fp64 oracle, f32 and bf16). */
 #include <stdint.h>
 
 #include <cuda_bf16.h>
@@ -23,6 +24,40 @@ __global__ void lora_scale_kernel(void *out, const float *in, size_t n, float s,
         ((__nv_bfloat16 *)out)[i] = __float2bfloat16_rn(s * in[i]);
     else
         ((float *)out)[i] = s * in[i];
+}
+
+/* y (M, n; row stride ldy) dt += t (M, n) f32, one rounding */
+__global__ void lora_add_kernel(void *y, int ldy, const float *t, int M, int n, int dt)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)M * n)
+        return;
+    size_t at = (i / n) * (size_t)ldy + i % n;
+    if (dt == SDP_CUDA_BF16) {
+        __nv_bfloat16 *p = (__nv_bfloat16 *)y + at;
+        *p = __float2bfloat16_rn(__bfloat162float(*p) + t[i]);
+    } else {
+        ((float *)y)[at] += t[i];
+    }
+}
+
+/* y (M, n; ldy) += op(A) op(B) as sdp_cuda_gemm_lt's m = n, n = M: in place in f32, through t in
+ * bf16 */
+static void gemm_add(cublasLtHandle_t lt, int transa, int transb, int n, int M, int k,
+                     const void *a, int lda, const void *b, int ldb, void *y, int ldy, int dt,
+                     float *t, void *ws, size_t ws_bytes, cudaStream_t st)
+{
+    if (dt != SDP_CUDA_BF16) {
+        sdp_cuda_gemm_lt(lt, transa, transb, n, M, k, a, lda, b, ldb, 1.0f, y, y, ldy, dt, dt, ws,
+                         ws_bytes, st);
+        return;
+    }
+    sdp_cuda_gemm_lt(lt, transa, transb, n, M, k, a, lda, b, ldb, 0.0f, NULL, t, n, dt,
+                     SDP_CUDA_F32, ws, ws_bytes, st);
+    const int threads = 256;
+    size_t total = (size_t)M * n;
+    lora_add_kernel<<<(unsigned)((total + threads - 1) / threads), threads, 0, st>>>(y, ldy, t, M,
+                                                                                     n, dt);
 }
 
 static void scale_to(void *out, const float *in, size_t n, float s, int dt, cudaStream_t st)
@@ -44,14 +79,14 @@ static void down(cublasLtHandle_t lt, const void *x, const void *a, int M, int i
 
 extern "C" void sdp_cuda_lora_fwd(cublasLtHandle_t lt, void *y, int ldy, const void *x,
                                   const void *a, const void *b, int M, int in, int out, int r,
-                                  float s, int dt, void *u, void *us, void *ws, size_t ws_bytes,
-                                  cudaStream_t st)
+                                  float s, int dt, void *u, void *us, void *t, void *ws,
+                                  size_t ws_bytes, cudaStream_t st)
 {
     if (M <= 0 || in <= 0 || out <= 0 || r <= 0)
         return;
     down(lt, x, a, M, in, r, s, dt, (float *)u, us, ws, ws_bytes, st);
     /* y^T (out, M) += B (r, out)^T . us^T (r, M) */
-    sdp_cuda_gemm_lt(lt, 1, 0, out, M, r, b, r, us, r, 1.0f, y, y, ldy, dt, dt, ws, ws_bytes, st);
+    gemm_add(lt, 1, 0, out, M, r, b, r, us, r, y, ldy, dt, (float *)t, ws, ws_bytes, st);
 }
 
 extern "C" void sdp_cuda_lora_bwd(cublasLtHandle_t lt, void *dx, const void *dy, int ldy,
@@ -72,6 +107,6 @@ extern "C" void sdp_cuda_lora_bwd(cublasLtHandle_t lt, void *dx, const void *dy,
     /* dA^T (in, r) += x^T (in, M) . vs (M, r): vs's storage is vs^T (r, M), transposed */
     sdp_cuda_gemm_lt(lt, 0, 1, in, r, M, x, in, vs, r, 1.0f, ga, ga, in, dt, SDP_CUDA_F32, ws,
                      ws_bytes, st);
-    /* dx^T (in, M) += A^T (in, r) . vs^T (r, M) */
-    sdp_cuda_gemm_lt(lt, 0, 0, in, M, r, a, in, vs, r, 1.0f, dx, dx, in, dt, dt, ws, ws_bytes, st);
+    /* dx^T (in, M) += A^T (in, r) . vs^T (r, M); t reuses v, read by then */
+    gemm_add(lt, 0, 0, in, M, r, a, in, vs, r, dx, in, dt, (float *)v, ws, ws_bytes, st);
 }

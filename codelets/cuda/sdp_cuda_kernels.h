@@ -90,12 +90,13 @@ void sdp_cuda_matmul_bwd_weight(cublasLtHandle_t lt, float *dw, const void *dout
                                 cudaStream_t s);
 
 /* ---- LoRA adapters (codelets/cuda/lora.cu) ----
- * y, dy: the slice's first element, row stride ldy; A (r, in), B (out, r) dt; u, us, v, vs:
- * M * r * 4 bytes of device workspace each. */
+ * y, dy: the slice's first element, row stride ldy; A (r, in), B (out, r) dt; u, us: M * r * 4
+ * bytes of device workspace each, t: M * out * 4, v: M * max(r, in) * 4 (the forward's and the
+ * backward's fp32 product before its bf16 addition), vs: M * r * 4. */
 /** y (M, out) dt += s (x (M, in) dt . A^T) . B^T (the scaled product rounded to dt first) */
 void sdp_cuda_lora_fwd(cublasLtHandle_t lt, void *y, int ldy, const void *x, const void *a,
                        const void *b, int M, int in, int out, int r, float s, int dt, void *u,
-                       void *us, void *ws, size_t ws_bytes, cudaStream_t st);
+                       void *us, void *t, void *ws, size_t ws_bytes, cudaStream_t st);
 /** dx (M, in) dt += s (dy B) A; ga (r, in) f32 += s (dy B)^T x; gb (out, r) f32 += s dy^T (x A^T)
  */
 void sdp_cuda_lora_bwd(cublasLtHandle_t lt, void *dx, const void *dy, int ldy, const void *x,
