@@ -191,6 +191,13 @@ int sdp_train_auto_plan(struct sdp_train *t)
     if (!t->r->policy_auto || t->r->print_plan)
         return 0;
     a->t0 = sdp_cli_now_s();
+    if (t->r->lora.rank > 0) {
+        SDP_ERROR("%s: train.policy auto chooses the placements of full fine-tuning, not yet of "
+                  "a LoRA run",
+                  t->r->file[0] ? t->r->file : "train");
+        sdp_hint("drop train.policy, or set it to fixed");
+        return SDP_EXIT_USAGE;
+    }
     sdp_train_auto_key(t);
     if (t->resuming && sdp_train_auto_load_run(t) == 0) {
         a->from = SDP_AUTO_FROM_RUN;

@@ -1,6 +1,6 @@
 # cli/local.mk: the slidedp program (built at the top of the build tree) and the YAML recipe
 # parser (in the library, for its tests and fuzzer); included by Makefile.am
-libsdp_a_SOURCES += cli/recipe.h cli/recipe.c cli/recipe_check.c cli/recipe_plan.c cli/options.h \
+libsdp_a_SOURCES += cli/recipe.h cli/recipe.c cli/recipe_check.c cli/recipe_plan.c cli/recipe_lora.c cli/options.h \
 	cli/options.c
 bin_PROGRAMS += slidedp
 slidedp_SOURCES = cli/cli.h cli/main.c cli/train.c cli/train_internal.h cli/train_checks.c \

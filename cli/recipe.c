@@ -34,6 +34,7 @@ struct ctx {
     enum sdp_arch arch;
     int sec_line[NSEC];
     int plan_line; /* of the plan: section */
+    int lora_line; /* of the lora: section */
     int line[SDP_OPT_MAX];
 };
 
@@ -310,11 +311,21 @@ static int parse_root(struct ctx *c, yaml_document_t *doc, const yaml_node_t *ro
                 return rc;
             continue;
         }
+        if (!strcmp((const char *)kn->data.scalar.value, "lora")) {
+            if (c->lora_line)
+                return fail_at(c, line_of(kn), "duplicate section 'lora' (first given on line %d)",
+                               c->lora_line);
+            c->lora_line = line_of(kn);
+            rc = sdp_recipe_lora_parse(c->file, c->r, doc, vn);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
         for (si = 0; si < NSEC; si++)
             if (!strcmp((const char *)kn->data.scalar.value, sdp_option_sections[si]))
                 break;
         if (si == NSEC)
-            return fail_at(c, line_of(kn), "unknown section '%s' (known: %s, plan)",
+            return fail_at(c, line_of(kn), "unknown section '%s' (known: %s, plan, lora)",
                            (const char *)kn->data.scalar.value, known);
         if (c->sec_line[si])
             return fail_at(c, line_of(kn), "duplicate section '%s' (first given on line %d)",
@@ -454,6 +465,8 @@ static int resolve_paths(struct ctx *c)
         rc = join_path(c, key_line(c, "data.val"), "data.val", r->data_val, dir);
     if (rc == 0)
         rc = join_path(c, key_line(c, "output.dir"), "output.dir", r->output_dir, dir);
+    if (rc == 0)
+        rc = join_path(c, c->lora_line, "lora.init_from", r->lora_init, dir);
     /* metrics: relative to output.dir when set, else to the recipe's directory */
     if (rc == 0)
         rc = join_path(c, key_line(c, "output.metrics"), "output.metrics", r->metrics,

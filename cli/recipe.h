@@ -10,6 +10,7 @@
 #ifndef SDP_RECIPE_H
 #define SDP_RECIPE_H
 
+#include "models/sdp_lora.h"
 #include "models/sdp_models.h"
 
 #define SDP_PATH_MAX 4096
@@ -100,6 +101,10 @@ struct sdp_recipe {
         int line; /* of the key in the recipe */
     } plan[SDP_RECIPE_PLAN_ROWS];
 
+    /* lora: LoRA adapters (cli/recipe_lora.c); lora.rank 0: none, the whole model trains */
+    struct sdp_lora_cfg lora;
+    char lora_init[SDP_PATH_MAX]; /* lora.init_from: a PEFT adapter directory ("" = PEFT's init) */
+
     /* command line only: the rows of cli/options.c without a recipe key */
     int embed_early; /* sdp_graph_conf.embed_early: 0 on (default), -1 off */
     int mlp_early;   /* sdp_graph_conf.mlp_early: 0 where it applies (default), 1 on, -1 off */
@@ -152,6 +157,16 @@ struct yaml_node_s;
  * item's line.  @return 0 or -EINVAL (logged with the recipe file and line) */
 int sdp_recipe_plan_parse(const char *file, struct sdp_recipe *r, struct yaml_document_s *doc,
                           const struct yaml_node_s *list);
+
+/** Parse a `lora:` mapping into r->lora and r->lora_init (keys rank, alpha, dropout, targets,
+ * layers, init_from; PEFT's defaults for the others).  @return 0 or -EINVAL (logged with the
+ * recipe file, line and key) */
+int sdp_recipe_lora_parse(const char *file, struct sdp_recipe *r, struct yaml_document_s *doc,
+                          const struct yaml_node_s *map);
+/** r->lora against the model (rank within every adapted linear, layers within the model) and
+ * what the runtime supports (dropout 0, one rank).  0 without lora:.  @return 0 or -EINVAL
+ * (logged, naming the key) */
+int sdp_recipe_lora_check(const struct sdp_recipe *r);
 
 /** Learning rate for optimizer step s (0-based) of r->steps: linear warmup (s+1)/warmup, then
  * cosine or linear decay to lr * min_lr_ratio, or constant. */

@@ -41,6 +41,8 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
     }
     if (r->model.hidden_size > 0 && sdp_model_validate(&r->model, why, sizeof(why)) != 0)
         return sdp_err(-EINVAL, "recipe %s: model is not valid: %s", r->file, why);
+    if (sdp_recipe_lora_check(r))
+        return -EINVAL;
     if (r->seq_len < 1 || r->steps < 1 || r->global_batch < 1 || r->micro_batch < 1)
         return sdp_err(-EINVAL,
                        "recipe %s: data.seq_len=%d, train.steps=%d, batch.global=%d and "

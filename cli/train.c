@@ -20,6 +20,7 @@
 #include "cli/predict_cli.h"
 #include "cli/train_internal.h"
 #include "runtime/init.h"
+#include "runtime/peft.h"
 #include "base/sdp_log.h"
 #include "runtime/tensor.h"
 #include "runtime/trace.h"
@@ -79,6 +80,19 @@ static void graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc)
     sdp_cli_place_norms(r->ranks, gc->window);
 }
 
+/* The state: with lora:, the frozen base and the adapters (sdp_state_create_lora). */
+static int state_create(struct sdp_train *t)
+{
+    const struct sdp_recipe *r = t->r;
+    size_t chunk = sdp_cli_chunk_bytes(r->chunk_mib, &r->model);
+    unsigned flags = (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
+                     (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                     (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0);
+    if (r->lora.rank > 0)
+        return sdp_state_create_lora(&t->st, &r->model, &r->lora, t->work_dt, chunk, flags);
+    return sdp_state_create_ex(&t->st, &r->model, t->work_dt, chunk, t->grad_dt, flags);
+}
+
 /* StarPU, the codelets, and the state: resumed from the checkpoint, loaded from the model
  * directory or drawn from the seed.  @return an exit status. */
 static int start(struct sdp_train *t)
@@ -108,14 +122,15 @@ static int start(struct sdp_train *t)
         return SDP_EXIT_FAILURE;
     if ((r->trace || r->events) && !r->print_plan && sdp_trace_start())
         return SDP_EXIT_FAILURE;
-    if (sdp_state_create_ex(&t->st, &r->model, t->work_dt,
-                            sdp_cli_chunk_bytes(r->chunk_mib, &r->model), t->grad_dt,
-                            (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
-                                (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
-                                (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0)))
+    if (state_create(t))
         return SDP_EXIT_FAILURE;
     t->state_made = 1;
     if (sdp_rt_ncuda() > 0 && sdp_train_check_gpu_memory(r, t->work_dt))
+        return SDP_EXIT_FAILURE;
+    /* a LoRA checkpoint holds the adapters alone: the frozen base comes from where it came */
+    if (t->resuming && r->lora.rank > 0 &&
+        (r->model_path[0] ? sdp_state_load_hf(&t->st, r->model_path)
+                          : (sdp_state_init_random(&t->st, r->seed), 0)))
         return SDP_EXIT_FAILURE;
     if (t->resuming) {
         if (sdp_ckpt_load(t->ckpath, &t->st, &t->info))
@@ -131,6 +146,11 @@ static int start(struct sdp_train *t)
             return SDP_EXIT_FAILURE;
     } else {
         sdp_state_init_random(&t->st, r->seed);
+    }
+    if (!t->resuming && r->lora.rank > 0 && !r->print_plan) {
+        sdp_state_lora_init(&t->st, r->seed);
+        if (r->lora_init[0] && sdp_state_load_peft(&t->st, r->lora_init))
+            return SDP_EXIT_FAILURE;
     }
     return SDP_EXIT_OK;
 }

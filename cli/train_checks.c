@@ -15,6 +15,7 @@
 #include "formats/hfconfig.h"
 #include "policies/sdp_policies.h"
 #include "runtime/init.h"
+#include "runtime/peft.h"
 
 /* Slurm: the job id names the default run directory (a requeued job keeps its id, so it resumes),
  * and the CPUs of the task set the CPU workers. */
@@ -94,10 +95,12 @@ static int check_host_memory(struct sdp_train *t)
     const struct sdp_recipe *r = t->r;
     unsigned long long need, avail, state_bytes;
 
-    state_bytes = sdp_state_host_bytes(&r->model, t->work_dt, t->grad_dt,
-                                       (sdp_cli_may_use_gpu(r->gpus) ? SDP_STATE_ON_GPU : 0) |
-                                           (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
-                                           (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
+    state_bytes = r->lora.rank > 0
+                      ? sdp_state_lora_host_bytes(&r->model, &r->lora, t->work_dt)
+                      : sdp_state_host_bytes(&r->model, t->work_dt, t->grad_dt,
+                                             (sdp_cli_may_use_gpu(r->gpus) ? SDP_STATE_ON_GPU : 0) |
+                                                 (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                                                 (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
     need = state_bytes +
            (unsigned long long)r->global_batch / r->micro_batch *
                (sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, r->recompute) *
@@ -138,6 +141,11 @@ int sdp_train_check(struct sdp_train *t)
     }
     if (sdp_recipe_validate(r))
         return SDP_EXIT_USAGE;
+    if (r->lora.rank > 0 && r->lora_init[0] &&
+        sdp_peft_check_config(r->lora_init, &r->model, &r->lora)) {
+        sdp_hint("lora.init_from (recipe %s) names that adapter", r->file);
+        return SDP_EXIT_USAGE;
+    }
     /* the tokenizer RUN/final gets: the recipe's, else the model directory's */
     if (!r->tokenizer[0] && r->model_path[0] && sdp_hfdir_has_tokenizer(r->model_path))
         snprintf(r->tokenizer, sizeof(r->tokenizer), "%s", r->model_path);

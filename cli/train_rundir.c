@@ -25,6 +25,7 @@
 #include "cli/cli.h"
 #include "cli/hfdir.h"
 #include "cli/train_internal.h"
+#include "runtime/peft.h"
 
 /* What a run leaves in its directory, moved together by --force-new. */
 static const char *const run_files[] = { "checkpoints", "final", "COMPLETE", "run.json", "best" };
@@ -355,7 +356,7 @@ int sdp_train_rundir_finish(struct sdp_train *t)
     snprintf(dir, sizeof(dir), "%s/final", r->output_dir);
     snprintf(done, sizeof(done), "%s/COMPLETE", r->output_dir);
     if (t->resuming && t->first == r->steps && access(done, F_OK) == 0 &&
-        exists(dir, "model.safetensors")) {
+        exists(dir, r->lora.rank > 0 ? "adapter_model.safetensors" : "model.safetensors")) {
         SDP_INFO("the run of %s was already complete: %s unchanged", r->output_dir, dir);
         return SDP_EXIT_OK;
     }
@@ -364,10 +365,13 @@ int sdp_train_rundir_finish(struct sdp_train *t)
         sdp_err(-errno, "cannot remove %s", done);
         return SDP_EXIT_FAILURE;
     }
-    if (sdp_state_save_hf(&t->st, dir, "float32") ||
+    /* LoRA: the adapter in PEFT's format (runtime/peft.h); else the model */
+    if ((r->lora.rank > 0
+             ? sdp_state_save_peft(&t->st, dir, r->model_path[0] ? r->model_path : NULL)
+             : sdp_state_save_hf(&t->st, dir, "float32")) ||
         (r->tokenizer[0] && sdp_hfdir_add_tokenizer(r->tokenizer, dir, &r->model)))
         return SDP_EXIT_FAILURE;
-    SDP_INFO("model written to %s", dir);
+    SDP_INFO("%s written to %s", r->lora.rank > 0 ? "adapter" : "model", dir);
     snprintf(line, sizeof(line), "step %d loss %.10g\n", r->steps, t->last_loss);
     return sdp_write_file_atomic(done, line, strlen(line)) ? SDP_EXIT_FAILURE : SDP_EXIT_OK;
 }

@@ -19,7 +19,8 @@
 #endif
 
 struct sdp_lmhead_ce_args {
-    struct sdp_shape_key key; /* N, C, V */
+    struct sdp_shape_key key; /* N, C, V, frozen (1: no gg buffer, no dw; 0 keeps the footprints
+                                 of the runs before LoRA) */
     size_t w_off, g_off;
     float scale;
 };
@@ -58,14 +59,16 @@ static void pause_others(int on)
     pthread_mutex_unlock(&lock);
 }
 
-/* buffers: loss (2) f64 W, dh (N, C) act W, gg f32 RW, h (N, C) act R, wg R, targets (N) i32 R */
+/* buffers: loss (2) f64 W, dh (N, C) act W, [gg f32 RW], h (N, C) act R, wg R, targets (N) i32 R
+ * (without gg, h is buffer 2) */
 static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_lmhead_ce_args *a = cl_arg;
-    int N = a->key.d[0], C = a->key.d[1], V = a->key.d[2];
+    int N = a->key.d[0], C = a->key.d[1], V = a->key.d[2], g = !a->key.d[3], ih = g ? 3 : 2;
+    float *dw = g ? SDP_VECF(buffers[2]) + a->g_off : NULL;
     struct sdp_lmhead_blocks b = sdp_cpu_lmhead_blocks(N, C, V, cpu_threads());
     double *loss = (double *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    const float *w = sdp_cl_f32_view(buffers[4], a->w_off, (size_t)V * C, 0);
+    const float *w = sdp_cl_f32_view(buffers[ih + 1], a->w_off, (size_t)V * C, 0);
     void *scratch = sdp_cl_scratch(1, sdp_cpu_lmhead_ce_scratch(C, &b));
     float *dh = sdp_cl_out(buffers[1], 2);
     int nvalid = 0;
@@ -73,9 +76,8 @@ static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
      * their current task is done and leave their cores to the head's helper threads */
     if (b.threads > 1)
         pause_others(1);
-    sdp_cpu_lmhead_ce(&loss[0], &nvalid, dh, SDP_VECF(buffers[2]) + a->g_off,
-                      sdp_cl_in(buffers[3], 3), w, SDP_VEC(buffers[5]), N, C, V, a->scale, &b,
-                      scratch);
+    sdp_cpu_lmhead_ce(&loss[0], &nvalid, dh, dw, sdp_cl_in(buffers[ih], 3), w,
+                      SDP_VEC(buffers[ih + 2]), N, C, V, a->scale, &b, scratch);
     if (b.threads > 1)
         pause_others(0);
     sdp_cl_out_done(buffers[1], dh);
@@ -135,16 +137,18 @@ static void lmhead_ce_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_lmhead_ce_args *a = cl_arg;
     int N = a->key.d[0], C = a->key.d[1], V = a->key.d[2], dt = SDP_CL_DT(buffers[1]);
+    int g = !a->key.d[3], ih = g ? 3 : 2; /* without gg (a frozen head), h is buffer 2 */
     int zdt = cuda_logits_dt(dt);
     int rows = block_rows(N, V, cuda_block_bytes() / (zdt == SDP_CUDA_BF16 ? 2 : 4));
-    size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[4]), ltb,
+    size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[ih + 1]), ltb,
            wsb = sdp_cuda_lmhead_ce_ws(N, C, V, rows, zdt);
     void *lt_ws = sdp_cl_cublaslt_ws(&ltb);
-    sdp_cuda_lmhead_ce(
-        starpu_cublasLt_get_local_handle(), (double *)STARPU_VECTOR_GET_PTR(buffers[0]),
-        SDP_VEC(buffers[1]), SDP_VECF(buffers[2]) + a->g_off, SDP_VEC(buffers[3]),
-        (const char *)SDP_VEC(buffers[4]) + a->w_off * es, SDP_VEC(buffers[5]), N, C, V, a->scale,
-        rows, dt, zdt, sdp_cl_cuda_ws(0, wsb), wsb, lt_ws, ltb, starpu_cuda_get_local_stream());
+    sdp_cuda_lmhead_ce(starpu_cublasLt_get_local_handle(),
+                       (double *)STARPU_VECTOR_GET_PTR(buffers[0]), SDP_VEC(buffers[1]),
+                       g ? SDP_VECF(buffers[2]) + a->g_off : NULL, SDP_VEC(buffers[ih]),
+                       (const char *)SDP_VEC(buffers[ih + 1]) + a->w_off * es,
+                       SDP_VEC(buffers[ih + 2]), N, C, V, a->scale, rows, dt, zdt,
+                       sdp_cl_cuda_ws(0, wsb), wsb, lt_ws, ltb, starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
 }
 #endif
@@ -172,13 +176,20 @@ int sdp_task_lmhead_ce(const struct sdp_task_opts *o, sdp_rt_tensor_t *loss, sdp
                        size_t w_off, sdp_rt_tensor_t *targets, int N, int C, int V, float scale)
 {
     struct sdp_lmhead_ce_args *a = sdp_cl_args_alloc(sizeof(*a));
-    struct sdp_cl_buf b[] = { { loss, STARPU_W }, { dh, STARPU_W }, { gg, STARPU_RW },
-                              { h, STARPU_R },    { wg, STARPU_R }, { targets, STARPU_R } };
+    struct sdp_cl_buf b[6] = { { loss, STARPU_W }, { dh, STARPU_W } };
+    int n = 2;
+    if (gg)
+        b[n++] = (struct sdp_cl_buf){ gg, STARPU_RW };
+    b[n++] = (struct sdp_cl_buf){ h, STARPU_R };
+    b[n++] = (struct sdp_cl_buf){ wg, STARPU_R };
+    b[n++] = (struct sdp_cl_buf){ targets, STARPU_R };
     a->key.d[0] = N;
     a->key.d[1] = C;
     a->key.d[2] = V;
+    a->key.d[3] = gg == NULL;
     a->w_off = w_off;
     a->g_off = g_off;
     a->scale = scale;
-    return sdp_cl_submit(&sdp_cl_lmhead_ce, o, a, sizeof(*a), 6.0 * N * (double)C * V, b, 6);
+    return sdp_cl_submit(&sdp_cl_lmhead_ce, o, a, sizeof(*a), (gg ? 6.0 : 4.0) * N * (double)C * V,
+                         b, n);
 }

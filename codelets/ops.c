@@ -34,6 +34,8 @@
     X(sdp_cl_matmul_fwd, "matmul_fwd", GPU_COMPUTE, COMPUTE, "")                                   \
     X(sdp_cl_matmul_bwd_data, "matmul_bwd_data", GPU_COMPUTE, COMPUTE, "")                         \
     X(sdp_cl_matmul_bwd_weight, "matmul_bwd_weight", GPU_COMPUTE, COMPUTE, "")                     \
+    X(sdp_cl_lora_fwd, "lora_fwd", GPU_COMPUTE, COMPUTE, "")                                       \
+    X(sdp_cl_lora_bwd, "lora_bwd", GPU_COMPUTE, COMPUTE, "")                                       \
     X(sdp_cl_rmsnorm_fwd, "rmsnorm_fwd", GPU_COMPUTE, COMPUTE, "")                                 \
     X(sdp_cl_rmsnorm_bwd, "rmsnorm_bwd", GPU_COMPUTE, COMPUTE, "")                                 \
     X(sdp_cl_qknorm_rope_fwd, "qknorm_rope_fwd", GPU_COMPUTE, COMPUTE, "")                         \

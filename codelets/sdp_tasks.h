@@ -67,6 +67,24 @@ int sdp_task_matmul_bwd_data(const struct sdp_task_opts *o, sdp_rt_tensor_t *dx,
 int sdp_task_matmul_bwd_weight(const struct sdp_task_opts *o, sdp_rt_tensor_t *gg, size_t g_off,
                                sdp_rt_tensor_t *dout, sdp_rt_tensor_t *x, int M, int K, int N);
 
+/* A LoRA adapter's task: M rows (tokens), the linear's in and out widths, rank r, the output's row
+ * stride ldy and first column col0 (a slice of a fused projection), A (r, in) and B (out, r) at
+ * a_off, b_off of the adapters' working copy (and dA, dB at the same offsets of their gradient),
+ * and the scaling s = alpha / r. */
+struct sdp_lora_dims {
+    int M, in, out, r, ldy, col0;
+    size_t a_off, b_off;
+    float s;
+};
+/** y (M, ldy) act RW: columns [col0, col0 + out) += s (x (M, in) . A^T) . B^T; aw R */
+int sdp_task_lora_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *y, sdp_rt_tensor_t *x,
+                      sdp_rt_tensor_t *aw, const struct sdp_lora_dims *d);
+/** With dy (M, ldy) act R (the slice at col0): dx (M, in) act RW += s (dy B) A; the adapters'
+ * gradient ag f32 RW: dA += s (dy B)^T x, dB += s dy^T (x A^T) */
+int sdp_task_lora_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dx, sdp_rt_tensor_t *dy,
+                      sdp_rt_tensor_t *x, sdp_rt_tensor_t *aw, sdp_rt_tensor_t *ag,
+                      const struct sdp_lora_dims *d);
+
 /** out (R, D) W, rstd (R) W = rmsnorm(x (R, D)) * w (D) */
 int sdp_task_rmsnorm_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *rstd,
                          sdp_rt_tensor_t *x, sdp_rt_tensor_t *wg, size_t w_off, int R, int D,
@@ -109,7 +127,8 @@ int sdp_task_swiglu_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dgu, sdp
 
 /** LM head + cross-entropy, forward and backward in one task.
  * loss (2) f64 W = { sum of -log p(target) over valid targets, number of valid targets };
- * dh (N, C) W = scale * dloss/dh; grad group gg RW: (V, C) at g_off += scale * dloss/dw.
+ * dh (N, C) W = scale * dloss/dh; grad group gg RW: (V, C) at g_off += scale * dloss/dw (gg
+ * NULL: no weight gradient, a frozen head).
  * h (N, C) R, w (V, C) at w_off of wg, targets (N) i32 (< 0 ignored). */
 int sdp_task_lmhead_ce(const struct sdp_task_opts *o, sdp_rt_tensor_t *loss, sdp_rt_tensor_t *dh,
                        sdp_rt_tensor_t *gg, size_t g_off, sdp_rt_tensor_t *h, sdp_rt_tensor_t *wg,

@@ -24,6 +24,9 @@
  *     "rng": [ "decimal u64", ... ] (0 to SDP_CKPT_RNG_WORDS words), "fingerprint": str,
  *     "last_loss": number or null (optional),
  *     "work_dtype": "f32"|"bf16", "chunk_elems": int, "num_groups": int,
+ *     "lora": { "rank", "alpha", "targets" (bits of the adapted kinds), "first", "last" }
+ *             (optional: a LoRA run's checkpoint, whose tensors are each decoder layer's
+ *             adapters, master, m and v, 0 elements for a group without adapters),
  *     "tensors": [ { "group": g, "kind": "master"|"m"|"v", "nelems": n,
  *                    "offset": absolute file offset (64-aligned), "crc32c": "8 hex digits" },
  *                  ... ] }
@@ -37,6 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "models/sdp_lora.h"
 #include "models/sdp_models.h"
 
 #define SDP_CKPT_MAGIC        "SDPCKPT1"
@@ -67,6 +71,7 @@ struct sdp_ckpt_header {
     char work_dtype[8];        /* "f32" or "bf16" */
     size_t chunk_elems;        /* fp32 elements per chunk of the run that wrote it */
     int ngroups;               /* sdp_model_num_groups(&cfg) */
+    struct sdp_lora_cfg lora;  /* rank 0: a whole model's state; else a LoRA run's adapters */
     int ntensors;              /* SDP_CKPT_NKINDS * ngroups */
     struct sdp_ckpt_tensor *t; /* [ntensors], table order; freed by sdp_ckpt_header_free */
     uint64_t data_off, file_nbytes;

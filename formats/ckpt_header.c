@@ -143,6 +143,11 @@ char *sdp_ckpt_header_json(const struct sdp_ckpt_header *h)
     json_object_set_new(root, "work_dtype", json_string(h->work_dtype));
     json_object_set_new(root, "chunk_elems", json_integer((json_int_t)h->chunk_elems));
     json_object_set_new(root, "num_groups", json_integer(h->ngroups));
+    if (h->lora.rank > 0)
+        json_object_set_new(root, "lora",
+                            json_pack("{s:i, s:f, s:i, s:i, s:i}", "rank", h->lora.rank, "alpha",
+                                      h->lora.alpha, "targets", (int)h->lora.targets, "first",
+                                      h->lora.first, "last", h->lora.last));
     for (int i = 0; i < h->ntensors; i++) {
         json_t *t = json_object();
         snprintf(num, sizeof(num), "%08" PRIx32, h->t[i].crc);
@@ -315,6 +320,44 @@ static int parse_scalars(const char *path, json_t *root, struct sdp_ckpt_header 
     return 0;
 }
 
+/* The optional "lora" object: a LoRA run's adapters, checked against the model. */
+static int parse_lora(const char *path, json_t *root, struct sdp_ckpt_header *h)
+{
+    json_t *o = json_object_get(root, "lora"), *a;
+    json_int_t r, t, f, l;
+    char why[256];
+    int rc;
+    memset(&h->lora, 0, sizeof(h->lora));
+    if (!o)
+        return 0;
+    a = json_object_get(o, "alpha");
+    if ((rc = get_int(path, o, "rank", 1, 65536, &r)) ||
+        (rc = get_int(path, o, "targets", 1, 1 << 20, &t)) ||
+        (rc = get_int(path, o, "first", 0, 1 << 20, &f)) ||
+        (rc = get_int(path, o, "last", 0, 1 << 20, &l)))
+        return rc;
+    if (!json_is_number(a))
+        return bad(path, "lora", "has no number alpha");
+    h->lora = (struct sdp_lora_cfg){ .rank = (int)r,
+                                     .alpha = json_number_value(a),
+                                     .targets = (unsigned)t,
+                                     .first = (int)f,
+                                     .last = (int)l };
+    if (sdp_lora_validate(&h->lora, &h->cfg, why, sizeof(why)))
+        return sdp_err(-EINVAL, "checkpoint %s: lora: %s", path, why);
+    return 0;
+}
+
+/* The elements of group g's tensors: the group's, or with LoRA its adapters' (0 without). */
+static uint64_t group_nelems(const struct sdp_ckpt_header *h, int g)
+{
+    if (h->lora.rank < 1)
+        return sdp_model_group_nelems(&h->cfg, g);
+    return g >= 1 && g <= h->cfg.num_layers && sdp_lora_layer_on(&h->lora, g)
+               ? sdp_lora_layer_elems(&h->lora, &h->cfg)
+               : 0;
+}
+
 /* num_groups and the tensor table, checked against the model and the fixed header. */
 static int parse_table(const char *path, json_t *root, struct sdp_ckpt_header *h)
 {
@@ -328,6 +371,8 @@ static int parse_table(const char *path, json_t *root, struct sdp_ckpt_header *h
     h->ngroups = (int)x;
     if (h->ngroups != sdp_model_num_groups(&h->cfg))
         return bad(path, "num_groups", "does not match the model");
+    if ((rc = parse_lora(path, root, h)))
+        return rc;
     arr = json_object_get(root, "tensors");
     h->ntensors = NKINDS * h->ngroups;
     if (!json_is_array(arr) || json_array_size(arr) != (size_t)h->ntensors)
@@ -349,17 +394,17 @@ static int parse_table(const char *path, json_t *root, struct sdp_ckpt_header *h
         if (t->group != i / NKINDS || !s || strcmp(s, kind_names[t->kind]))
             return sdp_err(-EINVAL, "checkpoint %s: tensor table entry %d is not group %d, %s",
                            path, i, i / NKINDS, kind_names[i % NKINDS]);
-        if ((rc = get_int(path, e, "nelems", 1, INT64_MAX, &x)) ||
+        if ((rc = get_int(path, e, "nelems", h->lora.rank > 0 ? 0 : 1, INT64_MAX, &x)) ||
             (rc = get_int(path, e, "offset", 0, INT64_MAX, &y)))
             return rc;
         t->nelems = (uint64_t)x;
         t->offset = (uint64_t)y;
-        if (t->nelems != sdp_model_group_nelems(&h->cfg, t->group) || t->offset != expect)
-            return sdp_err(-EINVAL,
-                           "checkpoint %s: tensor %d (group %d, %s): %" PRIu64
-                           " elements at offset %" PRIu64 ", the model implies %zu at %" PRIu64,
-                           path, i, t->group, s, t->nelems, t->offset,
-                           sdp_model_group_nelems(&h->cfg, t->group), expect);
+        if (t->nelems != group_nelems(h, t->group) || t->offset != expect)
+            return sdp_err(
+                -EINVAL,
+                "checkpoint %s: tensor %d (group %d, %s): %" PRIu64 " elements at offset %" PRIu64
+                ", the model implies %" PRIu64 " at %" PRIu64,
+                path, i, t->group, s, t->nelems, t->offset, group_nelems(h, t->group), expect);
         expect += align_up(t->nelems * sizeof(float));
         s = json_string_value(json_object_get(e, "crc32c"));
         if (!s || strlen(s) != 8 || (t->crc = (uint32_t)strtoul(s, &end, 16), *end))

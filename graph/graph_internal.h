@@ -55,6 +55,10 @@ struct sdp_graph {
     int looked_up;               /* the step whose lookups the previous step submitted, or -1 */
     int ndeferred;               /* steps that deferred their late rows */
     double lr;                   /* the learning rate of the step being submitted */
+    int nsumsq;                  /* entries of sumsq: every chunk of the state, or with LoRA every
+                                    adapter chunk (chunk0 then indexes those) */
+    sdp_rt_tensor_t
+        *lora_sink; /* LoRA: where the frozen norms' weight gradients go (graph/lora.c) */
 };
 
 /* Activations of one decoder layer for one micro-batch. */
@@ -185,6 +189,17 @@ int sdp_graph_update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows);
 int sdp_graph_optimizer(sdp_graph_t *g, int step, int update);
 int sdp_graph_refresh_work(sdp_graph_t *g, int step);
 int sdp_graph_refresh_work2(sdp_graph_t *g, int step);
+
+/* LoRA: the adapters' tasks, gradient, norms and updates (graph/lora.c) */
+int sdp_graph_lora_fwd(sdp_graph_t *g, const struct sdp_task_opts *o, int l, enum sdp_ptensor kind,
+                       sdp_rt_tensor_t *y, int ldy, int col0, sdp_rt_tensor_t *x, int N);
+int sdp_graph_lora_bwd(sdp_graph_t *g, const struct sdp_task_opts *o, int l, enum sdp_ptensor kind,
+                       sdp_rt_tensor_t *dx, sdp_rt_tensor_t *dy, int ldy, int col0,
+                       sdp_rt_tensor_t *x, int N);
+int sdp_graph_lora_create(sdp_graph_t *g);
+int sdp_graph_lora_zero(sdp_graph_t *g, int step, int mb, int gi, unsigned long long after);
+int sdp_graph_lora_norms(sdp_graph_t *g, int step, int gi);
+int sdp_graph_lora_update(sdp_graph_t *g, int step);
 
 /* the tied embedding and LM head, the host lookup and its lookahead (graph/embed.c) */
 int sdp_graph_pack_rows(sdp_graph_t *g, int step);

@@ -18,9 +18,12 @@ static int mlp_fwd(sdp_graph_t *g, const struct sdp_task_opts *o1, const struct 
     struct sdp_state *st = g->st;
     TRY_RET(sdp_task_rmsnorm_fwd(o1, a->h2, a->rstd2, a->xmid, W, sdp_state_off(st, l, SDP_PT_LN2),
                                  N, g->C, eps));
-    if (!gu_kept)
+    if (!gu_kept) {
         TRY_RET(sdp_task_matmul_fwd(o, a->gu, NULL, a->h2, W, sdp_state_off(st, l, SDP_PT_GATE), N,
                                     g->C, 2 * g->I));
+        TRY_RET(sdp_graph_lora_fwd(g, o, l, SDP_PT_GATE, a->gu, 2 * g->I, 0, a->h2, N));
+        TRY_RET(sdp_graph_lora_fwd(g, o, l, SDP_PT_UP, a->gu, 2 * g->I, g->I, a->h2, N));
+    }
     return sdp_task_swiglu_fwd(gu_kept ? osw : o, a->act, a->gu, N, g->I);
 }
 
@@ -72,6 +75,10 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
                                  g->C, eps));
     TRY_RET(sdp_task_matmul_fwd(&o, a->qkv, NULL, a->h1, W, sdp_state_off(st, l, SDP_PT_Q), N, g->C,
                                 g->QKV));
+    TRY_RET(sdp_graph_lora_fwd(g, &o, l, SDP_PT_Q, a->qkv, g->QKV, 0, a->h1, N));
+    TRY_RET(sdp_graph_lora_fwd(g, &o, l, SDP_PT_K, a->qkv, g->QKV, g->NH * g->HD, a->h1, N));
+    TRY_RET(
+        sdp_graph_lora_fwd(g, &o, l, SDP_PT_V, a->qkv, g->QKV, (g->NH + g->NKV) * g->HD, a->h1, N));
     TRY_RET(sdp_task_qknorm_rope_fwd(&o, a->qkv2, a->rstdqk, a->qkv, W,
                                      qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1,
                                      qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1, &g->rope,
@@ -81,10 +88,13 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
         return 0;
     TRY_RET(sdp_task_matmul_fwd(&o, a->xmid, x, a->att, W, sdp_state_off(st, l, SDP_PT_O), N,
                                 g->NH * g->HD, g->C));
+    TRY_RET(sdp_graph_lora_fwd(g, &o, l, SDP_PT_O, a->xmid, g->C, 0, a->att, N));
     TRY_RET(mlp_fwd(g, &o, &o, &o, l, W, a, N, eps, 0));
-    if (out)
+    if (out) {
         TRY_RET(sdp_task_matmul_fwd(&o, out, a->xmid, a->act, W, sdp_state_off(st, l, SDP_PT_DOWN),
                                     N, g->I, g->C));
+        TRY_RET(sdp_graph_lora_fwd(g, &o, l, SDP_PT_DOWN, out, g->C, 0, a->act, N));
+    }
     return 0;
 }
 
@@ -99,6 +109,8 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
     sdp_rt_tensor_t *W = compute_work(g, l, step, rank_of(g, mb));
     sdp_rt_tensor_t *G = grad_of(g, l, rank_of(g, mb));
     sdp_rt_tensor_t *dact, *dgu, *dh2, *datt, *dqkv2, *dqkv, *dh1;
+    /* a frozen base (LoRA): no weight gradient; the norms' go to the sink, from its start */
+    sdp_rt_tensor_t *GN = G ? G : g->lora_sink;
     int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
     int qk = st->cfg.qk_norm;
     struct sdp_task_opts o = opts(g, step, l, mb, SDP_PH_BWD);
@@ -108,6 +120,8 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
     size_t off_ln1 = sdp_state_off(st, l, SDP_PT_LN1), off_ln2 = sdp_state_off(st, l, SDP_PT_LN2);
     size_t off_qn = qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1;
     size_t off_kn = qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1;
+    size_t g_ln1 = G ? off_ln1 : 0, g_ln2 = G ? off_ln2 : 0;
+    size_t g_qn = G || !qk ? off_qn : 0, g_kn = G || !qk ? off_kn : (size_t)g->HD;
 
     /* MLP; with the early MLP update its tasks that write no gradient are marked so (od) */
     int c_mlp = sdp_graph_mlp_early(g, l, mb);
@@ -116,13 +130,18 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
         od.hint.grad_lim = c_mlp;
     TRY_RET(temp(&dact, g->act_dt, (size_t)N * g->I, "d_swiglu", mb, l));
     TRY_RET(sdp_task_matmul_bwd_data(&od, dact, dres, W, off_down, N, g->I, g->C));
-    TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_down, dres, a->act, N, g->I, g->C));
+    if (G)
+        TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_down, dres, a->act, N, g->I, g->C));
+    TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_DOWN, dact, dres, g->C, 0, a->act, N));
     TRY_RET(temp(&dgu, g->act_dt, (size_t)N * 2 * g->I, "d_gate_up", mb, l));
     TRY_RET(sdp_task_swiglu_bwd(&od, dgu, dact, a->gu, N, g->I));
     sdp_rt_tensor_release(dact);
     TRY_RET(temp(&dh2, g->act_dt, (size_t)N * g->C, "d_h2", mb, l));
     TRY_RET(sdp_task_matmul_bwd_data(&od, dh2, dgu, W, off_gate, N, g->C, 2 * g->I));
-    TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_gate, dgu, a->h2, N, g->C, 2 * g->I));
+    if (G)
+        TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_gate, dgu, a->h2, N, g->C, 2 * g->I));
+    TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_GATE, dh2, dgu, 2 * g->I, 0, a->h2, N));
+    TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_UP, dh2, dgu, 2 * g->I, g->I, a->h2, N));
     sdp_rt_tensor_release(dgu);
     if (c_mlp > 0) { /* the MLP's weight gradients are final: their chunks go */
         struct sdp_task_opts op = opts(g, step, l, -1, SDP_PH_NORM);
@@ -132,27 +151,34 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
         o.hint.grad_lim = c_mlp;
     }
     TRY_RET(
-        sdp_task_rmsnorm_bwd(&o, dres, 1, G, off_ln2, dh2, a->xmid, W, off_ln2, a->rstd2, N, g->C));
+        sdp_task_rmsnorm_bwd(&o, dres, 1, GN, g_ln2, dh2, a->xmid, W, off_ln2, a->rstd2, N, g->C));
     sdp_rt_tensor_release(dh2);
 
     /* attention */
     TRY_RET(temp(&datt, g->act_dt, (size_t)N * g->NH * g->HD, "d_att", mb, l));
     TRY_RET(sdp_task_matmul_bwd_data(&o, datt, dres, W, off_o, N, g->NH * g->HD, g->C));
-    TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_o, dres, a->att, N, g->NH * g->HD, g->C));
+    if (G)
+        TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_o, dres, a->att, N, g->NH * g->HD, g->C));
+    TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_O, datt, dres, g->C, 0, a->att, N));
     TRY_RET(temp(&dqkv2, g->act_dt, (size_t)N * g->QKV, "d_qkv_rope", mb, l));
     TRY_RET(sdp_task_attention_bwd(&o, dqkv2, datt, a->qkv2, a->att, a->lse, B, T, g->NH, g->NKV,
                                    g->HD));
     sdp_rt_tensor_release(datt);
     TRY_RET(temp(&dqkv, g->act_dt, (size_t)N * g->QKV, "d_qkv", mb, l));
-    TRY_RET(sdp_task_qknorm_rope_bwd(&o, dqkv, G, off_qn, off_kn, dqkv2, a->qkv, W, off_qn, off_kn,
+    TRY_RET(sdp_task_qknorm_rope_bwd(&o, dqkv, GN, g_qn, g_kn, dqkv2, a->qkv, W, off_qn, off_kn,
                                      a->rstdqk, &g->rope, N, T, g->NH, g->NKV, g->HD));
     sdp_rt_tensor_release(dqkv2);
     TRY_RET(temp(&dh1, g->act_dt, (size_t)N * g->C, "d_h1", mb, l));
     TRY_RET(sdp_task_matmul_bwd_data(&o, dh1, dqkv, W, off_q, N, g->C, g->QKV));
-    TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_q, dqkv, a->h1, N, g->C, g->QKV));
+    if (G)
+        TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_q, dqkv, a->h1, N, g->C, g->QKV));
+    TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_Q, dh1, dqkv, g->QKV, 0, a->h1, N));
+    TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_K, dh1, dqkv, g->QKV, g->NH * g->HD, a->h1, N));
+    TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_V, dh1, dqkv, g->QKV, (g->NH + g->NKV) * g->HD,
+                               a->h1, N));
     sdp_rt_tensor_release(dqkv);
     o.tag = done ? sdp_graph_new_tag(g) : 0;
-    TRY_RET(sdp_task_rmsnorm_bwd(&o, dres, 1, G, off_ln1, dh1, x, W, off_ln1, a->rstd1, N, g->C));
+    TRY_RET(sdp_task_rmsnorm_bwd(&o, dres, 1, GN, g_ln1, dh1, x, W, off_ln1, a->rstd1, N, g->C));
     if (done)
         *done = o.tag;
     sdp_rt_tensor_release(dh1);

@@ -325,9 +325,11 @@ int sdp_graph_optimizer(sdp_graph_t *g, int step, int update)
             TRY_RET(sdp_graph_norms(g, step, gi));
     }
     struct sdp_task_opts on = opts(g, step, -1, -1, SDP_PH_NORM);
-    rc = sdp_task_grad_norm(&on, g->clip, g->sumsq, st->nchunks_total, g->c.max_grad_norm);
+    rc = sdp_task_grad_norm(&on, g->clip, g->sumsq, g->nsumsq, g->c.max_grad_norm);
     if (rc || !update)
         return rc;
+    if (g->plan.lora.rank > 0) /* LoRA: the adapters alone; the base is frozen */
+        return sdp_graph_lora_update(g, step);
     for (int gi = 0; gi < st->ngroups; gi++) {
         for (int c = 0; c < st->groups[gi].nchunks; c++)
             TRY_RET(sdp_graph_update_chunk(
@@ -339,6 +341,20 @@ int sdp_graph_optimizer(sdp_graph_t *g, int step, int update)
         }
         if (gi == 0)
             TRY_RET(sdp_graph_put_rows(g, step));
+    }
+    return 0;
+}
+
+/* The working copy of group gi's adapters from their masters, chunk by chunk. */
+static int lora_cast(sdp_graph_t *g, int step, int gi)
+{
+    struct sdp_lora_state *ls = g->st->groups[gi].lora;
+    for (int c = 0; c < ls->nchunks; c++) {
+        struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
+        o.hint.chunk = c;
+        o.priority = 1;
+        TRY_RET(
+            sdp_task_cast(&o, sdp_rt_tensor_part(ls->work, c), sdp_rt_tensor_part(ls->master, c)));
     }
     return 0;
 }
@@ -356,7 +372,9 @@ int sdp_graph_refresh_work(sdp_graph_t *g, int step)
             o.hint.stage_role = SDP_STAGE_NONE;
             TRY_RET(sdp_task_zero(&o, gs->work));
         }
-        for (int c = 0; c < gs->nchunks; c++) {
+        if (gs->lora) /* LoRA: the adapters' copies from their masters; the base is frozen */
+            TRY_RET(lora_cast(g, step, gi));
+        for (int c = 0; c < gs->nchunks && !gs->frozen; c++) {
             struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_CAST);
             o.hint.chunk = c;
             o.priority = 1;

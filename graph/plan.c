@@ -18,6 +18,8 @@ static int mlp_chunk0(const struct sdp_state *st, int gi)
 {
     const struct sdp_group_state *gs = &st->groups[gi];
     size_t tail = (size_t)-1, end = 0;
+    if (gs->frozen) /* LoRA's base: no gradient, no update */
+        return -1;
     for (int i = 0; i < gs->ntensors; i++) {
         const struct sdp_param_desc *d = &gs->tensors[i];
         if (d->kind == SDP_PT_GATE || d->kind == SDP_PT_UP || d->kind == SDP_PT_DOWN)
@@ -94,6 +96,10 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
                         : -1;
     pg->embed_early = gi == 0 && st->cfg.tie_word_embeddings && pg->grad_bf16 && p->nranks == 1 &&
                       c->embed_early >= 0 && !p->clip && (!st->work_staged || st->embed_staged);
+    if (layer && sdp_lora_layer_on(&c->lora, gi)) {
+        pg->lora_targets = c->lora.targets;
+        pg->lora_rank = c->lora.rank;
+    }
 }
 
 int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct sdp_graph_conf *c)
@@ -117,6 +123,7 @@ int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct s
     p->bwd_lookahead = c->bwd_lookahead;
     p->param_delay = c->param_delay;
     p->clip = c->max_grad_norm > 0 || c->skip_nonfinite;
+    p->lora = c->lora;
     for (int gi = 0; gi < p->ngroups; gi++)
         fill_group(p, st, c, gi);
     if (c->embed_lookup_host && (p->nranks > 1 || st->groups[0].staged))
@@ -211,6 +218,32 @@ int sdp_plan_set(struct sdp_plan *p, const struct sdp_state *st, int first, int 
     return 0;
 }
 
+/* The plan's LoRA against the model: a valid configuration, adapters only on decoder layers and
+ * with the run's rank, and at least one adapted layer. */
+static int check_lora(const struct sdp_plan *p, const struct sdp_state *st)
+{
+    char why[256];
+    int any = 0;
+    if (p->lora.rank < 1)
+        return 0;
+    if (sdp_lora_validate(&p->lora, &st->cfg, why, sizeof(why)))
+        return sdp_err(-EINVAL, "plan: %s", why);
+    for (int gi = 0; gi < p->ngroups; gi++) {
+        const struct sdp_plan_group *pg = &p->group[gi];
+        int layer = gi >= 1 && gi <= p->nlayers;
+        if (pg->lora_targets &&
+            (!layer || pg->lora_rank != p->lora.rank || (pg->lora_targets & ~p->lora.targets)))
+            return sdp_err(-EINVAL,
+                           "plan: group %d's adapters are not the run's (decoder layers, "
+                           "rank %d)",
+                           gi, p->lora.rank);
+        any |= pg->lora_targets != 0;
+    }
+    if (!any)
+        return sdp_err(-EINVAL, "plan: lora.rank %d but no layer carries an adapter", p->lora.rank);
+    return 0;
+}
+
 /* The configuration's checks that do not depend on a group. */
 static int check_run(const struct sdp_plan *p, const struct sdp_state *st,
                      const struct sdp_graph_conf *c)
@@ -233,7 +266,7 @@ static int check_run(const struct sdp_plan *p, const struct sdp_state *st,
     if (p->nlayers != st->cfg.num_layers || p->ngroups != st->ngroups)
         return sdp_err(-EINVAL, "plan: made for %d layers, the model has %d", p->nlayers,
                        st->cfg.num_layers);
-    return 0;
+    return check_lora(p, st);
 }
 
 /* A decoder layer's or the embedding's and head's row against what the graph can build. */
@@ -292,7 +325,19 @@ static int same_row(const struct sdp_plan_group *a, const struct sdp_plan_group 
            a->grad_gpu == b->grad_gpu && a->grad_bf16 == b->grad_bf16 &&
            a->norms_gpu == b->norms_gpu && a->nchunks == b->nchunks &&
            a->update_gpu == b->update_gpu && a->mlp_early == b->mlp_early &&
-           a->embed_early == b->embed_early;
+           a->embed_early == b->embed_early && a->lora_targets == b->lora_targets &&
+           a->lora_rank == b->lora_rank;
+}
+
+/* " q_proj,v_proj": the adapted linears of a row */
+static void lora_targets_print(FILE *f, unsigned targets)
+{
+    const char *sep = " ";
+    for (int i = 0; i < SDP_LORA_NTARGETS; i++)
+        if (targets & SDP_LORA_BIT(sdp_lora_kinds[i])) {
+            fprintf(f, "%s%s", sep, sdp_lora_target_name(sdp_lora_kinds[i]));
+            sep = ",";
+        }
 }
 
 static void print_row(const struct sdp_plan *p, FILE *f, int g0, int g1)
@@ -307,16 +352,21 @@ static void print_row(const struct sdp_plan *p, FILE *f, int g0, int g1)
         snprintf(name, sizeof(name), "%d", g0);
     else
         snprintf(name, sizeof(name), "%d-%d", g0, g1);
-    if (pg->embed_early)
+    if (p->lora.rank > 0)
+        snprintf(update, sizeof(update), "%s", pg->lora_targets ? "adapters" : "frozen");
+    else if (pg->embed_early)
         snprintf(update, sizeof(update), "host, rows early");
     else if (pg->mlp_early > 0)
         snprintf(update, sizeof(update), "host, MLP early from chunk %d", pg->mlp_early);
     else
         snprintf(update, sizeof(update), "%s", pg->update_gpu ? "gpu" : "host");
-    fprintf(f, "%-10s %-10s %-8s %-6s %-6s %-5s %-6s %4d x %-10zu %s\n", name, act_names[pg->act],
+    fprintf(f, "%-10s %-10s %-8s %-6s %-6s %-5s %-6s %4d x %-10zu %s", name, act_names[pg->act],
             onoff[pg->offload], pg->work_gpu ? "gpu" : "host", pg->grad_gpu ? "gpu" : "cpu",
             pg->grad_bf16 ? "bf16" : "fp32", pg->norms_gpu ? "gpu" : "host", pg->nchunks,
             pg->chunk_elems, update);
+    if (p->lora.rank > 0 && pg->lora_targets)
+        lora_targets_print(f, pg->lora_targets);
+    fputc('\n', f);
 }
 
 void sdp_plan_print(const struct sdp_plan *p, FILE *f)
@@ -328,6 +378,11 @@ void sdp_plan_print(const struct sdp_plan *p, FILE *f)
             p->param_route == SDP_ROUTE_SHARDED ? "sharded" : "replicated", p->window,
             p->bwd_lookahead, p->param_delay, p->lookup_host ? "host" : "compute",
             onoff[p->rows_pack], onoff[p->defer_rows], onoff[p->clip]);
+    if (p->lora.rank > 0)
+        fprintf(f,
+                "lora: rank %d, alpha %g (scale %g), dropout %g; the base is frozen, the "
+                "adapters train (fp32 masters and moments)\n",
+                p->lora.rank, p->lora.alpha, sdp_lora_scale(&p->lora), p->lora.dropout);
     fprintf(f, "%-10s %-10s %-8s %-6s %-6s %-5s %-6s %-17s %s\n", "group", "activation", "offload",
             "params", "reduce", "grad", "norms", "chunks x elems", "update");
     for (int g0 = 0; g0 < p->ngroups;) {

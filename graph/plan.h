@@ -52,6 +52,9 @@ struct sdp_plan_group {
                                -1: not early */
     int embed_early;        /* embedding: the rows the step's tokens do not select are updated
                                during the backward (train.embed_early) */
+    unsigned lora_targets;  /* decoder layers: the linears carrying a LoRA adapter (bits
+                               SDP_LORA_BIT of their kinds); 0: none */
+    int lora_rank;          /* their adapters' rank r (0 without) */
 };
 
 struct sdp_plan {
@@ -70,6 +73,9 @@ struct sdp_plan {
                           next ids (sdp_graph_set_next; SDP_EMBED_DEFER not off) */
     int gpu_writeback; /* SDP_GPU_UPDATE_WRITEBACK: GPU updates write the state back when idle */
     int clip;          /* the updates wait for the global norm (clipping or skip_nonfinite) */
+    struct sdp_lora_cfg lora; /* LoRA (rank 0: none): every base weight is frozen, only the
+                                 adapters of the groups with lora_targets train, their output
+                                 scaled by alpha / rank (sdp_lora_scale) */
 };
 
 /* The group index of the final norm and LM head in a plan. */

@@ -12,6 +12,7 @@
 #include "base/sdp_log.h"
 #include "graph/predict.h"
 #include "graph/predict_internal.h"
+#include "models/sdp_lora.h"
 #include "models/sdp_models.h"
 
 /* Bytes of host DRAM one AdamW element moves: read fp32 p, m, v (12) and the gradient, write p, m,
@@ -136,6 +137,23 @@ static double layer_fwd_s(const struct sdp_model_cfg *m, int B, int T,
     return (sdp_model_layer_fwd_flops(m, B, T) - attn) / mc->gpu_flops + attn / mc->gpu_attn_flops;
 }
 
+/* The GEMMs of one layer's forward for one micro-batch: what a frozen base's backward saves (no
+ * weight gradient, LoRA). */
+static double layer_gemm_fwd_s(const struct sdp_model_cfg *m, int B, int T,
+                               const struct sdp_predict_machine *mc)
+{
+    double attn = 2.0 * B * (double)m->num_heads * T * (double)T * m->head_dim;
+    return (sdp_model_layer_fwd_flops(m, B, T) - attn) / mc->gpu_flops;
+}
+
+/* Elements group gi trains: all of them, or under LoRA its adapters' (none for a frozen group). */
+static double trained_elems(const struct sdp_plan *p, const struct sdp_model_cfg *m, int gi)
+{
+    if (p->lora.rank <= 0)
+        return (double)sdp_model_group_nelems(m, gi);
+    return p->group[gi].lora_targets ? (double)sdp_lora_layer_elems(&p->lora, m) : 0.0;
+}
+
 /* One GPU's compute for the LM head of one micro-batch: logits forward, both gradients. */
 static double head_compute_s(const struct sdp_model_cfg *m, int B, int T,
                              const struct sdp_predict_machine *mc)
@@ -192,38 +210,42 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
     const struct sdp_plan_group *pg = &p->group[gi];
     const struct sdp_model_cfg *m = run->m;
     int B = run->micro_batch, T = run->seq_len, nr = run->n_micro / p->nranks, twice;
-    int layer = gi >= 1 && gi <= p->nlayers, gb = pg->grad_bf16 ? 2 : 4;
-    double n = (double)sdp_model_group_nelems(m, gi), host, peer, act = 0, cf = 0, ct = 0;
+    int layer = gi >= 1 && gi <= p->nlayers, frozen = p->lora.rank > 0;
+    int gb = frozen ? 4 : pg->grad_bf16 ? 2 : 4; /* the adapters' gradients return in fp32 */
+    double nt = trained_elems(p, m, gi), host, peer, act = 0, cf = 0, ct = 0;
     param_bytes(p, m, gi, r->es, &host, &peer, &twice);
+    if (frozen) /* a frozen copy never changes: on the GPU it stays, unless the window drops it */
+        host *= twice ? 2 : 0, peer *= twice ? 2 : 0, twice = 0;
     if (layer && pg->offload && pg->act != SDP_ACT_KEEP) /* out after the forward, back later */
         act = (double)sdp_model_layer_act_bytes(
             m, B, T, r->es,
             pg->act == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE : SDP_RECOMPUTE_FULL);
     if (layer) {
         cf = nr * layer_fwd_s(m, B, T, mc);
-        ct = nr * layer_compute_s(m, B, T, mc, pg->act);
+        ct = nr *
+             (layer_compute_s(m, B, T, mc, pg->act) - (frozen ? layer_gemm_fwd_s(m, B, T, mc) : 0));
     } else if (gi == SDP_PLAN_HEAD(p)) {
-        cf = ct = nr * head_compute_s(m, B, T, mc);
+        cf = ct = nr * head_compute_s(m, B, T, mc) * (frozen ? 2.0 / 3.0 : 1.0);
     }
     if (layer && mc->elem_bps > 0)
         ct += nr * layer_elem_bytes(m, B, T, r->es, pg->act) / mc->elem_bps;
     if (mc->elem_bps > 0) /* the gradient zeroed (fp32), and packed to bf16 for the return */
-        ct += n * (4.0 + (pg->grad_bf16 ? 6.0 : 0.0)) / mc->elem_bps;
+        ct += nt * (4.0 + (gb == 2 ? 6.0 : 0.0)) / mc->elem_bps;
     a->compute_s += ct;
     if (gi >= p->nlayers)
         a->top_s += ct;
     a->h2d += host * (1 + twice) + nr * act;
     a->peer += peer * (1 + twice);
-    a->d2h += n * gb + nr * act; /* rank 0's */
-    a->d2h_all += p->nranks * nr * act + n * gb * (pg->grad_gpu ? 1 : p->nranks);
+    a->d2h += nt * gb + nr * act; /* rank 0's */
+    a->d2h_all += p->nranks * nr * act + nt * gb * (pg->grad_gpu ? 1 : p->nranks);
     if (p->nranks > 1 && pg->grad_gpu) /* rank 0 receives the others' fp32 gradients */
-        a->peer += (p->nranks - 1) * n * 4.0;
+        a->peer += (p->nranks - 1) * nt * 4.0;
     else if (p->nranks > 1) /* the host sums R gradients into one */
-        a->reduce += (p->nranks + 1) * n * gb;
+        a->reduce += (p->nranks + 1) * nt * gb;
     if (pg->update_gpu)
-        a->gpu_update_s += n * adamw_bpp(gb, r->es) / mc->gpu_mem_bps;
+        a->gpu_update_s += nt * adamw_bpp(gb, r->es) / mc->gpu_mem_bps;
     else
-        a->adamw += n * adamw_bpp(gb, r->es);
+        a->adamw += nt * adamw_bpp(gb, r->es);
     /* a layer's GPU tasks: forward 9 (two norms, four matmuls, RoPE, attention, SwiGLU), as many
      * again recomputed (selective: the output projection not; keep-mlp: the gate/up not either),
      * backward 13 (eight matmuls, two norms, RoPE, attention, SwiGLU); the gradient's zeroing
@@ -235,12 +257,15 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
                                                               : 0)) +
                             2
                       : 2 * nr + 2;
-    a->host_tasks += 2ll * pg->nchunks; /* a chunk's pack or norm, and its update */
+    if (layer && frozen) /* no weight gradients (4 matmuls); an adapter's task each way */
+        a->tasks += nr * (-4 + 2 * __builtin_popcount(pg->lora_targets));
+    /* a chunk's pack or norm, and its update (LoRA: the adapters', one chunk) */
+    a->host_tasks += frozen ? (nt > 0 ? 2 : 0) : 2ll * pg->nchunks;
     /* the chain: forward, then backward with the recomputation; a transfer longer than the compute
      * it feeds shows; without a window every copy may prefetch, and transfers hide.  With no
      * lookahead a layer's backward waits for its own parameters (no overlap) */
     double fwd_x = xfer_s(host, r->h2d), bwd_in = xfer_s(host * twice + nr * act, r->h2d);
-    double bwd_out = xfer_s(n * gb + nr * act, r->d2h), cb = ct - cf;
+    double bwd_out = xfer_s(nt * gb + nr * act, r->d2h), cb = ct - cf;
     if (p->window <= 0) {
         a->chain_s += ct;
     } else {
@@ -257,8 +282,8 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
         c->bwd_s = gi == SDP_PLAN_HEAD(p) ? 0 : p->window > 0 && cb < bwd_in ? bwd_in : cb;
         c->up_bytes = host;
         c->down_s = bwd_out;
-        c->update_s = pg->update_gpu ? 0 : n * adamw_bpp(gb, r->es) / (r->adamw / threads);
-        c->nchunks = pg->nchunks;
+        c->update_s = pg->update_gpu ? 0 : nt * adamw_bpp(gb, r->es) / (r->adamw / threads);
+        c->nchunks = frozen ? 1 : pg->nchunks;
         if (gi == 0 && pg->embed_early) { /* the rows the step's tokens do not select: early */
             double V = m->vocab_size, N = (double)B * T * nr;
             c->early_frac = exp(-N / V);
@@ -374,10 +399,15 @@ static void host_peak(const struct sdp_predict_run *run, const struct sdp_predic
     unsigned long long P = sdp_model_num_params(run->m), es = run->work_dtype == SDP_F32 ? 4 : 2;
     unsigned long long b =
         P * 12ull + (run->work_staged ? 0 : P * es) + (p->param_delay ? P * es : 0);
+    if (p->lora.rank > 0) { /* the base's working copy; the adapters' master, moments, gradient */
+        b = P * es;
+        for (int gi = 1; gi <= p->nlayers; gi++)
+            b += (unsigned long long)trained_elems(p, run->m, gi) * (16ull + es);
+    }
     for (int gi = 0; gi < p->ngroups; gi++) {
         const struct sdp_plan_group *pg = &p->group[gi];
         unsigned long long n = sdp_model_group_nelems(run->m, gi);
-        if (!pg->grad_bf16)
+        if (!pg->grad_bf16 && p->lora.rank <= 0)
             b += n * 4ull * (p->nranks > 1 && !pg->grad_gpu ? (unsigned)p->nranks : 1u);
         if (gi >= 1 && gi <= p->nlayers && pg->offload && pg->act != SDP_ACT_KEEP)
             b += sdp_model_layer_act_bytes(run->m, run->micro_batch, run->seq_len, (int)es,
@@ -540,8 +570,11 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
     p->nranks = c->nranks > 1 ? c->nranks : 1;
     p->param_route = c->param_route, p->window = c->window, p->bwd_lookahead = c->bwd_lookahead;
     p->param_delay = c->param_delay, p->clip = c->max_grad_norm > 0 || c->skip_nonfinite;
+    p->lora = c->lora;
     for (int gi = 0; gi < p->ngroups; gi++) {
         struct sdp_plan_group *pg = &p->group[gi];
+        if (gi >= 1 && gi <= L && c->lora.rank > 0 && sdp_lora_layer_on(&c->lora, gi))
+            pg->lora_targets = c->lora.targets, pg->lora_rank = c->lora.rank; /* as plan.c */
         size_t n = sdp_model_group_nelems(m, gi);
         enum sdp_act_place act = SDP_ACT_KEEP; /* as plan.c's act_of */
         if (gi >= 1 && gi <= L && c->recompute && gi <= L - c->keep_last)

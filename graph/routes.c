@@ -70,6 +70,8 @@ int sdp_graph_dispatch(sdp_graph_t *g, int step, int mb, int gi)
 int sdp_graph_zero_grad(sdp_graph_t *g, int step, int mb, int gi, unsigned long long after)
 {
     struct sdp_task_opts o;
+    if (g->st->groups[gi].frozen) /* LoRA: the group's adapters, if any */
+        return sdp_graph_lora_zero(g, step, mb, gi, after);
     if (mb % g->nm_rank != 0)
         return 0;
     o = opts(g, step, gi, mb, SDP_PH_BWD);
@@ -88,6 +90,8 @@ int sdp_graph_zero_grad(sdp_graph_t *g, int step, int mb, int gi, unsigned long 
 int sdp_graph_norms(sdp_graph_t *g, int step, int gi)
 {
     struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
+    if (g->st->groups[gi].frozen) /* LoRA: the group's adapters, if any */
+        return sdp_graph_lora_norms(g, step, gi);
     if (g->plan.group[gi].norms_gpu) {
         o.on_rank = g->R > 1; /* rank 0's worker, where the route summed */
         return sdp_task_grad_sumsq(&o, g->st->groups[gi].grad, &g->sumsq[g->chunk0[gi]]);
@@ -125,6 +129,6 @@ void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r)
 {
     if (!g->st->groups[gi].staged) /* a staged copy has nowhere else to go */
         sdp_rt_tensor_wont_use(work_of(g, gi, step));
-    if (!(g->R == 1 && sdp_graph_packs(g, gi)))
+    if (!(g->R == 1 && sdp_graph_packs(g, gi)) && !g->st->groups[gi].frozen)
         sdp_rt_tensor_wont_use(grad_of(g, gi, r));
 }

@@ -102,9 +102,12 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
                                     g->C, g->V, scale));
     }
     o.tag = g->plan.bwd_lookahead >= 0 ? sdp_graph_new_tag(g) : 0;
-    TRY_GOTO(sdp_task_rmsnorm_bwd(&o, dres, 0, grad_of(g, g->head_group, r), g->norm_off, dh, xs[L],
-                                  compute_work(g, g->head_group, step, r), g->norm_off, rstdN, N,
-                                  g->C));
+    {
+        sdp_rt_tensor_t *gh = grad_of(g, g->head_group, r); /* NULL: frozen (LoRA), to the sink */
+        TRY_GOTO(sdp_task_rmsnorm_bwd(&o, dres, 0, gh ? gh : g->lora_sink, gh ? g->norm_off : 0, dh,
+                                      xs[L], compute_work(g, g->head_group, step, r), g->norm_off,
+                                      rstdN, N, g->C));
+    }
     done[L + 1] = o.tag;
     /* the LM head's gradient is final here too unless it is the embedding's (tied, group 0) */
     TRY_GOTO(sdp_graph_norms_if_final(g, step, mb, g->head_group));
@@ -138,8 +141,9 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     if (g->lm_group != 0)
         TRY_GOTO(sdp_graph_zero_grad(g, step, mb, 0, sdp_graph_bwd_gate(g, done, 0)));
     o = opts(g, step, 0, mb, SDP_PH_BWD);
-    TRY_GOTO(sdp_task_embedding_bwd(&o, grad_of(g, 0, r), sdp_state_off(st, 0, SDP_PT_EMBED), dres,
-                                    ids, N, g->C));
+    if (!st->groups[0].frozen)
+        TRY_GOTO(sdp_task_embedding_bwd(&o, grad_of(g, 0, r), sdp_state_off(st, 0, SDP_PT_EMBED),
+                                        dres, ids, N, g->C));
     TRY_GOTO(sdp_graph_norms_if_final(g, step, mb, 0));
     if (g->rwork && (mb + 1) % g->nm_rank == 0)
         for (int gi = 0; gi < st->ngroups; gi += g->head_group)
@@ -251,7 +255,11 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
         /* name the first group whose chunk norms are not finite (for the error message) */
         int k = 0;
         for (int gi = 0; gi < g->st->ngroups && res->bad_group < 0; gi++)
-            for (int c = 0; c < g->st->groups[gi].nchunks; c++, k++) {
+            for (int c = 0;
+                 c < (g->plan.lora.rank > 0
+                          ? (g->st->groups[gi].lora ? g->st->groups[gi].lora->nchunks : 0)
+                          : g->st->groups[gi].nchunks);
+                 c++, k++) {
                 double v;
                 if (sdp_rt_tensor_acquire(g->sumsq[k], 0))
                     return -EIO;
@@ -365,6 +373,8 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
     char name[64];
     if (rc)
         return rc;
+    if (p->lora.rank > 0 && (p->nranks > 1 || p->param_delay))
+        return sdp_err(-EINVAL, "graph: LoRA adapters are for one rank, param_delay 0");
     if (!(g = calloc(1, sizeof(*g))))
         return sdp_err(-ENOMEM, "graph");
     g->st = st;
@@ -398,8 +408,15 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
     g->ids = calloc(2 * (size_t)c->n_micro, sizeof(*g->ids));
     g->targets = calloc(2 * (size_t)c->n_micro, sizeof(*g->targets));
     g->loss = calloc((size_t)c->n_micro, sizeof(*g->loss));
-    g->sumsq = calloc((size_t)st->nchunks_total, sizeof(*g->sumsq));
-    if (!g->ids || !g->targets || !g->loss || !g->sumsq) {
+    g->nsumsq = st->nchunks_total;
+    g->chunk0 = calloc((size_t)st->ngroups, sizeof(*g->chunk0));
+    if (g->chunk0 && p->lora.rank > 0)
+        rc = sdp_graph_lora_create(g); /* the adapters' chunks, and the sink */
+    else
+        for (int gi = 1; g->chunk0 && gi < st->ngroups; gi++)
+            g->chunk0[gi] = g->chunk0[gi - 1] + st->groups[gi - 1].nchunks;
+    g->sumsq = calloc((size_t)(g->nsumsq > 0 ? g->nsumsq : 1), sizeof(*g->sumsq));
+    if (!g->ids || !g->targets || !g->loss || !g->sumsq || !g->chunk0 || rc) {
         sdp_graph_destroy(g);
         return sdp_err(-ENOMEM, "graph buffers");
     }
@@ -415,7 +432,7 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
         snprintf(name, sizeof(name), "loss.mb%d", i);
         rc = sdp_rt_tensor_create(&g->loss[i], SDP_F64, 2, name);
     }
-    for (int i = 0; i < st->nchunks_total && !rc; i++) {
+    for (int i = 0; i < g->nsumsq && !rc; i++) {
         snprintf(name, sizeof(name), "sumsq.%d", i);
         rc = sdp_rt_tensor_create(&g->sumsq[i], SDP_F64, 1, name);
     }
@@ -450,13 +467,6 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
             if (!rc)
                 rc = sdp_rt_tensor_partition_like(g->work2[gi], st->groups[gi].work);
         }
-    }
-    if (!rc) {
-        g->chunk0 = calloc((size_t)st->ngroups, sizeof(*g->chunk0));
-        if (!g->chunk0)
-            rc = sdp_err(-ENOMEM, "chunk index of %d groups", st->ngroups);
-        for (int gi = 1; !rc && gi < st->ngroups; gi++)
-            g->chunk0[gi] = g->chunk0[gi - 1] + st->groups[gi - 1].nchunks;
     }
     if (!rc && g->R > 1 && p->param_route == SDP_ROUTE_SHARDED) {
         /* every rank's replica of every group, chunked like the working copy, device memory only */
@@ -507,8 +517,9 @@ void sdp_graph_destroy(sdp_graph_t *g)
     }
     for (int i = 0; g->loss && i < g->c.n_micro; i++)
         sdp_rt_tensor_release(g->loss[i]);
-    for (int i = 0; g->sumsq && i < g->st->nchunks_total; i++)
+    for (int i = 0; g->sumsq && i < g->nsumsq; i++)
         sdp_rt_tensor_release(g->sumsq[i]);
+    sdp_rt_tensor_release(g->lora_sink);
     sdp_rt_tensor_release(g->clip);
     free(g->row_mark);
     for (int c = 0; g->rows_grad && c < g->st->groups[0].nchunks; c++)

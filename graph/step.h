@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "models/sdp_lora.h"
 #include "runtime/state.h"
 
 /* Gradient return of data-parallel ranks (the design's routes). */
@@ -98,6 +99,8 @@ struct sdp_graph_conf {
                               embedding's working copy on the host: graph/embed.c,
                               lookup_host_create);
                               0: the lookup runs where the compute runs */
+    struct sdp_lora_cfg lora; /* LoRA adapters on the decoder layers' linears, the base frozen
+                                 (the recipe's lora:; rank 0, the zeroed default: none) */
 };
 
 struct sdp_step_result {

@@ -24,7 +24,18 @@
 sdp_rt_tensor_t *sdp_ckpt_state_tensor(struct sdp_state *st, int g, int kind)
 {
     struct sdp_group_state *gs = &st->groups[g];
+    if (gs->frozen) /* LoRA: the group's adapters, or none */
+        return !gs->lora   ? NULL
+               : kind == 0 ? gs->lora->master
+               : kind == 1 ? gs->lora->m
+                           : gs->lora->v;
     return kind == 0 ? gs->master : kind == 1 ? gs->m : gs->v;
+}
+
+/* The elements of a state tensor (0 for none). */
+static size_t state_nelems(sdp_rt_tensor_t *t)
+{
+    return t ? sdp_rt_tensor_nelems(t) : 0;
 }
 
 /* Step of a file name "step-<digits>.sdpckpt", or -1. */
@@ -160,12 +171,19 @@ int sdp_ckpt_load(const char *path, struct sdp_state *st, struct sdp_ckpt_info *
     if (rc)
         return rc;
     rc = sdp_ckpt_cfg_compare(path, &h.cfg, &st->cfg);
+    if (!rc && (h.lora.rank != st->lora.rank || h.lora.alpha != st->lora.alpha ||
+                h.lora.targets != st->lora.targets || h.lora.first != st->lora.first ||
+                h.lora.last != st->lora.last))
+        rc = sdp_err(-EINVAL, "checkpoint %s: %s", path,
+                     !h.lora.rank     ? "a whole model's state, not the adapters of a LoRA run"
+                     : !st->lora.rank ? "the adapters of a LoRA run, not a whole model's state "
+                                        "(its RUN/final is the adapter)"
+                                      : "the adapters of another LoRA configuration");
     if (!rc && h.ngroups != st->ngroups)
         rc = sdp_err(-EINVAL, "checkpoint %s: %d groups, the state has %d", path, h.ngroups,
                      st->ngroups);
     for (int i = 0; i < h.ntensors && !rc; i++)
-        if (h.t[i].nelems !=
-            sdp_rt_tensor_nelems(sdp_ckpt_state_tensor(st, h.t[i].group, h.t[i].kind)))
+        if (h.t[i].nelems != state_nelems(sdp_ckpt_state_tensor(st, h.t[i].group, h.t[i].kind)))
             rc = sdp_err(-EINVAL, "checkpoint %s: group %d has %" PRIu64 " elements, the state %zu",
                          path, h.t[i].group, h.t[i].nelems, st->groups[h.t[i].group].nelems);
     /* pass 1: every crc, before st is touched */
@@ -174,6 +192,8 @@ int sdp_ckpt_load(const char *path, struct sdp_state *st, struct sdp_ckpt_info *
     /* pass 2: the same bytes of the same open file, straight into the host copies */
     for (int i = 0; i < h.ntensors && !rc; i++) {
         sdp_rt_tensor_t *t = sdp_ckpt_state_tensor(st, h.t[i].group, h.t[i].kind);
+        if (!t)
+            continue; /* a group without adapters (LoRA): 0 elements */
         rc = sdp_rt_tensor_acquire(t, 1);
         if (rc)
             break;

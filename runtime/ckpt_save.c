@@ -67,9 +67,13 @@ static int write_all(FILE *fp, const char *tmp, const void *buf, size_t n)
 static int write_tensor(FILE *fp, const char *tmp, sdp_rt_tensor_t *t, uint32_t *crc)
 {
     static const unsigned char zeros[SDP_CKPT_ALIGN];
-    size_t nbytes = sdp_rt_tensor_nelems(t) * sizeof(float);
+    size_t nbytes = t ? sdp_rt_tensor_nelems(t) * sizeof(float) : 0;
     const char *p;
-    int rc = sdp_rt_tensor_acquire(t, 0);
+    int rc;
+    *crc = 0;
+    if (!t) /* a group without adapters (LoRA) */
+        return 0;
+    rc = sdp_rt_tensor_acquire(t, 0);
     if (rc)
         return rc;
     p = sdp_rt_tensor_data(t);
@@ -127,6 +131,7 @@ static int fill_header(struct sdp_ckpt_header *h, const struct sdp_state *st,
     snprintf(h->work_dtype, sizeof(h->work_dtype), "%s", sdp_dtype_name(st->work_dtype));
     h->chunk_elems = st->chunk_elems;
     h->ngroups = st->ngroups;
+    h->lora = st->lora;
     h->ntensors = SDP_CKPT_NKINDS * st->ngroups;
     h->t = calloc((size_t)h->ntensors, sizeof(*h->t));
     if (!h->t)
@@ -134,7 +139,10 @@ static int fill_header(struct sdp_ckpt_header *h, const struct sdp_state *st,
     for (int i = 0; i < h->ntensors; i++) {
         h->t[i].group = i / SDP_CKPT_NKINDS;
         h->t[i].kind = i % SDP_CKPT_NKINDS;
-        h->t[i].nelems = st->groups[i / SDP_CKPT_NKINDS].nelems;
+        h->t[i].nelems = st->lora.rank > 0 ? st->groups[i / SDP_CKPT_NKINDS].lora
+                                                 ? st->groups[i / SDP_CKPT_NKINDS].lora->nelems
+                                                 : 0
+                                           : st->groups[i / SDP_CKPT_NKINDS].nelems;
     }
     return 0;
 }

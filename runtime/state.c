@@ -16,9 +16,11 @@
 #include "formats/safetensors.h"
 #include "base/sdp_log.h"
 #include "runtime/state.h"
+#include "runtime/state_lora.h"
 
 static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cfg, int g,
-                      enum sdp_dtype work_dtype, size_t chunk_elems, int grad_on_device, int staged)
+                      enum sdp_dtype work_dtype, size_t chunk_elems, int grad_on_device, int staged,
+                      int frozen)
 {
     char name[64];
     size_t *parts;
@@ -45,6 +47,8 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
                  { &gs->work, "work", work_dtype, 0, 0 } };
     for (size_t i = 0; i < sizeof(list) / sizeof(list[0]) && !rc; i++) {
         snprintf(name, sizeof(name), "g%d.%s", g, list[i].what);
+        if (frozen && list[i].t != &gs->work) /* LoRA's base: the working copy alone */
+            continue;
         if (staged && list[i].t == &gs->work) { /* no host home, never split */
             rc = sdp_rt_tensor_temp(list[i].t, list[i].dt, gs->nelems, name);
             continue;
@@ -130,14 +134,22 @@ int sdp_state_create(struct sdp_state *st, const struct sdp_model_cfg *cfg,
     return sdp_state_create_ex(st, cfg, work_dtype, chunk_bytes, SDP_F32, 0);
 }
 
-int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
-                        enum sdp_dtype work_dtype, size_t chunk_bytes, enum sdp_dtype grad_dtype,
-                        unsigned flags)
+/* sdp_state_create_ex, and with lora (rank > 0) sdp_state_create_lora's frozen base and adapters */
+static int create(struct sdp_state *st, const struct sdp_model_cfg *cfg, enum sdp_dtype work_dtype,
+                  size_t chunk_bytes, enum sdp_dtype grad_dtype, unsigned flags,
+                  const struct sdp_lora_cfg *lora)
 {
-    int on_gpu = (flags & SDP_STATE_ON_GPU) != 0;
+    int on_gpu = (flags & SDP_STATE_ON_GPU) != 0, frozen = lora && lora->rank > 0;
     int g, rc;
     memset(st, 0, sizeof(*st));
     st->cfg = *cfg;
+    if (frozen) {
+        st->lora = *lora;
+        grad_dtype = SDP_F32; /* the base returns no gradient; the adapters' are fp32 */
+        if (flags & (SDP_STATE_WORK_STAGED | SDP_STATE_EMBED_STAGED))
+            return sdp_err(-EINVAL, "LoRA keeps the base's working copy on the host: "
+                                    "train.work_home and embed_home gpu do not apply");
+    }
     st->work_dtype = work_dtype;
     if (grad_dtype != SDP_F32 && grad_dtype != SDP_BF16)
         return sdp_err(-EINVAL, "gradient dtype %s: f32 or bf16 expected",
@@ -154,9 +166,12 @@ int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
         return sdp_err(-ENOMEM, "state of %d groups", st->ngroups);
     for (g = 0; g < st->ngroups; g++) {
         st->groups[g].staged = st->work_staged || (g == 0 && (flags & SDP_STATE_EMBED_STAGED));
+        st->groups[g].frozen = frozen;
         rc = make_group(&st->groups[g], cfg, g, work_dtype, st->chunk_elems,
                         grad_dtype == SDP_BF16 && on_gpu && !tied_grad_pinned(cfg, g),
-                        st->groups[g].staged);
+                        st->groups[g].staged, frozen);
+        if (!rc && frozen && sdp_lora_layer_on(lora, g) && g <= cfg->num_layers)
+            rc = sdp_state_lora_make(st, g);
         if (!rc && grad_dtype == SDP_BF16)
             rc = make_grad_ret(&st->groups[g], g);
         if (!rc && st->groups[g].staged)
@@ -170,8 +185,27 @@ int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
     SDP_INFO(
         "state: %zu parameters in %d groups, %d chunks of up to %.1f MiB, %.2f GiB of host memory",
         sdp_model_num_params(cfg), st->ngroups, st->nchunks_total, chunk_bytes / 1048576.0,
-        sdp_state_host_bytes(cfg, work_dtype, grad_dtype, flags) / 1073741824.0);
+        (frozen ? sdp_state_lora_host_bytes(cfg, lora, work_dtype)
+                : sdp_state_host_bytes(cfg, work_dtype, grad_dtype, flags)) /
+            1073741824.0);
     return 0;
+}
+
+int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
+                        enum sdp_dtype work_dtype, size_t chunk_bytes, enum sdp_dtype grad_dtype,
+                        unsigned flags)
+{
+    return create(st, cfg, work_dtype, chunk_bytes, grad_dtype, flags, NULL);
+}
+
+int sdp_state_create_lora(struct sdp_state *st, const struct sdp_model_cfg *cfg,
+                          const struct sdp_lora_cfg *lora, enum sdp_dtype work_dtype,
+                          size_t chunk_bytes, unsigned flags)
+{
+    char why[256];
+    if (sdp_lora_validate(lora, cfg, why, sizeof(why)))
+        return sdp_err(-EINVAL, "state: %s", why);
+    return create(st, cfg, work_dtype, chunk_bytes, SDP_F32, flags, lora);
 }
 
 void sdp_state_destroy(struct sdp_state *st)
@@ -191,6 +225,7 @@ void sdp_state_destroy(struct sdp_state *st)
         for (int c = 0; gs->work_stage && c < gs->nchunks; c++)
             sdp_rt_tensor_release(gs->work_stage[c]);
         free(gs->work_stage);
+        sdp_state_lora_free(gs);
     }
     free(st->groups);
     st->groups = NULL;
@@ -208,7 +243,7 @@ size_t sdp_state_off(const struct sdp_state *st, int g, enum sdp_ptensor k)
 
 /* ---- random initialisation ---- */
 
-static uint64_t splitmix64(uint64_t x)
+uint64_t sdp_state_splitmix64(uint64_t x)
 {
     x += 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -216,7 +251,7 @@ static uint64_t splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static uint64_t hash_name(const char *s)
+uint64_t sdp_state_hash_name(const char *s)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (; *s; s++)
@@ -230,7 +265,7 @@ static void fill_normal(float *dst, size_t begin, size_t end, double std, uint64
 {
     const double two_pi = 6.283185307179586;
     for (size_t i = begin; i < end; i++) {
-        uint64_t a = splitmix64(key + 2 * i), b = splitmix64(key + 2 * i + 1);
+        uint64_t a = sdp_state_splitmix64(key + 2 * i), b = sdp_state_splitmix64(key + 2 * i + 1);
         double u1 = ((a >> 11) + 1.0) * (1.0 / 9007199254740993.0); /* (0, 1] */
         double u2 = (b >> 11) * (1.0 / 9007199254740992.0);         /* [0, 1) */
         dst[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(two_pi * u2));
@@ -273,7 +308,9 @@ static void *init_worker(void *arg)
     }
 }
 
-void sdp_state_init_random(struct sdp_state *st, unsigned long long seed)
+/* The initialisation of groups g0..g1 into dst[g - g0] (each a group's fp32 vector). */
+static void init_groups(struct sdp_state *st, unsigned long long seed, int g0, int g1,
+                        float *const *dst)
 {
     const size_t slice = (size_t)1 << 22; /* elements per job */
     double std = st->cfg.initializer_range > 0 ? st->cfg.initializer_range : 0.02;
@@ -286,9 +323,9 @@ void sdp_state_init_random(struct sdp_state *st, unsigned long long seed)
     /* element i of a tensor depends on (seed, name, i) only: any slicing gives the same values */
     for (int pass = 0; pass < 2; pass++) {
         w.njobs = 0;
-        for (int g = 0; g < st->ngroups; g++) {
+        for (int g = g0; g <= g1; g++) {
             struct sdp_group_state *gs = &st->groups[g];
-            float *p = sdp_rt_tensor_data(gs->master);
+            float *p = dst[g - g0];
             for (int i = 0; i < gs->ntensors; i++) {
                 const struct sdp_param_desc *d = &gs->tensors[i];
                 size_t n = (size_t)d->rows * d->cols;
@@ -299,7 +336,7 @@ void sdp_state_init_random(struct sdp_state *st, unsigned long long seed)
                         jb->begin = b;
                         jb->end = b + slice < n ? b + slice : n;
                         jb->std = std;
-                        jb->key = splitmix64(seed) ^ hash_name(d->hf_name);
+                        jb->key = sdp_state_splitmix64(seed) ^ sdp_state_hash_name(d->hf_name);
                         jb->normal = d->decay;
                     }
                     w.njobs++;
@@ -322,6 +359,27 @@ void sdp_state_init_random(struct sdp_state *st, unsigned long long seed)
         pthread_join(th[t], NULL);
     pthread_mutex_destroy(&w.lock);
     free(w.jobs);
+}
+
+void sdp_state_init_random(struct sdp_state *st, unsigned long long seed)
+{
+    float **dst = calloc((size_t)st->ngroups, sizeof(*dst));
+    SDP_ASSERT(dst != NULL, "out of memory for %d groups", st->ngroups);
+    for (int g = 0; g < st->ngroups; g++)
+        dst[g] =
+            sdp_rt_tensor_data(st->groups[g].frozen ? st->groups[g].work : st->groups[g].master);
+    if (!st->lora.rank || st->work_dtype == SDP_F32) {
+        init_groups(st, seed, 0, st->ngroups - 1, dst);
+    } else { /* a bf16 frozen base: a group at a time through an fp32 buffer, rounded */
+        for (int g = 0; g < st->ngroups; g++) {
+            float *tmp = malloc(st->groups[g].nelems * sizeof(float));
+            SDP_ASSERT(tmp != NULL, "out of memory for group %d's initialisation", g);
+            init_groups(st, seed, g, g, &tmp);
+            sdp_state_lora_round(dst[g], tmp, st->groups[g].nelems);
+            free(tmp);
+        }
+    }
+    free(dst);
     st->work_valid = 0;
 }
 
@@ -392,6 +450,28 @@ static int read_finite(sdp_st_t *sf, const struct sdp_st_tensor *t, const struct
     return rc;
 }
 
+/* Read tensor t of d into group g's master, or into a frozen group's working copy (through an
+ * fp32 buffer rounded to bf16 as the cast kernel rounds: the values are finite). */
+static int load_one(struct sdp_state *st, int g, sdp_st_t *sf, const struct sdp_st_tensor *t,
+                    const struct sdp_param_desc *d)
+{
+    struct sdp_group_state *gs = &st->groups[g];
+    size_t n = (size_t)d->rows * d->cols;
+    float *tmp;
+    int rc;
+    if (!gs->frozen)
+        return read_finite(sf, t, d, (float *)sdp_rt_tensor_data(gs->master) + d->offset);
+    if (st->work_dtype == SDP_F32)
+        return read_finite(sf, t, d, (float *)sdp_rt_tensor_data(gs->work) + d->offset);
+    if (!(tmp = malloc(n * sizeof(float))))
+        return sdp_err(-ENOMEM, "reading tensor %s (%zu elements)", d->hf_name, n);
+    rc = read_finite(sf, t, d, tmp);
+    if (!rc)
+        sdp_state_lora_round((uint16_t *)sdp_rt_tensor_data(gs->work) + d->offset, tmp, n);
+    free(tmp);
+    return rc;
+}
+
 /* Check every tensor of cfg (and, with st, read it into the masters). */
 static int visit_hf(const struct sdp_model_cfg *cfg, const char *path, struct sdp_state *st)
 {
@@ -410,9 +490,7 @@ static int visit_hf(const struct sdp_model_cfg *cfg, const char *path, struct sd
             }
             used++;
             if (st)
-                rc = read_finite(sf, t, &descs[i],
-                                 (float *)sdp_rt_tensor_data(st->groups[g].master) +
-                                     descs[i].offset);
+                rc = load_one(st, g, sf, t, &descs[i]);
         }
     }
     n = sdp_st_num_tensors(sf);
@@ -436,18 +514,28 @@ int sdp_state_load_hf(struct sdp_state *st, const char *path)
     return rc;
 }
 
+/* The fp32 copy of group gs's weights: its master, or a frozen fp32 base's working copy (a LoRA
+ * state merged for export, sdp_state_lora_merge). */
+static sdp_rt_tensor_t *base_of(struct sdp_group_state *gs)
+{
+    return gs->frozen ? gs->work : gs->master;
+}
+
 int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype)
 {
     struct sdp_st_wtensor *wt;
     int n = 0, rc;
     char path[4200];
     enum sdp_st_dtype sdt = !strcmp(dtype, "bfloat16") ? SDP_ST_BF16 : SDP_ST_F32;
+    if (st->lora.rank > 0 && st->work_dtype != SDP_F32)
+        return sdp_err(-EINVAL, "state: the base of a LoRA run is frozen and has no master to "
+                                "save; its adapters are what it trains");
     rc = sdp_mkdir_p(dir);
     if (rc)
         return rc;
     for (int g = 0; g < st->ngroups; g++) {
         /* the masters are written only by CPU tasks: make the host copy current */
-        rc = sdp_rt_tensor_acquire(st->groups[g].master, 0);
+        rc = sdp_rt_tensor_acquire(base_of(&st->groups[g]), 0);
         if (rc)
             return rc;
         n += st->groups[g].ntensors;
@@ -460,7 +548,7 @@ int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype)
     n = 0;
     for (int g = 0; g < st->ngroups; g++) {
         struct sdp_group_state *gs = &st->groups[g];
-        const float *p = sdp_rt_tensor_data(gs->master);
+        const float *p = sdp_rt_tensor_data(base_of(gs));
         for (int i = 0; i < gs->ntensors; i++) {
             const struct sdp_param_desc *d = &gs->tensors[i];
             int one_d = d->rows == 1 && d->kind != SDP_PT_EMBED && d->kind != SDP_PT_LM_HEAD;
@@ -480,6 +568,6 @@ int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype)
     free(wt);
 out:
     for (int g = 0; g < st->ngroups; g++)
-        sdp_rt_tensor_release_acquire(st->groups[g].master);
+        sdp_rt_tensor_release_acquire(base_of(&st->groups[g]));
     return rc;
 }

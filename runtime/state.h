@@ -11,8 +11,30 @@
 
 #include <stddef.h>
 
+#include "models/sdp_lora.h"
 #include "models/sdp_models.h"
 #include "runtime/tensor.h"
+
+/* One tensor of a layer's adapters: A (rank, in) or B (out, rank) of the linear `kind`. */
+struct sdp_lora_tensor {
+    enum sdp_ptensor kind;
+    int is_b;            /* 0: lora_A, 1: lora_B */
+    size_t offset;       /* elements from the start of the layer's adapter vector */
+    int rows, cols;      /* row-major, as the PEFT tensor */
+    char peft_name[128]; /* base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight */
+};
+
+/* A decoder layer's adapters: one flat vector (per target in sdp_lora_kinds' order, A then B), in
+ * chunks of the state's chunk size like a group, with the tensors a trainable group has. */
+struct sdp_lora_state {
+    size_t nelems;
+    int ntensors;
+    struct sdp_lora_tensor tensors[2 * SDP_LORA_NTARGETS];
+    int nchunks;
+    sdp_rt_tensor_t *master, *m, *v; /* f32, host only */
+    sdp_rt_tensor_t *grad;           /* f32 accumulator */
+    sdp_rt_tensor_t *work;           /* the copy the compute reads (work_dtype) */
+};
 
 struct sdp_group_state {
     size_t nelems;
@@ -29,6 +51,9 @@ struct sdp_group_state {
     sdp_rt_tensor_t **work_stage;    /* [nchunks] (staged) the chunks AdamW writes, without
                                         host home, copied into `work` where it is computed and
                                         dropped; or NULL */
+    int frozen; /* 1: LoRA's frozen base (sdp_state_create_lora): `work` is the only copy, on the
+                   host; master, m, v, grad, grad_ret and work_stage are NULL */
+    struct sdp_lora_state *lora; /* the layer's adapters (LoRA), or NULL */
     int staged; /* 1: `work` has no host home and is not split into chunks (sdp_state.work_staged
                    for every group; SDP_STATE_EMBED_STAGED for group 0 alone) */
 };
@@ -47,15 +72,18 @@ struct sdp_state {
     int ngroups;
     int nchunks_total;
     struct sdp_group_state *groups;
-    int work_valid;            /* working copies reflect the masters (set by the graph) */
+    int work_valid;            /* working copies reflect the masters (set by the graph); a frozen
+                                  group's working copy, its only copy, is always valid */
     enum sdp_dtype grad_dtype; /* what AdamW reads: SDP_F32 (grad) or SDP_BF16 (grad_ret) */
-    int work_staged;  /* 1: each group's working copy has no host home and is not split into
-                         chunks: AdamW writes a chunk into work_stage[c], a param_put copies it
-                         into the working copy where the compute keeps it (the GPU), and the
-                         stage is dropped.  The host then holds the masters and moments (12 bytes
-                         a parameter) and the stages in flight, not a working copy of the model */
-    int embed_staged; /* SDP_STATE_EMBED_STAGED was given: group 0 staged on purpose (with
-                         work_staged too), for the early update of its rows (graph/step.c) */
+    int work_staged;          /* 1: each group's working copy has no host home and is not split into
+                                 chunks: AdamW writes a chunk into work_stage[c], a param_put copies it
+                                 into the working copy where the compute keeps it (the GPU), and the
+                                 stage is dropped.  The host then holds the masters and moments (12 bytes
+                                 a parameter) and the stages in flight, not a working copy of the model */
+    struct sdp_lora_cfg lora; /* LoRA (rank 0: none): every group frozen, adapters on the
+                                 decoder layers lora names */
+    int embed_staged;         /* SDP_STATE_EMBED_STAGED was given: group 0 staged on purpose (with
+                                 work_staged too), for the early update of its rows (graph/step.c) */
 };
 
 /** Allocate and register the state of cfg.  chunk_bytes: bytes of fp32 master per chunk.
@@ -78,7 +106,8 @@ int sdp_state_load_hf(struct sdp_state *st, const char *path);
 int sdp_state_check_hf(const struct sdp_model_cfg *cfg, const char *path);
 
 /** Write config.json and model.safetensors (sharded above 5 GiB) of the current masters into dir
- * (created if missing), as dtype "float32" or "bfloat16".  Waits for pending tasks.
+ * (created if missing), as dtype "float32" or "bfloat16"; of a LoRA state, its fp32 frozen base
+ * (merged by sdp_state_lora_merge for an export; a bf16 base is refused).  Waits for pending tasks.
  * @return 0, -EIO, -ENOSPC */
 int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype);
 
@@ -95,6 +124,28 @@ int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype);
 int sdp_state_create_ex(struct sdp_state *st, const struct sdp_model_cfg *cfg,
                         enum sdp_dtype work_dtype, size_t chunk_bytes, enum sdp_dtype grad_dtype,
                         unsigned flags);
+
+/** The state of a LoRA run: every group frozen (its working copy of work_dtype the only host copy
+ * of the base: 2 bytes a parameter in bf16, and in fp32, where CPU workers compute, the 4 bytes of
+ * the copy they read; no gradient, no master, no moments), and on every decoder layer lora
+ * adapts, fp32 adapter masters, moments, gradient and their working copy (struct sdp_lora_state).
+ * The adapters start zero: sdp_state_lora_init gives PEFT's initialisation.  The working copies
+ * must be on the host (no SDP_STATE_WORK_STAGED, SDP_STATE_EMBED_STAGED).
+ * @return 0, -ENOMEM, -EINVAL (logged) */
+int sdp_state_create_lora(struct sdp_state *st, const struct sdp_model_cfg *cfg,
+                          const struct sdp_lora_cfg *lora, enum sdp_dtype work_dtype,
+                          size_t chunk_bytes, unsigned flags);
+
+/** PEFT's initialisation of every adapter: A as nn.Linear's default (kaiming_uniform_ with
+ * a = sqrt(5): uniform in +-1/sqrt(in)), B zeros, moments zero.  Drawn from the project's
+ * counter-based generator (seed, PEFT tensor name, element): the bits differ from torch's, so a
+ * parity test loads one initial adapter on both sides.  Before any task. */
+void sdp_state_lora_init(struct sdp_state *st, unsigned long long seed);
+
+/** Host bytes of sdp_state_create_lora's state: the base's working copy, and 16 bytes (master, m,
+ * v, gradient) plus the working copy's per adapter parameter. */
+size_t sdp_state_lora_host_bytes(const struct sdp_model_cfg *cfg, const struct sdp_lora_cfg *lora,
+                                 enum sdp_dtype work_dtype);
 
 /** Host bytes the state of cfg needs for the whole run: master, m, v, working copy and the fp32
  * gradients, which with SDP_BF16 and on_gpu stay on the GPUs but for a tied embedding's (see

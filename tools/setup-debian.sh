@@ -74,7 +74,7 @@ if [ "$do_python" = 1 ]; then
         say "creating Python environment $venv"
         python3 -m venv "$venv"
     fi
-    if ! "$venv/bin/python" -c 'import torch, transformers, tokenizers, safetensors, numpy' 2>/dev/null; then
+    if ! "$venv/bin/python" -c 'import torch, transformers, tokenizers, safetensors, numpy, peft' 2>/dev/null; then
         say "installing torch, transformers, tokenizers (PyPI) into $venv"
         "$venv/bin/pip" install -q --upgrade pip
         "$venv/bin/pip" install -q -r "$here/tools/requirements.txt"

@@ -168,8 +168,9 @@ static void pass2(struct head_ctx *x, int s, float *z, int n0, int bs)
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bs, C, nv, 1.0f, z, nv,
                     x->w + (size_t)v0 * C, C, vb == vb0 ? 0.0f : 1.0f, dhp, C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nv, C, bs, 1.0f, z, nv,
-                    x->h + (size_t)n0 * C, C, 1.0f, x->dw + (size_t)v0 * C, C);
+        if (x->dw) /* NULL: a frozen head (LoRA) */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nv, C, bs, 1.0f, z, nv,
+                        x->h + (size_t)n0 * C, C, 1.0f, x->dw + (size_t)v0 * C, C);
     }
 }
 
@@ -358,7 +359,7 @@ void sdp_cpu_lmhead_ce_ref(double *loss_sum, int *nvalid, float *dh, float *dw, 
                 acc += g[(size_t)n * V + v] * w[(size_t)v * C + c];
             dh[(size_t)n * C + c] = (float)acc;
         }
-    for (int v = 0; v < V; v++)
+    for (int v = 0; dw && v < V; v++)
         for (int c = 0; c < C; c++) {
             double acc = dw[(size_t)v * C + c];
             for (int n = 0; n < N; n++)

@@ -2,7 +2,7 @@
 # Pure CPU kernels: scalar references, AVX-512 host kernels and BLAS-backed GEMMs; no StarPU, no
 # runtime headers.
 libsdp_a_SOURCES += codelets/cpu/sdp_cpu_kernels.h \
-	codelets/cpu/matmul.c \
+	codelets/cpu/matmul.c codelets/cpu/lora.c \
 	codelets/cpu/embedding_ref.c \
 	codelets/cpu/rmsnorm_ref.c \
 	codelets/cpu/qknorm_rope_ref.c \

@@ -70,6 +70,16 @@ void sdp_cpu_matmul_bwd_weight(float *dw, const float *dout, const float *x, int
 void sdp_cpu_matmul_bwd_weight_ref(float *dw, const float *dout, const float *x, int M, int K,
                                    int N);
 
+/* ---- LoRA adapters (PEFT: y = W x + s B (A x), s = alpha / r) ---- */
+/** y (M, out; row stride ldy) += s (x (M, in) . A (r, in)^T) . B (out, r)^T; u: M * r scratch */
+void sdp_cpu_lora_fwd(float *y, int ldy, const float *x, const float *a, const float *b, int M,
+                      int in, int out, int r, float s, float *u);
+/** With dy (M, out; row stride ldy) the gradient of y: dx (M, in) += s (dy B) A,
+ * dA (r, in) += s (dy B)^T x, dB (out, r) += s dy^T (x A^T); u, v: M * r scratch each */
+void sdp_cpu_lora_bwd(float *dx, const float *dy, int ldy, const float *x, const float *a,
+                      const float *b, float *ga, float *gb, int M, int in, int out, int r, float s,
+                      float *u, float *v);
+
 /* ---- embedding ---- */
 
 /** out (N, C) = wte[ids[n]] for n < N.  ids in [0, V). */
@@ -135,11 +145,12 @@ void sdp_cpu_swiglu_bwd_ref(float *dgu, const float *dout, const float *gu, int 
  * logits never exist whole ---- h (N, C) final-normed hidden states; w (V, C); targets (N), entries
  * < 0 are ignored.  Writes: *loss_sum = sum over valid n of -log softmax(h_n . w^T)[targets[n]]
  * (double, unscaled); *nvalid = number of valid targets; dh (N, C) = scale * d(loss_sum)/dh;
- * dw (V, C) += scale * d(loss_sum)/dw.  The blocks: rows of h at a time (dw is read and written
- * once per row block), vcols vocabulary entries at a time (a rows x vcols block of logits, meant
- * to stay in cache), the vocabulary cut into shards (each a partial dh; the result depends on
- * rows, vcols and shards, never on threads), up to threads threads (the caller's and a pool's:
- * sdp_cpu_pool_run()).  All >= 1.  scratch: sdp_cpu_lmhead_ce_scratch() bytes. */
+ * dw (V, C) += scale * d(loss_sum)/dw (dw NULL: none, a frozen head).  The blocks: rows of h at a
+ * time (dw is read and written once per row block), vcols vocabulary entries at a time (a rows x
+ * vcols block of logits, meant to stay in cache), the vocabulary cut into shards (each a partial
+ * dh; the result depends on rows, vcols and shards, never on threads), up to threads threads (the
+ * caller's and a pool's: sdp_cpu_pool_run()).  All >= 1.  scratch: sdp_cpu_lmhead_ce_scratch()
+ * bytes. */
 struct sdp_lmhead_blocks {
     int rows, vcols, shards, threads;
 };

@@ -309,9 +309,10 @@ extern "C" void sdp_cuda_lmhead_ce(cublasLtHandle_t lt, double *loss, void *dh, 
         /* dh_blk^T (C, bs) = w^T (C, V) . g^T (V, bs) */
         sdp_cuda_gemm_lt(lt, 0, 0, C, bs, V, w, C, z, ldg, 0.0f, NULL, dhb, C, dt, dt, gemm_ws,
                          gemm_ws_bytes, s);
-        /* dw^T (C, V) += h_blk^T (C, bs) . g (bs, V), dw fp32 */
-        sdp_cuda_gemm_lt(lt, 0, 1, C, V, bs, hb, C, z, ldg, 1.0f, dw, dw, C, dt, SDP_CUDA_F32,
-                         gemm_ws, gemm_ws_bytes, s);
+        /* dw^T (C, V) += h_blk^T (C, bs) . g (bs, V), dw fp32; none for a frozen head (LoRA) */
+        if (dw)
+            sdp_cuda_gemm_lt(lt, 0, 1, C, V, bs, hb, C, z, ldg, 1.0f, dw, dw, C, dt, SDP_CUDA_F32,
+                             gemm_ws, gemm_ws_bytes, s);
     }
     loss_reduce_kernel<<<1, RED_THREADS, 0, s>>>(loss, row_loss, row_valid, N);
 }

@@ -89,6 +89,21 @@ void sdp_cuda_matmul_bwd_weight(cublasLtHandle_t lt, float *dw, const void *dout
                                 int M, int K, int N, int dt, void *ws, size_t ws_bytes,
                                 cudaStream_t s);
 
+/* ---- LoRA adapters (codelets/cuda/lora.cu) ----
+ * y, dy: the slice's first element, row stride ldy; A (r, in), B (out, r) dt; u, us: M * r * 4
+ * bytes of device workspace each, t: M * out * 4, v: M * max(r, in) * 4 (the forward's and the
+ * backward's fp32 product before its bf16 addition), vs: M * r * 4. */
+/** y (M, out) dt += s (x (M, in) dt . A^T) . B^T (the scaled product rounded to dt first) */
+void sdp_cuda_lora_fwd(cublasLtHandle_t lt, void *y, int ldy, const void *x, const void *a,
+                       const void *b, int M, int in, int out, int r, float s, int dt, void *u,
+                       void *us, void *t, void *ws, size_t ws_bytes, cudaStream_t st);
+/** dx (M, in) dt += s (dy B) A; ga (r, in) f32 += s (dy B)^T x; gb (out, r) f32 += s dy^T (x A^T)
+ */
+void sdp_cuda_lora_bwd(cublasLtHandle_t lt, void *dx, const void *dy, int ldy, const void *x,
+                       const void *a, const void *b, float *ga, float *gb, int M, int in, int out,
+                       int r, float s, int dt, void *u, void *us, void *v, void *vs, void *ws,
+                       size_t ws_bytes, cudaStream_t st);
+
 /* ---- embedding ---- */
 /** out (N, C) dt = wte[ids] (wte (V, C) dt) */
 void sdp_cuda_embedding_fwd(void *out, const int32_t *ids, const void *wte, int N, int C, int dt,
@@ -158,10 +173,10 @@ void sdp_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int
 
 /* ---- LM head + cross-entropy, in blocks of rows so (N, V) logits never exist whole ----
  * loss (2) double, device: {sum of -log p(target) over valid rows, number of valid rows} (written).
- * dh (N, C) dt = scale * dloss/dh; dw (V, C) f32 += scale * dloss/dw; targets (N) int32, < 0
- * ignored.  The logits are stored as zdt (SDP_CUDA_F32, or SDP_CUDA_BF16 for bf16 weights), the
- * softmax computed from them in fp32.  ws: at least sdp_cuda_lmhead_ce_ws(N, C, V, rows_per_block,
- * zdt) bytes. */
+ * dh (N, C) dt = scale * dloss/dh; dw (V, C) f32 += scale * dloss/dw (NULL: none); targets (N)
+ * int32, < 0 ignored.  The logits are stored as zdt (SDP_CUDA_F32, or SDP_CUDA_BF16 for bf16
+ * weights), the softmax computed from them in fp32.  ws: at least sdp_cuda_lmhead_ce_ws(N, C, V,
+ * rows_per_block, zdt) bytes. */
 size_t sdp_cuda_lmhead_ce_ws(int N, int C, int V, int rows_per_block, int zdt);
 void sdp_cuda_lmhead_ce(cublasLtHandle_t lt, double *loss, void *dh, float *dw, const void *h,
                         const void *w, const int32_t *targets, int N, int C, int V, float scale,

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Test helper (not a test): the fp32 logits of our forward pass for a batch of token ids, loaded
  * from a Hugging Face directory (config.json + safetensors) and run through StarPU on CPU workers.
- *   dump_logits MODEL_DIR IDS_FILE NSEQ T OUT_FILE
+ *   dump_logits MODEL_DIR IDS_FILE NSEQ T OUT_FILE [ADAPTER_DIR]
  * IDS_FILE: NSEQ * T int32 (native order); OUT_FILE: NSEQ * T * V float32 (native order).  Used by
- * tests/e2e/export_hf.py to compare with transformers.  Exit 0 done, 1 failure, 2 usage. */
+ * tests/e2e/export_hf.py to compare with transformers.  With ADAPTER_DIR (a PEFT LoRA adapter of
+ * the model), the forward runs the adapters' own tasks (lora_fwd) beside the frozen base
+ * (tests/e2e/lora_peft.py compares with PEFT).  Exit 0 done, 1 failure, 2 usage. */
 #include "config.h"
 
 #include <errno.h>
@@ -16,6 +18,7 @@
 #include "graph/step.h"
 #include "formats/hfconfig.h"
 #include "runtime/init.h"
+#include "runtime/peft.h"
 #include "runtime/state.h"
 
 #define CHUNK_BYTES ((size_t)1 << 20) /* any size: chunking does not change the forward */
@@ -52,7 +55,8 @@ fail:
     return NULL;
 }
 
-static int run(const char *dir, const int32_t *ids, int nseq, int T, const char *out)
+static int run(const char *dir, const int32_t *ids, int nseq, int T, const char *out,
+               const char *adapter)
 {
     struct sdp_model_cfg cfg;
     struct sdp_state st;
@@ -77,10 +81,14 @@ static int run(const char *dir, const int32_t *ids, int nseq, int T, const char 
     gc.beta1 = 0.9;
     gc.beta2 = 0.95;
     gc.eps = 1e-8;
-    if (sdp_state_create(&st, &cfg, SDP_F32, CHUNK_BYTES))
+    if (adapter && sdp_peft_read_config(adapter, &cfg, &gc.lora))
+        return 1;
+    if (adapter ? sdp_state_create_lora(&st, &cfg, &gc.lora, SDP_F32, CHUNK_BYTES, 0)
+                : sdp_state_create(&st, &cfg, SDP_F32, CHUNK_BYTES))
         return 1;
     have_state = 1;
-    if (sdp_state_load_hf(&st, dir) || sdp_graph_create(&g, &st, &gc))
+    if (sdp_state_load_hf(&st, dir) || (adapter && sdp_state_load_peft(&st, adapter)) ||
+        sdp_graph_create(&g, &st, &gc))
         goto out;
     n = (size_t)nseq * T * cfg.vocab_size;
     logits = malloc(n * sizeof(float));
@@ -113,8 +121,8 @@ int main(int argc, char **argv)
     struct sdp_rt_conf rc = { 0 };
     int nseq, T, status;
     int32_t *ids;
-    if (argc != 6 || parse_pos(argv[3], &nseq) || parse_pos(argv[4], &T)) {
-        fprintf(stderr, "usage: dump_logits MODEL_DIR IDS_FILE NSEQ T OUT_FILE\n");
+    if (argc < 6 || argc > 7 || parse_pos(argv[3], &nseq) || parse_pos(argv[4], &T)) {
+        fprintf(stderr, "usage: dump_logits MODEL_DIR IDS_FILE NSEQ T OUT_FILE [ADAPTER_DIR]\n");
         return 2;
     }
     ids = read_ids(argv[2], (size_t)nseq * T);
@@ -126,7 +134,7 @@ int main(int argc, char **argv)
         free(ids);
         return 1;
     }
-    status = run(argv[1], ids, nseq, T, argv[5]);
+    status = run(argv[1], ids, nseq, T, argv[5], argc == 7 ? argv[6] : NULL);
     sdp_tasks_shutdown();
     sdp_rt_shutdown();
     free(ids);

@@ -43,3 +43,9 @@ EXTRA_DIST += tests/e2e/test_e2e_plan_predict.sh
 # train.policy auto: selection, validation, cache, resume (test_e2e_policy_auto.sh)
 TESTS += tests/e2e/test_e2e_policy_auto.sh
 EXTRA_DIST += tests/e2e/test_e2e_policy_auto.sh
+# the recipe's lora: section in the plan, and its refusals (test_e2e_lora_plan.sh)
+TESTS += tests/e2e/test_e2e_lora_plan.sh
+EXTRA_DIST += tests/e2e/test_e2e_lora_plan.sh
+# LoRA adapters in PEFT's format: read, written, merged, against PEFT (test_e2e_lora_peft.sh)
+TESTS += tests/e2e/test_e2e_lora_peft.sh
+EXTRA_DIST += tests/e2e/test_e2e_lora_peft.sh tests/e2e/lora_peft.py

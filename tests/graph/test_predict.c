@@ -15,6 +15,7 @@
 
 #include "graph/predict.h"
 #include "graph/predict_internal.h"
+#include "models/sdp_lora.h"
 #include "models/sdp_models.h"
 #include "tests/lib/sdp_test.h"
 
@@ -412,6 +413,51 @@ static void timeline(void)
           "a link slowed while the host updates: 0.75 s more");
 }
 
+/* LoRA of rank 8 on q and v, window 0: the frozen base's copies stay on the GPU (no upload a
+ * step), its weight gradients are not computed (one forward's GEMMs less a layer, a third of the
+ * head), and the host holds its bf16 copy and the adapters' fp32 master, moments and gradient with
+ * their bf16 working copy (18 bytes an element). */
+static void lora(void)
+{
+    struct sdp_graph_conf c = { .micro_batch = 4,
+                                .seq_len = 256,
+                                .n_micro = 1,
+                                .nranks = 1,
+                                .recompute = SDP_RECOMPUTE_FULL,
+                                .window = 0,
+                                .bwd_lookahead = 1 };
+    struct sdp_plan full, lo;
+    struct sdp_predict_machine mc;
+    CHECK(sdp_predict_plan_from_conf(&full, &model, &c, 16u << 20, 1) == 0, "plan");
+    c.lora = (struct sdp_lora_cfg){ .rank = 8,
+                                    .alpha = 16,
+                                    .targets = SDP_LORA_BIT(SDP_PT_Q) | SDP_LORA_BIT(SDP_PT_V) };
+    CHECK(sdp_predict_plan_from_conf(&lo, &model, &c, 16u << 20, 1) == 0, "LoRA plan");
+    machine_fast(&mc);
+    mc.gpu_flops = 1e12; /* the GEMMs alone take time */
+    struct sdp_predict f = run_on(&full, &mc, 1), l = run_on(&lo, &mc, 1);
+    double N = 4.0 * 256, attn = 2.0 * 4 * model.num_heads * 256.0 * 256 * model.head_dim;
+    double gemm = (double)sdp_model_layer_fwd_flops(&model, 4, 256) - attn;
+    double head = 2.0 * N * model.hidden_size * model.vocab_size;
+    double saved = (model.num_layers * gemm + head) / mc.gpu_flops;
+    double A = (double)sdp_lora_layer_elems(&c.lora, &model);
+    double host = 2.0 * sdp_model_num_params(&model) + model.num_layers * A * 18.0;
+    printf("LoRA: GPU %.6f s against %.6f (%.6f saved), host %.0f bytes, AdamW %.0f bytes\n",
+           l.demand_s[SDP_PRES_GPU], f.demand_s[SDP_PRES_GPU], saved, (double)l.host_bytes,
+           l.adamw_bytes);
+    CHECK(l.h2d_bytes == 0 && f.h2d_bytes > 0,
+          "window 0: the frozen copies are not uploaded again");
+    CHECK(fabs(f.demand_s[SDP_PRES_GPU] - l.demand_s[SDP_PRES_GPU] - saved) < 1e-9 * saved,
+          "no weight gradients: %.9f s less, %.9f expected",
+          f.demand_s[SDP_PRES_GPU] - l.demand_s[SDP_PRES_GPU], saved);
+    CHECK(fabs((double)l.host_bytes - host) < 1, "host: the base in bf16 and the adapters (%.0f)",
+          host);
+    CHECK(l.adamw_bytes > 0 && l.adamw_bytes < f.adamw_bytes * model.num_layers * A /
+                                                   (double)sdp_model_num_params(&model) * 1.5,
+          "AdamW over the adapters alone");
+    sdp_plan_free(&full), sdp_plan_free(&lo);
+}
+
 int main(void)
 {
     /* a toy Qwen3: 8 layers, C 256, I 768, 4 heads of 64, 2 KV heads, V 1000 */
@@ -426,5 +472,6 @@ int main(void)
     directions();
     h200();
     measured();
+    lora();
     return sdp_test_finish(sdp_test_nfail);
 }

@@ -36,3 +36,7 @@ check_PROGRAMS += tests/kernels/test_kernels_adamw
 TESTS += tests/kernels/test_kernels_adamw
 tests_kernels_test_kernels_adamw_SOURCES = tests/kernels/test_kernels_adamw.c \
 	tests/lib/sdp_test.h
+# the LoRA adapter's kernels (codelets/cpu/lora.c) against an fp64 oracle
+check_PROGRAMS += tests/kernels/test_kernels_lora
+TESTS += tests/kernels/test_kernels_lora
+tests_kernels_test_kernels_lora_SOURCES = tests/kernels/test_kernels_lora.c tests/lib/sdp_test.h

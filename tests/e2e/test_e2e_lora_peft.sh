@@ -1,0 +1,101 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# LoRA adapters in PEFT's format (runtime/peft.c, formats/peftconfig.c) against PEFT itself:
+# lora_peft.py makes a tiny Qwen3 (the tiny recipe's shapes, tied) or a tiny Llama (untied, llama3
+# RoPE scaling), fp32, and a PEFT adapter of it with a non-zero B; `slidedp export ADAPTER OUT --base BASE` reads it and writes it again, and with
+# --merge writes the merged model.  lora_peft.py then checks that the rewritten adapter is PEFT's
+# bit for bit and loads with PeftModel.from_pretrained, that every merged weight is PEFT's
+# merge_and_unload() within a derived rounding bound, and that the merged model's logits
+# (transformers' and our own forward, dump_logits) and our forward of the frozen base with the
+# adapter's own tasks (lora_fwd, dump_logits with the adapter) match PEFT's LoRA forward.  Bad adapters are
+# refused with exit 2 naming the field or tensor, writing nothing: a DoRA config, a target that
+# names no linear, a tensor whose shape disagrees with the base, an extra tensor; and an adapter
+# without --base; a recipe whose lora.init_from adapter is not its lora: is refused (exit 2).
+# For each model, training too: 10 steps from the PEFT adapter against PEFT's own training of it
+# (losses, gradient norms, the final adapter in RUN/final, which PeftModel.from_pretrained loads).  Skips (77) without torch, transformers, peft or safetensors.
+set -u
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
+dump=$build/tests/e2e/dump_logits
+need_python numpy torch transformers peft safetensors
+[ -x "$dump" ] || { echo "missing helper $dump (make check builds it)"; echo FAIL; exit 1; }
+
+# against_peft ARCH: the model and adapter in $tmp/ARCH, the exports, their checks, the training
+against_peft() {
+    w=$tmp/$1
+    mkdir -p "$w"
+    echo "== $1"
+    "$py" "$top/tests/e2e/lora_peft.py" make "$w" "$1" > "$w/make.log" 2>&1 ||
+        { cat "$w/make.log"; fail=1; return; }
+    for v in rewritten merged; do
+        flag=; [ "$v" = merged ] && flag=--merge
+        "$bin" export "$w/adapter" "$w/$v" --base "$w/base" $flag > "$w/$v.out" 2> "$w/$v.err" ||
+            { echo "export ($v) failed"; cat "$w/$v.err"; fail=1; return; }
+    done
+    "$py" "$top/tests/e2e/lora_peft.py" check "$w" "$dump" 2>&1 |
+        grep -v -e 'Loading weights' -e 'Warning' -e 'warnings.warn' | tee "$w/check.log"
+    grep -q '^PASS$' "$w/check.log" || fail=1
+    # training: 10 AdamW steps of the adapter (B non-zero) on the frozen base, fp32, CPU workers;
+    # losses, gradient norms and the final adapter (RUN/final) against PEFT's own training
+    # (lora_peft.py train: its tolerances are derived there)
+    {
+        printf 'model: {path: %s}\ndata: {train: %s, seq_len: 32, shuffle: false}\n' "$w/base" "$top/data/kjv/val.tok"
+        printf 'batch: {global: 4, micro: 2}\nschedule: {name: constant, warmup_steps: 0}\n'
+        printf 'optimizer: {lr: 1.0e-3, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1, max_grad_norm: 1.0}\n'
+        printf 'train: {steps: 10, precision: fp32}\n'
+        printf 'lora: {rank: 4, alpha: 8, targets: all-linear, layers: %s, init_from: %s}\n' "$(cat "$w/layers")" "$w/adapter"
+    } > "$w/train.yaml"
+    if ! "$bin" train "$w/train.yaml" --cpus 2 --output "$w/run" --metrics "$w/m.jsonl" -q 2> "$w/train.err"; then
+        echo "LoRA training failed"; cat "$w/train.err"; fail=1; return
+    fi
+    "$py" "$top/tests/e2e/lora_peft.py" train "$w" "$top/data/kjv/val.tok" "$w/run" "$w/m.jsonl" 10 2>&1 |
+        grep -v -e 'Loading weights' -e 'Warning' -e 'warnings.warn' | tee "$w/train.log"
+    grep -q '^PASS$' "$w/train.log" || fail=1
+    # PEFT loads what the run wrote
+    "$py" -c "import sys, transformers, peft
+m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1])
+peft.PeftModel.from_pretrained(m, sys.argv[2]); print('PeftModel.from_pretrained loaded RUN/final')" \
+        "$w/base" "$w/run/final" 2>&1 | grep -v -e 'Loading weights' -e arn || fail=1
+}
+against_peft qwen3
+against_peft llama
+w=$tmp/qwen3
+
+# bad adapters: each a copy with one flaw, refused naming it; nothing written
+bad() { # NAME PYTHON: copy the adapter into $tmp/bad-NAME, then run PYTHON there (d: the dir)
+    mkdir -p "$tmp/bad-$1" && cp "$w/adapter/adapter_config.json" "$w/adapter/adapter_model.safetensors" "$tmp/bad-$1/"
+    "$py" -c "import json, sys, torch; from safetensors.torch import load_file, save_file
+d = sys.argv[1]; c = json.load(open(d + '/adapter_config.json')); t = load_file(d + '/adapter_model.safetensors')
+$2
+json.dump(c, open(d + '/adapter_config.json', 'w')); save_file(t, d + '/adapter_model.safetensors', metadata={'format': 'pt'})" "$tmp/bad-$1"
+}
+q=base_model.model.model.layers.1.self_attn.q_proj
+bad dora "c['use_dora'] = True"
+bad target "c['target_modules'] = ['q_proj', 'embed_tokens']"
+bad shape "t['$q.lora_A.weight'] = torch.zeros(4, 96)"
+bad extra "t['base_model.model.model.embed_tokens.lora_embedding_A'] = torch.zeros(4, 8)"
+bad missing "del t['$q.lora_B.weight']"
+expect_dir=$w
+expect 2 "use_dora: set, which is not supported" -- "$bin" export "$tmp/bad-dora" "$tmp/o1" --base "$w/base"
+expect 2 "target_modules: 'embed_tokens' names no linear" -- "$bin" export "$tmp/bad-target" "$tmp/o2" --base "$w/base"
+expect 1 "$q.lora_A.weight has shape \[4, 96\], the base implies \[4, 128\]" -- \
+    "$bin" export "$tmp/bad-shape" "$tmp/o3" --base "$w/base" --merge
+expect 1 "lora_embedding_A is not a LoRA adapter" -- "$bin" export "$tmp/bad-extra" "$tmp/o4" --base "$w/base"
+expect 1 "$q.lora_B.weight is missing" -- "$bin" export "$tmp/bad-missing" "$tmp/o5" --base "$w/base"
+expect 2 "is a PEFT adapter" -- "$bin" export "$w/adapter" "$tmp/o6"
+# lora.init_from: the adapter must be the recipe's LoRA (checked before the run starts)
+recipe() { # RANK: a LoRA recipe on the base, starting from the adapter
+    printf 'model: {path: %s}\ndata: {train: %s, seq_len: 32}\nbatch: {global: 2, micro: 2}\n' \
+        "$w/base" "$top/data/kjv/val.tok"
+    printf 'train: {steps: 1, precision: fp32}\n'
+    printf 'lora: {rank: %s, alpha: 8, targets: all-linear, layers: 2-4, init_from: %s}\n' "$1" "$w/adapter"
+}
+recipe 4 > "$tmp/r4.yaml"
+recipe 8 > "$tmp/r8.yaml"
+expect 0 "state: " -- "$bin" train "$tmp/r4.yaml" --cpus 2 --print-plan
+expect 2 "adapter .*: r differs from the run's LoRA \(r 4, lora_alpha 8 here; rank 8" -- \
+    "$bin" train "$tmp/r8.yaml" --cpus 2 --print-plan
+for o in o1 o2 o3 o4 o5 o6; do
+    [ -e "$tmp/$o/model.safetensors" ] || [ -e "$tmp/$o/adapter_model.safetensors" ] &&
+        { echo "$o: a refused export wrote its output"; fail=1; }
+done
+finish

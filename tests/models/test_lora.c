@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/* Checks models/lora.c against the model's own layout (models/qwen3.c): every adaptable kind's
+ * (in, out) is its base weight's (cols, rows), and its PEFT target name is the suffix of the
+ * weight's Hugging Face name ("...self_attn.q_proj.weight"), for Qwen3 and Llama presets and a
+ * model whose widths all differ; the layers a configuration adapts; the adapters' element count
+ * against a sum over the layout; and the refusals of sdp_lora_validate, each naming its key. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "models/sdp_lora.h"
+#include "tests/lib/sdp_test.h"
+
+static void check_layout(const char *label, const struct sdp_model_cfg *m)
+{
+    struct sdp_param_desc d[SDP_MAX_GROUP_TENSORS];
+    struct sdp_lora_cfg all = { .rank = 3, .alpha = 6 };
+    size_t sum = 0;
+    int n = sdp_model_group_tensors(m, 1, d), found = 0;
+    for (int i = 0; i < SDP_LORA_NTARGETS; i++)
+        all.targets |= SDP_LORA_BIT(sdp_lora_kinds[i]);
+    for (int i = 0; i < n; i++) {
+        const char *name = sdp_lora_target_name(d[i].kind);
+        char suffix[64];
+        int in, out;
+        if (!name)
+            continue;
+        found++;
+        sdp_lora_dims(m, d[i].kind, &in, &out);
+        CHECK(in == d[i].cols && out == d[i].rows, "%s %s: lora dims %d x %d, weight %d x %d",
+              label, name, out, in, d[i].rows, d[i].cols);
+        snprintf(suffix, sizeof(suffix), ".%s.weight", name);
+        CHECK(strlen(d[i].hf_name) > strlen(suffix) &&
+                  !strcmp(d[i].hf_name + strlen(d[i].hf_name) - strlen(suffix), suffix),
+              "%s: %s is not the target of %s", label, name, d[i].hf_name);
+        sum += 3 * (size_t)(d[i].rows + d[i].cols);
+    }
+    CHECK(found == SDP_LORA_NTARGETS, "%s: %d adaptable weights in a layer", label, found);
+    CHECK(sdp_lora_layer_elems(&all, m) == sum, "%s: %zu adapter elements, layout says %zu", label,
+          sdp_lora_layer_elems(&all, m), sum);
+    printf("%s: %d targets, %zu adapter elements a layer at rank 3\n", label, found, sum);
+}
+
+/* c refused for m with a message holding `key` */
+static void refused(const char *what, const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m,
+                    const char *key)
+{
+    char why[256] = "";
+    int rc = sdp_lora_validate(c, m, why, sizeof(why));
+    printf("%s: rc %d, %s\n", what, rc, why);
+    CHECK(rc == -1 && strstr(why, key), "%s: not refused naming %s", what, key);
+}
+
+int main(void)
+{
+    struct sdp_model_cfg m;
+    enum sdp_ptensor k;
+    sdp_model_preset("qwen3-0.6b", &m);
+    check_layout("qwen3-0.6b", &m);
+    sdp_model_defaults(&m, SDP_ARCH_LLAMA);
+    m.vocab_size = 100, m.hidden_size = 24, m.intermediate_size = 40, m.num_layers = 3;
+    m.num_heads = 4, m.num_kv_heads = 2, m.head_dim = 8, m.max_position_embeddings = 64;
+    check_layout("llama C24 I40 NH4x8 NKV2", &m);
+
+    CHECK(sdp_lora_target_parse("down_proj", &k) == 0 && k == SDP_PT_DOWN, "down_proj");
+    CHECK(sdp_lora_target_parse("lm_head", &k) == -1, "lm_head is no target");
+    CHECK(sdp_lora_target_name(SDP_PT_QNORM) == NULL, "q_norm is no target");
+
+    struct sdp_lora_cfg c = { .rank = 16, .alpha = 32, .targets = SDP_LORA_BIT(SDP_PT_Q) };
+    char why[256];
+    CHECK(sdp_lora_scale(&c) == 2.0, "scale %g", sdp_lora_scale(&c));
+    CHECK(sdp_lora_validate(&c, &m, why, sizeof(why)) == 0, "valid config refused");
+    CHECK(sdp_lora_layer_on(&c, 1) && sdp_lora_layer_on(&c, 3) && !sdp_lora_layer_on(&c, 0),
+          "all layers");
+    c.first = 2, c.last = 3;
+    CHECK(!sdp_lora_layer_on(&c, 1) && sdp_lora_layer_on(&c, 2), "layers 2-3");
+    c.first = c.last = 0;
+    /* q_proj is 32 x 24 here: rank 24 fits, 25 does not; k_proj (16 x 24) caps it at 16 */
+    c.rank = 24;
+    CHECK(sdp_lora_validate(&c, &m, why, sizeof(why)) == 0, "rank 24 on q_proj refused");
+    c.rank = 25;
+    refused("rank 25 on q_proj (32 x 24)", &c, &m, "lora.rank");
+    c.rank = 17, c.targets |= SDP_LORA_BIT(SDP_PT_K);
+    refused("rank 17 on k_proj (16 x 24)", &c, &m, "k_proj");
+    c.rank = 8, c.alpha = 0;
+    refused("alpha 0", &c, &m, "lora.alpha");
+    c.alpha = 8, c.dropout = 1;
+    refused("dropout 1", &c, &m, "lora.dropout");
+    c.dropout = 0, c.first = 2, c.last = 4;
+    refused("layers 2-4 of 3", &c, &m, "lora.layers");
+    c.first = c.last = 0, c.targets = 0;
+    refused("no target", &c, &m, "lora.targets");
+    c.targets = SDP_LORA_BIT(SDP_PT_Q), c.rank = 0;
+    refused("rank 0", &c, &m, "lora.rank");
+    return sdp_test_finish(sdp_test_nfail);
+}
