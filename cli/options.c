@@ -27,6 +27,8 @@ static const char *const collectives_names[] = { "starpu", "nccl", NULL };
 static const char *const home_names[] = { "host", "gpu", NULL };
 static const char *const embed_lookup_names[] = { "compute", "host", NULL };
 static const char *const on_off_names[] = { "on", "off", NULL };
+/* enum sdp_rope_type's order */
+static const char *const rope_type_names[] = { "llama3", "yarn", "linear", "dynamic", NULL };
 
 static void set_precision(struct sdp_recipe *r, int i)
 {
@@ -118,6 +120,22 @@ const struct sdp_option sdp_options[] = {
       .help = "longest sequence" },
     { "model.initializer_range", MF(initializer_range), DBL_GE(0), .def = "the arch's",
       .help = "standard deviation of the random initialisation" },
+    { "model.rope_type", .type = SDP_OPT_CHOICE, .names = rope_type_names, MF(rope_type),
+      .def = "none", .help = "RoPE scaling, as config.json's rope_scaling (with rope_factor)" },
+    { "model.rope_factor", MF(rope_scaling_factor), DBL_GT(0), .def = "none",
+      .help = "RoPE scaling factor (with rope_type)" },
+    { "model.rope_original_max_position_embeddings", MF(rope_original_max_pos), INT_GE(1),
+      .def = "max_position_embeddings", .help = "yarn, llama3: the pretraining context" },
+    { "model.rope_beta_fast", MF(rope_beta_fast), DBL_GT(0), .def = "32",
+      .help = "yarn: rotations where extrapolation ends" },
+    { "model.rope_beta_slow", MF(rope_beta_slow), DBL_GT(0), .def = "1",
+      .help = "yarn: rotations where interpolation begins" },
+    { "model.rope_attention_factor", MF(rope_attention_factor), DBL_GT(0),
+      .def = "0.1 ln(factor) + 1", .help = "yarn: the factor of cos and sin" },
+    { "model.rope_low_freq_factor", MF(rope_low_freq_factor), DBL_GT(0), .def = "none",
+      .help = "llama3: low frequency factor" },
+    { "model.rope_high_freq_factor", MF(rope_high_freq_factor), DBL_GT(0), .def = "none",
+      .help = "llama3: high frequency factor" },
 
     { "data.train", .type = SDP_OPT_PATH, RF(data_train), .def = "none",
       .help = "the token shard (tools/make_token_data.py, slidedp tokenize)" },
@@ -270,6 +288,12 @@ _Static_assert(sizeof(sdp_options) / sizeof(sdp_options[0]) <= SDP_OPT_MAX,
                "more options than SDP_OPT_MAX");
 
 /* ---- lookups and texts ---- */
+
+int sdp_option_is_rope(int i)
+{
+    const char *k = sdp_options[i].key;
+    return k && !strncmp(k, "model.rope_", 11) && strcmp(k, "model.rope_theta") != 0;
+}
 
 const struct sdp_option *sdp_option_by_key(const char *key)
 {

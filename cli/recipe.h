@@ -152,6 +152,13 @@ struct yaml_node_s;
 int sdp_recipe_plan_parse(const char *file, struct sdp_recipe *r, struct yaml_document_s *doc,
                           const struct yaml_node_s *list);
 
+/** The recipe's rope scaling keys (rows of sdp_option_is_rope) from given over model, a preset's
+ * or an arch's; line: the recipe line of every registry row (0: absent); path_line: model.path's,
+ * whose config.json carries its own rope_scaling, so that the keys are refused then.
+ * @return 0 or -EINVAL (logged with the file, line and key) */
+int sdp_recipe_apply_rope(const char *file, struct sdp_model_cfg *model,
+                          const struct sdp_model_cfg *given, const int *line, int path_line);
+
 /** Learning rate for optimizer step s (0-based) of r->steps: linear warmup (s+1)/warmup, then
  * cosine or linear decay to lr * min_lr_ratio, or constant. */
 double sdp_recipe_lr_at(const struct sdp_recipe *r, int s);

@@ -21,12 +21,13 @@ struct sdp_qknorm_rope_args {
     float eps;
 };
 
-static const float *inv_freq_of(const struct sdp_qknorm_rope_args *a)
+/* inv_freq (HD/2) for rows of T tokens (dynamic scaling grows with T); *scale: the factor of cos
+ * and sin (yarn's attention factor) */
+static const float *inv_freq_of(const struct sdp_qknorm_rope_args *a, float *scale)
 {
     int HD = a->key.d[4];
     float *f = sdp_cl_scratch(3, (size_t)(HD / 2) * sizeof(float));
-    sdp_cpu_rope_inv_freq(f, HD, a->rope.theta, a->rope.factor, a->rope.low_freq_factor,
-                          a->rope.high_freq_factor, a->rope.original_max_pos);
+    *scale = sdp_cpu_rope_freqs(f, &a->rope, HD, a->key.d[1]);
     return f;
 }
 
@@ -38,9 +39,10 @@ static void qknorm_rope_fwd_cpu(void *buffers[], void *cl_arg)
     int has_norm = a->key.d[5];
     const float *qn = has_norm ? sdp_cl_f32_view(buffers[2], a->qn_off, (size_t)HD, 0) : NULL;
     const float *kn = has_norm ? sdp_cl_f32_view(buffers[2], a->kn_off, (size_t)HD, 1) : NULL;
-    float *out = sdp_cl_out(buffers[0], 4);
+    float *out = sdp_cl_out(buffers[0], 4), scale;
+    const float *inv = inv_freq_of(a, &scale);
     sdp_cpu_qknorm_rope_fwd_ref(out, has_norm ? SDP_VECF(buffers[3]) : NULL,
-                                sdp_cl_in(buffers[1], 5), qn, kn, inv_freq_of(a), N, T, NH, NKV, HD,
+                                sdp_cl_in(buffers[1], 5), qn, kn, inv, scale, N, T, NH, NKV, HD,
                                 a->eps);
     sdp_cl_out_done(buffers[0], out);
 }
@@ -55,11 +57,12 @@ static void qknorm_rope_bwd_cpu(void *buffers[], void *cl_arg)
     const float *qn = has_norm ? sdp_cl_f32_view(buffers[3], a->qn_off, (size_t)HD, 0) : NULL;
     const float *kn = has_norm ? sdp_cl_f32_view(buffers[3], a->kn_off, (size_t)HD, 1) : NULL;
     float *gg = has_norm ? SDP_VECF(buffers[4]) : NULL;
-    float *dqkv = sdp_cl_out(buffers[0], 4);
+    float *dqkv = sdp_cl_out(buffers[0], 4), scale;
+    const float *inv = inv_freq_of(a, &scale);
     sdp_cpu_qknorm_rope_bwd_ref(dqkv, gg ? gg + a->gqn_off : NULL, gg ? gg + a->gkn_off : NULL,
                                 sdp_cl_in(buffers[1], 5), sdp_cl_in(buffers[2], 6), qn, kn,
-                                has_norm ? SDP_VECF(buffers[5]) : NULL, inv_freq_of(a), N, T, NH,
-                                NKV, HD);
+                                has_norm ? SDP_VECF(buffers[5]) : NULL, inv, scale, N, T, NH, NKV,
+                                HD);
     sdp_cl_out_done(buffers[0], dqkv);
 }
 
@@ -70,7 +73,7 @@ static struct sdp_cuda_inv_freq inv_freq_struct(const struct sdp_qknorm_rope_arg
     int HD = a->key.d[4];
     SDP_ASSERT(HD / 2 <= SDP_CUDA_MAX_HALF_HD, "head_dim %d above the CUDA kernels' limit %d", HD,
                2 * SDP_CUDA_MAX_HALF_HD);
-    memcpy(f.f, inv_freq_of(a), (size_t)(HD / 2) * sizeof(float));
+    memcpy(f.f, inv_freq_of(a, &f.scale), (size_t)(HD / 2) * sizeof(float));
     return f;
 }
 

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 
+#include "codelets/cpu/rope.h"
 #include "runtime/hint.h"
 #include "runtime/tensor.h"
 
@@ -31,12 +32,6 @@ void sdp_task_tag_forget(unsigned long long tag);
 
 /* Most data-parallel ranks a run may have. */
 #define SDP_MAX_RANKS 64
-
-/* Rope parameters for qknorm_rope (copied into the task). */
-struct sdp_rope_params {
-    double theta, factor, low_freq_factor, high_freq_factor;
-    int original_max_pos;
-};
 
 /* ---- parameter working copies ---- */
 /** work (n) f32|bf16 W  <-  master (n) f32 R.  bf16 rounds to nearest even. */

@@ -346,6 +346,30 @@ done:
     return rc;
 }
 
+/* The RoPE kernels' parameters from the model's rope scaling (models/sdp_models.h). */
+static void rope_params(struct sdp_rope_params *r, const struct sdp_model_cfg *m)
+{
+    static const int kinds[SDP_ROPE_NTYPES] = { [SDP_ROPE_LLAMA3] = SDP_ROPE_KIND_LLAMA3,
+                                                [SDP_ROPE_YARN] = SDP_ROPE_KIND_YARN,
+                                                [SDP_ROPE_LINEAR] = SDP_ROPE_KIND_LINEAR,
+                                                [SDP_ROPE_DYNAMIC] = SDP_ROPE_KIND_DYNAMIC };
+    *r = (struct sdp_rope_params){ .kind = SDP_ROPE_KIND_DEFAULT, .theta = m->rope_theta };
+    if (m->rope_scaling_factor == 0.0)
+        return;
+    r->kind = kinds[m->rope_type]; /* in range: sdp_model_validate */
+    r->factor = m->rope_scaling_factor;
+    r->low_freq_factor = m->rope_low_freq_factor;
+    r->high_freq_factor = m->rope_high_freq_factor;
+    r->original_max_pos = m->rope_original_max_pos;
+    r->max_pos = m->max_position_embeddings;
+    r->beta_fast = m->rope_beta_fast;
+    r->beta_slow = m->rope_beta_slow;
+    r->attention_factor = m->rope_attention_factor;
+    r->mscale = m->rope_mscale;
+    r->mscale_all_dim = m->rope_mscale_all_dim;
+    r->no_truncate = m->rope_no_truncate;
+}
+
 int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_graph_conf *c)
 {
     struct sdp_plan p;
@@ -390,11 +414,7 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
     g->lm_off =
         sdp_state_off(st, g->lm_group, m->tie_word_embeddings ? SDP_PT_EMBED : SDP_PT_LM_HEAD);
     g->embed_off = sdp_state_off(st, 0, SDP_PT_EMBED);
-    g->rope.theta = m->rope_theta;
-    g->rope.factor = m->rope_scaling_factor;
-    g->rope.low_freq_factor = m->rope_low_freq_factor;
-    g->rope.high_freq_factor = m->rope_high_freq_factor;
-    g->rope.original_max_pos = m->rope_original_max_pos;
+    rope_params(&g->rope, m);
     g->ids = calloc(2 * (size_t)c->n_micro, sizeof(*g->ids));
     g->targets = calloc(2 * (size_t)c->n_micro, sizeof(*g->targets));
     g->loss = calloc((size_t)c->n_micro, sizeof(*g->loss));

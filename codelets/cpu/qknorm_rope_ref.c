@@ -40,16 +40,17 @@ static void head_norm_bwd(float *restrict g, float *restrict dw, const float *re
     }
 }
 
-static void rope_angle(float *c, float *s, int pos, float inv_freq)
+/* cos and sin times scale, as HF's emb.cos() * attention_scaling in fp32 (exact for scale 1) */
+static void rope_angle(float *c, float *s, int pos, float inv_freq, float scale)
 {
     const float ang = (float)pos * inv_freq; /* fp32 product, as HF's position_ids @ inv_freq */
-    *c = (float)cos((double)ang);
-    *s = (float)sin((double)ang);
+    *c = (float)cos((double)ang) * scale;
+    *s = (float)sin((double)ang) * scale;
 }
 
 void sdp_cpu_qknorm_rope_fwd_ref(float *out, float *rstd, const float *qkv, const float *qnorm_w,
-                                 const float *knorm_w, const float *inv_freq, int N, int T, int NH,
-                                 int NKV, int HD, float eps)
+                                 const float *knorm_w, const float *inv_freq, float scale, int N,
+                                 int T, int NH, int NKV, int HD, float eps)
 {
     const int QKV = (NH + 2 * NKV) * HD, NQK = NH + NKV, half = HD / 2;
 
@@ -69,7 +70,7 @@ void sdp_cpu_qknorm_rope_fwd_ref(float *out, float *rstd, const float *qkv, cons
         const int pos = n % T;
         for (int i = 0; i < half; i++) {
             float c, s;
-            rope_angle(&c, &s, pos, inv_freq[i]);
+            rope_angle(&c, &s, pos, inv_freq[i], scale);
             for (int h = 0; h < NQK; h++) {
                 float *yh = y + h * HD;
                 const float a = yh[i], b = yh[i + half];
@@ -82,8 +83,8 @@ void sdp_cpu_qknorm_rope_fwd_ref(float *out, float *rstd, const float *qkv, cons
 
 void sdp_cpu_qknorm_rope_bwd_ref(float *dqkv, float *dqnorm_w, float *dknorm_w, const float *dout,
                                  const float *qkv, const float *qnorm_w, const float *knorm_w,
-                                 const float *rstd, const float *inv_freq, int N, int T, int NH,
-                                 int NKV, int HD)
+                                 const float *rstd, const float *inv_freq, float scale, int N,
+                                 int T, int NH, int NKV, int HD)
 {
     const int QKV = (NH + 2 * NKV) * HD, NQK = NH + NKV, half = HD / 2;
 
@@ -95,7 +96,7 @@ void sdp_cpu_qknorm_rope_bwd_ref(float *dqkv, float *dqnorm_w, float *dknorm_w, 
         const int pos = n % T;
         for (int i = 0; i < half; i++) {
             float c, s;
-            rope_angle(&c, &s, pos, inv_freq[i]);
+            rope_angle(&c, &s, pos, inv_freq[i], scale);
             for (int h = 0; h < NQK; h++) {
                 const float a = g[h * HD + i], b = g[h * HD + i + half];
                 dx[h * HD + i] = a * c + b * s;

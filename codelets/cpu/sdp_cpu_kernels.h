@@ -91,19 +91,24 @@ void sdp_cpu_rmsnorm_bwd_ref(float *dx, float *dw, const float *dres, const floa
  * qkv (N, QKV): row n holds q (NH, HD) | k (NKV, HD) | v (NKV, HD).  Token n sits at position n %
  * T. If qnorm_w is NULL no per-head norm is applied (Llama).  RoPE is the "rotate_half" form of
  * Hugging Face: for i < HD/2, (x_i, x_{i+HD/2}) rotates by angle pos * inv_freq[i]; inv_freq (HD/2)
- * is given. */
+ * is given, and cos and sin are multiplied by scale in fp32 (yarn's attention factor; 1 else). */
 
 /** out (N, QKV) = qkv with q and k normalized per head and rotated; v copied.  rstd (N, NH+NKV)
  * written when qnorm_w is non-NULL. */
 void sdp_cpu_qknorm_rope_fwd_ref(float *out, float *rstd, const float *qkv, const float *qnorm_w,
-                                 const float *knorm_w, const float *inv_freq, int N, int T, int NH,
-                                 int NKV, int HD, float eps);
+                                 const float *knorm_w, const float *inv_freq, float scale, int N,
+                                 int T, int NH, int NKV, int HD, float eps);
 /** dqkv (N, QKV) from dout (N, QKV): inverse rotation, then the norm's backward; dv copied.
  * dqnorm_w, dknorm_w (HD) accumulate (+=) when the norm is present. */
 void sdp_cpu_qknorm_rope_bwd_ref(float *dqkv, float *dqnorm_w, float *dknorm_w, const float *dout,
                                  const float *qkv, const float *qnorm_w, const float *knorm_w,
-                                 const float *rstd, const float *inv_freq, int N, int T, int NH,
-                                 int NKV, int HD);
+                                 const float *rstd, const float *inv_freq, float scale, int N,
+                                 int T, int NH, int NKV, int HD);
+struct sdp_rope_params;
+/** inv_freq (HD/2) of any rope kind (codelets/cpu/rope.h) for sequences of seq_len tokens (dynamic
+ * scaling depends on it), as transformers computes them.
+ * @return the attention scaling that multiplies cos and sin (yarn's attention_factor; 1 else) */
+float sdp_cpu_rope_freqs(float *inv_freq, const struct sdp_rope_params *p, int HD, int seq_len);
 /** inv_freq[i] = 1 / theta^(2i/HD), with Llama-3 scaling when factor > 0 (HF
  * _compute_llama3_parameters). Computed in double, stored as float. */
 void sdp_cpu_rope_inv_freq(float *inv_freq, int HD, double theta, double factor,

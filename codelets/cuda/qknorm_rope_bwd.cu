@@ -64,8 +64,8 @@ static __global__ void qknorm_rope_bwd_kernel(T *__restrict__ dqkv, double *__re
             const float ang = (float)((n0 + j / half) % Tlen) * inv.f[j % half];
             double sv, cv;
             sincos((double)ang, &sv, &cv);
-            cs[j] = (float)cv;
-            sn[j] = (float)sv;
+            cs[j] = (float)cv * inv.scale;
+            sn[j] = (float)sv * inv.scale;
         }
         __syncthreads();
         if (!active)

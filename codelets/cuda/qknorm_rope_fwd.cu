@@ -19,8 +19,8 @@ rope_table(float *cs, float *sn, const struct sdp_cuda_inv_freq &inv, int pos, i
         const float ang = (float)pos * inv.f[i];
         double sv, cv;
         sincos((double)ang, &sv, &cv);
-        cs[i] = (float)cv;
-        sn[i] = (float)sv;
+        cs[i] = (float)cv * inv.scale;
+        sn[i] = (float)sv * inv.scale;
     }
 }
 

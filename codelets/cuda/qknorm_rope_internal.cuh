@@ -184,9 +184,9 @@ static __device__ __forceinline__ void rope_rows(float *cs, float *sn, float *sn
         const float ang = (float)((n0 + q / half) % Tlen) * inv.f[q % half];
         double sv, cv;
         sincos((double)ang, &sv, &cv);
-        cs[q] = (float)cv;
-        sn[q] = (float)sv;
-        snm[q] = -(float)sv;
+        cs[q] = (float)cv * inv.scale;
+        sn[q] = (float)sv * inv.scale;
+        snm[q] = -((float)sv * inv.scale);
     }
 }
 

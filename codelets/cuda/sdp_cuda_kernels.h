@@ -35,10 +35,12 @@ static inline int sdp_cuda_small_gpu_limit(void)
     return mib > 0 && mib < SDP_CUDA_SMALL_LIMIT_MIB;
 }
 
-/* RoPE inverse frequencies passed by value (HD/2 <= 256). */
+/* RoPE inverse frequencies passed by value (HD/2 <= 256), and the factor of cos and sin (yarn's
+ * attention factor; 1 for the other kinds). */
 #define SDP_CUDA_MAX_HALF_HD 256
 struct sdp_cuda_inv_freq {
     float f[SDP_CUDA_MAX_HALF_HD];
+    float scale;
 };
 
 /* ---- casts ---- */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Whole-model parity with Hugging Face transformers (the reference files of tests/ref/, written by
- * tests/ref/gen_hf_ref.py from a tiny Qwen3 (tied) and a tiny Llama (untied, llama3 rope scaling)):
+ * tests/ref/gen_hf_ref.py from a tiny Qwen3 (tied), a tiny Llama (untied, llama3 rope scaling) and
+ * the tiny Qwen3 with yarn and with linear rope scaling at twice its original context):
  * logits, loss and every parameter gradient at step 0, then the losses of 10 AdamW steps with
  * gradient clipping on a fixed batch.  fp32 mode against fp32 transformers; bf16 mode (bf16 working
  * weights and activations, as on the GPU) against the same fp32 reference with bf16 tolerances.
@@ -266,7 +267,7 @@ static int run_case(const char *dir, const struct ref *r, const struct sdp_model
 int main(void)
 {
     const char *top = getenv("top_srcdir");
-    const char *models[] = { "qwen3-tiny", "llama-tiny" };
+    const char *models[] = { "qwen3-tiny", "llama-tiny", "qwen3-yarn", "qwen3-linear" };
     struct sdp_rt_conf rc = { 0 };
     int nfail = 0;
     if (!top)

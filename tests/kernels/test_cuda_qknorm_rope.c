@@ -41,6 +41,7 @@ static int run_case(int B, int T, int NH, int NKV, int HD, int norm, int dt, uin
 
     memset(&inv, 0, sizeof(inv));
     sdp_cpu_rope_inv_freq(inv.f, HD, 1000000.0, 0.0, 0.0, 0.0, 0);
+    inv.scale = 1.0f;
     sdp_fill_normal(&rng, x, n, 1.0f);
     sdp_fill_normal(&rng, g, n, 1.0f);
     sdp_fill_uniform(&rng, qw, (size_t)HD, 0.5f, 1.5f);
@@ -69,8 +70,8 @@ static int run_case(int B, int T, int NH, int NKV, int HD, int norm, int dt, uin
     CK(cudaGetLastError());
     download(out, d_out, n, dt);
     CK(cudaMemcpy(rs, d_rs, nr * 4, cudaMemcpyDeviceToHost));
-    sdp_cpu_qknorm_rope_fwd_ref(outc, rsc, x, norm ? qw : NULL, norm ? kw : NULL, inv.f, N, T, NH,
-                                NKV, HD, eps);
+    sdp_cpu_qknorm_rope_fwd_ref(outc, rsc, x, norm ? qw : NULL, norm ? kw : NULL, inv.f, inv.scale,
+                                N, T, NH, NKV, HD, eps);
 
     /* kappa of the forward: |a c| + |b s| of the rotation (a, b normed), |x| for v and odd tails;
      * of the backward: r |w| (|g_a c| + |g_b s|) + (|c_n| + r^3/HD sum |g' w x|) |x| (un-rotation,
@@ -148,7 +149,7 @@ static int run_case(int B, int T, int NH, int NKV, int HD, int norm, int dt, uin
     CK(cudaMemcpy(dwg, d_dw, (size_t)2 * HD * 4, cudaMemcpyDeviceToHost));
     memcpy(dwc, dw0, (size_t)2 * HD * 4);
     sdp_cpu_qknorm_rope_bwd_ref(dxc, dwc, dwc + HD, g, x, norm ? qw : NULL, norm ? kw : NULL, rsc,
-                                inv.f, N, T, NH, NKV, HD);
+                                inv.f, inv.scale, N, T, NH, NKV, HD);
     ref = to_double(dxc, n);
     snprintf(name, sizeof(name), "qkrope dqkv %s N=%d HD=%d%s", dt_name(dt), N, HD,
              norm ? " norm" : "");
@@ -190,6 +191,7 @@ static void bench(int dt)
 
     memset(&inv, 0, sizeof(inv));
     sdp_cpu_rope_inv_freq(inv.f, HD, 1000000.0, 0.0, 0.0, 0.0, 0);
+    inv.scale = 1.0f;
     CK(cudaMalloc(&d_x, n * es));
     CK(cudaMalloc(&d_out, n * es));
     CK(cudaMalloc(&d_g, n * es));

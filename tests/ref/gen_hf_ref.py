@@ -3,7 +3,8 @@
 """Generate Hugging Face reference data for the forward/backward/AdamW parity tests.
 
 For each tiny model ("qwen3-tiny": Qwen3, tied embeddings; "llama-tiny": Llama with
-llama3 RoPE scaling, untied head) this writes into <out>/<name>/:
+llama3 RoPE scaling, untied head; "qwen3-yarn" and "qwen3-linear": qwen3-tiny with YaRN and
+linear RoPE scaling, at twice the original context) this writes into <out>/<name>/:
   config.json, model.safetensors   the initial weights (transformers save_pretrained)
   ref.safetensors                  ids, targets, logits, loss, grad.<param>, losses,
                                    grad_norm, hyperparameters in the metadata
@@ -37,11 +38,23 @@ COMMON = dict(vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
 
+# Twice the original context (32 positions, sequences of 64): YaRN keeps index 0's frequency,
+# blends index 1 and divides the rest by the factor, and scales cos/sin by 0.1 ln 2 + 1.
+YARN_ROPE = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32}
+LINEAR_ROPE = {"rope_type": "linear", "factor": 2.0}
+
 MODELS = {
     "qwen3-tiny": (Qwen3Config, Qwen3ForCausalLM, dict(tie_word_embeddings=True)),
     "llama-tiny": (LlamaConfig, LlamaForCausalLM,
                    dict(tie_word_embeddings=False, rope_scaling=LLAMA3_ROPE)),
+    "qwen3-yarn": (Qwen3Config, Qwen3ForCausalLM,
+                   dict(tie_word_embeddings=True, max_position_embeddings=64,
+                        rope_scaling=YARN_ROPE)),
+    "qwen3-linear": (Qwen3Config, Qwen3ForCausalLM,
+                     dict(tie_word_embeddings=True, max_position_embeddings=32,
+                          rope_scaling=LINEAR_ROPE)),
 }
+SEQ = {"qwen3-yarn": 64, "qwen3-linear": 64}  # sequence length where it is not T
 
 
 def log(msg):
@@ -63,6 +76,9 @@ def check_rope(name, model, cfg):
     got = model.model.rotary_emb.inv_freq.double()
     log("  %s inv_freq unscaled: %s" % (name, " ".join("%.6g" % v for v in base.tolist())))
     log("  %s inv_freq model   : %s" % (name, " ".join("%.6g" % v for v in got.tolist())))
+    if name in ("qwen3-yarn", "qwen3-linear"):
+        check_rope_scaled(name, model, cfg, base, got)
+        return
     if name != "llama-tiny":
         if not torch.allclose(got, base, rtol=1e-6, atol=0):
             raise SystemExit("%s: unexpected RoPE scaling" % name)
@@ -94,6 +110,36 @@ def check_rope(name, model, cfg):
         raise SystemExit("%s: RoPE scaling does not exercise all three regimes" % name)
 
 
+def check_rope_scaled(name, model, cfg, base, got):
+    """YaRN (the paper's ramp, written out here in double) or linear scaling, and the attention
+    scaling of cos/sin, against the model's rotary embedding."""
+    hd = cfg.head_dim
+    if name == "qwen3-linear":
+        want, scale = base / LINEAR_ROPE["factor"], 1.0
+    else:
+        r = YARN_ROPE
+        omp, theta = r["original_max_position_embeddings"], COMMON["rope_theta"]
+
+        def dim_of(rot):  # the dimension that turns rot times over the original context
+            return hd * math.log(omp / (rot * 2 * math.pi)) / (2 * math.log(theta))
+        lo, hi = max(math.floor(dim_of(32)), 0), min(math.ceil(dim_of(1)), hd - 1)
+        want, kinds = [], []
+        for i, f in enumerate(base.tolist()):
+            keep = 1 - min(max((i - lo) / (hi - lo), 0.0), 1.0)
+            want.append(f / r["factor"] * (1 - keep) + f * keep)
+            kinds.append("kept" if keep == 1 else "/factor" if keep == 0 else "blended")
+        log("  %s yarn regimes     : %s" % (name, " ".join(kinds)))
+        if len(set(kinds)) != 3:
+            raise SystemExit("%s: YaRN does not exercise all three regimes" % name)
+        want, scale = torch.tensor(want, dtype=torch.float64), 0.1 * math.log(r["factor"]) + 1
+    if not torch.allclose(got, want, rtol=1e-6, atol=0):
+        raise SystemExit("%s: inv_freq differs from the %s formula" % (name, name[6:]))
+    att = model.model.rotary_emb.attention_scaling
+    log("  %s attention scaling: %.9g" % (name, att))
+    if abs(att - scale) > 1e-12:
+        raise SystemExit("%s: attention scaling %g, expected %g" % (name, att, scale))
+
+
 def build(name):
     cfg = make_config(name)
     _, model_cls, _ = MODELS[name]
@@ -109,7 +155,7 @@ def build(name):
     return cfg, model
 
 
-def make_batch(cfg):
+def make_batch(cfg, T):
     gen = torch.Generator().manual_seed(SEED + 2)
     ids = torch.randint(0, cfg.vocab_size, (B, T), generator=gen, dtype=torch.int64)
     labels = ids.clone()
@@ -138,7 +184,8 @@ def generate(name, outroot):
     cfg, model = build(name)
     check_rope(name, model, cfg)
     save_model(model, outdir)
-    ids, labels, targets = make_batch(cfg)
+    seq = SEQ.get(name, T)
+    ids, labels, targets = make_batch(cfg, seq)
 
     params = [(n, p) for n, p in model.named_parameters()]  # tied params appear once
     decay = [p for n, p in params if p.ndim >= 2]
@@ -175,7 +222,7 @@ def generate(name, outroot):
                          % (name, out["loss"].item(), ce.item()))
 
     meta = {k: repr(v) if isinstance(v, float) else str(v) for k, v in HP.items()}
-    meta.update({"model": name, "seed": str(SEED), "B": str(B), "T": str(T),
+    meta.update({"model": name, "seed": str(SEED), "B": str(B), "T": str(seq),
                  "ignore_index": str(IGNORE), "valid_targets": str(int(valid.sum())),
                  "torch": torch.__version__, "transformers": transformers.__version__})
     out = {k: v.contiguous() for k, v in out.items()}
