@@ -145,6 +145,10 @@ const struct sdp_option sdp_options[] = {
       .help = "tokens per sequence" },
     { "data.shuffle", .type = SDP_OPT_BOOL, RF(shuffle), .def = "true",
       .help = "shuffle the sequences every epoch" },
+    { "data.doc_mask", .type = SDP_OPT_BOOL, RF(doc_mask), .def = "true",
+      .help = "attend within each document of a row only (the shard's end-of-document id)" },
+    { "data.doc_positions", .type = SDP_OPT_BOOL, RF(doc_positions), .def = "false",
+      .help = "with doc_mask: positions restart at every document" },
 
     { "batch.global", "batch", BENCH_P, RF(global_batch), INT_GE(1), .def = "8", .bench_def = "16",
       .help = "sequences per optimizer step, shared by the ranks" },

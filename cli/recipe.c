@@ -490,6 +490,7 @@ void sdp_recipe_defaults(struct sdp_recipe *r)
     memset(r, 0, sizeof(*r));
     r->seq_len = 1024;
     r->shuffle = 1;
+    r->doc_mask = 1;
     r->global_batch = 8;
     r->micro_batch = 8;
     r->lr = 3e-4;

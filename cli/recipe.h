@@ -34,6 +34,8 @@ struct sdp_recipe {
     char data_val[SDP_PATH_MAX]; /* held-out shard for the validation loss ("" = none) */
     int seq_len;                 /* T */
     int shuffle;
+    int doc_mask;      /* attention within each document of a packed row, no target across */
+    int doc_positions; /* with doc_mask: RoPE positions restart at every document */
 
     /* batch */
     int global_batch; /* sequences per optimizer step */

@@ -22,6 +22,12 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
         sdp_hint("add 'data: {train: FILE.tok}' (token shards come from tools/make_token_data.py)");
         return -EINVAL;
     }
+    if (r->doc_positions && !r->doc_mask) {
+        sdp_err(-EINVAL, "recipe %s: data.doc_positions needs data.doc_mask", r->file);
+        sdp_hint("positions restart at the documents that masking finds: set data.doc_mask: "
+                 "true, or drop data.doc_positions");
+        return -EINVAL;
+    }
     if ((r->eval_every > 0 || r->save_best) && !r->data_val[0]) {
         sdp_err(-EINVAL, "recipe %s: %s needs data.val", r->file,
                 r->save_best ? "output.save_best" : "train.eval_every");

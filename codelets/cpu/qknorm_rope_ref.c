@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "codelets/cpu/sdp_cpu_kernels.h"
@@ -49,8 +50,9 @@ static void rope_angle(float *c, float *s, int pos, float inv_freq, float scale)
 }
 
 void sdp_cpu_qknorm_rope_fwd_ref(float *out, float *rstd, const float *qkv, const float *qnorm_w,
-                                 const float *knorm_w, const float *inv_freq, float scale, int N,
-                                 int T, int NH, int NKV, int HD, float eps)
+                                 const float *knorm_w, const float *inv_freq, float scale,
+                                 const int32_t *seg, int N, int T, int NH, int NKV, int HD,
+                                 float eps)
 {
     const int QKV = (NH + 2 * NKV) * HD, NQK = NH + NKV, half = HD / 2;
 
@@ -67,7 +69,7 @@ void sdp_cpu_qknorm_rope_fwd_ref(float *out, float *rstd, const float *qkv, cons
         }
         memcpy(y + NQK * HD, x + NQK * HD, (size_t)NKV * HD * sizeof(*y));
         /* rotate pairs (i, i + HD/2) of every q and k head by pos * inv_freq[i] */
-        const int pos = n % T;
+        const int pos = n % T - (seg ? seg[n] : 0); /* restarting per document with seg */
         for (int i = 0; i < half; i++) {
             float c, s;
             rope_angle(&c, &s, pos, inv_freq[i], scale);
@@ -83,8 +85,8 @@ void sdp_cpu_qknorm_rope_fwd_ref(float *out, float *rstd, const float *qkv, cons
 
 void sdp_cpu_qknorm_rope_bwd_ref(float *dqkv, float *dqnorm_w, float *dknorm_w, const float *dout,
                                  const float *qkv, const float *qnorm_w, const float *knorm_w,
-                                 const float *rstd, const float *inv_freq, float scale, int N,
-                                 int T, int NH, int NKV, int HD)
+                                 const float *rstd, const float *inv_freq, float scale,
+                                 const int32_t *seg, int N, int T, int NH, int NKV, int HD)
 {
     const int QKV = (NH + 2 * NKV) * HD, NQK = NH + NKV, half = HD / 2;
 
@@ -93,7 +95,7 @@ void sdp_cpu_qknorm_rope_bwd_ref(float *dqkv, float *dqnorm_w, float *dknorm_w, 
         const float *x = qkv + (size_t)n * QKV;
         float *dx = dqkv + (size_t)n * QKV;
         /* the inverse (transposed) rotation of the q and k gradients; dv copied */
-        const int pos = n % T;
+        const int pos = n % T - (seg ? seg[n] : 0); /* restarting per document with seg */
         for (int i = 0; i < half; i++) {
             float c, s;
             rope_angle(&c, &s, pos, inv_freq[i], scale);

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Whole-model parity with Hugging Face transformers (the reference files of tests/ref/, written by
- * tests/ref/gen_hf_ref.py from a tiny Qwen3 (tied), a tiny Llama (untied, llama3 rope scaling) and
- * the tiny Qwen3 with yarn and with linear rope scaling at twice its original context):
+ * tests/ref/gen_hf_ref.py from a tiny Qwen3 (tied), a tiny Llama (untied, llama3 rope scaling),
+ * the tiny Qwen3 with yarn and with linear rope scaling at twice its original context, and the
+ * tiny Qwen3 on packed rows of documents, which transformers runs document by document, with the
+ * row's positions and with positions restarting per document: document masking, without logits):
  * logits, loss and every parameter gradient at step 0, then the losses of 10 AdamW steps with
  * gradient clipping on a fixed batch.  fp32 mode against fp32 transformers; bf16 mode (bf16 working
  * weights and activations, as on the GPU) against the same fp32 reference with bf16 tolerances.
@@ -54,6 +56,8 @@ struct ref {
     sdp_st_t *st;
     int B, T, V;
     int32_t *ids, *targets;
+    int32_t *segs; /* packed documents: each token's document start; NULL for whole rows */
+    int restart;   /* positions restart at every document (metadata "positions") */
     float loss;
     float *logits;
     float losses[10];
@@ -114,8 +118,18 @@ static void load_ref(struct ref *r, const char *dir)
     tmp = read_f32(r->st, "losses", NULL);
     memcpy(r->losses, tmp, sizeof(r->losses));
     free(tmp);
-    r->logits = read_f32(r->st, "logits", NULL);
-    r->V = (int)sdp_st_find(r->st, "logits")->shape[2];
+    if (sdp_st_find(r->st, "segs")) { /* documents, run one by one by transformers: no logits */
+        t = sdp_st_find(r->st, "segs");
+        r->segs = sdp_test_alloc(t->nelems * sizeof(int32_t));
+        if (sdp_st_read_i32(r->st, t, r->segs, t->nelems)) {
+            fprintf(stderr, "cannot read segs\nFAIL\n");
+            exit(1);
+        }
+        r->restart = !strcmp(sdp_st_metadata(r->st, "positions"), "restart");
+    } else {
+        r->logits = read_f32(r->st, "logits", NULL);
+        r->V = (int)sdp_st_find(r->st, "logits")->shape[2];
+    }
     r->lr = meta(r->st, "lr");
     r->beta1 = meta(r->st, "beta1");
     r->beta2 = meta(r->st, "beta2");
@@ -156,6 +170,8 @@ static struct sdp_graph_conf graph_conf(const struct ref *r, int micro, int nmic
     gc.eps = r->eps;
     gc.weight_decay = r->wd;
     gc.max_grad_norm = r->max_norm;
+    gc.doc_mask = r->segs != NULL;
+    gc.doc_positions = r->restart;
     return gc;
 }
 
@@ -174,7 +190,8 @@ static int run_case(const char *dir, const struct ref *r, const struct sdp_model
     gc.recompute = recompute;
     gc.keep_last =
         recompute == SDP_RECOMPUTE_SELECTIVE; /* the selective case keeps the last layer's too */
-    printf("%s: %s, micro-batch %d x %d, %s\n", dir, bf16 ? "bf16" : "fp32", gc.n_micro, micro,
+    printf("%s: %s, micro-batch %d x %d,%s %s\n", dir, bf16 ? "bf16" : "fp32", gc.n_micro, micro,
+           r->segs ? r->restart ? " documents (positions restart)," : " documents," : "",
            recompute == SDP_RECOMPUTE_SELECTIVE ? "selective recompute, last layer kept"
            : recompute                          ? "recompute"
                                                 : "keep activations");
@@ -183,13 +200,13 @@ static int run_case(const char *dir, const struct ref *r, const struct sdp_model
         printf("setup failed\n");
         return 1;
     }
-    /* logits of the first micro-batch */
-    logits = sdp_test_alloc((size_t)micro * r->T * r->V * sizeof(float));
-    if (sdp_graph_logits(g, r->ids, micro, logits)) {
-        printf("logits failed\n");
-        return 1;
-    }
-    {
+    /* logits of the first micro-batch (of whole rows: not for documents) */
+    if (r->logits) {
+        logits = sdp_test_alloc((size_t)micro * r->T * r->V * sizeof(float));
+        if (sdp_graph_logits(g, r->ids, micro, logits)) {
+            printf("logits failed\n");
+            return 1;
+        }
         double e = rel_norm_err(logits, r->logits, (size_t)micro * r->T * r->V);
         double tol = bf16 ? LOGIT_RTOL_BF16 : LOGIT_RTOL_F32;
         printf("  %-34s rel-norm err %.2e (%.0f%% of %.0e) %s\n", "logits", e, 100 * e / tol, tol,
@@ -198,7 +215,7 @@ static int run_case(const char *dir, const struct ref *r, const struct sdp_model
     }
     free(logits);
     /* step 0 without update: loss and gradients */
-    if (sdp_graph_step(g, 0, r->ids, r->targets, r->lr, 0, &res)) {
+    if (sdp_graph_step_docs(g, 0, r->ids, r->targets, r->segs, r->lr, 0, &res)) {
         printf("step failed\n");
         return 1;
     }
@@ -245,7 +262,7 @@ static int run_case(const char *dir, const struct ref *r, const struct sdp_model
         int worst_k = 0;
         for (int k = 0; k < 10; k++) {
             double e;
-            if (sdp_graph_step(g, k, r->ids, r->targets, r->lr, 1, &res))
+            if (sdp_graph_step_docs(g, k, r->ids, r->targets, r->segs, r->lr, 1, &res))
                 return 1;
             e = fabs(res.loss - r->losses[k]) / fabs(r->losses[k]);
             if (e > worst_l) {
@@ -267,7 +284,8 @@ static int run_case(const char *dir, const struct ref *r, const struct sdp_model
 int main(void)
 {
     const char *top = getenv("top_srcdir");
-    const char *models[] = { "qwen3-tiny", "llama-tiny", "qwen3-yarn", "qwen3-linear" };
+    const char *models[] = { "qwen3-tiny",   "llama-tiny", "qwen3-yarn",
+                             "qwen3-linear", "qwen3-docs", "qwen3-docs-pos" };
     struct sdp_rt_conf rc = { 0 };
     int nfail = 0;
     if (!top)
@@ -313,6 +331,7 @@ int main(void)
         free(r.ids);
         free(r.targets);
         free(r.logits);
+        free(r.segs);
     }
     sdp_tasks_shutdown();
     sdp_rt_shutdown();

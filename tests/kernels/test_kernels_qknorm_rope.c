@@ -200,8 +200,8 @@ static int run_case(struct sdp_rng *rng, struct shape s, int with_norm)
     /* forward: normalized values carry ~4 roundings, the rotation 3 more plus the cos/sin rounding,
      * relative to |a c| + |b s|: SDP_RTOL_ELEM on that magnitude. */
     oracle_fwd(ref, mag, xd, qwdp, kwdp, inv_freq, s, eps);
-    sdp_cpu_qknorm_rope_fwd_ref(out, rstd, x, qwp, kwp, inv_freq, s.scale, s.N, s.T, s.NH, s.NKV,
-                                s.HD, eps);
+    sdp_cpu_qknorm_rope_fwd_ref(out, rstd, x, qwp, kwp, inv_freq, s.scale, NULL, s.N, s.T, s.NH,
+                                s.NKV, s.HD, eps);
     snprintf(name, sizeof(name), "qknorm_rope_fwd (%s)", with_norm ? "norm" : "no norm");
     nfail += sdp_check(name, out, ref, mag, n, SDP_RTOL_ELEM, 0.0);
 
@@ -210,8 +210,8 @@ static int run_case(struct sdp_rng *rng, struct shape s, int with_norm)
     oracle_bwd(ref, mag, r1, r2, m1, m2, gd, xd, qwdp, kwdp, inv_freq, s, eps);
     memcpy(dqw, dqw0, sizeof(dqw));
     memcpy(dkw, dkw0, sizeof(dkw));
-    sdp_cpu_qknorm_rope_bwd_ref(dx, dqw, dkw, g, x, qwp, kwp, rstd, inv_freq, s.scale, s.N, s.T,
-                                s.NH, s.NKV, s.HD);
+    sdp_cpu_qknorm_rope_bwd_ref(dx, dqw, dkw, g, x, qwp, kwp, rstd, inv_freq, s.scale, NULL, s.N,
+                                s.T, s.NH, s.NKV, s.HD);
     snprintf(name, sizeof(name), "qknorm_rope_bwd dqkv (%s)", with_norm ? "norm" : "no norm");
     nfail += sdp_check(name, dx, ref, mag, n, SDP_RTOL_ELEM, 0.0);
     if (with_norm) {

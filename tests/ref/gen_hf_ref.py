@@ -54,7 +54,13 @@ MODELS = {
                      dict(tie_word_embeddings=True, max_position_embeddings=32,
                           rope_scaling=LINEAR_ROPE)),
 }
-SEQ = {"qwen3-yarn": 64, "qwen3-linear": 64}  # sequence length where it is not T
+# Packed rows of documents (qwen3-tiny's model): transformers runs every document alone, with the
+# row's positions ("row") or positions restarting at 0 ("restart").
+MODELS["qwen3-docs"] = MODELS["qwen3-tiny"]
+MODELS["qwen3-docs-pos"] = MODELS["qwen3-tiny"]
+DOCS = {"qwen3-docs": "row", "qwen3-docs-pos": "restart"}
+EOD = 1  # the end-of-document id of the packed rows
+SEQ = {"qwen3-yarn": 64, "qwen3-linear": 64, "qwen3-docs": 32, "qwen3-docs-pos": 32}
 
 
 def log(msg):
@@ -165,6 +171,50 @@ def make_batch(cfg, T):
     return ids, labels, targets
 
 
+def make_docs_batch(cfg, T):
+    """B rows of T+1 tokens cut from a stream of documents, each ended by EOD (lengths 1 to 12):
+    ids, targets (the next token; -100 for an EOD, whose next token is another document's, as the
+    flattening collator does) and each token's document start in its row."""
+    gen = torch.Generator().manual_seed(SEED + 3)
+    stream = torch.randint(2, cfg.vocab_size, (B * T + 1,), generator=gen, dtype=torch.int64)
+    at = 0
+    while True:
+        at += int(torch.randint(1, 13, (1,), generator=gen))
+        if at >= B * T + 1:
+            break
+        stream[at - 1] = EOD
+    stream[0] = EOD  # a one-token document first
+    ids = torch.stack([stream[b * T:b * T + T] for b in range(B)])
+    nxt = torch.stack([stream[b * T + 1:b * T + T + 1] for b in range(B)])
+    targets = torch.where(ids == EOD, torch.full_like(nxt, IGNORE), nxt)
+    segs = torch.zeros((B, T), dtype=torch.int64)
+    for b in range(B):
+        start = 0
+        for t in range(T):
+            segs[b, t] = start
+            if ids[b, t] == EOD:
+                start = t + 1
+    return ids, targets, segs
+
+
+def docs_loss(model, ids, targets, segs, restart):
+    """Mean cross-entropy over the valid targets, every document of every row run alone."""
+    total, docs = 0.0, 0
+    for b in range(ids.shape[0]):
+        t0 = 0
+        while t0 < ids.shape[1]:
+            t1 = t0 + 1
+            while t1 < ids.shape[1] and segs[b, t1] == t0:
+                t1 += 1
+            pos = torch.arange(0, t1 - t0) if restart else torch.arange(t0, t1)
+            logits = model(input_ids=ids[b:b + 1, t0:t1], position_ids=pos[None]).logits
+            total = total + torch.nn.functional.cross_entropy(
+                logits[0].float(), targets[b, t0:t1], ignore_index=IGNORE, reduction="sum")
+            docs += 1
+            t0 = t1
+    return total / (targets != IGNORE).sum(), docs
+
+
 def save_model(model, outdir):
     kw = {}
     if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:
@@ -185,7 +235,10 @@ def generate(name, outroot):
     check_rope(name, model, cfg)
     save_model(model, outdir)
     seq = SEQ.get(name, T)
-    ids, labels, targets = make_batch(cfg, seq)
+    if name in DOCS:
+        ids, targets, segs = make_docs_batch(cfg, seq)
+    else:
+        ids, labels, targets = make_batch(cfg, seq)
 
     params = [(n, p) for n, p in model.named_parameters()]  # tied params appear once
     decay = [p for n, p in params if p.ndim >= 2]
@@ -196,32 +249,45 @@ def generate(name, outroot):
                             foreach=False)
     model.train()
     out = {"ids": ids.to(torch.int32), "targets": targets.to(torch.int32)}
+    if name in DOCS:
+        out["segs"] = segs.to(torch.int32)
     losses, norms = [], []
     for step in range(HP["steps"]):
         opt.zero_grad(set_to_none=True)
-        res = model(input_ids=ids, labels=labels)
-        res.loss.backward()
+        if name in DOCS:
+            loss, ndocs = docs_loss(model, ids, targets, segs, DOCS[name] == "restart")
+        else:
+            res = model(input_ids=ids, labels=labels)
+            loss = res.loss
+        loss.backward()
         if step == 0:
-            out["logits"] = res.logits.detach().float().clone()
-            out["loss"] = res.loss.detach().float().reshape(1).clone()
+            if name not in DOCS:  # the runtime's logits are of whole rows
+                out["logits"] = res.logits.detach().float().clone()
+            out["loss"] = loss.detach().float().reshape(1).clone()
             for n, p in params:
                 out["grad." + n] = p.grad.detach().float().clone()  # before clipping
         norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], HP["max_grad_norm"])
-        losses.append(res.loss.item())
+        losses.append(loss.item())
         norms.append(float(norm))
         opt.step()
     out["losses"] = torch.tensor(losses, dtype=torch.float32)
     out["grad_norm"] = torch.tensor(norms, dtype=torch.float32)
 
-    # Independent check of the shifted targets: mean CE over valid targets.
-    lp = torch.log_softmax(out["logits"].double(), dim=-1)
     valid = targets != IGNORE
-    ce = -lp[valid, targets[valid]].mean()
-    if abs(ce.item() - out["loss"].item()) > 1e-5 * abs(ce.item()):
-        raise SystemExit("%s: loss %.8g != CE over shifted targets %.8g"
-                         % (name, out["loss"].item(), ce.item()))
+    if name in DOCS:
+        log("  %s: %d documents in %d rows, positions %s" % (name, ndocs, B, DOCS[name]))
+        if ndocs < 4 * B:
+            raise SystemExit("%s: too few documents" % name)
+    else:  # independent check of the shifted targets: mean CE over valid targets
+        lp = torch.log_softmax(out["logits"].double(), dim=-1)
+        ce = -lp[valid, targets[valid]].mean()
+        if abs(ce.item() - out["loss"].item()) > 1e-5 * abs(ce.item()):
+            raise SystemExit("%s: loss %.8g != CE over shifted targets %.8g"
+                             % (name, out["loss"].item(), ce.item()))
 
     meta = {k: repr(v) if isinstance(v, float) else str(v) for k, v in HP.items()}
+    if name in DOCS:
+        meta.update({"positions": DOCS[name], "eod": str(EOD)})
     meta.update({"model": name, "seed": str(SEED), "B": str(B), "T": str(seq),
                  "ignore_index": str(IGNORE), "valid_targets": str(int(valid.sum())),
                  "torch": torch.__version__, "transformers": transformers.__version__})
