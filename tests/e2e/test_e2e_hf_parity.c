@@ -3,7 +3,8 @@
  * tests/ref/gen_hf_ref.py from a tiny Qwen3 (tied), a tiny Llama (untied, llama3 rope scaling),
  * the tiny Qwen3 with yarn and with linear rope scaling at twice its original context, and the
  * tiny Qwen3 on packed rows of documents, which transformers runs document by document, with the
- * row's positions and with positions restarting per document: document masking, without logits):
+ * row's positions and with positions restarting per document: document masking, without logits,
+ * and the tiny Qwen3 on one sequence of 8192 tokens, fp32 only, without logits):
  * logits, loss and every parameter gradient at step 0, then the losses of 10 AdamW steps with
  * gradient clipping on a fixed batch.  fp32 mode against fp32 transformers; bf16 mode (bf16 working
  * weights and activations, as on the GPU) against the same fp32 reference with bf16 tolerances.
@@ -42,7 +43,9 @@
  * normalises every update: a parameter whose true gradient is below the bf16 noise floor still
  * moves by ~lr per step in a noise-driven direction.  Measured when added: 8.8e-3 (qwen3-tiny)
  * and 8.3e-2 (llama-tiny, step 9, loss 2.15 vs 1.98); threshold 2x the worst measured, as the style
- * guide asks. */
+ * guide asks.  At length (qwen3-8k: one sequence of 8192 tokens, fp32, two AdamW steps) the
+ * attention adds sums of up to 8192 terms: the typical norm-wise bound grows by sqrt(8192 / 512) =
+ * 4, to 2.4e-5 for the gradients and ~4e-6 for the loss, within the same thresholds. */
 #define LOSS_RTOL_F32   1e-5
 #define GRAD_RTOL_F32   1e-4
 #define STEPS_RTOL_F32  1e-4
@@ -61,6 +64,7 @@ struct ref {
     float loss;
     float *logits;
     float losses[10];
+    int nsteps; /* AdamW steps of the reference: 10, 2 at length */
     double lr, beta1, beta2, eps, wd, max_norm;
 };
 
@@ -115,8 +119,10 @@ static void load_ref(struct ref *r, const char *dir)
     tmp = read_f32(r->st, "loss", NULL);
     r->loss = tmp[0];
     free(tmp);
-    tmp = read_f32(r->st, "losses", NULL);
-    memcpy(r->losses, tmp, sizeof(r->losses));
+    size_t nl;
+    tmp = read_f32(r->st, "losses", &nl);
+    r->nsteps = nl < 10 ? (int)nl : 10;
+    memcpy(r->losses, tmp, (size_t)r->nsteps * sizeof(float));
     free(tmp);
     if (sdp_st_find(r->st, "segs")) { /* documents, run one by one by transformers: no logits */
         t = sdp_st_find(r->st, "segs");
@@ -126,7 +132,7 @@ static void load_ref(struct ref *r, const char *dir)
             exit(1);
         }
         r->restart = !strcmp(sdp_st_metadata(r->st, "positions"), "restart");
-    } else {
+    } else if (sdp_st_find(r->st, "logits")) { /* absent at length */
         r->logits = read_f32(r->st, "logits", NULL);
         r->V = (int)sdp_st_find(r->st, "logits")->shape[2];
     }
@@ -158,6 +164,15 @@ static int check_scalar(const char *what, double x, double ref, double rtol)
     return bad;
 }
 
+static void free_ref(struct ref *r)
+{
+    sdp_st_close(r->st);
+    free(r->ids);
+    free(r->targets);
+    free(r->logits);
+    free(r->segs);
+}
+
 static struct sdp_graph_conf graph_conf(const struct ref *r, int micro, int nmicro)
 {
     struct sdp_graph_conf gc = { 0 };
@@ -175,7 +190,7 @@ static struct sdp_graph_conf graph_conf(const struct ref *r, int micro, int nmic
     return gc;
 }
 
-/* One configuration: logits, loss and gradients at step 0, then 10 AdamW steps. */
+/* One configuration: logits, loss and gradients at step 0, then the reference's AdamW steps. */
 static int run_case(const char *dir, const struct ref *r, const struct sdp_model_cfg *cfg, int bf16,
                     int micro, int recompute)
 {
@@ -253,14 +268,14 @@ static int run_case(const char *dir, const struct ref *r, const struct sdp_model
     sdp_graph_destroy(g);
     sdp_state_destroy(&st);
 
-    /* 10 AdamW steps from the same weights */
+    /* the AdamW steps from the same weights */
     if (sdp_state_create(&st, cfg, bf16 ? SDP_BF16 : SDP_F32, 16384) ||
         sdp_state_load_hf(&st, dir) || sdp_graph_create(&g, &st, &gc))
         return 1;
     {
         double worst_l = 0.0, tol = bf16 ? STEPS_RTOL_BF16 : STEPS_RTOL_F32;
         int worst_k = 0;
-        for (int k = 0; k < 10; k++) {
+        for (int k = 0; k < r->nsteps; k++) {
             double e;
             if (sdp_graph_step_docs(g, k, r->ids, r->targets, r->segs, r->lr, 1, &res))
                 return 1;
@@ -270,8 +285,10 @@ static int run_case(const char *dir, const struct ref *r, const struct sdp_model
                 worst_k = k;
             }
         }
+        char what[32];
+        snprintf(what, sizeof(what), "%d AdamW steps", r->nsteps);
         printf("  %-34s last %.6f ref %.6f, worst rel err %.2e at step %d (%.0f%% of %.0e) %s\n",
-               "10 AdamW steps", res.loss, r->losses[9], worst_l, worst_k, 100 * worst_l / tol, tol,
+               what, res.loss, r->losses[r->nsteps - 1], worst_l, worst_k, 100 * worst_l / tol, tol,
                worst_l <= tol ? "ok" : "FAIL");
         bad |= !(worst_l <= tol);
     }
@@ -284,8 +301,8 @@ static int run_case(const char *dir, const struct ref *r, const struct sdp_model
 int main(void)
 {
     const char *top = getenv("top_srcdir");
-    const char *models[] = { "qwen3-tiny",   "llama-tiny", "qwen3-yarn",
-                             "qwen3-linear", "qwen3-docs", "qwen3-docs-pos" };
+    const char *models[] = { "qwen3-tiny", "llama-tiny",     "qwen3-yarn", "qwen3-linear",
+                             "qwen3-docs", "qwen3-docs-pos", "qwen3-8k" };
     struct sdp_rt_conf rc = { 0 };
     int nfail = 0;
     if (!top)
@@ -321,17 +338,17 @@ int main(void)
             return 1;
         }
         load_ref(&r, dir);
-        nfail += run_case(dir, &r, &cfg, 0, r.B, 1);     /* fp32, one micro-batch */
+        nfail += run_case(dir, &r, &cfg, 0, r.B, 1); /* fp32, one micro-batch */
+        if (r.B == 1) { /* the step at length: fp32 parity is its point */
+            free_ref(&r);
+            continue;
+        }
         nfail += run_case(dir, &r, &cfg, 0, r.B / 2, 1); /* fp32, gradient accumulation */
         nfail += run_case(dir, &r, &cfg, 0, r.B / 2, 0); /* fp32, activations kept */
         nfail += run_case(dir, &r, &cfg, 1, r.B, 1);     /* bf16 working weights */
         nfail += run_case(dir, &r, &cfg, 1, r.B / 2,
                           SDP_RECOMPUTE_SELECTIVE); /* bf16, mid residuals, last layer kept */
-        sdp_st_close(r.st);
-        free(r.ids);
-        free(r.targets);
-        free(r.logits);
-        free(r.segs);
+        free_ref(&r);
     }
     sdp_tasks_shutdown();
     sdp_rt_shutdown();

@@ -60,7 +60,14 @@ MODELS["qwen3-docs"] = MODELS["qwen3-tiny"]
 MODELS["qwen3-docs-pos"] = MODELS["qwen3-tiny"]
 DOCS = {"qwen3-docs": "row", "qwen3-docs-pos": "restart"}
 EOD = 1  # the end-of-document id of the packed rows
-SEQ = {"qwen3-yarn": 64, "qwen3-linear": 64, "qwen3-docs": 32, "qwen3-docs-pos": 32}
+# A step at length: one sequence of 8192 tokens, two AdamW steps (sdpa: eager attention would hold
+# (8192, 8192) probabilities per head); no logits kept (16 MiB).
+MODELS["qwen3-8k"] = (Qwen3Config, Qwen3ForCausalLM,
+                      dict(tie_word_embeddings=True, max_position_embeddings=8192,
+                           attn_implementation="sdpa"))
+LONG = {"qwen3-8k": {"B": 1, "steps": 2}}
+SEQ = {"qwen3-yarn": 64, "qwen3-linear": 64, "qwen3-docs": 32, "qwen3-docs-pos": 32,
+       "qwen3-8k": 8192}
 
 
 def log(msg):
@@ -161,12 +168,12 @@ def build(name):
     return cfg, model
 
 
-def make_batch(cfg, T):
+def make_batch(cfg, T, nb=B):
     gen = torch.Generator().manual_seed(SEED + 2)
-    ids = torch.randint(0, cfg.vocab_size, (B, T), generator=gen, dtype=torch.int64)
+    ids = torch.randint(0, cfg.vocab_size, (nb, T), generator=gen, dtype=torch.int64)
     labels = ids.clone()
-    labels[IGNORED_POS] = IGNORE
-    targets = torch.full((B, T), IGNORE, dtype=torch.int64)
+    labels[IGNORED_POS if nb > 1 else (0, IGNORED_POS[1])] = IGNORE
+    targets = torch.full((nb, T), IGNORE, dtype=torch.int64)
     targets[:, :T - 1] = labels[:, 1:]
     return ids, labels, targets
 
@@ -234,11 +241,12 @@ def generate(name, outroot):
     cfg, model = build(name)
     check_rope(name, model, cfg)
     save_model(model, outdir)
-    seq = SEQ.get(name, T)
+    seq, nb = SEQ.get(name, T), LONG.get(name, {}).get("B", B)
+    steps = LONG.get(name, {}).get("steps", HP["steps"])
     if name in DOCS:
         ids, targets, segs = make_docs_batch(cfg, seq)
     else:
-        ids, labels, targets = make_batch(cfg, seq)
+        ids, labels, targets = make_batch(cfg, seq, nb)
 
     params = [(n, p) for n, p in model.named_parameters()]  # tied params appear once
     decay = [p for n, p in params if p.ndim >= 2]
@@ -252,7 +260,7 @@ def generate(name, outroot):
     if name in DOCS:
         out["segs"] = segs.to(torch.int32)
     losses, norms = [], []
-    for step in range(HP["steps"]):
+    for step in range(steps):
         opt.zero_grad(set_to_none=True)
         if name in DOCS:
             loss, ndocs = docs_loss(model, ids, targets, segs, DOCS[name] == "restart")
@@ -262,7 +270,9 @@ def generate(name, outroot):
         loss.backward()
         if step == 0:
             if name not in DOCS:  # the runtime's logits are of whole rows
-                out["logits"] = res.logits.detach().float().clone()
+                logits0 = res.logits.detach().float().clone()
+            if name not in DOCS and name not in LONG:
+                out["logits"] = logits0
             out["loss"] = loss.detach().float().reshape(1).clone()
             for n, p in params:
                 out["grad." + n] = p.grad.detach().float().clone()  # before clipping
@@ -279,7 +289,7 @@ def generate(name, outroot):
         if ndocs < 4 * B:
             raise SystemExit("%s: too few documents" % name)
     else:  # independent check of the shifted targets: mean CE over valid targets
-        lp = torch.log_softmax(out["logits"].double(), dim=-1)
+        lp = torch.log_softmax(logits0.double(), dim=-1)
         ce = -lp[valid, targets[valid]].mean()
         if abs(ce.item() - out["loss"].item()) > 1e-5 * abs(ce.item()):
             raise SystemExit("%s: loss %.8g != CE over shifted targets %.8g"
@@ -288,14 +298,15 @@ def generate(name, outroot):
     meta = {k: repr(v) if isinstance(v, float) else str(v) for k, v in HP.items()}
     if name in DOCS:
         meta.update({"positions": DOCS[name], "eod": str(EOD)})
-    meta.update({"model": name, "seed": str(SEED), "B": str(B), "T": str(seq),
+    meta["steps"] = str(steps)
+    meta.update({"model": name, "seed": str(SEED), "B": str(nb), "T": str(seq),
                  "ignore_index": str(IGNORE), "valid_targets": str(int(valid.sum())),
                  "torch": torch.__version__, "transformers": transformers.__version__})
     out = {k: v.contiguous() for k, v in out.items()}
     save_file(out, os.path.join(outdir, "ref.safetensors"), metadata=meta)
     for f in os.listdir(outdir):
         os.chmod(os.path.join(outdir, f), 0o644)
-    log("  loss %.7f, valid targets %d, losses[9] %.7f, grad_norm[0] %.7f"
+    log("  loss %.7f, valid targets %d, last loss %.7f, grad_norm[0] %.7f"
         % (losses[0], int(valid.sum()), losses[-1], norms[0]))
     return outdir
 
