@@ -75,6 +75,9 @@ def load_recipe(path):
                                       ("data", "batch", "optimizer", "schedule", "train"))
     if not data.get("train"):
         raise Fail("%s: data.train is not set" % path)
+    if data.get("doc_mask", True):  # cli/recipe.c's default
+        raise Fail("%s: data.doc_mask is on (the default): the batches here are whole rows; set "
+                   "data.doc_mask: false" % path)
     r = {
         "raw": raw, "model": dict(raw.get("model") or {}), "base": base,
         "data": os.path.normpath(os.path.join(base, str(data["train"]))),
@@ -255,14 +258,14 @@ def c_sampler(path, T, seed, shuffle, workdir):
     lib.sdp_data_open.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
                                   ctypes.c_uint64, ctypes.c_int]
     lib.sdp_data_next.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                                  ctypes.c_void_p]
+                                  ctypes.c_void_p, ctypes.c_void_p]  # segs: NULL
     if lib.sdp_data_open(d, path.encode(), T, seed & MASK64, 1 if shuffle else 0):
         raise Fail("formats/data.c could not open %s" % path)
 
     def nxt(n):
         ids = np.empty((n, T), dtype=np.int32)
         tg = np.empty((n, T), dtype=np.int32)
-        lib.sdp_data_next(d, n, ids.ctypes.data, tg.ctypes.data)
+        lib.sdp_data_next(d, n, ids.ctypes.data, tg.ctypes.data, None)
         return ids, tg
     return nxt, lambda: lib.sdp_data_close(d)
 

@@ -28,6 +28,8 @@ static const char *const home_names[] = { "host", "gpu", NULL };
 static const char *const embed_lookup_names[] = { "compute", "host", NULL };
 static const char *const on_off_names[] = { "on", "off", NULL };
 static const char *const policy_names[] = { "fixed", "auto", NULL };
+/* enum sdp_rope_type's order */
+static const char *const rope_type_names[] = { "llama3", "yarn", "linear", "dynamic", NULL };
 
 static void set_precision(struct sdp_recipe *r, int i)
 {
@@ -119,6 +121,22 @@ const struct sdp_option sdp_options[] = {
       .help = "longest sequence" },
     { "model.initializer_range", MF(initializer_range), DBL_GE(0), .def = "the arch's",
       .help = "standard deviation of the random initialisation" },
+    { "model.rope_type", .type = SDP_OPT_CHOICE, .names = rope_type_names, MF(rope_type),
+      .def = "none", .help = "RoPE scaling, as config.json's rope_scaling (with rope_factor)" },
+    { "model.rope_factor", MF(rope_scaling_factor), DBL_GT(0), .def = "none",
+      .help = "RoPE scaling factor (with rope_type)" },
+    { "model.rope_original_max_position_embeddings", MF(rope_original_max_pos), INT_GE(1),
+      .def = "max_position_embeddings", .help = "yarn, llama3: the pretraining context" },
+    { "model.rope_beta_fast", MF(rope_beta_fast), DBL_GT(0), .def = "32",
+      .help = "yarn: rotations where extrapolation ends" },
+    { "model.rope_beta_slow", MF(rope_beta_slow), DBL_GT(0), .def = "1",
+      .help = "yarn: rotations where interpolation begins" },
+    { "model.rope_attention_factor", MF(rope_attention_factor), DBL_GT(0),
+      .def = "0.1 ln(factor) + 1", .help = "yarn: the factor of cos and sin" },
+    { "model.rope_low_freq_factor", MF(rope_low_freq_factor), DBL_GT(0), .def = "none",
+      .help = "llama3: low frequency factor" },
+    { "model.rope_high_freq_factor", MF(rope_high_freq_factor), DBL_GT(0), .def = "none",
+      .help = "llama3: high frequency factor" },
 
     { "data.train", .type = SDP_OPT_PATH, RF(data_train), .def = "none",
       .help = "the token shard (tools/make_token_data.py, slidedp tokenize)" },
@@ -128,6 +146,10 @@ const struct sdp_option sdp_options[] = {
       .help = "tokens per sequence" },
     { "data.shuffle", .type = SDP_OPT_BOOL, RF(shuffle), .def = "true",
       .help = "shuffle the sequences every epoch" },
+    { "data.doc_mask", .type = SDP_OPT_BOOL, RF(doc_mask), .def = "true",
+      .help = "attend within each document of a row only (the shard's end-of-document id)" },
+    { "data.doc_positions", .type = SDP_OPT_BOOL, RF(doc_positions), .def = "false",
+      .help = "with doc_mask: positions restart at every document" },
 
     { "batch.global", "batch", BENCH_P, RF(global_batch), INT_GE(1), .def = "8", .bench_def = "16",
       .help = "sequences per optimizer step, shared by the ranks" },
@@ -274,6 +296,12 @@ _Static_assert(sizeof(sdp_options) / sizeof(sdp_options[0]) <= SDP_OPT_MAX,
                "more options than SDP_OPT_MAX");
 
 /* ---- lookups and texts ---- */
+
+int sdp_option_is_rope(int i)
+{
+    const char *k = sdp_options[i].key;
+    return k && !strncmp(k, "model.rope_", 11) && strcmp(k, "model.rope_theta") != 0;
+}
 
 const struct sdp_option *sdp_option_by_key(const char *key)
 {

@@ -69,6 +69,9 @@ extern const char *const sdp_option_sections[SDP_OPT_NSECTIONS + 1];
 
 /** The row of a recipe key ("train.steps"), or NULL. */
 const struct sdp_option *sdp_option_by_key(const char *key);
+/** Whether row i is a rope scaling key (model.rope_*, but model.rope_theta, an architecture's
+ * size). */
+int sdp_option_is_rope(int i);
 
 /** Whether x lies within o's bounds; and "must be >= 1" style text for them. */
 int sdp_option_in_range(const struct sdp_option *o, double x);

@@ -347,10 +347,16 @@ static int key_line(const struct ctx *c, const char *key)
     return o ? c->line[o - sdp_options] : 0;
 }
 
-/* The model's size keys: the rows into struct sdp_model_cfg. */
+/* The model's size keys: the rows into struct sdp_model_cfg but the rope scaling. */
 static int is_size(int i)
 {
-    return sdp_options[i].key && sdp_options[i].base == SDP_OPT_SIZES;
+    return sdp_options[i].key && sdp_options[i].base == SDP_OPT_SIZES && !sdp_option_is_rope(i);
+}
+
+/* The rope scaling keys over a preset's or an arch's model (cli/recipe_check.c). */
+static int apply_rope(struct ctx *c, int path_line)
+{
+    return sdp_recipe_apply_rope(c->file, &c->r->model, &c->sizes, c->line, path_line);
 }
 
 static int resolve_model(struct ctx *c)
@@ -405,10 +411,10 @@ static int resolve_model(struct ctx *c)
             return fail_at(c, preset_line, "unknown model.preset '%s' (known: %s)", r->model_preset,
                            why);
         }
-        return 0;
+        return apply_rope(c, 0);
     }
-    if (!arch_line)
-        return 0; /* model.path, or no model at all (sdp_recipe_validate reports that) */
+    if (!arch_line) /* model.path, or no model at all (sdp_recipe_validate reports that) */
+        return path_line ? apply_rope(c, path_line) : 0;
 
     sdp_model_defaults(&r->model, c->arch);
     for (int i = 0; i < sdp_noptions; i++) {
@@ -425,7 +431,7 @@ static int resolve_model(struct ctx *c)
     if (sdp_model_validate(&r->model, why, sizeof(why)) != 0)
         return fail_at(c, arch_line, "model (%s) is not valid: %s", sdp_model_arch_name(c->arch),
                        why);
-    return 0;
+    return apply_rope(c, 0);
 }
 
 /* Join rel onto dir unless rel is absolute, empty, or dir is empty (then rel stays relative to the
@@ -497,6 +503,7 @@ void sdp_recipe_defaults(struct sdp_recipe *r)
     memset(r, 0, sizeof(*r));
     r->seq_len = 1024;
     r->shuffle = 1;
+    r->doc_mask = 1;
     r->global_batch = 8;
     r->micro_batch = 8;
     r->lr = 3e-4;

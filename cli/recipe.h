@@ -35,6 +35,8 @@ struct sdp_recipe {
     char data_val[SDP_PATH_MAX]; /* held-out shard for the validation loss ("" = none) */
     int seq_len;                 /* T */
     int shuffle;
+    int doc_mask;      /* attention within each document of a packed row, no target across */
+    int doc_positions; /* with doc_mask: RoPE positions restart at every document */
 
     /* batch */
     int global_batch; /* sequences per optimizer step */
@@ -167,6 +169,12 @@ int sdp_recipe_lora_parse(const char *file, struct sdp_recipe *r, struct yaml_do
  * what the runtime supports (dropout 0, one rank).  0 without lora:.  @return 0 or -EINVAL
  * (logged, naming the key) */
 int sdp_recipe_lora_check(const struct sdp_recipe *r);
+/** The recipe's rope scaling keys (rows of sdp_option_is_rope) from given over model, a preset's
+ * or an arch's; line: the recipe line of every registry row (0: absent); path_line: model.path's,
+ * whose config.json carries its own rope_scaling, so that the keys are refused then.
+ * @return 0 or -EINVAL (logged with the file, line and key) */
+int sdp_recipe_apply_rope(const char *file, struct sdp_model_cfg *model,
+                          const struct sdp_model_cfg *given, const int *line, int path_line);
 
 /** Learning rate for optimizer step s (0-based) of r->steps: linear warmup (s+1)/warmup, then
  * cosine or linear decay to lr * min_lr_ratio, or constant. */

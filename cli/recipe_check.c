@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/sdp_log.h"
+#include "cli/options.h"
 #include "cli/recipe.h"
 
 int sdp_recipe_validate(const struct sdp_recipe *r)
@@ -19,6 +20,12 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
     if (r->data_train[0] == '\0') {
         sdp_err(-EINVAL, "recipe %s: data.train is not set", r->file);
         sdp_hint("add 'data: {train: FILE.tok}' (token shards come from tools/make_token_data.py)");
+        return -EINVAL;
+    }
+    if (r->doc_positions && !r->doc_mask) {
+        sdp_err(-EINVAL, "recipe %s: data.doc_positions needs data.doc_mask", r->file);
+        sdp_hint("positions restart at the documents that masking finds: set data.doc_mask: "
+                 "true, or drop data.doc_positions");
         return -EINVAL;
     }
     if ((r->eval_every > 0 || r->save_best) && !r->data_val[0]) {
@@ -112,13 +119,47 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
         return sdp_err(-EINVAL,
                        "recipe %s: train.chunk_mib=%g must be >= 0 and optimizer.lr=%g > 0",
                        r->file, r->chunk_mib, r->lr);
-    if (r->model.max_position_embeddings > 0 && r->seq_len > r->model.max_position_embeddings) {
+    if (r->model.max_position_embeddings > 0 && r->seq_len > sdp_model_max_seq(&r->model)) {
         sdp_err(-EINVAL,
-                "recipe %s: data.seq_len=%d exceeds the model's max_position_embeddings=%d",
+                "recipe %s: data.seq_len=%d exceeds the model's max_position_embeddings=%d and "
+                "the model has no rope scaling",
                 r->file, r->seq_len, r->model.max_position_embeddings);
-        sdp_hint("lower data.seq_len");
+        sdp_hint("lower data.seq_len, or scale RoPE: rope_scaling in config.json, or "
+                 "model.rope_type and model.rope_factor (docs/long-sequences.md)");
         return -EINVAL;
     }
+    return 0;
+}
+
+int sdp_recipe_apply_rope(const char *file, struct sdp_model_cfg *model,
+                          const struct sdp_model_cfg *given, const int *line, int path_line)
+{
+    const struct sdp_option *type = sdp_option_by_key("model.rope_type");
+    const struct sdp_option *factor = sdp_option_by_key("model.rope_factor");
+    int first = 0, k = -1;
+    char why[256];
+    for (int i = 0; i < sdp_noptions; i++) {
+        if (!sdp_option_is_rope(i) || !line[i])
+            continue;
+        if (!first || line[i] < first)
+            first = line[i], k = i;
+        memcpy((char *)model + sdp_options[i].off, (const char *)given + sdp_options[i].off,
+               sdp_options[i].type == SDP_OPT_DBL ? sizeof(double) : sizeof(int));
+    }
+    if (!first)
+        return 0;
+    if (path_line) {
+        sdp_err(-EINVAL, "recipe %s line %d: model.path and %s are both given", file, first,
+                sdp_options[k].key);
+        sdp_hint("a model directory's rope scaling is its config.json's rope_scaling");
+        return -EINVAL;
+    }
+    if (!line[type - sdp_options] || !line[factor - sdp_options])
+        return sdp_err(-EINVAL, "recipe %s line %d: %s needs model.rope_type and model.rope_factor",
+                       file, first, sdp_options[k].key);
+    if (sdp_model_validate(model, why, sizeof(why)) != 0)
+        return sdp_err(-EINVAL, "recipe %s line %d: the model's rope scaling is not valid: %s",
+                       file, first, why);
     return 0;
 }
 

@@ -74,6 +74,8 @@ static int plan_make(const struct sdp_recipe *r, const struct sdp_state *st,
 static void graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc)
 {
     sdp_recipe_graph_conf(r, gc);
+    gc->doc_mask = r->doc_mask;
+    gc->doc_positions = r->doc_positions;
     if (r->param_delay)
         SDP_WARN("train.param_delay = 1: every step computes with weights one update old "
                  "(asynchronous optimizer); SlideDP's invariant 3 does not hold");
@@ -313,7 +315,12 @@ static int run(struct sdp_train *t)
     t->targets = malloc(n * sizeof(*t->targets));
     t->next_ids = malloc(n * sizeof(*t->next_ids));
     t->next_targets = malloc(n * sizeof(*t->next_targets));
-    if (!t->ids || !t->targets || !t->next_ids || !t->next_targets) {
+    if (r->doc_mask) {
+        t->segs = malloc(n * sizeof(*t->segs));
+        t->next_segs = malloc(n * sizeof(*t->next_segs));
+    }
+    if (!t->ids || !t->targets || !t->next_ids || !t->next_targets ||
+        (r->doc_mask && (!t->segs || !t->next_segs))) {
         sdp_err(-ENOMEM, "batch buffers");
         return SDP_EXIT_FAILURE;
     }
@@ -353,6 +360,8 @@ static void train_free(struct sdp_train *t)
     free(t->targets);
     free(t->next_ids);
     free(t->next_targets);
+    free(t->segs);
+    free(t->next_segs);
     sdp_train_eval_close(t);
     sdp_data_close(&t->data);
 }

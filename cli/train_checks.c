@@ -184,6 +184,8 @@ int sdp_train_check(struct sdp_train *t)
     if (t->data.shard.vocab_size == 0 &&
         sdp_data_check_vocab(&t->data, r->data_train, (uint32_t)r->model.vocab_size))
         return SDP_EXIT_FAILURE;
+    if (sdp_data_set_docs(&t->data, r->doc_mask))
+        return SDP_EXIT_USAGE;
     if (sdp_train_check_targets(t, &t->data, "data.train") || sdp_train_eval_open(t))
         return SDP_EXIT_FAILURE;
     t->work_dt = r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32;

@@ -91,6 +91,8 @@ int sdp_train_eval_open(struct sdp_train *t)
     }
     if (vocab_check(r, s))
         return SDP_EXIT_FAILURE;
+    if (sdp_data_set_docs(&t->val, r->doc_mask))
+        return SDP_EXIT_USAGE;
     if (stat(r->data_val, &sv) == 0 && stat(r->data_train, &st) == 0 && sv.st_dev == st.st_dev &&
         sv.st_ino == st.st_ino)
         SDP_WARN("recipe %s: data.val is data.train (%s): the validation loss is not held out",
@@ -104,7 +106,8 @@ int sdp_train_eval_open(struct sdp_train *t)
                  (unsigned long long)((t->val.nseq + r->global_batch - 1) / r->global_batch));
     t->val_ids = malloc(n * sizeof(*t->val_ids));
     t->val_targets = malloc(n * sizeof(*t->val_targets));
-    if (!t->val_ids || !t->val_targets) {
+    t->val_segs = r->doc_mask ? malloc(n * sizeof(*t->val_segs)) : NULL;
+    if (!t->val_ids || !t->val_targets || (r->doc_mask && !t->val_segs)) {
         sdp_err(-ENOMEM, "validation batch buffers");
         return SDP_EXIT_FAILURE;
     }
@@ -115,7 +118,8 @@ void sdp_train_eval_close(struct sdp_train *t)
 {
     free(t->val_ids);
     free(t->val_targets);
-    t->val_ids = t->val_targets = NULL;
+    free(t->val_segs);
+    t->val_ids = t->val_targets = t->val_segs = NULL;
     if (t->val.order)
         sdp_data_close(&t->val);
 }
@@ -215,16 +219,18 @@ int sdp_train_eval(struct sdp_train *t, int s, struct sdp_step_extra *x)
     while (left > 0) {
         struct sdp_step_result res;
         int k = left < (uint64_t)gb ? (int)left : gb;
-        sdp_data_next(&t->val, k, t->val_ids, t->val_targets);
+        sdp_data_next(&t->val, k, t->val_ids, t->val_targets, t->val_segs);
         for (size_t i = (size_t)k * T; i < n; i++) { /* the last batch's padding: no target */
             t->val_ids[i] = 0;
             t->val_targets[i] = -100;
+            if (t->val_segs)
+                t->val_segs[i] = 0; /* one document a padding row */
         }
         left -= (uint64_t)k;
         if (sdp_train_count_targets(t->val_targets, n) == 0)
             continue;
         /* numbered as the next step: the weights it reads are those the next step will read */
-        if (sdp_graph_step(t->g, s + 1, t->val_ids, t->val_targets, 0.0, 0, &res))
+        if (sdp_graph_step_docs(t->g, s + 1, t->val_ids, t->val_targets, t->val_segs, 0.0, 0, &res))
             return SDP_EXIT_FAILURE;
         sum += res.loss * (double)res.valid_targets;
         tokens += res.valid_targets;

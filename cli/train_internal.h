@@ -46,6 +46,7 @@ struct sdp_train {
     enum sdp_dtype work_dt, grad_dt;
     FILE *mf; /* the metrics file, or NULL */
     int32_t *ids, *targets, *next_ids, *next_targets;
+    int32_t *segs, *next_segs; /* document starts (data.doc_mask), else NULL */
     struct sdp_ckpt_info info; /* the checkpoint resumed from */
     char ckdir[SDP_PATH_MAX + 16], ckpath[SDP_PATH_MAX + 64], fp[128];
     int resuming, first, done, stopped, started, state_made; /* done: steps run so far */
@@ -58,7 +59,7 @@ struct sdp_train {
     long long skipped_total;
     /* the validation (cli/train_eval.c): data.val, a batch of it, the best loss so far */
     struct sdp_data val;
-    int32_t *val_ids, *val_targets;
+    int32_t *val_ids, *val_targets, *val_segs;
     double best_loss;
     int best_step;
     /* the step-time model's prediction (cli/predict_cli.h) and the steps after the first, timed

@@ -85,14 +85,14 @@ static int stopped(struct sdp_train *t, int done)
  * long prompt in instruction data and a small batch) could not train, so it is passed over and
  * counted in *skipped.  Data without any target is refused up front (sdp_train_check_targets);
  * the bound here only keeps a bug from looping.  @return 0 or -EINVAL (logged) */
-static int draw(struct sdp_train *t, int32_t *ids, int32_t *targets, int *skipped)
+static int draw(struct sdp_train *t, int32_t *ids, int32_t *targets, int32_t *segs, int *skipped)
 {
     const struct sdp_recipe *r = t->r;
     size_t n = (size_t)r->global_batch * r->seq_len;
     uint64_t bound = 2 * (t->data.nseq / (uint64_t)r->global_batch + 2);
     *skipped = 0;
     for (;;) {
-        sdp_data_next(&t->data, r->global_batch, ids, targets);
+        sdp_data_next(&t->data, r->global_batch, ids, targets, segs);
         if (sdp_train_count_targets(targets, n) > 0)
             return 0;
         if ((uint64_t)++ * skipped > bound)
@@ -115,15 +115,18 @@ static int next_batch(struct sdp_train *t, int s, int *have_next, uint64_t pos[2
         swap = t->targets;
         t->targets = t->next_targets;
         t->next_targets = swap;
+        swap = t->segs;
+        t->segs = t->next_segs;
+        t->next_segs = swap;
         t->skipped = t->next_skipped;
-    } else if (draw(t, t->ids, t->targets, &t->skipped)) {
+    } else if (draw(t, t->ids, t->targets, t->segs, &t->skipped)) {
         return SDP_EXIT_FAILURE;
     }
     pos[0] = t->data.epoch;
     pos[1] = t->data.index;
     *have_next = s + 1 < r->steps;
     if (*have_next) {
-        if (draw(t, t->next_ids, t->next_targets, &t->next_skipped))
+        if (draw(t, t->next_ids, t->next_targets, t->next_segs, &t->next_skipped))
             return SDP_EXIT_FAILURE;
         if (!sdp_train_auto_hold_next(t, s)) /* a graph that may change after s is not told */
             sdp_graph_set_next(t->g, t->next_ids);
@@ -219,7 +222,7 @@ int sdp_train_steps(struct sdp_train *t)
         int stop;
         if ((rc = next_batch(t, s, &have_next, pos)) != SDP_EXIT_OK)
             break;
-        if (sdp_graph_step(t->g, s, t->ids, t->targets, lr, 1, &res))
+        if (sdp_graph_step_docs(t->g, s, t->ids, t->targets, t->segs, lr, 1, &res))
             return SDP_EXIT_FAILURE;
         now = sdp_cli_now_s();
         step_s = now - t_prev;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* attention_fwd / attention_bwd: causal grouped-query softmax attention on the fused qkv
  * activation; the forward keeps only the output and the per-row log-sum-exp, never a (T, T) score
- * matrix. Kernels: codelets/cpu/attention_blas.c (CPU workers), attention_ref.c (the reference).
- * Tests: tests/kernels/test_kernels_attention.c, tests/e2e. */
+ * matrix.  With segment starts (document masking of packed rows) a query sees only its own
+ * document's keys. Kernels: codelets/cpu/attention_blas.c (CPU workers), attention_ref.c (the
+ * reference). Tests: tests/kernels/test_kernels_attention.c, tests/e2e. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -17,29 +18,36 @@
 #endif
 
 struct sdp_attention_args {
-    struct sdp_shape_key key; /* B, T, NH, NKV, HD */
+    struct sdp_shape_key key; /* B, T, NH, NKV, HD, has_seg */
 };
 
-/* buffers: out (B*T, NH*HD) act W, lse (B, NH, T) f32 W, qkv (B*T, QKV) act R */
+/* The segment starts (B*T) i32 of document masking, the last buffer when present, else NULL. */
+static const int32_t *seg_of(const struct sdp_attention_args *a, void *buffers[], int i)
+{
+    return a->key.d[5] ? (const int32_t *)SDP_VEC(buffers[i]) : NULL;
+}
+
+/* buffers: out (B*T, NH*HD) act W, lse (B, NH, T) f32 W, qkv (B*T, QKV) act R, [seg (B*T) i32 R] */
 static void attention_fwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_attention_args *a = cl_arg;
     float *out = sdp_cl_out(buffers[0], 0);
     float *ws = sdp_cl_scratch(4, sdp_cpu_attention_ws_floats(a->key.d[1]) * sizeof(float));
-    sdp_cpu_attention_fwd(out, SDP_VECF(buffers[1]), sdp_cl_in(buffers[2], 1), a->key.d[0],
-                          a->key.d[1], a->key.d[2], a->key.d[3], a->key.d[4], ws);
+    sdp_cpu_attention_fwd(out, SDP_VECF(buffers[1]), sdp_cl_in(buffers[2], 1),
+                          seg_of(a, buffers, 3), a->key.d[0], a->key.d[1], a->key.d[2], a->key.d[3],
+                          a->key.d[4], ws);
     sdp_cl_out_done(buffers[0], out);
 }
 
-/* buffers: dqkv act W, dout act R, qkv act R, out act R, lse f32 R */
+/* buffers: dqkv act W, dout act R, qkv act R, out act R, lse f32 R, [seg i32 R] */
 static void attention_bwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_attention_args *a = cl_arg;
     float *dqkv = sdp_cl_out(buffers[0], 0);
     float *ws = sdp_cl_scratch(4, sdp_cpu_attention_ws_floats(a->key.d[1]) * sizeof(float));
     sdp_cpu_attention_bwd(dqkv, sdp_cl_in(buffers[1], 1), sdp_cl_in(buffers[2], 2),
-                          sdp_cl_in(buffers[3], 3), SDP_VECF(buffers[4]), a->key.d[0], a->key.d[1],
-                          a->key.d[2], a->key.d[3], a->key.d[4], ws);
+                          sdp_cl_in(buffers[3], 3), SDP_VECF(buffers[4]), seg_of(a, buffers, 5),
+                          a->key.d[0], a->key.d[1], a->key.d[2], a->key.d[3], a->key.d[4], ws);
     sdp_cl_out_done(buffers[0], dqkv);
 }
 
@@ -47,9 +55,15 @@ static void attention_bwd_cpu(void *buffers[], void *cl_arg)
 #ifdef SDP_HAVE_CUDNN_FRONTEND
 /* bf16 attention goes through cuDNN's fused graphs unless SDP_ATTENTION=own; a shape cuDNN cannot
  * run falls back to the kernels of codelets/cuda/attention_{fwd,bwd}.cu, with one warning per
- * direction. */
-static int use_cudnn(int dt)
+ * direction.  Document masking (segment starts) always takes the own kernels, which read the
+ * starts: cuDNN's padding masks do not express a document boundary inside a row. */
+static int use_cudnn(int dt, const int32_t *seg)
 {
+    static int said;
+    if (seg && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        SDP_INFO("attention with document masking: the own kernels, not cuDNN's");
+    if (seg)
+        return 0;
     static int choice = -1; /* -1 unread, 0 own kernels, 1 cuDNN (sdp_rt_init checked the value) */
     int c = __atomic_load_n(&choice, __ATOMIC_RELAXED);
     if (c < 0) {
@@ -85,9 +99,10 @@ static void attention_fwd_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_attention_args *a = cl_arg;
     int B = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3], HD = a->key.d[4];
+    const int32_t *seg = seg_of(a, buffers, 3);
 #ifdef SDP_HAVE_CUDNN_FRONTEND
     size_t ws;
-    if (use_cudnn(SDP_CL_DT(buffers[0]))) {
+    if (use_cudnn(SDP_CL_DT(buffers[0]), seg)) {
         if (sdp_cudnn_attention_ws(&ws, 0, B, T, NH, NKV, HD) == 0 &&
             sdp_cudnn_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]),
                                     B, T, NH, NKV, HD, sdp_cl_cuda_ws(0, ws),
@@ -99,8 +114,8 @@ static void attention_fwd_cuda(void *buffers[], void *cl_arg)
         cudnn_fell_back(0);
     }
 #endif
-    sdp_cuda_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]), B, T, NH,
-                           NKV, HD, SDP_CL_DT(buffers[0]), starpu_cuda_get_local_stream());
+    sdp_cuda_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]), seg, B,
+                           T, NH, NKV, HD, SDP_CL_DT(buffers[0]), starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -108,9 +123,10 @@ static void attention_bwd_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_attention_args *a = cl_arg;
     int B = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3], HD = a->key.d[4];
+    const int32_t *seg = seg_of(a, buffers, 5);
 #ifdef SDP_HAVE_CUDNN_FRONTEND
     size_t ws;
-    if (use_cudnn(SDP_CL_DT(buffers[0]))) {
+    if (use_cudnn(SDP_CL_DT(buffers[0]), seg)) {
         if (sdp_cudnn_attention_ws(&ws, 1, B, T, NH, NKV, HD) == 0 &&
             sdp_cudnn_attention_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]), SDP_VEC(buffers[2]),
                                     SDP_VEC(buffers[3]), SDP_VECF(buffers[4]), B, T, NH, NKV, HD,
@@ -123,7 +139,7 @@ static void attention_bwd_cuda(void *buffers[], void *cl_arg)
     }
 #endif
     sdp_cuda_attention_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]), SDP_VEC(buffers[2]),
-                           SDP_VEC(buffers[3]), SDP_VECF(buffers[4]), B, T, NH, NKV, HD,
+                           SDP_VEC(buffers[3]), SDP_VECF(buffers[4]), seg, B, T, NH, NKV, HD,
                            SDP_CL_DT(buffers[0]),
                            sdp_cl_cuda_ws(0, sdp_cuda_attention_bwd_ws(B, T, NH, NKV, HD)),
                            starpu_cuda_get_local_stream());
@@ -165,7 +181,7 @@ struct starpu_codelet sdp_cl_attention_bwd = {
     .model = &sdp_pm_attention_bwd,
 };
 
-static struct sdp_attention_args *att_args(int B, int T, int NH, int NKV, int HD)
+static struct sdp_attention_args *att_args(int B, int T, int NH, int NKV, int HD, int has_seg)
 {
     struct sdp_attention_args *a = sdp_cl_args_alloc(sizeof(*a));
     a->key.d[0] = B;
@@ -173,6 +189,7 @@ static struct sdp_attention_args *att_args(int B, int T, int NH, int NKV, int HD
     a->key.d[2] = NH;
     a->key.d[3] = NKV;
     a->key.d[4] = HD;
+    a->key.d[5] = has_seg;
     return a;
 }
 
@@ -182,24 +199,40 @@ static double att_flops(int B, int T, int NH, int HD)
     return 2.0 * B * NH * HD * (double)T * (T + 1);
 }
 
+int sdp_task_attention_fwd_seg(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
+                               sdp_rt_tensor_t *lse, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *seg,
+                               int B, int T, int NH, int NKV, int HD)
+{
+    struct sdp_cl_buf b[] = {
+        { out, STARPU_W }, { lse, STARPU_W }, { qkv, STARPU_R }, { seg, STARPU_R }
+    };
+    return sdp_cl_submit(&sdp_cl_attention_fwd, o, att_args(B, T, NH, NKV, HD, seg != NULL),
+                         sizeof(struct sdp_attention_args), att_flops(B, T, NH, HD), b,
+                         seg ? 4 : 3);
+}
+
+int sdp_task_attention_bwd_seg(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqkv,
+                               sdp_rt_tensor_t *dout, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *out,
+                               sdp_rt_tensor_t *lse, sdp_rt_tensor_t *seg, int B, int T, int NH,
+                               int NKV, int HD)
+{
+    struct sdp_cl_buf b[] = { { dqkv, STARPU_W }, { dout, STARPU_R }, { qkv, STARPU_R },
+                              { out, STARPU_R },  { lse, STARPU_R },  { seg, STARPU_R } };
+    return sdp_cl_submit(&sdp_cl_attention_bwd, o, att_args(B, T, NH, NKV, HD, seg != NULL),
+                         sizeof(struct sdp_attention_args), 2.5 * att_flops(B, T, NH, HD), b,
+                         seg ? 6 : 5);
+}
+
 int sdp_task_attention_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                            sdp_rt_tensor_t *lse, sdp_rt_tensor_t *qkv, int B, int T, int NH,
                            int NKV, int HD)
 {
-    struct sdp_cl_buf b[] = { { out, STARPU_W }, { lse, STARPU_W }, { qkv, STARPU_R } };
-    return sdp_cl_submit(&sdp_cl_attention_fwd, o, att_args(B, T, NH, NKV, HD),
-                         sizeof(struct sdp_attention_args), att_flops(B, T, NH, HD), b, 3);
+    return sdp_task_attention_fwd_seg(o, out, lse, qkv, NULL, B, T, NH, NKV, HD);
 }
 
 int sdp_task_attention_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqkv,
                            sdp_rt_tensor_t *dout, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *out,
                            sdp_rt_tensor_t *lse, int B, int T, int NH, int NKV, int HD)
 {
-    struct sdp_cl_buf b[] = { { dqkv, STARPU_W },
-                              { dout, STARPU_R },
-                              { qkv, STARPU_R },
-                              { out, STARPU_R },
-                              { lse, STARPU_R } };
-    return sdp_cl_submit(&sdp_cl_attention_bwd, o, att_args(B, T, NH, NKV, HD),
-                         sizeof(struct sdp_attention_args), 2.5 * att_flops(B, T, NH, HD), b, 5);
+    return sdp_task_attention_bwd_seg(o, dqkv, dout, qkv, out, lse, NULL, B, T, NH, NKV, HD);
 }

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 
+#include "codelets/cpu/rope.h"
 #include "runtime/hint.h"
 #include "runtime/tensor.h"
 
@@ -31,12 +32,6 @@ void sdp_task_tag_forget(unsigned long long tag);
 
 /* Most data-parallel ranks a run may have. */
 #define SDP_MAX_RANKS 64
-
-/* Rope parameters for qknorm_rope (copied into the task). */
-struct sdp_rope_params {
-    double theta, factor, low_freq_factor, high_freq_factor;
-    int original_max_pos;
-};
 
 /* ---- parameter working copies ---- */
 /** work (n) f32|bf16 W  <-  master (n) f32 R.  bf16 rounds to nearest even. */
@@ -109,6 +104,20 @@ int sdp_task_qknorm_rope_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqk
                              const struct sdp_rope_params *rope, int N, int T, int NH, int NKV,
                              int HD);
 
+/** The same two with positions restarting per document: seg (N) i32 R, each token's document
+ * start in its row (token n at position n % T - seg[n]); NULL: as above. */
+int sdp_task_qknorm_rope_fwd_seg(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
+                                 sdp_rt_tensor_t *rstd, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *wg,
+                                 size_t qn_off, size_t kn_off, const struct sdp_rope_params *rope,
+                                 sdp_rt_tensor_t *seg, int N, int T, int NH, int NKV, int HD,
+                                 float eps);
+int sdp_task_qknorm_rope_bwd_seg(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqkv,
+                                 sdp_rt_tensor_t *gg, size_t gqn_off, size_t gkn_off,
+                                 sdp_rt_tensor_t *dout, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *wg,
+                                 size_t qn_off, size_t kn_off, sdp_rt_tensor_t *rstd,
+                                 const struct sdp_rope_params *rope, sdp_rt_tensor_t *seg, int N,
+                                 int T, int NH, int NKV, int HD);
+
 /** out (B*T, NH*HD) W, lse (B, NH, T) W = causal GQA attention of qkv (B*T, QKV) */
 int sdp_task_attention_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                            sdp_rt_tensor_t *lse, sdp_rt_tensor_t *qkv, int B, int T, int NH,
@@ -117,6 +126,15 @@ int sdp_task_attention_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
 int sdp_task_attention_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqkv,
                            sdp_rt_tensor_t *dout, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *out,
                            sdp_rt_tensor_t *lse, int B, int T, int NH, int NKV, int HD);
+/** The same with document masking: seg (B*T) i32 R, the position in its row of each token's
+ * document start (query t sees keys seg[t]..t); NULL: the causal attention above. */
+int sdp_task_attention_fwd_seg(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
+                               sdp_rt_tensor_t *lse, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *seg,
+                               int B, int T, int NH, int NKV, int HD);
+int sdp_task_attention_bwd_seg(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqkv,
+                               sdp_rt_tensor_t *dout, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *out,
+                               sdp_rt_tensor_t *lse, sdp_rt_tensor_t *seg, int B, int T, int NH,
+                               int NKV, int HD);
 
 /** out (N, I) W = silu(gu[:, :I]) * gu[:, I:] */
 int sdp_task_swiglu_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *gu,

@@ -58,11 +58,14 @@ struct cfg_field {
     const char *name;
     int is_double;
     size_t off;
+    int since_rope_kinds; /* absent from headers written before yarn, linear and dynamic: 0 */
 };
 
 /* clang-format off */
-#define CFG_INT(f) { #f, 0, offsetof(struct sdp_model_cfg, f) }
-#define CFG_DBL(f) { #f, 1, offsetof(struct sdp_model_cfg, f) }
+#define CFG_INT(f) { #f, 0, offsetof(struct sdp_model_cfg, f), 0 }
+#define CFG_DBL(f) { #f, 1, offsetof(struct sdp_model_cfg, f), 0 }
+#define ROPE_INT(f) { #f, 0, offsetof(struct sdp_model_cfg, f), 1 }
+#define ROPE_DBL(f) { #f, 1, offsetof(struct sdp_model_cfg, f), 1 }
 static const struct cfg_field cfg_fields[] = {
     CFG_INT(vocab_size), CFG_INT(hidden_size), CFG_INT(intermediate_size), CFG_INT(num_layers),
     CFG_INT(num_heads), CFG_INT(num_kv_heads), CFG_INT(head_dim),
@@ -71,6 +74,9 @@ static const struct cfg_field cfg_fields[] = {
     CFG_DBL(rope_low_freq_factor), CFG_DBL(rope_high_freq_factor), CFG_INT(rope_original_max_pos),
     CFG_INT(bos_token_id), CFG_INT(eos_token_id),
     CFG_DBL(initializer_range),
+    ROPE_INT(rope_type), ROPE_DBL(rope_beta_fast), ROPE_DBL(rope_beta_slow),
+    ROPE_DBL(rope_attention_factor), ROPE_DBL(rope_mscale), ROPE_DBL(rope_mscale_all_dim),
+    ROPE_INT(rope_no_truncate),
 };
 /* clang-format on */
 #define NCFG_FIELDS (sizeof(cfg_fields) / sizeof(cfg_fields[0]))
@@ -254,6 +260,8 @@ static int parse_cfg(const char *path, json_t *o, struct sdp_model_cfg *cfg)
     for (size_t i = 0; i < NCFG_FIELDS; i++) {
         const struct cfg_field *f = &cfg_fields[i];
         json_t *v = json_object_get(o, f->name);
+        if (!v && f->since_rope_kinds)
+            continue; /* an older header: llama3 or none, as it was written */
         if (f->is_double) {
             if (!json_is_number(v))
                 return bad(path, f->name, "is missing or not a number");

@@ -4,7 +4,10 @@
  * order drawn from a splitmix64 stream seeded by (seed, epoch).  Pure function of (seed, epoch,
  * index): no global RNG, no clock, so a resumed run sees the same batches.  A target whose token
  * has mask byte 0 in a masked shard becomes -100 (the ignore index of
- * PyTorch's cross-entropy; the loss skips every negative target).  Tests:
+ * PyTorch's cross-entropy; the loss skips every negative target).  With document masking a token
+ * belongs to the document that the end-of-document id after it ends: the target of that id (the
+ * next document's first token) becomes -100, as transformers' flattening collator does, and each
+ * token's document start in the row is given for the attention.  Tests:
  * tests/formats/test_data.c. */
 #include "config.h"
 
@@ -142,22 +145,44 @@ void sdp_data_close(struct sdp_data *d)
     memset(d, 0, sizeof(*d));
 }
 
-/* ids, targets: (nseq_out, T) int32 row-major. */
-void sdp_data_next(struct sdp_data *d, int nseq_out, int32_t *ids, int32_t *targets)
+int sdp_data_set_docs(struct sdp_data *d, int on)
+{
+    if (on && d->shard.eos_id < 0) {
+        sdp_err(-EINVAL,
+                "data file %s has no end-of-document id: document masking (data.doc_mask) cannot "
+                "tell where its documents end",
+                d->shard.path);
+        sdp_hint("tokenize it with an end-of-document id (slidedp tokenize --eos), or set "
+                 "data.doc_mask: false to train on whole rows as before");
+        return -EINVAL;
+    }
+    d->docs = on ? 1 : 0;
+    return 0;
+}
+
+/* ids, targets, segs: (nseq_out, T) int32 row-major. */
+void sdp_data_next(struct sdp_data *d, int nseq_out, int32_t *ids, int32_t *targets, int32_t *segs)
 {
     const uint32_t *tok = d->shard.tokens;
     const uint8_t *mask = d->shard.mask;
+    const uint32_t eod = (uint32_t)d->shard.eos_id;
     size_t T = (size_t)d->T;
 
     SDP_ASSERT(d->order != NULL, "sdp_data_next called on a closed or failed sdp_data");
     for (int b = 0; b < nseq_out; b++) {
         uint64_t start = d->order[d->index] * T;
         const uint32_t *w = tok + start; /* T+1 tokens */
+        int32_t doc = 0;                 /* where the document of token t starts in the row */
         for (size_t t = 0; t < T; t++) {
+            const int ends = d->docs && w[t] == eod; /* its target is another document's */
             ids[(size_t)b * T + t] = (int32_t)w[t];
             /* the target of position t is token start+t+1: ignored when its mask byte is 0 */
             targets[(size_t)b * T + t] =
-                mask && !mask[start + t + 1] ? IGNORED_TARGET : (int32_t)w[t + 1];
+                ends || (mask && !mask[start + t + 1]) ? IGNORED_TARGET : (int32_t)w[t + 1];
+            if (segs)
+                segs[(size_t)b * T + t] = doc;
+            if (ends)
+                doc = (int32_t)t + 1;
         }
         /* Keep the position canonical (index < nseq) so a saved position never points past an
          * epoch. */

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Training batches from a token shard: fixed-length windows of T+1 tokens (inputs and next-token
- * targets), sequence i starting at token i*T, visited in an order shuffled per epoch by the seed.
+ * targets), sequence i starting at token i*T, visited in an order shuffled per epoch by the seed;
+ * with document masking, each token's document start within its row (the packed documents end at
+ * the shard's end-of-document id).
  * When the shard carries a loss mask (version 2: instruction data), a target whose mask byte is 0
  * becomes -100, which the loss ignores.  Deterministic; the position (epoch, index) can be saved
  * and restored.  Tests: tests/formats/test_data.c. */
@@ -20,6 +22,7 @@ struct sdp_data {
     uint64_t epoch; /* position: epoch and index of the next sequence in that epoch */
     uint64_t index;
     uint64_t *order; /* permutation of [0, nseq) for the current epoch */
+    int docs;        /* document masking (sdp_data_set_docs) */
 };
 
 /** Open path and prepare sequences of T tokens.
@@ -27,9 +30,16 @@ struct sdp_data {
 int sdp_data_open(struct sdp_data *d, const char *path, int T, uint64_t seed, int shuffle);
 void sdp_data_close(struct sdp_data *d);
 
+/** Document masking of the rows (off after sdp_data_open): the documents end at the shard's
+ * end-of-document id, each id's own target (the next document's first token) is ignored.
+ * @return 0, or -EINVAL (logged, naming the file and data.doc_mask) when on and the shard has no
+ * end-of-document id */
+int sdp_data_set_docs(struct sdp_data *d, int on);
+
 /** Next nseq_out sequences: ids and targets (nseq_out, T) int32, advancing the position (wrapping
- * epochs, reshuffled with seed + epoch). */
-void sdp_data_next(struct sdp_data *d, int nseq_out, int32_t *ids, int32_t *targets);
+ * epochs, reshuffled with seed + epoch).  segs (nseq_out, T) int32 or NULL: the position in its
+ * row of the first token of each token's document (0 throughout without document masking). */
+void sdp_data_next(struct sdp_data *d, int nseq_out, int32_t *ids, int32_t *targets, int32_t *segs);
 
 /** Every token id of d's shard below vocab (for a shard whose header gives no vocabulary).
  * @return 0, or -EINVAL naming path, the position and the id (logged). */

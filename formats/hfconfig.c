@@ -2,8 +2,9 @@
 /* Hugging Face config.json <-> struct sdp_model_cfg for Qwen3ForCausalLM and LlamaForCausalLM.
  * Absent keys take the defaults of transformers' Qwen3Config / LlamaConfig, so the model built here
  * is the one transformers builds from the same file.  Every feature we do not implement (attention
- * or MLP bias, sliding window, rope scaling other than llama3, MoE, quantization) is an error
- * naming the key, never silently ignored.  Tests: tests/formats/test_hfconfig.c. */
+ * or MLP bias, sliding window, rope scaling other than llama3, yarn, linear and dynamic, MoE,
+ * quantization) is an error naming the key, never silently ignored.  Tests:
+ * tests/formats/test_hfconfig.c. */
 #include "config.h"
 
 #include <errno.h>
@@ -174,14 +175,86 @@ static int check_unsupported(const char *path, json_t *root)
     return 0;
 }
 
-/* rope_scaling (transformers 4.x) or rope_parameters (5.x): none/"default", or "llama3". */
+/* An optional positive integer of a rope_scaling object (0 when absent). */
+static int get_pos_int(const char *path, json_t *rs, const char *where, const char *key, int *out)
+{
+    double x = 0;
+    int rc = get_real(path, rs, where, key, 0, &x);
+    if (rc < 0)
+        return rc;
+    if (rc == 0 && (x != floor(x) || x < 1 || x > 2147483647.0))
+        return sdp_err(-EINVAL, "config %s: \"%s%s\" = %g must be a positive integer", path, where,
+                       key, x);
+    *out = rc == 0 ? (int)x : 0;
+    return 0;
+}
+
+/* YaRN's keys (_compute_yarn_parameters): factor; original_max_position_embeddings (transformers
+ * takes max_position_embeddings when absent, stored as 0); the optional rest kept as 0 when
+ * absent, so that an export writes back what was read. */
+static int parse_yarn(const char *path, json_t *rs, const char *where, struct sdp_model_cfg *cfg)
+{
+    json_t *t = json_object_get(rs, "truncate");
+    int rc;
+    if ((rc = get_pos_int(path, rs, where, "original_max_position_embeddings",
+                          &cfg->rope_original_max_pos)) < 0 ||
+        (rc = get_real(path, rs, where, "attention_factor", 0, &cfg->rope_attention_factor)) < 0 ||
+        (rc = get_real(path, rs, where, "beta_fast", 0, &cfg->rope_beta_fast)) < 0 ||
+        (rc = get_real(path, rs, where, "beta_slow", 0, &cfg->rope_beta_slow)) < 0 ||
+        (rc = get_real(path, rs, where, "mscale", 0, &cfg->rope_mscale)) < 0 ||
+        (rc = get_real(path, rs, where, "mscale_all_dim", 0, &cfg->rope_mscale_all_dim)) < 0)
+        return rc;
+    if (t && !json_is_null(t) && !json_is_boolean(t))
+        return sdp_err(-EINVAL, "config %s: \"%struncate\" must be true or false", path, where);
+    cfg->rope_no_truncate = json_is_false(t);
+    return 0;
+}
+
+/* The kind named by rope_type and its keys. */
+static int parse_rope_kind(const char *path, json_t *rs, const char *where, const char *type,
+                           struct sdp_model_cfg *cfg)
+{
+    double omp = 0;
+    int rc, kind = -1;
+    for (int k = 0; k < SDP_ROPE_NTYPES; k++)
+        if (!strcmp(type, sdp_model_rope_name(k)))
+            kind = k;
+    if (kind < 0) {
+        rc = sdp_err(-EINVAL, "config %s: \"%srope_type\" = \"%s\" is not supported", path, where,
+                     type);
+        sdp_hint("supported rope scaling: none (\"default\"), \"llama3\", \"yarn\", \"linear\", "
+                 "\"dynamic\"");
+        return rc;
+    }
+    cfg->rope_type = kind;
+    if ((rc = get_real(path, rs, where, "factor", 1, &cfg->rope_scaling_factor)) != 0)
+        return rc;
+    if (!(cfg->rope_scaling_factor > 0.0)) /* 0 would read "none" */
+        return sdp_err(-EINVAL, "config %s: \"%sfactor\" = %g must be positive", path, where,
+                       cfg->rope_scaling_factor);
+    if (kind == SDP_ROPE_YARN)
+        return parse_yarn(path, rs, where, cfg);
+    if (kind != SDP_ROPE_LLAMA3)
+        return 0;
+    if ((rc = get_real(path, rs, where, "low_freq_factor", 1, &cfg->rope_low_freq_factor)) != 0 ||
+        (rc = get_real(path, rs, where, "high_freq_factor", 1, &cfg->rope_high_freq_factor)) != 0 ||
+        (rc = get_real(path, rs, where, "original_max_position_embeddings", 1, &omp)) != 0)
+        return rc;
+    if (omp != floor(omp) || omp < 1 || omp > 2147483647.0)
+        return sdp_err(-EINVAL, "config %s: \"%soriginal_max_position_embeddings\" = %g", path,
+                       where, omp);
+    cfg->rope_original_max_pos = (int)omp;
+    return 0;
+}
+
+/* rope_scaling (transformers 4.x) or rope_parameters (5.x): none/"default", or a kind of
+ * enum sdp_rope_type. */
 static int parse_rope(const char *path, json_t *root, struct sdp_model_cfg *cfg)
 {
     json_t *params = json_object_get(root, "rope_parameters");
     json_t *rs = json_object_get(root, "rope_scaling");
     const char *where = "rope_scaling.";
     const char *type;
-    double omp = 0;
     int rc;
 
     if (params && !json_is_null(params) && !json_is_object(params))
@@ -207,22 +280,7 @@ static int parse_rope(const char *path, json_t *root, struct sdp_model_cfg *cfg)
             return 0;
         return sdp_err(-EINVAL, "config %s: \"%srope_type\" is missing", path, where);
     }
-    if (strcmp(type, "llama3") != 0) {
-        rc = sdp_err(-EINVAL, "config %s: \"%srope_type\" = \"%s\" is not supported", path, where,
-                     type);
-        sdp_hint("supported rope scaling: none, \"llama3\"");
-        return rc;
-    }
-    if ((rc = get_real(path, rs, where, "factor", 1, &cfg->rope_scaling_factor)) != 0 ||
-        (rc = get_real(path, rs, where, "low_freq_factor", 1, &cfg->rope_low_freq_factor)) != 0 ||
-        (rc = get_real(path, rs, where, "high_freq_factor", 1, &cfg->rope_high_freq_factor)) != 0 ||
-        (rc = get_real(path, rs, where, "original_max_position_embeddings", 1, &omp)) != 0)
-        return rc;
-    if (omp != floor(omp) || omp < 1 || omp > 2147483647.0)
-        return sdp_err(-EINVAL, "config %s: \"%soriginal_max_position_embeddings\" = %g", path,
-                       where, omp);
-    cfg->rope_original_max_pos = (int)omp;
-    return 0;
+    return parse_rope_kind(path, rs, where, type, cfg);
 }
 
 static int parse_config(const char *path, json_t *root, struct sdp_model_cfg *cfg)
@@ -355,6 +413,44 @@ static int write_atomic(const char *path, const char *text)
     return rc == 0 || rc == -ENOSPC || rc == -ENOMEM ? rc : -EIO;
 }
 
+/* rope_scaling as read (parse_rope): null, or the kind's keys in alphabetical order. */
+static json_t *rope_json(const struct sdp_model_cfg *cfg)
+{
+    const int t = cfg->rope_type;
+    json_t *rs;
+    int bad;
+    if (cfg->rope_scaling_factor == 0.0)
+        return json_null();
+    rs = json_object();
+    bad = !rs;
+    if (t == SDP_ROPE_YARN && cfg->rope_attention_factor != 0.0)
+        bad = bad || set(rs, "attention_factor", json_real(cfg->rope_attention_factor));
+    if (t == SDP_ROPE_YARN && cfg->rope_beta_fast != 0.0)
+        bad = bad || set(rs, "beta_fast", json_real(cfg->rope_beta_fast));
+    if (t == SDP_ROPE_YARN && cfg->rope_beta_slow != 0.0)
+        bad = bad || set(rs, "beta_slow", json_real(cfg->rope_beta_slow));
+    bad = bad || set(rs, "factor", json_real(cfg->rope_scaling_factor));
+    if (t == SDP_ROPE_LLAMA3) {
+        bad = bad || set(rs, "high_freq_factor", json_real(cfg->rope_high_freq_factor));
+        bad = bad || set(rs, "low_freq_factor", json_real(cfg->rope_low_freq_factor));
+    }
+    if (t == SDP_ROPE_YARN && cfg->rope_mscale != 0.0)
+        bad = bad || set(rs, "mscale", json_real(cfg->rope_mscale));
+    if (t == SDP_ROPE_YARN && cfg->rope_mscale_all_dim != 0.0)
+        bad = bad || set(rs, "mscale_all_dim", json_real(cfg->rope_mscale_all_dim));
+    if ((t == SDP_ROPE_LLAMA3 || t == SDP_ROPE_YARN) && cfg->rope_original_max_pos > 0)
+        bad = bad ||
+              set(rs, "original_max_position_embeddings", json_integer(cfg->rope_original_max_pos));
+    bad = bad || set(rs, "rope_type", json_string(sdp_model_rope_name(t)));
+    if (t == SDP_ROPE_YARN && cfg->rope_no_truncate)
+        bad = bad || set(rs, "truncate", json_false());
+    if (bad) {
+        json_decref(rs);
+        return NULL;
+    }
+    return rs;
+}
+
 int sdp_hfconfig_write(const char *path, const struct sdp_model_cfg *cfg, const char *torch_dtype)
 {
     const int qwen = cfg->arch == SDP_ARCH_QWEN3;
@@ -369,13 +465,7 @@ int sdp_hfconfig_write(const char *path, const struct sdp_model_cfg *cfg, const 
         (strcmp(torch_dtype, "float32") != 0 && strcmp(torch_dtype, "bfloat16") != 0))
         return sdp_err(-EINVAL, "config %s: torch_dtype \"%s\" must be \"float32\" or \"bfloat16\"",
                        path, torch_dtype ? torch_dtype : "(null)");
-    if (cfg->rope_scaling_factor != 0.0)
-        rs = json_pack("{s:f, s:f, s:f, s:i, s:s}", "factor", cfg->rope_scaling_factor,
-                       "high_freq_factor", cfg->rope_high_freq_factor, "low_freq_factor",
-                       cfg->rope_low_freq_factor, "original_max_position_embeddings",
-                       cfg->rope_original_max_pos, "rope_type", "llama3");
-    else
-        rs = json_null();
+    rs = rope_json(cfg);
     /* keys in alphabetical order, as transformers' save_pretrained writes them */
     root = json_object();
     bad = !root || !rs;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Hugging Face config.json <-> struct sdp_model_cfg (Qwen3ForCausalLM, LlamaForCausalLM).
- * Unsupported features (attention bias, sliding window, rope scaling other than "llama3", MoE) are
- * errors that name the key.  Tests: tests/formats/test_hfconfig.c. */
+ * Unsupported features (attention bias, sliding window, rope scaling other than "llama3", "yarn",
+ * "linear" and "dynamic", MoE) are errors that name the key.  Tests: tests/formats/test_hfconfig.c.
+ */
 #ifndef SDP_HFCONFIG_H
 #define SDP_HFCONFIG_H
 

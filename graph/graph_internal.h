@@ -17,6 +17,8 @@ struct sdp_graph {
     struct sdp_graph_conf c;
     struct sdp_plan plan;             /* what the graph builds, group by group (plan.h) */
     sdp_rt_tensor_t **ids, **targets; /* [2][n_micro]: alternate sets per step */
+    sdp_rt_tensor_t **segs;           /* [2][n_micro] (doc_mask): the tokens' document starts */
+    sdp_rt_tensor_t *seg_mb;          /* those of the micro-batch being submitted, or NULL */
     sdp_rt_tensor_t **loss;           /* [n_micro] (2) f64 */
     sdp_rt_tensor_t **sumsq;          /* [nchunks_total] (1) f64 */
     sdp_rt_tensor_t *clip;            /* (2) f64: norm, coefficient */
@@ -212,5 +214,11 @@ int sdp_graph_lookup_host(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids
 int sdp_graph_defer_rows(const sdp_graph_t *g, int update);
 int sdp_graph_lookup_ahead(sdp_graph_t *g, int step);
 int sdp_graph_lookup_host_create(sdp_graph_t *g);
+
+/* RoPE parameters and document masking (graph/seq.c) */
+void sdp_graph_rope_params(struct sdp_rope_params *r, const struct sdp_model_cfg *m);
+int sdp_graph_docs_create(sdp_graph_t *g);
+void sdp_graph_docs_destroy(sdp_graph_t *g);
+int sdp_graph_docs_check(const sdp_graph_t *g, int step, const int32_t *segs);
 
 #endif

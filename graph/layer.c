@@ -79,11 +79,12 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
     TRY_RET(sdp_graph_lora_fwd(g, &o, l, SDP_PT_K, a->qkv, g->QKV, g->NH * g->HD, a->h1, N));
     TRY_RET(
         sdp_graph_lora_fwd(g, &o, l, SDP_PT_V, a->qkv, g->QKV, (g->NH + g->NKV) * g->HD, a->h1, N));
-    TRY_RET(sdp_task_qknorm_rope_fwd(&o, a->qkv2, a->rstdqk, a->qkv, W,
-                                     qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1,
-                                     qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1, &g->rope,
-                                     N, T, g->NH, g->NKV, g->HD, eps));
-    TRY_RET(sdp_task_attention_fwd(&o, a->att, a->lse, a->qkv2, B, T, g->NH, g->NKV, g->HD));
+    TRY_RET(sdp_task_qknorm_rope_fwd_seg(
+        &o, a->qkv2, a->rstdqk, a->qkv, W, qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1,
+        qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1, &g->rope,
+        g->c.doc_positions ? g->seg_mb : NULL, N, T, g->NH, g->NKV, g->HD, eps));
+    TRY_RET(sdp_task_attention_fwd_seg(&o, a->att, a->lse, a->qkv2, g->seg_mb, B, T, g->NH, g->NKV,
+                                       g->HD));
     if (mid)
         return 0;
     TRY_RET(sdp_task_matmul_fwd(&o, a->xmid, x, a->att, W, sdp_state_off(st, l, SDP_PT_O), N,
@@ -161,12 +162,13 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
         TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_o, dres, a->att, N, g->NH * g->HD, g->C));
     TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_O, datt, dres, g->C, 0, a->att, N));
     TRY_RET(temp(&dqkv2, g->act_dt, (size_t)N * g->QKV, "d_qkv_rope", mb, l));
-    TRY_RET(sdp_task_attention_bwd(&o, dqkv2, datt, a->qkv2, a->att, a->lse, B, T, g->NH, g->NKV,
-                                   g->HD));
+    TRY_RET(sdp_task_attention_bwd_seg(&o, dqkv2, datt, a->qkv2, a->att, a->lse, g->seg_mb, B, T,
+                                       g->NH, g->NKV, g->HD));
     sdp_rt_tensor_release(datt);
     TRY_RET(temp(&dqkv, g->act_dt, (size_t)N * g->QKV, "d_qkv", mb, l));
-    TRY_RET(sdp_task_qknorm_rope_bwd(&o, dqkv, GN, g_qn, g_kn, dqkv2, a->qkv, W, off_qn, off_kn,
-                                     a->rstdqk, &g->rope, N, T, g->NH, g->NKV, g->HD));
+    TRY_RET(sdp_task_qknorm_rope_bwd_seg(
+        &o, dqkv, GN, g_qn, g_kn, dqkv2, a->qkv, W, off_qn, off_kn, a->rstdqk, &g->rope,
+        g->c.doc_positions ? g->seg_mb : NULL, N, T, g->NH, g->NKV, g->HD));
     sdp_rt_tensor_release(dqkv2);
     TRY_RET(temp(&dh1, g->act_dt, (size_t)N * g->C, "d_h1", mb, l));
     TRY_RET(sdp_task_matmul_bwd_data(&o, dh1, dqkv, W, off_q, N, g->C, g->QKV));

@@ -172,11 +172,20 @@ fail:
 int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *targets, double lr,
                    int update, struct sdp_step_result *res)
 {
+    return sdp_graph_step_docs(g, step, ids, targets, NULL, lr, update, res);
+}
+
+int sdp_graph_step_docs(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *targets,
+                        const int32_t *segs, double lr, int update, struct sdp_step_result *res)
+{
     int B = g->c.micro_batch, T = g->c.seq_len, nm = g->c.n_micro;
     size_t per_mb = (size_t)B * T, total = per_mb * nm;
     long long valid = 0;
     double loss_sum = 0.0;
     int set = step & 1, rc;
+
+    if (g->segs && (rc = sdp_graph_docs_check(g, step, segs)) != 0)
+        return rc;
 
     for (size_t i = 0; i < total; i++) {
         if (ids[i] < 0 || ids[i] >= g->V)
@@ -224,11 +233,15 @@ int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *
             rc = sdp_graph_fill_i32(ti, ids + mb * per_mb, per_mb);
         if (!rc)
             rc = sdp_graph_fill_i32(tt, targets + mb * per_mb, per_mb);
+        g->seg_mb = g->segs ? g->segs[set * nm + mb] : NULL; /* read by the layers' attention */
+        if (!rc && g->seg_mb)
+            rc = sdp_graph_fill_i32(g->seg_mb, segs + mb * per_mb, per_mb);
         /* the gradient of the step's mean loss: every micro-batch scales by the step's valid count
          */
         if (!rc)
             rc = micro_batch(g, step, mb, ti, tt, (float)(1.0 / (double)valid));
     }
+    g->seg_mb = NULL;
     if (!rc)
         rc = sdp_graph_optimizer(g, step, update);
     if (rc)
@@ -400,11 +413,7 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
     g->lm_off =
         sdp_state_off(st, g->lm_group, m->tie_word_embeddings ? SDP_PT_EMBED : SDP_PT_LM_HEAD);
     g->embed_off = sdp_state_off(st, 0, SDP_PT_EMBED);
-    g->rope.theta = m->rope_theta;
-    g->rope.factor = m->rope_scaling_factor;
-    g->rope.low_freq_factor = m->rope_low_freq_factor;
-    g->rope.high_freq_factor = m->rope_high_freq_factor;
-    g->rope.original_max_pos = m->rope_original_max_pos;
+    sdp_graph_rope_params(&g->rope, m);
     g->ids = calloc(2 * (size_t)c->n_micro, sizeof(*g->ids));
     g->targets = calloc(2 * (size_t)c->n_micro, sizeof(*g->targets));
     g->loss = calloc((size_t)c->n_micro, sizeof(*g->loss));
@@ -428,6 +437,8 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
             rc = sdp_rt_tensor_create(&g->targets[i], SDP_I32, (size_t)c->micro_batch * c->seq_len,
                                       name);
     }
+    if (!rc)
+        rc = sdp_graph_docs_create(g);
     for (int i = 0; i < c->n_micro && !rc; i++) {
         snprintf(name, sizeof(name), "loss.mb%d", i);
         rc = sdp_rt_tensor_create(&g->loss[i], SDP_F64, 2, name);
@@ -515,6 +526,7 @@ void sdp_graph_destroy(sdp_graph_t *g)
         sdp_rt_tensor_release(g->ids[i]);
         sdp_rt_tensor_release(g->targets[i]);
     }
+    sdp_graph_docs_destroy(g);
     for (int i = 0; g->loss && i < g->c.n_micro; i++)
         sdp_rt_tensor_release(g->loss[i]);
     for (int i = 0; g->sumsq && i < g->nsumsq; i++)

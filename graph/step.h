@@ -54,17 +54,20 @@ struct sdp_graph_conf {
                         before the release, and the CLI runs them on the GPU; with more ranks it
                         runs them on the host (sdp_cli_place_norms) */
     int seq_len;     /* T */
-    int recompute;   /* enum sdp_recompute: FULL recomputes the activations in backward from each
-                        layer's saved input; SELECTIVE keeps each layer's mid residual (input +
-                        attention) too, so the recomputation skips the attention's output
-                        projection; NONE keeps every activation from the forward */
-    int keep_last;   /* with recompute: the top keep_last layers keep every activation from the
-                        forward instead (0: none; the recipe's and the bench's default is 1: the
-                        last layer's backward follows the LM head) */
-    int keep_mlp;    /* with recompute: the top keep_mlp recomputed layers keep their mid
-                        residual and gate/up projection from the forward on the GPU, so their
-                        recomputation skips the attention's output projection and the gate/up
-                        projection, the largest matmul (0: none; graph/plan.c, act_of) */
+    int doc_mask;    /* 1: the rows are packed documents: a token attends only within its own
+                        (sdp_graph_step_docs gives each token's document start) */
+    int doc_positions;  /* with doc_mask: RoPE positions restart at 0 at every document start */
+    int recompute;      /* enum sdp_recompute: FULL recomputes the activations in backward from each
+                           layer's saved input; SELECTIVE keeps each layer's mid residual (input +
+                           attention) too, so the recomputation skips the attention's output
+                           projection; NONE keeps every activation from the forward */
+    int keep_last;      /* with recompute: the top keep_last layers keep every activation from the
+                           forward instead (0: none; the recipe's and the bench's default is 1: the
+                           last layer's backward follows the LM head) */
+    int keep_mlp;       /* with recompute: the top keep_mlp recomputed layers keep their mid
+                           residual and gate/up projection from the forward on the GPU, so their
+                           recomputation skips the attention's output projection and the gate/up
+                           projection, the largest matmul (0: none; graph/plan.c, act_of) */
     int offload_inputs; /* with recompute: each layer's saved input leaves the GPU once the forward
                            has read it (StarPU moves it to the host) and comes back for that
                            layer's recomputation: the activation offload/reload lane */
@@ -147,6 +150,14 @@ void sdp_graph_destroy(sdp_graph_t *g);
 int sdp_graph_step(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *targets, double lr,
                    int update, struct sdp_step_result *res);
 
+/** The same with document masking (conf.doc_mask): segs (n_micro * B, T) int32, the position in
+ * its row of each token's document start (0 <= segs[t] <= t, each row's documents contiguous), so
+ * that a token attends to the keys of its own document only (and, with conf.doc_positions, its
+ * RoPE position is t - segs[t]).  segs is required with doc_mask and ignored without.
+ * @return as sdp_graph_step; -EINVAL (logged) for missing or malformed segs */
+int sdp_graph_step_docs(sdp_graph_t *g, int step, const int32_t *ids, const int32_t *targets,
+                        const int32_t *segs, double lr, int update, struct sdp_step_result *res);
+
 /** The token ids (n_micro * B, T) of the step after the next sdp_graph_step, when the caller knows
  * them (train reads one batch ahead, bench draws them ahead).  With the lookup on the host
  * (train.embed_lookup: host) and the tied embedding's early update, that step then submits the
@@ -157,8 +168,8 @@ void sdp_graph_set_next(sdp_graph_t *g, const int32_t *ids);
 /** How many steps so far deferred their late rows (sdp_graph_set_next). */
 int sdp_graph_deferred_steps(const sdp_graph_t *g);
 
-/** Forward only: logits (nseq * T, V) fp32 for nseq <= B sequences of ids.  For tests and
- * evaluation. */
+/** Forward only: logits (nseq * T, V) fp32 for nseq <= B sequences of ids, every row one document
+ * (no document masking).  For tests and evaluation. */
 int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits);
 
 #endif

@@ -147,6 +147,7 @@ static int check_params(const struct sdp_model_cfg *cfg, char *why, size_t whyle
 
 int sdp_model_validate(const struct sdp_model_cfg *cfg, char *why, size_t whylen)
 {
+    char buf[256];
     const struct {
         const char *name;
         int v, max;
@@ -201,20 +202,8 @@ int sdp_model_validate(const struct sdp_model_cfg *cfg, char *why, size_t whylen
         return invalid(why, whylen, "rms_norm_eps = %g must be in (0, 1)", cfg->rms_norm_eps);
     if (!(cfg->initializer_range >= 0.0))
         return invalid(why, whylen, "initializer_range = %g must be >= 0", cfg->initializer_range);
-    if (cfg->rope_scaling_factor != 0.0) {
-        if (!(cfg->rope_scaling_factor > 0.0))
-            return invalid(why, whylen, "rope_scaling factor = %g must be positive",
-                           cfg->rope_scaling_factor);
-        if (!(cfg->rope_low_freq_factor > 0.0) ||
-            !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor))
-            return invalid(why, whylen,
-                           "rope_scaling needs 0 < low_freq_factor (%g) < high_freq_factor (%g)",
-                           cfg->rope_low_freq_factor, cfg->rope_high_freq_factor);
-        if (cfg->rope_original_max_pos <= 0)
-            return invalid(why, whylen,
-                           "rope_scaling original_max_position_embeddings = %d must be positive",
-                           cfg->rope_original_max_pos);
-    }
+    if (sdp_model_rope_check(cfg, buf, sizeof(buf)) != 0)
+        return invalid(why, whylen, "%s", buf);
     return 0;
 }
 

@@ -22,6 +22,15 @@ enum sdp_arch {
     SDP_ARCH_LLAMA, /* LlamaForCausalLM (rope_scaling "llama3" supported) */
 };
 
+/* Hugging Face's rope_type values this project implements (with rope_scaling_factor != 0). */
+enum sdp_rope_type {
+    SDP_ROPE_LLAMA3 = 0, /* _compute_llama3_parameters */
+    SDP_ROPE_YARN,       /* _compute_yarn_parameters: inverse frequencies and an attention factor */
+    SDP_ROPE_LINEAR,     /* _compute_linear_scaling_rope_parameters: inv_freq / factor */
+    SDP_ROPE_DYNAMIC,    /* _compute_dynamic_ntk_parameters: the base grows with the length */
+    SDP_ROPE_NTYPES
+};
+
 struct sdp_model_cfg {
     enum sdp_arch arch;
     int vocab_size;        /* V */
@@ -36,13 +45,20 @@ struct sdp_model_cfg {
     double rms_norm_eps;
     int tie_word_embeddings; /* 1: lm_head shares the embedding matrix */
     int qk_norm;             /* 1 for Qwen3 */
-    /* Llama-3 rope scaling; rope_scaling_factor == 0 means none. */
+    /* RoPE scaling (config.json's rope_scaling): rope_scaling_factor == 0 means none, else
+     * rope_type (enum sdp_rope_type) says which; 0 is llama3, so that configurations written
+     * before the other kinds read as they did. */
     double rope_scaling_factor;
-    double rope_low_freq_factor;
-    double rope_high_freq_factor;
-    int rope_original_max_pos;
-    int bos_token_id; /* -1 when absent */
-    int eos_token_id; /* -1 when absent */
+    double rope_low_freq_factor;  /* llama3 */
+    double rope_high_freq_factor; /* llama3 */
+    int rope_original_max_pos;    /* llama3, yarn (0 for yarn: max_position_embeddings) */
+    int rope_type;
+    double rope_beta_fast, rope_beta_slow;   /* yarn; 0: transformers' 32 and 1 */
+    double rope_attention_factor;            /* yarn; 0: from factor (and the mscales) */
+    double rope_mscale, rope_mscale_all_dim; /* yarn; 0: absent */
+    int rope_no_truncate;                    /* yarn: 1 for "truncate": false */
+    int bos_token_id;                        /* -1 when absent */
+    int eos_token_id;                        /* -1 when absent */
     double initializer_range;
 };
 
@@ -138,6 +154,18 @@ size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, 
 /** Host bytes of the training state: fp32 master + Adam m, v + fp32 gradient + working copy of
  * work_elem_bytes per parameter. */
 size_t sdp_model_state_bytes(const struct sdp_model_cfg *cfg, int work_elem_bytes);
+
+/** rope_type's name in config.json ("llama3", "yarn", "linear", "dynamic"), NULL if out of range.
+ */
+const char *sdp_model_rope_name(int rope_type);
+
+/** The rope scaling fields of cfg (sdp_model_validate calls it).
+ * @return 0 when valid, -1 with a one-line reason in why (non-NULL) otherwise */
+int sdp_model_rope_check(const struct sdp_model_cfg *cfg, char *why, size_t whylen);
+
+/** Longest sequence the configuration admits: max_position_embeddings without rope scaling,
+ * INT_MAX with it (transformers extrapolates any length then). */
+int sdp_model_max_seq(const struct sdp_model_cfg *cfg);
 
 /** Name of an architecture ("qwen3", "llama"). */
 const char *sdp_model_arch_name(enum sdp_arch arch);

@@ -5,12 +5,14 @@
  * (expf, the sum and the lse in double), and the products with V (forward), dO, K and Q (backward)
  * as sgemms.  The same formulas as the scalar reference (codelets/cpu/attention_ref.c) with whole
  * rows instead of an online softmax: every sum is over the same terms, in BLAS's order; dk and dv
- * accumulate over query heads and query blocks in a fixed order.
+ * accumulate over query heads and query blocks in a fixed order.  With segment starts (document
+ * masking) the probabilities of the keys before a query's document are zero.
  * Test: tests/kernels/test_kernels_attention.c (the reference's fp64 oracle and error model). */
 #include "config.h"
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -54,8 +56,8 @@ static void scores(float *S, const float *base, const struct att_dims *d, int h,
                 (int)d->QKV, 0.0f, S, nk);
 }
 
-void sdp_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
-                           int HD, float *ws)
+void sdp_cpu_attention_fwd(float *out, float *lse, const float *qkv, const int32_t *seg, int B,
+                           int T, int NH, int NKV, int HD, float *ws)
 {
     const struct att_dims d = dims(T, NH, NKV, HD);
     double l[ATT_QB];
@@ -68,16 +70,17 @@ void sdp_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int 
                 const int qb = T - t0 < ATT_QB ? T - t0 : ATT_QB, nk = t0 + qb;
                 float *o = out + ((size_t)b * T + t0) * d.C + (size_t)h * HD;
                 scores(ws, base, &d, h, t0, qb, nk);
-                for (int i = 0; i < qb; i++) { /* row i: keys 0..t0+i, P in place of S */
+                for (int i = 0; i < qb; i++) { /* row i: keys lo..t0+i, P in place of S */
                     float *p = ws + (size_t)i * nk, m = -INFINITY;
-                    const int n = t0 + i + 1;
-                    for (int s = 0; s < n; s++)
+                    const int n = t0 + i + 1, lo = seg ? seg[(size_t)b * T + t0 + i] : 0;
+                    for (int s = lo; s < n; s++)
                         m = p[s] > m ? p[s] : m;
                     l[i] = 0.0;
-                    for (int s = 0; s < n; s++) {
+                    for (int s = lo; s < n; s++) {
                         p[s] = expf(p[s] - m);
                         l[i] += p[s];
                     }
+                    memset(p, 0, (size_t)lo * sizeof(*p));
                     memset(p + n, 0, (size_t)(nk - n) * sizeof(*p));
                     lse[((size_t)b * NH + h) * T + t0 + i] = (float)((double)m + log(l[i]));
                 }
@@ -95,7 +98,8 @@ void sdp_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int 
 
 /* one query block of the backward: P and dS from S and dP (workspace rows), then dq, dk, dv */
 static void bwd_block(float *dbase, const float *base, const float *dO, const float *o,
-                      const float *L, const struct att_dims *d, int h, int t0, int qb, float *ws)
+                      const float *L, const int32_t *seg, const struct att_dims *d, int h, int t0,
+                      int qb, float *ws)
 {
     const int nk = t0 + qb, HD = d->HD;
     const size_t koff = (size_t)(d->NH + h / d->group) * HD, voff = koff + (size_t)d->NKV * HD;
@@ -108,15 +112,17 @@ static void bwd_block(float *dbase, const float *base, const float *dO, const fl
     for (int i = 0; i < qb; i++) {
         float *p = P + (size_t)i * nk, *ds = dS + (size_t)i * nk;
         const float *dOi = dO + (size_t)i * d->C, *oi = o + (size_t)i * d->C;
-        const int n = t0 + i + 1;
+        const int n = t0 + i + 1, lo = seg ? seg[i] : 0;
         double Dd = 0.0;
         for (int c = 0; c < HD; c++)
             Dd += (double)dOi[c] * oi[c];
         const float D = (float)Dd;
-        for (int s = 0; s < n; s++) {
+        for (int s = lo; s < n; s++) {
             p[s] = expf(p[s] - L[i]);
             ds[s] = p[s] * (ds[s] - D) * d->scale;
         }
+        memset(p, 0, (size_t)lo * sizeof(*p));
+        memset(ds, 0, (size_t)lo * sizeof(*ds));
         memset(p + n, 0, (size_t)(nk - n) * sizeof(*p));
         memset(ds + n, 0, (size_t)(nk - n) * sizeof(*ds));
     }
@@ -131,7 +137,8 @@ static void bwd_block(float *dbase, const float *base, const float *dO, const fl
 }
 
 void sdp_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                           const float *lse, int B, int T, int NH, int NKV, int HD, float *ws)
+                           const float *lse, const int32_t *seg, int B, int T, int NH, int NKV,
+                           int HD, float *ws)
 {
     const struct att_dims d = dims(T, NH, NKV, HD);
 
@@ -144,6 +151,7 @@ void sdp_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, con
                 const size_t row = (size_t)b * T + t0;
                 bwd_block(dqkv + (size_t)b * T * d.QKV, qkv + (size_t)b * T * d.QKV,
                           dout + row * d.C + (size_t)h * HD, out + row * d.C + (size_t)h * HD,
-                          lse + ((size_t)b * NH + h) * T + t0, &d, h, t0, qb, ws);
+                          lse + ((size_t)b * NH + h) * T + t0, seg ? seg + row : NULL, &d, h, t0,
+                          qb, ws);
             }
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Causal grouped-query attention on the fused qkv activation, the scalar reference.  The forward
- * runs an online softmax over blocks of keys (flash-attention style): one block of scores per
- * query, never (T, T); the softmax denominator and the lse accumulate in double.  The backward
+/* Causal grouped-query attention on the fused qkv activation, the scalar reference; with segment
+ * starts (document masking of packed rows) a query sees only the keys of its own document.  The
+ * forward runs an online softmax over blocks of keys (flash-attention style): one block of scores
+ * per query, never (T, T); the softmax denominator and the lse accumulate in double.  The backward
  * recomputes the probabilities from the saved lse; dk, dv accumulate in a fixed order (head,
  * query, key).
  * Test: tests/kernels/test_kernels_attention.c (fp64 oracle, checked by finite differences). */
@@ -9,6 +10,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "codelets/cpu/sdp_cpu_kernels.h"
@@ -25,8 +27,8 @@ static float dot(const float *restrict a, const float *restrict b, int n)
 
 /* qkv (B*T, QKV), QKV = (NH + 2 NKV) HD: row holds q (NH, HD) | k (NKV, HD) | v (NKV, HD).
  * out (B*T, NH*HD); lse (B, NH, T). */
-void sdp_cpu_attention_fwd_ref(float *out, float *lse, const float *qkv, int B, int T, int NH,
-                               int NKV, int HD)
+void sdp_cpu_attention_fwd_ref(float *out, float *lse, const float *qkv, const int32_t *seg, int B,
+                               int T, int NH, int NKV, int HD)
 {
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
     const int group = NH / NKV;
@@ -40,10 +42,11 @@ void sdp_cpu_attention_fwd_ref(float *out, float *lse, const float *qkv, int B, 
             for (int t = 0; t < T; t++) {
                 const float *q = base + t * QKV + (size_t)h * HD;
                 float *o = out + ((size_t)b * T + t) * C + (size_t)h * HD;
+                const int lo = seg ? seg[(size_t)b * T + t] : 0; /* the document's first key */
                 float m = -INFINITY;
                 double l = 0.0;
                 memset(o, 0, (size_t)HD * sizeof(*o));
-                for (int s0 = 0; s0 <= t; s0 += KEY_BLOCK) {
+                for (int s0 = lo; s0 <= t; s0 += KEY_BLOCK) {
                     const int s1 = t + 1 < s0 + KEY_BLOCK ? t + 1 : s0 + KEY_BLOCK;
                     float bm = -INFINITY;
                     for (int s = s0; s < s1; s++) {
@@ -78,7 +81,8 @@ void sdp_cpu_attention_fwd_ref(float *out, float *lse, const float *qkv, int B, 
  *   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D) with D_t = sum_d dO_td O_td,
  *   dQ = scale dS K,  dK = scale dS^T Q.                  (FlashAttention-2, Alg. 2) */
 void sdp_cpu_attention_bwd_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
-                               const float *lse, int B, int T, int NH, int NKV, int HD)
+                               const float *lse, const int32_t *seg, int B, int T, int NH, int NKV,
+                               int HD)
 {
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
     const int group = NH / NKV;
@@ -105,7 +109,7 @@ void sdp_cpu_attention_bwd_ref(float *dqkv, const float *dout, const float *qkv,
                     Dd += (double)dO[d] * o[d];
                 const float D = (float)Dd;
                 memset(dq, 0, (size_t)HD * sizeof(*dq));
-                for (int s = 0; s <= t; s++) {
+                for (int s = seg ? seg[row] : 0; s <= t; s++) {
                     const float *k = base + s * QKV + koff, *v = base + s * QKV + voff;
                     float *dk = dbase + s * QKV + koff, *dv = dbase + s * QKV + voff;
                     const float p = expf(dot(q, k, HD) * scale - L);

@@ -6,6 +6,8 @@ libsdp_a_SOURCES += codelets/cpu/sdp_cpu_kernels.h \
 	codelets/cpu/embedding_ref.c \
 	codelets/cpu/rmsnorm_ref.c \
 	codelets/cpu/qknorm_rope_ref.c \
+	codelets/cpu/rope.h \
+	codelets/cpu/rope_freq.c \
 	codelets/cpu/attention_ref.c \
 	codelets/cpu/attention_blas.c \
 	codelets/cpu/swiglu_ref.c \

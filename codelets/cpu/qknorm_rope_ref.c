@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "codelets/cpu/sdp_cpu_kernels.h"
@@ -40,16 +41,18 @@ static void head_norm_bwd(float *restrict g, float *restrict dw, const float *re
     }
 }
 
-static void rope_angle(float *c, float *s, int pos, float inv_freq)
+/* cos and sin times scale, as HF's emb.cos() * attention_scaling in fp32 (exact for scale 1) */
+static void rope_angle(float *c, float *s, int pos, float inv_freq, float scale)
 {
     const float ang = (float)pos * inv_freq; /* fp32 product, as HF's position_ids @ inv_freq */
-    *c = (float)cos((double)ang);
-    *s = (float)sin((double)ang);
+    *c = (float)cos((double)ang) * scale;
+    *s = (float)sin((double)ang) * scale;
 }
 
 void sdp_cpu_qknorm_rope_fwd_ref(float *out, float *rstd, const float *qkv, const float *qnorm_w,
-                                 const float *knorm_w, const float *inv_freq, int N, int T, int NH,
-                                 int NKV, int HD, float eps)
+                                 const float *knorm_w, const float *inv_freq, float scale,
+                                 const int32_t *seg, int N, int T, int NH, int NKV, int HD,
+                                 float eps)
 {
     const int QKV = (NH + 2 * NKV) * HD, NQK = NH + NKV, half = HD / 2;
 
@@ -66,10 +69,10 @@ void sdp_cpu_qknorm_rope_fwd_ref(float *out, float *rstd, const float *qkv, cons
         }
         memcpy(y + NQK * HD, x + NQK * HD, (size_t)NKV * HD * sizeof(*y));
         /* rotate pairs (i, i + HD/2) of every q and k head by pos * inv_freq[i] */
-        const int pos = n % T;
+        const int pos = n % T - (seg ? seg[n] : 0); /* restarting per document with seg */
         for (int i = 0; i < half; i++) {
             float c, s;
-            rope_angle(&c, &s, pos, inv_freq[i]);
+            rope_angle(&c, &s, pos, inv_freq[i], scale);
             for (int h = 0; h < NQK; h++) {
                 float *yh = y + h * HD;
                 const float a = yh[i], b = yh[i + half];
@@ -82,8 +85,8 @@ void sdp_cpu_qknorm_rope_fwd_ref(float *out, float *rstd, const float *qkv, cons
 
 void sdp_cpu_qknorm_rope_bwd_ref(float *dqkv, float *dqnorm_w, float *dknorm_w, const float *dout,
                                  const float *qkv, const float *qnorm_w, const float *knorm_w,
-                                 const float *rstd, const float *inv_freq, int N, int T, int NH,
-                                 int NKV, int HD)
+                                 const float *rstd, const float *inv_freq, float scale,
+                                 const int32_t *seg, int N, int T, int NH, int NKV, int HD)
 {
     const int QKV = (NH + 2 * NKV) * HD, NQK = NH + NKV, half = HD / 2;
 
@@ -92,10 +95,10 @@ void sdp_cpu_qknorm_rope_bwd_ref(float *dqkv, float *dqnorm_w, float *dknorm_w, 
         const float *x = qkv + (size_t)n * QKV;
         float *dx = dqkv + (size_t)n * QKV;
         /* the inverse (transposed) rotation of the q and k gradients; dv copied */
-        const int pos = n % T;
+        const int pos = n % T - (seg ? seg[n] : 0); /* restarting per document with seg */
         for (int i = 0; i < half; i++) {
             float c, s;
-            rope_angle(&c, &s, pos, inv_freq[i]);
+            rope_angle(&c, &s, pos, inv_freq[i], scale);
             for (int h = 0; h < NQK; h++) {
                 const float a = g[h * HD + i], b = g[h * HD + i + half];
                 dx[h * HD + i] = a * c + b * s;

@@ -99,21 +99,28 @@ void sdp_cpu_rmsnorm_bwd_ref(float *dx, float *dw, const float *dres, const floa
 
 /* ---- per-head q/k RMSNorm + rotary embedding, on the fused qkv activation ----
  * qkv (N, QKV): row n holds q (NH, HD) | k (NKV, HD) | v (NKV, HD).  Token n sits at position n %
- * T. If qnorm_w is NULL no per-head norm is applied (Llama).  RoPE is the "rotate_half" form of
- * Hugging Face: for i < HD/2, (x_i, x_{i+HD/2}) rotates by angle pos * inv_freq[i]; inv_freq (HD/2)
- * is given. */
+ * T, or n % T - seg[n] when seg (N) is given (positions restarting at every document start). If
+ * qnorm_w is NULL no per-head norm is applied (Llama).  RoPE is the "rotate_half" form of Hugging
+ * Face: for i < HD/2, (x_i, x_{i+HD/2}) rotates by angle pos * inv_freq[i]; inv_freq (HD/2) is
+ * given, and cos and sin are multiplied by scale in fp32 (yarn's attention factor; 1 else). */
 
 /** out (N, QKV) = qkv with q and k normalized per head and rotated; v copied.  rstd (N, NH+NKV)
  * written when qnorm_w is non-NULL. */
 void sdp_cpu_qknorm_rope_fwd_ref(float *out, float *rstd, const float *qkv, const float *qnorm_w,
-                                 const float *knorm_w, const float *inv_freq, int N, int T, int NH,
-                                 int NKV, int HD, float eps);
+                                 const float *knorm_w, const float *inv_freq, float scale,
+                                 const int32_t *seg, int N, int T, int NH, int NKV, int HD,
+                                 float eps);
 /** dqkv (N, QKV) from dout (N, QKV): inverse rotation, then the norm's backward; dv copied.
  * dqnorm_w, dknorm_w (HD) accumulate (+=) when the norm is present. */
 void sdp_cpu_qknorm_rope_bwd_ref(float *dqkv, float *dqnorm_w, float *dknorm_w, const float *dout,
                                  const float *qkv, const float *qnorm_w, const float *knorm_w,
-                                 const float *rstd, const float *inv_freq, int N, int T, int NH,
-                                 int NKV, int HD);
+                                 const float *rstd, const float *inv_freq, float scale,
+                                 const int32_t *seg, int N, int T, int NH, int NKV, int HD);
+struct sdp_rope_params;
+/** inv_freq (HD/2) of any rope kind (codelets/cpu/rope.h) for sequences of seq_len tokens (dynamic
+ * scaling depends on it), as transformers computes them.
+ * @return the attention scaling that multiplies cos and sin (yarn's attention_factor; 1 else) */
+float sdp_cpu_rope_freqs(float *inv_freq, const struct sdp_rope_params *p, int HD, int seq_len);
 /** inv_freq[i] = 1 / theta^(2i/HD), with Llama-3 scaling when factor > 0 (HF
  * _compute_llama3_parameters). Computed in double, stored as float. */
 void sdp_cpu_rope_inv_freq(float *inv_freq, int HD, double theta, double factor,
@@ -121,20 +128,24 @@ void sdp_cpu_rope_inv_freq(float *inv_freq, int HD, double theta, double factor,
 
 /* ---- causal grouped-query attention on the fused qkv activation (after norm + rope) ----
  * qkv (B*T, QKV) as above; query head h uses kv head h / (NH/NKV); scale 1/sqrt(HD).
- * out (B*T, NH*HD); lse (B, NH, T) the log-sum-exp of the scaled scores (natural log). */
-void sdp_cpu_attention_fwd_ref(float *out, float *lse, const float *qkv, int B, int T, int NH,
-                               int NKV, int HD);
+ * out (B*T, NH*HD); lse (B, NH, T) the log-sum-exp of the scaled scores (natural log).
+ * seg (B*T) or NULL: the position in its row of the first token of each token's document
+ * (document masking of packed rows): query t sees keys seg[t]..t; NULL: keys 0..t. */
+void sdp_cpu_attention_fwd_ref(float *out, float *lse, const float *qkv, const int32_t *seg, int B,
+                               int T, int NH, int NKV, int HD);
 /** dqkv (B*T, QKV) written (dq, dk, dv) from dout (B*T, NH*HD), using qkv, out and lse of the
  * forward. */
 void sdp_cpu_attention_bwd_ref(float *dqkv, const float *dout, const float *qkv, const float *out,
-                               const float *lse, int B, int T, int NH, int NKV, int HD);
+                               const float *lse, const int32_t *seg, int B, int T, int NH, int NKV,
+                               int HD);
 /* The same through BLAS (codelets/cpu/attention_blas.c): whole rows of scores per block of
  * queries in ws, at least sdp_cpu_attention_ws_floats(T) floats. */
 size_t sdp_cpu_attention_ws_floats(int T);
-void sdp_cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
-                           int HD, float *ws);
+void sdp_cpu_attention_fwd(float *out, float *lse, const float *qkv, const int32_t *seg, int B,
+                           int T, int NH, int NKV, int HD, float *ws);
 void sdp_cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                           const float *lse, int B, int T, int NH, int NKV, int HD, float *ws);
+                           const float *lse, const int32_t *seg, int B, int T, int NH, int NKV,
+                           int HD, float *ws);
 
 /* ---- SwiGLU: gu (N, 2I) holds gate | up; out (N, I) = silu(gate) * up ---- */
 void sdp_cpu_swiglu_fwd_ref(float *out, const float *gu, int N, int inter);

@@ -72,14 +72,16 @@ enum { BW_NW = 8, BW_BK = 16 * BW_NW, BW_BQ = 64 };
 template <int HD> static constexpr size_t bwd_smem_bytes(void)
 {
     return (size_t)(2 * BW_BK + 4 * BW_BQ) * (HD + 8) * sizeof(bf16) +
-           (size_t)BW_BK * (BW_BQ + 8) * sizeof(bf16) + 4 * BW_BQ * sizeof(float);
+           (size_t)BW_BK * (BW_BQ + 8) * sizeof(bf16) + 4 * BW_BQ * sizeof(float) +
+           2 * BW_BQ * sizeof(int);
 }
 
 template <int HD>
 __global__ void __launch_bounds__(BW_NW * 32, 1)
     attn_bwd_bf16(bf16 *__restrict__ dqkv, float *__restrict__ dqacc, const bf16 *__restrict__ dout,
                   const bf16 *__restrict__ qkv, const float *__restrict__ lse,
-                  const float *__restrict__ Dv, int T, int NH, int NKV, float scale)
+                  const float *__restrict__ Dv, const int32_t *__restrict__ seg, int T, int NH,
+                  int NKV, float scale)
 {
     constexpr int LD = HD + 8, LDS = BW_BQ + 8, NKS = HD / 16, NNT = BW_BQ / 8, NOT = HD / 8;
     constexpr int DQW = HD >= 32 ? HD / 2 : HD; /* dQ columns per warp */
@@ -92,6 +94,7 @@ __global__ void __launch_bounds__(BW_NW * 32, 1)
     bf16 *sdS = sdO + 2 * BW_BQ * LD;                         /* [BK][LDS]: dS^T */
     float *sL = reinterpret_cast<float *>(sdS + BW_BK * LDS); /* [2][BQ] lse log2e */
     float *sD = sL + 2 * BW_BQ;                               /* [2][BQ] */
+    int *sG = reinterpret_cast<int *>(sD + 2 * BW_BQ);        /* [2][BQ] document starts */
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tig = lane % 4;
     const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, G = NH / NKV;
@@ -115,6 +118,7 @@ __global__ void __launch_bounds__(BW_NW * 32, 1)
             const bool ok = q0 + tid < T;
             sL[buf * BW_BQ + tid] = ok ? lse[i] * LOG2E : 0.0f;
             sD[buf * BW_BQ + tid] = ok ? Dv[i] : 0.0f;
+            sG[buf * BW_BQ + tid] = ok && seg ? seg[(size_t)b * T + q0 + tid] : 0;
         }
         cp_async_commit();
     };
@@ -138,6 +142,7 @@ __global__ void __launch_bounds__(BW_NW * 32, 1)
         __syncthreads();
         const bf16 *cQ = sQ + buf * BW_BQ * LD, *cdO = sdO + buf * BW_BQ * LD;
         const float *cL = sL + buf * BW_BQ, *cD = sD + buf * BW_BQ;
+        const int *cG = sG + buf * BW_BQ;
         float s[NNT][4];
 #pragma unroll
         for (int nt = 0; nt < NNT; nt++)
@@ -158,14 +163,17 @@ __global__ void __launch_bounds__(BW_NW * 32, 1)
                     mma16816(s[2 * np + 1], a, bb[2], bb[3]);
                 }
             }
-            /* P^T = exp(S^T - lse), 0 where the key is after the query or the query is past T */
+            /* P^T = exp(S^T - lse), 0 where the key is after the query, before the query's
+             * document, or the query is past T */
 #pragma unroll
             for (int nt = 0; nt < NNT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = kw + g + (e / 2) * 8, ql = nt * 8 + tig * 2 + (e % 2);
                     const int q = q0 + ql;
-                    s[nt][e] = (q >= key && q < T) ? exp2f(s[nt][e] * scale_log2 - cL[ql]) : 0.0f;
+                    s[nt][e] = (q >= key && q < T && key >= cG[ql])
+                                   ? exp2f(s[nt][e] * scale_log2 - cL[ql])
+                                   : 0.0f;
                 }
                 /* dV += P^T dO */
 #pragma unroll
@@ -299,7 +307,8 @@ template <int HD>
 __global__ void __launch_bounds__(F32_ROWS * 32)
     attn_bwd_dq_f32(float *__restrict__ dqkv, const float *__restrict__ dout,
                     const float *__restrict__ qkv, const float *__restrict__ lse,
-                    const float *__restrict__ Dv, int T, int NH, int NKV, float scale)
+                    const float *__restrict__ Dv, const int32_t *__restrict__ seg, int T, int NH,
+                    int NKV, float scale)
 {
     constexpr int ND = (HD + 31) / 32;
     __shared__ float sQ[F32_ROWS][HD], sdO[F32_ROWS][HD], sK[F32_KT][HD + 1], sV[F32_KT][HD + 1];
@@ -316,9 +325,11 @@ __global__ void __launch_bounds__(F32_ROWS * 32)
         sdO[r][d] = ok ? dout[((size_t)b * T + r0 + r) * C + (size_t)h * HD + d] : 0.0f;
     }
     float L = 0.0f, D = 0.0f, dq[ND];
+    int lo = 0; /* document masking: the row's first key */
     if (row < T) {
         L = lse[((size_t)b * NH + h) * T + row];
         D = Dv[((size_t)b * NH + h) * T + row];
+        lo = seg ? seg[(size_t)b * T + row] : 0;
     }
     for (int i = 0; i < ND; i++)
         dq[i] = 0.0f;
@@ -339,7 +350,7 @@ __global__ void __launch_bounds__(F32_ROWS * 32)
             sc += sQ[warp][d] * sK[lane][d];
             dp += sdO[warp][d] * sV[lane][d];
         }
-        const float p = k0 + lane <= row ? expf(sc * scale - L) : 0.0f;
+        const float p = k0 + lane <= row && k0 + lane >= lo ? expf(sc * scale - L) : 0.0f;
         const float ds = p * (dp - D) * scale;
         for (int j = 0; j < F32_KT; j++) {
             const float dsj = __shfl_sync(0xffffffffu, ds, j);
@@ -361,11 +372,13 @@ template <int HD>
 __global__ void __launch_bounds__(F32_ROWS * 32)
     attn_bwd_dkv_f32(float *__restrict__ dqkv, const float *__restrict__ dout,
                      const float *__restrict__ qkv, const float *__restrict__ lse,
-                     const float *__restrict__ Dv, int T, int NH, int NKV, float scale)
+                     const float *__restrict__ Dv, const int32_t *__restrict__ seg, int T, int NH,
+                     int NKV, float scale)
 {
     constexpr int ND = (HD + 31) / 32;
     __shared__ float sK[F32_ROWS][HD], sV[F32_ROWS][HD], sQ[F32_KT][HD + 1], sdO[F32_KT][HD + 1];
     __shared__ float sL[F32_KT], sD[F32_KT];
+    __shared__ int sG[F32_KT]; /* the queries' document starts */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kvh = blockIdx.y, b = blockIdx.z, G = NH / NKV;
     const size_t QKV = (size_t)(NH + 2 * NKV) * HD, C = (size_t)NH * HD;
@@ -396,6 +409,7 @@ __global__ void __launch_bounds__(F32_ROWS * 32)
                 const size_t i = ((size_t)b * NH + h) * T + q;
                 sL[threadIdx.x] = q < T ? lse[i] : 0.0f;
                 sD[threadIdx.x] = q < T ? Dv[i] : 0.0f;
+                sG[threadIdx.x] = q < T && seg ? seg[(size_t)b * T + q] : 0;
             }
             __syncthreads();
             if (key >= T)
@@ -406,7 +420,8 @@ __global__ void __launch_bounds__(F32_ROWS * 32)
                 dp += sdO[lane][d] * sV[warp][d];
             }
             const int q = q0 + lane;
-            const float p = (q >= key && q < T) ? expf(sc * scale - sL[lane]) : 0.0f;
+            const float p =
+                (q >= key && q < T && key >= sG[lane]) ? expf(sc * scale - sL[lane]) : 0.0f;
             const float ds = p * (dp - sD[lane]) * scale;
             for (int j = 0; j < F32_KT; j++) {
                 const float dsj = __shfl_sync(0xffffffffu, ds, j);
@@ -440,8 +455,8 @@ static size_t align256(size_t n)
 
 template <int HD>
 static void bwd_launch(void *dqkv, const void *dout, const void *qkv, const void *out,
-                       const float *lse, int B, int T, int NH, int NKV, int dt, void *ws,
-                       cudaStream_t s)
+                       const float *lse, const int32_t *seg, int B, int T, int NH, int NKV, int dt,
+                       void *ws, cudaStream_t s)
 {
     const float scale = (float)(1.0 / sqrt((double)HD));
     const size_t rows = (size_t)B * T, nD = rows * NH;
@@ -455,8 +470,9 @@ static void bwd_launch(void *dqkv, const void *dout, const void *qkv, const void
         cudaFuncSetAttribute(attn_bwd_bf16<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem);
         const dim3 grid((T + BW_BK - 1) / BW_BK, NKV, B);
-        attn_bwd_bf16<HD><<<grid, BW_NW * 32, smem, s>>>(
-            (bf16 *)dqkv, dqacc, (const bf16 *)dout, (const bf16 *)qkv, lse, Dv, T, NH, NKV, scale);
+        attn_bwd_bf16<HD><<<grid, BW_NW * 32, smem, s>>>((bf16 *)dqkv, dqacc, (const bf16 *)dout,
+                                                         (const bf16 *)qkv, lse, Dv, seg, T, NH,
+                                                         NKV, scale);
         const size_t n = rows * NH * HD;
         attn_bwd_dq_cast<<<(unsigned)((n + 255) / 256), 256, 0, s>>>((bf16 *)dqkv, dqacc, rows,
                                                                      NH * HD, (NH + 2 * NKV) * HD);
@@ -465,10 +481,12 @@ static void bwd_launch(void *dqkv, const void *dout, const void *qkv, const void
                                                        (const float *)out, B, T, NH, HD);
         const dim3 gq((T + F32_ROWS - 1) / F32_ROWS, NH, B),
             gkv((T + F32_ROWS - 1) / F32_ROWS, NKV, B);
-        attn_bwd_dq_f32<HD><<<gq, F32_ROWS * 32, 0, s>>>(
-            (float *)dqkv, (const float *)dout, (const float *)qkv, lse, Dv, T, NH, NKV, scale);
-        attn_bwd_dkv_f32<HD><<<gkv, F32_ROWS * 32, 0, s>>>(
-            (float *)dqkv, (const float *)dout, (const float *)qkv, lse, Dv, T, NH, NKV, scale);
+        attn_bwd_dq_f32<HD><<<gq, F32_ROWS * 32, 0, s>>>((float *)dqkv, (const float *)dout,
+                                                         (const float *)qkv, lse, Dv, seg, T, NH,
+                                                         NKV, scale);
+        attn_bwd_dkv_f32<HD><<<gkv, F32_ROWS * 32, 0, s>>>((float *)dqkv, (const float *)dout,
+                                                           (const float *)qkv, lse, Dv, seg, T, NH,
+                                                           NKV, scale);
     }
 }
 
@@ -481,23 +499,24 @@ extern "C" size_t sdp_cuda_attention_bwd_ws(int B, int T, int NH, int NKV, int H
 }
 
 extern "C" void sdp_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
-                                       const void *out, const float *lse, int B, int T, int NH,
-                                       int NKV, int HD, int dt, void *ws, cudaStream_t s)
+                                       const void *out, const float *lse, const int32_t *seg, int B,
+                                       int T, int NH, int NKV, int HD, int dt, void *ws,
+                                       cudaStream_t s)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || NH % NKV)
         return;
     switch (HD) {
     case 16:
-        bwd_launch<16>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, dt, ws, s);
+        bwd_launch<16>(dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, dt, ws, s);
         break;
     case 32:
-        bwd_launch<32>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, dt, ws, s);
+        bwd_launch<32>(dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, dt, ws, s);
         break;
     case 64:
-        bwd_launch<64>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, dt, ws, s);
+        bwd_launch<64>(dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, dt, ws, s);
         break;
     case 128:
-        bwd_launch<128>(dqkv, dout, qkv, out, lse, B, T, NH, NKV, dt, ws, s);
+        bwd_launch<128>(dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, dt, ws, s);
         break;
     default:
         break;

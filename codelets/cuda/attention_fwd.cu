@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* Causal grouped-query attention on the GPU, forward, FlashAttention-2 style: tiles of q, k, v in
  * shared memory, scores in registers, online softmax; no (T, T) matrix ever reaches global memory.
+ * With segment starts (document masking) the keys before a row's document are masked as the
+ * causal ones are.
  * bf16 runs on tensor cores (mma.sync m16n8k16, fp32 accumulation); f32 runs on CUDA cores.
  * Test: tests/kernels/test_cuda_attention.c. */
 #include <cuda_bf16.h>
@@ -23,7 +25,7 @@ template <int HD> static constexpr size_t fwd_smem_bytes(void)
 template <int HD>
 __global__ void __launch_bounds__(FW_NW * 32)
     attn_fwd_bf16(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ qkv,
-                  int T, int NH, int NKV, float scale_log2)
+                  const int32_t *__restrict__ seg, int T, int NH, int NKV, float scale_log2)
 {
     constexpr int LD = HD + 8, NKS = HD / 16, NNT = FW_BC / 8, NOT = HD / 8, MT = 2;
     extern __shared__ uint4 smem_raw[];
@@ -55,6 +57,15 @@ __global__ void __launch_bounds__(FW_NW * 32)
         m[mt][0] = m[mt][1] = -INFINITY;
         l[mt][0] = l[mt][1] = 0.0f;
     }
+    /* document masking: the first key of each of this thread's rows (0 without) */
+    int lo[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int row = wr0 + mt * 16 + g + hf * 8;
+            lo[mt][hf] = seg && row < T ? seg[(size_t)b * T + row] : 0;
+        }
 
     for (int kt = 0; kt < nkt; kt++) {
         const int st = kt & 1;
@@ -99,7 +110,8 @@ __global__ void __launch_bounds__(FW_NW * 32)
                     }
                 }
             }
-            /* scale into the log2 domain, causal mask, online softmax */
+            /* scale into the log2 domain, causal (and document) mask, online softmax; a row whose
+             * keys of the tile are all masked keeps m = -inf and adds nothing (base 0) */
             const bool need_mask = k0 + FW_BC - 1 > wr0;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
@@ -113,7 +125,7 @@ __global__ void __launch_bounds__(FW_NW * 32)
                         for (int e = 0; e < 2; e++) {
                             const int key = k0 + nt * 8 + tig * 2 + e;
                             float v = s[mt][nt][hf * 2 + e] * scale_log2;
-                            if (need_mask && key > row)
+                            if ((need_mask && key > row) || key < lo[mt][hf])
                                 v = -INFINITY;
                             s[mt][nt][hf * 2 + e] = v;
                             mx = fmaxf(mx, v);
@@ -198,7 +210,7 @@ __global__ void __launch_bounds__(FW_NW * 32)
 template <int HD>
 __global__ void __launch_bounds__(F32_ROWS * 32)
     attn_fwd_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv,
-                 int T, int NH, int NKV, float scale)
+                 const int32_t *__restrict__ seg, int T, int NH, int NKV, float scale)
 {
     constexpr int ND = (HD + 31) / 32;
     __shared__ float sQ[F32_ROWS][HD], sK[F32_KT][HD + 1], sV[F32_KT][HD];
@@ -213,6 +225,7 @@ __global__ void __launch_bounds__(F32_ROWS * 32)
         sQ[r][d] = r0 + r < T ? base[(size_t)(r0 + r) * QKV + (size_t)h * HD + d] : 0.0f;
     }
     float o[ND], m = -INFINITY, l = 0.0f;
+    const int lo = seg && row < T ? seg[(size_t)b * T + row] : 0; /* document masking */
     for (int i = 0; i < ND; i++)
         o[i] = 0.0f;
     for (int k0 = 0; k0 <= rmax; k0 += F32_KT) {
@@ -231,11 +244,13 @@ __global__ void __launch_bounds__(F32_ROWS * 32)
         float sc = 0.0f;
         for (int d = 0; d < HD; d++)
             sc += sQ[warp][d] * sK[lane][d];
-        sc = key <= row ? sc * scale : -INFINITY;
+        sc = key <= row && key >= lo ? sc * scale : -INFINITY;
         float mx = sc;
         for (int off = 16; off > 0; off /= 2)
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-        const float mnew = fmaxf(m, mx); /* key k0 <= row: finite */
+        const float mnew = fmaxf(m, mx); /* finite once a key of the row's document was seen */
+        if (mnew == -INFINITY)
+            continue; /* every key so far before the row's document (the warp agrees) */
         const float alpha = expf(m - mnew), p = expf(sc - mnew);
         float ps = p;
         for (int off = 16; off > 0; off /= 2)
@@ -265,8 +280,8 @@ __global__ void __launch_bounds__(F32_ROWS * 32)
 /* ---- launchers ---- */
 
 template <int HD>
-static void fwd_launch(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV,
-                       int dt, cudaStream_t s)
+static void fwd_launch(void *out, float *lse, const void *qkv, const int32_t *seg, int B, int T,
+                       int NH, int NKV, int dt, cudaStream_t s)
 {
     const float scale = (float)(1.0 / sqrt((double)HD));
     if (dt == SDP_CUDA_BF16) {
@@ -274,33 +289,34 @@ static void fwd_launch(void *out, float *lse, const void *qkv, int B, int T, int
         cudaFuncSetAttribute(attn_fwd_bf16<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem);
         const dim3 grid((T + FW_BR - 1) / FW_BR, NH, B);
-        attn_fwd_bf16<HD><<<grid, FW_NW * 32, smem, s>>>((bf16 *)out, lse, (const bf16 *)qkv, T, NH,
-                                                         NKV, scale * LOG2E);
+        attn_fwd_bf16<HD><<<grid, FW_NW * 32, smem, s>>>((bf16 *)out, lse, (const bf16 *)qkv, seg,
+                                                         T, NH, NKV, scale * LOG2E);
     } else {
         const dim3 grid((T + F32_ROWS - 1) / F32_ROWS, NH, B);
-        attn_fwd_f32<HD><<<grid, F32_ROWS * 32, 0, s>>>((float *)out, lse, (const float *)qkv, T,
-                                                        NH, NKV, scale);
+        attn_fwd_f32<HD><<<grid, F32_ROWS * 32, 0, s>>>((float *)out, lse, (const float *)qkv, seg,
+                                                        T, NH, NKV, scale);
     }
 }
 
 /* HD outside {16, 32, 64, 128} enqueues nothing: the codelet layer validates shapes. */
-extern "C" void sdp_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int NH,
-                                       int NKV, int HD, int dt, cudaStream_t s)
+extern "C" void sdp_cuda_attention_fwd(void *out, float *lse, const void *qkv, const int32_t *seg,
+                                       int B, int T, int NH, int NKV, int HD, int dt,
+                                       cudaStream_t s)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || NH % NKV)
         return;
     switch (HD) {
     case 16:
-        fwd_launch<16>(out, lse, qkv, B, T, NH, NKV, dt, s);
+        fwd_launch<16>(out, lse, qkv, seg, B, T, NH, NKV, dt, s);
         break;
     case 32:
-        fwd_launch<32>(out, lse, qkv, B, T, NH, NKV, dt, s);
+        fwd_launch<32>(out, lse, qkv, seg, B, T, NH, NKV, dt, s);
         break;
     case 64:
-        fwd_launch<64>(out, lse, qkv, B, T, NH, NKV, dt, s);
+        fwd_launch<64>(out, lse, qkv, seg, B, T, NH, NKV, dt, s);
         break;
     case 128:
-        fwd_launch<128>(out, lse, qkv, B, T, NH, NKV, dt, s);
+        fwd_launch<128>(out, lse, qkv, seg, B, T, NH, NKV, dt, s);
         break;
     default:
         break;

@@ -61,11 +61,11 @@ static __global__ void qknorm_rope_bwd_kernel(T *__restrict__ dqkv, double *__re
         const int nt = r1 - n0 < tc ? r1 - n0 : tc;
         __syncthreads(); /* the previous tokens are done with cs, sn */
         for (int j = threadIdx.x; j < nt * half; j += blockDim.x) {
-            const float ang = (float)((n0 + j / half) % Tlen) * inv.f[j % half];
+            const float ang = (float)rope_pos(inv, n0 + j / half, Tlen) * inv.f[j % half];
             double sv, cv;
             sincos((double)ang, &sv, &cv);
-            cs[j] = (float)cv;
-            sn[j] = (float)sv;
+            cs[j] = (float)cv * inv.scale;
+            sn[j] = (float)sv * inv.scale;
         }
         __syncthreads();
         if (!active)

@@ -19,8 +19,8 @@ rope_table(float *cs, float *sn, const struct sdp_cuda_inv_freq &inv, int pos, i
         const float ang = (float)pos * inv.f[i];
         double sv, cv;
         sincos((double)ang, &sv, &cv);
-        cs[i] = (float)cv;
-        sn[i] = (float)sv;
+        cs[i] = (float)cv * inv.scale;
+        sn[i] = (float)sv * inv.scale;
     }
 }
 
@@ -40,7 +40,7 @@ static __global__ void qknorm_rope_fwd_kernel(T *__restrict__ out, float *__rest
     const T *xrow = qkv + (size_t)n * QKV;
     T *yrow = out + (size_t)n * QKV;
 
-    rope_table(cs, sn, inv, n % Tlen, half);
+    rope_table(cs, sn, inv, rope_pos(inv, n, Tlen), half);
     __syncthreads();
     for (int h = warp; h < NQK; h += nwarps) {
         const T *xh = xrow + (size_t)h * HD;

@@ -174,19 +174,25 @@ static __device__ __forceinline__ void copy_v_rows(T *__restrict__ dst, const T 
     }
 }
 
-/* cos, sin and -sin of the fp32 angle pos * inv_freq[i], pos = (n0 + t) % Tlen, at [t half + i]
+/* the position of token n: n % Tlen, less its document's start when positions restart */
+static __device__ __forceinline__ int rope_pos(const struct sdp_cuda_inv_freq &inv, int n, int Tlen)
+{
+    return n % Tlen - (inv.seg ? inv.seg[n] : 0);
+}
+
+/* cos, sin and -sin of the fp32 angle pos * inv_freq[i], pos = rope_pos(n0 + t), at [t half + i]
  * for the nt tokens from n0: with the sign in the table, either half's rotation reads x c + p s */
 static __device__ __forceinline__ void rope_rows(float *cs, float *sn, float *snm,
                                                  const struct sdp_cuda_inv_freq &inv, int n0,
                                                  int nt, int Tlen, int half)
 {
     for (int q = threadIdx.x; q < nt * half; q += blockDim.x) {
-        const float ang = (float)((n0 + q / half) % Tlen) * inv.f[q % half];
+        const float ang = (float)rope_pos(inv, n0 + q / half, Tlen) * inv.f[q % half];
         double sv, cv;
         sincos((double)ang, &sv, &cv);
-        cs[q] = (float)cv;
-        sn[q] = (float)sv;
-        snm[q] = -(float)sv;
+        cs[q] = (float)cv * inv.scale;
+        sn[q] = (float)sv * inv.scale;
+        snm[q] = -((float)sv * inv.scale);
     }
 }
 

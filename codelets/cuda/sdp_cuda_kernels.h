@@ -35,10 +35,15 @@ static inline int sdp_cuda_small_gpu_limit(void)
     return mib > 0 && mib < SDP_CUDA_SMALL_LIMIT_MIB;
 }
 
-/* RoPE inverse frequencies passed by value (HD/2 <= 256). */
+/* RoPE's tables passed by value: the inverse frequencies (HD/2 <= 256), the factor of cos and
+ * sin (yarn's attention factor; 1 for the other kinds), and seg, on the device, or NULL: each
+ * token's document start in its row, from which positions restart (token n sits at n % T -
+ * seg[n]; n % T without). */
 #define SDP_CUDA_MAX_HALF_HD 256
 struct sdp_cuda_inv_freq {
     float f[SDP_CUDA_MAX_HALF_HD];
+    float scale;
+    const int32_t *seg;
 };
 
 /* ---- casts ---- */
@@ -139,15 +144,16 @@ void sdp_cuda_qknorm_rope_bwd(void *dqkv, float *dqnorm_w, float *dknorm_w, cons
 
 /* ---- causal GQA attention, FlashAttention-style (no (T, T) matrix in memory) ---- */
 /** out (B*T, NH*HD) dt, lse (B, NH, T) f32 from qkv (B*T, QKV) dt.  HD in {64, 128} at least; any
- * T. */
-void sdp_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV,
-                            int HD, int dt, cudaStream_t s);
+ * T.  seg (B*T) i32 on the device, or NULL: document masking, query t of a row sees keys
+ * seg[t]..t of it (the row position of its document's first token); NULL: keys 0..t. */
+void sdp_cuda_attention_fwd(void *out, float *lse, const void *qkv, const int32_t *seg, int B,
+                            int T, int NH, int NKV, int HD, int dt, cudaStream_t s);
 /** dqkv (B*T, QKV) dt from dout (B*T, NH*HD) dt.  ws: at least sdp_cuda_attention_bwd_ws(...)
  * bytes. */
 size_t sdp_cuda_attention_bwd_ws(int B, int T, int NH, int NKV, int HD);
 void sdp_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
-                            const float *lse, int B, int T, int NH, int NKV, int HD, int dt,
-                            void *ws, cudaStream_t s);
+                            const float *lse, const int32_t *seg, int B, int T, int NH, int NKV,
+                            int HD, int dt, void *ws, cudaStream_t s);
 
 /* ---- the same attention through cuDNN's fused flash-attention graphs (bf16 only) ----
  * Built when configure finds cudnn_frontend (SDP_HAVE_CUDNN_FRONTEND).  Each returns 0 when done,

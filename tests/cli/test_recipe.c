@@ -108,6 +108,15 @@ static const struct bad bad_recipes[] = {
     { "sizes without arch", 3, "without model.arch",
       "# r\nmodel:\n  hidden_size: 64\n  num_layers: 2\n" },
     { "unknown arch", 3, "model.arch", "# r\nmodel:\n  arch: gpt2\n" },
+    { "unknown rope_type", 4, "model.rope_type",
+      "# r\nmodel:\n  preset: qwen3-0.6b\n  rope_type: ntk\n" },
+    { "rope_factor alone", 4, "needs model.rope_type and model.rope_factor",
+      "# r\nmodel:\n  preset: qwen3-0.6b\n  rope_factor: 4\n" },
+    { "path and rope", 4, "model.path and model.rope_type",
+      "# r\nmodel:\n  path: hf/qwen\n  rope_type: yarn\n  rope_factor: 2\n" },
+    { "llama3 without its band", 4, "low_freq_factor",
+      "# r\nmodel:\n  preset: qwen3-0.6b\n  rope_type: llama3\n  rope_factor: 8\n"
+      "  rope_original_max_position_embeddings: 8192\n" },
     { "invalid sizes", 3, "not valid",
       "# r\nmodel:\n  arch: llama\n  vocab_size: 100\n  hidden_size: 60\n  intermediate_size: 64\n"
       "  num_layers: 2\n  num_heads: 3\n  num_kv_heads: 2\n  head_dim: 20\n" },
@@ -402,6 +411,25 @@ int main(void)
     CHECK(sdp_recipe_validate(&r) == 0, "seq_len 64 = max_position_embeddings rejected");
     r.micro_batch = 3;
     CHECK(sdp_recipe_validate(&r) == -EINVAL, "global 8 / micro 3 accepted by validate");
+
+    /* rope scaling: beyond max_position_embeddings with it; over a preset */
+    write_file(path, "model:\n  arch: qwen3\n  vocab_size: 100\n  hidden_size: 64\n"
+                     "  intermediate_size: 128\n  num_layers: 1\n  num_heads: 4\n  head_dim: 16\n"
+                     "  max_position_embeddings: 64\n  rope_type: yarn\n  rope_factor: 2\n"
+                     "  rope_original_max_position_embeddings: 64\n  rope_beta_fast: 16\n"
+                     "data:\n  train: x.tok\n  seq_len: 128\n");
+    rc = load_capture(path, &r, err, sizeof(err));
+    CHECK(rc == 0, "yarn recipe should load: %s", err);
+    CHECK(r.model.rope_type == SDP_ROPE_YARN && r.model.rope_scaling_factor == 2.0 &&
+              r.model.rope_original_max_pos == 64 && r.model.rope_beta_fast == 16.0 &&
+              r.model.rope_beta_slow == 0.0 && r.model.max_position_embeddings == 64,
+          "yarn keys not applied");
+    CHECK(sdp_recipe_validate(&r) == 0, "seq_len 128 with yarn from 64 rejected");
+    write_file(path, "model:\n  preset: qwen3-0.6b\n  rope_type: linear\n  rope_factor: 4\n");
+    rc = load_capture(path, &r, err, sizeof(err));
+    CHECK(rc == 0 && r.model.rope_type == SDP_ROPE_LINEAR && r.model.rope_scaling_factor == 4.0 &&
+              r.model.hidden_size == 1024,
+          "linear scaling over a preset: %s", err);
 
     /* learning-rate schedule vs closed forms: lr 1e-3, min 1e-4, warmup 10, steps 110 */
     sdp_recipe_defaults(&r);

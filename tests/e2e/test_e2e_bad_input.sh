@@ -2,7 +2,9 @@
 # Bad input to `slidedp train` must end before training with a clear message naming the file and exit
 # code 1 or 2, and must not change anything on disk: recipes with unknown keys or impossible values,
 # missing files, corrupt or mismatched safetensors, data shorter than a sequence, a model that does not
-# fit the host memory budget, an unknown policy, an unknown SDP_ATTENTION.
+# fit the host memory budget, an unknown policy, an unknown SDP_ATTENTION, a sequence beyond the
+# model's context without rope scaling, an unknown rope_type, document masking of a shard without an
+# end-of-document id.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 
@@ -21,6 +23,16 @@ expect 2 "not a multiple" -- "$bin" train "$tmp/batch.yaml"
 recipe longseq 's/seq_len: 32/seq_len: 250/; s/max_position_embeddings: 256/max_position_embeddings: 100000/'
 sed -i 's/seq_len: 250/seq_len: 90000/' "$tmp/longseq.yaml"
 expect 1 "val.tok.*fewer than" -- "$bin" train "$tmp/longseq.yaml"
+# a sequence beyond the model's context without rope scaling, and positions restarting per
+# document without document masking
+recipe ctx 's/seq_len: 32/seq_len: 300/'
+expect 2 "data.seq_len=300 exceeds the model's max_position_embeddings=256 and the model has no rope scaling" -- "$bin" train "$tmp/ctx.yaml"
+recipe docpos 's/seq_len: 32/seq_len: 32\n  doc_mask: false\n  doc_positions: true/'
+expect 2 "data.doc_positions needs data.doc_mask" -- "$bin" train "$tmp/docpos.yaml"
+# document masking (on by default) of a shard without an end-of-document id
+"$py" -c "import struct, sys; n = 200; sys.stdout.buffer.write(b'SDPTOKEN' + struct.pack('<IIQIiI', 2, 4, n, 151936, -1, 0) + bytes(28) + struct.pack('<%dI' % n, *range(100, 100 + n)))" > "$tmp/noeod.tok"
+recipe noeod "s|train: .*|train: $tmp/noeod.tok|"
+expect 2 "noeod.tok has no end-of-document id.*data.doc_mask" -- "$bin" train "$tmp/noeod.yaml"
 recipe nomem 's/chunk_mib: 1/chunk_mib: 1\n  host_memory_gib: 0.01/'
 expect 1 "needs about .* GiB of host memory" -- "$bin" train "$tmp/nomem.yaml"
 expect 2 "No such file|cannot open|not found" -- "$bin" train "$tmp/missing.yaml"
@@ -78,6 +90,9 @@ expect 1 "model.layers.2.* is missing" -- "$bin" train "$tmp/hf.yaml"
 mk_model
 sed -i 's/"attention_bias": false/"attention_bias": true/' "$tmp/model/config.json"
 expect 1 "attention_bias" -- "$bin" train "$tmp/hf.yaml"
+mk_model
+sed -i 's/"rope_type": "llama3"/"rope_type": "longrope"/' "$tmp/model/config.json"
+expect 1 "rope_type\" = \"longrope\" is not supported" -- "$bin" train "$tmp/hf.yaml"
 
 echo "$n bad inputs tried"
 finish

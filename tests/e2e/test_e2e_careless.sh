@@ -54,6 +54,7 @@ model:
 data:
   train: v512.tok
   seq_len: 16
+  doc_mask: false
 batch:
   global: 2
   micro: 2

@@ -40,6 +40,7 @@ model:
 data:
   train: $top/data/kjv/val.tok
   seq_len: 32
+  doc_mask: false
 batch:
   global: 4
   micro: 2

@@ -6,7 +6,8 @@
  * reproduces the continuation; a shard shorter than T+1 tokens, or holding ids beyond its
  * vocabulary, is rejected with -EINVAL.  A version 2 shard with a loss mask: every target is the
  * next token when that token's mask byte is 1 and -100 when it is 0 (checked against the mask
- * array that was written, over two shuffled epochs); the inputs are never masked. */
+ * array that was written, over two shuffled epochs); the inputs are never masked.  Document
+ * masking: each token's document start and the end-of-document targets (test_docs). */
 #include "config.h"
 
 #include <errno.h>
@@ -47,7 +48,7 @@ static int draw(struct sdp_data *d, long n, long *seq)
     long k = 0;
     while (k < n) {
         int b = n - k < B ? (int)(n - k) : B;
-        sdp_data_next(d, b, ids, tg);
+        sdp_data_next(d, b, ids, tg, NULL);
         for (int r = 0; r < b; r++) {
             seq[k] = identify(ids + r * T, tg + r * T);
             if (seq[k] < 0) {
@@ -96,7 +97,7 @@ static void test_masked(const char *path)
         return;
     for (long k = 0; k < 2 * NSEQ; k += B) {
         int b = 2 * NSEQ - k < B ? (int)(2 * NSEQ - k) : B;
-        sdp_data_next(&d, b, ids, tg);
+        sdp_data_next(&d, b, ids, tg, NULL);
         for (int r = 0; r < b; r++, rows++) {
             const int32_t *in = ids + r * T, *out = tg + r * T;
             long s = -1;
@@ -135,13 +136,66 @@ static void test_masked(const char *path)
     ignored = 0;
     for (long k = 0; k < NSEQ; k += B) {
         int b = NSEQ - k < B ? (int)(NSEQ - k) : B;
-        sdp_data_next(&d, b, ids, tg);
+        sdp_data_next(&d, b, ids, tg, NULL);
         for (int i = 0; i < b * T; i++)
             ignored += tg[i] < 0;
     }
     printf("unmasked shard: %ld targets ignored (expected 0)\n", ignored);
     CHECK(ignored == 0, "unmasked shard has ignored targets");
     sdp_data_close(&d);
+}
+
+/* Document masking: a shard whose end-of-document id EOD sits at every 7th token and at a few
+ * more, read without shuffling: each row's document starts and targets against the documents cut
+ * here from the token array (a token's document ends at the first EOD at or after it), the EOD's
+ * target -100 and every other target the next token; off, the same rows with every target and
+ * start 0; a shard without an end-of-document id refused with masking on. */
+static void test_docs(const char *path)
+{
+    enum { EOD = 3 };
+    static uint32_t dt[COUNT];
+    struct sdp_data d;
+    int32_t ids[T], tg[T], sg[T];
+    long bad = 0, eods = 0, docs = 0;
+    for (int i = 0; i < COUNT; i++)
+        dt[i] = i % 7 == 6 || i % 61 == 0 || i % 97 == 1 ? EOD : 10 + tok[i] % 1000;
+    if (sdp_shard_write(path, dt, COUNT, VOCAB, EOD) != 0 || sdp_data_open(&d, path, T, 5, 0)) {
+        CHECK(0, "docs shard");
+        return;
+    }
+    CHECK(sdp_data_set_docs(&d, 1) == 0, "document masking refused with an EOD id");
+    for (long r = 0; r < NSEQ; r++) {
+        sdp_data_next(&d, 1, ids, tg, sg);
+        for (int t = 0; t < T; t++) {
+            const long i = r * T + t;
+            long st = i; /* this token's document: after the last EOD before it, within the row */
+            while (st > r * T && dt[st - 1] != EOD)
+                st--;
+            bad += ids[t] != (int32_t)dt[i] || sg[t] != st - r * T;
+            bad += tg[t] != (dt[i] == EOD ? -100 : (int32_t)dt[i + 1]);
+            eods += dt[i] == EOD;
+            docs += sg[t] == t;
+        }
+    }
+    printf("document masking: %ld rows, %ld documents, %ld end-of-document targets ignored, %ld "
+           "mismatches\n",
+           (long)NSEQ, docs, eods, bad);
+    CHECK(bad == 0 && eods > NSEQ && docs > 2 * NSEQ, "document starts and targets");
+    CHECK(sdp_data_set_docs(&d, 0) == 0, "masking off");
+    sdp_data_seek(&d, 0, 0);
+    bad = 0;
+    for (long r = 0; r < NSEQ; r++) {
+        sdp_data_next(&d, 1, ids, tg, sg);
+        for (int t = 0; t < T; t++)
+            bad += tg[t] != (int32_t)dt[r * T + t + 1] || sg[t] != 0;
+    }
+    CHECK(bad == 0, "masking off: %ld rows differ from the plain windows", bad);
+    sdp_data_close(&d);
+    sdp_shard_write(path, dt, COUNT, VOCAB, -1);
+    if (sdp_data_open(&d, path, T, 5, 0) == 0) {
+        CHECK(sdp_data_set_docs(&d, 1) == -EINVAL, "masking a shard without an EOD id");
+        sdp_data_close(&d);
+    }
 }
 
 int main(void)
@@ -274,6 +328,7 @@ int main(void)
         sdp_data_close(&d);
 
     test_masked(shortp);
+    test_docs(shortp);
 
 out:
     unlink(path);

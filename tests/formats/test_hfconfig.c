@@ -86,9 +86,12 @@ static int same_cfg(const struct sdp_model_cfg *a, const struct sdp_model_cfg *b
            a->rope_scaling_factor == b->rope_scaling_factor &&
            a->rope_low_freq_factor == b->rope_low_freq_factor &&
            a->rope_high_freq_factor == b->rope_high_freq_factor &&
-           a->rope_original_max_pos == b->rope_original_max_pos &&
-           a->bos_token_id == b->bos_token_id && a->eos_token_id == b->eos_token_id &&
-           a->initializer_range == b->initializer_range;
+           a->rope_original_max_pos == b->rope_original_max_pos && a->rope_type == b->rope_type &&
+           a->rope_beta_fast == b->rope_beta_fast && a->rope_beta_slow == b->rope_beta_slow &&
+           a->rope_attention_factor == b->rope_attention_factor &&
+           a->rope_mscale == b->rope_mscale && a->rope_mscale_all_dim == b->rope_mscale_all_dim &&
+           a->rope_no_truncate == b->rope_no_truncate && a->bos_token_id == b->bos_token_id &&
+           a->eos_token_id == b->eos_token_id && a->initializer_range == b->initializer_range;
 }
 
 /* Load a modified copy of a fixture: json edited by the caller, written to tmp, parsed. */
@@ -273,6 +276,63 @@ static void test_variants(void)
     printf("variants (eos list, rope_parameters, architectures only, class defaults): checked\n");
 }
 
+/* rope_scaling of one kind: read (the fields set), written back (the same keys), read again. */
+static void rope_round_trip(const char *label, json_t *rs, int type)
+{
+    json_error_t jerr;
+    struct sdp_model_cfg c, back;
+    json_t *j = json_load_file(fixture("qwen3-0.6b.config.json"), 0, &jerr), *w;
+    const char *out = sdp_test_path("rope.json");
+    int rc;
+    json_object_set(j, "rope_scaling", rs);
+    rc = load_json(j, &c);
+    CHECK(rc == 0 && c.rope_type == type && c.rope_scaling_factor == jnum(rs, "factor"),
+          "%s: rc %d type %d factor %g", label, rc, c.rope_type, c.rope_scaling_factor);
+    rc = rc ? rc : sdp_hfconfig_write(out, &c, "bfloat16");
+    rc = rc ? rc : sdp_hfconfig_load(out, &back);
+    CHECK(rc == 0 && same_cfg(&c, &back), "%s: written and read back: rc %d", label, rc);
+    w = json_load_file(out, 0, &jerr);
+    CHECK(w && json_equal(json_object_get(w, "rope_scaling"), rs), "%s: rope_scaling written",
+          label);
+    printf("rope_scaling %-8s read, written and read back: %s\n", label,
+           w && json_equal(json_object_get(w, "rope_scaling"), rs) ? "ok" : "FAIL");
+    json_decref(w);
+    json_decref(j);
+    json_decref(rs);
+}
+
+static void test_rope_kinds(void)
+{
+    struct sdp_model_cfg c;
+    json_t *j;
+    json_error_t jerr;
+    rope_round_trip("yarn",
+                    json_pack("{s:f,s:i,s:s}", "factor", 4.0, "original_max_position_embeddings",
+                              32768, "rope_type", "yarn"),
+                    SDP_ROPE_YARN);
+    rope_round_trip("yarn all",
+                    json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:s,s:b}", "attention_factor", 1.5,
+                              "beta_fast", 16.0, "beta_slow", 2.0, "factor", 8.0, "mscale", 1.0,
+                              "mscale_all_dim", 0.5, "original_max_position_embeddings", 4096,
+                              "rope_type", "yarn", "truncate", 0),
+                    SDP_ROPE_YARN);
+    rope_round_trip("linear", json_pack("{s:f,s:s}", "factor", 2.0, "rope_type", "linear"),
+                    SDP_ROPE_LINEAR);
+    rope_round_trip("dynamic", json_pack("{s:f,s:s}", "factor", 2.0, "rope_type", "dynamic"),
+                    SDP_ROPE_DYNAMIC);
+    /* yarn's optional keys read as given; without original_max_position_embeddings: 0 (the
+     * kernels take max_position_embeddings then, as transformers does) */
+    j = json_load_file(fixture("qwen3-0.6b.config.json"), 0, &jerr);
+    json_object_set_new(j, "rope_scaling",
+                        json_pack("{s:s,s:f,s:f,s:b}", "rope_type", "yarn", "factor", 2.0, "mscale",
+                                  0.707, "truncate", 0));
+    CHECK(load_json(j, &c) == 0 && c.rope_original_max_pos == 0 && c.rope_mscale == 0.707 &&
+              c.rope_no_truncate == 1 && c.rope_beta_fast == 0.0,
+          "yarn optional keys");
+    CHECK(sdp_model_max_seq(&c) > c.max_position_embeddings, "scaled model capped at its context");
+    json_decref(j);
+}
+
 static void test_bad(void)
 {
     struct sdp_model_cfg c;
@@ -282,11 +342,20 @@ static void test_bad(void)
     expect_bad("attention_bias true", q, "attention_bias", json_true());
     expect_bad("mlp_bias true", l, "mlp_bias", json_true());
     expect_bad("use_sliding_window true", q, "use_sliding_window", json_true());
-    expect_bad("rope type yarn", l, "rope_scaling",
-               json_pack("{s:s,s:f,s:i}", "rope_type", "yarn", "factor", 4.0,
+    expect_bad("rope type longrope", l, "rope_scaling",
+               json_pack("{s:s,s:f,s:i}", "rope_type", "longrope", "factor", 4.0,
                          "original_max_position_embeddings", 32768));
-    expect_bad("rope type dynamic (\"type\")", q, "rope_scaling",
-               json_pack("{s:s,s:f}", "type", "dynamic", "factor", 2.0));
+    expect_bad("rope type ntk (\"type\")", q, "rope_scaling",
+               json_pack("{s:s,s:f}", "type", "ntk", "factor", 2.0));
+    expect_bad(
+        "yarn rope without factor", q, "rope_scaling",
+        json_pack("{s:s,s:i}", "rope_type", "yarn", "original_max_position_embeddings", 32768));
+    expect_bad("yarn truncate \"no\"", q, "rope_scaling",
+               json_pack("{s:s,s:f,s:s}", "rope_type", "yarn", "factor", 4.0, "truncate", "no"));
+    expect_bad("linear rope factor 0", q, "rope_scaling",
+               json_pack("{s:s,s:f}", "rope_type", "linear", "factor", 0.0));
+    expect_bad("dynamic rope factor \"2\"", q, "rope_scaling",
+               json_pack("{s:s,s:s}", "rope_type", "dynamic", "factor", "2"));
     expect_bad("llama3 rope without factor", l, "rope_scaling",
                json_pack("{s:s,s:f,s:f,s:i}", "rope_type", "llama3", "low_freq_factor", 1.0,
                          "high_freq_factor", 4.0, "original_max_position_embeddings", 8192));
@@ -337,6 +406,7 @@ int main(void)
         return sdp_test_finish(1);
     test_fixtures();
     test_variants();
+    test_rope_kinds();
     test_bad();
 
     sdp_test_rm_tree(sdp_test_dir());

@@ -59,6 +59,36 @@ struct shape {
 /* Which implementation runs: the project's kernels, or (when built) cuDNN's fused graphs. */
 static int use_cudnn;
 
+/* document masking (the own kernels): each token's document start, on the host and on the device;
+ * NULL: causal over whole rows */
+static int32_t *seg_h, *seg_d;
+
+/* documents of 1 to 60 tokens drawn from rng over B rows of T */
+static void set_docs(struct sdp_rng *rng, int B, int T)
+{
+    seg_h = sdp_test_alloc((size_t)B * T * sizeof(*seg_h));
+    for (int b = 0; b < B; b++) {
+        int start = 0, left = 1 + (int)(sdp_rng_next(rng) % 60);
+        for (int t = 0; t < T; t++, left--) {
+            if (left == 0) {
+                start = t;
+                left = 1 + (int)(sdp_rng_next(rng) % 60);
+            }
+            seg_h[(size_t)b * T + t] = start;
+        }
+    }
+    CK(cudaMalloc((void **)&seg_d, (size_t)B * T * sizeof(*seg_d)));
+    CK(cudaMemcpy(seg_d, seg_h, (size_t)B * T * sizeof(*seg_d), cudaMemcpyHostToDevice));
+}
+
+static void clear_docs(void)
+{
+    free(seg_h);
+    CK(cudaFree(seg_d));
+    seg_h = NULL;
+    seg_d = NULL;
+}
+
 /* the workspace bytes of the backward (own) or of the larger of cuDNN's forward and backward; 0
  * with *ok = 0 when cuDNN has no engine for the shape */
 static size_t att_ws(int B, int T, int NH, int NKV, int HD, int *ok)
@@ -91,7 +121,7 @@ static void att_fwd(void *out, float *lse, const void *qkv, int B, int T, int NH
     }
 #endif
     (void)ws;
-    sdp_cuda_attention_fwd(out, lse, qkv, B, T, NH, NKV, HD, dt, 0);
+    sdp_cuda_attention_fwd(out, lse, qkv, seg_d, B, T, NH, NKV, HD, dt, 0);
 }
 
 static void att_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
@@ -106,7 +136,7 @@ static void att_bwd(void *dqkv, const void *dout, const void *qkv, const void *o
         return;
     }
 #endif
-    sdp_cuda_attention_bwd(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, dt, ws, 0);
+    sdp_cuda_attention_bwd(dqkv, dout, qkv, out, lse, seg_d, B, T, NH, NKV, HD, dt, ws, 0);
 }
 
 static int check_frob(const char *name, const float *x, const float *r, const float *mag, size_t n,
@@ -339,9 +369,10 @@ static int run_shape(struct sdp_rng *rng, const struct shape *s, int dt)
     CK(cudaMemcpy(lse, d_lse, nl * 4, cudaMemcpyDeviceToHost));
     from_dev(dqkv, d_dqkv, N * QKV, dt);
 
-    sdp_cpu_attention_fwd_ref(rout, rlse, qkv, s->B, s->T, s->NH, s->NKV, s->HD);
+    sdp_cpu_attention_fwd_ref(rout, rlse, qkv, seg_h, s->B, s->T, s->NH, s->NKV, s->HD);
     /* the backward reference gets the kernel's own out and lse: both backwards see equal inputs */
-    sdp_cpu_attention_bwd_ref(rdqkv, dout, qkv, out, lse, s->B, s->T, s->NH, s->NKV, s->HD);
+    sdp_cpu_attention_bwd_ref(rdqkv, dout, qkv, out, lse, seg_h, s->B, s->T, s->NH, s->NKV, s->HD);
+    /* the magnitudes over every earlier key: an upper bound of the masked ones */
     mag_ref(mout, md, qkv, dout, out, lse, s->B, s->T, s->NH, s->NKV, s->HD);
 
     const double trel = dt == SDP_CUDA_BF16 ? TOL_REL_BF16 : 0.0;
@@ -492,8 +523,8 @@ static int run_production(struct sdp_rng *rng, int B)
         memcpy(gl + (size_t)h * T, lse + ((size_t)b * NH + h0 + h) * T, (size_t)T * 4);
     memcpy(so, go, (size_t)T * sC * 4);
     memcpy(sl, gl, (size_t)G * T * 4);
-    sdp_cpu_attention_fwd_ref(ro, rl, sq, 1, T, G, 1, HD);
-    sdp_cpu_attention_bwd_ref(rd, sdo, sq, so, sl, 1, T, G, 1, HD);
+    sdp_cpu_attention_fwd_ref(ro, rl, sq, NULL, 1, T, G, 1, HD);
+    sdp_cpu_attention_bwd_ref(rd, sdo, sq, so, sl, NULL, 1, T, G, 1, HD);
     float *mo = sdp_test_alloc((size_t)T * sC * 4), *md = sdp_test_alloc((size_t)T * sQKV * 4);
     mag_ref(mo, md, sq, sdo, so, sl, 1, T, G, 1, HD);
     const double Sa = score_bound(sq, &(struct shape){ "", 1, T, G, 1, HD, 1.0f, 0 });
@@ -557,6 +588,18 @@ int main(void)
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
         for (int dt = SDP_CUDA_F32; dt <= SDP_CUDA_BF16; dt++)
             nfail += run_shape(&rng, &shapes[i], dt);
+
+    /* document masking, the own kernels: packed rows, documents across the key and query tiles */
+    static const struct shape docs[] = {
+        { "documents", 2, 200, 4, 2, 64, 1.0f, 0 },
+        { "documents HD128", 1, 257, 4, 2, 128, 1.0f, 0 },
+    };
+    for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+        set_docs(&rng, docs[i].B, docs[i].T);
+        for (int dt = SDP_CUDA_F32; dt <= SDP_CUDA_BF16; dt++)
+            nfail += run_shape(&rng, &docs[i], dt);
+        clear_docs();
+    }
 
     const char *pb = getenv("SDP_TEST_ATTN_B"); /* production batch; 0 skips it */
     const int B = pb ? atoi(pb) : 2;

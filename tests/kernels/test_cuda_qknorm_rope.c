@@ -20,6 +20,26 @@
 #include "tests/lib/sdp_test.h"
 #include "tests/lib/sdp_test_cuda.h"
 
+/* 1: the cases run with yarn's factor of cos and sin and positions restarting per document */
+static int yarn_docs;
+
+/* each token's document start in its row: documents of 1 to 50 tokens drawn from rng */
+static int32_t *doc_starts(struct sdp_rng *rng, int B, int T)
+{
+    int32_t *seg = sdp_test_alloc((size_t)B * T * sizeof(*seg));
+    for (int b = 0; b < B; b++) {
+        int start = 0, left = 1 + (int)(sdp_rng_next(rng) % 50);
+        for (int t = 0; t < T; t++, left--) {
+            if (left == 0) {
+                start = t;
+                left = 1 + (int)(sdp_rng_next(rng) % 50);
+            }
+            seg[(size_t)b * T + t] = start;
+        }
+    }
+    return seg;
+}
+
 static int run_case(int B, int T, int NH, int NKV, int HD, int norm, int dt, uint64_t seed)
 {
     struct sdp_rng rng = { seed };
@@ -39,8 +59,14 @@ static int run_case(int B, int T, int NH, int NKV, int HD, int norm, int dt, uin
     char name[128];
     int nfail = 0;
 
+    int32_t *seg = yarn_docs ? doc_starts(&rng, B, T) : NULL;
     memset(&inv, 0, sizeof(inv));
     sdp_cpu_rope_inv_freq(inv.f, HD, 1000000.0, 0.0, 0.0, 0.0, 0);
+    inv.scale = yarn_docs ? 1.0693147f : 1.0f; /* yarn's factor 2 */
+    if (seg) {
+        CK(cudaMalloc((void **)&inv.seg, (size_t)N * sizeof(*seg)));
+        CK(cudaMemcpy((void *)inv.seg, seg, (size_t)N * sizeof(*seg), cudaMemcpyHostToDevice));
+    }
     sdp_fill_normal(&rng, x, n, 1.0f);
     sdp_fill_normal(&rng, g, n, 1.0f);
     sdp_fill_uniform(&rng, qw, (size_t)HD, 0.5f, 1.5f);
@@ -69,8 +95,8 @@ static int run_case(int B, int T, int NH, int NKV, int HD, int norm, int dt, uin
     CK(cudaGetLastError());
     download(out, d_out, n, dt);
     CK(cudaMemcpy(rs, d_rs, nr * 4, cudaMemcpyDeviceToHost));
-    sdp_cpu_qknorm_rope_fwd_ref(outc, rsc, x, norm ? qw : NULL, norm ? kw : NULL, inv.f, N, T, NH,
-                                NKV, HD, eps);
+    sdp_cpu_qknorm_rope_fwd_ref(outc, rsc, x, norm ? qw : NULL, norm ? kw : NULL, inv.f, inv.scale,
+                                seg, N, T, NH, NKV, HD, eps);
 
     /* kappa of the forward: |a c| + |b s| of the rotation (a, b normed), |x| for v and odd tails;
      * of the backward: r |w| (|g_a c| + |g_b s|) + (|c_n| + r^3/HD sum |g' w x|) |x| (un-rotation,
@@ -90,8 +116,9 @@ static int run_case(int B, int T, int NH, int NKV, int HD, int norm, int dt, uin
             double *kfh = kf + row + (size_t)h * HD, *kbh = kb + row + (size_t)h * HD;
             double gp[512], dot = 0.0, gm[512];
             for (int i = 0; i < half; i++) {
-                const float ang = (float)(t % T) * inv.f[i];
-                const double c = (float)cos((double)ang), s = (float)sin((double)ang);
+                const float ang = (float)(t % T - (seg ? seg[t] : 0)) * inv.f[i];
+                const double c = (float)cos((double)ang) * inv.scale;
+                const double s = (float)sin((double)ang) * inv.scale;
                 const double wa = norm ? w[i] : 1.0, wb = norm ? w[i + half] : 1.0;
                 const double a = xh[i] * r * wa, b = xh[i + half] * r * wb;
                 kfh[i] = fabs(a * c) + fabs(b * s);
@@ -148,7 +175,7 @@ static int run_case(int B, int T, int NH, int NKV, int HD, int norm, int dt, uin
     CK(cudaMemcpy(dwg, d_dw, (size_t)2 * HD * 4, cudaMemcpyDeviceToHost));
     memcpy(dwc, dw0, (size_t)2 * HD * 4);
     sdp_cpu_qknorm_rope_bwd_ref(dxc, dwc, dwc + HD, g, x, norm ? qw : NULL, norm ? kw : NULL, rsc,
-                                inv.f, N, T, NH, NKV, HD);
+                                inv.f, inv.scale, seg, N, T, NH, NKV, HD);
     ref = to_double(dxc, n);
     snprintf(name, sizeof(name), "qkrope dqkv %s N=%d HD=%d%s", dt_name(dt), N, HD,
              norm ? " norm" : "");
@@ -172,6 +199,8 @@ static int run_case(int B, int T, int NH, int NKV, int HD, int norm, int dt, uin
     CK(cudaFree(ws));
     CK(cudaFree(d_rs));
     CK(cudaFree(d_dw));
+    CK(cudaFree((void *)inv.seg));
+    free(seg);
     free(x), free(g), free(qw), free(kw), free(out), free(outc), free(rs), free(rsc), free(dx);
     free(dxc), free(dw0), free(dwg), free(dwc), free(kf), free(kb), free(dwr), free(dwm);
     return nfail;
@@ -190,6 +219,7 @@ static void bench(int dt)
 
     memset(&inv, 0, sizeof(inv));
     sdp_cpu_rope_inv_freq(inv.f, HD, 1000000.0, 0.0, 0.0, 0.0, 0);
+    inv.scale = 1.0f;
     CK(cudaMalloc(&d_x, n * es));
     CK(cudaMalloc(&d_out, n * es));
     CK(cudaMalloc(&d_g, n * es));
@@ -257,6 +287,17 @@ int main(void)
         nfail += run_case(1, 8200, 5, 1, 64, 1, dt, 11);   /* a slot's pairs wrap past a token */
         nfail += run_case(1, 16500, 3, 1, 256, 1, dt, 12); /* > bwd_tc tokens: 1032 vector blocks */
     }
+    /* yarn's factor of cos and sin, and positions restarting per document: the scalar and the
+     * vector paths */
+    yarn_docs = 1;
+    printf("-- cos and sin times 1.0693147, positions restarting per document\n");
+    for (int dt = SDP_CUDA_F32; dt <= SDP_CUDA_BF16; dt++) {
+        nfail += run_case(2, 16, 4, 2, 16, 1, dt, 13);
+        nfail += run_case(1, 9, 3, 1, 17, 0, dt, 14);
+        nfail += run_case(2, 1024, 32, 8, 128, 1, dt, 15);
+        nfail += run_case(3, 700, 6, 3, 64, 0, dt, 16);
+    }
+    yarn_docs = 0;
     bench(SDP_CUDA_BF16);
     bench(SDP_CUDA_F32);
     return sdp_test_finish(nfail);

@@ -3,11 +3,13 @@
  * and the BLAS version, against an fp64 oracle with per-element error bounds derived below (the
  * BLAS version sums the same terms in another order, without the key-block rescales); T = 1,
  * NH/NKV = 1, 2, 4, T above the kernel's key and query blocks, large scores (exp range), q = k = 0
- * (uniform weights).  The oracle's backward is checked
- * against central finite differences of its forward. */
+ * (uniform weights); document masking (each query sees its own document's keys) on packed rows.
+ * The oracle's backward is checked against central finite differences of its forward, its masked
+ * form against its causal form run on every document alone. */
 #include "config.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +18,7 @@
 
 struct shape {
     int B, T, NH, NKV, HD;
+    const int32_t *seg; /* document starts (B*T) of document masking, or NULL */
 };
 
 /* Error model of the fp32 kernel, in units of u32 (first order; each bound below is multiplied by
@@ -59,7 +62,8 @@ static void oracle_run(struct oracle *o, const double *qkv, const double *dout, 
                 double *out = o->out + ((size_t)b * s.T + t) * C + h * HD;
                 double *kout = o->kout + ((size_t)b * s.T + t) * C + h * HD;
                 double m = -INFINITY, l = 0.0, Sa = 0.0;
-                for (int u = 0; u <= t; u++) {
+                const int lo = s.seg ? s.seg[(size_t)b * s.T + t] : 0; /* the document's keys */
+                for (int u = lo; u <= t; u++) {
                     const double *k = qkv + ((size_t)b * s.T + u) * QKV + ko;
                     double d = 0.0, a = 0.0;
                     for (int i = 0; i < HD; i++) {
@@ -70,12 +74,12 @@ static void oracle_run(struct oracle *o, const double *qkv, const double *dout, 
                     m = S[u] > m ? S[u] : m;
                     Sa = a * scale > Sa ? a * scale : Sa;
                 }
-                for (int u = 0; u <= t; u++)
+                for (int u = lo; u <= t; u++)
                     l += exp(S[u] - m);
                 const double lse = m + log(l);
                 for (int i = 0; i < HD; i++)
                     out[i] = kout[i] = 0.0;
-                for (int u = 0; u <= t; u++) {
+                for (int u = lo; u <= t; u++) {
                     const double *v = qkv + ((size_t)b * s.T + u) * QKV + vo;
                     S[u] = exp(S[u] - lse); /* now P */
                     for (int i = 0; i < HD; i++) {
@@ -97,7 +101,7 @@ static void oracle_run(struct oracle *o, const double *qkv, const double *dout, 
                     eD += fabs(dO[i]) * kout[i] + (HD + 1) * fabs(dO[i] * out[i]);
                 }
                 double *dq = o->dqkv + rt + h * HD, *kdq = o->kd + rt + h * HD;
-                for (int u = 0; u <= t; u++) {
+                for (int u = lo; u <= t; u++) {
                     const size_t ru = ((size_t)b * s.T + u) * QKV;
                     const double *k = qkv + ru + ko, *v = qkv + ru + vo;
                     double *dk = o->dqkv + ru + ko, *dv = o->dqkv + ru + vo;
@@ -145,7 +149,7 @@ static void oracle_free(struct oracle *o)
 
 static int check_oracle_fd(void)
 {
-    const struct shape s = { 2, 4, 2, 1, 4 };
+    const struct shape s = { 2, 4, 2, 1, 4, NULL };
     enum { NQKV = 2 * 4 * 16, NOUT = 2 * 4 * 8 };
     struct sdp_rng rng = { 17 };
     double qkv[NQKV], dout[NOUT], an[NQKV], worst = 0.0;
@@ -204,23 +208,23 @@ static int run_case(struct sdp_rng *rng, struct shape s, float qk_amp, const cha
     oracle_alloc(&o, s);
     oracle_run(&o, qkvd, doutd, s, 1);
 
-    sdp_cpu_attention_fwd_ref(out, lse, qkv, s.B, s.T, s.NH, s.NKV, s.HD);
+    sdp_cpu_attention_fwd_ref(out, lse, qkv, s.seg, s.B, s.T, s.NH, s.NKV, s.HD);
     nfail += sdp_check("attention_fwd out", out, o.out, o.kout, nout, SDP_SAFETY * SDP_U32, 0.0);
     nfail += sdp_check("attention_fwd lse", lse, o.lse, o.klse, nlse, SDP_SAFETY * SDP_U32, 0.0);
     memset(dqkv, 0x7f, nqkv * 4); /* garbage: every element must be written */
-    sdp_cpu_attention_bwd_ref(dqkv, dout, qkv, out, lse, s.B, s.T, s.NH, s.NKV, s.HD);
+    sdp_cpu_attention_bwd_ref(dqkv, dout, qkv, out, lse, s.seg, s.B, s.T, s.NH, s.NKV, s.HD);
     nfail += sdp_check("attention_bwd dqkv", dqkv, o.dqkv, o.kd, nqkv, SDP_SAFETY * SDP_U32, 0.0);
     /* the BLAS version, its backward on its own forward, against the same oracle and bounds */
     float *ws = sdp_test_alloc(sdp_cpu_attention_ws_floats(s.T) * 4);
     memset(out, 0x7f, nout * 4);
     memset(lse, 0x7f, nlse * 4);
-    sdp_cpu_attention_fwd(out, lse, qkv, s.B, s.T, s.NH, s.NKV, s.HD, ws);
+    sdp_cpu_attention_fwd(out, lse, qkv, s.seg, s.B, s.T, s.NH, s.NKV, s.HD, ws);
     nfail +=
         sdp_check("attention_fwd (BLAS) out", out, o.out, o.kout, nout, SDP_SAFETY * SDP_U32, 0.0);
     nfail +=
         sdp_check("attention_fwd (BLAS) lse", lse, o.lse, o.klse, nlse, SDP_SAFETY * SDP_U32, 0.0);
     memset(dqkv, 0x7f, nqkv * 4);
-    sdp_cpu_attention_bwd(dqkv, dout, qkv, out, lse, s.B, s.T, s.NH, s.NKV, s.HD, ws);
+    sdp_cpu_attention_bwd(dqkv, dout, qkv, out, lse, s.seg, s.B, s.T, s.NH, s.NKV, s.HD, ws);
     nfail +=
         sdp_check("attention_bwd (BLAS) dqkv", dqkv, o.dqkv, o.kd, nqkv, SDP_SAFETY * SDP_U32, 0.0);
     free(ws);
@@ -229,18 +233,89 @@ static int run_case(struct sdp_rng *rng, struct shape s, float qk_amp, const cha
     return nfail;
 }
 
+/* Document starts of B rows of T tokens: documents of 1 to maxlen tokens drawn from rng, the
+ * first row's first document 1 token long; a row's first token starts a document. */
+static int32_t *make_segs(struct sdp_rng *rng, int B, int T, int maxlen)
+{
+    int32_t *seg = sdp_test_alloc((size_t)B * T * sizeof(*seg));
+    for (int b = 0; b < B; b++) {
+        int start = 0, left = b == 0 ? 1 : 1 + (int)(sdp_rng_next(rng) % (uint64_t)maxlen);
+        for (int t = 0; t < T; t++, left--) {
+            if (left == 0) {
+                start = t;
+                left = 1 + (int)(sdp_rng_next(rng) % (uint64_t)maxlen);
+            }
+            seg[(size_t)b * T + t] = start;
+        }
+    }
+    return seg;
+}
+
+/* The masked oracle on packed rows against the causal oracle run on every document alone (the
+ * attention has no positions: a document's rows are the same computation): equal to the last bit,
+ * out, lse and the gradients (a document's dk, dv collect only its own queries). */
+static int check_oracle_docs(void)
+{
+    const int B = 2, T = 40, NH = 4, NKV = 2, HD = 8, QKV = (NH + 2 * NKV) * HD, C = NH * HD;
+    struct sdp_rng rng = { 29 };
+    int32_t *seg = make_segs(&rng, B, T, 11);
+    double *qkv = sdp_test_alloc((size_t)B * T * QKV * 8),
+           *dout = sdp_test_alloc((size_t)B * T * C * 8);
+    struct shape s = { B, T, NH, NKV, HD, seg };
+    struct oracle o, d;
+    int bad = 0, ndocs = 0;
+    for (int i = 0; i < B * T * QKV; i++)
+        qkv[i] = sdp_rng_normal(&rng, 1.0f);
+    for (int i = 0; i < B * T * C; i++)
+        dout[i] = sdp_rng_normal(&rng, 1.0f);
+    oracle_alloc(&o, s);
+    oracle_run(&o, qkv, dout, s, 0);
+    for (int b = 0; b < B; b++)
+        for (int t0 = 0; t0 < T;) {
+            int t1 = t0 + 1;
+            while (t1 < T && seg[(size_t)b * T + t1] == t0)
+                t1++;
+            const struct shape sd = { 1, t1 - t0, NH, NKV, HD, NULL };
+            const size_t r0 = (size_t)b * T + t0;
+            oracle_alloc(&d, sd);
+            oracle_run(&d, qkv + r0 * QKV, dout + r0 * C, sd, 0);
+            bad |= memcmp(d.out, o.out + r0 * C, (size_t)sd.T * C * 8) != 0;
+            bad |= memcmp(d.dqkv, o.dqkv + r0 * QKV, (size_t)sd.T * QKV * 8) != 0;
+            for (int h = 0; h < NH; h++)
+                bad |= memcmp(d.lse + (size_t)h * sd.T, o.lse + ((size_t)b * NH + h) * T + t0,
+                              (size_t)sd.T * 8) != 0;
+            oracle_free(&d);
+            ndocs++;
+            t0 = t1;
+        }
+    printf("masked oracle = causal oracle per document (%d documents in %d rows): %s\n", ndocs, B,
+           bad ? "BAD" : "ok");
+    oracle_free(&o);
+    free(seg), free(qkv), free(dout);
+    return bad || ndocs < 6;
+}
+
 int main(void)
 {
     struct sdp_rng rng = { 23 };
     int nfail = 0;
 
     nfail += check_oracle_fd();
-    nfail += run_case(&rng, (struct shape){ 1, 1, 2, 1, 8 }, 1.0f, "T=1");
-    nfail += run_case(&rng, (struct shape){ 2, 7, 4, 4, 8 }, 1.0f, "MHA");
-    nfail += run_case(&rng, (struct shape){ 2, 9, 4, 2, 16 }, 1.0f, "GQA 2");
-    nfail += run_case(&rng, (struct shape){ 1, 300, 4, 1, 16 }, 1.0f, "GQA 4, 3 key blocks");
-    nfail += run_case(&rng, (struct shape){ 2, 33, 2, 1, 16 }, 3.0f, "large scores");
-    nfail += run_case(&rng, (struct shape){ 1, 50, 2, 2, 8 }, 0.0f, "q = k = 0");
-    nfail += run_case(&rng, (struct shape){ 1, 1024, 2, 1, 32 }, 0.5f, "T=1024");
+    nfail += run_case(&rng, (struct shape){ 1, 1, 2, 1, 8, NULL }, 1.0f, "T=1");
+    nfail += run_case(&rng, (struct shape){ 2, 7, 4, 4, 8, NULL }, 1.0f, "MHA");
+    nfail += run_case(&rng, (struct shape){ 2, 9, 4, 2, 16, NULL }, 1.0f, "GQA 2");
+    nfail += run_case(&rng, (struct shape){ 1, 300, 4, 1, 16, NULL }, 1.0f, "GQA 4, 3 key blocks");
+    nfail += run_case(&rng, (struct shape){ 2, 33, 2, 1, 16, NULL }, 3.0f, "large scores");
+    nfail += run_case(&rng, (struct shape){ 1, 50, 2, 2, 8, NULL }, 0.0f, "q = k = 0");
+    nfail += run_case(&rng, (struct shape){ 1, 1024, 2, 1, 32, NULL }, 0.5f, "T=1024");
+    /* document masking: short documents, and long ones across the kernels' key (128) and query
+     * (64) blocks */
+    nfail += check_oracle_docs();
+    int32_t *seg = make_segs(&rng, 2, 37, 9);
+    nfail += run_case(&rng, (struct shape){ 2, 37, 4, 2, 16, seg }, 1.0f, "documents, GQA 2");
+    free(seg);
+    seg = make_segs(&rng, 2, 300, 150);
+    nfail += run_case(&rng, (struct shape){ 2, 300, 4, 1, 16, seg }, 3.0f, "documents, blocks");
+    free(seg);
     return sdp_test_finish(nfail);
 }

@@ -1,19 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /* Checks the per-head q/k RMSNorm + rotary embedding forward and backward (with norms as in Qwen3,
  * without as in Llama; GQA with NH/NKV = 1, 2, 4) against an fp64 oracle, the oracle's backward
- * against finite differences, and sdp_cpu_rope_inv_freq (default and Llama-3 scaling) against the
- * formula evaluated here in double. */
+ * against finite differences, sdp_cpu_rope_inv_freq (default and Llama-3 scaling) against the
+ * formula evaluated here in double, and sdp_cpu_rope_freqs (yarn, linear, dynamic) against values
+ * printed by transformers. */
 #include "config.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "codelets/cpu/rope.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #include "tests/lib/sdp_test.h"
 
 struct shape {
     int N, T, NH, NKV, HD;
+    float scale; /* the factor of cos and sin (yarn's attention factor) */
 };
 
 /* The angle is specified as the fp32 product pos * inv_freq (Hugging Face computes it in fp32), so
@@ -48,7 +51,8 @@ static void oracle_fwd(double *out, double *mag, const double *x, const double *
                 continue;
             }
             for (int i = 0; i < half; i++) {
-                const double a = angle(n % s.T, inv_freq[i]), c = cos(a), sn = sin(a);
+                const double a = angle(n % s.T, inv_freq[i]);
+                const double c = s.scale * cos(a), sn = s.scale * sin(a);
                 o[i] = y[i] * c - y[i + half] * sn;
                 o[i + half] = y[i + half] * c + y[i] * sn;
                 if (mg) {
@@ -83,7 +87,8 @@ static void oracle_bwd(double *dx, double *dxmag, double *dqw, double *dkw, doub
                 continue;
             }
             for (int i = 0; i < half; i++) {
-                const double a = angle(n % s.T, inv_freq[i]), c = cos(a), sn = sin(a);
+                const double a = angle(n % s.T, inv_freq[i]);
+                const double c = s.scale * cos(a), sn = s.scale * sin(a);
                 dy[i] = gh[i] * c + gh[i + half] * sn;
                 dy[i + half] = gh[i + half] * c - gh[i] * sn;
                 my[i] = fabs(gh[i] * c) + fabs(gh[i + half] * sn);
@@ -118,7 +123,7 @@ static void oracle_bwd(double *dx, double *dxmag, double *dqw, double *dkw, doub
 
 static int check_oracle_fd(void)
 {
-    const struct shape s = { 3, 2, 2, 1, 4 };
+    const struct shape s = { 3, 2, 2, 1, 4, 1.25f };
     enum { QKV = 16, NT = 3 * 16 };
     struct sdp_rng rng = { 5 };
     double x[NT], g[NT], y[NT], dx[NT], qw[4], kw[4], dqw[4], dkw[4], m1[4], m2[4], worst = 0.0;
@@ -189,13 +194,14 @@ static int run_case(struct sdp_rng *rng, struct shape s, int with_norm)
     }
     const float *qwp = with_norm ? qw : NULL, *kwp = with_norm ? kw : NULL;
     const double *qwdp = with_norm ? qwd : NULL, *kwdp = with_norm ? kwd : NULL;
-    printf("-- N=%d T=%d NH=%d NKV=%d HD=%d %s\n", s.N, s.T, s.NH, s.NKV, s.HD,
+    printf("-- N=%d T=%d NH=%d NKV=%d HD=%d scale %g %s\n", s.N, s.T, s.NH, s.NKV, s.HD, s.scale,
            with_norm ? "with q/k norm" : "no norm");
 
     /* forward: normalized values carry ~4 roundings, the rotation 3 more plus the cos/sin rounding,
      * relative to |a c| + |b s|: SDP_RTOL_ELEM on that magnitude. */
     oracle_fwd(ref, mag, xd, qwdp, kwdp, inv_freq, s, eps);
-    sdp_cpu_qknorm_rope_fwd_ref(out, rstd, x, qwp, kwp, inv_freq, s.N, s.T, s.NH, s.NKV, s.HD, eps);
+    sdp_cpu_qknorm_rope_fwd_ref(out, rstd, x, qwp, kwp, inv_freq, s.scale, NULL, s.N, s.T, s.NH,
+                                s.NKV, s.HD, eps);
     snprintf(name, sizeof(name), "qknorm_rope_fwd (%s)", with_norm ? "norm" : "no norm");
     nfail += sdp_check(name, out, ref, mag, n, SDP_RTOL_ELEM, 0.0);
 
@@ -204,8 +210,8 @@ static int run_case(struct sdp_rng *rng, struct shape s, int with_norm)
     oracle_bwd(ref, mag, r1, r2, m1, m2, gd, xd, qwdp, kwdp, inv_freq, s, eps);
     memcpy(dqw, dqw0, sizeof(dqw));
     memcpy(dkw, dkw0, sizeof(dkw));
-    sdp_cpu_qknorm_rope_bwd_ref(dx, dqw, dkw, g, x, qwp, kwp, rstd, inv_freq, s.N, s.T, s.NH, s.NKV,
-                                s.HD);
+    sdp_cpu_qknorm_rope_bwd_ref(dx, dqw, dkw, g, x, qwp, kwp, rstd, inv_freq, s.scale, NULL, s.N,
+                                s.T, s.NH, s.NKV, s.HD);
     snprintf(name, sizeof(name), "qknorm_rope_bwd dqkv (%s)", with_norm ? "norm" : "no norm");
     nfail += sdp_check(name, dx, ref, mag, n, SDP_RTOL_ELEM, 0.0);
     if (with_norm) {
@@ -259,6 +265,98 @@ static int check_inv_freq(void)
     return nfail;
 }
 
+/* One rope kind against transformers 5.25's ROPE_INIT_FUNCTIONS (HD 128) at ten indices.
+ * transformers computes in fp32: pow, a division, a product and the yarn blend (two products and
+ * a sum) round up to ~8 times at u32 each; ours rounds a double result once.  Bound 2 x 8 u32
+ * relative (SDP_RTOL_ELEM); the attention factor is a double in both, rounded once here. */
+static int check_kind(const char *name, const struct sdp_rope_params *p, int seq_len,
+                      const double want[10], double want_scale)
+{
+    static const int at[10] = { 0, 8, 16, 20, 24, 28, 32, 40, 48, 63 };
+    float got[64], sel[10];
+    const float scale = sdp_cpu_rope_freqs(got, p, 128, seq_len);
+    int nfail;
+    for (int i = 0; i < 10; i++)
+        sel[i] = got[at[i]];
+    nfail = sdp_check(name, sel, want, NULL, 10, SDP_RTOL_ELEM, 0.0);
+    if (scale != (float)want_scale) {
+        printf("%s: attention scaling %.9g, transformers %.9g  BAD\n", name, scale, want_scale);
+        nfail++;
+    }
+    return nfail;
+}
+
+static int check_rope_kinds(void)
+{
+    /* Qwen3's recipe: yarn factor 4 from 32768 tokens; then every optional yarn key given */
+    static const double yarn[10] = { 1.0,
+                                     0.17782793939113617,
+                                     0.03162277862429619,
+                                     0.01333521492779255,
+                                     0.005375321488827467,
+                                     0.0018482765881344676,
+                                     0.0006029411451891065,
+                                     4.4456985051510856e-05,
+                                     7.905693564680405e-06,
+                                     3.102344408034696e-07 };
+    static const double yarn2[10] = { 1.0,
+                                      0.3162277638912201,
+                                      0.10000000149011612,
+                                      0.05623412877321243,
+                                      0.03162277862429619,
+                                      0.015371676534414291,
+                                      0.006221889052540064,
+                                      0.00043557558092288673,
+                                      0.0001250000059371814,
+                                      1.4434774129767902e-05 };
+    static const double linear[10] = { 0.4000000059604645,     0.07113117724657059,
+                                       0.012649111449718475,   0.005334085784852505,
+                                       0.002249365206807852,   0.0009485495393164456,
+                                       0.0004000000189989805,  7.113117317203432e-05,
+                                       1.2649109521589708e-05, 4.963750939168676e-07 };
+    static const double dynamic[10] = { 1.0,
+                                        0.16088581085205078,
+                                        0.025884246453642845,
+                                        0.010382319800555706,
+                                        0.004164407961070538,
+                                        0.0016703677829355001,
+                                        0.0006699941586703062,
+                                        0.0001077925626304932,
+                                        1.734229408612009e-05,
+                                        5.640625886371708e-07 };
+    struct sdp_rope_params y = { .kind = SDP_ROPE_KIND_YARN,
+                                 .theta = 1e6,
+                                 .factor = 4.0,
+                                 .original_max_pos = 32768,
+                                 .max_pos = 131072 };
+    struct sdp_rope_params y2 = { .kind = SDP_ROPE_KIND_YARN,
+                                  .theta = 1e4,
+                                  .factor = 8.0,
+                                  .original_max_pos = 4096,
+                                  .max_pos = 32768,
+                                  .beta_fast = 16,
+                                  .beta_slow = 2,
+                                  .mscale = 1.0,
+                                  .mscale_all_dim = 0.5,
+                                  .no_truncate = 1 };
+    struct sdp_rope_params l = { .kind = SDP_ROPE_KIND_LINEAR, .theta = 1e6, .factor = 2.5 };
+    struct sdp_rope_params d = {
+        .kind = SDP_ROPE_KIND_DYNAMIC, .theta = 1e6, .factor = 2.0, .max_pos = 40960
+    };
+    float base[64], got[64];
+    int nfail = 0;
+
+    nfail += check_kind("rope yarn", &y, 1024, yarn, 1.138629436111989);
+    nfail += check_kind("rope yarn (all keys)", &y2, 1024, yarn2, 1.094179988101349);
+    nfail += check_kind("rope linear", &l, 1024, linear, 1.0);
+    nfail += check_kind("rope dynamic at 65536", &d, 65536, dynamic, 1.0);
+    /* dynamic within max_position_embeddings: the default frequencies, bit for bit */
+    sdp_cpu_rope_inv_freq(base, 128, 1e6, 0, 0, 0, 0);
+    sdp_cpu_rope_freqs(got, &d, 128, 40960);
+    nfail += sdp_check_bits("rope dynamic at 40960 = default", got, base, 64);
+    return nfail;
+}
+
 int main(void)
 {
     struct sdp_rng rng = { 13 };
@@ -266,10 +364,13 @@ int main(void)
 
     nfail += check_oracle_fd();
     nfail += check_inv_freq();
-    nfail += run_case(&rng, (struct shape){ 12, 6, 4, 4, 16 }, 1);
-    nfail += run_case(&rng, (struct shape){ 12, 6, 4, 2, 16 }, 0);
-    nfail += run_case(&rng, (struct shape){ 2048, 1024, 8, 2, 64 }, 1);
-    nfail += run_case(&rng, (struct shape){ 40, 40, 4, 1, 128 }, 0);
-    nfail += run_case(&rng, (struct shape){ 1, 1, 2, 1, 8 }, 1);
+    nfail += check_rope_kinds();
+    nfail += run_case(&rng, (struct shape){ 12, 6, 4, 4, 16, 1.0f }, 1);
+    nfail += run_case(&rng, (struct shape){ 12, 6, 4, 2, 16, 1.0f }, 0);
+    nfail += run_case(&rng, (struct shape){ 2048, 1024, 8, 2, 64, 1.0f }, 1);
+    nfail += run_case(&rng, (struct shape){ 40, 40, 4, 1, 128, 1.0f }, 0);
+    nfail += run_case(&rng, (struct shape){ 1, 1, 2, 1, 8, 1.0f }, 1);
+    nfail += run_case(&rng, (struct shape){ 24, 12, 4, 2, 16, 1.1386294f }, 1); /* yarn factor 4 */
+    nfail += run_case(&rng, (struct shape){ 24, 12, 4, 2, 16, 1.0693147f }, 0); /* yarn factor 2 */
     return sdp_test_finish(nfail);
 }

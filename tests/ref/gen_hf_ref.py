@@ -3,7 +3,8 @@
 """Generate Hugging Face reference data for the forward/backward/AdamW parity tests.
 
 For each tiny model ("qwen3-tiny": Qwen3, tied embeddings; "llama-tiny": Llama with
-llama3 RoPE scaling, untied head) this writes into <out>/<name>/:
+llama3 RoPE scaling, untied head; "qwen3-yarn" and "qwen3-linear": qwen3-tiny with YaRN and
+linear RoPE scaling, at twice the original context) this writes into <out>/<name>/:
   config.json, model.safetensors   the initial weights (transformers save_pretrained)
   ref.safetensors                  ids, targets, logits, loss, grad.<param>, losses,
                                    grad_norm, hyperparameters in the metadata
@@ -37,11 +38,36 @@ COMMON = dict(vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
 
+# Twice the original context (32 positions, sequences of 64): YaRN keeps index 0's frequency,
+# blends index 1 and divides the rest by the factor, and scales cos/sin by 0.1 ln 2 + 1.
+YARN_ROPE = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32}
+LINEAR_ROPE = {"rope_type": "linear", "factor": 2.0}
+
 MODELS = {
     "qwen3-tiny": (Qwen3Config, Qwen3ForCausalLM, dict(tie_word_embeddings=True)),
     "llama-tiny": (LlamaConfig, LlamaForCausalLM,
                    dict(tie_word_embeddings=False, rope_scaling=LLAMA3_ROPE)),
+    "qwen3-yarn": (Qwen3Config, Qwen3ForCausalLM,
+                   dict(tie_word_embeddings=True, max_position_embeddings=64,
+                        rope_scaling=YARN_ROPE)),
+    "qwen3-linear": (Qwen3Config, Qwen3ForCausalLM,
+                     dict(tie_word_embeddings=True, max_position_embeddings=32,
+                          rope_scaling=LINEAR_ROPE)),
 }
+# Packed rows of documents (qwen3-tiny's model): transformers runs every document alone, with the
+# row's positions ("row") or positions restarting at 0 ("restart").
+MODELS["qwen3-docs"] = MODELS["qwen3-tiny"]
+MODELS["qwen3-docs-pos"] = MODELS["qwen3-tiny"]
+DOCS = {"qwen3-docs": "row", "qwen3-docs-pos": "restart"}
+EOD = 1  # the end-of-document id of the packed rows
+# A step at length: one sequence of 8192 tokens, two AdamW steps (sdpa: eager attention would hold
+# (8192, 8192) probabilities per head); no logits kept (16 MiB).
+MODELS["qwen3-8k"] = (Qwen3Config, Qwen3ForCausalLM,
+                      dict(tie_word_embeddings=True, max_position_embeddings=8192,
+                           attn_implementation="sdpa"))
+LONG = {"qwen3-8k": {"B": 1, "steps": 2}}
+SEQ = {"qwen3-yarn": 64, "qwen3-linear": 64, "qwen3-docs": 32, "qwen3-docs-pos": 32,
+       "qwen3-8k": 8192}
 
 
 def log(msg):
@@ -63,6 +89,9 @@ def check_rope(name, model, cfg):
     got = model.model.rotary_emb.inv_freq.double()
     log("  %s inv_freq unscaled: %s" % (name, " ".join("%.6g" % v for v in base.tolist())))
     log("  %s inv_freq model   : %s" % (name, " ".join("%.6g" % v for v in got.tolist())))
+    if name in ("qwen3-yarn", "qwen3-linear"):
+        check_rope_scaled(name, model, cfg, base, got)
+        return
     if name != "llama-tiny":
         if not torch.allclose(got, base, rtol=1e-6, atol=0):
             raise SystemExit("%s: unexpected RoPE scaling" % name)
@@ -94,6 +123,36 @@ def check_rope(name, model, cfg):
         raise SystemExit("%s: RoPE scaling does not exercise all three regimes" % name)
 
 
+def check_rope_scaled(name, model, cfg, base, got):
+    """YaRN (the paper's ramp, written out here in double) or linear scaling, and the attention
+    scaling of cos/sin, against the model's rotary embedding."""
+    hd = cfg.head_dim
+    if name == "qwen3-linear":
+        want, scale = base / LINEAR_ROPE["factor"], 1.0
+    else:
+        r = YARN_ROPE
+        omp, theta = r["original_max_position_embeddings"], COMMON["rope_theta"]
+
+        def dim_of(rot):  # the dimension that turns rot times over the original context
+            return hd * math.log(omp / (rot * 2 * math.pi)) / (2 * math.log(theta))
+        lo, hi = max(math.floor(dim_of(32)), 0), min(math.ceil(dim_of(1)), hd - 1)
+        want, kinds = [], []
+        for i, f in enumerate(base.tolist()):
+            keep = 1 - min(max((i - lo) / (hi - lo), 0.0), 1.0)
+            want.append(f / r["factor"] * (1 - keep) + f * keep)
+            kinds.append("kept" if keep == 1 else "/factor" if keep == 0 else "blended")
+        log("  %s yarn regimes     : %s" % (name, " ".join(kinds)))
+        if len(set(kinds)) != 3:
+            raise SystemExit("%s: YaRN does not exercise all three regimes" % name)
+        want, scale = torch.tensor(want, dtype=torch.float64), 0.1 * math.log(r["factor"]) + 1
+    if not torch.allclose(got, want, rtol=1e-6, atol=0):
+        raise SystemExit("%s: inv_freq differs from the %s formula" % (name, name[6:]))
+    att = model.model.rotary_emb.attention_scaling
+    log("  %s attention scaling: %.9g" % (name, att))
+    if abs(att - scale) > 1e-12:
+        raise SystemExit("%s: attention scaling %g, expected %g" % (name, att, scale))
+
+
 def build(name):
     cfg = make_config(name)
     _, model_cls, _ = MODELS[name]
@@ -109,14 +168,58 @@ def build(name):
     return cfg, model
 
 
-def make_batch(cfg):
+def make_batch(cfg, T, nb=B):
     gen = torch.Generator().manual_seed(SEED + 2)
-    ids = torch.randint(0, cfg.vocab_size, (B, T), generator=gen, dtype=torch.int64)
+    ids = torch.randint(0, cfg.vocab_size, (nb, T), generator=gen, dtype=torch.int64)
     labels = ids.clone()
-    labels[IGNORED_POS] = IGNORE
-    targets = torch.full((B, T), IGNORE, dtype=torch.int64)
+    labels[IGNORED_POS if nb > 1 else (0, IGNORED_POS[1])] = IGNORE
+    targets = torch.full((nb, T), IGNORE, dtype=torch.int64)
     targets[:, :T - 1] = labels[:, 1:]
     return ids, labels, targets
+
+
+def make_docs_batch(cfg, T):
+    """B rows of T+1 tokens cut from a stream of documents, each ended by EOD (lengths 1 to 12):
+    ids, targets (the next token; -100 for an EOD, whose next token is another document's, as the
+    flattening collator does) and each token's document start in its row."""
+    gen = torch.Generator().manual_seed(SEED + 3)
+    stream = torch.randint(2, cfg.vocab_size, (B * T + 1,), generator=gen, dtype=torch.int64)
+    at = 0
+    while True:
+        at += int(torch.randint(1, 13, (1,), generator=gen))
+        if at >= B * T + 1:
+            break
+        stream[at - 1] = EOD
+    stream[0] = EOD  # a one-token document first
+    ids = torch.stack([stream[b * T:b * T + T] for b in range(B)])
+    nxt = torch.stack([stream[b * T + 1:b * T + T + 1] for b in range(B)])
+    targets = torch.where(ids == EOD, torch.full_like(nxt, IGNORE), nxt)
+    segs = torch.zeros((B, T), dtype=torch.int64)
+    for b in range(B):
+        start = 0
+        for t in range(T):
+            segs[b, t] = start
+            if ids[b, t] == EOD:
+                start = t + 1
+    return ids, targets, segs
+
+
+def docs_loss(model, ids, targets, segs, restart):
+    """Mean cross-entropy over the valid targets, every document of every row run alone."""
+    total, docs = 0.0, 0
+    for b in range(ids.shape[0]):
+        t0 = 0
+        while t0 < ids.shape[1]:
+            t1 = t0 + 1
+            while t1 < ids.shape[1] and segs[b, t1] == t0:
+                t1 += 1
+            pos = torch.arange(0, t1 - t0) if restart else torch.arange(t0, t1)
+            logits = model(input_ids=ids[b:b + 1, t0:t1], position_ids=pos[None]).logits
+            total = total + torch.nn.functional.cross_entropy(
+                logits[0].float(), targets[b, t0:t1], ignore_index=IGNORE, reduction="sum")
+            docs += 1
+            t0 = t1
+    return total / (targets != IGNORE).sum(), docs
 
 
 def save_model(model, outdir):
@@ -138,7 +241,12 @@ def generate(name, outroot):
     cfg, model = build(name)
     check_rope(name, model, cfg)
     save_model(model, outdir)
-    ids, labels, targets = make_batch(cfg)
+    seq, nb = SEQ.get(name, T), LONG.get(name, {}).get("B", B)
+    steps = LONG.get(name, {}).get("steps", HP["steps"])
+    if name in DOCS:
+        ids, targets, segs = make_docs_batch(cfg, seq)
+    else:
+        ids, labels, targets = make_batch(cfg, seq, nb)
 
     params = [(n, p) for n, p in model.named_parameters()]  # tied params appear once
     decay = [p for n, p in params if p.ndim >= 2]
@@ -149,40 +257,56 @@ def generate(name, outroot):
                             foreach=False)
     model.train()
     out = {"ids": ids.to(torch.int32), "targets": targets.to(torch.int32)}
+    if name in DOCS:
+        out["segs"] = segs.to(torch.int32)
     losses, norms = [], []
-    for step in range(HP["steps"]):
+    for step in range(steps):
         opt.zero_grad(set_to_none=True)
-        res = model(input_ids=ids, labels=labels)
-        res.loss.backward()
+        if name in DOCS:
+            loss, ndocs = docs_loss(model, ids, targets, segs, DOCS[name] == "restart")
+        else:
+            res = model(input_ids=ids, labels=labels)
+            loss = res.loss
+        loss.backward()
         if step == 0:
-            out["logits"] = res.logits.detach().float().clone()
-            out["loss"] = res.loss.detach().float().reshape(1).clone()
+            if name not in DOCS:  # the runtime's logits are of whole rows
+                logits0 = res.logits.detach().float().clone()
+            if name not in DOCS and name not in LONG:
+                out["logits"] = logits0
+            out["loss"] = loss.detach().float().reshape(1).clone()
             for n, p in params:
                 out["grad." + n] = p.grad.detach().float().clone()  # before clipping
         norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], HP["max_grad_norm"])
-        losses.append(res.loss.item())
+        losses.append(loss.item())
         norms.append(float(norm))
         opt.step()
     out["losses"] = torch.tensor(losses, dtype=torch.float32)
     out["grad_norm"] = torch.tensor(norms, dtype=torch.float32)
 
-    # Independent check of the shifted targets: mean CE over valid targets.
-    lp = torch.log_softmax(out["logits"].double(), dim=-1)
     valid = targets != IGNORE
-    ce = -lp[valid, targets[valid]].mean()
-    if abs(ce.item() - out["loss"].item()) > 1e-5 * abs(ce.item()):
-        raise SystemExit("%s: loss %.8g != CE over shifted targets %.8g"
-                         % (name, out["loss"].item(), ce.item()))
+    if name in DOCS:
+        log("  %s: %d documents in %d rows, positions %s" % (name, ndocs, B, DOCS[name]))
+        if ndocs < 4 * B:
+            raise SystemExit("%s: too few documents" % name)
+    else:  # independent check of the shifted targets: mean CE over valid targets
+        lp = torch.log_softmax(logits0.double(), dim=-1)
+        ce = -lp[valid, targets[valid]].mean()
+        if abs(ce.item() - out["loss"].item()) > 1e-5 * abs(ce.item()):
+            raise SystemExit("%s: loss %.8g != CE over shifted targets %.8g"
+                             % (name, out["loss"].item(), ce.item()))
 
     meta = {k: repr(v) if isinstance(v, float) else str(v) for k, v in HP.items()}
-    meta.update({"model": name, "seed": str(SEED), "B": str(B), "T": str(T),
+    if name in DOCS:
+        meta.update({"positions": DOCS[name], "eod": str(EOD)})
+    meta["steps"] = str(steps)
+    meta.update({"model": name, "seed": str(SEED), "B": str(nb), "T": str(seq),
                  "ignore_index": str(IGNORE), "valid_targets": str(int(valid.sum())),
                  "torch": torch.__version__, "transformers": transformers.__version__})
     out = {k: v.contiguous() for k, v in out.items()}
     save_file(out, os.path.join(outdir, "ref.safetensors"), metadata=meta)
     for f in os.listdir(outdir):
         os.chmod(os.path.join(outdir, f), 0o644)
-    log("  loss %.7f, valid targets %d, losses[9] %.7f, grad_norm[0] %.7f"
+    log("  loss %.7f, valid targets %d, last loss %.7f, grad_norm[0] %.7f"
         % (losses[0], int(valid.sum()), losses[-1], norms[0]))
     return outdir
 

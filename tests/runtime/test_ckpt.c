@@ -122,9 +122,12 @@ static int cfg_equal(const struct sdp_model_cfg *a, const struct sdp_model_cfg *
            a->rope_scaling_factor == b->rope_scaling_factor &&
            a->rope_low_freq_factor == b->rope_low_freq_factor &&
            a->rope_high_freq_factor == b->rope_high_freq_factor &&
-           a->rope_original_max_pos == b->rope_original_max_pos &&
-           a->bos_token_id == b->bos_token_id && a->eos_token_id == b->eos_token_id &&
-           a->initializer_range == b->initializer_range;
+           a->rope_original_max_pos == b->rope_original_max_pos && a->rope_type == b->rope_type &&
+           a->rope_beta_fast == b->rope_beta_fast && a->rope_beta_slow == b->rope_beta_slow &&
+           a->rope_attention_factor == b->rope_attention_factor &&
+           a->rope_mscale == b->rope_mscale && a->rope_mscale_all_dim == b->rope_mscale_all_dim &&
+           a->rope_no_truncate == b->rope_no_truncate && a->bos_token_id == b->bos_token_id &&
+           a->eos_token_id == b->eos_token_id && a->initializer_range == b->initializer_range;
 }
 
 static sdp_rt_tensor_t *tensor_of(struct sdp_state *st, int i)
