@@ -88,8 +88,26 @@ int sdp_train_check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_d
     return 0;
 }
 
-/* The host memory of the run: its state and the activations of one step (recomputed: every layer
- * input of every micro-batch alive), within what the recipe or the host allows. */
+/* The activations of one step that live in host memory: on CPU workers all of them (recomputed:
+ * every layer input of every micro-batch alive), on a GPU only the offloaded layer inputs. */
+static unsigned long long host_act_bytes(const struct sdp_recipe *r)
+{
+    unsigned long long nm = (unsigned long long)(r->global_batch / r->micro_batch);
+    unsigned long long in =
+        sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, r->recompute);
+    if (sdp_cli_may_use_gpu(r->gpus)) /* in the working copies' dtype there */
+        return r->recompute && r->act_offload ? nm * in / (r->precision == SDP_PREC_BF16 ? 2 : 1) *
+                                                    (unsigned long long)r->model.num_layers
+                                              : 0;
+    return nm * (in * (unsigned long long)(r->model.num_layers + 1) +
+                 sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, 0) +
+                 (r->recompute ? (unsigned long long)r->keep_mlp * r->micro_batch * r->seq_len *
+                                     (r->model.hidden_size + 2ull * r->model.intermediate_size) * 4
+                               : 0));
+}
+
+/* The host memory of the run: its state and the activations of one step that live there, within
+ * what the recipe or the host allows. */
 static int check_host_memory(struct sdp_train *t)
 {
     const struct sdp_recipe *r = t->r;
@@ -101,14 +119,7 @@ static int check_host_memory(struct sdp_train *t)
                                              (sdp_cli_may_use_gpu(r->gpus) ? SDP_STATE_ON_GPU : 0) |
                                                  (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
                                                  (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
-    need = state_bytes +
-           (unsigned long long)r->global_batch / r->micro_batch *
-               (sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, r->recompute) *
-                    (unsigned long long)(r->model.num_layers + 1) +
-                sdp_model_layer_act_bytes(&r->model, r->micro_batch, r->seq_len, 4, 0) +
-                (r->recompute ? (unsigned long long)r->keep_mlp * r->micro_batch * r->seq_len *
-                                    (r->model.hidden_size + 2ull * r->model.intermediate_size) * 4
-                              : 0));
+    need = state_bytes + host_act_bytes(r);
     avail = r->host_memory_gib > 0 ? (unsigned long long)(r->host_memory_gib * 1073741824.0)
                                    : sdp_rt_host_mem_available();
     t->host_act = need - state_bytes;
