@@ -2,12 +2,13 @@
 /* train.policy: auto, the selection (AutoPolicy's stages 1-3; cli/train_internal.h): the step-time
  * model prices every decoder layer's activation placement and the chooser keeps the least time
  * within the budget (stage 1, before StarPU: a budget nothing fits is refused there); a reduced
- * pipeline (the model's layer shapes, a few layers, a few steps) measures each placement on this
- * machine and corrects the model's per-layer times by what it missed (stage 2); the chooser runs
- * again on the corrected times (stage 3).  The choice is a list of `plan:` rows, appended to the
- * recipe's, saved in the run directory (auto-plan.json, reused on resume) and in a cache keyed by
- * the model's shape, the batch, the budget and the machine (cli/autopolicy_cache.c).  Stage 4, the
- * validation against the recipe's own plan on the run's first steps, is cli/autopolicy_check.c. */
+ * pipeline (the model's layer shapes, 2 and 6 layers, a few steps) measures what a layer of each
+ * placement costs on this machine and corrects the model's per-layer times (stage 2); the chooser
+ * runs again on the corrected times (stage 3).  The choice is a list of `plan:` rows, appended to
+ * the recipe's, saved in the run directory (auto-plan.json, reused on resume) and in a cache keyed
+ * by the model's shape, the batch, the budget and the machine (cli/autopolicy_cache.c).  Stage 4,
+ * the validation against the recipe's own plan on the run's first steps, is cli/autopolicy_check.c.
+ */
 #include "config.h"
 
 #include <errno.h>
@@ -21,8 +22,9 @@
 #include "cli/train_internal.h"
 #include "runtime/init.h"
 
-#define REDUCED_LAYERS 4 /* the reduced pipeline's depth */
-#define REDUCED_STEPS  3 /* its steps per placement: the first fills the pipeline */
+#define REDUCED_SHALLOW 2 /* the reduced pipeline's two depths */
+#define REDUCED_LAYERS  6
+#define REDUCED_STEPS   3 /* its steps per placement: the first fills the pipeline */
 
 /* The chooser's budget: the GPU's limit (the recipe's, else the device's), or on CPU workers the
  * host's (the recipe's, else what is available). */
@@ -135,51 +137,72 @@ static int run_reduced(struct sdp_train *t, struct sdp_state *st, int k, int32_t
     return rc;
 }
 
-/* Stage 2: the reduced pipeline's step for each placement against the model's price of it; the
- * difference per layer corrects that placement's time.  @return 0 or an error (logged) */
-static int measure(struct sdp_train *t)
+/* The reduced pipeline at one depth: every placement's step, measured (got) and priced (pred),
+ * after an untimed run with warm_up.  @return 0 or an error (logged) */
+static int depth_pass(struct sdp_train *t, int depth, int warm_up, const int32_t *ids, double *got,
+                      double *pred)
 {
-    struct sdp_recipe *r = t->r;
-    struct sdp_auto *a = &t->autop;
+    const struct sdp_recipe *r = t->r;
     struct sdp_model_cfg m = r->model;
     struct sdp_state st;
     struct sdp_cli_machine cm;
     struct sdp_cli_run cr;
-    size_t n = (size_t)r->global_batch * r->seq_len;
-    int32_t *ids = malloc(n * sizeof(*ids));
     int rc, ngpus = sdp_rt_ncuda() > 0 ? 1 : 0;
-    m.num_layers = m.num_layers < REDUCED_LAYERS ? m.num_layers : REDUCED_LAYERS;
-    if (!ids)
-        return sdp_err(-ENOMEM, "auto: the reduced pipeline's tokens");
-    for (size_t i = 0; i < n; i++) /* any ids: the work does not depend on them */
-        ids[i] = (int32_t)((i * 2654435761u) % (size_t)m.vocab_size);
+    m.num_layers = depth;
     rc = sdp_state_create_ex(&st, &m, t->work_dt, sdp_cli_chunk_bytes(r->chunk_mib, &m), t->grad_dt,
                              (ngpus > 0 ? SDP_STATE_ON_GPU : 0) |
                                  (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
                                  (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
-    if (rc) {
-        free(ids);
+    if (rc)
         return rc;
-    }
     sdp_state_init_random(&st, r->seed);
     struct sdp_recipe rr = *r; /* the recipe of the reduced model: no rows of the full one */
     rr.model = m, rr.nplan = 0;
     sdp_cli_machine_get(r->machine, ngpus, 0, &cm);
     rc = sdp_cli_run_make(&rr, ngpus, &cr);
+    double warm;
+    if (!rc && warm_up) /* untimed: the workers, the kernels and the allocator warm up */
+        rc = run_reduced(t, &st, SDP_AUTO_NPLACE - 2, (int32_t *)ids, &warm);
     for (int k = 0; !rc && k < SDP_AUTO_NPLACE; k++) {
-        struct sdp_predict pred;
-        double got = 0;
+        struct sdp_predict o;
         sdp_auto_set_all(&cr.plan, k);
-        if ((rc = sdp_predict_step(&cr.run, &cm.mc, &pred)) != 0 ||
-            (rc = run_reduced(t, &st, k, ids, &got)) != 0)
+        if ((rc = sdp_predict_step(&cr.run, &cm.mc, &o)) != 0 ||
+            (rc = run_reduced(t, &st, k, (int32_t *)ids, &got[k])) != 0)
             break;
-        a->adjust[k] = (got - pred.step_s) / m.num_layers;
+        pred[k] = o.step_s;
         SDP_INFO("auto: stage 2: %d layers, every one %s: %.3f s a step measured, %.3f predicted",
-                 m.num_layers, sdp_auto_place_name[k], got, pred.step_s);
+                 depth, sdp_auto_place_name[k], got[k], pred[k]);
     }
     if (cr.plan.group)
         sdp_cli_run_free(&cr);
     sdp_state_destroy(&st);
+    return rc;
+}
+
+/* Stage 2: the reduced pipeline at two depths, every placement at each; the difference between
+ * the depths is what a layer of that placement costs (the embedding's and the head's work
+ * cancel), against the model's price of the same difference: their gap corrects the placement's
+ * time per layer.  A model of REDUCED_SHALLOW layers or fewer runs one depth, its whole step's
+ * gap spread over its layers.  @return 0 or an error (logged) */
+static int measure(struct sdp_train *t)
+{
+    const struct sdp_recipe *r = t->r;
+    struct sdp_auto *a = &t->autop;
+    size_t n = (size_t)r->global_batch * r->seq_len;
+    int32_t *ids = malloc(n * sizeof(*ids)), L = r->model.num_layers, rc;
+    int d1 = L < REDUCED_SHALLOW ? L : REDUCED_SHALLOW,
+        d2 = L < REDUCED_LAYERS ? L : REDUCED_LAYERS;
+    double g1[SDP_AUTO_NPLACE], p1[SDP_AUTO_NPLACE], g2[SDP_AUTO_NPLACE], p2[SDP_AUTO_NPLACE];
+    if (!ids)
+        return sdp_err(-ENOMEM, "auto: the reduced pipeline's tokens");
+    for (size_t i = 0; i < n; i++) /* any ids: the work does not depend on them */
+        ids[i] = (int32_t)((i * 2654435761u) % (size_t)r->model.vocab_size);
+    rc = depth_pass(t, d1, 1, ids, g1, p1);
+    if (!rc && d2 > d1)
+        rc = depth_pass(t, d2, 0, ids, g2, p2);
+    for (int k = 0; !rc && k < SDP_AUTO_NPLACE; k++)
+        a->adjust[k] =
+            d2 > d1 ? ((g2[k] - g1[k]) - (p2[k] - p1[k])) / (d2 - d1) : (g1[k] - p1[k]) / d1;
     free(ids);
     a->measured = rc == 0;
     return rc;
