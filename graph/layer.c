@@ -166,9 +166,9 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
                                        g->NH, g->NKV, g->HD));
     sdp_rt_tensor_release(datt);
     TRY_RET(temp(&dqkv, g->act_dt, (size_t)N * g->QKV, "d_qkv", mb, l));
-    TRY_RET(sdp_task_qknorm_rope_bwd_seg(
-        &o, dqkv, GN, g_qn, g_kn, dqkv2, a->qkv, W, off_qn, off_kn, a->rstdqk, &g->rope,
-        g->c.doc_positions ? g->seg_mb : NULL, N, T, g->NH, g->NKV, g->HD));
+    TRY_RET(sdp_task_qknorm_rope_bwd_seg(&o, dqkv, GN, g_qn, g_kn, dqkv2, a->qkv, W, off_qn, off_kn,
+                                         a->rstdqk, &g->rope, g->c.doc_positions ? g->seg_mb : NULL,
+                                         N, T, g->NH, g->NKV, g->HD));
     sdp_rt_tensor_release(dqkv2);
     TRY_RET(temp(&dh1, g->act_dt, (size_t)N * g->C, "d_h1", mb, l));
     TRY_RET(sdp_task_matmul_bwd_data(&o, dh1, dqkv, W, off_q, N, g->C, g->QKV));

@@ -90,7 +90,7 @@ static const struct bad bad_recipes[] = {
     { "micro = 0", 4, "batch.micro", "# r\nbatch:\n  global: 8\n  micro: 0\n" },
     { "global % micro", 5, "batch.global=10 is not a multiple of batch.micro=4",
       "# r\nmodel: {preset: qwen3-0.6b}\nbatch:\n  micro: 4\n  global: 10\n" },
-    { "chunk_mib = 0", 3, "train.chunk_mib", "# r\ntrain:\n  chunk_mib: 0\n" },
+    { "chunk_mib = -1", 3, "train.chunk_mib", "# r\ntrain:\n  chunk_mib: -1\n" },
     { "warmup < 0", 3, "schedule.warmup_steps", "# r\nschedule:\n  warmup_steps: -1\n" },
     { "min_lr_ratio > 1", 3, "schedule.min_lr_ratio", "# r\nschedule:\n  min_lr_ratio: 1.5\n" },
     { "precision fp16", 4, "train.precision", "# r\ntrain:\n  steps: 2\n  precision: fp16\n" },
