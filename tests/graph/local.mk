@@ -15,3 +15,7 @@ tests_graph_test_predict_SOURCES = tests/graph/test_predict.c tests/lib/sdp_test
 check_PROGRAMS += tests/graph/test_choose
 TESTS += tests/graph/test_choose
 tests_graph_test_choose_SOURCES = tests/graph/test_choose.c tests/lib/sdp_test.h
+# RoundPipe's stage split: the dynamic program against brute force and greedy (graph/split.h)
+check_PROGRAMS += tests/graph/test_split
+TESTS += tests/graph/test_split
+tests_graph_test_split_SOURCES = tests/graph/test_split.c tests/lib/sdp_test.h
