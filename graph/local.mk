@@ -4,4 +4,4 @@ libsdp_a_SOURCES += graph/step.h graph/plan.h graph/graph_internal.h graph/plan.
 	graph/cost.c \
 	graph/sweep.h graph/sweep.c graph/predict.h graph/predict.c \
 	graph/predict_internal.h graph/predict_sim.c graph/choose.h graph/choose.c \
-	graph/split.h graph/split.c
+	graph/split.h graph/split.c graph/predict_ops.h graph/predict_ops.c

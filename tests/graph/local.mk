@@ -19,3 +19,7 @@ tests_graph_test_choose_SOURCES = tests/graph/test_choose.c tests/lib/sdp_test.h
 check_PROGRAMS += tests/graph/test_split
 TESTS += tests/graph/test_split
 tests_graph_test_split_SOURCES = tests/graph/test_split.c tests/lib/sdp_test.h
+# the step-time model's per-op costs for the stage split (graph/predict_ops.h)
+check_PROGRAMS += tests/graph/test_predict_ops
+TESTS += tests/graph/test_predict_ops
+tests_graph_test_predict_ops_SOURCES = tests/graph/test_predict_ops.c tests/lib/sdp_test.h
