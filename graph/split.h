@@ -3,11 +3,13 @@
  * group 0..L + 1, then the backward from the head down), each with a cost in seconds, cut into
  * contiguous stages for a round-robin pipeline over R GPUs.  Pure C, no StarPU.
  *
- * The pipeline's model (the seed's: stage k runs on GPU k mod R, micro-batches follow each other
- * through the stages, stage times are equalised).  A round holds m = min(M, R) of the step's M
- * micro-batches; in tick t micro-batch j runs stage t - j, so the GPUs of a tick are distinct and
- * a round takes S + m - 1 ticks; a tick lasts as long as its slowest stage.  Bounding every tick by
- * the slowest stage of the split (the bottleneck b, each stage's ops plus a fixed per-stage cost):
+ * The pipeline's model (our reading of the seed, which assigns the one stage sequence to the GPUs
+ * round-robin and equalises stage times: stage k runs on GPU k mod R, micro-batches follow each
+ * other through the stages).  A round holds m = min(M, R) of the step's M micro-batches; in tick
+ * t micro-batch j runs stage t - j, so the GPUs of a tick are distinct and a round takes S + m - 1
+ * ticks; a tick lasts as long as its slowest stage; rounds run one after another.  Bounding every
+ * tick by the slowest stage of the split (the bottleneck b, each stage's ops plus a fixed cost a
+ * stage):
  *     step_s = ceil(M / R) * (S + m - 1) * b
  * For a fixed stage count S that is the bottleneck, which the dynamic program minimises exactly
  * over every split with S stages (O(n^2) per S, O(n^3) in all for n ops: the seed's O(L^3)); the
@@ -24,7 +26,7 @@
  * the LM head's forward and backward as one task.
  *
  * Use:
- *     struct sdp_split_op ops[n];  // from sdp_split_ops (graph/predict.h's costs) or measured
+ *     struct sdp_split_op ops[n];  // sdp_predict_split_ops (graph/predict_ops.h) or measured
  *     struct sdp_split_conf c = { .ranks = R, .n_micro = M, .stage_s = 0 };
  *     struct sdp_split best, dp, greedy;
  *     sdp_split_best(n, ops, &c, &best, &dp, &greedy);   // dp or greedy may be NULL
