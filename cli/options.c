@@ -190,7 +190,7 @@ const struct sdp_option sdp_options[] = {
               "the mid residuals kept" },
     { "train.on_nan", INDEX(on_nan_names, skip_nonfinite), .def = "stop",
       .help = "a non-finite loss or gradient stops the run, or its update is skipped" },
-    { "train.sched", "sched", BOTH, .type = SDP_OPT_STR, RF(sched), .arg = "NAME",
+    { "train.sched", "sched", BOTH_P, .type = SDP_OPT_STR, RF(sched), .arg = "NAME",
       .def = "sdp-slidedp", .help = "StarPU scheduling policy (`slidedp policies`)" },
     { "train.cpus", "cpus", BOTH_P, RF(cpus), INT_GE(0), .def = "0",
       .help = "CPU workers (0: all cores; under Slurm, SLURM_CPUS_PER_TASK; more: capped)" },

@@ -328,6 +328,8 @@ static int plan_run(struct sdp_recipe *r)
         refuse(r, &p, &l, ngpus, w, nw > 0 ? nw : 0);
     if ((r->plan_auto || r->policy_auto) && sdp_cli_plan_auto(&cr, &cm, l.gpu, &p) != 0)
         ok = 0;
+    if (!r->json && !strcmp(r->sched, "sdp-roundpipe") && sdp_cli_plan_split(&cr, &cm) != 0)
+        ok = 0;
     sdp_cli_run_free(&cr);
     return ok ? SDP_EXIT_OK : SDP_EXIT_FAILURE;
 }

@@ -64,6 +64,11 @@ int sdp_cli_predict_plan(const struct sdp_recipe *r, const struct sdp_model_cfg 
 int sdp_cli_plan_auto(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, double gpu_limit,
                       const struct sdp_predict *base);
 
+/** `slidedp plan --sched sdp-roundpipe` (cli/plan_split.c): RoundPipe's stage split of cr's step
+ * on cm, the dynamic program's and the greedy split's, the chosen one stage by stage.
+ * @return 0, -EINVAL, -ENOMEM (logged) */
+int sdp_cli_plan_split(const struct sdp_cli_run *cr, const struct sdp_cli_machine *cm);
+
 /* AutoPolicy's placements of a decoder layer's activations, the chooser's options in order */
 #define SDP_AUTO_NPLACE 5
 extern const enum sdp_act_place sdp_auto_place_act[SDP_AUTO_NPLACE];

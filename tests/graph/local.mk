@@ -15,3 +15,11 @@ tests_graph_test_predict_SOURCES = tests/graph/test_predict.c tests/lib/sdp_test
 check_PROGRAMS += tests/graph/test_choose
 TESTS += tests/graph/test_choose
 tests_graph_test_choose_SOURCES = tests/graph/test_choose.c tests/lib/sdp_test.h
+# RoundPipe's stage split: the dynamic program against brute force and greedy (graph/split.h)
+check_PROGRAMS += tests/graph/test_split
+TESTS += tests/graph/test_split
+tests_graph_test_split_SOURCES = tests/graph/test_split.c tests/lib/sdp_test.h
+# the step-time model's per-op costs for the stage split (graph/predict_ops.h)
+check_PROGRAMS += tests/graph/test_predict_ops
+TESTS += tests/graph/test_predict_ops
+tests_graph_test_predict_ops_SOURCES = tests/graph/test_predict_ops.c tests/lib/sdp_test.h
