@@ -13,5 +13,6 @@ tests_kernels_test_cuda_lmhead_ce_SOURCES = tests/kernels/test_cuda_lmhead_ce.c 
 # the LoRA adapter's GPU kernels (codelets/cuda/lora.cu) against the fp64 oracle
 check_PROGRAMS += tests/kernels/test_cuda_lora
 TESTS += tests/kernels/test_cuda_lora
-tests_kernels_test_cuda_lora_SOURCES = tests/kernels/test_cuda_lora.c tests/lib/sdp_test.h \
+tests_kernels_test_cuda_lora_SOURCES = tests/kernels/test_cuda_lora.c tests/kernels/lora_oracle.h \
+	tests/lib/sdp_test.h \
 	tests/lib/sdp_test_cuda.h

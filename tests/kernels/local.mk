@@ -39,4 +39,5 @@ tests_kernels_test_kernels_adamw_SOURCES = tests/kernels/test_kernels_adamw.c \
 # the LoRA adapter's kernels (codelets/cpu/lora.c) against an fp64 oracle
 check_PROGRAMS += tests/kernels/test_kernels_lora
 TESTS += tests/kernels/test_kernels_lora
-tests_kernels_test_kernels_lora_SOURCES = tests/kernels/test_kernels_lora.c tests/lib/sdp_test.h
+tests_kernels_test_kernels_lora_SOURCES = tests/kernels/test_kernels_lora.c \
+	tests/kernels/lora_oracle.h tests/lib/sdp_test.h

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The LoRA kernels on the GPU (codelets/cuda/lora.cu) against the fp64 oracle of
- * tests/kernels/test_kernels_lora.c, for dt f32 and bf16 (inputs rounded to bf16 first, so the
+ * tests/kernels/lora_oracle.h, for dt f32 and bf16 (inputs rounded to bf16 first, so the
  * oracle sees the GPU's inputs): the forward into a column slice of a wider output, the
  * backward's dx, dA and dB accumulated onto non-zero values, the columns outside the slice
  * untouched.  Each element must satisfy |x_i - ref_i| <= SDP_SAFETY * u * kappa_i with kappa_i the
- * CPU test's first-order magnitude and u the unit roundoff of the step that rounds most: u32 for
+ * oracle's first-order magnitude and u the unit roundoff of the step that rounds most: u32 for
  * f32 (fp32 GEMMs, no TF32), ubf16 for bf16 (the scaled rank-r intermediate, the output and its
  * in-place accumulation are rounded to bf16; the GEMMs accumulate in fp32).  Exit 77 without a
  * GPU. */
@@ -18,11 +18,10 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "tests/kernels/lora_oracle.h"
 #include "tests/lib/sdp_test.h"
 #include "tests/lib/sdp_test_cuda.h"
 
-enum { M = 37, IN = 24, OUT = 20, R = 5, LDY = 52, COL0 = 12 };
-static const double S = 1.75;
 #define GEMM_WS_BYTES (32u << 20)
 
 static cublasLtHandle_t lt;
@@ -30,45 +29,10 @@ static cudaStream_t stream;
 static void *gemm_ws, *ws[5];
 static double U; /* the unit roundoff of the dtype under test */
 
-static double at_least(double x)
-{
-    return x > 1e-30 ? x : 1e-30;
-}
-
-/* count of elements of got[0..n) beyond SDP_SAFETY U kappa of ref; prints the worst ratio */
-static int compare(const char *what, const float *got, const double *ref, const double *kappa,
-                   int n)
-{
-    int bad = 0;
-    double worst = 0;
-    for (int i = 0; i < n; i++) {
-        double r = fabs(got[i] - ref[i]) / (SDP_SAFETY * U * at_least(kappa[i]));
-        worst = r > worst ? r : worst;
-        bad += !(r <= 1);
-    }
-    printf("%-22s %4d values, worst error %.3f of its bound\n", what, n, worst);
-    CHECK(bad == 0, "%s: %d values beyond the bound", what, bad);
-    return bad;
-}
-
-/* u (M, R) and sum |x||A| per element, in fp64 */
-static void oracle_u(const float *x, const float *a, double *u, double *uabs)
-{
-    for (int m = 0; m < M; m++)
-        for (int k = 0; k < R; k++) {
-            double acc = 0, abs_ = 0;
-            for (int l = 0; l < IN; l++) {
-                acc += (double)x[m * IN + l] * a[k * IN + l];
-                abs_ += fabs((double)x[m * IN + l] * a[k * IN + l]);
-            }
-            u[m * R + k] = acc, uabs[m * R + k] = abs_;
-        }
-}
-
 static void test_fwd(int dt, const float *x, const float *a, const float *b, const float *y0)
 {
     static float y[M * LDY], got[M * OUT];
-    static double du[M * R], uabs[M * R], ref[M * OUT], kap[M * OUT];
+    static double ref[M * OUT], kap[M * OUT];
     void *dy = upload(y0, M * LDY, dt), *dx = upload(x, M * IN, dt), *da = upload(a, R * IN, dt);
     void *db = upload(b, OUT * R, dt);
     int outside = 0;
@@ -76,20 +40,11 @@ static void test_fwd(int dt, const float *x, const float *a, const float *b, con
                       dt, ws[0], ws[1], ws[4], gemm_ws, GEMM_WS_BYTES, stream);
     CK(cudaStreamSynchronize(stream));
     download(y, dy, M * LDY, dt);
-    oracle_u(x, a, du, uabs);
+    lora_oracle_fwd(x, a, b, y0, ref, kap);
     for (int m = 0; m < M; m++)
-        for (int j = 0; j < OUT; j++) {
-            double acc = 0, k1 = 0, k2 = 0;
-            for (int k = 0; k < R; k++) {
-                acc += du[m * R + k] * b[j * R + k];
-                k1 += fabs(du[m * R + k] * b[j * R + k]);
-                k2 += fabs((double)b[j * R + k]) * uabs[m * R + k];
-            }
-            ref[m * OUT + j] = y0[m * LDY + COL0 + j] + S * acc;
-            kap[m * OUT + j] = fabs(ref[m * OUT + j]) + S * ((R + 1) * k1 + (IN + 1) * k2);
+        for (int j = 0; j < OUT; j++)
             got[m * OUT + j] = y[m * LDY + COL0 + j];
-        }
-    compare("forward y slice", got, ref, kap, M * OUT);
+    lora_compare("forward y slice", got, ref, kap, M * OUT, U);
     for (int m = 0; m < M; m++)
         for (int c = 0; c < LDY; c++)
             if ((c < COL0 || c >= COL0 + OUT) &&
@@ -102,7 +57,6 @@ static void test_fwd(int dt, const float *x, const float *a, const float *b, con
 static void test_bwd(int dt, const float *x, const float *a, const float *b, const float *dy)
 {
     static float dx[M * IN], ga[R * IN], gb[OUT * R];
-    static double du[M * R], uabs[M * R], dv[M * R], vabs[M * R];
     static double rdx[M * IN], kdx[M * IN], rga[R * IN], kga[R * IN], rgb[OUT * R], kgb[OUT * R];
     struct sdp_rng rng = { 21 };
     float dx0[M * IN], ga0[R * IN], gb0[OUT * R];
@@ -129,52 +83,10 @@ static void test_bwd(int dt, const float *x, const float *a, const float *b, con
         cudaFree(ddx), cudaFree(ddy), cudaFree(dxx), cudaFree(da), cudaFree(db);
         cudaFree(dga), cudaFree(dgb);
     }
-    oracle_u(x, a, du, uabs);
-    for (int m = 0; m < M; m++) /* v = dy B */
-        for (int k = 0; k < R; k++) {
-            double acc = 0, abs_ = 0;
-            for (int j = 0; j < OUT; j++) {
-                acc += (double)dy[m * LDY + COL0 + j] * b[j * R + k];
-                abs_ += fabs((double)dy[m * LDY + COL0 + j] * b[j * R + k]);
-            }
-            dv[m * R + k] = acc, vabs[m * R + k] = abs_;
-        }
-    for (int j = 0; j < OUT; j++) /* dB += s dy^T u */
-        for (int k = 0; k < R; k++) {
-            double acc = 0, k1 = 0, k2 = 0;
-            for (int m = 0; m < M; m++) {
-                double d = dy[m * LDY + COL0 + j];
-                acc += d * du[m * R + k], k1 += fabs(d * du[m * R + k]);
-                k2 += fabs(d) * uabs[m * R + k];
-            }
-            rgb[j * R + k] = gb0[j * R + k] + S * acc;
-            kgb[j * R + k] = fabs(rgb[j * R + k]) + S * ((M + 1) * k1 + (IN + 1) * k2);
-        }
-    for (int k = 0; k < R; k++) /* dA += s v^T x */
-        for (int l = 0; l < IN; l++) {
-            double acc = 0, k1 = 0, k2 = 0;
-            for (int m = 0; m < M; m++) {
-                double xv = x[m * IN + l];
-                acc += dv[m * R + k] * xv, k1 += fabs(dv[m * R + k] * xv);
-                k2 += fabs(xv) * vabs[m * R + k];
-            }
-            rga[k * IN + l] = ga0[k * IN + l] + S * acc;
-            kga[k * IN + l] = fabs(rga[k * IN + l]) + S * ((M + 1) * k1 + (OUT + 1) * k2);
-        }
-    for (int m = 0; m < M; m++) /* dx += s v A */
-        for (int l = 0; l < IN; l++) {
-            double acc = 0, k1 = 0, k2 = 0;
-            for (int k = 0; k < R; k++) {
-                double av = a[k * IN + l];
-                acc += dv[m * R + k] * av, k1 += fabs(dv[m * R + k] * av);
-                k2 += fabs(av) * vabs[m * R + k];
-            }
-            rdx[m * IN + l] = dx0[m * IN + l] + S * acc;
-            kdx[m * IN + l] = fabs(rdx[m * IN + l]) + S * ((R + 1) * k1 + (OUT + 1) * k2);
-        }
-    compare("backward dB", gb, rgb, kgb, OUT * R);
-    compare("backward dA", ga, rga, kga, R * IN);
-    compare("backward dx", dx, rdx, kdx, M * IN);
+    lora_oracle_bwd(x, a, b, dy, dx0, ga0, gb0, rdx, kdx, rga, kga, rgb, kgb);
+    lora_compare("backward dB", gb, rgb, kgb, OUT * R, U);
+    lora_compare("backward dA", ga, rga, kga, R * IN, U);
+    lora_compare("backward dx", dx, rdx, kdx, M * IN, U);
 }
 
 int main(void)

@@ -1,13 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* The LoRA kernels (codelets/cpu/lora.c) against an fp64 oracle written here: the forward into a
- * column slice of a wider output (a fused projection's q, k or v part), and the backward's dx, dA
- * and dB, each accumulated onto non-zero values.  Each element must satisfy
+/* The LoRA kernels (codelets/cpu/lora.c) against the fp64 oracle of tests/kernels/lora_oracle.h:
+ * the forward into a column slice of a wider output (a fused projection's q, k or v part), and
+ * the backward's dx, dA and dB, each accumulated onto non-zero values.  Each element must satisfy
  *   |x_i - ref_i| <= SDP_SAFETY * u32 * kappa_i
- * where kappa_i is the first-order error magnitude of the two chained fp32 GEMMs, computed by the
- * oracle: for D = C + s P Q with P itself a product of n terms, the outer GEMM of k terms
- * contributes (k + 1) s sum |P||Q| (Higham, Thm 3.1, plus the accumulation), the inner one
- * (n + 1) s sum |Q| sum |P's terms|, and the final addition |D|.  Columns outside the slice must
- * keep their bits. */
+ * with kappa_i the oracle's first-order error magnitude of the two chained fp32 GEMMs.  Columns
+ * outside the slice must keep their bits. */
 #include "config.h"
 
 #include <math.h>
@@ -16,68 +13,22 @@
 #include <string.h>
 
 #include "codelets/cpu/sdp_cpu_kernels.h"
+#include "tests/kernels/lora_oracle.h"
 #include "tests/lib/sdp_test.h"
-
-enum { M = 37, IN = 24, OUT = 20, R = 5, LDY = 52, COL0 = 12 };
-static const double S = 1.75;
-
-static double at_least(double x)
-{
-    return x > 1e-30 ? x : 1e-30;
-}
-
-/* count of elements of got[0..n) beyond SDP_SAFETY u32 kappa of ref; prints the worst ratio */
-static int compare(const char *what, const float *got, const double *ref, const double *kappa,
-                   int n)
-{
-    int bad = 0;
-    double worst = 0;
-    for (int i = 0; i < n; i++) {
-        double r = fabs(got[i] - ref[i]) / (SDP_SAFETY * SDP_U32 * at_least(kappa[i]));
-        worst = r > worst ? r : worst;
-        bad += r > 1;
-    }
-    printf("%-22s %4d values, worst error %.3f of its bound\n", what, n, worst);
-    CHECK(bad == 0, "%s: %d values beyond the bound", what, bad);
-    return bad;
-}
-
-/* u (M, R) and sum |x||A| per element, in fp64 */
-static void oracle_u(const float *x, const float *a, double *u, double *uabs)
-{
-    for (int m = 0; m < M; m++)
-        for (int k = 0; k < R; k++) {
-            double acc = 0, abs_ = 0;
-            for (int l = 0; l < IN; l++) {
-                acc += (double)x[m * IN + l] * a[k * IN + l];
-                abs_ += fabs((double)x[m * IN + l] * a[k * IN + l]);
-            }
-            u[m * R + k] = acc, uabs[m * R + k] = abs_;
-        }
-}
 
 static void test_fwd(const float *x, const float *a, const float *b, const float *y0)
 {
     float y[M * LDY], u[M * R];
-    double du[M * R], uabs[M * R], ref[M * OUT], kap[M * OUT];
+    static double ref[M * OUT], kap[M * OUT];
     float got[M * OUT];
     int outside = 0;
     memcpy(y, y0, sizeof(y));
     sdp_cpu_lora_fwd(y + COL0, LDY, x, a, b, M, IN, OUT, R, (float)S, u);
-    oracle_u(x, a, du, uabs);
+    lora_oracle_fwd(x, a, b, y0, ref, kap);
     for (int m = 0; m < M; m++)
-        for (int j = 0; j < OUT; j++) {
-            double acc = 0, k1 = 0, k2 = 0;
-            for (int k = 0; k < R; k++) {
-                acc += du[m * R + k] * b[j * R + k];
-                k1 += fabs(du[m * R + k] * b[j * R + k]);
-                k2 += fabs((double)b[j * R + k]) * uabs[m * R + k];
-            }
-            ref[m * OUT + j] = y0[m * LDY + COL0 + j] + S * acc;
-            kap[m * OUT + j] = fabs(ref[m * OUT + j]) + S * ((R + 1) * k1 + (IN + 1) * k2);
+        for (int j = 0; j < OUT; j++)
             got[m * OUT + j] = y[m * LDY + COL0 + j];
-        }
-    compare("forward y slice", got, ref, kap, M * OUT);
+    lora_compare("forward y slice", got, ref, kap, M * OUT, SDP_U32);
     for (int m = 0; m < M; m++)
         for (int c = 0; c < LDY; c++)
             if ((c < COL0 || c >= COL0 + OUT) &&
@@ -89,7 +40,6 @@ static void test_fwd(const float *x, const float *a, const float *b, const float
 static void test_bwd(const float *x, const float *a, const float *b, const float *dy)
 {
     static float dx[M * IN], ga[R * IN], gb[OUT * R], u[M * R], v[M * R];
-    static double du[M * R], uabs[M * R], dv[M * R], vabs[M * R];
     static double rdx[M * IN], kdx[M * IN], rga[R * IN], kga[R * IN], rgb[OUT * R], kgb[OUT * R];
     struct sdp_rng rng = { 21 };
     float dx0[M * IN], ga0[R * IN], gb0[OUT * R];
@@ -98,52 +48,10 @@ static void test_bwd(const float *x, const float *a, const float *b, const float
     sdp_fill_uniform(&rng, gb0, OUT * R, -0.1f, 0.1f);
     memcpy(dx, dx0, sizeof(dx)), memcpy(ga, ga0, sizeof(ga)), memcpy(gb, gb0, sizeof(gb));
     sdp_cpu_lora_bwd(dx, dy + COL0, LDY, x, a, b, ga, gb, M, IN, OUT, R, (float)S, u, v);
-    oracle_u(x, a, du, uabs);
-    for (int m = 0; m < M; m++) /* v = dy B */
-        for (int k = 0; k < R; k++) {
-            double acc = 0, abs_ = 0;
-            for (int j = 0; j < OUT; j++) {
-                acc += (double)dy[m * LDY + COL0 + j] * b[j * R + k];
-                abs_ += fabs((double)dy[m * LDY + COL0 + j] * b[j * R + k]);
-            }
-            dv[m * R + k] = acc, vabs[m * R + k] = abs_;
-        }
-    for (int j = 0; j < OUT; j++) /* dB += s dy^T u */
-        for (int k = 0; k < R; k++) {
-            double acc = 0, k1 = 0, k2 = 0;
-            for (int m = 0; m < M; m++) {
-                double d = dy[m * LDY + COL0 + j];
-                acc += d * du[m * R + k], k1 += fabs(d * du[m * R + k]);
-                k2 += fabs(d) * uabs[m * R + k];
-            }
-            rgb[j * R + k] = gb0[j * R + k] + S * acc;
-            kgb[j * R + k] = fabs(rgb[j * R + k]) + S * ((M + 1) * k1 + (IN + 1) * k2);
-        }
-    for (int k = 0; k < R; k++) /* dA += s v^T x */
-        for (int l = 0; l < IN; l++) {
-            double acc = 0, k1 = 0, k2 = 0;
-            for (int m = 0; m < M; m++) {
-                double xv = x[m * IN + l];
-                acc += dv[m * R + k] * xv, k1 += fabs(dv[m * R + k] * xv);
-                k2 += fabs(xv) * vabs[m * R + k];
-            }
-            rga[k * IN + l] = ga0[k * IN + l] + S * acc;
-            kga[k * IN + l] = fabs(rga[k * IN + l]) + S * ((M + 1) * k1 + (OUT + 1) * k2);
-        }
-    for (int m = 0; m < M; m++) /* dx += s v A */
-        for (int l = 0; l < IN; l++) {
-            double acc = 0, k1 = 0, k2 = 0;
-            for (int k = 0; k < R; k++) {
-                double av = a[k * IN + l];
-                acc += dv[m * R + k] * av, k1 += fabs(dv[m * R + k] * av);
-                k2 += fabs(av) * vabs[m * R + k];
-            }
-            rdx[m * IN + l] = dx0[m * IN + l] + S * acc;
-            kdx[m * IN + l] = fabs(rdx[m * IN + l]) + S * ((R + 1) * k1 + (OUT + 1) * k2);
-        }
-    compare("backward dB", gb, rgb, kgb, OUT * R);
-    compare("backward dA", ga, rga, kga, R * IN);
-    compare("backward dx", dx, rdx, kdx, M * IN);
+    lora_oracle_bwd(x, a, b, dy, dx0, ga0, gb0, rdx, kdx, rga, kga, rgb, kgb);
+    lora_compare("backward dB", gb, rgb, kgb, OUT * R, SDP_U32);
+    lora_compare("backward dA", ga, rga, kga, R * IN, SDP_U32);
+    lora_compare("backward dx", dx, rdx, kdx, M * IN, SDP_U32);
 }
 
 int main(void)
