@@ -22,6 +22,8 @@ const struct sdp_env_var sdp_env_vars[] = {
     { "SDP_LMHEAD_LOGITS", "bf16 (default for bf16 weights) | f32",
       "dtype of the LM head's logits" },
     { "SDP_HOST_KERNELS", "auto (default) | avx512 | scalar", "which host kernels run" },
+    { "SDP_GPU_CENSUS", "0 (default) | 1",
+      "slidedp bench logs what holds each GPU's memory after its last step" },
     { "SDP_SYNC", "0 (default) | 1", "every task synchronous (hunting dependency bugs)" },
     { "SDP_EMBED_DEFER", "on (default) | off",
       "the tied embedding's late rows deferred past the next step's lookups" },

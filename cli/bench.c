@@ -17,10 +17,12 @@
 #include "graph/step.h"
 #include "policies/sdp_policies.h"
 #include "cli/cli.h"
+#include "base/env.h"
 #include "base/fsutil.h"
 #include "cli/options.h"
 #include "cli/predict_cli.h"
 #include "formats/hfconfig.h"
+#include "runtime/census.h"
 #include "runtime/init.h"
 #include "base/sdp_log.h"
 #include "runtime/state.h"
@@ -268,6 +270,8 @@ static int run(const struct bench_opts *b)
     if (sdp_rt_wait_all()) /* the last updates: the drain of the pipeline */
         goto out;
     span = sdp_cli_now_s() - t_start;
+    if (sdp_env_is("SDP_GPU_CENSUS", "1"))
+        sdp_rt_gpu_census("after the last step");
     /* the memory log covers the steps; its last peak is then at most the result's host peak,
      * read below (writing the event log afterwards may take more) */
     sdp_rt_memlog_stop();

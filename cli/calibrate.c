@@ -28,6 +28,7 @@
 #include "codelets/sdp_tasks.h"
 #include "formats/machine.h"
 #include "policies/sdp_policies.h"
+#include "runtime/gpu_link.h"
 #include "runtime/init.h"
 #include "runtime/hint.h"
 #include "runtime/tensor.h"
@@ -270,9 +271,11 @@ static int measure_tasks(struct sdp_machine *m)
 }
 
 /* The GPU passes: a working copy of GPU_N bf16 elements in GPU_CHUNK chunks, cast on the host
- * from an fp32 master and pulled by each GPU (the parameter route's H2D), then a replica on each
- * GPU brought back into its pinned host memory, every chunk at once (D2H): 128 MiB each way
- * per GPU per pass. */
+ * from an fp32 master and pulled by each GPU as the parameter route's H2D pulls it, through
+ * StarPU: 128 MiB per GPU per pass.  The D2H is the CUDA copies a gradient's return makes, timed
+ * on the GPU (runtime/gpu_link.h): StarPU's fetch of a replica into host memory, requested by
+ * the calibration rather than by a host task's worker, ran at a third of the rate the step's
+ * returns move. */
 #define GPU_N     ((size_t)64 << 20)
 #define GPU_CHUNK ((size_t)8 << 20)
 #define GPU_REPS  3
@@ -294,23 +297,14 @@ static struct sdp_task_opts gpu_opts(enum sdp_phase ph, int chunk, int rank, int
     return o;
 }
 
-/* One pass over the GPUs of mask: H2D (d2h = 0: cast each chunk, every GPU of mask pulls it) or
- * D2H (each GPU's replica, written there, brought into its pinned host memory as a host task's
- * read brings a gradient: every chunk requested at once, then waited for).  @return seconds, or
- * -1 */
-static double gpu_pass(struct gpu_bufs *b, int ngpu, unsigned mask, int d2h)
+/* One H2D pass over the GPUs of mask: every GPU of mask pulls each chunk of the working copy, cast
+ * beforehand (untimed: the timed part is the link, not the cast).  @return seconds, or -1 */
+static double gpu_pass(struct gpu_bufs *b, int ngpu, unsigned mask)
 {
     const int nc = sdp_rt_tensor_nparts(b->work);
     double t0;
     int rc = 0;
-    /* untimed first: the replicas written on their GPUs (D2H), or the working copy on the host,
-     * which drops its GPU copies (H2D: the timed part is the link, not the cast) */
-    for (int g = 0; !rc && d2h && g < ngpu; g++)
-        for (int c = 0; !rc && (mask >> g & 1) && c < nc; c++) {
-            struct sdp_task_opts o = gpu_opts(SDP_PH_BWD, c, g, 1);
-            rc = sdp_task_zero(&o, sdp_rt_tensor_part(b->rep[g], c));
-        }
-    for (int c = 0; !rc && !d2h && c < nc; c++) {
+    for (int c = 0; !rc && c < nc; c++) {
         struct sdp_task_opts o = gpu_opts(SDP_PH_CAST, c, 0, 0);
         rc = sdp_task_cast(&o, sdp_rt_tensor_part(b->work, c), sdp_rt_tensor_part(b->master, c));
     }
@@ -320,16 +314,10 @@ static double gpu_pass(struct gpu_bufs *b, int ngpu, unsigned mask, int d2h)
     for (int c = 0; !rc && c < nc; c++)
         for (int g = 0; !rc && g < ngpu; g++) {
             struct sdp_task_opts o = gpu_opts(SDP_PH_CAST, c, g, 1);
-            if (!(mask >> g & 1))
-                continue;
-            rc = d2h ? sdp_rt_tensor_fetch_host(sdp_rt_tensor_part(b->rep[g], c))
-                     : sdp_task_param_copy(&o, sdp_rt_tensor_part(b->rep[g], c),
-                                           sdp_rt_tensor_part(b->work, c));
+            if (mask >> g & 1)
+                rc = sdp_task_param_copy(&o, sdp_rt_tensor_part(b->rep[g], c),
+                                         sdp_rt_tensor_part(b->work, c));
         }
-    for (int c = 0; !rc && d2h && c < nc; c++)
-        for (int g = 0; !rc && g < ngpu; g++)
-            if (mask >> g & 1 && !(rc = sdp_rt_tensor_acquire(sdp_rt_tensor_part(b->rep[g], c), 0)))
-                sdp_rt_tensor_release_acquire(sdp_rt_tensor_part(b->rep[g], c));
     if (!rc)
         rc = sdp_rt_wait_all();
     t0 = sdp_cli_now_s() - t0;
@@ -342,9 +330,13 @@ static double gpu_pass(struct gpu_bufs *b, int ngpu, unsigned mask, int d2h)
 /* Bytes/s per GPU of a direction for the GPUs of mask: median of GPU_REPS passes after one. */
 static double gpu_rate(struct gpu_bufs *b, int ngpu, unsigned mask, int d2h)
 {
-    double s[GPU_REPS];
+    double s[GPU_REPS], bps = 0.0;
+    if (d2h) {
+        int rc = sdp_rt_gpu_link_bps(mask, 1, 2 * GPU_N, 2 * GPU_CHUNK, GPU_REPS, &bps);
+        return rc ? 0.0 : bps;
+    }
     for (int r = -1; r < GPU_REPS; r++) {
-        double dt = gpu_pass(b, ngpu, mask, d2h);
+        double dt = gpu_pass(b, ngpu, mask);
         if (dt <= 0.0)
             return 0.0;
         if (r >= 0)

@@ -4,6 +4,7 @@
  * itself. */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -28,7 +29,42 @@ struct sdp_rt_tensor {
     size_t *part_offsets;
     starpu_data_handle_t *part_handles;
     uint32_t *part_lens;
+    struct sdp_rt_tensor *prev, *next; /* the live tensors (sdp_rt_tensor_each) */
 };
+
+/* The live tensors, parts excepted: created and released from the submitting thread. */
+static struct sdp_rt_tensor *live;
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void link_live(struct sdp_rt_tensor *t)
+{
+    pthread_mutex_lock(&live_lock);
+    t->next = live;
+    if (live)
+        live->prev = t;
+    live = t;
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void unlink_live(struct sdp_rt_tensor *t)
+{
+    pthread_mutex_lock(&live_lock);
+    if (t->prev)
+        t->prev->next = t->next;
+    else if (live == t)
+        live = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    pthread_mutex_unlock(&live_lock);
+}
+
+void sdp_rt_tensor_each(void (*fn)(sdp_rt_tensor_t *t, void *arg), void *arg)
+{
+    pthread_mutex_lock(&live_lock);
+    for (struct sdp_rt_tensor *t = live; t; t = t->next)
+        fn(t, arg);
+    pthread_mutex_unlock(&live_lock);
+}
 
 size_t sdp_dtype_size(enum sdp_dtype dt)
 {
@@ -154,6 +190,7 @@ static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const
     starpu_vector_data_register(&t->handle, STARPU_MAIN_RAM, (uintptr_t)t->data, (uint32_t)nelems,
                                 sdp_dtype_size(dt));
     starpu_data_set_name(t->handle, t->name);
+    link_live(t);
     *out = t;
     return 0;
 }
@@ -190,6 +227,7 @@ int sdp_rt_tensor_temp(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, 
     snprintf(t->name, sizeof(t->name), "%s", name);
     starpu_vector_data_register(&t->handle, -1, 0, (uint32_t)nelems, sdp_dtype_size(dt));
     starpu_data_set_name(t->handle, t->name);
+    link_live(t);
     *out = t;
     return 0;
 }
@@ -198,6 +236,7 @@ void sdp_rt_tensor_release(sdp_rt_tensor_t *t)
 {
     if (!t || t->is_part)
         return;
+    unlink_live(t);
     if (t->temporary) {
         starpu_data_unregister_submit(t->handle);
         free(t);

@@ -74,5 +74,8 @@ void sdp_rt_tensor_offload(sdp_rt_tensor_t *t);
 size_t sdp_rt_tensor_nelems(const sdp_rt_tensor_t *t);
 enum sdp_dtype sdp_rt_tensor_dtype(const sdp_rt_tensor_t *t);
 const char *sdp_rt_tensor_name(const sdp_rt_tensor_t *t);
+/** Call fn on every live tensor (parts excepted: reach them through sdp_rt_tensor_part), under a
+ * lock that creating or releasing a tensor also takes: fn must do neither. */
+void sdp_rt_tensor_each(void (*fn)(sdp_rt_tensor_t *t, void *arg), void *arg);
 
 #endif
