@@ -26,7 +26,8 @@
 #            a BENCH_ARGS word STARPU_NAME=VALUE or SDP_NAME=VALUE sets that variable for that run alone;
 #            a word BUNDLE=DIR runs that spec with DIR/slidedp (a second bundle, e.g. of the commit
 #            before a change, so that before and after are measured in one lease);
-#            TARGETS_ROUNDS=N runs the list N times, every other round in reverse order
+#            TARGETS_ROUNDS=N runs the list N times, every other round in reverse order;
+#            TARGET_STEPS=N times N steps after the 2 of warm-up (default 4)
 #   predict  slidedp calibrate, then the step-time model's workloads (PREDICT, as TARGETS) benched
 #            with the prediction beside the measurement (--machine) and priced by slidedp plan
 #   auto     train.policy auto against the fixed default (the recipe's plan), each a short
@@ -113,7 +114,7 @@ target() { # "MODEL BATCH GRAD_DTYPE GIB CHUNK_MIB [WORDS...]" [BENCH_ARGS...]: 
         tr -cd 'a-zA-Z0-9 ' | tr -d ' ' | cut -c1-60 | sed 's/^/-/;s/^-$//')
     seen[$name]=$((${seen[$name]:-0} + 1))
     ((${seen[$name]} > 1)) && name=$name-${seen[$name]}
-    bench "$name" 300 --model "$hm" --batch "$hb" --seq 1024 --steps 4 --warmup 2 \
+    bench "$name" 300 --model "$hm" --batch "$hb" --seq 1024 --steps "${TARGET_STEPS:-4}" --warmup 2 \
         --grad-dtype "$gd" --gpu-memory-gib "$gib" --chunk-mib "$chunk" \
         --events "$out/events-$name.jsonl" --mem-log "$out/mem-$name.jsonl" \
         ${args[@]+"${args[@]}"} "$@"
