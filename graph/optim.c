@@ -341,6 +341,11 @@ int sdp_graph_optimizer(sdp_graph_t *g, int step, int update)
         }
         if (gi == 0)
             TRY_RET(sdp_graph_put_rows(g, step));
+        /* an fp32 gradient read chunk by chunk is dead once its updates have read it (the next
+         * step zeroes it): without a window nothing would evict its GPU copy, and StarPU kept
+         * every layer's there */
+        if (g->R == 1 && !st->groups[gi].grad_ret && !(gi == 0 && g->rows_grad))
+            sdp_rt_tensor_discard(st->groups[gi].grad);
     }
     return 0;
 }

@@ -121,18 +121,14 @@ int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
     return 0;
 }
 
-/* What leaves rank r's GPU after its last backward of group gi.  A bounded window lets the working
- * copy go.  The fp32 gradient goes unless it was packed (then it is discarded already, and the
- * bf16 chunks wait on the GPU for their updates to fetch them, so the host holds only the chunks
- * being updated): with a window, and without one where the host reads it (one rank, its update on
- * the host), else StarPU kept every layer's gradient on the GPU once the host had its copy. */
+/* What a bounded window lets go of after rank r's last backward of group gi: the working copy,
+ * and the fp32 gradient unless it was packed (then it is discarded already, and the bf16 chunks
+ * wait on the GPU for their updates to fetch them, so the host holds only the chunks being
+ * updated). */
 void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r)
 {
-    const struct sdp_plan_group *pg = &g->plan.group[gi];
-    int host_reads = g->R == 1 && !pg->update_gpu;
-    if (g->plan.window > 0 && !g->st->groups[gi].staged) /* a staged copy has nowhere to go */
+    if (!g->st->groups[gi].staged) /* a staged copy has nowhere else to go */
         sdp_rt_tensor_wont_use(work_of(g, gi, step));
-    if ((g->plan.window > 0 || host_reads) && !(g->R == 1 && sdp_graph_packs(g, gi)) &&
-        !g->st->groups[gi].frozen)
+    if (!(g->R == 1 && sdp_graph_packs(g, gi)) && !g->st->groups[gi].frozen)
         sdp_rt_tensor_wont_use(grad_of(g, gi, r));
 }

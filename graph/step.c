@@ -26,8 +26,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     struct sdp_task_opts o;
     int rc = 0, l, r = rank_of(g, mb);
     /* the rank's last micro-batch of the step: with a bounded window, GPU copies go after it */
-    int last_mb = (mb + 1) % g->nm_rank == 0;
-    int last = g->plan.window > 0 && last_mb;
+    int last = g->plan.window > 0 && (mb + 1) % g->nm_rank == 0;
     if (!xs || !kept || !done) {
         free(xs);
         free(kept);
@@ -131,7 +130,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         TRY_GOTO(sdp_graph_layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres,
                                      g->plan.bwd_lookahead >= 0 ? &done[l] : NULL));
         TRY_GOTO(sdp_graph_norms_if_final(g, step, mb, l));
-        if (last_mb)
+        if (last)
             sdp_graph_window_release(g, step, l, r);
         if (g->rwork && (mb + 1) % g->nm_rank == 0) /* the replica's last use this step */
             sdp_rt_tensor_discard(compute_work(g, l, step, r));
@@ -149,7 +148,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     if (g->rwork && (mb + 1) % g->nm_rank == 0)
         for (int gi = 0; gi < st->ngroups; gi += g->head_group)
             sdp_rt_tensor_discard(compute_work(g, gi, step, r));
-    if (last_mb) /* not the embedding updated early: its chunks are being written on the host */
+    if (last) /* not the embedding updated early: its chunks are being written on the host */
         for (int gi = sdp_graph_early_embed(g) ? g->head_group : 0; gi < st->ngroups;
              gi += g->head_group)
             sdp_graph_window_release(g, step, gi, r);
