@@ -42,6 +42,8 @@ PRESETS = {
                      tie_word_embeddings=False),
     "qwen3-14b": dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,
                       tie_word_embeddings=False),
+    "qwen3-32b": dict(hidden_size=5120, intermediate_size=25600, num_hidden_layers=64, num_attention_heads=64,
+                      tie_word_embeddings=False),
 }
 
 

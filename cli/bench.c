@@ -40,7 +40,8 @@ static const char usage_head[] =
     "usage: slidedp bench --model PRESET|CONFIG [options]\n"
     "\n"
     "Time training steps of a preset model (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,\n"
-    "qwen3-14b), or of the model a Hugging Face config.json (or the directory holding it)\n"
+    "qwen3-14b, qwen3-32b), or of the model a Hugging Face config.json (or the directory holding "
+    "it)\n"
     "describes, with random weights and random tokens; print one JSON line.\n";
 static const char usage_tail[] = "";
 
@@ -112,8 +113,8 @@ static int run(const struct bench_opts *b)
         if (access(b->model, F_OK) != 0) {
             sdp_err(-EINVAL, "unknown model preset '%s', and no such config file or directory",
                     b->model);
-            sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b; or give a "
-                     "Hugging Face config.json or its directory");
+            sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b; "
+                     "or give a Hugging Face config.json or its directory");
             return SDP_EXIT_USAGE;
         }
         if (sdp_hfconfig_load(b->model, &cfg)) /* names the file and the field */
