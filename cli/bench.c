@@ -151,9 +151,12 @@ static int state_create(const struct bench_opts *b, struct sdp_state *st,
     return sdp_state_create_ex(st, cfg, dt, chunk, gbf16 ? SDP_BF16 : SDP_F32, flags);
 }
 
-/* Whether the gradient returns in bf16 (--grad-dtype; the recipe's rule). */
+/* Whether the gradient returns in bf16 (--grad-dtype; the recipe's rule).  LoRA: the adapters'
+ * gradient is fp32, the base has none. */
 static int grad_bf16(const struct bench_opts *b, int on_gpu)
 {
+    if (b->lora.rank > 0)
+        return 0;
     int want = !strcmp(b->grad_dtype, "auto") ? -1 : !strcmp(b->grad_dtype, "bf16");
     return sdp_grad_bf16_choice(want, b->ranks, on_gpu);
 }
