@@ -220,7 +220,8 @@ const struct sdp_option sdp_options[] = {
     { "train.keep_mlp", "keep-mlp", BENCH_P, RF(keep_mlp), INT_GE(0), .def = "0",
       .help = "with recomputation, the top recomputed layers keeping their MLP's inputs" },
     { "train.gpu_update", "gpu-update", BOTH_P, RF(gpu_update), INT_GE(0), .def = "0",
-      .help = "AdamW of layers 1..N on the GPU (one rank, bf16 return, copies on the host)" },
+      .help = "AdamW of layers 1..N on the GPU (one rank, bf16 return, copies on the host; "
+              "LoRA: their adapters')" },
     { "train.grad_dtype", "grad-dtype", BOTH_P, CHOICE(grad_dtype_names, set_grad_dtype),
       .def = "auto", .help = "the gradient AdamW reads (auto: bf16 for one rank on a GPU)" },
     { "train.work_home", "work-home", BOTH_P, INDEX(home_names, work_on_gpu), .def = "host",
