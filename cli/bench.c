@@ -564,6 +564,7 @@ int sdp_cli_bench(int argc, char **argv)
     from_recipe(&r, &b);
     if (lora_options(&r, &b.lora))
         return SDP_EXIT_USAGE;
+    r.lora = b.lora; /* the adapters as resolved, for the prediction */
     if (b.micro == 0)
         b.micro = b.batch / b.ranks;
     if (b.window < 0)
