@@ -41,14 +41,12 @@ static const char usage_head[] =
     "usage: slidedp bench --model PRESET|CONFIG [options]\n"
     "\n"
     "Time training steps of a preset model (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,\n"
-    "qwen3-14b, qwen3-32b), or of the model a Hugging Face config.json (or the directory holding "
-    "it)\n"
-    "describes, with random weights and random tokens; print one JSON line.\n";
+    "qwen3-14b, qwen3-32b), or of the model a Hugging Face config.json (or the directory\n"
+    "holding it) describes, with random weights and random tokens; print one JSON line.\n";
 static const char usage_tail[] =
     "\n"
-    "model_tflops counts tokens/s times the model FLOPs of a token at sequence length T (L "
-    "layers,\n"
-    "NH heads of HD, recomputation not counted): full training 6 * matmul params\n"
+    "model_tflops counts tokens/s times the model FLOPs of a token at sequence length T\n"
+    "(L layers, NH heads of HD, recomputation not counted): full training 6 * matmul params\n"
     "+ 6 * L * NH * HD * T; with --lora-rank, the frozen base's forward and backward through the\n"
     "activations and the adapters' forward and backward, 4 * matmul params + 6 * L * NH * HD * T\n"
     "+ 6 * adapter params (docs/lora.md).\n";
