@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Peer baselines on the standard workload of the benchmarks: PyTorch GPU-resident training and PyTorch
-FSDP2, GPU-resident or with CPU offload (AdamW on the CPU), on a Qwen3-shaped model with random weights
-and random tokens.  Prints one JSON line per run with the same fields as `slidedp bench` ("system",
+"""Peer baselines on the standard workload of the benchmarks: PyTorch GPU-resident training, PyTorch
+FSDP2, GPU-resident or with CPU offload (AdamW on the CPU), and PEFT LoRA on a GPU-resident bf16 base,
+on a Qwen3-shaped model with random weights and random tokens.  Prints one JSON line per run with the same fields as `slidedp bench` ("system",
 "model", "batch", "seq", "tokens_per_s", "model_tflops", "gpu_peak_gib", "host_peak_gib", settings).
 
   bench/peers.py --system pytorch-gpu --model qwen3-4b --batch 16 --seq 1024 --steps 5
   bench/peers.py --system fsdp2-offload --model qwen3-4b --batch 16 --seq 1024 --steps 5
   bench/peers.py --system fsdp2 --model qwen3-8b --batch 16 --ranks 4     # 16 sequences per GPU
+  bench/peers.py --system peft-lora --model qwen3-32b --batch 16 --lora-rank 16
 
 GPU-resident: fp32 parameters on the GPU, bf16 autocast, activation checkpointing per layer, SDPA
 attention, fused AdamW on the GPU (one GPU).  FSDP2: fully_shard per decoder layer and on the whole
@@ -17,7 +18,16 @@ fsdp2 keeps the shards on the GPUs with AdamW there, fsdp2-offload adds CPUOfflo
 and AdamW on the CPU, PyTorch's default implementation for CPU tensors).  A step's time is the
 slowest rank's.  --device cpu runs FSDP2 on CPU processes (gloo), for the tests on the `tiny`
 preset.  Model FLOPs counted as in BENCH.md: 6 x matmul params + 6 x L x NH x HD x T per token,
-recomputation not counted.  Exit 77 without a CUDA device (unless --device cpu), 2 for bad
+recomputation not counted.
+
+peft-lora: the whole model in bf16 on one GPU (frozen), PEFT LoRA adapters of rank --lora-rank
+(scaling --lora-alpha / rank) on every linear of every layer (q, k, v, o, gate, up, down), kept in
+fp32 by PEFT (autocast_adapter_dtype), bf16 autocast, gradient checkpointing per layer (with
+enable_input_require_grads, as PEFT needs for a frozen base), AdamW on the adapters (fused on the
+GPU); --device cpu runs it on the CPU for the tests.  Its model FLOPs are slidedp bench
+--lora-rank's (docs/lora.md): 4 x matmul params + 6 x L x NH x HD x T + 6 x adapter params per
+token, the frozen base's forward and backward through the activations and the adapters' forward and
+backward.  Exit 77 without a CUDA device (unless --device cpu), 2 for bad
 arguments.
 """
 import argparse
@@ -42,6 +52,8 @@ PRESETS = {
                      tie_word_embeddings=False),
     "qwen3-14b": dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,
                       tie_word_embeddings=False),
+    "qwen3-32b": dict(hidden_size=5120, intermediate_size=25600, num_hidden_layers=64, num_attention_heads=64,
+                      tie_word_embeddings=False),
 }
 
 
@@ -49,12 +61,66 @@ def shape(model):
     return {**QWEN3, **PRESETS[model]}
 
 
-def flops_per_token(p, seq):
+def matmul_params(p):
     C, I, L, NH = p["hidden_size"], p["intermediate_size"], p["num_hidden_layers"], p["num_attention_heads"]
     HD, NKV, V = p["head_dim"], p["num_key_value_heads"], p["vocab_size"]
     per_layer = C * (NH * HD) + 2 * C * (NKV * HD) + (NH * HD) * C + 3 * C * I
-    matmul = L * per_layer + V * C  # linear layers + LM head (embedding lookup excluded)
-    return 6 * matmul + 6 * L * NH * HD * seq
+    return L * per_layer + V * C  # linear layers + LM head (embedding lookup excluded)
+
+
+def attn_flops(p, seq):
+    return 6 * p["num_hidden_layers"] * p["num_attention_heads"] * p["head_dim"] * seq
+
+
+def flops_per_token(p, seq):
+    return 6 * matmul_params(p) + attn_flops(p, seq)
+
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def adapter_params(p, rank):
+    """Parameters of rank-`rank` adapters on every linear of every layer: r x (in + out) each."""
+    C, I, L, NH = p["hidden_size"], p["intermediate_size"], p["num_hidden_layers"], p["num_attention_heads"]
+    Q, KV = NH * p["head_dim"], p["num_key_value_heads"] * p["head_dim"]
+    return L * rank * ((C + Q) + 2 * (C + KV) + (Q + C) + 2 * (C + I) + (I + C))
+
+
+def lora_flops_per_token(p, seq, rank):
+    return 4 * matmul_params(p) + attn_flops(p, seq) + 6 * adapter_params(p, rank)
+
+
+def peft_lora(cfg, dev, args, settings):
+    """The frozen bf16 base on dev with PEFT's adapters: (model, optimizer)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen3ForCausalLM
+    torch.set_default_dtype(torch.bfloat16)  # the base's weights drawn in bf16 where they live
+    try:
+        with torch.device(dev):
+            model = Qwen3ForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    model.config.use_cache = False
+    model.gradient_checkpointing_enable()
+    model.enable_input_require_grads()
+    lcfg = LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=0.0,
+                      target_modules=LORA_TARGETS, bias="none", task_type="CAUSAL_LM")
+    model = get_peft_model(model, lcfg)  # the adapters in fp32 (autocast_adapter_dtype)
+    model.train()
+    trainable = [q for q in model.parameters() if q.requires_grad]
+    n = sum(q.numel() for q in trainable)
+    if n != adapter_params(shape(args.model), args.lora_rank):
+        raise SystemExit("peers.py: PEFT made %d adapter parameters, %d expected" % (
+            n, adapter_params(shape(args.model), args.lora_rank)))
+    opt = torch.optim.AdamW(trainable, lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=dev.type == "cuda")
+    settings.update({"params": "bf16 base on the %s, frozen" % ("CPU" if dev.type == "cpu" else "GPU"),
+                     "adapters": "fp32", "autocast": "bf16", "checkpointing": True,
+                     "optimizer": "AdamW on the adapters" + (" (fused)" if dev.type == "cuda" else ""),
+                     "lora": {"rank": args.lora_rank, "alpha": args.lora_alpha, "targets": LORA_TARGETS},
+                     "adapter_params": n})
+    return model, opt
 
 
 def run(rank, args, out_q):
@@ -72,8 +138,11 @@ def run(rank, args, out_q):
     if not cpu:
         torch.cuda.set_device(dev)
     settings = {"ranks": R, "device": args.device}
-    fsdp = args.system != "pytorch-gpu"
-    if not fsdp:
+    fsdp = args.system not in ("pytorch-gpu", "peft-lora")
+    lora = args.system == "peft-lora"
+    if lora:
+        model, opt = peft_lora(cfg, dev, args, settings)
+    elif not fsdp:
         with torch.device(dev):
             model = Qwen3ForCausalLM(cfg)
         model.gradient_checkpointing_enable()
@@ -121,7 +190,7 @@ def run(rank, args, out_q):
         sync()
         t0 = time.perf_counter()
         if not fsdp:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(dev.type, dtype=torch.bfloat16):
                 loss = model(input_ids=ids, labels=ids).loss
         else:
             loss = model(input_ids=ids, labels=ids).loss
@@ -148,10 +217,11 @@ def run(rank, args, out_q):
         return
     med = statistics.median(times)
     tps = R * args.batch * args.seq / med
+    fpt = lora_flops_per_token(p, args.seq, args.lora_rank) if lora else flops_per_token(p, args.seq)
     out = {
         "system": args.system, "model": args.model, "batch": args.batch * R, "seq": args.seq,
-        "tokens_per_s": tps, "model_tflops": tps * flops_per_token(p, args.seq) / 1e12,
-        "step_s_median": med, "step_s": times,
+        "tokens_per_s": tps, "model_tflops": tps * fpt / 1e12, "loss": loss.item(),
+        "lora_rank": args.lora_rank if lora else 0, "step_s_median": med, "step_s": times,
         "gpu_peak_gib": gpu_peak.item(), "host_peak_gib": host.item(),
         "settings": settings, "torch": torch.__version__,
     }
@@ -160,7 +230,7 @@ def run(rank, args, out_q):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--system", choices=["pytorch-gpu", "fsdp2", "fsdp2-offload"], required=True)
+    ap.add_argument("--system", choices=["pytorch-gpu", "fsdp2", "fsdp2-offload", "peft-lora"], required=True)
     ap.add_argument("--model", choices=sorted(PRESETS), required=True)
     ap.add_argument("--batch", type=int, default=16, help="sequences per step and rank (16)")
     ap.add_argument("--seq", type=int, default=1024)
@@ -170,11 +240,25 @@ def main():
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                     help="cpu: FSDP2 on CPU processes (gloo), for tests")
     ap.add_argument("--port", type=int, default=29512, help="the rendezvous port of FSDP2's processes")
+    ap.add_argument("--lora-rank", type=int, help="peft-lora: the adapters' rank (16)")
+    ap.add_argument("--lora-alpha", type=float,
+                    help="peft-lora: the scaling is alpha / rank (8, PEFT's default as slidedp bench's)")
     args = ap.parse_args()
     if min(args.ranks, args.batch, args.seq, args.steps) < 1 or args.warmup < 0:
         ap.error("--ranks, --batch, --seq and --steps must be positive, --warmup not negative")
     if args.system == "pytorch-gpu" and (args.ranks > 1 or args.device == "cpu"):
         ap.error("pytorch-gpu is one GPU; use --system fsdp2 for several GPUs or the CPU")
+    if args.system != "peft-lora" and (args.lora_rank is not None or args.lora_alpha is not None):
+        ap.error("--lora-rank and --lora-alpha are for --system peft-lora")
+    if args.system == "peft-lora" and args.ranks > 1:
+        ap.error("peft-lora is one GPU (or the CPU with --device cpu): --ranks 1")
+    args.lora_rank = 16 if args.lora_rank is None else args.lora_rank
+    args.lora_alpha = 8.0 if args.lora_alpha is None else args.lora_alpha
+    p = shape(args.model)
+    widths = [p["hidden_size"], p["num_key_value_heads"] * p["head_dim"]]
+    if not 1 <= args.lora_rank <= min(widths) or not args.lora_alpha > 0:
+        ap.error("--lora-rank must be in 1..%d (the narrowest linear's width) and --lora-alpha above 0"
+                 % min(widths))
 
     import torch
     if args.device == "cuda" and not torch.cuda.is_available():

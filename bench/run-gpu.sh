@@ -36,6 +36,14 @@
 #            GiB, qwen3-8b/16 with the host's 90 GiB): the selection's log, the chosen plans (the
 #            cache's files, auto-plans/) and both runs' metrics (step times after the validation)
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
+#   lora     LoRA rank 16 on every linear at seq 1024, batch 16, for each of LORA_MODELS (default
+#            "qwen3-14b qwen3-32b"; MODEL/BATCH are ignored): slidedp bench --lora-rank 16 under a
+#            GPU limit of LORA_GIB (default 23: StarPU's limit leaves out the CUDA context, so the
+#            peak stays within 24 GiB) in micro-batches of LORA_MICRO (default 8: `slidedp plan`
+#            puts 16 sequences of qwen3-32b at 31.5 GiB, of qwen3-14b at 24.7), with its event log
+#            (lane utilisation) and memory log; LORA_GPU_UPDATE=1 adds a run with the adapters'
+#            AdamW on the GPU (--gpu-update); then PEFT LoRA with the whole bf16 model on the GPU
+#            (bench/peers.py --system peft-lora, 16 sequences at once)
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
 #            GPU in every route combination (MODEL/BATCH per GPU), the GPU reduction through NCCL
@@ -262,6 +270,25 @@ for stage in $stages; do
                 --seq 1024 --steps 3 --warmup 1 >> "$out/results.jsonl" 2> "$out/bench-$sys.log"
             log "$sys: exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-300)"
         done
+        ;;
+    lora)
+        for lm in ${LORA_MODELS:-qwen3-14b qwen3-32b}; do
+            name=lora-$lm-b16-m${LORA_MICRO:-8}-r16-gib${LORA_GIB:-23}
+            lora_args=(--model "$lm" --batch 16 --micro "${LORA_MICRO:-8}" --seq 1024 --steps 4
+                --warmup 2 --lora-rank 16 --gpu-memory-gib "${LORA_GIB:-23}")
+            bench "$name" 500 "${lora_args[@]}" \
+                --events "$out/events-$name.jsonl" --mem-log "$out/mem-$name.jsonl"
+            if [ "${LORA_GPU_UPDATE:-0}" = 1 ]; then
+                nl=$( [ "$lm" = qwen3-32b ] && echo 64 || echo 40)
+                bench "$name-gpu-update" 500 "${lora_args[@]}" --gpu-update "$nl" \
+                    --mem-log "$out/mem-$name-gpu-update.jsonl"
+            fi
+            timeout 500 python3 bench/peers.py --system peft-lora --model "$lm" --batch 16 \
+                --seq 1024 --steps 3 --warmup 1 --lora-rank 16 >> "$out/results.jsonl" \
+                2> "$out/bench-peft-lora-$lm.log"
+            log "peft-lora $lm/16: exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-300)"
+        done
+        lanes
         ;;
     compare)
         timeout 560 python3 bench/hf_loss_compare.py recipes/qwen3-0.6b-compare.yaml --steps 200 \

@@ -35,6 +35,7 @@ struct bench_opts {
     int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last, keep_mlp, gpu_update;
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
+    struct sdp_lora_cfg lora; /* --lora-rank's adapters on a frozen base (rank 0: full training) */
     const struct sdp_recipe *r; /* the options as parsed (train.machine, the plan's knobs) */
 };
 
@@ -42,9 +43,15 @@ static const char usage_head[] =
     "usage: slidedp bench --model PRESET|CONFIG [options]\n"
     "\n"
     "Time training steps of a preset model (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,\n"
-    "qwen3-14b), or of the model a Hugging Face config.json (or the directory holding it)\n"
-    "describes, with random weights and random tokens; print one JSON line.\n";
-static const char usage_tail[] = "";
+    "qwen3-14b, qwen3-32b), or of the model a Hugging Face config.json (or the directory\n"
+    "holding it) describes, with random weights and random tokens; print one JSON line.\n";
+static const char usage_tail[] =
+    "\n"
+    "model_tflops counts tokens/s times the model FLOPs of a token at sequence length T\n"
+    "(L layers, NH heads of HD, recomputation not counted): full training 6 * matmul params\n"
+    "+ 6 * L * NH * HD * T; with --lora-rank, the frozen base's forward and backward through the\n"
+    "activations and the adapters' forward and backward, 4 * matmul params + 6 * L * NH * HD * T\n"
+    "+ 6 * adapter params (docs/lora.md).\n";
 
 static uint64_t mix(uint64_t x)
 {
@@ -64,9 +71,92 @@ static void draw(uint64_t seed, int s, int vocab, int32_t *ids, int32_t *targets
     }
 }
 
-/* Whether the gradient returns in bf16 (--grad-dtype; the recipe's rule). */
+/* The adapters of --lora-rank, --lora-alpha and --lora-targets into *lora (rank 0: none): alpha
+ * PEFT's 8 and every linear unless given.  @return 0, or SDP_EXIT_USAGE naming the option */
+static int lora_options(const struct sdp_recipe *r, struct sdp_lora_cfg *lora)
+{
+    const char *p = r->bench_lora_targets;
+    *lora = r->lora;
+    if (lora->rank == 0) {
+        if (lora->alpha > 0 || p) {
+            sdp_err(-EINVAL, "--%s without --lora-rank", p ? "lora-targets" : "lora-alpha");
+            return SDP_EXIT_USAGE;
+        }
+        return 0;
+    }
+    lora->alpha = lora->alpha > 0 ? lora->alpha : 8.0;
+    lora->targets = 0;
+    if (!p || !strcmp(p, "all-linear")) {
+        for (int i = 0; i < SDP_LORA_NTARGETS; i++)
+            lora->targets |= SDP_LORA_BIT(sdp_lora_kinds[i]);
+        return 0;
+    }
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        char name[32];
+        enum sdp_ptensor k = SDP_PT_Q;
+        snprintf(name, sizeof(name), "%.*s", (int)(n < sizeof(name) ? n : sizeof(name) - 1), p);
+        int known = n > 0 && n < sizeof(name) && !sdp_lora_target_parse(name, &k);
+        if (!known || (lora->targets & SDP_LORA_BIT(k))) {
+            sdp_err(-EINVAL, "--lora-targets %s: '%.*s' %s", r->bench_lora_targets, (int)n, p,
+                    known ? "is named twice" : "names no linear of a layer");
+            sdp_hint("all-linear, or a comma-separated list of q_proj, k_proj, v_proj, o_proj, "
+                     "gate_proj, up_proj, down_proj");
+            return SDP_EXIT_USAGE;
+        }
+        lora->targets |= SDP_LORA_BIT(k);
+        if (!p[n])
+            break;
+        p += n + 1;
+    }
+    return 0;
+}
+
+/* --lora-rank against the model and the run (sdp_lora_validate; the recipe's rules: one rank,
+ * the working copies on the host).  @return 0, or SDP_EXIT_USAGE naming the option */
+static int lora_check(const struct bench_opts *b, const struct sdp_model_cfg *cfg)
+{
+    char why[256];
+    if (b->lora.rank < 1)
+        return 0;
+    if (sdp_lora_validate(&b->lora, cfg, why, sizeof(why))) {
+        sdp_err(-EINVAL, "%s: %s",
+                strstr(why, "lora.alpha")     ? "--lora-alpha"
+                : strstr(why, "lora.targets") ? "--lora-targets"
+                                              : "--lora-rank",
+                why);
+        return SDP_EXIT_USAGE;
+    }
+    if (b->ranks > 1 || b->work_on_gpu || b->embed_on_gpu) {
+        sdp_err(-EINVAL, "--lora-rank: %s",
+                b->ranks > 1 ? "LoRA runs on one rank (--ranks 1)"
+                             : "the frozen base's working copy stays on the host "
+                               "(--work-home host --embed-home host)");
+        return SDP_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* The training state: full (sdp_state_create_ex), or with --lora-rank the frozen base and the
+ * adapters (sdp_state_create_lora). */
+static int state_create(const struct bench_opts *b, struct sdp_state *st,
+                        const struct sdp_model_cfg *cfg, enum sdp_dtype dt, int gbf16)
+{
+    size_t chunk = sdp_cli_chunk_bytes(b->chunk_mib, cfg);
+    unsigned flags = (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
+                     (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                     (b->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0);
+    if (b->lora.rank > 0)
+        return sdp_state_create_lora(st, cfg, &b->lora, dt, chunk, flags);
+    return sdp_state_create_ex(st, cfg, dt, chunk, gbf16 ? SDP_BF16 : SDP_F32, flags);
+}
+
+/* Whether the gradient returns in bf16 (--grad-dtype; the recipe's rule).  LoRA: the adapters'
+ * gradient is fp32, the base has none. */
 static int grad_bf16(const struct bench_opts *b, int on_gpu)
 {
+    if (b->lora.rank > 0)
+        return 0;
     int want = !strcmp(b->grad_dtype, "auto") ? -1 : !strcmp(b->grad_dtype, "bf16");
     return sdp_grad_bf16_choice(want, b->ranks, on_gpu);
 }
@@ -91,6 +181,24 @@ static void predict(const struct bench_opts *b, const struct sdp_model_cfg *cfg,
     }
 }
 
+/* The model FLOPs of a token (model_tflops): full training's, or LoRA's (the frozen base's
+ * forward and backward through the activations, the adapters' forward and backward). */
+static double flops_per_token(const struct bench_opts *b, const struct sdp_model_cfg *cfg)
+{
+    return b->lora.rank > 0 ? sdp_lora_train_flops_per_token(&b->lora, cfg, b->seq)
+                            : sdp_model_train_flops_per_token(cfg, b->seq);
+}
+
+/* The settings' "lora": rank, alpha and the targets. */
+static json_t *lora_json(const struct sdp_lora_cfg *c)
+{
+    json_t *t = json_array();
+    for (int i = 0; i < SDP_LORA_NTARGETS; i++)
+        if (c->targets & SDP_LORA_BIT(sdp_lora_kinds[i]))
+            json_array_append_new(t, json_string(sdp_lora_target_name(sdp_lora_kinds[i])));
+    return json_pack("{s:i, s:f, s:o}", "rank", c->rank, "alpha", c->alpha, "targets", t);
+}
+
 static int run(const struct bench_opts *b)
 {
     struct sdp_model_cfg cfg;
@@ -103,7 +211,7 @@ static int run(const struct bench_opts *b)
     enum sdp_dtype dt = strcmp(b->precision, "fp32") ? SDP_BF16 : SDP_F32;
     size_t ntok = (size_t)b->batch * b->seq;
     int32_t *ids = NULL, *targets = NULL, *next_ids = NULL, *next_targets = NULL;
-    double *step_s = NULL, gpu_peak = 0.0, t_init, t_start = 0.0, t_prev, span;
+    double *step_s = NULL, gpu_peak = 0.0, t_init, t_start = 0.0, t_prev, span, loss = 0.0;
     double t_go = sdp_cli_now_s(), t_rt = 0.0, t_state = 0.0, t_graph = 0.0, t_end;
     int rc = SDP_EXIT_FAILURE, state_made = 0, total = b->warmup + b->steps, gbf16;
     int wid[SDP_MAX_RANKS] = { 0 };
@@ -114,13 +222,15 @@ static int run(const struct bench_opts *b)
         if (access(b->model, F_OK) != 0) {
             sdp_err(-EINVAL, "unknown model preset '%s', and no such config file or directory",
                     b->model);
-            sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b; or give a "
-                     "Hugging Face config.json or its directory");
+            sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b; "
+                     "or give a Hugging Face config.json or its directory");
             return SDP_EXIT_USAGE;
         }
         if (sdp_hfconfig_load(b->model, &cfg)) /* names the file and the field */
             return SDP_EXIT_USAGE;
     }
+    if (lora_check(b, &cfg))
+        return SDP_EXIT_USAGE;
     { /* the files written after the last step, checked before the first */
         const struct sdp_path_role in[] = { { access(b->model, F_OK) == 0 ? b->model : NULL,
                                               "the model", SDP_PATH_FILE } };
@@ -138,10 +248,12 @@ static int run(const struct bench_opts *b)
         return SDP_EXIT_USAGE;
     /* as far as it is known before StarPU starts; resolved again once it has */
     gbf16 = grad_bf16(b, sdp_cli_may_use_gpu(b->gpus));
-    need = sdp_state_host_bytes(&cfg, dt, gbf16 ? SDP_BF16 : SDP_F32,
-                                (sdp_cli_may_use_gpu(b->gpus) ? SDP_STATE_ON_GPU : 0) |
-                                    (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
-                                    (b->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
+    need = b->lora.rank > 0
+               ? sdp_state_lora_host_bytes(&cfg, &b->lora, dt)
+               : sdp_state_host_bytes(&cfg, dt, gbf16 ? SDP_BF16 : SDP_F32,
+                                      (sdp_cli_may_use_gpu(b->gpus) ? SDP_STATE_ON_GPU : 0) |
+                                          (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
+                                          (b->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
     avail = sdp_rt_host_mem_available();
     if (avail > 0 && need > avail) {
         sdp_err(-ENOMEM,
@@ -173,11 +285,7 @@ static int run(const struct bench_opts *b)
     gbf16 = grad_bf16(b, sdp_rt_ncuda() > 0);
     if (sdp_tasks_init() || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&cfg)) ||
-        sdp_state_create_ex(&st, &cfg, dt, sdp_cli_chunk_bytes(b->chunk_mib, &cfg),
-                            gbf16 ? SDP_BF16 : SDP_F32,
-                            (sdp_rt_ncuda() > 0 ? SDP_STATE_ON_GPU : 0) |
-                                (b->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
-                                (b->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0)))
+        state_create(b, &st, &cfg, dt, gbf16))
         goto out;
     state_made = 1;
     t_state = sdp_cli_now_s();
@@ -185,6 +293,8 @@ static int run(const struct bench_opts *b)
         goto out;
     t_init = sdp_cli_now_s();
     sdp_state_init_random(&st, b->seed);
+    if (b->lora.rank > 0) /* PEFT's initialisation: A uniform, B zeros */
+        sdp_state_lora_init(&st, b->seed);
     SDP_INFO("random initialisation of %zu parameters: %.1f s", sdp_model_num_params(&cfg),
              sdp_cli_now_s() - t_init);
     gc.micro_batch = b->micro;
@@ -204,6 +314,7 @@ static int run(const struct bench_opts *b)
     gc.keep_mlp = b->keep_mlp;
     gc.gpu_update = b->gpu_update;
     gc.embed_lookup_host = b->lookup_host;
+    gc.lora = b->lora;
     norms_at = sdp_cli_place_norms(b->ranks, b->window);
     gc.nranks = b->ranks;
     gc.grad_route = b->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
@@ -259,6 +370,7 @@ static int run(const struct bench_opts *b)
         if (sdp_graph_step(g, s, ids, targets, 1e-5, 1, &res) || (b->barrier && sdp_rt_wait_all()))
             goto out;
         step_s[s] = sdp_cli_now_s() - t_prev;
+        loss = res.loss;
         t_prev += step_s[s];
         for (int d = 0; d < sdp_rt_ncuda(); d++) {
             double used = sdp_rt_gpu_mem_used(d) / 1073741824.0;
@@ -332,12 +444,16 @@ static int run(const struct bench_opts *b)
         /* steps whose late embedding rows waited for the next step's lookup (defer_rows) */
         json_object_set_new(settings, "deferred_steps", json_integer(sdp_graph_deferred_steps(g)));
         json_object_set_new(settings, "timing", json_string(b->barrier ? "barrier" : "pipelined"));
-        o = json_pack(
-            "{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system", "slidedp", "model",
-            b->model, "batch", b->batch, "seq", b->seq, "tokens_per_s", tps, "model_tflops",
-            tps * sdp_model_train_flops_per_token(&cfg, b->seq) / 1e12, "step_s_median", median,
-            "gpu_peak_gib", gpu_peak, "host_peak_gib", sdp_rt_host_peak_rss() / 1073741824.0,
-            "step_s", steps_arr, "settings", settings);
+        o = json_pack("{s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "system",
+                      "slidedp", "model", b->model, "batch", b->batch, "seq", b->seq,
+                      "tokens_per_s", tps, "model_tflops", tps * flops_per_token(b, &cfg) / 1e12,
+                      "step_s_median", median, "gpu_peak_gib", gpu_peak, "host_peak_gib",
+                      sdp_rt_host_peak_rss() / 1073741824.0, "step_s", steps_arr, "settings",
+                      settings);
+        json_object_set_new(o, "loss", json_real(loss)); /* of the last step */
+        json_object_set_new(o, "lora_rank", json_integer(b->lora.rank));
+        if (b->lora.rank > 0)
+            json_object_set_new(settings, "lora", lora_json(&b->lora));
         json_object_set_new(o, "bytes_per_rank_per_step", routes);
         json_object_set_new(o, "startup_s",
                             json_pack("{s:f, s:f, s:f, s:f}", "total", t_graph - t_go, "starpu",
@@ -448,6 +564,9 @@ int sdp_cli_bench(int argc, char **argv)
         return SDP_EXIT_USAGE;
     }
     from_recipe(&r, &b);
+    if (lora_options(&r, &b.lora))
+        return SDP_EXIT_USAGE;
+    r.lora = b.lora; /* the adapters as resolved, for the prediction */
     if (b.micro == 0)
         b.micro = b.batch / b.ranks;
     if (b.window < 0)

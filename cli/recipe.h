@@ -110,15 +110,16 @@ struct sdp_recipe {
     /* command line only: the rows of cli/options.c without a recipe key */
     int embed_early; /* sdp_graph_conf.embed_early: 0 on (default), -1 off */
     int mlp_early;   /* sdp_graph_conf.mlp_early: 0 where it applies (default), 1 on, -1 off */
-    int no_resume, quiet, verbose; /* train */
-    int force_new;                 /* train: move the run a run directory holds aside */
-    int print_plan;                /* train: print the plan and exit */
-    int json;                      /* plan: the prediction as JSON */
-    int plan_auto;                 /* plan: choose each layer's activation placement */
-    int warmup, barrier;           /* bench: untimed steps first, a barrier after each step */
-    const char *trace, *events;    /* Chrome/Perfetto timeline, task event log ("" = none) */
-    const char *mem_log;           /* bench: memory samples (JSONL) */
-    const char *bench_model;       /* bench: a preset, or a Hugging Face config.json */
+    int no_resume, quiet, verbose;  /* train */
+    int force_new;                  /* train: move the run a run directory holds aside */
+    int print_plan;                 /* train: print the plan and exit */
+    int json;                       /* plan: the prediction as JSON */
+    int plan_auto;                  /* plan: choose each layer's activation placement */
+    int warmup, barrier;            /* bench: untimed steps first, a barrier after each step */
+    const char *trace, *events;     /* Chrome/Perfetto timeline, task event log ("" = none) */
+    const char *mem_log;            /* bench: memory samples (JSONL) */
+    const char *bench_model;        /* bench: a preset, or a Hugging Face config.json */
+    const char *bench_lora_targets; /* bench --lora-targets: all-linear or q_proj,v_proj,... */
 };
 
 /** Defaults for every field (documented in README's recipe section). */

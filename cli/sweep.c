@@ -40,7 +40,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: slidedp sweep --model PRESET [options]\n"
                "\n"
                "Time the cast+H2D and D2H+update paths of one decoder layer of a preset model\n"
-               "(qwen3-0.6b ... qwen3-14b) for several chunk sizes; print one JSON line per size.\n"
+               "(qwen3-0.6b ... qwen3-32b) for several chunk sizes; print one JSON line per size.\n"
                "\n"
                "options:\n"
                "  --chunks LIST   chunk sizes, MiB of fp32 master (8,16,32,64,128,256)\n"
@@ -119,7 +119,7 @@ static int run(const struct sweep_opts *so)
     int rc = SDP_EXIT_FAILURE, wid[1];
     if (sdp_model_preset(so->model, &cfg)) {
         sdp_err(-EINVAL, "unknown model preset '%s'", so->model);
-        sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b");
+        sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b");
         return SDP_EXIT_USAGE;
     }
     /* one decoder layer of the preset's shape; a small vocabulary keeps the other groups small */

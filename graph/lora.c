@@ -90,18 +90,25 @@ int sdp_graph_lora_norms(sdp_graph_t *g, int step, int gi)
 }
 
 /* AdamW on every adapter chunk, weight decay on all of it (A and B are matrices), writing the
- * next working copy of the adapters. */
+ * next working copy of the adapters in place.  On the host, or where the plan's update_gpu says
+ * (train.gpu_update, the plan's update key) on the GPU with the layers' GPU update codelet (the
+ * host's bits): the gradient is read where lora_bwd made it, and the master and moments move to
+ * the GPU with their first update and stay there while StarPU has the memory (it writes them back
+ * to the host when it needs the room, and for a checkpoint). */
 int sdp_graph_lora_update(sdp_graph_t *g, int step)
 {
     struct sdp_state *st = g->st;
     for (int gi = 0; gi < st->ngroups; gi++) {
         struct sdp_lora_state *ls = st->groups[gi].lora;
+        int on_gpu = g->plan.group[gi].update_gpu;
         for (int c = 0; ls && c < ls->nchunks; c++) {
             struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_UPDATE);
             sdp_rt_tensor_t *p = sdp_rt_tensor_part(ls->master, c);
             struct sdp_adamw_segment seg = { 0, sdp_rt_tensor_nelems(p), 1 };
             o.hint.chunk = c;
-            TRY_RET(sdp_task_adamw_ex(
+            if (on_gpu) /* it drains no counted stage: no host buffer is written */
+                o.hint.stage_role = SDP_STAGE_NONE;
+            TRY_RET((on_gpu ? sdp_task_adamw_gpu : sdp_task_adamw_ex)(
                 &o, p, sdp_rt_tensor_part(ls->grad, c), sdp_rt_tensor_part(ls->m, c),
                 sdp_rt_tensor_part(ls->v, c), sdp_rt_tensor_part(ls->work, c),
                 g->c.max_grad_norm > 0 || g->c.skip_nonfinite ? g->clip : NULL, g->c.skip_nonfinite,

@@ -43,12 +43,13 @@ static int mlp_chunk0(const struct sdp_state *st, int gi)
 }
 
 /* Whether the AdamW of a decoder layer can run on the GPU (train.gpu_update): one rank, compute
- * on a GPU, the bf16 return and the working copies on the host (every layer group returns bf16
- * or none does, and is staged or not like the others). */
+ * on a GPU, and the bf16 return and the working copies on the host (every layer group returns
+ * bf16 or none does, and is staged or not like the others) or LoRA, whose adapters' fp32 gradient
+ * is made on the GPU and whose working copy the update writes in place. */
 static int gpu_update_applies(const struct sdp_plan *p, const struct sdp_state *st)
 {
     return p->nranks == 1 && sdp_tasks_compute_on_gpu() && p->nlayers >= 1 &&
-           st->groups[1].grad_ret && !st->groups[1].staged;
+           (st->lora.rank > 0 || (st->groups[1].grad_ret && !st->groups[1].staged));
 }
 
 /* Whether the early MLP update can apply to decoder layer gi (mlp_early, graph/optim.c): one
@@ -87,7 +88,9 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     pg->norms_gpu = (p->nranks == 1 && sdp_tasks_norms_on_gpu()) || (p->nranks > 1 && pg->grad_gpu);
     pg->nchunks = gs->nchunks;
     pg->chunk_elems = st->chunk_elems;
-    pg->update_gpu = layer && gi <= c->gpu_update && gpu_update_applies(p, st);
+    /* LoRA: the adapters' master and moments move to the GPU with their update (graph/lora.c) */
+    pg->update_gpu = layer && gi <= c->gpu_update && gpu_update_applies(p, st) &&
+                     (!c->lora.rank || sdp_lora_layer_on(&c->lora, gi));
     /* with the working copies on the host, only layer 1's update ends the step early enough to
      * pay for the stage it then takes (graph/optim.c, mlp_early) */
     pg->mlp_early = c->mlp_early >= 0 && mlp_early_applies(p, gi) &&
@@ -137,9 +140,10 @@ int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct s
     p->gpu_writeback = sdp_env_long("SDP_GPU_UPDATE_WRITEBACK", 0) > 0;
     if (c->gpu_update > 0 && !gpu_update_applies(p, st))
         SDP_WARN("train.gpu_update %d does not apply here (it needs one rank, compute on a GPU, "
-                 "the bf16 gradient return and the working copies on the host): every update "
-                 "runs on the host",
-                 c->gpu_update);
+                 "%s): every update runs on the host",
+                 c->gpu_update,
+                 c->lora.rank ? "as LoRA's adapters have"
+                              : "the bf16 gradient return and the working copies on the host");
     return 0;
 }
 
@@ -352,8 +356,11 @@ static void print_row(const struct sdp_plan *p, FILE *f, int g0, int g1)
         snprintf(name, sizeof(name), "%d", g0);
     else
         snprintf(name, sizeof(name), "%d-%d", g0, g1);
-    if (p->lora.rank > 0)
-        snprintf(update, sizeof(update), "%s", pg->lora_targets ? "adapters" : "frozen");
+    if (p->lora.rank > 0) /* the adapters' AdamW on the host, or on the GPU (update_gpu) */
+        snprintf(update, sizeof(update), "%s",
+                 !pg->lora_targets ? "frozen"
+                 : pg->update_gpu  ? "adapters, gpu"
+                                   : "adapters");
     else if (pg->embed_early)
         snprintf(update, sizeof(update), "host, rows early");
     else if (pg->mlp_early > 0)

@@ -100,6 +100,17 @@ int sdp_lora_validate(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *
     return 0;
 }
 
+double sdp_lora_train_flops_per_token(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m,
+                                      int T)
+{
+    double adapters = 0.0;
+    for (int g = 1; g <= m->num_layers; g++)
+        if (sdp_lora_layer_on(c, g))
+            adapters += (double)sdp_lora_layer_elems(c, m);
+    return 4.0 * (double)sdp_model_matmul_params(m) +
+           6.0 * (double)m->num_layers * m->num_heads * m->head_dim * (double)T + 6.0 * adapters;
+}
+
 size_t sdp_lora_layer_elems(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m)
 {
     size_t n = 0;

@@ -21,7 +21,7 @@ struct preset {
 static const struct preset presets[] = {
     { "qwen3-0.6b", 1024, 3072, 28, 16, 1 }, { "qwen3-1.7b", 2048, 6144, 28, 16, 1 },
     { "qwen3-4b", 2560, 9728, 36, 32, 1 },   { "qwen3-8b", 4096, 12288, 36, 32, 0 },
-    { "qwen3-14b", 5120, 17408, 40, 40, 0 },
+    { "qwen3-14b", 5120, 17408, 40, 40, 0 }, { "qwen3-32b", 5120, 25600, 64, 64, 0 },
 };
 
 const char *sdp_model_arch_name(enum sdp_arch arch)

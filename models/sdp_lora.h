@@ -52,4 +52,13 @@ int sdp_lora_validate(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *
 /** Elements of one layer's adapters (A and B of every target) under c. */
 size_t sdp_lora_layer_elems(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m);
 
+/** Model FLOPs per token of a LoRA training step at sequence length T: the frozen base's forward
+ * and its backward through the activations (2 + 2 per matmul parameter, no weight gradient), the
+ * causal attention's forward and backward as full training counts them, and the adapters' forward,
+ * input gradient and weight gradient (6 per adapter parameter):
+ *     4 * matmul params + 6 * L * NH * HD * T + 6 * adapter params
+ * (recomputation not counted, as sdp_model_train_flops_per_token). */
+double sdp_lora_train_flops_per_token(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m,
+                                      int T);
+
 #endif

@@ -171,7 +171,7 @@ int sdp_model_max_seq(const struct sdp_model_cfg *cfg);
 const char *sdp_model_arch_name(enum sdp_arch arch);
 
 /** Fill cfg from a named preset of ../BENCH.md ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b",
- * "qwen3-14b"). @return 0, or -ENOENT for an unknown name. */
+ * "qwen3-14b", "qwen3-32b"). @return 0, or -ENOENT for an unknown name. */
 int sdp_model_preset(const char *name, struct sdp_model_cfg *cfg);
 
 /** Set the defaults of an architecture (eps, theta, head_dim from C/NH, ...) before overrides. */

@@ -49,6 +49,12 @@ EXTRA_DIST += tests/e2e/test_e2e_lora_plan.sh
 # LoRA adapters in PEFT's format: read, written, merged, against PEFT (test_e2e_lora_peft.sh)
 TESTS += tests/e2e/test_e2e_lora_peft.sh
 EXTRA_DIST += tests/e2e/test_e2e_lora_peft.sh tests/e2e/lora_peft.py
+# slidedp bench --lora-rank: its JSON line, LoRA's model FLOPs, its refusals (test_e2e_bench_lora.sh)
+TESTS += tests/e2e/test_e2e_bench_lora.sh
+EXTRA_DIST += tests/e2e/test_e2e_bench_lora.sh
+# LoRA's adapter updates on the GPU (train.gpu_update): the host's bits (exit 77 without a GPU)
+TESTS += tests/e2e/test_e2e_lora_gpu_update_gpu.sh
+EXTRA_DIST += tests/e2e/test_e2e_lora_gpu_update_gpu.sh
 # slidedp plan --sched sdp-roundpipe: RoundPipe's stage split (test_e2e_plan_split.sh)
 TESTS += tests/e2e/test_e2e_plan_split.sh
 EXTRA_DIST += tests/e2e/test_e2e_plan_split.sh

@@ -8,6 +8,12 @@
 #     linear, a rank above an adapted linear's smaller width (k_proj is 16 x 32 here), layers
 #     beyond the model, an unknown key, a non-mapping section, dropout > 0 (not PEFT's mask yet),
 #     and nothing is written;
+#   - train.gpu_update (the adapters' AdamW on the GPU, graph/lora.c) does not apply on CPU workers:
+#     the plan says why and keeps the updates on the host ("adapters"), and the run's losses and
+#     final adapter are those without it, bit for bit (its GPU side: test_e2e_lora_gpu_update_gpu.sh);
+#   - tools/check_invariants.py passes a LoRA run's event log (the frozen groups, which nothing
+#     updates, have one version whatever step their events record), and still fails a copy in
+#     which a forward event of the adapted layer records another version than the one it read;
 #   - the plan trains: 4 steps with finite losses; a run resumed from a checkpoint (the adapters
 #     alone, under 1 MB here) gives the uninterrupted run's losses and final adapter bit for bit,
 #     and `slidedp export` refuses such a checkpoint.
@@ -40,6 +46,41 @@ with '{rank: 16, targets: all-linear}' > "$tmp/all.yaml"
     { echo "LoRA training failed"; cat "$tmp/train.err"; fail=1; }
 [ "$(grep -c '"loss":[0-9]' "$tmp/m.jsonl" 2> /dev/null)" = 4 ] ||
     { echo "no 4 finite losses"; cat "$tmp/m.jsonl"; fail=1; }
+
+# train.gpu_update on CPU workers: the plan's choice (the host) printed, the same bits
+"$bin" train "$tmp/l2.yaml" --cpus 2 --gpu-update 2 --print-plan > "$tmp/gu.txt" 2> "$tmp/gu.err" ||
+    { echo "--gpu-update 2 --print-plan failed"; cat "$tmp/gu.err"; fail=1; }
+grep -q "gpu_update 2 does not apply here (it needs one rank, compute on a GPU, as LoRA's" \
+    "$tmp/gu.err" || { echo "no word on gpu_update on CPU workers"; cat "$tmp/gu.err"; fail=1; }
+grep -Eq '^2 .* adapters q_proj,v_proj,down_proj$' "$tmp/gu.txt" ||
+    { echo "layer 2's adapters not updated on the host"; cat "$tmp/gu.txt"; fail=1; }
+"$bin" train "$tmp/l2.yaml" --cpus 2 -q --gpu-update 2 --metrics "$tmp/gu.jsonl" \
+    --output "$tmp/gu" 2> "$tmp/gu.err" &&
+    "$bin" train "$tmp/l2.yaml" --cpus 2 -q --metrics "$tmp/nogu.jsonl" --output "$tmp/nogu" \
+        --events "$tmp/nogu.ev" 2> "$tmp/nogu.err" || { echo "LoRA runs with and without --gpu-update failed"; fail=1; }
+lg=$(grep -o '"loss":[^,]*,"lr":[^,]*,"grad_norm":[^,]*' "$tmp/gu.jsonl" | tr '\n' ' ')
+ln=$(grep -o '"loss":[^,]*,"lr":[^,]*,"grad_norm":[^,]*' "$tmp/nogu.jsonl" | tr '\n' ' ')
+echo "--gpu-update 2 on CPU workers: $lg"
+[ -n "$lg" ] && [ "$lg" = "$ln" ] &&
+    cmp -s "$tmp/gu/final/adapter_model.safetensors" "$tmp/nogu/final/adapter_model.safetensors" ||
+    { echo "--gpu-update 2 on CPU workers changed the run"; fail=1; }
+
+# the invariant checker on LoRA's log, and on a copy whose adapted layer 2 records a wrong version
+"$py" "$top/tools/check_invariants.py" "$tmp/nogu.ev" > "$tmp/check.out" 2>&1 ||
+    { echo "the checker fails a LoRA run's log"; tail -n 5 "$tmp/check.out"; fail=1; }
+echo "event log: $(tail -n 1 "$tmp/check.out")"
+"$py" - "$tmp/nogu.ev" "$tmp/broken.ev" <<'PYEOF' || fail=1
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+e = next(e for e in evs if e.get("step") == 2 and e.get("group") == 2 and e.get("phase") == "fwd")
+e["version"] = 1
+with open(sys.argv[2], "w") as f:
+    f.writelines(json.dumps(x) + "\n" for x in evs)
+PYEOF
+if "$py" "$top/tools/check_invariants.py" "$tmp/broken.ev" > "$tmp/check.out" 2>&1 ||
+    ! grep -q "invariant 1 violated" "$tmp/check.out"; then
+    echo "the checker passes a LoRA log with a wrong version in layer 2"; fail=1
+fi
 
 # checkpoints hold the adapters alone: 4 steps in one run, and 2 then 2 more from the checkpoint
 # of step 2, give the same losses and final adapter bit for bit (the frozen base comes from the

@@ -4,8 +4,14 @@
 #   - one JSON line each, system fsdp2, the step's sequences counted over the ranks (batch 2 a
 #     rank: 2 and 4), tokens_per_s = batch x seq / median step, settings.ranks as asked, a finite
 #     host peak;
-#   - --ranks 0, pytorch-gpu with two ranks or on the CPU, and an unknown system are refused with
-#     exit code 2.
+#   - peft-lora on the CPU (bf16 base, rank-4 adapters on every linear, 1 timed step): system
+#     peft-lora, lora_rank 4, the adapters' count PEFT made (settings.adapter_params) and
+#     model_tflops = tokens/s x LoRA's FLOPs of a token (4 x matmul params + 6 x L x NH x HD x T
+#     + 6 x adapter params, as slidedp bench --lora-rank counts them), both from the tiny preset's
+#     shapes written out here, a finite loss;
+#   - --ranks 0, pytorch-gpu with two ranks or on the CPU, an unknown system, peft-lora with two
+#     ranks or rank 0 or a rank above the narrowest linear's 64 (k_proj's rows), and --lora-rank for another system are
+#     refused with exit code 2.
 # The GPU runs (pytorch-gpu, fsdp2 and fsdp2-offload on H200s) are bench/run-gpu.sh's.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
@@ -19,9 +25,28 @@ for R in 1 2; do
         echo "fsdp2 on $R CPU rank(s) failed"; cat "$tmp/r$R.err"; fail=1
     fi
 done
+if ! timeout 300 "$py" "$top/bench/peers.py" --system peft-lora --model tiny --device cpu \
+    --batch 2 --seq 64 --steps 1 --warmup 1 --lora-rank 4 > "$tmp/lora.json" 2> "$tmp/lora.err"; then
+    echo "peft-lora on the CPU failed"; cat "$tmp/lora.err"; fail=1
+fi
 "$py" - "$tmp" <<'PYEOF' || fail=1
 import json, math, os, sys
 ok = True
+lines = open(os.path.join(sys.argv[1], "lora.json")).read().splitlines()
+if len(lines) != 1:
+    raise SystemExit("peft-lora: %d lines on stdout, 1 expected" % len(lines))
+o = json.loads(lines[0])
+print("peft-lora: %s" % lines[0][:200])
+# peers.py's tiny preset: C 128, I 384, 2 layers, 4 heads of 32, 2 KV heads, vocab 151936
+C, I, L, NH, HD, NKV, V, T, r = 128, 384, 2, 4, 32, 2, 151936, 64, 4
+matmul = L * (C * NH * HD + 2 * C * NKV * HD + NH * HD * C + 3 * C * I) + V * C
+adapters = L * r * ((C + NH * HD) + 2 * (C + NKV * HD) + (NH * HD + C) + 2 * (C + I) + (I + C))
+flops = 4 * matmul + 6 * L * NH * HD * T + 6 * adapters
+tps = o["batch"] * o["seq"] / o["step_s_median"]
+ok = o["system"] == "peft-lora" and o["lora_rank"] == r and o["settings"]["adapter_params"] == adapters
+ok = ok and abs(o["tokens_per_s"] - tps) <= 1e-6 * tps and math.isfinite(o["loss"])
+ok = ok and abs(o["model_tflops"] * 1e12 - o["tokens_per_s"] * flops) <= 1e-9 * o["tokens_per_s"] * flops
+print("peft-lora: %s (adapters %d, %d FLOPs/token)" % ("ok" if ok else "FAIL", adapters, flops))
 for R in (1, 2):
     lines = open(os.path.join(sys.argv[1], "r%d.json" % R)).read().splitlines()
     if len(lines) != 1:
@@ -37,7 +62,9 @@ for R in (1, 2):
 sys.exit(0 if ok else 1)
 PYEOF
 for args in "--system fsdp2 --ranks 0" "--system pytorch-gpu --ranks 2" \
-    "--system pytorch-gpu --device cpu" "--system ddp"; do
+    "--system pytorch-gpu --device cpu" "--system ddp" "--system peft-lora --ranks 2 --device cpu" \
+    "--system peft-lora --lora-rank 0" "--system peft-lora --lora-rank 65" \
+    "--system fsdp2 --lora-rank 16"; do
     # shellcheck disable=SC2086
     "$py" "$top/bench/peers.py" $args --model tiny > /dev/null 2> "$tmp/bad.err"
     st=$?

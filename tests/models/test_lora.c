@@ -52,6 +52,33 @@ static void refused(const char *what, const struct sdp_lora_cfg *c, const struct
     CHECK(rc == -1 && strstr(why, key), "%s: not refused naming %s", what, key);
 }
 
+/* LoRA's model FLOPs against a closed form written out from the shapes: Qwen3-32B (C 5120,
+ * I 25600, 64 layers of 64 heads x 128, 8 KV heads, vocab 151936 untied), rank 16 on all seven
+ * linears of every layer, and on q_proj of layers 3-10 alone.  Integers below 2^53: exact. */
+static void check_flops(void)
+{
+    struct sdp_model_cfg m;
+    struct sdp_lora_cfg c = { .rank = 16, .alpha = 32 };
+    const double C = 5120, I = 25600, L = 64, Q = 64 * 128, KV = 8 * 128, V = 151936, T = 1024;
+    const double base = L * (C * Q + 2 * C * KV + Q * C + 3 * C * I) + V * C;
+    const double attn = 6 * L * Q * T;
+    /* A (r x in) and B (out x r) of q, k, v, o, gate, up, down */
+    const double per_layer = 16 * ((C + Q) + 2 * (C + KV) + (Q + C) + 2 * (C + I) + (I + C));
+    double got, want;
+    sdp_model_preset("qwen3-32b", &m);
+    for (int i = 0; i < SDP_LORA_NTARGETS; i++)
+        c.targets |= SDP_LORA_BIT(sdp_lora_kinds[i]);
+    got = sdp_lora_train_flops_per_token(&c, &m, 1024);
+    want = 4 * base + attn + 6 * L * per_layer;
+    CHECK(got == want, "qwen3-32b r16 all-linear: %.17g FLOPs/token, closed form %.17g", got, want);
+    printf("qwen3-32b LoRA r16 all-linear at T=1024: %.4f GFLOP/token (full training %.4f)\n",
+           got / 1e9, sdp_model_train_flops_per_token(&m, 1024) / 1e9);
+    c.targets = SDP_LORA_BIT(SDP_PT_Q), c.first = 3, c.last = 10;
+    got = sdp_lora_train_flops_per_token(&c, &m, 1024);
+    want = 4 * base + attn + 6 * 8 * 16 * (C + Q);
+    CHECK(got == want, "q_proj of layers 3-10: %.17g FLOPs/token, closed form %.17g", got, want);
+}
+
 int main(void)
 {
     struct sdp_model_cfg m;
@@ -93,5 +120,6 @@ int main(void)
     refused("no target", &c, &m, "lora.targets");
     c.targets = SDP_LORA_BIT(SDP_PT_Q), c.rank = 0;
     refused("rank 0", &c, &m, "lora.rank");
+    check_flops();
     return sdp_test_finish(sdp_test_nfail);
 }

@@ -102,7 +102,7 @@ int main(void)
         double half_ulp; /* half a unit of its last printed digit: the table's rounding error */
     } table[] = {
         { "qwen3-0.6b", 0.60, 0.005 }, { "qwen3-1.7b", 1.72, 0.005 }, { "qwen3-4b", 4.02, 0.005 },
-        { "qwen3-8b", 8.19, 0.005 },   { "qwen3-14b", 14.8, 0.05 },
+        { "qwen3-8b", 8.19, 0.005 },   { "qwen3-14b", 14.8, 0.05 },   { "qwen3-32b", 32.8, 0.05 },
     };
     struct sdp_model_cfg cfg;
     char why[256];
