@@ -47,7 +47,9 @@ An event marked "tied" (the LM head of a tied model, and the fetch of its weight
 embedding's group 0 besides its own: for 1 and 3 it counts as a compute event of both.
 A group that no update of the log writes while other groups' are written (LoRA's frozen base, whose
 adapters alone train) has a single version: its events' recorded versions, the step's, are not
-compared with the derived one.
+compared with the derived one.  In a LoRA log (one with lora_* tasks) an update writes the
+adapters alone: 1 and 2 look only at the tasks that read them (lora_fwd, lora_bwd) and at the
+backward that writes their gradient (lora_bwd); the base's tasks read frozen weights.
 
 Events with step < 0 (evaluation outside training) and group < 0 (the global norm) are not tied
 to a group's version and are skipped.  Waits (lines with "event": "wait", written by a policy
@@ -276,6 +278,12 @@ def check(events):
     rep = Report()
     ev = [e for e in events if e["step"] >= 0 and e["group"] >= 0 and not is_wait(e)]
     compute = [e for e in ev if e["phase"] in COMPUTE and not has(e, "no_params")]
+    # a LoRA log: the updates write the adapters alone, which only the lora_* tasks read and whose
+    # gradient only lora_bwd writes; the base's tasks read frozen weights and write no gradient
+    # that an update takes, so they neither tear nor precede a version
+    lora = any(e["name"].startswith("lora_") for e in ev)
+    if lora:
+        compute = [e for e in compute if e["name"].startswith("lora_")]
     # the tied LM head reads the embedding's weights too: once more as group 0's reader
     compute += [dict(e, group=0) for e in compute if e.get("tied") and e["group"] != 0]
     # updates[g][s] = list of adamw events of group g at step s
@@ -345,7 +353,7 @@ def check(events):
     # ---- invariant 2: the update consumes the final gradient of every rank ----
     bwd_of = defaultdict(list)
     for e in ev:
-        if e["phase"] in BACKWARD:
+        if e["phase"] in BACKWARD and (not lora or e["name"] == "lora_bwd"):
             bwd_of[(e["step"], e["group"])].append(e)
 
     def last_writer(s, g, chunk, early):

@@ -72,14 +72,28 @@ echo "event log: $(tail -n 1 "$tmp/check.out")"
 "$py" - "$tmp/nogu.ev" "$tmp/broken.ev" <<'PYEOF' || fail=1
 import json, sys
 evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-e = next(e for e in evs if e.get("step") == 2 and e.get("group") == 2 and e.get("phase") == "fwd")
+e = next(e for e in evs if e.get("step") == 2 and e.get("group") == 2 and e.get("name") == "lora_fwd")
 e["version"] = 1
 with open(sys.argv[2], "w") as f:
+    f.writelines(json.dumps(x) + "\n" for x in evs)
+# and one whose update of layer 2's adapters starts before their gradient's last lora_bwd ends
+evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+b = max((e for e in evs if e.get("step") == 2 and e.get("group") == 2 and e.get("name") == "lora_bwd"),
+        key=lambda e: e["end_us"])
+u = next(e for e in evs if e.get("step") == 2 and e.get("group") == 2 and e.get("phase") == "update")
+span = u["end_us"] - u["start_us"]
+u["start_us"] = b["end_us"] - 1.0
+u["end_us"] = u["start_us"] + span
+with open(sys.argv[2] + "2", "w") as f:
     f.writelines(json.dumps(x) + "\n" for x in evs)
 PYEOF
 if "$py" "$top/tools/check_invariants.py" "$tmp/broken.ev" > "$tmp/check.out" 2>&1 ||
     ! grep -q "invariant 1 violated" "$tmp/check.out"; then
     echo "the checker passes a LoRA log with a wrong version in layer 2"; fail=1
+fi
+if "$py" "$top/tools/check_invariants.py" "$tmp/broken.ev2" > "$tmp/check.out" 2>&1 ||
+    ! grep -q "invariant 2 violated" "$tmp/check.out"; then
+    echo "the checker passes a LoRA log whose update precedes its adapters' last gradient"; fail=1
 fi
 
 # checkpoints hold the adapters alone: 4 steps in one run, and 2 then 2 more from the checkpoint
