@@ -33,10 +33,12 @@
 #include "runtime/hint.h"
 #include "runtime/tensor.h"
 
-/* Sizes of the host passes: each well beyond a last-level cache (tens of MiB), and short enough
- * that 1 to 16 thread counts take seconds: AdamW 8 Mi parameters (224 MiB moved at 28 B each),
- * the cast 16 Mi elements (96 MiB at 6 B), the copy 128 MiB (256 MiB moved). */
-#define ADAMW_N ((size_t)8 << 20)
+/* Sizes of the host passes: each well beyond a last-level cache (tens of MiB), long enough that
+ * starting the threads is a small part of a pass at full rate (8 Mi parameters, 2 ms at 16 threads,
+ * measured AdamW a sixth below what the step's update lane moved), and short enough that 1 to 16
+ * thread counts take seconds: AdamW 32 Mi parameters (896 MiB moved at 28 B each), the cast 16 Mi
+ * elements (96 MiB at 6 B), the copy 128 MiB (256 MiB moved). */
+#define ADAMW_N ((size_t)32 << 20)
 #define CAST_N  ((size_t)16 << 20)
 #define COPY_N  ((size_t)128 << 20)
 #define REPS    3          /* timed passes per figure, after one untimed */

@@ -147,13 +147,6 @@ static double layer_gemm_fwd_s(const struct sdp_model_cfg *m, int B, int T,
 }
 
 /* Elements group gi trains: all of them, or under LoRA its adapters' (none for a frozen group). */
-static double trained_elems(const struct sdp_plan *p, const struct sdp_model_cfg *m, int gi)
-{
-    if (p->lora.rank <= 0)
-        return (double)sdp_model_group_nelems(m, gi);
-    return p->group[gi].lora_targets ? (double)sdp_lora_layer_elems(&p->lora, m) : 0.0;
-}
-
 /* One GPU's compute for the LM head of one micro-batch: logits forward, both gradients. */
 static double head_compute_s(const struct sdp_model_cfg *m, int B, int T,
                              const struct sdp_predict_machine *mc)
@@ -212,7 +205,7 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
     int B = run->micro_batch, T = run->seq_len, nr = run->n_micro / p->nranks, twice;
     int layer = gi >= 1 && gi <= p->nlayers, frozen = p->lora.rank > 0;
     int gb = frozen ? 4 : pg->grad_bf16 ? 2 : 4; /* the adapters' gradients return in fp32 */
-    double nt = trained_elems(p, m, gi), host, peer, act = 0, cf = 0, ct = 0;
+    double nt = sdp_predict_trained_elems(p, m, gi), host, peer, act = 0, cf = 0, ct = 0;
     param_bytes(p, m, gi, r->es, &host, &peer, &twice);
     if (frozen) /* a frozen copy never changes: on the GPU it stays, unless the window drops it */
         host *= twice ? 2 : 0, peer *= twice ? 2 : 0, twice = 0;
@@ -284,6 +277,9 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
         c->down_s = bwd_out;
         c->update_s = pg->update_gpu ? 0 : nt * adamw_bpp(gb, r->es) / (r->adamw / threads);
         c->nchunks = frozen ? 1 : pg->nchunks;
+        c->acc_bytes = nt * 4.0;
+        c->held_bytes = nt * gb;
+        c->held_chunks = gb == 2;
         if (gi == 0 && pg->embed_early) { /* the rows the step's tokens do not select: early */
             double V = m->vocab_size, N = (double)B * T * nr;
             c->early_frac = exp(-N / V);
@@ -356,71 +352,6 @@ static void stage_cap(const struct sdp_predict_run *run, const struct sdp_predic
     r->h2d = cap < r->h2d ? cap : r->h2d;
 }
 
-/* One GPU's peak: the plan's own account (sdp_plan_gpu_bytes_min, layer by layer), plus what
- * stays on the GPU beyond it: the working copies without a window, the staged ones, the GPU
- * updates' masters and moments, and the fp32 gradients and intermediates of the layers a
- * lookahead beyond one prepares. */
-static unsigned long long gpu_peak(const struct sdp_predict_run *run)
-{
-    const struct sdp_plan *p = run->plan;
-    const struct sdp_model_cfg *m = run->m;
-    int L = p->nlayers, es = run->work_dtype == SDP_F32 ? 4 : 2, rec = 0;
-    unsigned long long extra = 0, all = 0, gmax = 0, lmax = 0;
-    for (int gi = 0; gi < p->ngroups; gi++) {
-        const struct sdp_plan_group *pg = &p->group[gi];
-        unsigned long long n = sdp_model_group_nelems(m, gi);
-        all += n, gmax = n > gmax ? n : gmax;
-        if (gi >= 1 && gi <= L) {
-            lmax = n > lmax ? n : lmax;
-            rec += pg->act != SDP_ACT_KEEP;
-        }
-        if (pg->update_gpu)
-            extra += n * 12ull;
-        if (pg->work_gpu && p->window > 0)
-            extra += n * (unsigned long long)es;
-    }
-    if (p->window <= 0)
-        extra += (all - 2 * gmax) * (unsigned long long)es;
-    int ahead = p->bwd_lookahead < 0 ? L : p->bwd_lookahead;
-    if (ahead > 1 && rec)
-        extra += (unsigned long long)(ahead - 1) *
-                 (lmax * 4ull + sdp_model_layer_act_bytes(m, run->micro_batch, run->seq_len, es,
-                                                          SDP_RECOMPUTE_NONE));
-    return sdp_plan_gpu_bytes_min(p, m, run->work_dtype, run->micro_batch, run->seq_len) + extra;
-}
-
-/* The host: fp32 masters and moments (12 bytes a parameter), the working copy unless staged (a
- * second one with delayed weights), fp32 gradients where the return is fp32 (one per rank when
- * the host sums them), the stages, one micro-batch's offloaded activations. */
-static void host_peak(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
-                      struct sdp_predict *o)
-{
-    const struct sdp_plan *p = run->plan;
-    unsigned long long P = sdp_model_num_params(run->m), es = run->work_dtype == SDP_F32 ? 4 : 2;
-    unsigned long long b =
-        P * 12ull + (run->work_staged ? 0 : P * es) + (p->param_delay ? P * es : 0);
-    if (p->lora.rank > 0) { /* the base's working copy; the adapters' master, moments, gradient */
-        b = P * es;
-        for (int gi = 1; gi <= p->nlayers; gi++)
-            b += (unsigned long long)trained_elems(p, run->m, gi) * (16ull + es);
-    }
-    for (int gi = 0; gi < p->ngroups; gi++) {
-        const struct sdp_plan_group *pg = &p->group[gi];
-        unsigned long long n = sdp_model_group_nelems(run->m, gi);
-        if (!pg->grad_bf16 && p->lora.rank <= 0)
-            b += n * 4ull * (p->nranks > 1 && !pg->grad_gpu ? (unsigned)p->nranks : 1u);
-        if (gi >= 1 && gi <= p->nlayers && pg->offload && pg->act != SDP_ACT_KEEP)
-            b += sdp_model_layer_act_bytes(run->m, run->micro_batch, run->seq_len, (int)es,
-                                           pg->act == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE
-                                                                        : SDP_RECOMPUTE_FULL);
-    }
-    if (run->work_staged)
-        b += (unsigned long long)(run->stage_buffers > 0 ? run->stage_buffers : p->ngroups) *
-             p->group[1].chunk_elems * es;
-    o->pinned_bytes = b;
-    o->host_bytes = b + mc->host_base_bytes;
-}
-
 static int check_run(const struct sdp_predict_run *run)
 {
     const struct sdp_plan *p = run->plan;
@@ -480,6 +411,7 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     const struct sdp_plan *p = run->plan;
     struct rates r;
     struct acc a = { 0 };
+    struct sdp_sim_out sim_out = { 0.0, -1.0 };
     int rc = check_run(run), R;
     if (!rc)
         rc = sdp_predict_machine_check(mc);
@@ -502,8 +434,9 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     if (a.cost) { /* one rank on a GPU: the timeline, the next forward chasing the updates */
         int threads = mc->cpu_cores - mc->ngpus > 0 ? mc->cpu_cores - mc->ngpus : 1;
         const struct sdp_sim_link link = { r.h2d, mc->h2d_busy_bps };
-        o->chain_s =
-            sdp_predict_sim(a.cost, p->ngroups, threads, &link, &o->wait_s) + a.tasks * mc->task_s;
+        o->chain_s = sdp_predict_sim(a.cost, p->ngroups, threads, &link, &sim_out) +
+                     a.tasks * mc->task_s;
+        o->wait_s = sim_out.gpu_wait_s;
         free(a.cost);
     }
     d[SDP_PRES_GPU] = a.compute_s + a.tasks * mc->task_s + a.gpu_update_s;
@@ -534,7 +467,7 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     /* model FLOPs of one GPU (BENCH.md's count: recomputation not counted) */
     o->gpu_flops = sdp_model_train_flops_per_token(run->m, run->seq_len) * run->micro_batch *
                    run->seq_len * (run->n_micro / R);
-    o->gpu_bytes = o->gpu_need_bytes = gpu_peak(run);
+    o->gpu_bytes = o->gpu_need_bytes = sdp_predict_gpu_peak(run, sim_out.grad_peak);
     /* under a cap StarPU keeps evicted copies cached until the cap: it fills it, and the CUDA
      * context and the libraries' workspaces lie outside it (the H100's peaks under 15 and 23 GiB
      * caps sat 0.58-0.60 GiB over them, bench/results/2026-12-06-h100-predict.md) */
@@ -542,7 +475,7 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
         double full = run->gpu_limit_bytes + mc->gpu_base_bytes + (64ull << 20);
         o->gpu_bytes = full > o->gpu_bytes ? (unsigned long long)full : o->gpu_bytes;
     }
-    host_peak(run, mc, o);
+    sdp_predict_host_peak(run, mc, o);
     return 0;
 }
 

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Between graph/predict.c and graph/predict_sim.c: what one parameter group costs in a step. */
+/* Between graph/predict.c, predict_sim.c and predict_mem.c: what one parameter group costs in a
+ * step, the timeline, the memory peaks. */
 #ifndef SDP_PREDICT_INTERNAL_H
 #define SDP_PREDICT_INTERNAL_H
+
+#include "graph/predict.h"
 
 /* One group's share of a step on one rank, from predict.c's formulas. */
 struct sdp_pgroup_cost {
@@ -13,6 +16,11 @@ struct sdp_pgroup_cost {
     double update_s;   /* the host's AdamW of the group on one thread */
     double early_frac; /* of the update, what may run before the gradient (embed_early) */
     int nchunks;       /* the update's tasks */
+    double acc_bytes;  /* on the GPU during its backward: the fp32 gradient accumulator */
+    double held_bytes; /* on the GPU from its backward's end to its update's: the gradient the host
+                          fetches (fp32, or its bf16 chunks) */
+    int held_chunks;   /* held_bytes go chunk by chunk as their updates end (the bf16 chunks); 0:
+                          whole after the last (the fp32 gradient) */
 };
 
 /* The host-to-GPU link of the timeline: bytes/s with the host's update threads idle, and while
@@ -23,12 +31,26 @@ struct sdp_sim_link {
     double h2d_bps, h2d_busy_bps;
 };
 
+/* What the timeline gives besides the period. */
+struct sdp_sim_out {
+    double gpu_wait_s; /* the GPU's wait for updated copies in the steady period */
+    double grad_peak;  /* the most gradient bytes on the GPU at once (acc_bytes, held_bytes) */
+};
+
 /* The steady period of the step simulated over a few steps: the GPU runs each group's forward once
  * its updated copy is back (up_bytes over the link after its update), the head, the backward from
  * the top layer; each gradient goes down, and the host's `threads` take its chunks, the lowest
  * group (the next forward's first) before the others.  ngroups = L + 2 (0: embedding, L + 1: head).
- * @return the period, and in *gpu_wait_s the GPU's wait for updated copies in it */
+ * @return the period, and in *out what else it measured */
 double sdp_predict_sim(const struct sdp_pgroup_cost *g, int ngroups, int threads,
-                       const struct sdp_sim_link *link, double *gpu_wait_s);
+                       const struct sdp_sim_link *link, struct sdp_sim_out *out);
+
+/* Elements of group gi that train: the group's, or with LoRA its adapters' (0 without). */
+double sdp_predict_trained_elems(const struct sdp_plan *p, const struct sdp_model_cfg *m, int gi);
+/* One GPU's peak bytes; grad_peak: the timeline's gradient backlog, < 0 without one. */
+unsigned long long sdp_predict_gpu_peak(const struct sdp_predict_run *run, double grad_peak);
+/* The host's peak and its pinned part, into o. */
+void sdp_predict_host_peak(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
+                           struct sdp_predict *o);
 
 #endif

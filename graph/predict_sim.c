@@ -20,17 +20,17 @@ static double maxd(double a, double b)
 }
 
 /* The host's lane over one step's chunks: each group's chunks become ready at ready[g] (its
- * early part at early_at), `threads` threads take them lowest group first; done[g] = when the
- * group's last chunk ends.  free_at[] holds each thread's next free time, carried across steps. */
+ * early part at early_at), `threads` threads take them lowest group first; first[g] = when the
+ * group's first chunk starts, done[g] = when its last ends.  free_at[] holds each thread's next free time, carried across steps. */
 static void host_lane(const struct sdp_pgroup_cost *g, int ng, const double *ready, double early_at,
-                      double *free_at, int threads, double *done)
+                      double *free_at, int threads, double *first, double *done)
 {
     int *left = calloc((size_t)ng, sizeof(*left)), total = 0;
     if (!left)
         return;
     for (int i = 0; i < ng; i++)
         left[i] = g[i].update_s > 0 ? (g[i].nchunks > 0 ? g[i].nchunks : 1) : 0, total += left[i],
-        done[i] = ready[i];
+        done[i] = first[i] = ready[i];
     while (total > 0) {
         int t = 0, pick = -1;
         for (int k = 1; k < threads; k++) /* the thread free first */
@@ -49,6 +49,8 @@ static void host_lane(const struct sdp_pgroup_cost *g, int ng, const double *rea
             free_at[t] = soonest;
             continue;
         }
+        if (left[pick] == (g[pick].nchunks > 0 ? g[pick].nchunks : 1))
+            first[pick] = now;
         free_at[t] = now + g[pick].update_s / (g[pick].nchunks > 0 ? g[pick].nchunks : 1);
         if (--left[pick] == 0)
             done[pick] = free_at[t];
@@ -71,17 +73,51 @@ static double upload_end(const struct sdp_sim_link *l, double t, double bytes, d
     return t + bytes / l->h2d_bps;
 }
 
+/* Group i's gradient bytes on the GPU at t: its accumulator during its backward [bs, be), then
+ * what the host fetches until the update lets it go: whole until the last chunk's update (done),
+ * or chunk by chunk from the first's start (first) when held_chunks (without a window nothing
+ * evicts it sooner). */
+static double grad_at(const struct sdp_pgroup_cost *g, double t, double bs, double be, double first,
+                      double done)
+{
+    if (t < bs || t >= done)
+        return 0;
+    if (t < be)
+        return g->acc_bytes;
+    if (!g->held_chunks || t < first || done <= first)
+        return g->held_bytes;
+    return g->held_bytes * (done - t) / (done - first);
+}
+
+/* The most gradient bytes on the GPU at once in one step: the sum only grows when a backward
+ * starts. */
+static double grad_peak(const struct sdp_pgroup_cost *g, int ng, const double *bs, const double *be,
+                        const double *first, const double *done)
+{
+    double peak = 0;
+    for (int j = 0; j < ng; j++) {
+        double sum = 0;
+        for (int i = 0; i < ng; i++)
+            sum += grad_at(&g[i], bs[j], bs[i], be[i], first[i], done[i]);
+        peak = maxd(peak, sum);
+    }
+    return peak;
+}
+
 double sdp_predict_sim(const struct sdp_pgroup_cost *g, int ng, int threads,
-                       const struct sdp_sim_link *l, double *gpu_wait_s)
+                       const struct sdp_sim_link *l, struct sdp_sim_out *out)
 {
     double *param = calloc((size_t)ng, sizeof(double)), *ready = calloc((size_t)ng, sizeof(double));
     double *done = calloc((size_t)ng, sizeof(double)), free_at[MAX_THREADS];
+    double *bs = calloc((size_t)ng, sizeof(double)), *be = calloc((size_t)ng, sizeof(double));
+    double *first = calloc((size_t)ng, sizeof(double));
     double gpu = 0, link = 0, start[SIM_STEPS], wait[SIM_STEPS], period = 0;
     int L = ng - 2;
     threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
     memset(free_at, 0, sizeof(free_at));
-    if (!param || !ready || !done || L < 0) {
-        free(param), free(ready), free(done);
+    out->gpu_wait_s = out->grad_peak = 0;
+    if (!param || !ready || !done || !bs || !be || !first || L < 0) {
+        free(param), free(ready), free(done), free(bs), free(be), free(first);
         return 0;
     }
     for (int s = 0; s < SIM_STEPS; s++) {
@@ -91,15 +127,19 @@ double sdp_predict_sim(const struct sdp_pgroup_cost *g, int ng, int threads,
             double at = maxd(gpu, param[i]);
             w += at - gpu;
             gpu = at + g[i].fwd_s;
+            bs[i] = at, be[i] = gpu; /* the head's gradient is made in its one task */
         }
         ready[L + 1] = down = gpu + g[L + 1].down_s; /* the head's gradient */
         early_at = gpu;
         for (int i = L; i >= 0; i--) { /* the backward, top down; each gradient goes down */
+            bs[i] = gpu;
             gpu = maxd(gpu + g[i].bwd_in_s, gpu) + g[i].bwd_s;
+            be[i] = gpu;
             down = maxd(down, gpu) + g[i].down_s;
             ready[i] = down;
         }
-        host_lane(g, ng, ready, early_at, free_at, threads, done);
+        host_lane(g, ng, ready, early_at, free_at, threads, first, done);
+        out->grad_peak = maxd(out->grad_peak, grad_peak(g, ng, bs, be, first, done));
         double host_end = 0;
         for (int i = 0; i < ng; i++)
             host_end = maxd(host_end, done[i]);
@@ -113,7 +153,7 @@ double sdp_predict_sim(const struct sdp_pgroup_cost *g, int ng, int threads,
             period = start[s] - start[s - 1];
     }
     /* the last period, steady by then, and the GPU's wait in it */
-    *gpu_wait_s = wait[SIM_STEPS - 2];
-    free(param), free(ready), free(done);
+    out->gpu_wait_s = wait[SIM_STEPS - 2];
+    free(param), free(ready), free(done), free(bs), free(be), free(first);
     return period;
 }

@@ -377,6 +377,16 @@ static void measured(void)
  * for layer 1; steady, the steps start 11 s apart.  Two threads: layer 1 is updated 7-10 beside
  * layer 2, the next forward starts at 7 and waits 3 s for layer 1: 10 s apart.  Updates of 0.5 s
  * keep up: the GPU's 7 s and the half second of layer 1's update after its gradient. */
+/* The timeline's period, its GPU wait in *wait. */
+static double sim(const struct sdp_pgroup_cost *g, int threads, const struct sdp_sim_link *l,
+                  double *wait)
+{
+    struct sdp_sim_out so;
+    double p = sdp_predict_sim(g, 4, threads, l, &so);
+    *wait = so.gpu_wait_s;
+    return p;
+}
+
 static void timeline(void)
 {
     struct sdp_pgroup_cost g[4] = { { 0 } };
@@ -385,17 +395,17 @@ static void timeline(void)
         g[l].fwd_s = 1, g[l].bwd_s = 2, g[l].update_s = 3, g[l].nchunks = 1;
     g[3].fwd_s = 1; /* the head: its whole task */
     const struct sdp_sim_link none = { 0, 0 }, idle = { 1.0, 0 }, busy = { 1.0, 0.5 };
-    double p1 = sdp_predict_sim(g, 4, 1, &none, &wait);
+    double p1 = sim(g, 1, &none, &wait);
     printf("timeline: one thread %.3f s (GPU waits %.3f s), ", p1, wait);
     CHECK(fabs(p1 - 11) < 1e-9 && fabs(wait - 4) < 1e-9, "one thread: 11 s, 4 s of waiting");
-    double p2 = sdp_predict_sim(g, 4, 2, &none, &wait);
+    double p2 = sim(g, 2, &none, &wait);
     printf("two threads %.3f s (GPU waits %.3f s)\n", p2, wait);
     CHECK(fabs(p2 - 10) < 1e-9 && fabs(wait - 3) < 1e-9, "two threads: 10 s, 3 s of waiting");
     g[1].update_s = g[2].update_s = 0.5; /* updates keep up: the GPU alone, 3 + 4 s */
-    CHECK(fabs(sdp_predict_sim(g, 4, 1, &none, &wait) - 7.5) < 1e-9 && fabs(wait - 0.5) < 1e-9,
+    CHECK(fabs(sim(g, 1, &none, &wait) - 7.5) < 1e-9 && fabs(wait - 0.5) < 1e-9,
           "updates that keep up: the GPU's chain and layer 1's update");
     g[1].up_bytes = g[2].up_bytes = 2; /* at 1 B/s: each copy 2 s back up, after its update */
-    double p3 = sdp_predict_sim(g, 4, 1, &idle, &wait);
+    double p3 = sim(g, 1, &idle, &wait);
     printf("timeline with uploads: %.3f s\n", p3);
     CHECK(p3 > 7.5 + 1e-9, "uploads after the updates lengthen the step");
     /* two threads, layer 2's update 4 s: it ends 1.5 s after layer 1's, whose upload starts
@@ -403,8 +413,8 @@ static void timeline(void)
      * head and backward 1 + 1 + 1 + 2 + 2: 10.5 s apart, 3.5 s of waiting.  At half the rate
      * while the host updates, layer 1's first 1.5 s carry 0.75 B: back 0.75 s later. */
     g[2].update_s = 4;
-    double pi = sdp_predict_sim(g, 4, 2, &idle, &wait), wi = wait;
-    double pb = sdp_predict_sim(g, 4, 2, &busy, &wait);
+    double pi = sim(g, 2, &idle, &wait), wi = wait;
+    double pb = sim(g, 2, &busy, &wait);
     printf("timeline, host busy during an upload: idle link %.3f s (waits %.3f), busy %.3f s "
            "(waits %.3f)\n",
            pi, wi, pb, wait);
@@ -458,6 +468,27 @@ static void lora(void)
     sdp_plan_free(&full), sdp_plan_free(&lo);
 }
 
+/* The gradients waiting on the GPU: two layers' backward 3-5 s and 5-7 s, one host thread
+ * updating layer 2 from 5 to 8 s; when layer 1's backward starts at 5 s, its accumulator and
+ * layer 2's gradient (fp32: the same 4 bytes; bf16: its 2-byte chunks) are both there. */
+static void backlog(void)
+{
+    struct sdp_pgroup_cost g[4] = { { 0 } };
+    const struct sdp_sim_link none = { 0, 0 };
+    struct sdp_sim_out so;
+    for (int l = 1; l <= 2; l++)
+        g[l].fwd_s = 1, g[l].bwd_s = 2, g[l].update_s = 3, g[l].nchunks = 1, g[l].acc_bytes = 4,
+        g[l].held_bytes = 4;
+    g[3].fwd_s = 1;
+    sdp_predict_sim(g, 4, 1, &none, &so);
+    printf("gradient backlog: fp32 %.1f bytes, ", so.grad_peak);
+    CHECK(fabs(so.grad_peak - 8) < 1e-9, "fp32: both layers' gradients at once, 8 bytes");
+    g[1].held_bytes = g[2].held_bytes = 2;
+    sdp_predict_sim(g, 4, 1, &none, &so);
+    printf("bf16 %.1f\n", so.grad_peak);
+    CHECK(fabs(so.grad_peak - 6) < 1e-9, "bf16: an accumulator and the other's chunks, 6 bytes");
+}
+
 int main(void)
 {
     /* a toy Qwen3: 8 layers, C 256, I 768, 4 heads of 64, 2 KV heads, V 1000 */
@@ -466,6 +497,7 @@ int main(void)
     model.num_layers = 8, model.num_heads = 4, model.num_kv_heads = 2, model.head_dim = 64;
     model.tie_word_embeddings = 1, model.max_position_embeddings = 4096;
     timeline();
+    backlog();
     host_bound();
     gpu_bound();
     ranks();

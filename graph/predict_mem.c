@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/* The step-time model's memory side (graph/predict.h): one GPU's peak and the host's, from the
+ * plan, the machine and, for one rank on a GPU, the timeline's gradient backlog. */
+#include "config.h"
+
+#include "graph/predict.h"
+#include "graph/predict_internal.h"
+#include "models/sdp_lora.h"
+#include "models/sdp_models.h"
+
+double sdp_predict_trained_elems(const struct sdp_plan *p, const struct sdp_model_cfg *m, int gi)
+{
+    if (p->lora.rank <= 0)
+        return (double)sdp_model_group_nelems(m, gi);
+    return p->group[gi].lora_targets ? (double)sdp_lora_layer_elems(&p->lora, m) : 0.0;
+}
+
+
+/* One GPU's peak: the plan's own account (sdp_plan_gpu_bytes_min, layer by layer), plus what
+ * stays on the GPU beyond it: the working copies without a window, the staged ones, the GPU
+ * updates' masters and moments, and the fp32 gradients and intermediates of the layers a
+ * lookahead beyond one prepares.  Without a window nothing evicts what waits on the GPU: the
+ * gradients waiting for the host's updates are the timeline's backlog (grad_peak, bytes; < 0:
+ * no timeline), which stands for the plan's two largest groups' gradients. */
+unsigned long long sdp_predict_gpu_peak(const struct sdp_predict_run *run, double grad_peak)
+{
+    const struct sdp_plan *p = run->plan;
+    const struct sdp_model_cfg *m = run->m;
+    int L = p->nlayers, es = run->work_dtype == SDP_F32 ? 4 : 2, rec = 0;
+    unsigned long long extra = 0, all = 0, gmax = 0, lmax = 0;
+    for (int gi = 0; gi < p->ngroups; gi++) {
+        const struct sdp_plan_group *pg = &p->group[gi];
+        unsigned long long n = sdp_model_group_nelems(m, gi);
+        all += n, gmax = n > gmax ? n : gmax;
+        if (gi >= 1 && gi <= L) {
+            lmax = n > lmax ? n : lmax;
+            rec += pg->act != SDP_ACT_KEEP;
+        }
+        if (pg->update_gpu)
+            extra += n * 12ull;
+        if (pg->work_gpu && p->window > 0)
+            extra += n * (unsigned long long)es;
+    }
+    unsigned long long min = sdp_plan_gpu_bytes_min(p, m, run->work_dtype, run->micro_batch,
+                                                    run->seq_len);
+    if (p->window <= 0)
+        extra += (all - 2 * gmax) * (unsigned long long)es;
+    if (p->window <= 0 && grad_peak >= 0 && min > 2 * gmax * 4ull)
+        min = min - 2 * gmax * 4ull + (unsigned long long)grad_peak;
+    int ahead = p->bwd_lookahead < 0 ? L : p->bwd_lookahead;
+    if (ahead > 1 && rec)
+        extra += (unsigned long long)(ahead - 1) *
+                 (lmax * 4ull + sdp_model_layer_act_bytes(m, run->micro_batch, run->seq_len, es,
+                                                          SDP_RECOMPUTE_NONE));
+    return min + extra;
+}
+
+/* The host: fp32 masters and moments (12 bytes a parameter), the working copy unless staged (a
+ * second one with delayed weights), fp32 gradients where the return is fp32 (one per rank when
+ * the host sums them), the stages, one micro-batch's offloaded activations. */
+void sdp_predict_host_peak(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
+                           struct sdp_predict *o)
+{
+    const struct sdp_plan *p = run->plan;
+    unsigned long long P = sdp_model_num_params(run->m), es = run->work_dtype == SDP_F32 ? 4 : 2;
+    unsigned long long b =
+        P * 12ull + (run->work_staged ? 0 : P * es) + (p->param_delay ? P * es : 0);
+    if (p->lora.rank > 0) { /* the base's working copy; the adapters' master, moments, gradient */
+        b = P * es;
+        for (int gi = 1; gi <= p->nlayers; gi++)
+            b += (unsigned long long)sdp_predict_trained_elems(p, run->m, gi) * (16ull + es);
+    }
+    for (int gi = 0; gi < p->ngroups; gi++) {
+        const struct sdp_plan_group *pg = &p->group[gi];
+        unsigned long long n = sdp_model_group_nelems(run->m, gi);
+        if (!pg->grad_bf16 && p->lora.rank <= 0)
+            b += n * 4ull * (p->nranks > 1 && !pg->grad_gpu ? (unsigned)p->nranks : 1u);
+        if (gi >= 1 && gi <= p->nlayers && pg->offload && pg->act != SDP_ACT_KEEP)
+            b += sdp_model_layer_act_bytes(run->m, run->micro_batch, run->seq_len, (int)es,
+                                           pg->act == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE
+                                                                        : SDP_RECOMPUTE_FULL);
+    }
+    if (run->work_staged)
+        b += (unsigned long long)(run->stage_buffers > 0 ? run->stage_buffers : p->ngroups) *
+             p->group[1].chunk_elems * es;
+    o->pinned_bytes = b;
+    o->host_bytes = b + mc->host_base_bytes;
+}
