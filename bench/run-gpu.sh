@@ -27,7 +27,8 @@
 #            a word BUNDLE=DIR runs that spec with DIR/slidedp (a second bundle, e.g. of the commit
 #            before a change, so that before and after are measured in one lease);
 #            TARGETS_ROUNDS=N runs the list N times, every other round in reverse order;
-#            TARGET_STEPS=N times N steps after the 2 of warm-up (default 4)
+#            TARGET_STEPS=N times N steps after the 2 of warm-up (default 4); COMPACT=1 compacts the
+#            host's free memory before each bench (as root)
 #   predict  slidedp calibrate, then the step-time model's workloads (PREDICT, as TARGETS) benched
 #            with the prediction beside the measurement (--machine) and priced by slidedp plan
 #   auto     train.policy auto against the fixed default (the recipe's plan), each a short
@@ -86,6 +87,12 @@ bench_env=() # StarPU variables for the next bench alone (the targets stage sets
 bench_bin=$b/slidedp # the slidedp of the next bench (the targets stage's BUNDLE=DIR)
 bench() { # NAME TIMEOUT ARGS...
     local name=$1 t=$2; shift 2
+    # COMPACT=1: the kernel's free memory compacted first, so that each run finds huge pages as
+    # the first run of a fresh host does (runs after a large one were slower by a few percent)
+    if [ "${COMPACT:-0}" = 1 ]; then
+        sync
+        echo 1 > /proc/sys/vm/compact_memory 2> /dev/null || log "  (memory not compacted: not root)"
+    fi
     timeout "$t" env ${bench_env[@]+"${bench_env[@]}"} "$bench_bin" bench "$@" \
         >> "$out/results.jsonl" 2> "$out/bench-$name.log"
     log "bench $name ($*): exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-400)"
