@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "base/fsutil.h"
+#include "base/hostmem.h"
 #include "base/sdp_log.h"
 #include "cli/calibrate.h"
 #include "cli/cli.h"
@@ -135,13 +136,14 @@ static float unit(uint64_t *x)
 static int adamw_bufs(struct hbufs *b, int cast)
 {
     uint64_t x = 0x5eed;
-    b->p = malloc(ADAMW_N * sizeof(float));
-    b->m = malloc(ADAMW_N * sizeof(float));
-    b->v = malloc(ADAMW_N * sizeof(float));
-    b->g = malloc(ADAMW_N * sizeof(uint16_t));
-    b->w = malloc(ADAMW_N * sizeof(uint16_t));
+    b->p = sdp_host_map(ADAMW_N * sizeof(float));
+    b->m = sdp_host_map(ADAMW_N * sizeof(float));
+    b->v = sdp_host_map(ADAMW_N * sizeof(float));
+    b->g = sdp_host_map(ADAMW_N * sizeof(uint16_t));
+    b->w = sdp_host_map(ADAMW_N * sizeof(uint16_t));
     if (cast)
-        b->src = malloc(CAST_N * sizeof(float)), b->dst = malloc(CAST_N * sizeof(uint16_t));
+        b->src = sdp_host_map(CAST_N * sizeof(float)),
+        b->dst = sdp_host_map(CAST_N * sizeof(uint16_t));
     if (!b->p || !b->m || !b->v || !b->g || !b->w || (cast && (!b->src || !b->dst)))
         return sdp_err(-ENOMEM, "calibrate: %zu MiB for the host kernels' buffers",
                        (ADAMW_N * 16 + (cast ? CAST_N * 6 : 0)) >> 20);
@@ -158,7 +160,12 @@ static int adamw_bufs(struct hbufs *b, int cast)
 
 static void hbufs_free(struct hbufs *b)
 {
-    free(b->p), free(b->m), free(b->v), free(b->g), free(b->w), free(b->src), free(b->dst);
+    sdp_host_unmap(b->p, ADAMW_N * sizeof(float)), sdp_host_unmap(b->m, ADAMW_N * sizeof(float));
+    sdp_host_unmap(b->v, ADAMW_N * sizeof(float));
+    sdp_host_unmap(b->g, ADAMW_N * sizeof(uint16_t)),
+        sdp_host_unmap(b->w, ADAMW_N * sizeof(uint16_t));
+    sdp_host_unmap(b->src, CAST_N * sizeof(float)),
+        sdp_host_unmap(b->dst, CAST_N * sizeof(uint16_t));
 }
 
 /* AdamW and cast bytes/s for 1 to m->nthreads threads.  @return 0 or -ENOMEM (logged) */
@@ -227,17 +234,17 @@ static void hload_stop(struct hload *l)
 static int measure_dram(struct sdp_machine *m)
 {
     struct hbufs b = { 0 };
-    b.a = malloc(COPY_N);
-    b.b = malloc(COPY_N);
+    b.a = sdp_host_map(COPY_N);
+    b.b = sdp_host_map(COPY_N);
     if (!b.a || !b.b) {
-        free(b.a), free(b.b);
+        sdp_host_unmap(b.a, COPY_N), sdp_host_unmap(b.b, COPY_N);
         return sdp_err(-ENOMEM, "calibrate: 2 x %zu MiB for the copy", COPY_N >> 20);
     }
     memset(b.a, 1, COPY_N);
     memset(b.b, 0, COPY_N);
     m->dram_bps = hrate(H_COPY, &b, COPY_N, 2.0 * COPY_N, m->nthreads);
     SDP_INFO("calibrate: DRAM copy over %d threads: %.2f GB/s", m->nthreads, m->dram_bps / 1e9);
-    free(b.a), free(b.b);
+    sdp_host_unmap(b.a, COPY_N), sdp_host_unmap(b.b, COPY_N);
     return 0;
 }
 

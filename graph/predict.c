@@ -434,8 +434,8 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     if (a.cost) { /* one rank on a GPU: the timeline, the next forward chasing the updates */
         int threads = mc->cpu_cores - mc->ngpus > 0 ? mc->cpu_cores - mc->ngpus : 1;
         const struct sdp_sim_link link = { r.h2d, mc->h2d_busy_bps };
-        o->chain_s = sdp_predict_sim(a.cost, p->ngroups, threads, &link, &sim_out) +
-                     a.tasks * mc->task_s;
+        o->chain_s =
+            sdp_predict_sim(a.cost, p->ngroups, threads, &link, &sim_out) + a.tasks * mc->task_s;
         o->wait_s = sim_out.gpu_wait_s;
         free(a.cost);
     }

@@ -15,7 +15,6 @@ double sdp_predict_trained_elems(const struct sdp_plan *p, const struct sdp_mode
     return p->group[gi].lora_targets ? (double)sdp_lora_layer_elems(&p->lora, m) : 0.0;
 }
 
-
 /* One GPU's peak: the plan's own account (sdp_plan_gpu_bytes_min, layer by layer), plus what
  * stays on the GPU beyond it: the working copies without a window, the staged ones, the GPU
  * updates' masters and moments, and the fp32 gradients and intermediates of the layers a
@@ -41,8 +40,8 @@ unsigned long long sdp_predict_gpu_peak(const struct sdp_predict_run *run, doubl
         if (pg->work_gpu && p->window > 0)
             extra += n * (unsigned long long)es;
     }
-    unsigned long long min = sdp_plan_gpu_bytes_min(p, m, run->work_dtype, run->micro_batch,
-                                                    run->seq_len);
+    unsigned long long min =
+        sdp_plan_gpu_bytes_min(p, m, run->work_dtype, run->micro_batch, run->seq_len);
     if (p->window <= 0)
         extra += (all - 2 * gmax) * (unsigned long long)es;
     if (p->window <= 0 && grad_peak >= 0 && min > 2 * gmax * 4ull)

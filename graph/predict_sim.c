@@ -21,7 +21,8 @@ static double maxd(double a, double b)
 
 /* The host's lane over one step's chunks: each group's chunks become ready at ready[g] (its
  * early part at early_at), `threads` threads take them lowest group first; first[g] = when the
- * group's first chunk starts, done[g] = when its last ends.  free_at[] holds each thread's next free time, carried across steps. */
+ * group's first chunk starts, done[g] = when its last ends.  free_at[] holds each thread's next
+ * free time, carried across steps. */
 static void host_lane(const struct sdp_pgroup_cost *g, int ng, const double *ready, double early_at,
                       double *free_at, int threads, double *first, double *done)
 {

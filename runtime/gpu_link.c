@@ -41,7 +41,8 @@ static int link_open(struct link *l, int dev, size_t bytes)
                        cudaGetErrorString(e));
     if ((e = cudaMemset(l->d, 0, bytes)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&l->s, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaEventCreate(&l->t0)) != cudaSuccess || (e = cudaEventCreate(&l->t1)) != cudaSuccess)
+        (e = cudaEventCreate(&l->t0)) != cudaSuccess ||
+        (e = cudaEventCreate(&l->t1)) != cudaSuccess)
         return cuda_fail(e, "the link's stream and events", dev);
     return 0;
 }

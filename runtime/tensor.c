@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include <starpu.h>
 
+#include "base/hostmem.h"
 #include "base/sdp_log.h"
 #include "runtime/tensor_starpu.h"
 
@@ -95,7 +95,7 @@ static int check_size(size_t nelems, const char *name)
     return 0;
 }
 
-/* malloc_flags of host memory mapped by map_zeroed() rather than allocated by StarPU. */
+/* malloc_flags of host memory mapped by sdp_host_map() rather than allocated by StarPU. */
 #define MAPPED (-1)
 
 /* Host bytes held by tensors: [0] pinned, [1] pageable (sdp_rt_tensor_host_bytes). */
@@ -129,21 +129,6 @@ enum backing {
                  sdp_rt_tensor_discard() after the last use avoids) */
 };
 
-/* Anonymous pages: zero by definition, so nothing is touched here; the first writer faults them
- * in (the initialisation and the first update run on every core, where one thread's memset of tens
- * of GiB took most of a large model's start-up).  Huge pages where the kernel allows them: fewer
- * faults and TLB misses for the update's streams. */
-static void *map_zeroed(size_t nbytes)
-{
-    void *p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, nbytes, MADV_HUGEPAGE); /* advice only: refused where THP is off */
-#endif
-    return p;
-}
-
 static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name,
                   enum backing how)
 {
@@ -172,7 +157,7 @@ static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const
     }
     if (!t->data) {
         t->malloc_flags = MAPPED;
-        t->data = map_zeroed(nbytes);
+        t->data = sdp_host_map(nbytes);
     }
     if (!t->data) {
         free(t);
@@ -253,7 +238,7 @@ void sdp_rt_tensor_release(sdp_rt_tensor_t *t)
     if (t->data)
         count_host(t, -1);
     if (t->data && t->malloc_flags == MAPPED)
-        munmap(t->data, t->nelems * sdp_dtype_size(t->dtype));
+        sdp_host_unmap(t->data, t->nelems * sdp_dtype_size(t->dtype));
     else if (t->data)
         starpu_free_flags(t->data, t->nelems * sdp_dtype_size(t->dtype), t->malloc_flags);
     free(t);
