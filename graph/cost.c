@@ -14,6 +14,13 @@ void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_byte
     for (int gi = 0; gi < st->ngroups; gi++) {
         unsigned long long n = st->groups[gi].nelems;
         int twice = g->c.window > 0 && g->c.recompute && gi >= 1 && gi <= g->L - g->c.window;
+        if (st->groups[gi].frozen) { /* LoRA: the base goes up where a window drops it */
+            const struct sdp_lora_state *ls = st->groups[gi].lora;
+            rb->param_h2d += g->c.window > 0 ? n * es * (twice ? 2u : 1u) : 0;
+            if (ls) /* the adapters: their copy up, their fp32 gradient down */
+                rb->param_h2d += ls->nelems * es, rb->grad_d2h += ls->nelems * sizeof(float);
+            continue;
+        }
         if (g->rwork) { /* sharded: the owned chunks from the host, the others from their owners */
             for (int c = 0; c < st->groups[gi].nchunks; c++) {
                 unsigned long long nb =

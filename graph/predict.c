@@ -306,7 +306,9 @@ static double boundary_s(const struct sdp_predict_run *run, const struct sdp_pre
         return 0;
     for (int gi = 0; gi <= 1; gi++) {
         const struct sdp_plan_group *pg = &p->group[gi];
-        double n = (double)sdp_model_group_nelems(run->m, gi), gb = pg->grad_bf16 ? 2 : 4;
+        double n = sdp_predict_trained_elems(p, run->m, gi), gb = pg->grad_bf16 ? 2 : 4;
+        if (n <= 0) /* LoRA: a frozen group without adapters */
+            continue;
         double ce = pg->chunk_elems > 0 && (double)pg->chunk_elems < n ? pg->chunk_elems : n;
         if (gi == 0 && pg->embed_early) {
             double V = run->m->vocab_size,

@@ -35,8 +35,8 @@ unsigned long long sdp_predict_gpu_peak(const struct sdp_predict_run *run, doubl
             lmax = n > lmax ? n : lmax;
             rec += pg->act != SDP_ACT_KEEP;
         }
-        if (pg->update_gpu)
-            extra += n * 12ull;
+        if (pg->update_gpu) /* the master and moments of what trains (LoRA: the adapters) */
+            extra += (unsigned long long)sdp_predict_trained_elems(p, m, gi) * 12ull;
         if (pg->work_gpu && p->window > 0)
             extra += n * (unsigned long long)es;
     }
