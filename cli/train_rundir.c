@@ -32,7 +32,8 @@ static const char *const run_files[] = { "checkpoints", "final", "COMPLETE", "ru
 #define N_RUN_FILES (sizeof(run_files) / sizeof(run_files[0]))
 
 /* The recipe fields a resumed run must share with the checkpoint's run: they decide the data order
- * and the gradient summation order (the model configuration is compared by sdp_ckpt_load). */
+ * (the model configuration is compared by sdp_ckpt_load); micro, the effective micro-batch, only
+ * the gradients' summation order, which may change with the rank count (fp_resumable). */
 void sdp_train_fingerprint(struct sdp_train *t)
 {
     const struct sdp_recipe *r = t->r;
@@ -40,6 +41,39 @@ void sdp_train_fingerprint(struct sdp_train *t)
              "seq_len=%d global=%d micro=%d seed=%llu shuffle=%d data_tokens=%llu", r->seq_len,
              r->global_batch, r->micro_batch, r->seed, r->shuffle,
              (unsigned long long)t->data.shard.count);
+}
+
+/* The fingerprint a without its micro=N word, into out. */
+static void fp_data(const char *a, char *out, size_t cap, int *micro)
+{
+    const char *m = strstr(a, " micro=");
+    *micro = 0;
+    if (!m) {
+        snprintf(out, cap, "%s", a);
+        return;
+    }
+    *micro = atoi(m + 7);
+    snprintf(out, cap, "%.*s%s", (int)(m - a), a, strchr(m + 1, ' ') ? strchr(m + 1, ' ') : "");
+}
+
+/* Whether a run of fingerprint `ours` may resume one of `theirs`: the same data order.  Another
+ * micro-batch (another rank count, or batch.micro) sums the same gradients in another order: the
+ * run resumes, and says that its bits will differ from the uninterrupted run's. */
+static int fp_resumable(const char *theirs, const char *ours, const char *what)
+{
+    char a[128], b[128];
+    int ma, mb;
+    fp_data(theirs, a, sizeof(a), &ma);
+    fp_data(ours, b, sizeof(b), &mb);
+    if (strcmp(a, b) != 0)
+        return 0;
+    static int warned;
+    if (ma != mb && !warned++)
+        SDP_WARN("%s: micro-batches of %d sequences where the run had %d (another rank count or "
+                 "batch.micro): the same data, its gradients summed in another order, so the "
+                 "losses will differ from an uninterrupted run's in their last digits",
+                 what, mb, ma);
+    return 1;
 }
 
 /* ---- the lock ---- */
@@ -153,7 +187,7 @@ static int identity_check(const struct sdp_train *t, const char *path)
                  t->r->output_dir);
         json_decref(o);
         return rc;
-    } else if (strcmp(fp, t->fp) != 0)
+    } else if (!fp_resumable(fp, t->fp, path))
         rc = sdp_err(-EINVAL, "%s: the run directory belongs to a run with %s; %s has %s", path, fp,
                      t->r->file, t->fp);
     else if (strcmp(mod, model) != 0)
@@ -265,7 +299,7 @@ static int find_checkpoint(struct sdp_train *t, int *found)
         return SDP_EXIT_OK;
     if (rc || sdp_ckpt_read_info(t->ckpath, NULL, &t->info))
         return SDP_EXIT_FAILURE;
-    if (strcmp(t->info.fingerprint, t->fp) != 0) {
+    if (!fp_resumable(t->info.fingerprint, t->fp, t->ckpath)) {
         sdp_err(-EINVAL, "%s was written by a run with %s; %s has %s", t->ckpath,
                 t->info.fingerprint, r->file, t->fp);
         sdp_hint("these settings change the data order or the numerics: restore them, use "
