@@ -312,7 +312,15 @@ static int run(const struct bench_opts *b)
     gc.bwd_lookahead = b->lookahead;
     gc.keep_last = b->keep_last;
     gc.keep_mlp = b->keep_mlp;
-    gc.gpu_update = b->gpu_update;
+    /* auto: LoRA's adapters on the GPU where they fit (sdp_cli_gpu_update) */
+    gc.gpu_update =
+        sdp_rt_ncuda() == 0
+            ? b->gpu_update
+            : sdp_cli_gpu_update(
+                  b->gpu_update, &b->lora, &cfg, b->ranks, sdp_graph_gpu_bytes_min(&cfg, dt, &gc),
+                  b->gpu_memory_gib > 0 ? (unsigned long long)(b->gpu_memory_gib * 1073741824.0)
+                                        : sdp_rt_gpu_mem_total(0));
+    gc.gpu_update = gc.gpu_update > 0 ? gc.gpu_update : 0;
     gc.embed_lookup_host = b->lookup_host;
     gc.lora = b->lora;
     norms_at = sdp_cli_place_norms(b->ranks, b->window);
@@ -427,7 +435,7 @@ static int run(const struct bench_opts *b)
         /* as asked: 0 / -1 = the policy's default (its log line says which it used) */
         json_object_set_new(settings, "keep_last", json_integer(b->keep_last));
         json_object_set_new(settings, "keep_mlp", json_integer(b->keep_mlp));
-        json_object_set_new(settings, "gpu_update", json_integer(b->gpu_update));
+        json_object_set_new(settings, "gpu_update", json_integer(gc.gpu_update));
         json_object_set_new(settings, "staging_depth", json_integer(b->staging_depth));
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
         json_object_set_new(settings, "collectives", json_string(b->nccl ? "nccl" : "starpu"));

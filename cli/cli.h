@@ -35,6 +35,15 @@ const char *sdp_cli_place_norms(int ranks, int window);
  * chunk as large as m's largest parameter group (the chunk pipeline's ablation). */
 size_t sdp_cli_chunk_bytes(double mib, const struct sdp_model_cfg *m);
 
+/** train.gpu_update resolved: requested >= 0 as it is; -1 (auto): a LoRA run of one rank on a GPU
+ * updates every adapted layer's adapters there when their fp32 master, moments and gradient (16
+ * bytes a parameter) fit beside `need` (the run's least GPU bytes) within `limit`, else none; full
+ * training updates on the host.  Logs the choice.  @return the layers 1..N updated on the GPU */
+struct sdp_lora_cfg;
+int sdp_cli_gpu_update(int requested, const struct sdp_lora_cfg *lora,
+                       const struct sdp_model_cfg *m, int ranks, unsigned long long need,
+                       unsigned long long limit);
+
 /** Whether a run asking for `gpus` CUDA workers (-1 = all found) may compute on GPUs, as far as
  * is known before StarPU starts: never in a build without CUDA. */
 int sdp_cli_may_use_gpu(int gpus);

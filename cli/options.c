@@ -219,9 +219,9 @@ const struct sdp_option sdp_options[] = {
       .help = "with recomputation, the top layers that keep their activations" },
     { "train.keep_mlp", "keep-mlp", BENCH_P, RF(keep_mlp), INT_GE(0), .def = "0",
       .help = "with recomputation, the top recomputed layers keeping their MLP's inputs" },
-    { "train.gpu_update", "gpu-update", BOTH_P, RF(gpu_update), INT_GE(0), .def = "0",
+    { "train.gpu_update", "gpu-update", BOTH_P, RF(gpu_update), INT_GE(-1), .def = "-1",
       .help = "AdamW of layers 1..N on the GPU (one rank, bf16 return, copies on the host; "
-              "LoRA: their adapters')" },
+              "LoRA: their adapters'); -1: a LoRA run's adapters where they fit, else none" },
     { "train.grad_dtype", "grad-dtype", BOTH_P, CHOICE(grad_dtype_names, set_grad_dtype),
       .def = "auto", .help = "the gradient AdamW reads (auto: bf16 for one rank on a GPU)" },
     { "train.work_home", "work-home", BOTH_P, INDEX(home_names, work_on_gpu), .def = "host",

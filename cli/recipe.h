@@ -73,7 +73,7 @@ struct sdp_recipe {
     int bwd_lookahead;           /* sdp_graph_conf.bwd_lookahead (default 1, -1 = no bound) */
     int keep_last;               /* sdp_graph_conf.keep_last (default 1) */
     int keep_mlp;                /* sdp_graph_conf.keep_mlp (default 0) */
-    int gpu_update;              /* sdp_graph_conf.gpu_update (default 0) */
+    int gpu_update;              /* sdp_graph_conf.gpu_update; -1: auto (sdp_cli_gpu_update) */
     int grad_bf16;               /* train.grad_dtype: -1 auto (default), 0 fp32, 1 bf16 */
     int work_on_gpu;             /* train.work_home: 0 host (default), 1 gpu (sdp_state's
                                     work_staged: the working copies off the host) */

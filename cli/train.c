@@ -127,7 +127,7 @@ static int start(struct sdp_train *t)
     if (state_create(t))
         return SDP_EXIT_FAILURE;
     t->state_made = 1;
-    if (sdp_rt_ncuda() > 0 && sdp_train_check_gpu_memory(r, t->work_dt))
+    if (sdp_rt_ncuda() > 0 && sdp_train_check_gpu_memory(t->r, t->work_dt))
         return SDP_EXIT_FAILURE;
     /* a LoRA checkpoint holds the adapters alone: the frozen base comes from where it came */
     if (t->resuming && r->lora.rank > 0 &&

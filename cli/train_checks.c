@@ -50,9 +50,9 @@ void sdp_train_group_name(const struct sdp_recipe *r, int g, char *out, size_t l
         snprintf(out, len, "final norm / LM head");
 }
 
-/* The GPU window must fit: the configured limit within the device, the run's minimum within both.
- */
-int sdp_train_check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_dt)
+/* The GPU window must fit: the configured limit within the device, the run's minimum within both;
+ * then train.gpu_update's auto is resolved against what is left (sdp_cli_gpu_update). */
+int sdp_train_check_gpu_memory(struct sdp_recipe *r, enum sdp_dtype work_dt)
 {
     struct sdp_graph_conf gc = { .micro_batch = r->micro_batch,
                                  .seq_len = r->seq_len,
@@ -85,6 +85,7 @@ int sdp_train_check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_d
                      "train.activations: offload, or raise train.gpu_memory_gib");
         return -ENOMEM;
     }
+    r->gpu_update = sdp_cli_gpu_update(r->gpu_update, &r->lora, &r->model, r->ranks, need, limit);
     return 0;
 }
 

@@ -83,7 +83,7 @@ struct sdp_step_extra {
 int sdp_train_check(struct sdp_train *t);
 /** The GPU window must fit: the configured limit within the device, the run's minimum within both.
  */
-int sdp_train_check_gpu_memory(const struct sdp_recipe *r, enum sdp_dtype work_dt);
+int sdp_train_check_gpu_memory(struct sdp_recipe *r, enum sdp_dtype work_dt);
 /** Slurm: the job id names the default run directory, the CPUs of the task set the CPU workers. */
 void sdp_train_apply_slurm(struct sdp_recipe *r);
 /** "embedding", "decoder layer 3", "final norm / LM head" for parameter group g. */

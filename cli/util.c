@@ -7,6 +7,8 @@
 
 #include "codelets/sdp_tasks.h"
 #include "cli/cli.h"
+#include "base/sdp_log.h"
+#include "models/sdp_lora.h"
 #include "models/sdp_models.h"
 #include "runtime/init.h"
 
@@ -63,4 +65,28 @@ const char *sdp_cli_place_norms(int ranks, int window)
     }
     sdp_tasks_place_norms(SDP_NORMS_ANY);
     return "any";
+}
+
+int sdp_cli_gpu_update(int requested, const struct sdp_lora_cfg *lora,
+                       const struct sdp_model_cfg *m, int ranks, unsigned long long need,
+                       unsigned long long limit)
+{
+    const double gib = 1073741824.0;
+    unsigned long long bytes = 0;
+    if (requested >= 0)
+        return requested;
+    if (lora->rank <= 0 || ranks != 1 || sdp_rt_ncuda() == 0 || !sdp_tasks_compute_on_gpu())
+        return 0;
+    for (int l = 1; l <= m->num_layers; l++)
+        bytes += sdp_lora_layer_on(lora, l) ? sdp_lora_layer_elems(lora, m) * 16ull : 0;
+    if (limit > 0 && need + bytes > limit) {
+        SDP_INFO("LoRA: the adapters' AdamW on the host: their %.2f GiB of state do not fit beside "
+                 "the run's %.2f GiB within %.2f GiB of GPU memory",
+                 bytes / gib, need / gib, limit / gib);
+        return 0;
+    }
+    SDP_INFO("LoRA: the adapters' AdamW on the GPU (%.2f GiB of masters, moments and gradients "
+             "there; train.gpu_update: 0 keeps it on the host)",
+             bytes / gib);
+    return m->num_layers;
 }

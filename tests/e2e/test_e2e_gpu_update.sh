@@ -10,7 +10,7 @@
 #     nothing; --gpu-update 4 (every layer) is accepted; `slidedp bench --gpu-update 1` warns the
 #     same and records gpu_update 1 in its settings;
 #   - --gpu-update with more layers than the model has, or not a number, and a recipe's
-#     train.gpu_update of -1 or above the layers are refused with exit code 2 naming the option or
+#     train.gpu_update below -1 or above the layers are refused with exit code 2 naming the option or
 #     the key.
 # tests/e2e/test_e2e_gpu_update_gpu.sh checks it on a GPU.
 set -u
@@ -105,8 +105,8 @@ bad() { # WHAT WORD ARGS...
 bad "--gpu-update 5 (4 layers)" "--gpu-update" "$tmp/r.yaml" --gpu-update 5
 bad "--gpu-update x" "--gpu-update" "$tmp/r.yaml" --gpu-update x
 cp "$tmp/r.yaml" "$tmp/neg.yaml"
-printf '  gpu_update: -1\n' >> "$tmp/neg.yaml"
-bad "train.gpu_update: -1" "gpu_update" "$tmp/neg.yaml"
+printf '  gpu_update: -2\n' >> "$tmp/neg.yaml"
+bad "train.gpu_update: -2" "gpu_update" "$tmp/neg.yaml"
 cp "$tmp/r.yaml" "$tmp/big.yaml"
 printf '  gpu_update: 9\n' >> "$tmp/big.yaml"
 bad "train.gpu_update: 9" "gpu_update" "$tmp/big.yaml"
