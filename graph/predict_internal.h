@@ -21,6 +21,8 @@ struct sdp_pgroup_cost {
                           fetches (fp32, or its bf16 chunks) */
     int held_chunks;   /* held_bytes go chunk by chunk as their updates end (the bf16 chunks); 0:
                           whole after the last (the fp32 gradient) */
+    int up_chunks;     /* the copy goes up chunk by chunk as each chunk's update ends (the chunk
+                          pipeline); 0: whole after the last */
 };
 
 /* The host-to-GPU link of the timeline: bytes/s with the host's update threads idle, and while

@@ -105,6 +105,19 @@ static double grad_peak(const struct sdp_pgroup_cost *g, int ng, const double *b
     return peak;
 }
 
+/* When group g's updated copy is all back up, the link free from `link` on: whole after its last
+ * chunk's update (done), or chunk by chunk (up_chunks): from the end of its first chunk's update
+ * on, at the link's rate, and its last chunk after its own update. */
+static double upload(const struct sdp_sim_link *l, const struct sdp_pgroup_cost *g, double link,
+                     double first, double done, double host_end)
+{
+    int n = g->nchunks > 0 ? g->nchunks : 1;
+    if (!g->up_chunks || n == 1)
+        return upload_end(l, maxd(link, done), g->up_bytes, host_end);
+    double all = upload_end(l, maxd(link, first + g->update_s / n), g->up_bytes, host_end);
+    return maxd(all, upload_end(l, done, g->up_bytes / n, host_end));
+}
+
 double sdp_predict_sim(const struct sdp_pgroup_cost *g, int ng, int threads,
                        const struct sdp_sim_link *l, struct sdp_sim_out *out)
 {
@@ -146,7 +159,7 @@ double sdp_predict_sim(const struct sdp_pgroup_cost *g, int ng, int threads,
             host_end = maxd(host_end, done[i]);
         for (int i = 0; i < ng; i++) { /* the updated copies go back up, lowest first */
             if (l->h2d_bps > 0)
-                link = upload_end(l, maxd(link, done[i]), g[i].up_bytes, host_end);
+                link = upload(l, &g[i], link, first[i], done[i], host_end);
             param[i] = l->h2d_bps > 0 ? link : done[i]; /* no link: the compute reads the host's */
         }
         wait[s] = w;
