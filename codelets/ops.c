@@ -25,6 +25,8 @@
     X(sdp_cl_param_copy, "param_copy", PARAM_H2D, ANY, "")                                         \
     X(sdp_cl_param_fetch, "param_fetch", PARAM_H2D, COMPUTE, "unstaged")                           \
     X(sdp_cl_param_put, "param_put", PARAM_H2D, COMPUTE, "put unstaged")                           \
+    X(sdp_cl_param_chunk, "param_chunk", PARAM_H2D, COMPUTE, "unstaged chunk_fetch")               \
+    X(sdp_cl_param_chunk0, "param_chunk", PARAM_H2D, COMPUTE, "unstaged chunk_fetch")              \
     X(sdp_cl_param_put_rows, "param_put_rows", PARAM_H2D, COMPUTE, "put unstaged")                 \
     X(sdp_cl_param_put_early, "param_put_early", PARAM_H2D, COMPUTE, "put unstaged early")         \
     X(sdp_cl_act_fetch, "act_fetch", ACT_OFFLOAD, COMPUTE, "no_params")                            \

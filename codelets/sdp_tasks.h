@@ -267,6 +267,13 @@ int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
 int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
                        sdp_rt_tensor_t *src);
 
+/** sdp_task_param_put under the codelet param_chunk, whose hint says SDP_MOVE_FETCH: chunk src of a
+ * working copy on the host into dst, the compute copy of its group (one rank, a chunked group),
+ * as soon as src is written; sdp-slidedp gates it like a param_fetch.  first: the group's first
+ * chunk, which writes dst (W: dst may have been dropped) where the others' accesses commute. */
+int sdp_task_param_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
+                         sdp_rt_tensor_t *src, int first);
+
 /** dst RW: for each stage k of nsrc and each of its nsegs[k] segments i, elements
  * [off[k] + segs[k][i].offset, + segs[k][i].nelems) = the next segs[k][i].nelems elements of
  * src[k], which holds its segments back to back, then padding (the packed stage of an AdamW on

@@ -102,6 +102,20 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     }
 }
 
+/* Whether group gi's working copy goes to the compute chunk by chunk (work_chunks): one rank, the
+ * copy on the host in more than one chunk, written by host updates (not the GPU's, not frozen),
+ * one copy (param_delay 0), not the embedding that the host lookup reads there; by default when
+ * the compute runs on a GPU (on CPU workers it reads the host copy itself), SDP_WORK_CHUNKS on or
+ * off forcing it. */
+static int work_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, int gi)
+{
+    const struct sdp_group_state *gs = &st->groups[gi];
+    int wanted = sdp_env_is("SDP_WORK_CHUNKS", "on") ||
+                 (!sdp_env_is("SDP_WORK_CHUNKS", "off") && sdp_tasks_compute_on_gpu());
+    return wanted && p->nranks == 1 && !p->param_delay && !gs->staged && !gs->frozen &&
+           gs->nchunks > 1 && !p->group[gi].update_gpu && !(gi == 0 && p->lookup_host);
+}
+
 int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct sdp_graph_conf *c)
 {
     const struct sdp_model_cfg *m = &st->cfg;
@@ -135,6 +149,8 @@ int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct s
     p->defer_rows = p->lookup_host && p->rows_pack && p->group[0].embed_early && !p->param_delay &&
                     !sdp_env_is("SDP_EMBED_DEFER", "off");
     p->gpu_writeback = sdp_env_long("SDP_GPU_UPDATE_WRITEBACK", 0) > 0;
+    for (int gi = 0; gi < p->ngroups; gi++)
+        p->group[gi].work_chunks = work_chunks_of(p, st, gi);
     if (c->gpu_update > 0 && !gpu_update_applies(p, st))
         SDP_WARN("train.gpu_update %d does not apply here (it needs one rank, compute on a GPU, "
                  "the bf16 gradient return and the working copies on the host): every update "
@@ -174,6 +190,7 @@ static void set_one(struct sdp_plan *p, const struct sdp_state *st, int gi, int 
     case 3: /* update */
         pg->update_gpu = v;
         pg->mlp_early = v ? -1 : pg->mlp_early;
+        pg->work_chunks = v ? 0 : st && work_chunks_of(p, st, gi); /* the GPU's update puts */
         break;
     default:                                                   /* mlp_early */
         pg->mlp_early = !v ? -1 : st ? mlp_chunk0(st, gi) : 1; /* no state: as asked */
@@ -322,11 +339,11 @@ int sdp_plan_check(const struct sdp_plan *p, const struct sdp_state *st,
 static int same_row(const struct sdp_plan_group *a, const struct sdp_plan_group *b)
 {
     return a->act == b->act && a->offload == b->offload && a->work_gpu == b->work_gpu &&
-           a->grad_gpu == b->grad_gpu && a->grad_bf16 == b->grad_bf16 &&
-           a->norms_gpu == b->norms_gpu && a->nchunks == b->nchunks &&
-           a->update_gpu == b->update_gpu && a->mlp_early == b->mlp_early &&
-           a->embed_early == b->embed_early && a->lora_targets == b->lora_targets &&
-           a->lora_rank == b->lora_rank;
+           a->work_chunks == b->work_chunks && a->grad_gpu == b->grad_gpu &&
+           a->grad_bf16 == b->grad_bf16 && a->norms_gpu == b->norms_gpu &&
+           a->nchunks == b->nchunks && a->update_gpu == b->update_gpu &&
+           a->mlp_early == b->mlp_early && a->embed_early == b->embed_early &&
+           a->lora_targets == b->lora_targets && a->lora_rank == b->lora_rank;
 }
 
 /* " q_proj,v_proj": the adapted linears of a row */
@@ -361,9 +378,12 @@ static void print_row(const struct sdp_plan *p, FILE *f, int g0, int g1)
     else
         snprintf(update, sizeof(update), "%s", pg->update_gpu ? "gpu" : "host");
     fprintf(f, "%-10s %-10s %-8s %-6s %-6s %-5s %-6s %4d x %-10zu %s", name, act_names[pg->act],
-            onoff[pg->offload], pg->work_gpu ? "gpu" : "host", pg->grad_gpu ? "gpu" : "cpu",
-            pg->grad_bf16 ? "bf16" : "fp32", pg->norms_gpu ? "gpu" : "host", pg->nchunks,
-            pg->chunk_elems, update);
+            onoff[pg->offload],
+            pg->work_gpu      ? "gpu"
+            : pg->work_chunks ? "host/c"
+                              : "host",
+            pg->grad_gpu ? "gpu" : "cpu", pg->grad_bf16 ? "bf16" : "fp32",
+            pg->norms_gpu ? "gpu" : "host", pg->nchunks, pg->chunk_elems, update);
     if (p->lora.rank > 0 && pg->lora_targets)
         lora_targets_print(f, pg->lora_targets);
     fputc('\n', f);

@@ -12,15 +12,50 @@ int sdp_graph_owner_of(const sdp_graph_t *g, int gi, int c)
     return (g->chunk0[gi] + c) % g->R;
 }
 
-/* One rank: a param_fetch of group gi's working copy, ordered just ahead of the group's first
- * compute task of phase ph (micro-batch -1), where the compute runs.  It is ready as soon as the
- * copy is written, so the policy's prefetch window moves the weights while earlier groups still
- * compute; the backward's (after a bounded window let the weights go) waits for `after` like the
- * layer's recomputation. */
+/* One rank, work_chunks: chunk c of group gi's working copy on the host into the group's compute
+ * copy (param_chunk), for every chunk, each as soon as its update (or cast) has written it, so
+ * that chunk c crosses PCIe while chunk c + 1 is being written.  The compute copy has no
+ * partition plan: a task on a chunk of it would make StarPU split it on the host and gather it
+ * there again before the compute reads it whole (two more copies of the group over PCIe); the
+ * puts write their ranges of the whole instead, their accesses commuting.  The host chunk's copy
+ * on the GPU is not read again: it goes first when StarPU needs the room. */
+static int fetch_chunks(sdp_graph_t *g, int step, int gi, enum sdp_phase ph,
+                        unsigned long long after)
+{
+    sdp_rt_tensor_t *src = work_of(g, gi, step);
+    for (int c = 0; c < g->st->groups[gi].nchunks; c++) {
+        struct sdp_task_opts o = gated(g, opts(g, step, gi, -1, ph), after);
+        o.hint.chunk = c;
+        TRY_RET(sdp_task_param_chunk(&o, g->cwork[gi], sdp_rt_tensor_part_offset(src, c),
+                                     sdp_rt_tensor_part(src, c), c == 0));
+        sdp_rt_tensor_wont_use(sdp_rt_tensor_part(src, c));
+    }
+    return 0;
+}
+
+/* One rank: a param_fetch of group gi's working copy (fetch_chunks with work_chunks), ordered just
+ * ahead of the group's first compute task of phase ph (micro-batch -1), where the compute runs.  It
+ * is ready as soon as the copy is written, so the policy's prefetch window moves the weights while
+ * earlier groups still compute; the backward's (after a bounded window let the weights go) waits
+ * for `after` like the layer's recomputation. */
 int sdp_graph_fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after)
 {
-    struct sdp_task_opts o = gated(g, opts(g, step, gi, -1, ph), after);
+    struct sdp_task_opts o;
+    if (chunked_fetch(g, gi))
+        return fetch_chunks(g, step, gi, ph, after);
+    o = gated(g, opts(g, step, gi, -1, ph), after);
     return sdp_task_param_fetch(&o, work_of(g, gi, step));
+}
+
+/* The forward's last use of group gi's weights this step, with a bounded window (the backward
+ * fetches them again): a copy of the host's goes when StarPU needs the room; a compute copy
+ * (work_chunks) is dropped, since the host still holds its chunks. */
+void sdp_graph_window_let_go(sdp_graph_t *g, int step, int gi)
+{
+    if (chunked_fetch(g, gi))
+        sdp_rt_tensor_discard(g->cwork[gi]);
+    else
+        sdp_rt_tensor_wont_use(work_of(g, gi, step));
 }
 
 /* Sharded route: before the first forward of the step uses group gi (micro-batch 0), chunk c goes

@@ -1,7 +1,11 @@
 #!/bin/sh
 # Chunk sizes (fp32, 2 CPU workers, the 4-layer micro model, 5 steps): train.chunk_mib 1, 1/16 and
 # 0 (unchunked: one chunk a parameter group, the chunk pipeline's ablation) give the same losses
-# bit for bit, and the state says how it was cut.
+# bit for bit, and the state says how it was cut.  The same with SDP_WORK_CHUNKS=on (the default
+# where the compute runs on a GPU): each chunk of a group's working copy goes to the group's
+# compute copy on its own (param_chunk, no param_fetch of the group), after that chunk's update
+# and before the group's first reader (tools/check_invariants.py's invariant 4, which fails once
+# a chunk's fetch is moved before its update's end); unchunked keeps the whole group's fetch.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 losses() { sed -e 's/.*"step": *\([0-9]*\),.*"loss": *\([^,]*\),.*/\1 \2/' "$1"; }
@@ -11,10 +15,50 @@ for c in 1 0.0625 0; do
     "$bin" train "$tmp/c$c.yaml" --cpus 2 --steps 5 --metrics "$tmp/c$c.jsonl" > /dev/null 2> "$tmp/c$c.err" ||
         { echo "chunk_mib $c failed"; cat "$tmp/c$c.err"; fail=1; }
     losses "$tmp/c$c.jsonl" > "$tmp/c$c.loss"
+    SDP_WORK_CHUNKS=on "$bin" train "$tmp/c$c.yaml" --cpus 2 --steps 5 --metrics "$tmp/k$c.jsonl" \
+        --events "$tmp/k$c.ev" > /dev/null 2> "$tmp/k$c.err" ||
+        { echo "chunk_mib $c, SDP_WORK_CHUNKS=on failed"; cat "$tmp/k$c.err"; fail=1; }
+    losses "$tmp/k$c.jsonl" > "$tmp/k$c.loss"
+    "$py" "$top/tools/check_invariants.py" "$tmp/k$c.ev" > "$tmp/check" 2>&1 ||
+        { echo "chunk_mib $c, SDP_WORK_CHUNKS=on: invariants"; tail -5 "$tmp/check"; fail=1; }
 done
 [ "$(wc -l < "$tmp/c1.loss")" -eq 5 ] || { echo "expected 5 steps"; fail=1; }
 for c in 0.0625 0; do
     cmp -s "$tmp/c$c.loss" "$tmp/c1.loss" || { echo "chunk_mib $c changes the losses"; fail=1; }
 done
+for c in 1 0.0625 0; do
+    cmp -s "$tmp/k$c.loss" "$tmp/c1.loss" ||
+        { echo "chunk_mib $c with SDP_WORK_CHUNKS=on changes the losses"; fail=1; }
+done
 grep -q "in 6 groups, 6 chunks" "$tmp/c0.err" || { echo "unchunked: not one chunk a group"; cat "$tmp/c0.err"; fail=1; }
+"$py" - "$tmp/k0.0625.ev" "$tmp/k0.ev" "$tmp/bad.ev" <<'PY' || fail=1
+import collections, json, sys
+def count(path):
+    c = collections.Counter()
+    for line in open(path):
+        e = json.loads(line)
+        if e["name"] in ("param_chunk", "param_fetch") and e["step"] == 1:
+            c[(e["name"], e["group"])] += 1
+    return c
+chunked, whole = count(sys.argv[1]), count(sys.argv[2])
+# 1/16 MiB: the embedding and the LM head (151936 x 32 fp32 each) in 297 chunks, the layers whole
+assert chunked[("param_chunk", 0)] == 297 and chunked[("param_chunk", 5)] == 297, chunked
+assert not chunked[("param_fetch", 0)] and not chunked[("param_fetch", 5)], chunked
+assert all(chunked[("param_fetch", l)] == 1 for l in (1, 2, 3, 4)), chunked
+assert not any(n == "param_chunk" for n, _ in whole), "unchunked: %s" % whole
+print("chunked: the embedding's and the head's 297 chunks each, the layers whole")
+# the same log with one chunk's fetch moved before its update's end must fail invariant 4
+ev = [json.loads(line) for line in open(sys.argv[1])]
+up = next(e for e in ev if e["name"] == "adamw" and e["step"] == 1 and e["group"] == 5
+          and e["chunk"] == 3)
+f = next(e for e in ev if e["name"] == "param_chunk" and e["step"] == 2 and e["group"] == 5
+         and e["chunk"] == 3)
+f["start_us"] = up["end_us"] - 1.0
+with open(sys.argv[3], "w") as out:
+    out.writelines(json.dumps(e) + "\n" for e in ev)
+PY
+if "$py" "$top/tools/check_invariants.py" "$tmp/bad.ev" > "$tmp/check" 2>&1; then
+    echo "a chunk's fetch before its update passes the invariants"; fail=1
+fi
+grep -q "^invariant 4 violated" "$tmp/check" || { echo "invariant 4 not reported"; tail -3 "$tmp/check"; fail=1; }
 finish
