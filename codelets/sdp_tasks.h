@@ -260,6 +260,12 @@ int sdp_task_grad_pack_mlp(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
 int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                         sdp_rt_tensor_t *const *sumsq);
 
+/** out (n) f32 W = grad[off, off + n), grad (N) f32 R read whole where it is (the fp32 gradient
+ * return chunk by chunk: out is a chunk's copy, which AdamW reads; a chunk's own access would make
+ * StarPU split grad on its home node first). */
+int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *grad,
+                        size_t off);
+
 /** dst (N) RW: elements [off, off + n) = src (n) R, same dtype, on the worker's node (a GPU where
  * the compute runs).  The working copy off the host (sdp_state.work_staged) takes a chunk.  dst's
  * access commutes with the other puts' (each writes its own range); the hint says SDP_MOVE_PUT:

@@ -26,6 +26,8 @@ struct sdp_graph {
     sdp_rt_tensor_t **rgrad;          /* [(R - 1) * ngroups]: gradients of ranks 1..R-1 */
     sdp_rt_tensor_t **work2;          /* [ngroups]: second working copies (param_delay 1) */
     sdp_rt_tensor_t **rwork;          /* [R * ngroups]: each rank's replica (sharded route) */
+    sdp_rt_tensor_t ***gret;          /* [ngroups] (grad_chunks): each chunk's copy of the fp32
+                                         gradient, from its grad_chunk to its update; else NULL */
     sdp_rt_tensor_t **cwork;          /* [ngroups] (one rank): the compute copy of each group
                                          with work_chunks, written chunk by chunk; else NULL */
     int *chunk0;                      /* [ngroups]: index of the group's first chunk in the model */
@@ -187,6 +189,8 @@ int sdp_graph_owner_of(const sdp_graph_t *g, int gi, int c);
 int sdp_graph_fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after);
 int sdp_graph_dispatch(sdp_graph_t *g, int step, int mb, int gi);
 void sdp_graph_window_let_go(sdp_graph_t *g, int step, int gi);
+int sdp_graph_chunks_create(sdp_graph_t *g);
+void sdp_graph_chunks_destroy(sdp_graph_t *g);
 int sdp_graph_zero_grad(sdp_graph_t *g, int step, int mb, int gi, unsigned long long after);
 int sdp_graph_norms(sdp_graph_t *g, int step, int gi);
 int sdp_graph_reduce_ranks(sdp_graph_t *g, int step);
@@ -194,6 +198,8 @@ void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r);
 
 /* gradient packs and AdamW per chunk (graph/optim.c) */
 int sdp_graph_packs(const sdp_graph_t *g, int gi);
+sdp_rt_tensor_t **sdp_graph_grad_out(const sdp_graph_t *g, int gi);
+int sdp_graph_grad_chunks(sdp_graph_t *g, int step, int gi);
 int sdp_graph_mlp_early(const sdp_graph_t *g, int gi, int mb);
 size_t sdp_graph_packed_len(size_t covered, size_t n);
 int sdp_graph_norms_if_final(sdp_graph_t *g, int step, int mb, int gi);

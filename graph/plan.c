@@ -102,18 +102,36 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     }
 }
 
+/* The chunk pipeline (work_chunks, grad_chunks): by default where the compute runs on a GPU (on
+ * CPU workers the compute reads the host's copies themselves), SDP_CHUNK_PIPELINE on or off
+ * forcing it (2: on). */
+static int pipeline_wanted(void)
+{
+    if (sdp_env_is("SDP_CHUNK_PIPELINE", "on"))
+        return 2;
+    return !sdp_env_is("SDP_CHUNK_PIPELINE", "off") && sdp_tasks_compute_on_gpu();
+}
+
 /* Whether group gi's working copy goes to the compute chunk by chunk (work_chunks): one rank, the
  * copy on the host in more than one chunk, written by host updates (not the GPU's, not frozen),
- * one copy (param_delay 0), not the embedding that the host lookup reads there; by default when
- * the compute runs on a GPU (on CPU workers it reads the host copy itself), SDP_WORK_CHUNKS on or
- * off forcing it. */
+ * one copy (param_delay 0), not the embedding that the host lookup reads there. */
 static int work_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, int gi)
 {
     const struct sdp_group_state *gs = &st->groups[gi];
-    int wanted = sdp_env_is("SDP_WORK_CHUNKS", "on") ||
-                 (!sdp_env_is("SDP_WORK_CHUNKS", "off") && sdp_tasks_compute_on_gpu());
-    return wanted && p->nranks == 1 && !p->param_delay && !gs->staged && !gs->frozen &&
+    return pipeline_wanted() && p->nranks == 1 && !p->param_delay && !gs->staged && !gs->frozen &&
            gs->nchunks > 1 && !p->group[gi].update_gpu && !(gi == 0 && p->lookup_host);
+}
+
+/* Whether group gi's fp32 gradient returns chunk by chunk (grad_chunks): more than one chunk, not
+ * frozen (nor LoRA's adapters), where the gradient is on a GPU when final (one rank with the norms
+ * there, or the ranks' sum on rank 0's GPU), or anywhere with SDP_CHUNK_PIPELINE=on. */
+static int grad_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, int gi)
+{
+    const struct sdp_group_state *gs = &st->groups[gi];
+    const struct sdp_plan_group *pg = &p->group[gi];
+    int wanted = pipeline_wanted();
+    return wanted && !pg->grad_bf16 && !gs->frozen && p->lora.rank == 0 && gs->nchunks > 1 &&
+           (wanted == 2 || (p->nranks == 1 ? pg->norms_gpu : pg->grad_gpu));
 }
 
 int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct sdp_graph_conf *c)
@@ -149,8 +167,10 @@ int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct s
     p->defer_rows = p->lookup_host && p->rows_pack && p->group[0].embed_early && !p->param_delay &&
                     !sdp_env_is("SDP_EMBED_DEFER", "off");
     p->gpu_writeback = sdp_env_long("SDP_GPU_UPDATE_WRITEBACK", 0) > 0;
-    for (int gi = 0; gi < p->ngroups; gi++)
+    for (int gi = 0; gi < p->ngroups; gi++) {
         p->group[gi].work_chunks = work_chunks_of(p, st, gi);
+        p->group[gi].grad_chunks = grad_chunks_of(p, st, gi);
+    }
     if (c->gpu_update > 0 && !gpu_update_applies(p, st))
         SDP_WARN("train.gpu_update %d does not apply here (it needs one rank, compute on a GPU, "
                  "the bf16 gradient return and the working copies on the host): every update "
@@ -186,6 +206,7 @@ static void set_one(struct sdp_plan *p, const struct sdp_state *st, int gi, int 
     case 2: /* grad_route */
         pg->grad_gpu = v;
         pg->norms_gpu = p->nranks > 1 ? v : pg->norms_gpu;
+        pg->grad_chunks = st && grad_chunks_of(p, st, gi);
         break;
     case 3: /* update */
         pg->update_gpu = v;
@@ -339,11 +360,12 @@ int sdp_plan_check(const struct sdp_plan *p, const struct sdp_state *st,
 static int same_row(const struct sdp_plan_group *a, const struct sdp_plan_group *b)
 {
     return a->act == b->act && a->offload == b->offload && a->work_gpu == b->work_gpu &&
-           a->work_chunks == b->work_chunks && a->grad_gpu == b->grad_gpu &&
-           a->grad_bf16 == b->grad_bf16 && a->norms_gpu == b->norms_gpu &&
-           a->nchunks == b->nchunks && a->update_gpu == b->update_gpu &&
-           a->mlp_early == b->mlp_early && a->embed_early == b->embed_early &&
-           a->lora_targets == b->lora_targets && a->lora_rank == b->lora_rank;
+           a->work_chunks == b->work_chunks && a->grad_chunks == b->grad_chunks &&
+           a->grad_gpu == b->grad_gpu && a->grad_bf16 == b->grad_bf16 &&
+           a->norms_gpu == b->norms_gpu && a->nchunks == b->nchunks &&
+           a->update_gpu == b->update_gpu && a->mlp_early == b->mlp_early &&
+           a->embed_early == b->embed_early && a->lora_targets == b->lora_targets &&
+           a->lora_rank == b->lora_rank;
 }
 
 /* " q_proj,v_proj": the adapted linears of a row */
@@ -382,7 +404,10 @@ static void print_row(const struct sdp_plan *p, FILE *f, int g0, int g1)
             pg->work_gpu      ? "gpu"
             : pg->work_chunks ? "host/c"
                               : "host",
-            pg->grad_gpu ? "gpu" : "cpu", pg->grad_bf16 ? "bf16" : "fp32",
+            pg->grad_gpu ? "gpu" : "cpu",
+            pg->grad_bf16     ? "bf16"
+            : pg->grad_chunks ? "f32/c"
+                              : "fp32",
             pg->norms_gpu ? "gpu" : "host", pg->nchunks, pg->chunk_elems, update);
     if (p->lora.rank > 0 && pg->lora_targets)
         lora_targets_print(f, pg->lora_targets);

@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* The routes between the host and the ranks: parameter dispatch and fetch, gradient zeroing,
- * norms, the reduction of the ranks' gradients and what a bounded window lets go. */
+/* The routes between the host and the ranks: parameter dispatch and fetch (whole or chunk by
+ * chunk), gradient zeroing, norms, the reduction of the ranks' gradients, what a bounded window
+ * lets go, and the chunk pipeline's tensors. */
 #include "config.h"
 
+#include <stdlib.h>
+
 #include "graph/graph_internal.h"
+#include "base/sdp_log.h"
 
 /* The rank that receives chunk c of group gi from the host on the sharded route: chunks are dealt
  * to the ranks in turn over the whole model, so every rank gets P/R within a chunk. */
@@ -157,13 +161,61 @@ int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
 }
 
 /* What a bounded window lets go of after rank r's last backward of group gi: the working copy,
- * and the fp32 gradient unless it was packed (then it is discarded already, and the bf16 chunks
- * wait on the GPU for their updates to fetch them, so the host holds only the chunks being
- * updated). */
+ * and the fp32 gradient unless it was packed or copied out in chunks (then it is discarded already,
+ * and the bf16 chunks wait on the GPU for their updates to fetch them, so the host holds only the
+ * chunks being updated). */
 void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r)
 {
     if (!g->st->groups[gi].staged) /* a staged copy has nowhere else to go */
         sdp_rt_tensor_wont_use(work_of(g, gi, step));
-    if (!(g->R == 1 && sdp_graph_packs(g, gi)) && !g->st->groups[gi].frozen)
+    if (!(g->R == 1 && (sdp_graph_packs(g, gi) || sdp_graph_grad_out(g, gi))) &&
+        !g->st->groups[gi].frozen)
         sdp_rt_tensor_wont_use(grad_of(g, gi, r));
+}
+
+/* The chunk pipeline's tensors of the plan's groups: each grad_chunks group's chunk copies of its
+ * fp32 gradient (temporaries), and with one rank each work_chunks group's compute copy (device
+ * memory only, written chunk by chunk).  @return 0 or -ENOMEM */
+int sdp_graph_chunks_create(sdp_graph_t *g)
+{
+    struct sdp_state *st = g->st;
+    char name[64];
+    int rc = 0;
+    for (int gi = 0; gi < st->ngroups && !rc; gi++) {
+        if (!g->plan.group[gi].grad_chunks)
+            continue;
+        if (!g->gret && !(g->gret = calloc((size_t)st->ngroups, sizeof(*g->gret))))
+            return sdp_err(-ENOMEM, "gradient chunks of %d groups", st->ngroups);
+        if (!(g->gret[gi] = calloc((size_t)st->groups[gi].nchunks, sizeof(**g->gret))))
+            return sdp_err(-ENOMEM, "gradient chunks of group %d", gi);
+        for (int c = 0; c < st->groups[gi].nchunks && !rc; c++) {
+            snprintf(name, sizeof(name), "g%d.grad_out.%d", gi, c);
+            rc = sdp_rt_tensor_temp(
+                &g->gret[gi][c], SDP_F32,
+                sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].grad, c)), name);
+        }
+    }
+    for (int gi = 0; gi < st->ngroups && !rc && g->R == 1; gi++) {
+        if (!g->plan.group[gi].work_chunks)
+            continue;
+        if (!g->cwork && !(g->cwork = calloc((size_t)st->ngroups, sizeof(*g->cwork))))
+            return sdp_err(-ENOMEM, "compute copies of %d groups", st->ngroups);
+        snprintf(name, sizeof(name), "g%d.work.compute", gi);
+        rc =
+            sdp_rt_tensor_create_device(&g->cwork[gi], st->work_dtype, st->groups[gi].nelems, name);
+    }
+    return rc;
+}
+
+void sdp_graph_chunks_destroy(sdp_graph_t *g)
+{
+    for (int gi = 0; g->gret && gi < g->st->ngroups; gi++) {
+        for (int c = 0; g->gret[gi] && c < g->st->groups[gi].nchunks; c++)
+            sdp_rt_tensor_release(g->gret[gi][c]);
+        free(g->gret[gi]);
+    }
+    free(g->gret);
+    for (int gi = 0; g->cwork && gi < g->st->ngroups; gi++)
+        sdp_rt_tensor_release(g->cwork[gi]);
+    free(g->cwork);
 }

@@ -480,17 +480,8 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
                 rc = sdp_rt_tensor_partition_like(g->work2[gi], st->groups[gi].work);
         }
     }
-    for (int gi = 0; gi < st->ngroups && !rc && g->R == 1; gi++) {
-        /* work_chunks: the group's compute copy, device memory only, written chunk by chunk */
-        if (!p->group[gi].work_chunks)
-            continue;
-        if (!g->cwork && !(g->cwork = calloc((size_t)st->ngroups, sizeof(*g->cwork))))
-            rc = sdp_err(-ENOMEM, "compute copies of %d groups", st->ngroups);
-        snprintf(name, sizeof(name), "g%d.work.compute", gi);
-        if (!rc)
-            rc = sdp_rt_tensor_create_device(&g->cwork[gi], st->work_dtype, st->groups[gi].nelems,
-                                             name);
-    }
+    if (!rc)
+        rc = sdp_graph_chunks_create(g);
     if (!rc && g->R > 1 && p->param_route == SDP_ROUTE_SHARDED) {
         /* every rank's replica of every group, chunked like the working copy, device memory only */
         g->rwork = calloc((size_t)g->R * st->ngroups, sizeof(*g->rwork));
@@ -573,9 +564,7 @@ void sdp_graph_destroy(sdp_graph_t *g)
     for (int i = 0; g->rwork && i < g->R * g->st->ngroups; i++)
         sdp_rt_tensor_release(g->rwork[i]);
     free(g->rwork);
-    for (int i = 0; g->cwork && i < g->st->ngroups; i++)
-        sdp_rt_tensor_release(g->cwork[i]);
-    free(g->cwork);
+    sdp_graph_chunks_destroy(g);
     free(g->chunk0);
     free(g->ids);
     free(g->targets);

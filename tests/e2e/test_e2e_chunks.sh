@@ -1,11 +1,12 @@
 #!/bin/sh
 # Chunk sizes (fp32, 2 CPU workers, the 4-layer micro model, 5 steps): train.chunk_mib 1, 1/16 and
 # 0 (unchunked: one chunk a parameter group, the chunk pipeline's ablation) give the same losses
-# bit for bit, and the state says how it was cut.  The same with SDP_WORK_CHUNKS=on (the default
+# bit for bit, and the state says how it was cut.  The same with SDP_CHUNK_PIPELINE=on (the default
 # where the compute runs on a GPU): each chunk of a group's working copy goes to the group's
 # compute copy on its own (param_chunk, no param_fetch of the group), after that chunk's update
 # and before the group's first reader (tools/check_invariants.py's invariant 4, which fails once
-# a chunk's fetch is moved before its update's end); unchunked keeps the whole group's fetch.
+# a chunk's fetch is moved before its update's end), and the fp32 gradient comes back chunk by
+# chunk (grad_chunk); unchunked keeps the whole group's fetch and return.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 losses() { sed -e 's/.*"step": *\([0-9]*\),.*"loss": *\([^,]*\),.*/\1 \2/' "$1"; }
@@ -15,12 +16,12 @@ for c in 1 0.0625 0; do
     "$bin" train "$tmp/c$c.yaml" --cpus 2 --steps 5 --metrics "$tmp/c$c.jsonl" > /dev/null 2> "$tmp/c$c.err" ||
         { echo "chunk_mib $c failed"; cat "$tmp/c$c.err"; fail=1; }
     losses "$tmp/c$c.jsonl" > "$tmp/c$c.loss"
-    SDP_WORK_CHUNKS=on "$bin" train "$tmp/c$c.yaml" --cpus 2 --steps 5 --metrics "$tmp/k$c.jsonl" \
+    SDP_CHUNK_PIPELINE=on "$bin" train "$tmp/c$c.yaml" --cpus 2 --steps 5 --metrics "$tmp/k$c.jsonl" \
         --events "$tmp/k$c.ev" > /dev/null 2> "$tmp/k$c.err" ||
-        { echo "chunk_mib $c, SDP_WORK_CHUNKS=on failed"; cat "$tmp/k$c.err"; fail=1; }
+        { echo "chunk_mib $c, SDP_CHUNK_PIPELINE=on failed"; cat "$tmp/k$c.err"; fail=1; }
     losses "$tmp/k$c.jsonl" > "$tmp/k$c.loss"
     "$py" "$top/tools/check_invariants.py" "$tmp/k$c.ev" > "$tmp/check" 2>&1 ||
-        { echo "chunk_mib $c, SDP_WORK_CHUNKS=on: invariants"; tail -5 "$tmp/check"; fail=1; }
+        { echo "chunk_mib $c, SDP_CHUNK_PIPELINE=on: invariants"; tail -5 "$tmp/check"; fail=1; }
 done
 [ "$(wc -l < "$tmp/c1.loss")" -eq 5 ] || { echo "expected 5 steps"; fail=1; }
 for c in 0.0625 0; do
@@ -28,7 +29,7 @@ for c in 0.0625 0; do
 done
 for c in 1 0.0625 0; do
     cmp -s "$tmp/k$c.loss" "$tmp/c1.loss" ||
-        { echo "chunk_mib $c with SDP_WORK_CHUNKS=on changes the losses"; fail=1; }
+        { echo "chunk_mib $c with SDP_CHUNK_PIPELINE=on changes the losses"; fail=1; }
 done
 grep -q "in 6 groups, 6 chunks" "$tmp/c0.err" || { echo "unchunked: not one chunk a group"; cat "$tmp/c0.err"; fail=1; }
 "$py" - "$tmp/k0.0625.ev" "$tmp/k0.ev" "$tmp/bad.ev" <<'PY' || fail=1
@@ -61,4 +62,21 @@ if "$py" "$top/tools/check_invariants.py" "$tmp/bad.ev" > "$tmp/check" 2>&1; the
     echo "a chunk's fetch before its update passes the invariants"; fail=1
 fi
 grep -q "^invariant 4 violated" "$tmp/check" || { echo "invariant 4 not reported"; tail -3 "$tmp/check"; fail=1; }
+# ranks (2, the GPU route, replicated and sharded): the fp32 gradient copied out chunk by chunk
+# (grad_chunk, one per chunk after the ranks' sum) gives the unchunked return's bits
+for route in replicated sharded; do
+    for m in off on; do
+        SDP_CHUNK_PIPELINE=$m "$bin" train "$tmp/c0.0625.yaml" --cpus 2 --steps 4 --ranks 2 \
+            --grad-route gpu --param-route "$route" --metrics "$tmp/r$route$m.jsonl" \
+            --events "$tmp/r$route$m.ev" > /dev/null 2> "$tmp/r$route$m.err" ||
+            { echo "2 ranks, $route, SDP_CHUNK_PIPELINE=$m failed"; cat "$tmp/r$route$m.err"; fail=1; }
+        losses "$tmp/r$route$m.jsonl" > "$tmp/r$route$m.loss"
+    done
+    cmp -s "$tmp/r${route}on.loss" "$tmp/r${route}off.loss" ||
+        { echo "2 ranks, $route: the chunked gradient return changes the losses"; fail=1; }
+    [ "$(grep -c '"grad_chunk"' "$tmp/r${route}on.ev")" -eq $((4 * 2 * 297)) ] ||
+        { echo "2 ranks, $route: not one grad_chunk a chunk and step"; fail=1; }
+    "$py" "$top/tools/check_invariants.py" "$tmp/r${route}on.ev" > "$tmp/check" 2>&1 ||
+        { echo "2 ranks, $route: invariants"; tail -5 "$tmp/check"; fail=1; }
+done
 finish

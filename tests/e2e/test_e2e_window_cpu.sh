@@ -3,7 +3,7 @@
 # train.window 1 the forward lets the working copies of layers 1-3 go after the step's last
 # micro-batch and the recomputation fetches them again (a param_fetch of phase "recompute" per
 # layer and step in the event log, none for layer 4, which the window keeps); the losses are the
-# unbounded run's bit for bit.  The same with SDP_WORK_CHUNKS=on and chunks of 10 KiB (every
+# unbounded run's bit for bit.  The same with SDP_CHUNK_PIPELINE=on and chunks of 10 KiB (every
 # group in chunks, each fetched into its compute copy on its own, param_chunk): the forward drops
 # the compute copies of layers 1-3 and the recomputation fetches each of their chunks again, with
 # the same losses and tools/check_invariants.py's invariants holding.  The GPU side (a real memory limit, its peak) is
@@ -19,7 +19,7 @@ for w in 0 1; do
 done
 micro_recipe | sed -e "s#^  num_layers: .*#  num_layers: 4#" -e "s#^  chunk_mib: .*#  chunk_mib: 0.01#" \
     -e "s/^train:$/train:\n  window: 1/" > "$tmp/k1.yaml"
-SDP_WORK_CHUNKS=on "$bin" train "$tmp/k1.yaml" --cpus 2 -q --steps 6 --metrics "$tmp/k1.jsonl" \
+SDP_CHUNK_PIPELINE=on "$bin" train "$tmp/k1.yaml" --cpus 2 -q --steps 6 --metrics "$tmp/k1.jsonl" \
     --events "$tmp/k1.ev" 2> "$tmp/k1.err" || { echo "window 1, chunked fetches failed"; cat "$tmp/k1.err"; fail=1; }
 "$py" "$top/tools/check_invariants.py" "$tmp/k1.ev" > "$tmp/check" 2>&1 ||
     { echo "window 1, chunked fetches: invariants"; tail -5 "$tmp/check"; fail=1; }
