@@ -21,7 +21,7 @@
  * traits of struct sdp_op (codelets_internal.h).  tools/check_invariants.py reads the names and
  * traits of these lines: keep one row per line, in this form. */
 #define SDP_OPS(X)                                                                                 \
-    X(sdp_cl_cast, "cast", PARAM_H2D, ANY, "stage_writer")                                         \
+    X(sdp_cl_cast, "cast", PARAM_CAST, ANY, "stage_writer")                                        \
     X(sdp_cl_param_copy, "param_copy", PARAM_H2D, ANY, "")                                         \
     X(sdp_cl_param_fetch, "param_fetch", PARAM_H2D, COMPUTE, "unstaged")                           \
     X(sdp_cl_param_put, "param_put", PARAM_H2D, COMPUTE, "put unstaged")                           \

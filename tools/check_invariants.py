@@ -246,7 +246,8 @@ def check_lookahead(events, k, rep):
         if e["phase"] == "recompute" and e.get("mb", -1) >= 0:
             mb = e["mb"]
         elif (e["name"] == "zero" and e["phase"] == "bwd") or (
-                e["name"] == "param_fetch" and e["phase"] in ("recompute", "bwd")):
+                e["name"] in ("param_fetch", "param_chunk")
+                and e["phase"] in ("recompute", "bwd")):
             mb = first_mb.get((e["step"], e.get("rank", 0)), -1)
         else:
             continue

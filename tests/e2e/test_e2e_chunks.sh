@@ -6,7 +6,9 @@
 # compute copy on its own (param_chunk, no param_fetch of the group), after that chunk's update
 # and before the group's first reader (tools/check_invariants.py's invariant 4, which fails once
 # a chunk's fetch is moved before its update's end), and the fp32 gradient comes back chunk by
-# chunk (grad_chunk); unchunked keeps the whole group's fetch and return.
+# chunk (grad_chunk); unchunked keeps the whole group's fetch and return.  The chunked run's lanes
+# (parameter cast and H2D, CPU compute, gradient reduction and D2H, CPU AdamW) hold events, and
+# the bytes of its transfer lanes each step are the working copy's and the chunked gradients'.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 losses() { sed -e 's/.*"step": *\([0-9]*\),.*"loss": *\([^,]*\),.*/\1 \2/' "$1"; }
@@ -48,6 +50,23 @@ assert not chunked[("param_fetch", 0)] and not chunked[("param_fetch", 5)], chun
 assert all(chunked[("param_fetch", l)] == 1 for l in (1, 2, 3, 4)), chunked
 assert not any(n == "param_chunk" for n, _ in whole), "unchunked: %s" % whole
 print("chunked: the embedding's and the head's 297 chunks each, the layers whole")
+# the lanes the run uses hold events, and the transfer lanes' bytes each step are the formulas':
+# every group's fp32 working copy (9761184 parameters) to the compute, the embedding's (151936 x
+# 32) and the head's (the same and the final norm's 32) fp32 gradients, in chunks, back
+ev = [json.loads(line) for line in open(sys.argv[1])]
+lanes = collections.Counter(e["lane"] for e in ev)
+for lane in ("param cast", "param H2D", "CPU compute", "gradient reduction", "gradient D2H",
+             "CPU AdamW"):
+    assert lanes[lane] > 0, "lane %s is empty: %s" % (lane, lanes)
+for s in range(1, 5):
+    moved = collections.Counter()
+    for e in ev:
+        if e["step"] == s:
+            moved[e["lane"]] += e.get("bytes", 0)
+    assert moved["param H2D"] == 4 * 9761184, (s, moved)
+    assert moved["gradient D2H"] == 4 * (2 * 151936 * 32 + 32), (s, moved)
+print("lanes %s; per step %d bytes to the compute, %d back"
+      % (sorted(lanes), moved["param H2D"], moved["gradient D2H"]))
 # the same log with one chunk's fetch moved before its update's end must fail invariant 4
 ev = [json.loads(line) for line in open(sys.argv[1])]
 up = next(e for e in ev if e["name"] == "adamw" and e["step"] == 1 and e["group"] == 5
