@@ -160,13 +160,15 @@ int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
     return 0;
 }
 
-/* What a bounded window lets go of after rank r's last backward of group gi: the working copy,
- * and the fp32 gradient unless it was packed or copied out in chunks (then it is discarded already,
- * and the bf16 chunks wait on the GPU for their updates to fetch them, so the host holds only the
- * chunks being updated). */
+/* What a bounded window lets go of after rank r's last backward of group gi: the working copy
+ * (a compute copy is discarded in graph/step.c), and the fp32 gradient unless it was packed or
+ * copied out in chunks (then it is discarded already, and the bf16 chunks wait on the GPU for
+ * their updates to fetch them, so the host holds only the chunks being updated). */
 void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r)
 {
-    if (!g->st->groups[gi].staged) /* a staged copy has nowhere else to go */
+    /* a staged copy has nowhere else to go; a chunked one's GPU copy is dropped already (and a
+     * hint on the host's whole copy would gather its chunks there) */
+    if (!g->st->groups[gi].staged && !chunked_fetch(g, gi))
         sdp_rt_tensor_wont_use(work_of(g, gi, step));
     if (!(g->R == 1 && (sdp_graph_packs(g, gi) || sdp_graph_grad_out(g, gi))) &&
         !g->st->groups[gi].frozen)
