@@ -16,6 +16,7 @@
 
 #include "base/fsutil.h"
 #include "base/sdp_log.h"
+#include "runtime/init.h"
 #include "runtime/trace.h"
 
 struct event {
@@ -38,6 +39,7 @@ static int recording;
 static int saved_profiling = -1; /* StarPU's profiling status before sdp_trace_start */
 static double base_us;
 static double bus_us; /* the previous bus sample (sdp_trace_bus) */
+static unsigned long long bus_base[SDP_RT_MAX_BUSES], xfer_base[SDP_RT_MAX_BUSES]; /* its totals */
 
 static const char *const lane_names[SDP_NLANES] = {
     [SDP_LANE_PARAM_CAST] = "param cast",
@@ -66,10 +68,7 @@ int sdp_trace_start(void)
     nevents = 0;
     base_us = starpu_timing_now();
     bus_us = base_us;
-    for (int b = 0; b < starpu_bus_get_count(); b++) { /* reading resets StarPU's counters */
-        struct starpu_profiling_bus_info info;
-        (void)starpu_bus_get_profiling_info(b, &info);
-    }
+    sdp_rt_bus_totals(bus_base, xfer_base);
     __atomic_store_n(&recording, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     return 0;
@@ -164,15 +163,20 @@ void sdp_trace_wait(int lane, int rank, int step, int group, int chunk, double s
 void sdp_trace_bus(int step)
 {
     double now = starpu_timing_now();
+    unsigned long long bytes[SDP_RT_MAX_BUSES], xfers[SDP_RT_MAX_BUSES];
+    int nbus;
     if (!sdp_trace_enabled())
         return;
-    for (int b = 0; b < starpu_bus_get_count(); b++) {
-        struct starpu_profiling_bus_info info;
+    nbus = sdp_rt_bus_totals(bytes, xfers);
+    for (int b = 0; b < nbus; b++) {
         int src = starpu_bus_get_src(b), dst = starpu_bus_get_dst(b);
         int hs = starpu_node_get_kind((unsigned)src) == STARPU_CPU_RAM,
             hd = starpu_node_get_kind((unsigned)dst) == STARPU_CPU_RAM;
+        unsigned long long n = bytes[b] - bus_base[b], k = xfers[b] - xfer_base[b];
         struct event ev = { 0 };
-        if (starpu_bus_get_profiling_info(b, &info) || info.transferred_bytes <= 0 || (hs && hd))
+        bus_base[b] = bytes[b];
+        xfer_base[b] = xfers[b];
+        if (n == 0 || (hs && hd))
             continue;
         ev.bus = hs ? "h2d" : hd ? "d2h" : "p2p";
         ev.node = hd ? src : dst;
@@ -181,8 +185,8 @@ void sdp_trace_bus(int step)
         ev.tag.step = step;
         ev.tag.group = ev.tag.chunk = ev.tag.mb = ev.tag.version = -1;
         ev.tag.lane = hd ? SDP_LANE_GRAD_D2H : SDP_LANE_PARAM_H2D;
-        ev.tag.bytes = info.transferred_bytes;
-        ev.transfers = info.transfer_count;
+        ev.tag.bytes = (long long)n;
+        ev.transfers = (long long)k;
         ev.worker = -1;
         ev.start_us = bus_us;
         ev.end_us = now;

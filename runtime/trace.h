@@ -68,9 +68,9 @@ void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *t
  * transfers ("h2d" on the parameter H2D lane, "d2h" on the gradient D2H lane, "p2p"), spanning
  * the time since that sample.  StarPU's transfers are not tasks: no task event sees them, and a
  * bus does not tell a weight from an activation, so these are totals per direction, for the
- * bytes per step beside the formulas (tools/lane_util.py).  Reading resets StarPU's counters (its
- * STARPU_BUS_STATS summary then covers only what follows the last sample).  No-op unless
- * recording. */
+ * bytes per step beside the formulas (tools/lane_util.py; the bench's own count,
+ * sdp_rt_bus_count_read, keeps its baseline apart).  StarPU's STARPU_BUS_STATS summary then covers
+ * only what follows the last read of its counters.  No-op unless recording. */
 void sdp_trace_bus(int step);
 
 /** Record a wait: work of (rank, step, group, chunk) that was ready on lane but held back from
