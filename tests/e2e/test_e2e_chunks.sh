@@ -8,7 +8,8 @@
 # a chunk's fetch is moved before its update's end), and the fp32 gradient comes back chunk by
 # chunk (grad_chunk); unchunked keeps the whole group's fetch and return.  The chunked run's lanes
 # (parameter cast and H2D, CPU compute, gradient reduction and D2H, CPU AdamW) hold events, and
-# the bytes of its transfer lanes each step are the working copy's and the chunked gradients'.
+# the bytes of its transfer lanes each step are the working copy's and the chunked gradients';
+# --print-plan shows which groups go chunk by chunk.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 losses() { sed -e 's/.*"step": *\([0-9]*\),.*"loss": *\([^,]*\),.*/\1 \2/' "$1"; }
@@ -34,6 +35,12 @@ for c in 1 0.0625 0; do
         { echo "chunk_mib $c with SDP_CHUNK_PIPELINE=on changes the losses"; fail=1; }
 done
 grep -q "in 6 groups, 6 chunks" "$tmp/c0.err" || { echo "unchunked: not one chunk a group"; cat "$tmp/c0.err"; fail=1; }
+# the plan says which groups go chunk by chunk: host/c (the working copy), f32/c (the gradient)
+SDP_CHUNK_PIPELINE=on "$bin" train "$tmp/c0.0625.yaml" --cpus 2 --print-plan > "$tmp/plan" 2> /dev/null
+for g in embedding head; do
+    grep -Eq "^$g +keep +off +host/c +cpu +f32/c " "$tmp/plan" || { echo "plan: $g not chunked"; cat "$tmp/plan"; fail=1; }
+done
+grep -Eq "^1-3 +recompute +off +host +cpu +fp32 " "$tmp/plan" || { echo "plan: layers 1-3 chunked"; cat "$tmp/plan"; fail=1; }
 "$py" - "$tmp/k0.0625.ev" "$tmp/k0.ev" "$tmp/bad.ev" <<'PY' || fail=1
 import collections, json, sys
 def count(path):
