@@ -112,14 +112,16 @@ static int pipeline_wanted(void)
     return !sdp_env_is("SDP_CHUNK_PIPELINE", "off") && sdp_tasks_compute_on_gpu();
 }
 
-/* Whether group gi's working copy goes to the compute chunk by chunk (work_chunks): one rank, the
- * copy on the host in more than one chunk, written by host updates (not the GPU's, not frozen),
- * one copy (param_delay 0), not the embedding that the host lookup reads there. */
+/* Whether group gi's working copy goes to the compute chunk by chunk (work_chunks): one rank or
+ * the replicated route (the sharded one sends chunks already), the copy on the host in more than
+ * one chunk, written by host updates (not the GPU's, not frozen), one copy (param_delay 0), not
+ * the embedding that the host lookup reads there. */
 static int work_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, int gi)
 {
     const struct sdp_group_state *gs = &st->groups[gi];
-    return pipeline_wanted() && p->nranks == 1 && !p->param_delay && !gs->staged && !gs->frozen &&
-           gs->nchunks > 1 && !p->group[gi].update_gpu && !(gi == 0 && p->lookup_host);
+    return pipeline_wanted() && (p->nranks == 1 || p->param_route != SDP_ROUTE_SHARDED) &&
+           !p->param_delay && !gs->staged && !gs->frozen && gs->nchunks > 1 &&
+           !p->group[gi].update_gpu && !(gi == 0 && p->lookup_host);
 }
 
 /* Whether group gi's fp32 gradient returns chunk by chunk (grad_chunks): more than one chunk, not

@@ -16,37 +16,40 @@ int sdp_graph_owner_of(const sdp_graph_t *g, int gi, int c)
     return (g->chunk0[gi] + c) % g->R;
 }
 
-/* One rank, work_chunks: chunk c of group gi's working copy on the host into the group's compute
- * copy (param_chunk), for every chunk, each as soon as its update (or cast) has written it, so
- * that chunk c crosses PCIe while chunk c + 1 is being written.  The compute copy has no
- * partition plan: a task on a chunk of it would make StarPU split it on the host and gather it
- * there again before the compute reads it whole (two more copies of the group over PCIe); the
- * puts write their ranges of the whole instead, their accesses commuting.  The host chunk's copy
- * on the GPU is not read again: it goes first when StarPU needs the room. */
+/* work_chunks: chunk c of group gi's working copy on the host into rank r's compute copy of the
+ * group (param_chunk, on the rank's worker), for every chunk, each as soon as its update (or
+ * cast) has written it, so that chunk c crosses PCIe while chunk c + 1 is being written.  The
+ * compute copy has no partition plan: a task on a chunk of it would make StarPU split it on the
+ * host and gather it there again before the compute reads it whole (two more copies of the group
+ * over PCIe); the puts write their ranges of the whole instead, their accesses commuting.  The host
+ * chunk's copy on the GPU is not read again: it goes first when StarPU needs the room. */
 static int fetch_chunks(sdp_graph_t *g, int step, int gi, enum sdp_phase ph,
-                        unsigned long long after)
+                        unsigned long long after, int r)
 {
-    sdp_rt_tensor_t *src = work_of(g, gi, step);
+    sdp_rt_tensor_t *src = work_of(g, gi, step), *dst = compute_work(g, gi, step, r);
     for (int c = 0; c < g->st->groups[gi].nchunks; c++) {
         struct sdp_task_opts o = gated(g, opts(g, step, gi, -1, ph), after);
         o.hint.chunk = c;
-        TRY_RET(sdp_task_param_chunk(&o, g->cwork[gi], sdp_rt_tensor_part_offset(src, c),
+        o.hint.rank = r;
+        o.on_rank = g->R > 1;
+        TRY_RET(sdp_task_param_chunk(&o, dst, sdp_rt_tensor_part_offset(src, c),
                                      sdp_rt_tensor_part(src, c), c == 0));
         sdp_rt_tensor_wont_use(sdp_rt_tensor_part(src, c));
     }
     return 0;
 }
 
-/* One rank: a param_fetch of group gi's working copy (fetch_chunks with work_chunks), ordered just
- * ahead of the group's first compute task of phase ph (micro-batch -1), where the compute runs.  It
- * is ready as soon as the copy is written, so the policy's prefetch window moves the weights while
- * earlier groups still compute; the backward's (after a bounded window let the weights go) waits
- * for `after` like the layer's recomputation. */
-int sdp_graph_fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after)
+/* A param_fetch of group gi's working copy (rank r's chunks with work_chunks, fetch_chunks),
+ * ordered just ahead of the group's first compute task of phase ph (micro-batch -1), where the
+ * compute runs.  It is ready as soon as the copy is written, so the policy's prefetch window moves
+ * the weights while earlier groups still compute; the backward's (after a bounded window let the
+ * weights go) waits for `after` like the layer's recomputation. */
+int sdp_graph_fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after,
+                    int r)
 {
     struct sdp_task_opts o;
     if (chunked_fetch(g, gi))
-        return fetch_chunks(g, step, gi, ph, after);
+        return fetch_chunks(g, step, gi, ph, after, r);
     o = gated(g, opts(g, step, gi, -1, ph), after);
     return sdp_task_param_fetch(&o, work_of(g, gi, step));
 }
@@ -54,10 +57,10 @@ int sdp_graph_fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigne
 /* The forward's last use of group gi's weights this step, with a bounded window (the backward
  * fetches them again): a copy of the host's goes when StarPU needs the room; a compute copy
  * (work_chunks) is dropped, since the host still holds its chunks. */
-void sdp_graph_window_let_go(sdp_graph_t *g, int step, int gi)
+void sdp_graph_window_let_go(sdp_graph_t *g, int step, int gi, int r)
 {
     if (chunked_fetch(g, gi))
-        sdp_rt_tensor_discard(g->cwork[gi]);
+        sdp_rt_tensor_discard(compute_work(g, gi, step, r));
     else
         sdp_rt_tensor_wont_use(work_of(g, gi, step));
 }
@@ -70,10 +73,12 @@ int sdp_graph_dispatch(sdp_graph_t *g, int step, int mb, int gi)
 {
     sdp_rt_tensor_t *src = work_of(g, gi, step);
     int nchunks = g->st->groups[gi].nchunks;
+    if (chunked_fetch(g, gi)) /* each rank's compute copy, before the rank's first micro-batch */
+        return mb % g->nm_rank == 0 ? fetch_chunks(g, step, gi, SDP_PH_FWD, 0, rank_of(g, mb)) : 0;
     if (mb != 0)
         return 0;
-    if (!g->rwork) /* one rank: the compute reads the working copy itself; bring it early */
-        return sdp_graph_fetch(g, step, gi, SDP_PH_FWD, 0);
+    if (!g->rwork) /* replicated: the compute reads the working copy itself; bring it early */
+        return sdp_graph_fetch(g, step, gi, SDP_PH_FWD, 0, 0);
     for (int c = 0; c < nchunks; c++) {
         int owner = sdp_graph_owner_of(g, gi, c);
         sdp_rt_tensor_t *own = sdp_rt_tensor_part(compute_work(g, gi, step, owner), c);
@@ -176,7 +181,7 @@ void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r)
 }
 
 /* The chunk pipeline's tensors of the plan's groups: each grad_chunks group's chunk copies of its
- * fp32 gradient (temporaries), and with one rank each work_chunks group's compute copy (device
+ * fp32 gradient (temporaries), and each rank's compute copy of each work_chunks group (device
  * memory only, written chunk by chunk).  @return 0 or -ENOMEM */
 int sdp_graph_chunks_create(sdp_graph_t *g)
 {
@@ -197,14 +202,16 @@ int sdp_graph_chunks_create(sdp_graph_t *g)
                 sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].grad, c)), name);
         }
     }
-    for (int gi = 0; gi < st->ngroups && !rc && g->R == 1; gi++) {
+    for (int gi = 0; gi < st->ngroups && !rc; gi++) {
         if (!g->plan.group[gi].work_chunks)
             continue;
-        if (!g->cwork && !(g->cwork = calloc((size_t)st->ngroups, sizeof(*g->cwork))))
+        if (!g->cwork && !(g->cwork = calloc((size_t)g->R * st->ngroups, sizeof(*g->cwork))))
             return sdp_err(-ENOMEM, "compute copies of %d groups", st->ngroups);
-        snprintf(name, sizeof(name), "g%d.work.compute", gi);
-        rc =
-            sdp_rt_tensor_create_device(&g->cwork[gi], st->work_dtype, st->groups[gi].nelems, name);
+        for (int r = 0; r < g->R && !rc; r++) {
+            snprintf(name, sizeof(name), "g%d.work.compute%d", gi, r);
+            rc = sdp_rt_tensor_create_device(&g->cwork[(size_t)r * st->ngroups + gi],
+                                             st->work_dtype, st->groups[gi].nelems, name);
+        }
     }
     return rc;
 }
@@ -217,7 +224,7 @@ void sdp_graph_chunks_destroy(sdp_graph_t *g)
         free(g->gret[gi]);
     }
     free(g->gret);
-    for (int gi = 0; g->cwork && gi < g->st->ngroups; gi++)
-        sdp_rt_tensor_release(g->cwork[gi]);
+    for (int i = 0; g->cwork && i < g->R * g->st->ngroups; i++)
+        sdp_rt_tensor_release(g->cwork[i]);
     free(g->cwork);
 }

@@ -71,7 +71,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
                 sdp_rt_tensor_offload(kept[l].xmid);
         }
         if (last && l <= L - g->plan.window && !g->rwork)
-            sdp_graph_window_let_go(g, step, l);
+            sdp_graph_window_let_go(g, step, l, r);
     }
 
     /* head: final norm, LM head + cross-entropy (forward and backward), final norm backward */
@@ -121,7 +121,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         if (last && !g->rwork && !(chunked_fetch(g, l) && l > L - g->plan.window))
             TRY_GOTO(sdp_graph_fetch(g, step, l,
                                      sdp_graph_recomputed(g, l) ? SDP_PH_RECOMPUTE : SDP_PH_BWD,
-                                     sdp_graph_bwd_gate(g, done, l)));
+                                     sdp_graph_bwd_gate(g, done, l), r));
         if (sdp_graph_recomputed(g, l)) /* kept[l] holds the mid residual, if any, and fills up */
             TRY_GOTO(sdp_graph_layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], kept[l].xmid,
                                          kept[l].gu, &kept[l], NULL,

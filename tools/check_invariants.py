@@ -38,11 +38,11 @@ use only the times, so they hold on any log, from any number of ranks:
      chunks follow grad_pack_mlp; the layer's other updates follow its grad_pack.
   3. No compute event of group g at step s+1 starts before every update of group g at step s has
      ended.
-  4. A chunk's fetch into the compute copy (param_chunk, trait chunk_fetch: one rank, the working
-     copy on the host in chunks) is no compute event for 1 and 3; it starts after the writers of
-     its chunk's version have ended (the chunk's updates of the step before, its cast of the
-     step), and no compute event of its step and group overlaps it; a fetch of the forward ends
-     before the group's first compute event of the step starts.
+  4. A chunk's fetch into a rank's compute copy (param_chunk, trait chunk_fetch: the working copy
+     on the host in chunks) is no compute event for 1 and 3; it starts after the writers of its
+     chunk's version have ended (the chunk's updates of the step before, its cast of the step),
+     and no compute event of its step, group and rank overlaps it; a fetch of the forward ends
+     before the rank's first compute event of the group in the step starts.
 A late update (adamw_late, graph/step.c defer_rows) takes the tied embedding's rows of step s's
 tokens that step s+1's tokens do not select, so step s+1's lookup (embedding_fwd, trait lookup),
 which reads only the rows its tokens select, does not wait for it; every other reader of the group
@@ -439,10 +439,10 @@ def check(events):
 
 
 def check_chunk_fetches(ev, compute, rep):
-    """Invariant 4: a chunk's fetch into the compute copy (trait chunk_fetch) of step s starts
-    after the writers of that chunk's version have ended (the chunk's updates of step s - 1, its
-    cast of step s), and no compute event of (s, group) overlaps it; the fetches of the forward
-    end before the group's first compute event of the step starts."""
+    """Invariant 4: a chunk's fetch into a rank's compute copy (trait chunk_fetch) of step s
+    starts after the writers of that chunk's version have ended (the chunk's updates of step
+    s - 1, its cast of step s), and no compute event of (s, group) on that rank overlaps it; the
+    fetches of the forward end before the rank's first compute event of the group and step."""
     fetches = [e for e in ev if has(e, "chunk_fetch")]
     writers = defaultdict(list)  # (version, group, chunk) -> events
     for e in ev:
@@ -450,16 +450,16 @@ def check_chunk_fetches(ev, compute, rep):
             writers[(e["step"] + 1, e["group"], e["chunk"])].append(e)
         elif e["phase"] == "cast" and e.get("chunk", -1) >= 0:
             writers[(e["step"], e["group"], e["chunk"])].append(e)
-    readers = defaultdict(list)  # (step, group) -> compute events
+    readers = defaultdict(list)  # (step, group, rank) -> compute events (each rank has its copy)
     for e in compute:
-        readers[(e["step"], e["group"])].append(e)
+        readers[(e["step"], e["group"], e.get("rank", 0))].append(e)
     for f in fetches:
         s, g = f["step"], f["group"]
         for w in writers.get((s, g, f.get("chunk", -1)), []):
             if f["start_us"] < w["end_us"]:
                 rep.add(4, "%s starts at %.1f us, before %s ends at %.1f us"
                         % (describe(f), f["start_us"], describe(w), w["end_us"]))
-        for r in readers.get((s, g), []):
+        for r in readers.get((s, g, f.get("rank", 0)), []):
             early = f["phase"] == "fwd" and r["start_us"] < f["end_us"]
             if early or (r["start_us"] < f["end_us"] and r["end_us"] > f["start_us"]):
                 rep.add(4, "%s starts at %.1f us, before %s ends at %.1f us"

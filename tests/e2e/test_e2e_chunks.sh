@@ -89,7 +89,8 @@ if "$py" "$top/tools/check_invariants.py" "$tmp/bad.ev" > "$tmp/check" 2>&1; the
 fi
 grep -q "^invariant 4 violated" "$tmp/check" || { echo "invariant 4 not reported"; tail -3 "$tmp/check"; fail=1; }
 # ranks (2, the GPU route, replicated and sharded): the fp32 gradient copied out chunk by chunk
-# (grad_chunk, one per chunk after the ranks' sum) gives the unchunked return's bits
+# (grad_chunk, one per chunk after the ranks' sum) and, replicated, each rank's compute copy
+# filled chunk by chunk (param_chunk) give the unchunked route's bits
 for route in replicated sharded; do
     for m in off on; do
         SDP_CHUNK_PIPELINE=$m "$bin" train "$tmp/c0.0625.yaml" --cpus 2 --steps 4 --ranks 2 \
@@ -102,6 +103,9 @@ for route in replicated sharded; do
         { echo "2 ranks, $route: the chunked gradient return changes the losses"; fail=1; }
     [ "$(grep -c '"grad_chunk"' "$tmp/r${route}on.ev")" -eq $((4 * 2 * 297)) ] ||
         { echo "2 ranks, $route: not one grad_chunk a chunk and step"; fail=1; }
+    n=$([ "$route" = replicated ] && echo $((4 * 2 * 2 * 297)) || echo 0)
+    [ "$(grep -c '"param_chunk"' "$tmp/r${route}on.ev")" -eq "$n" ] ||
+        { echo "2 ranks, $route: not $n param_chunk"; fail=1; }
     "$py" "$top/tools/check_invariants.py" "$tmp/r${route}on.ev" > "$tmp/check" 2>&1 ||
         { echo "2 ranks, $route: invariants"; tail -5 "$tmp/check"; fail=1; }
 done
