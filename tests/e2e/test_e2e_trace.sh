@@ -24,7 +24,8 @@ fails=0
 fail() { echo "  FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "  ok: $*"; }
 
-if ! "$bin" train "$top/tests/e2e/data/micro-qwen3.yaml" --steps 3 --gpus 0 --cpus 2 \
+# the whole groups' fetches (test_e2e_chunks.sh checks the chunk pipeline's lanes)
+if ! SDP_CHUNK_PIPELINE=off "$bin" train "$top/tests/e2e/data/micro-qwen3.yaml" --steps 3 --gpus 0 --cpus 2 \
     --trace "$tmp/trace.json" --events "$tmp/events.jsonl" --output "$tmp/run" \
     > "$tmp/train.out" 2> "$tmp/train.err"; then
     echo "training failed"; tail -n 20 "$tmp/train.err"; echo FAIL; exit 1
