@@ -377,6 +377,7 @@ static int run(const struct bench_opts *b)
         }
         if (sdp_graph_step(g, s, ids, targets, 1e-5, 1, &res) || (b->barrier && sdp_rt_wait_all()))
             goto out;
+        sdp_trace_bus(s); /* the bus bytes since the previous step's return, when tracing */
         step_s[s] = sdp_cli_now_s() - t_prev;
         loss = res.loss;
         t_prev += step_s[s];

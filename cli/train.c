@@ -333,6 +333,7 @@ static int run(struct sdp_train *t)
     t0 = sdp_cli_now_s() - t0;
     if (sdp_rt_wait_all() && rc == SDP_EXIT_OK)
         rc = SDP_EXIT_FAILURE;
+    sdp_trace_bus(r->steps - 1); /* what the last step moved after it returned */
     if ((r->trace || r->events) && sdp_trace_write(r->events, r->trace))
         rc = SDP_EXIT_FAILURE;
     if (rc == SDP_EXIT_OK && !t->stopped)

@@ -14,6 +14,7 @@
 #include "base/sdp_log.h"
 #include "cli/cli.h"
 #include "cli/train_internal.h"
+#include "runtime/trace.h"
 
 static void fmt_duration(char *buf, size_t len, double s)
 {
@@ -224,6 +225,7 @@ int sdp_train_steps(struct sdp_train *t)
             break;
         if (sdp_graph_step_docs(t->g, s, t->ids, t->targets, t->segs, lr, 1, &res))
             return SDP_EXIT_FAILURE;
+        sdp_trace_bus(s); /* the bus bytes since the previous step's return, when tracing */
         now = sdp_cli_now_s();
         step_s = now - t_prev;
         t_prev = now;

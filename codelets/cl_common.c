@@ -114,6 +114,22 @@ static void trace_callback(void *p)
 
 /* Attach the end callback to task (keeping any callback it has): it records the task while tracing
  * and frees the hint our policies read.  @return the argument, to free if the submission fails */
+/* The bytes a task of a transfer lane moves (its smallest buffer: the chunk of a fetch or put
+ * into a whole copy, the chunk a gradient's copy-out writes, the one buffer of a fetch); 0 on the
+ * other lanes. */
+static long long moved_bytes(enum sdp_trace_lane lane, const struct sdp_cl_buf *bufs, int nbufs)
+{
+    long long least = -1;
+    if (lane != SDP_LANE_PARAM_H2D && lane != SDP_LANE_ACT_OFFLOAD && lane != SDP_LANE_GRAD_D2H)
+        return 0;
+    for (int i = 0; i < nbufs; i++) {
+        long long n = (long long)(sdp_rt_tensor_nelems(bufs[i].t) *
+                                  sdp_dtype_size(sdp_rt_tensor_dtype(bufs[i].t)));
+        least = least < 0 || n < least ? n : least;
+    }
+    return least < 0 ? 0 : least;
+}
+
 static struct trace_arg *trace_attach(struct starpu_task *task, const struct sdp_task_opts *o,
                                       int traced)
 {
@@ -201,6 +217,8 @@ int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void
     }
     if (sdp_trace_enabled() || sdp_hint_for_policy_on())
         targ = trace_attach(task, o, sdp_trace_enabled());
+    if (targ)
+        targ->tag.bytes = moved_bytes(targ->tag.lane, bufs, nbufs);
     rc = starpu_task_submit(task);
     if (rc) {
         free(targ);

@@ -14,10 +14,16 @@
  * gradient whole where it was made; per-chunk sumsq tasks read its chunks, and StarPU splits a
  * vector into chunks on its home node (the host), so the whole gradient would go down to the host
  * and each chunk come back up to the GPU for its sum (bench/results/2026-11-30-h200-session4.md).
- * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_grad_dtype.sh. */
+ * grad_chunk: the fp32 return chunk by chunk: chunk c's range of a group's final gradient, read
+ * whole where it was made (the same reason), copied into a vector of its own, which AdamW reads
+ * (StarPU brings it to the host then, one chunk at a time, while earlier chunks are updated); the
+ * accumulator is then discarded, unsplit.
+ * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_grad_dtype.sh,
+ * tests/e2e/test_e2e_chunks.sh. */
 #include "config.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
@@ -372,4 +378,68 @@ int sdp_task_grad_pack_rows(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad
     rc = sdp_cl_submit(&sdp_cl_grad_pack_rows, o, a, argsize, 2.0 * n + total, b, nb);
     free(b);
     return rc;
+}
+
+/* ---- grad_chunk ---- */
+struct sdp_grad_chunk_args {
+    struct sdp_shape_key key; /* bytes (low 31 bits, high bits) */
+    size_t off_bytes;
+};
+
+/* buffers: out (n) f32 W, grad (N) f32 R; out = grad[off, off + n) */
+static void grad_chunk_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_grad_chunk_args *a = cl_arg;
+    size_t nbytes =
+        (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
+    memcpy(SDP_VEC(buffers[0]), (const char *)SDP_VEC(buffers[1]) + a->off_bytes, nbytes);
+}
+
+#ifdef SDP_HAVE_CUDA
+static void grad_chunk_cuda(void *buffers[], void *cl_arg)
+{
+    const struct sdp_grad_chunk_args *a = cl_arg;
+    size_t nbytes =
+        (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
+    SDP_CUDA_CHECK(cudaMemcpyAsync(SDP_VEC(buffers[0]),
+                                   (const char *)SDP_VEC(buffers[1]) + a->off_bytes, nbytes,
+                                   cudaMemcpyDeviceToDevice, starpu_cuda_get_local_stream()));
+}
+#endif
+
+static struct starpu_perfmodel sdp_pm_grad_chunk = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_grad_chunk_v1",
+    .footprint = sdp_cl_footprint,
+};
+
+struct starpu_codelet sdp_cl_grad_chunk = {
+    .name = "grad_chunk",
+    .cpu_funcs = { grad_chunk_cpu },
+    .cpu_funcs_name = { "grad_chunk_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { grad_chunk_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
+    .nbuffers = 2,
+    .modes = { STARPU_W, STARPU_R },
+    .model = &sdp_pm_grad_chunk,
+};
+
+int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *grad,
+                        size_t off)
+{
+    struct sdp_grad_chunk_args *a;
+    size_t n = sdp_rt_tensor_nelems(out), es = sdp_dtype_size(SDP_F32);
+    struct sdp_cl_buf b[] = { { out, STARPU_W }, { grad, STARPU_R } };
+    if (sdp_rt_tensor_dtype(out) != SDP_F32 || sdp_rt_tensor_dtype(grad) != SDP_F32 ||
+        off > sdp_rt_tensor_nelems(grad) || n > sdp_rt_tensor_nelems(grad) - off)
+        return sdp_err(-EINVAL, "grad_chunk: %s (%zu) is not a range of %s (%zu) at %zu",
+                       sdp_rt_tensor_name(out), n, sdp_rt_tensor_name(grad),
+                       sdp_rt_tensor_nelems(grad), off);
+    a = sdp_cl_args_alloc(sizeof(*a));
+    a->key.d[0] = (int)((n * es) & 0x7fffffff);
+    a->key.d[1] = (int)((n * es) >> 31);
+    a->off_bytes = off * es;
+    return sdp_cl_submit(&sdp_cl_grad_chunk, o, a, sizeof(*a), 0.0, b, 2);
 }

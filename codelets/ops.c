@@ -21,10 +21,12 @@
  * traits of struct sdp_op (codelets_internal.h).  tools/check_invariants.py reads the names and
  * traits of these lines: keep one row per line, in this form. */
 #define SDP_OPS(X)                                                                                 \
-    X(sdp_cl_cast, "cast", PARAM_H2D, ANY, "stage_writer")                                         \
+    X(sdp_cl_cast, "cast", PARAM_CAST, ANY, "stage_writer")                                        \
     X(sdp_cl_param_copy, "param_copy", PARAM_H2D, ANY, "")                                         \
     X(sdp_cl_param_fetch, "param_fetch", PARAM_H2D, COMPUTE, "unstaged")                           \
     X(sdp_cl_param_put, "param_put", PARAM_H2D, COMPUTE, "put unstaged")                           \
+    X(sdp_cl_param_chunk, "param_chunk", PARAM_H2D, COMPUTE, "unstaged chunk_fetch")               \
+    X(sdp_cl_param_chunk0, "param_chunk", PARAM_H2D, COMPUTE, "unstaged chunk_fetch")              \
     X(sdp_cl_param_put_rows, "param_put_rows", PARAM_H2D, COMPUTE, "put unstaged")                 \
     X(sdp_cl_param_put_early, "param_put_early", PARAM_H2D, COMPUTE, "put unstaged early")         \
     X(sdp_cl_act_fetch, "act_fetch", ACT_OFFLOAD, COMPUTE, "no_params")                            \
@@ -54,6 +56,7 @@
     X(sdp_cl_grad_pack_mlp, "grad_pack_mlp", GRAD_REDUCE, NORMS, "")                               \
     X(sdp_cl_grad_pack_rows, "grad_pack_rows", GRAD_REDUCE, NORMS, "")                             \
     X(sdp_cl_grad_sumsq, "grad_sumsq", GRAD_REDUCE, NORMS_GPU, "")                                 \
+    X(sdp_cl_grad_chunk, "grad_chunk", GRAD_D2H, NORMS_GPU, "")                                    \
     X(sdp_cl_adamw, "adamw", CPU_ADAMW, ANY, "stage_writer")                                       \
     X(sdp_cl_adamw_early, "adamw_early", CPU_ADAMW, ANY, "stage_writer early")                     \
     X(sdp_cl_adamw_late, "adamw_late", CPU_ADAMW, ANY, "stage_writer late")                        \

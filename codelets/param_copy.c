@@ -16,6 +16,10 @@
  * soon as its stage is written, whatever the order the stages were written in; sdp-slidedp's
  * bound on the stages alive relies on it (a put held behind an earlier chunk's unwritten stage
  * would keep its own stage alive, and a full bound would then wait for itself).
+ * param_chunk: param_put from chunk c of a working copy on the host into the compute copy, a
+ * vector of the group's size without a partition plan (one rank, train.chunk_mib > 0): each
+ * chunk crosses PCIe as soon as its update or cast has written it, while the next chunk is being
+ * written, and the compute's first reader waits for every chunk's put.
  * param_put_rows and param_put_early: param_put of a packed stage, the segments an AdamW wrote
  * back to back, scattered into their places (the tied embedding's rows, train.embed_home: gpu).
  * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_lookahead.sh,
@@ -117,24 +121,75 @@ struct starpu_codelet sdp_cl_param_put = {
     .model = &sdp_pm_param_put,
 };
 
-int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
-                       sdp_rt_tensor_t *src)
+/* param_chunk: param_put's kernels under a name of its own, for the chunks of a working copy on
+ * the host going to the compute copy (a fetch, not the put of a stage).  The first chunk's writes
+ * the copy (W): the copy was dropped after its last reader, and StarPU refuses to read a dropped
+ * vector; the others' accesses commute after it. */
+static struct starpu_perfmodel sdp_pm_param_chunk = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "sdp_param_chunk_v1",
+    .footprint = sdp_cl_footprint,
+};
+
+struct starpu_codelet sdp_cl_param_chunk = {
+    .name = "param_chunk",
+    .cpu_funcs = { param_put_cpu },
+    .cpu_funcs_name = { "param_put_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { param_put_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
+    .nbuffers = 2,
+    .modes = { STARPU_RW | STARPU_COMMUTE, STARPU_R },
+    .model = &sdp_pm_param_chunk,
+};
+
+struct starpu_codelet sdp_cl_param_chunk0 = {
+    .name = "param_chunk",
+    .cpu_funcs = { param_put_cpu },
+    .cpu_funcs_name = { "param_put_cpu" },
+#ifdef SDP_HAVE_CUDA
+    .cuda_funcs = { param_put_cuda },
+    .cuda_flags = { STARPU_CUDA_ASYNC },
+#endif
+    .nbuffers = 2,
+    .modes = { STARPU_W, STARPU_R },
+    .model = &sdp_pm_param_chunk,
+};
+
+/* param_put's and param_chunk's submission: dst[off, off + n) = src (n); move goes in the hint. */
+static int put_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,
+                      sdp_rt_tensor_t *dst, size_t off, sdp_rt_tensor_t *src, enum sdp_move move)
 {
     struct sdp_param_put_args *a;
     size_t n = sdp_rt_tensor_nelems(src), es = sdp_dtype_size(sdp_rt_tensor_dtype(dst));
-    struct sdp_cl_buf b[] = { { dst, STARPU_RW | STARPU_COMMUTE }, { src, STARPU_R } };
+    struct sdp_cl_buf b[] = { { dst, cl->modes[0] }, { src, STARPU_R } };
     struct sdp_task_opts op = *o;
-    op.hint.move = SDP_MOVE_PUT; /* it empties a stage */
+    op.hint.move = move;
     if (sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst) || off > sdp_rt_tensor_nelems(dst) ||
         n > sdp_rt_tensor_nelems(dst) - off)
-        return sdp_err(-EINVAL, "param_put: %s (%zu) does not fit %s (%zu) at %zu",
+        return sdp_err(-EINVAL, "%s: %s (%zu) does not fit %s (%zu) at %zu", cl->name,
                        sdp_rt_tensor_name(src), n, sdp_rt_tensor_name(dst),
                        sdp_rt_tensor_nelems(dst), off);
     a = sdp_cl_args_alloc(sizeof(*a));
     a->key.d[0] = (int)((n * es) & 0x7fffffff);
     a->key.d[1] = (int)((n * es) >> 31);
     a->off_bytes = off * es;
-    return sdp_cl_submit(&sdp_cl_param_put, &op, a, sizeof(*a), 0.0, b, 2);
+    return sdp_cl_submit(cl, &op, a, sizeof(*a), 0.0, b, 2);
+}
+
+int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
+                       sdp_rt_tensor_t *src)
+{
+    return put_submit(&sdp_cl_param_put, o, dst, off, src, SDP_MOVE_PUT); /* it empties a stage */
+}
+
+int sdp_task_param_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
+                         sdp_rt_tensor_t *src, int first)
+{
+    /* it brings weights where the compute runs, ahead of it: the policy's window gates it */
+    return put_submit(first ? &sdp_cl_param_chunk0 : &sdp_cl_param_chunk, o, dst, off, src,
+                      SDP_MOVE_FETCH);
 }
 
 /* param_put_rows / param_put_early: the puts of packed stages (sdp_task_param_put_segs), the

@@ -260,12 +260,25 @@ int sdp_task_grad_pack_mlp(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
 int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                         sdp_rt_tensor_t *const *sumsq);
 
+/** out (n) f32 W = grad[off, off + n), grad (N) f32 R read whole where it is (the fp32 gradient
+ * return chunk by chunk: out is a chunk's copy, which AdamW reads; a chunk's own access would make
+ * StarPU split grad on its home node first). */
+int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *grad,
+                        size_t off);
+
 /** dst (N) RW: elements [off, off + n) = src (n) R, same dtype, on the worker's node (a GPU where
  * the compute runs).  The working copy off the host (sdp_state.work_staged) takes a chunk.  dst's
  * access commutes with the other puts' (each writes its own range); the hint says SDP_MOVE_PUT:
  * it empties a stage, so sdp-slidedp never holds it back. */
 int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
                        sdp_rt_tensor_t *src);
+
+/** sdp_task_param_put under the codelet param_chunk, whose hint says SDP_MOVE_FETCH: chunk src of a
+ * working copy on the host into dst, the compute copy of its group (one rank, a chunked group),
+ * as soon as src is written; sdp-slidedp gates it like a param_fetch.  first: the group's first
+ * chunk, which writes dst (W: dst may have been dropped) where the others' accesses commute. */
+int sdp_task_param_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
+                         sdp_rt_tensor_t *src, int first);
 
 /** dst RW: for each stage k of nsrc and each of its nsegs[k] segments i, elements
  * [off[k] + segs[k][i].offset, + segs[k][i].nelems) = the next segs[k][i].nelems elements of

@@ -26,6 +26,10 @@ struct sdp_graph {
     sdp_rt_tensor_t **rgrad;          /* [(R - 1) * ngroups]: gradients of ranks 1..R-1 */
     sdp_rt_tensor_t **work2;          /* [ngroups]: second working copies (param_delay 1) */
     sdp_rt_tensor_t **rwork;          /* [R * ngroups]: each rank's replica (sharded route) */
+    sdp_rt_tensor_t ***gret;          /* [ngroups] (grad_chunks): each chunk's copy of the fp32
+                                         gradient, from its grad_chunk to its update; else NULL */
+    sdp_rt_tensor_t **cwork;          /* [R * ngroups]: each rank's compute copy of each group
+                                         with work_chunks, written chunk by chunk; else NULL */
     int *chunk0;                      /* [ngroups]: index of the group's first chunk in the model */
     int work2_valid, last_update;     /* work2 holds the masters; step of the latest update */
     int updating;                     /* the step being submitted updates (sdp_graph_step) */
@@ -117,13 +121,22 @@ static inline sdp_rt_tensor_t *work_of(const sdp_graph_t *g, int gi, int step)
     return step % 2 == 0 ? g->st->groups[gi].work : g->work2[gi];
 }
 
-/* The working copy rank r's compute reads at `step`: its own replica on the sharded route,
- * otherwise the shared one (StarPU replicates it to the rank's GPU). */
+/* The working copy rank r's compute reads at `step`: its own replica on the sharded route, its
+ * compute copy of the group with work_chunks, otherwise the shared one (StarPU replicates it to
+ * the rank's GPU). */
 static inline sdp_rt_tensor_t *compute_work(const sdp_graph_t *g, int gi, int step, int r)
 {
     if (g->rwork && step >= 0)
         return g->rwork[(size_t)r * g->st->ngroups + gi];
+    if (g->cwork && g->cwork[gi] && step >= 0)
+        return g->cwork[(size_t)r * g->st->ngroups + gi];
     return work_of(g, gi, step);
+}
+
+/* Whether group gi reaches the compute chunk by chunk (the plan's work_chunks, sdp_graph_fetch). */
+static inline int chunked_fetch(const sdp_graph_t *g, int gi)
+{
+    return g->cwork && g->cwork[gi];
 }
 
 /* The parameter version (updates applied) the compute of `step` reads. */
@@ -173,8 +186,12 @@ unsigned long long sdp_graph_bwd_gate(const sdp_graph_t *g, const unsigned long 
 
 /* parameter dispatch, gradient zeroing, norms and rank reduction (graph/routes.c) */
 int sdp_graph_owner_of(const sdp_graph_t *g, int gi, int c);
-int sdp_graph_fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after);
+int sdp_graph_fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after,
+                    int r);
 int sdp_graph_dispatch(sdp_graph_t *g, int step, int mb, int gi);
+void sdp_graph_window_let_go(sdp_graph_t *g, int step, int gi, int r);
+int sdp_graph_chunks_create(sdp_graph_t *g);
+void sdp_graph_chunks_destroy(sdp_graph_t *g);
 int sdp_graph_zero_grad(sdp_graph_t *g, int step, int mb, int gi, unsigned long long after);
 int sdp_graph_norms(sdp_graph_t *g, int step, int gi);
 int sdp_graph_reduce_ranks(sdp_graph_t *g, int step);
@@ -182,6 +199,8 @@ void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r);
 
 /* gradient packs and AdamW per chunk (graph/optim.c) */
 int sdp_graph_packs(const sdp_graph_t *g, int gi);
+sdp_rt_tensor_t **sdp_graph_grad_out(const sdp_graph_t *g, int gi);
+int sdp_graph_grad_chunks(sdp_graph_t *g, int step, int gi);
 int sdp_graph_mlp_early(const sdp_graph_t *g, int gi, int mb);
 size_t sdp_graph_packed_len(size_t covered, size_t n);
 int sdp_graph_norms_if_final(sdp_graph_t *g, int step, int mb, int gi);

@@ -16,6 +16,34 @@ int sdp_graph_packs(const sdp_graph_t *g, int gi)
     return g->plan.group[gi].grad_bf16 && g->updating;
 }
 
+/* The chunks' copies of group gi's fp32 gradient this step (the plan's grad_chunks, when the step
+ * updates), or NULL: AdamW reads them instead of the gradient's chunks. */
+sdp_rt_tensor_t **sdp_graph_grad_out(const sdp_graph_t *g, int gi)
+{
+    return g->updating && g->gret && g->gret[gi] ? g->gret[gi] : NULL;
+}
+
+/* The fp32 return of group gi chunk by chunk (grad_chunks), once its norms are submitted: one
+ * grad_chunk per chunk copies the chunk's range of the final gradient where it is (rank 0's GPU),
+ * so that each chunk crosses PCIe on its own when its AdamW needs it, while earlier chunks are
+ * updated, instead of the whole group before the first update (a task on a chunk of the gradient
+ * would make StarPU split it on the host first); the accumulator is then discarded, unsplit. */
+int sdp_graph_grad_chunks(sdp_graph_t *g, int step, int gi)
+{
+    sdp_rt_tensor_t **out = sdp_graph_grad_out(g, gi);
+    struct sdp_group_state *gs = &g->st->groups[gi];
+    if (!out)
+        return 0;
+    for (int c = 0; c < gs->nchunks; c++) {
+        struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
+        o.hint.chunk = c;
+        o.on_rank = g->R > 1 && g->plan.group[gi].grad_gpu; /* where the ranks' sum is */
+        TRY_RET(sdp_task_grad_chunk(&o, out[c], gs->grad, sdp_rt_tensor_part_offset(gs->grad, c)));
+    }
+    sdp_rt_tensor_discard(gs->grad);
+    return 0;
+}
+
 /* The early MLP update (the plan's mlp_early): the gradient of a layer's MLP weights (its last
  * tensors) is final once the MLP's backward of the step's last micro-batch has run, while the
  * attention's backward still adds to the chunks before them.  The chunks that hold only MLP
@@ -79,7 +107,10 @@ int sdp_graph_norms_if_final(sdp_graph_t *g, int step, int mb, int gi)
 {
     if (g->R != 1 || mb != g->c.n_micro - 1)
         return 0;
-    return sdp_graph_packs(g, gi) ? pack(g, step, mb, gi) : sdp_graph_norms(g, step, gi);
+    if (sdp_graph_packs(g, gi))
+        return pack(g, step, mb, gi);
+    TRY_RET(sdp_graph_norms(g, step, gi));
+    return sdp_graph_grad_chunks(g, step, gi);
 }
 
 static void add_seg(struct sdp_adamw_segment *segs, int *n, size_t off, size_t len, int decay)
@@ -223,8 +254,10 @@ int sdp_graph_update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
     struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_UPDATE);
     /* the packed rows of the step's tokens (pack_rows), or the chunk's gradient */
     sdp_rt_tensor_t *rows_grad = gi == 0 && rows >= 2 && g->rows_grad ? g->rows_grad[c] : NULL;
+    sdp_rt_tensor_t **out = sdp_graph_grad_out(g, gi); /* the fp32 return's chunks */
     sdp_rt_tensor_t *grad = rows_grad      ? rows_grad
                             : gs->grad_ret ? gs->grad_ret[c]
+                            : out          ? out[c]
                                            : sdp_rt_tensor_part(gs->grad, c);
     sdp_rt_tensor_t *p = sdp_rt_tensor_part(gs->master, c), *m = sdp_rt_tensor_part(gs->m, c),
                     *v = sdp_rt_tensor_part(gs->v, c), *w = work_chunk(g, gi, c, step);
@@ -297,8 +330,8 @@ int sdp_graph_update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
             sdp_rt_tensor_release(rows_grad);
             g->rows_grad[c] = NULL;
         }
-    } else if (!rc && gs->grad_ret) /* its memory goes back to StarPU for the next chunk */
-        sdp_rt_tensor_discard(gs->grad_ret[c]);
+    } else if (!rc && (gs->grad_ret || out)) /* its memory goes back to StarPU for the next chunk */
+        sdp_rt_tensor_discard(grad);
     if (!rc && stage) {
         struct sdp_task_opts op = opts(g, step, gi, -1, SDP_PH_UPDATE);
         op.hint.chunk = c;
@@ -321,8 +354,10 @@ int sdp_graph_optimizer(sdp_graph_t *g, int step, int update)
     int rc;
     if (g->R > 1) {
         TRY_RET(sdp_graph_reduce_ranks(g, step));
-        for (int gi = 0; gi < st->ngroups; gi++)
+        for (int gi = 0; gi < st->ngroups; gi++) {
             TRY_RET(sdp_graph_norms(g, step, gi));
+            TRY_RET(sdp_graph_grad_chunks(g, step, gi));
+        }
     }
     struct sdp_task_opts on = opts(g, step, -1, -1, SDP_PH_NORM);
     rc = sdp_task_grad_norm(&on, g->clip, g->sumsq, g->nsumsq, g->c.max_grad_norm);

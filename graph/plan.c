@@ -105,6 +105,40 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     }
 }
 
+/* The chunk pipeline (work_chunks, grad_chunks): by default where the compute runs on a GPU (on
+ * CPU workers the compute reads the host's copies themselves), SDP_CHUNK_PIPELINE on or off
+ * forcing it (2: on). */
+static int pipeline_wanted(void)
+{
+    if (sdp_env_is("SDP_CHUNK_PIPELINE", "on"))
+        return 2;
+    return !sdp_env_is("SDP_CHUNK_PIPELINE", "off") && sdp_tasks_compute_on_gpu();
+}
+
+/* Whether group gi's working copy goes to the compute chunk by chunk (work_chunks): one rank or
+ * the replicated route (the sharded one sends chunks already), the copy on the host in more than
+ * one chunk, written by host updates (not the GPU's, not frozen), one copy (param_delay 0), not
+ * the embedding that the host lookup reads there. */
+static int work_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, int gi)
+{
+    const struct sdp_group_state *gs = &st->groups[gi];
+    return pipeline_wanted() && (p->nranks == 1 || p->param_route != SDP_ROUTE_SHARDED) &&
+           !p->param_delay && !gs->staged && !gs->frozen && gs->nchunks > 1 &&
+           !p->group[gi].update_gpu && !(gi == 0 && p->lookup_host);
+}
+
+/* Whether group gi's fp32 gradient returns chunk by chunk (grad_chunks): more than one chunk, not
+ * frozen (nor LoRA's adapters), where the gradient is on a GPU when final (one rank with the norms
+ * there, or the ranks' sum on rank 0's GPU), or anywhere with SDP_CHUNK_PIPELINE=on. */
+static int grad_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, int gi)
+{
+    const struct sdp_group_state *gs = &st->groups[gi];
+    const struct sdp_plan_group *pg = &p->group[gi];
+    int wanted = pipeline_wanted();
+    return wanted && !pg->grad_bf16 && !gs->frozen && p->lora.rank == 0 && gs->nchunks > 1 &&
+           (wanted == 2 || (p->nranks == 1 ? pg->norms_gpu : pg->grad_gpu));
+}
+
 int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct sdp_graph_conf *c)
 {
     const struct sdp_model_cfg *m = &st->cfg;
@@ -138,6 +172,10 @@ int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct s
     p->defer_rows = p->lookup_host && p->rows_pack && p->group[0].embed_early && !p->param_delay &&
                     !sdp_env_is("SDP_EMBED_DEFER", "off");
     p->gpu_writeback = sdp_env_long("SDP_GPU_UPDATE_WRITEBACK", 0) > 0;
+    for (int gi = 0; gi < p->ngroups; gi++) {
+        p->group[gi].work_chunks = work_chunks_of(p, st, gi);
+        p->group[gi].grad_chunks = grad_chunks_of(p, st, gi);
+    }
     if (c->gpu_update > 0 && !gpu_update_applies(p, st))
         SDP_WARN("train.gpu_update %d does not apply here (it needs one rank, compute on a GPU, "
                  "%s): every update runs on the host",
@@ -174,10 +212,12 @@ static void set_one(struct sdp_plan *p, const struct sdp_state *st, int gi, int 
     case 2: /* grad_route */
         pg->grad_gpu = v;
         pg->norms_gpu = p->nranks > 1 ? v : pg->norms_gpu;
+        pg->grad_chunks = st && grad_chunks_of(p, st, gi);
         break;
     case 3: /* update */
         pg->update_gpu = v;
         pg->mlp_early = v ? -1 : pg->mlp_early;
+        pg->work_chunks = v ? 0 : st && work_chunks_of(p, st, gi); /* the GPU's update puts */
         break;
     default:                                                   /* mlp_early */
         pg->mlp_early = !v ? -1 : st ? mlp_chunk0(st, gi) : 1; /* no state: as asked */
@@ -326,6 +366,7 @@ int sdp_plan_check(const struct sdp_plan *p, const struct sdp_state *st,
 static int same_row(const struct sdp_plan_group *a, const struct sdp_plan_group *b)
 {
     return a->act == b->act && a->offload == b->offload && a->work_gpu == b->work_gpu &&
+           a->work_chunks == b->work_chunks && a->grad_chunks == b->grad_chunks &&
            a->grad_gpu == b->grad_gpu && a->grad_bf16 == b->grad_bf16 &&
            a->norms_gpu == b->norms_gpu && a->nchunks == b->nchunks &&
            a->update_gpu == b->update_gpu && a->mlp_early == b->mlp_early &&
@@ -368,9 +409,15 @@ static void print_row(const struct sdp_plan *p, FILE *f, int g0, int g1)
     else
         snprintf(update, sizeof(update), "%s", pg->update_gpu ? "gpu" : "host");
     fprintf(f, "%-10s %-10s %-8s %-6s %-6s %-5s %-6s %4d x %-10zu %s", name, act_names[pg->act],
-            onoff[pg->offload], pg->work_gpu ? "gpu" : "host", pg->grad_gpu ? "gpu" : "cpu",
-            pg->grad_bf16 ? "bf16" : "fp32", pg->norms_gpu ? "gpu" : "host", pg->nchunks,
-            pg->chunk_elems, update);
+            onoff[pg->offload],
+            pg->work_gpu      ? "gpu"
+            : pg->work_chunks ? "host/c"
+                              : "host",
+            pg->grad_gpu ? "gpu" : "cpu",
+            pg->grad_bf16     ? "bf16"
+            : pg->grad_chunks ? "f32/c"
+                              : "fp32",
+            pg->norms_gpu ? "gpu" : "host", pg->nchunks, pg->chunk_elems, update);
     if (p->lora.rank > 0 && pg->lora_targets)
         lora_targets_print(f, pg->lora_targets);
     fputc('\n', f);

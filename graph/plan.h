@@ -41,8 +41,13 @@ struct sdp_plan_group {
                                the forward and comes back for the recomputation */
     int work_gpu;           /* the working copy's home is the GPU (staged: train.work_home or
                                embed_home gpu); 0: the host */
+    int work_chunks;        /* one rank, the working copy on the host and chunked: each chunk
+                               goes to the compute copy once written (graph/routes.c); 0: the
+                               compute reads the working copy whole (train.chunk_mib 0) */
     int grad_gpu;           /* with ranks: the ranks' gradients meet on rank 0's GPU; 0: host */
     int grad_bf16;          /* the gradient returns to the host in bf16 (packed); 0: fp32 */
+    int grad_chunks;        /* the fp32 return chunk by chunk: each chunk copied out of the
+                               gradient where it was made (grad_chunk), the accumulator dropped */
     int norms_gpu;          /* the squared norms read the gradient on the GPU, whole */
     int nchunks;            /* chunks of the group (the update's unit) */
     size_t chunk_elems;     /* elements of a chunk (the last may be shorter) */

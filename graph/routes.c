@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* The routes between the host and the ranks: parameter dispatch and fetch, gradient zeroing,
- * norms, the reduction of the ranks' gradients and what a bounded window lets go. */
+/* The routes between the host and the ranks: parameter dispatch and fetch (whole or chunk by
+ * chunk), gradient zeroing, norms, the reduction of the ranks' gradients, what a bounded window
+ * lets go, and the chunk pipeline's tensors. */
 #include "config.h"
 
+#include <stdlib.h>
+
 #include "graph/graph_internal.h"
+#include "base/sdp_log.h"
 
 /* The rank that receives chunk c of group gi from the host on the sharded route: chunks are dealt
  * to the ranks in turn over the whole model, so every rank gets P/R within a chunk. */
@@ -12,15 +16,53 @@ int sdp_graph_owner_of(const sdp_graph_t *g, int gi, int c)
     return (g->chunk0[gi] + c) % g->R;
 }
 
-/* One rank: a param_fetch of group gi's working copy, ordered just ahead of the group's first
- * compute task of phase ph (micro-batch -1), where the compute runs.  It is ready as soon as the
- * copy is written, so the policy's prefetch window moves the weights while earlier groups still
- * compute; the backward's (after a bounded window let the weights go) waits for `after` like the
- * layer's recomputation. */
-int sdp_graph_fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after)
+/* work_chunks: chunk c of group gi's working copy on the host into rank r's compute copy of the
+ * group (param_chunk, on the rank's worker), for every chunk, each as soon as its update (or
+ * cast) has written it, so that chunk c crosses PCIe while chunk c + 1 is being written.  The
+ * compute copy has no partition plan: a task on a chunk of it would make StarPU split it on the
+ * host and gather it there again before the compute reads it whole (two more copies of the group
+ * over PCIe); the puts write their ranges of the whole instead, their accesses commuting.  The host
+ * chunk's copy on the GPU is not read again: it goes first when StarPU needs the room. */
+static int fetch_chunks(sdp_graph_t *g, int step, int gi, enum sdp_phase ph,
+                        unsigned long long after, int r)
 {
-    struct sdp_task_opts o = gated(g, opts(g, step, gi, -1, ph), after);
+    sdp_rt_tensor_t *src = work_of(g, gi, step), *dst = compute_work(g, gi, step, r);
+    for (int c = 0; c < g->st->groups[gi].nchunks; c++) {
+        struct sdp_task_opts o = gated(g, opts(g, step, gi, -1, ph), after);
+        o.hint.chunk = c;
+        o.hint.rank = r;
+        o.on_rank = g->R > 1;
+        TRY_RET(sdp_task_param_chunk(&o, dst, sdp_rt_tensor_part_offset(src, c),
+                                     sdp_rt_tensor_part(src, c), c == 0));
+        sdp_rt_tensor_wont_use(sdp_rt_tensor_part(src, c));
+    }
+    return 0;
+}
+
+/* A param_fetch of group gi's working copy (rank r's chunks with work_chunks, fetch_chunks),
+ * ordered just ahead of the group's first compute task of phase ph (micro-batch -1), where the
+ * compute runs.  It is ready as soon as the copy is written, so the policy's prefetch window moves
+ * the weights while earlier groups still compute; the backward's (after a bounded window let the
+ * weights go) waits for `after` like the layer's recomputation. */
+int sdp_graph_fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after,
+                    int r)
+{
+    struct sdp_task_opts o;
+    if (chunked_fetch(g, gi))
+        return fetch_chunks(g, step, gi, ph, after, r);
+    o = gated(g, opts(g, step, gi, -1, ph), after);
     return sdp_task_param_fetch(&o, work_of(g, gi, step));
+}
+
+/* The forward's last use of group gi's weights this step, with a bounded window (the backward
+ * fetches them again): a copy of the host's goes when StarPU needs the room; a compute copy
+ * (work_chunks) is dropped, since the host still holds its chunks. */
+void sdp_graph_window_let_go(sdp_graph_t *g, int step, int gi, int r)
+{
+    if (chunked_fetch(g, gi))
+        sdp_rt_tensor_discard(compute_work(g, gi, step, r));
+    else
+        sdp_rt_tensor_wont_use(work_of(g, gi, step));
 }
 
 /* Sharded route: before the first forward of the step uses group gi (micro-batch 0), chunk c goes
@@ -31,10 +73,12 @@ int sdp_graph_dispatch(sdp_graph_t *g, int step, int mb, int gi)
 {
     sdp_rt_tensor_t *src = work_of(g, gi, step);
     int nchunks = g->st->groups[gi].nchunks;
+    if (chunked_fetch(g, gi)) /* each rank's compute copy, before the rank's first micro-batch */
+        return mb % g->nm_rank == 0 ? fetch_chunks(g, step, gi, SDP_PH_FWD, 0, rank_of(g, mb)) : 0;
     if (mb != 0)
         return 0;
-    if (!g->rwork) /* one rank: the compute reads the working copy itself; bring it early */
-        return sdp_graph_fetch(g, step, gi, SDP_PH_FWD, 0);
+    if (!g->rwork) /* replicated: the compute reads the working copy itself; bring it early */
+        return sdp_graph_fetch(g, step, gi, SDP_PH_FWD, 0, 0);
     for (int c = 0; c < nchunks; c++) {
         int owner = sdp_graph_owner_of(g, gi, c);
         sdp_rt_tensor_t *own = sdp_rt_tensor_part(compute_work(g, gi, step, owner), c);
@@ -121,14 +165,66 @@ int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
     return 0;
 }
 
-/* What a bounded window lets go of after rank r's last backward of group gi: the working copy,
- * and the fp32 gradient unless it was packed (then it is discarded already, and the bf16 chunks
- * wait on the GPU for their updates to fetch them, so the host holds only the chunks being
- * updated). */
+/* What a bounded window lets go of after rank r's last backward of group gi: the working copy
+ * (a compute copy is discarded in graph/step.c), and the fp32 gradient unless it was packed or
+ * copied out in chunks (then it is discarded already, and the bf16 chunks wait on the GPU for
+ * their updates to fetch them, so the host holds only the chunks being updated). */
 void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r)
 {
-    if (!g->st->groups[gi].staged) /* a staged copy has nowhere else to go */
+    /* a staged copy has nowhere else to go; a chunked one's GPU copy is dropped already (and a
+     * hint on the host's whole copy would gather its chunks there) */
+    if (!g->st->groups[gi].staged && !chunked_fetch(g, gi))
         sdp_rt_tensor_wont_use(work_of(g, gi, step));
-    if (!(g->R == 1 && sdp_graph_packs(g, gi)) && !g->st->groups[gi].frozen)
+    if (!(g->R == 1 && (sdp_graph_packs(g, gi) || sdp_graph_grad_out(g, gi))) &&
+        !g->st->groups[gi].frozen)
         sdp_rt_tensor_wont_use(grad_of(g, gi, r));
+}
+
+/* The chunk pipeline's tensors of the plan's groups: each grad_chunks group's chunk copies of its
+ * fp32 gradient (temporaries), and each rank's compute copy of each work_chunks group (device
+ * memory only, written chunk by chunk).  @return 0 or -ENOMEM */
+int sdp_graph_chunks_create(sdp_graph_t *g)
+{
+    struct sdp_state *st = g->st;
+    char name[64];
+    int rc = 0;
+    for (int gi = 0; gi < st->ngroups && !rc; gi++) {
+        if (!g->plan.group[gi].grad_chunks)
+            continue;
+        if (!g->gret && !(g->gret = calloc((size_t)st->ngroups, sizeof(*g->gret))))
+            return sdp_err(-ENOMEM, "gradient chunks of %d groups", st->ngroups);
+        if (!(g->gret[gi] = calloc((size_t)st->groups[gi].nchunks, sizeof(**g->gret))))
+            return sdp_err(-ENOMEM, "gradient chunks of group %d", gi);
+        for (int c = 0; c < st->groups[gi].nchunks && !rc; c++) {
+            snprintf(name, sizeof(name), "g%d.grad_out.%d", gi, c);
+            rc = sdp_rt_tensor_temp(
+                &g->gret[gi][c], SDP_F32,
+                sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].grad, c)), name);
+        }
+    }
+    for (int gi = 0; gi < st->ngroups && !rc; gi++) {
+        if (!g->plan.group[gi].work_chunks)
+            continue;
+        if (!g->cwork && !(g->cwork = calloc((size_t)g->R * st->ngroups, sizeof(*g->cwork))))
+            return sdp_err(-ENOMEM, "compute copies of %d groups", st->ngroups);
+        for (int r = 0; r < g->R && !rc; r++) {
+            snprintf(name, sizeof(name), "g%d.work.compute%d", gi, r);
+            rc = sdp_rt_tensor_create_device(&g->cwork[(size_t)r * st->ngroups + gi],
+                                             st->work_dtype, st->groups[gi].nelems, name);
+        }
+    }
+    return rc;
+}
+
+void sdp_graph_chunks_destroy(sdp_graph_t *g)
+{
+    for (int gi = 0; g->gret && gi < g->st->ngroups; gi++) {
+        for (int c = 0; g->gret[gi] && c < g->st->groups[gi].nchunks; c++)
+            sdp_rt_tensor_release(g->gret[gi][c]);
+        free(g->gret[gi]);
+    }
+    free(g->gret);
+    for (int i = 0; g->cwork && i < g->R * g->st->ngroups; i++)
+        sdp_rt_tensor_release(g->cwork[i]);
+    free(g->cwork);
 }

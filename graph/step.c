@@ -71,7 +71,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
                 sdp_rt_tensor_offload(kept[l].xmid);
         }
         if (last && l <= L - g->plan.window && !g->rwork)
-            sdp_rt_tensor_wont_use(work_of(g, l, step));
+            sdp_graph_window_let_go(g, step, l, r);
     }
 
     /* head: final norm, LM head + cross-entropy (forward and backward), final norm backward */
@@ -118,10 +118,10 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     for (l = L; l >= 1; l--) {
         /* with a bounded window the forward let these weights go (after the step's last
          * micro-batch: this fetch follows that in submission order) */
-        if (last && !g->rwork)
+        if (last && !g->rwork && !(chunked_fetch(g, l) && l > L - g->plan.window))
             TRY_GOTO(sdp_graph_fetch(g, step, l,
                                      sdp_graph_recomputed(g, l) ? SDP_PH_RECOMPUTE : SDP_PH_BWD,
-                                     sdp_graph_bwd_gate(g, done, l)));
+                                     sdp_graph_bwd_gate(g, done, l), r));
         if (sdp_graph_recomputed(g, l)) /* kept[l] holds the mid residual, if any, and fills up */
             TRY_GOTO(sdp_graph_layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], kept[l].xmid,
                                          kept[l].gu, &kept[l], NULL,
@@ -132,7 +132,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         TRY_GOTO(sdp_graph_norms_if_final(g, step, mb, l));
         if (last)
             sdp_graph_window_release(g, step, l, r);
-        if (g->rwork && (mb + 1) % g->nm_rank == 0) /* the replica's last use this step */
+        /* the replica's (or compute copy's) last use this step: nothing of it is written back */
+        if ((g->rwork || chunked_fetch(g, l)) && (mb + 1) % g->nm_rank == 0)
             sdp_rt_tensor_discard(compute_work(g, l, step, r));
         sdp_graph_release_acts(&kept[l]);
         sdp_rt_tensor_release(xs[l]);
@@ -145,8 +146,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         TRY_GOTO(sdp_task_embedding_bwd(&o, grad_of(g, 0, r), sdp_state_off(st, 0, SDP_PT_EMBED),
                                         dres, ids, N, g->C));
     TRY_GOTO(sdp_graph_norms_if_final(g, step, mb, 0));
-    if (g->rwork && (mb + 1) % g->nm_rank == 0)
-        for (int gi = 0; gi < st->ngroups; gi += g->head_group)
+    for (int gi = 0; (mb + 1) % g->nm_rank == 0 && gi < st->ngroups; gi += g->head_group)
+        if (g->rwork || chunked_fetch(g, gi))
             sdp_rt_tensor_discard(compute_work(g, gi, step, r));
     if (last) /* not the embedding updated early: its chunks are being written on the host */
         for (int gi = sdp_graph_early_embed(g) ? g->head_group : 0; gi < st->ngroups;
@@ -479,6 +480,8 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
                 rc = sdp_rt_tensor_partition_like(g->work2[gi], st->groups[gi].work);
         }
     }
+    if (!rc)
+        rc = sdp_graph_chunks_create(g);
     if (!rc && g->R > 1 && p->param_route == SDP_ROUTE_SHARDED) {
         /* every rank's replica of every group, chunked like the working copy, device memory only */
         g->rwork = calloc((size_t)g->R * st->ngroups, sizeof(*g->rwork));
@@ -561,6 +564,7 @@ void sdp_graph_destroy(sdp_graph_t *g)
     for (int i = 0; g->rwork && i < g->R * g->st->ngroups; i++)
         sdp_rt_tensor_release(g->rwork[i]);
     free(g->rwork);
+    sdp_graph_chunks_destroy(g);
     free(g->chunk0);
     free(g->ids);
     free(g->targets);

@@ -506,7 +506,7 @@ static struct starpu_task *pop_task(unsigned ctx)
     }
     pthread_mutex_unlock(&s->lock);
     if (held_since > 0.0)
-        sdp_trace_wait(wait_hint.phase == SDP_PH_CAST ? SDP_LANE_PARAM_H2D : SDP_LANE_CPU_ADAMW,
+        sdp_trace_wait(wait_hint.phase == SDP_PH_CAST ? SDP_LANE_PARAM_CAST : SDP_LANE_CPU_ADAMW,
                        wait_hint.rank, wait_hint.step, wait_hint.group, wait_hint.chunk, held_since,
                        now, why);
     return task;

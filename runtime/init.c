@@ -213,25 +213,47 @@ int sdp_rt_rank_workers(int R, int *ids)
     return 0;
 }
 
+/* StarPU's bus counters, added up here: reading them resets them, so the bench's count and the
+ * trace's samples (runtime/trace.c) each keep a baseline of these totals instead of resetting
+ * each other's. */
+static pthread_mutex_t bus_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long bus_bytes[SDP_RT_MAX_BUSES], bus_transfers[SDP_RT_MAX_BUSES];
+static unsigned long long count_base[SDP_RT_MAX_BUSES]; /* sdp_rt_bus_count_*'s baseline */
+
+int sdp_rt_bus_totals(unsigned long long *bytes, unsigned long long *transfers)
+{
+    int nbus = starpu_bus_get_count();
+    nbus = nbus < SDP_RT_MAX_BUSES ? nbus : SDP_RT_MAX_BUSES;
+    pthread_mutex_lock(&bus_lock);
+    for (int b = 0; b < nbus; b++) {
+        struct starpu_profiling_bus_info info;
+        if (starpu_bus_get_profiling_info(b, &info)) /* resets StarPU's counters */
+            continue;
+        bus_bytes[b] += (unsigned long long)info.transferred_bytes;
+        bus_transfers[b] += (unsigned long long)info.transfer_count;
+    }
+    memcpy(bytes, bus_bytes, (size_t)nbus * sizeof(*bytes));
+    if (transfers)
+        memcpy(transfers, bus_transfers, (size_t)nbus * sizeof(*transfers));
+    pthread_mutex_unlock(&bus_lock);
+    return nbus;
+}
+
 void sdp_rt_bus_count_start(void)
 {
-    struct starpu_profiling_bus_info info;
     starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
-    for (int b = 0; b < starpu_bus_get_count(); b++)
-        starpu_bus_get_profiling_info(b, &info); /* resets the counters */
+    sdp_rt_bus_totals(count_base, NULL);
 }
 
 void sdp_rt_bus_count_read(int R, const int *workers, struct sdp_rank_bytes *out)
 {
-    int nbus = starpu_bus_get_count();
+    unsigned long long now[SDP_RT_MAX_BUSES];
+    int nbus = sdp_rt_bus_totals(now, NULL);
     memset(out, 0, (size_t)R * sizeof(*out));
     for (int b = 0; b < nbus; b++) {
-        struct starpu_profiling_bus_info info;
         int src = starpu_bus_get_src(b), dst = starpu_bus_get_dst(b);
-        unsigned long long n;
-        if (starpu_bus_get_profiling_info(b, &info))
-            continue;
-        n = (unsigned long long)info.transferred_bytes;
+        unsigned long long n = now[b] - count_base[b];
+        count_base[b] = now[b];
         for (int r = 0; r < R; r++) {
             int node = (int)starpu_worker_get_memory_node((unsigned)workers[r]);
             int ram_src = starpu_node_get_kind((unsigned)src) == STARPU_CPU_RAM;

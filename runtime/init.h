@@ -34,6 +34,12 @@ struct sdp_rank_bytes {
     unsigned long long h2d, d2h;          /* host <-> the rank's GPU */
     unsigned long long peer_in, peer_out; /* from / to other GPUs */
 };
+/* The buses sdp_rt_bus_totals counts at most (StarPU numbers them from 0). */
+#define SDP_RT_MAX_BUSES 256
+/** StarPU's bus counters added up since the start (bytes, and transfers when not NULL, per bus
+ * id): each reader keeps a baseline, since reading StarPU's counters resets them.  @return the
+ * number of buses filled in */
+int sdp_rt_bus_totals(unsigned long long *bytes, unsigned long long *transfers);
 /** Start counting the bytes StarPU moves between memory nodes (enables StarPU's profiling). */
 void sdp_rt_bus_count_start(void);
 /** Bytes moved since sdp_rt_bus_count_start() or the previous call (which reset the counters),

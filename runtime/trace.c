@@ -16,6 +16,7 @@
 
 #include "base/fsutil.h"
 #include "base/sdp_log.h"
+#include "runtime/init.h"
 #include "runtime/trace.h"
 
 struct event {
@@ -26,6 +27,9 @@ struct event {
      * not recorded); the gaps before start_us tell a wait on the policy from one on a transfer */
     double ready_us, popped_us, fetched_us;
     const char *why; /* a wait (sdp_trace_wait): its reason; NULL for a task */
+    const char *bus; /* a bus sample (sdp_trace_bus): "h2d", "d2h" or "p2p"; NULL otherwise */
+    int node;        /* a bus sample's GPU memory node (the destination of p2p) */
+    long long transfers;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -34,9 +38,12 @@ static long nevents, cap_events;
 static int recording;
 static int saved_profiling = -1; /* StarPU's profiling status before sdp_trace_start */
 static double base_us;
+static double bus_us; /* the previous bus sample (sdp_trace_bus) */
+static unsigned long long bus_base[SDP_RT_MAX_BUSES], xfer_base[SDP_RT_MAX_BUSES]; /* its totals */
 
 static const char *const lane_names[SDP_NLANES] = {
-    [SDP_LANE_PARAM_H2D] = "param prepare+H2D",
+    [SDP_LANE_PARAM_CAST] = "param cast",
+    [SDP_LANE_PARAM_H2D] = "param H2D",
     [SDP_LANE_ACT_OFFLOAD] = "activation offload/reload",
     [SDP_LANE_GPU_COMPUTE] = "GPU compute",
     [SDP_LANE_GRAD_REDUCE] = "gradient reduction",
@@ -60,6 +67,8 @@ int sdp_trace_start(void)
         saved_profiling = prev;
     nevents = 0;
     base_us = starpu_timing_now();
+    bus_us = base_us;
+    sdp_rt_bus_totals(bus_base, xfer_base);
     __atomic_store_n(&recording, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     return 0;
@@ -108,7 +117,7 @@ static double stamp_us(struct timespec *t)
 void sdp_trace_task_done(struct starpu_task *task, const struct sdp_trace_tag *tag)
 {
     struct starpu_profiling_task_info *pi = task->profiling_info;
-    struct event ev;
+    struct event ev = { 0 };
     if (!pi || !sdp_trace_enabled())
         return;
     ev.tag = *tag;
@@ -151,6 +160,42 @@ void sdp_trace_wait(int lane, int rank, int step, int group, int chunk, double s
     append(&ev);
 }
 
+void sdp_trace_bus(int step)
+{
+    double now = starpu_timing_now();
+    unsigned long long bytes[SDP_RT_MAX_BUSES], xfers[SDP_RT_MAX_BUSES];
+    int nbus;
+    if (!sdp_trace_enabled())
+        return;
+    nbus = sdp_rt_bus_totals(bytes, xfers);
+    for (int b = 0; b < nbus; b++) {
+        int src = starpu_bus_get_src(b), dst = starpu_bus_get_dst(b);
+        int hs = starpu_node_get_kind((unsigned)src) == STARPU_CPU_RAM,
+            hd = starpu_node_get_kind((unsigned)dst) == STARPU_CPU_RAM;
+        unsigned long long n = bytes[b] - bus_base[b], k = xfers[b] - xfer_base[b];
+        struct event ev = { 0 };
+        bus_base[b] = bytes[b];
+        xfer_base[b] = xfers[b];
+        if (n == 0 || (hs && hd))
+            continue;
+        ev.bus = hs ? "h2d" : hd ? "d2h" : "p2p";
+        ev.node = hd ? src : dst;
+        ev.tag.name = ev.bus;
+        ev.tag.phase = "bus";
+        ev.tag.step = step;
+        ev.tag.group = ev.tag.chunk = ev.tag.mb = ev.tag.version = -1;
+        ev.tag.lane = hd ? SDP_LANE_GRAD_D2H : SDP_LANE_PARAM_H2D;
+        ev.tag.bytes = (long long)n;
+        ev.transfers = (long long)k;
+        ev.worker = -1;
+        ev.start_us = bus_us;
+        ev.end_us = now;
+        ev.ready_us = ev.popped_us = ev.fetched_us = NAN;
+        append(&ev);
+    }
+    bus_us = now;
+}
+
 long sdp_trace_nevents(void)
 {
     long n;
@@ -175,6 +220,16 @@ static void put_json_text(FILE *f, const char *t)
 
 static void write_event_jsonl(FILE *f, const struct event *e)
 {
+    if (e->bus) {
+        fprintf(f,
+                "{\"event\": \"bus\", \"name\": \"%s\", \"phase\": \"bus\", \"step\": %d, "
+                "\"group\": -1, \"chunk\": -1, \"mb\": -1, \"version\": -1, \"lane\": \"%s\", "
+                "\"lane_id\": %d, \"worker\": -1, \"kind\": \"bus\", \"rank\": 0, \"node\": %d, "
+                "\"bytes\": %lld, \"transfers\": %lld, \"start_us\": %.3f, \"end_us\": %.3f}\n",
+                e->bus, e->tag.step, sdp_trace_lane_name(e->tag.lane), (int)e->tag.lane, e->node,
+                e->tag.bytes, e->transfers, e->start_us, e->end_us);
+        return;
+    }
     if (e->why) {
         fputs("{\"event\": \"wait\", \"name\": \"wait: ", f);
         put_json_text(f, e->why);
@@ -199,6 +254,8 @@ static void write_event_jsonl(FILE *f, const struct event *e)
         fprintf(f, ", \"grad_lim\": %d", e->tag.grad_lim);
     if (e->tag.tied)
         fprintf(f, ", \"tied\": 1");
+    if (e->tag.bytes > 0)
+        fprintf(f, ", \"bytes\": %lld", e->tag.bytes);
     if (!isnan(e->ready_us))
         fprintf(f, ", \"ready_us\": %.3f", e->ready_us);
     if (!isnan(e->popped_us))
@@ -231,6 +288,13 @@ static void write_chrome(FILE *f, const struct event *ev, long n)
     }
     for (i = 0; i < n; i++) {
         const struct event *e = &ev[i];
+        if (e->bus) { /* a counter, not a span of work: MB since the previous sample */
+            fprintf(f,
+                    "{\"name\": \"bus %s (node %d)\", \"ph\": \"C\", \"ts\": %.3f, \"pid\": 0, "
+                    "\"args\": {\"MB\": %.3f}},\n",
+                    e->bus, e->node, e->end_us, e->tag.bytes / 1e6);
+            continue;
+        }
         if (e->why) {
             fputs("{\"name\": \"wait: ", f);
             put_json_text(f, e->why);

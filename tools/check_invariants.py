@@ -38,6 +38,11 @@ use only the times, so they hold on any log, from any number of ranks:
      chunks follow grad_pack_mlp; the layer's other updates follow its grad_pack.
   3. No compute event of group g at step s+1 starts before every update of group g at step s has
      ended.
+  4. A chunk's fetch into a rank's compute copy (param_chunk, trait chunk_fetch: the working copy
+     on the host in chunks) is no compute event for 1 and 3; it starts after the writers of its
+     chunk's version have ended (the chunk's updates of the step before, its cast of the step),
+     and no compute event of its step, group and rank overlaps it; a fetch of the forward ends
+     before the rank's first compute event of the group in the step starts.
 A late update (adamw_late, graph/step.c defer_rows) takes the tied embedding's rows of step s's
 tokens that step s+1's tokens do not select, so step s+1's lookup (embedding_fwd, trait lookup),
 which reads only the rows its tokens select, does not wait for it; every other reader of the group
@@ -89,6 +94,7 @@ STAGED = {"cast", "update"}  # the phases under the staging bound (sdp_slidedp_i
 #   unstaged       of the staged phases, never held by the staging bound (puts, fetches, zeroing)
 #   stage_writer   writes a stage when the working copy is off the host (casts, updates)
 #   put            copies a stage an AdamW wrote into the working copy off the host
+#   chunk_fetch    copies a chunk of the working copy on the host into the compute copy
 #   no_params      reads no parameters (the zeroing of an accumulator, the embedding's backward,
 #                  the fetch of embeddings)
 #   rows_of_tokens a backward that writes only the gradient rows of the step's tokens
@@ -245,7 +251,8 @@ def check_lookahead(events, k, rep):
         if e["phase"] == "recompute" and e.get("mb", -1) >= 0:
             mb = e["mb"]
         elif (e["name"] == "zero" and e["phase"] == "bwd") or (
-                e["name"] == "param_fetch" and e["phase"] in ("recompute", "bwd")):
+                e["name"] in ("param_fetch", "param_chunk")
+                and e["phase"] in ("recompute", "bwd")):
             mb = first_mb.get((e["step"], e.get("rank", 0)), -1)
         else:
             continue
@@ -277,7 +284,9 @@ def report_waits(events):
 def check(events):
     rep = Report()
     ev = [e for e in events if e["step"] >= 0 and e["group"] >= 0 and not is_wait(e)]
-    compute = [e for e in ev if e["phase"] in COMPUTE and not has(e, "no_params")]
+    # a chunk's fetch (param_chunk) writes the compute copy: invariant 4 checks it, not 1 and 3
+    compute = [e for e in ev if e["phase"] in COMPUTE and not has(e, "no_params")
+               and not has(e, "chunk_fetch")]
     # a LoRA log: the updates write the adapters alone, which only the lora_* tasks read and whose
     # gradient only lora_bwd writes; the base's tasks read frozen weights and write no gradient
     # that an update takes, so they neither tear nor precede a version
@@ -432,6 +441,7 @@ def check(events):
             rep.add(3, "%s starts at %.1f us, before %s ends at %.1f us"
                     % (describe(e), e["start_us"], describe(last), last["end_us"]))
 
+    check_chunk_fetches(ev, compute, rep)
     nup = sum(len(us) for per in updates.values() for us in per.values())
     steps = sorted({e["step"] for e in ev})
     print("checked %d events: %d compute, %d updates, %d gradient packs, steps %s, groups %d, "
@@ -439,6 +449,35 @@ def check(events):
                         steps if len(steps) < 10 else "%d-%d" % (steps[0], steps[-1]),
                         len({e["group"] for e in ev}), sorted({e["rank"] for e in ev})))
     return rep
+
+
+def check_chunk_fetches(ev, compute, rep):
+    """Invariant 4: a chunk's fetch into a rank's compute copy (trait chunk_fetch) of step s
+    starts after the writers of that chunk's version have ended (the chunk's updates of step
+    s - 1, its cast of step s), and no compute event of (s, group) on that rank overlaps it; the
+    fetches of the forward end before the rank's first compute event of the group and step."""
+    fetches = [e for e in ev if has(e, "chunk_fetch")]
+    writers = defaultdict(list)  # (version, group, chunk) -> events
+    for e in ev:
+        if e["phase"] == "update" and e.get("chunk", -1) >= 0:
+            writers[(e["step"] + 1, e["group"], e["chunk"])].append(e)
+        elif e["phase"] == "cast" and e.get("chunk", -1) >= 0:
+            writers[(e["step"], e["group"], e["chunk"])].append(e)
+    readers = defaultdict(list)  # (step, group, rank) -> compute events (each rank has its copy)
+    for e in compute:
+        readers[(e["step"], e["group"], e.get("rank", 0))].append(e)
+    for f in fetches:
+        s, g = f["step"], f["group"]
+        for w in writers.get((s, g, f.get("chunk", -1)), []):
+            if f["start_us"] < w["end_us"]:
+                rep.add(4, "%s starts at %.1f us, before %s ends at %.1f us"
+                        % (describe(f), f["start_us"], describe(w), w["end_us"]))
+        for r in readers.get((s, g, f.get("rank", 0)), []):
+            early = f["phase"] == "fwd" and r["start_us"] < f["end_us"]
+            if early or (r["start_us"] < f["end_us"] and r["end_us"] > f["start_us"]):
+                rep.add(4, "%s starts at %.1f us, before %s ends at %.1f us"
+                        % (describe(r), r["start_us"], describe(f), f["end_us"]))
+                break
 
 
 def usage():
@@ -509,7 +548,7 @@ def main(argv):
             ("invariant %d: %d" % (i, n)) if isinstance(i, int) else ("%s: %d" % (i, n))
             for i, n in sorted(rep.count.items(), key=lambda kv: str(kv[0])))))
         return 1
-    print("invariants 1, 2 and 3 hold" + ("; in-flight limits hold" if limits else "") +
+    print("invariants 1 to 4 hold" + ("; in-flight limits hold" if limits else "") +
           ("; the stage bound holds" if stages is not None else "") +
           ("; the backward lookahead holds" if lookahead is not None else ""))
     return 0

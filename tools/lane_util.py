@@ -12,7 +12,11 @@ of the selected steps' task events:
          fraction of the window: how much of the step the lane was working;
   tasks  the sum of task durations divided by the window: the lane's average concurrency (several
          CPU workers run AdamW chunks at once, so this exceeds 1 where busy cannot);
-  waits  time ready work of the lane was held back by the policy (wait events), as a fraction.
+  waits  time ready work of the lane was held back by the policy (wait events), as a fraction;
+  MB/step the bytes the lane's tasks moved (their "bytes": the fetches, puts and copies of the
+         transfer lanes), per selected step.
+Then StarPU's own transfers, which no task event shows: the bus samples of the log ("event":
+"bus", one per direction and GPU after each step returns, runtime/trace.h), in MB per step.
 The lane that is busy for most of the window bounds the step.  --steps keeps the events of those
 optimizer steps (default: all but the first, which includes start-up work).
 
@@ -83,6 +87,8 @@ import sys
 from collections import defaultdict
 
 
+FETCHES = ("param_fetch", "param_chunk")  # a group's dispatch, whole or chunk by chunk
+
 def union_length(intervals):
     total, end = 0.0, None
     start = None
@@ -137,6 +143,8 @@ def main():
     else:
         keep = set(steps[1:] if len(steps) > 1 else steps)
     sel = [e for e in events if e.get("step", -1) in keep]
+    bus = [e for e in sel if e.get("event") == "bus"]
+    sel = [e for e in sel if e.get("event") != "bus"]
     tasks = [e for e in sel if e.get("event", "task") != "wait"]
     if not tasks:
         print("lane_util.py: no task events in steps %s" % sorted(keep), file=sys.stderr)
@@ -147,7 +155,9 @@ def main():
     spans = defaultdict(list)
     total = defaultdict(float)
     waits = defaultdict(float)
+    nbytes = defaultdict(float)
     for e in sel:
+        nbytes[(e.get("rank", 0), e["lane"])] += e.get("bytes", 0)
         key = (e.get("rank", 0), e["lane"])
         if e.get("event", "task") == "wait":
             waits[key] += e["end_us"] - e["start_us"]
@@ -158,9 +168,14 @@ def main():
     for key in sorted(set(spans) | set(waits)):
         rows.append({"rank": key[0], "lane": key[1],
                      "busy": union_length(spans[key]) / window,
-                     "tasks": total[key] / window, "waits": waits[key] / window})
+                     "tasks": total[key] / window, "waits": waits[key] / window,
+                     "mb_per_step": nbytes[key] / 1e6 / len(keep)})
+    # StarPU's bus counters (one sample per direction and GPU after each step's return)
+    bus_mb = defaultdict(float)
+    for e in bus:
+        bus_mb["%s node %d" % (e["name"], e.get("node", -1))] += e["bytes"] / 1e6 / len(keep)
     out = {"steps": sorted(keep), "window_ms": window / 1e3, "per_step_ms": window / 1e3 / len(keep),
-           "lanes": rows}
+           "lanes": rows, "bus_mb_per_step": dict(bus_mb)}
     if args.timeline:
         out["timeline"] = timeline(events, sorted(keep), t0)
     if args.stages:
@@ -182,10 +197,12 @@ def main():
         return 0
     print("steps %s: %.1f ms (%.1f ms per step)" % (
         ",".join(str(s) for s in sorted(keep)), window / 1e3, out["per_step_ms"]))
-    print("%-4s %-28s %6s %7s %6s" % ("rank", "lane", "busy", "tasks", "waits"))
+    print("%-4s %-28s %6s %7s %6s %10s" % ("rank", "lane", "busy", "tasks", "waits", "MB/step"))
     for r in rows:
-        print("%-4d %-28s %5.1f%% %7.2f %5.1f%%" % (r["rank"], r["lane"], 100 * r["busy"],
-                                                    r["tasks"], 100 * r["waits"]))
+        print("%-4d %-28s %5.1f%% %7.2f %5.1f%% %10.1f" % (
+            r["rank"], r["lane"], 100 * r["busy"], r["tasks"], 100 * r["waits"], r["mb_per_step"]))
+    for name, mb in sorted(bus_mb.items()):
+        print("bus %-24s %10.1f MB/step" % (name, mb))
     if args.timeline:
         cols = ("step", "fwd_start", "fwd_end", "bwd_end", "upd_start", "upd_end", "next_fwd",
                 "tail", "overlap", "host_idle")
@@ -371,7 +388,7 @@ def boundary(events, steps):
         every = [e for e in ev if e["step"] == s and e["name"] in UPDATES]
         left = sum(max(0.0, e["end_us"] - max(e["start_us"], t0)) for e in every)
         emb = [e for e in nxt if e["name"] == "embedding_fwd"]
-        layer1 = [e for e in nxt if e["group"] == 1 and e["name"] != "param_fetch"]
+        layer1 = [e for e in nxt if e["group"] == 1 and e["name"] not in FETCHES]
         out.append({
             "step": s,
             "pack0_end": rel([e["end_us"] for e in ev if e["step"] == s and e["group"] == 0 and
@@ -450,7 +467,7 @@ def timeline(events, keep, t0):
     def phase_span(step, phases):
         ev = [e for e in events if e.get("event", "task") != "wait" and e.get("rank", 0) == 0
               and e.get("step") == step and e.get("phase") in phases
-              and e.get("name") != "param_fetch"]  # a dispatch, run as soon as the update ends
+              and e.get("name") not in FETCHES]  # a dispatch, run as soon as the update ends
         if not ev:
             return None, None
         return (min(e["start_us"] for e in ev) - t0) / 1e3, (max(e["end_us"] for e in ev) - t0) / 1e3

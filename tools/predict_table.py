@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-LANES = {"GPU compute": "gpu", "CPU AdamW": "cpu", "param prepare+H2D": "h2d",
+LANES = {"GPU compute": "gpu", "CPU AdamW": "cpu", "param cast": "cpu", "param H2D": "h2d",
          "gradient reduction": "cpu", "CPU compute": "cpu"}
 FULL = 0.85  # a lane this busy bounds the step
 

@@ -36,6 +36,9 @@ EXTRA_DIST += tests/e2e/test_e2e_embed_lookup_gpu.sh
 # the bounded window: its paths on CPU workers, and on a GPU under a limit (exit 77 without one)
 TESTS += tests/e2e/test_e2e_window_cpu.sh tests/e2e/test_e2e_window_gpu.sh
 EXTRA_DIST += tests/e2e/test_e2e_window_cpu.sh tests/e2e/test_e2e_window_gpu.sh
+# the chunk pipeline and the lanes on a GPU: same bits, lanes filled, bus bytes per step
+TESTS += tests/e2e/test_e2e_lanes_gpu.sh
+EXTRA_DIST += tests/e2e/test_e2e_lanes_gpu.sh
 # chunk sizes and the unchunked ablation give the same bits (test_e2e_chunks.sh)
 TESTS += tests/e2e/test_e2e_chunks.sh
 EXTRA_DIST += tests/e2e/test_e2e_chunks.sh

@@ -6,7 +6,8 @@
 #     values; both runs with the LM head's blocks of a limited run and the project's own attention);
 #   - the measured GPU peak (--mem-log) stays within the limit plus what was in use before the
 #     run allocated (the CUDA context, the first sample), which StarPU's limit does not count;
-#   - the event log shows the recomputation's fetches, and tools/check_invariants.py passes it.
+#   - the event log shows the recomputation's fetches (whole groups or, with the chunk pipeline,
+#     chunks), and tools/check_invariants.py passes it.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 need_gpus 1
@@ -34,7 +35,8 @@ peak = max(m["gpu_used_gib"][0] for m in mem)
 print("GPU peak %.2f GiB under a 4 GiB limit, %.2f GiB in use before the run" % (peak, base))
 assert peak <= 4 + base + 1 / 16, "the peak %.2f exceeds 4 GiB + %.2f" % (peak, base)
 refetch = sum(1 for l in open(sys.argv[2])
-              if '"param_fetch"' in l and json.loads(l)["phase"] == "recompute")
+              if ('"param_fetch"' in l or '"param_chunk"' in l)
+              and json.loads(l)["phase"] == "recompute")
 assert refetch > 0, "no fetch for the recomputation: the window let nothing go"
 print("%d fetches for the recomputation" % refetch)
 PY

@@ -62,7 +62,7 @@ if SDP_STAGING_DEPTH=3 "$bin" train "$tmp/depth1.yaml" --cpus 2 --gpus 0 -q --sc
     --metrics "$tmp/recipe1.jsonl" --events "$tmp/recipe1.events" 2> "$tmp/recipe1.err" &&
     grep -q "staging depth 1 (train.staging_depth), at most 4 stages alive (SDP_STAGE_BUFFERS), prefetch window 0 groups (train.prefetch_groups)" \
         "$tmp/recipe1.err" &&
-    python3 "$checker" --max-inflight "CPU AdamW=1" --max-inflight "param prepare+H2D=1" \
+    python3 "$checker" --max-inflight "CPU AdamW=1" --max-inflight "param cast=1" \
         "$tmp/recipe1.events" > "$tmp/recipe1.check"; then
     ok "train.staging_depth 1 over SDP_STAGING_DEPTH=3: $(tail -n 1 "$tmp/recipe1.check")"
 else
@@ -71,7 +71,7 @@ else
 fi
 
 # ---- 2. invariants and the bound ----
-if python3 "$checker" --max-inflight "CPU AdamW=1" --max-inflight "param prepare+H2D=1" \
+if python3 "$checker" --max-inflight "CPU AdamW=1" --max-inflight "param cast=1" \
     "$tmp/events.jsonl" > "$tmp/check.out"; then
     ok "checker with --max-inflight 1: $(tail -n 1 "$tmp/check.out")"
     grep -E "^(lane|waits)" "$tmp/check.out" | sed 's/^/    /'
@@ -104,7 +104,7 @@ evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 doc = json.load(open(sys.argv[2]))
 waits = [e for e in evs if e.get("event") == "wait"]
 tasks = [e for e in evs if e.get("event") != "wait"]
-lanes = {"adamw": "CPU AdamW", "cast": "param prepare+H2D"}
+lanes = {"adamw": "CPU AdamW", "cast": "param cast"}
 if not waits:
     bad.append("no wait in the log: depth 1 held nothing back")
 held = {}  # (lane, step, group, chunk) -> start times of the bounded tasks
