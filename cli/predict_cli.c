@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/sdp_log.h"
 #include "cli/cli.h"
 #include "cli/predict_cli.h"
@@ -234,6 +235,13 @@ int sdp_cli_run_make(const struct sdp_recipe *r, int ngpus, struct sdp_cli_run *
         sdp_plan_free(&cr->plan);
     if (rc)
         return rc;
+    for (int gi = 0; gi < cr->plan.ngroups;
+         gi++) { /* the chunk pipeline as graph/plan.c takes it */
+        struct sdp_plan_group *pg = &cr->plan.group[gi];
+        int off = sdp_env_is("SDP_CHUNK_PIPELINE", "off");
+        pg->work_chunks = pg->work_chunks && !off && !pg->update_gpu;
+        pg->grad_chunks = pg->grad_chunks && !off;
+    }
     fill_run(r, &cr->m, &cr->plan, ngpus, &cr->run);
     return 0;
 }

@@ -279,7 +279,9 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
         c->nchunks = frozen ? 1 : pg->nchunks;
         c->acc_bytes = nt * 4.0;
         c->held_bytes = nt * gb;
-        c->held_chunks = gb == 2;
+        /* the bf16 chunks, or the fp32 chunks' copies, go as their updates end */
+        c->held_chunks = gb == 2 || (pg->grad_chunks && mc->ngpus > 0);
+        c->up_chunks = pg->work_chunks && mc->ngpus > 0;
         if (gi == 0 && pg->embed_early) { /* the rows the step's tokens do not select: early */
             double V = m->vocab_size, N = (double)B * T * nr;
             c->early_frac = exp(-N / V);
@@ -526,6 +528,13 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
         pg->mlp_early = -1;
         pg->embed_early = gi == 0 && m->tie_word_embeddings && grad_bf16 && p->nranks == 1 &&
                           c->embed_early >= 0 && !p->clip; /* as plan.c, the host's copies */
+        /* the chunk pipeline where plan.c would take it on a GPU (sdp_predict_step applies it
+         * only there); the host lookup's embedding and GPU updates aside */
+        pg->work_chunks = pg->nchunks > 1 && !p->param_delay && c->lora.rank <= 0 &&
+                          (p->nranks == 1 || p->param_route != SDP_ROUTE_SHARDED) &&
+                          !(gi == 0 && c->embed_lookup_host);
+        pg->grad_chunks =
+            pg->nchunks > 1 && !grad_bf16 && c->lora.rank <= 0 && (p->nranks == 1 || pg->grad_gpu);
     }
     return 0;
 }
