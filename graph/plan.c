@@ -105,14 +105,14 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     }
 }
 
-/* The chunk pipeline (work_chunks, grad_chunks): by default where the compute runs on a GPU (on
- * CPU workers the compute reads the host's copies themselves), SDP_CHUNK_PIPELINE on or off
- * forcing it (2: on). */
+/* The chunk pipeline (work_chunks, grad_chunks): off by default (on an H100 it was slower and held
+ * more GPU memory than the whole-group fetch); SDP_CHUNK_PIPELINE=auto where the compute runs on a
+ * GPU (on CPU workers the compute reads the host's copies themselves), on everywhere (2). */
 static int pipeline_wanted(void)
 {
     if (sdp_env_is("SDP_CHUNK_PIPELINE", "on"))
         return 2;
-    return !sdp_env_is("SDP_CHUNK_PIPELINE", "off") && sdp_tasks_compute_on_gpu();
+    return sdp_env_is("SDP_CHUNK_PIPELINE", "auto") && sdp_tasks_compute_on_gpu();
 }
 
 /* Whether group gi's working copy goes to the compute chunk by chunk (work_chunks): one rank or

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Chunk sizes (fp32, 2 CPU workers, the 4-layer micro model, 5 steps): train.chunk_mib 1, 1/16 and
 # 0 (unchunked: one chunk a parameter group, the chunk pipeline's ablation) give the same losses
-# bit for bit, and the state says how it was cut.  The same with SDP_CHUNK_PIPELINE=on (the default
-# where the compute runs on a GPU): each chunk of a group's working copy goes to the group's
+# bit for bit, and the state says how it was cut.  The same with SDP_CHUNK_PIPELINE=on (where
+# SDP_CHUNK_PIPELINE=auto applies it, on a GPU): each chunk of a group's working copy goes to the group's
 # compute copy on its own (param_chunk, no param_fetch of the group), after that chunk's update
 # and before the group's first reader (tools/check_invariants.py's invariant 4, which fails once
 # a chunk's fetch is moved before its update's end), and the fp32 gradient comes back chunk by

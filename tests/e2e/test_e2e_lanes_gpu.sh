@@ -1,7 +1,7 @@
 #!/bin/sh
 # The chunk pipeline and the trace's lanes on a GPU (exit 77, skipped, without one): the 4-layer
-# micro model (fp32, chunks of 1/16 MiB: the embedding and the head in 297 chunks each), 6 steps on
-# one GPU, with the chunk pipeline (the default there) and without it (SDP_CHUNK_PIPELINE=off):
+# micro model (fp32, the fp32 gradient return, chunks of 1/16 MiB: the embedding and the head in 297
+# chunks each), 6 steps on one GPU, with the chunk pipeline (SDP_CHUNK_PIPELINE=auto) and without it:
 #   - the losses are the same bits (the pipeline moves copies, not values);
 #   - the pipelined run's log has events on the lanes it uses (parameter cast and H2D, GPU
 #     compute, gradient reduction and D2H, CPU AdamW), a param_chunk per chunk of the embedding
@@ -18,7 +18,7 @@ losses() { sed -e 's/.*"step": *\([0-9]*\),.*"loss": *\([^,]*\),.*/\1 \2/' "$1";
 micro_recipe | sed -e "s#^  num_layers: .*#  num_layers: 4#" -e "s#^  chunk_mib: .*#  chunk_mib: 0.0625#" \
     > "$tmp/m.yaml"
 for m in auto off; do
-    SDP_CHUNK_PIPELINE=$m timeout 300 "$bin" train "$tmp/m.yaml" --gpus 1 --cpus 2 --steps 6 \
+    SDP_CHUNK_PIPELINE=$m timeout 300 "$bin" train "$tmp/m.yaml" --gpus 1 --cpus 2 --steps 6 --grad-dtype fp32 \
         --metrics "$tmp/$m.jsonl" --events "$tmp/$m.ev" > /dev/null 2> "$tmp/$m.err" ||
         { echo "SDP_CHUNK_PIPELINE=$m failed"; cat "$tmp/$m.err"; fail=1; }
     losses "$tmp/$m.jsonl" > "$tmp/$m.loss"
