@@ -303,7 +303,12 @@ static int plan_run(struct sdp_recipe *r)
     struct sdp_predict p;
     struct limits l = { 0 };
     struct whatif w[MAX_WHATIF];
-    int ngpus = sdp_cli_run_gpus(r, r->machine), nw, ok;
+    int ngpus, nw, ok, width = 0;
+    if (!strcmp(r->sched, "sdp-roundpipe")) { /* the ranks are the pipeline's, as in train */
+        width = r->ranks > 1 ? r->ranks : 1;
+        r->ranks = 1;
+    }
+    ngpus = sdp_cli_run_gpus(r, r->machine);
     if (model_of(r))
         return SDP_EXIT_USAGE;
     sdp_cli_machine_get(r->machine, ngpus, 1, &cm);
@@ -328,7 +333,7 @@ static int plan_run(struct sdp_recipe *r)
         refuse(r, &p, &l, ngpus, w, nw > 0 ? nw : 0);
     if ((r->plan_auto || r->policy_auto) && sdp_cli_plan_auto(&cr, &cm, l.gpu, &p) != 0)
         ok = 0;
-    if (!r->json && !strcmp(r->sched, "sdp-roundpipe") && sdp_cli_plan_split(&cr, &cm) != 0)
+    if (!r->json && width > 0 && sdp_cli_plan_split(&cr, &cm, width) != 0)
         ok = 0;
     sdp_cli_run_free(&cr);
     return ok ? SDP_EXIT_OK : SDP_EXIT_FAILURE;

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* `slidedp plan --sched sdp-roundpipe`: RoundPipe's stage split of the recipe's step
- * (graph/split.h) on the step-time model's per-op costs (graph/predict_ops.h) for the plan's ranks
- * and micro-batches, a stage costing the machine's task overhead besides its ops; the dynamic
- * program's and the greedy split's step, and the chosen split stage by stage.  Only the split: the
- * policy that would run it is not built yet.  Test: tests/e2e/test_e2e_plan_split.sh. */
+/* RoundPipe's stage split of the recipe's step (graph/split.h) on the step-time model's per-op
+ * costs (graph/predict_ops.h) for the plan's ranks and micro-batches, a stage costing the
+ * machine's task overhead besides its ops: printed by `slidedp plan --sched sdp-roundpipe` (the
+ * dynamic program's and the greedy split's step, the chosen split stage by stage), and given to
+ * the sdp-roundpipe policy by `slidedp train`.  Tests: tests/e2e/test_e2e_plan_split.sh,
+ * tests/e2e/test_e2e_roundpipe.sh. */
 #include "config.h"
 
 #include <errno.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 
 #include "base/sdp_log.h"
+#include "policies/sdp_policies.h"
 #include "cli/predict_cli.h"
 #include "graph/predict_ops.h"
 
@@ -34,13 +36,13 @@ static void print_split(const char *name, const struct sdp_split *s)
            1e3 * s->bottleneck_s, 1e3 * s->step_s);
 }
 
-int sdp_cli_plan_split(const struct sdp_cli_run *cr, const struct sdp_cli_machine *cm)
+int sdp_cli_plan_split(const struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, int width)
 {
     const struct sdp_plan *p = &cr->plan;
     int n = 2 * p->ngroups, rc;
     struct sdp_split_op *ops = calloc((size_t)n, sizeof(*ops));
     struct sdp_split best, dp, gr;
-    struct sdp_split_conf c = { .ranks = p->nranks,
+    struct sdp_split_conf c = { .ranks = width,
                                 .n_micro = cr->run.n_micro,
                                 .stage_s = cm->mc.task_s };
     if (!ops)
@@ -51,7 +53,7 @@ int sdp_cli_plan_split(const struct sdp_cli_run *cr, const struct sdp_cli_machin
         free(ops);
         return rc;
     }
-    printf("\nRoundPipe stage split (sdp-roundpipe: the split only, the policy is not built yet): "
+    printf("\nRoundPipe stage split (sdp-roundpipe): "
            "%d ops over %d rank%s, %d micro-batch%s a step, %.3f ms a stage besides its ops\n",
            n, c.ranks, c.ranks > 1 ? "s" : "", c.n_micro, c.n_micro > 1 ? "es" : "",
            1e3 * c.stage_s);
@@ -68,4 +70,41 @@ int sdp_cli_plan_split(const struct sdp_cli_run *cr, const struct sdp_cli_machin
     sdp_split_free(&best), sdp_split_free(&dp), sdp_split_free(&gr);
     free(ops);
     return 0;
+}
+
+int sdp_cli_roundpipe_configure(const struct sdp_recipe *r, int width)
+{
+    struct sdp_cli_machine cm;
+    struct sdp_cli_run cr;
+    struct sdp_split best;
+    int ngpus = sdp_cli_run_gpus(r, r->machine), rc, n, *fwd = NULL, *bwd = NULL;
+    struct sdp_split_op *ops = NULL;
+    sdp_cli_machine_get(r->machine, ngpus, 0, &cm);
+    if ((rc = sdp_cli_run_make(r, ngpus, &cr)) != 0)
+        return rc;
+    struct sdp_split_conf c = { .ranks = width,
+                                .n_micro = cr.run.n_micro,
+                                .stage_s = cm.mc.task_s };
+    n = 2 * cr.plan.ngroups;
+    ops = calloc((size_t)n, sizeof(*ops));
+    fwd = calloc((size_t)cr.plan.ngroups, sizeof(int));
+    bwd = calloc((size_t)cr.plan.ngroups, sizeof(int));
+    rc = !ops || !fwd || !bwd ? sdp_err(-ENOMEM, "the stages of %d ops", n) : 0;
+    if (!rc)
+        n = sdp_predict_split_ops(&cr.plan, cr.run.m, cr.run.micro_batch, cr.run.seq_len,
+                                  cr.run.work_dtype, &cm.mc, ops);
+    if (!rc && !(rc = sdp_split_best(n, ops, &c, &best, NULL, NULL))) {
+        for (int k = 0; k < best.nstages; k++)
+            for (int i = best.first[k]; i < best.first[k + 1]; i++)
+                (ops[i].bwd ? bwd : fwd)[ops[i].group] = k;
+        SDP_INFO("sdp-roundpipe: %d stages over %d rank%s (predicted bottleneck %.3f ms, step "
+                 "%.3f ms; `slidedp plan --sched sdp-roundpipe` prints the split)",
+                 best.nstages, width, width > 1 ? "s" : "", 1e3 * best.bottleneck_s,
+                 1e3 * best.step_s);
+        rc = sdp_policy_roundpipe_configure(width, cr.plan.ngroups, fwd, bwd, best.nstages);
+        sdp_split_free(&best);
+    }
+    free(ops), free(fwd), free(bwd);
+    sdp_cli_run_free(&cr);
+    return rc;
 }

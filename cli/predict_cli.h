@@ -67,7 +67,10 @@ int sdp_cli_plan_auto(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, 
 /** `slidedp plan --sched sdp-roundpipe` (cli/plan_split.c): RoundPipe's stage split of cr's step
  * on cm, the dynamic program's and the greedy split's, the chosen one stage by stage.
  * @return 0, -EINVAL, -ENOMEM (logged) */
-int sdp_cli_plan_split(const struct sdp_cli_run *cr, const struct sdp_cli_machine *cm);
+int sdp_cli_plan_split(const struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, int width);
+/** Configure the sdp-roundpipe policy with the recipe's stage split over `width` stage workers
+ * (the recipe's ranks; its graph then has one).  @return 0 or a negative errno (logged) */
+int sdp_cli_roundpipe_configure(const struct sdp_recipe *r, int width);
 
 /* AutoPolicy's placements of a decoder layer's activations, the chooser's options in order */
 #define SDP_AUTO_NPLACE 5

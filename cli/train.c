@@ -103,11 +103,17 @@ static int start(struct sdp_train *t)
     struct sdp_rt_conf rc_conf = { 0 };
 
     sdp_policy_slidedp_configure(r->staging_depth, r->prefetch_groups);
+    if (t->pipe > 0 && sdp_cli_roundpipe_configure(r, t->pipe))
+        return SDP_EXIT_FAILURE;
     rc_conf.sched_name = r->sched;
     rc_conf.sched_policy = t->policy;
     rc_conf.ncpus = r->cpus;
     if (r->ranks > 1 && r->gpus <= 0 && r->cpus == 0 && sysconf(_SC_NPROCESSORS_ONLN) < r->ranks)
         rc_conf.ncpus = r->ranks; /* CPU ranks: one worker each, even on fewer cores */
+    if (t->pipe > 1 && r->gpus <= 0 && r->cpus == 0 && sysconf(_SC_NPROCESSORS_ONLN) < t->pipe)
+        rc_conf.ncpus = t->pipe; /* sdp-roundpipe's stage workers on CPU workers */
+    if (t->pipe > 1 && r->gpus <= 0)
+        rc_conf.rank_cpus = t->pipe; /* standing in for GPUs, as CPU ranks */
     if (r->ranks > 1 && r->gpus <= 0)
         rc_conf.rank_cpus = r->ranks;
     rc_conf.ncuda = r->gpus;
@@ -396,6 +402,10 @@ int sdp_cli_train(int argc, char **argv)
         snprintf(r.sched, sizeof(r.sched), "%s", "sdp-slidedp");
     {
         struct sdp_train t = { .r = &r, .last_loss = NAN };
+        if (!strcmp(r.sched, "sdp-roundpipe")) { /* the ranks are the pipeline's, not the data's */
+            t.pipe = r.ranks > 1 ? r.ranks : 1;
+            r.ranks = 1;
+        }
         rc = run(&t);
         train_free(&t);
     }

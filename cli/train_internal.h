@@ -50,6 +50,7 @@ struct sdp_train {
     struct sdp_ckpt_info info; /* the checkpoint resumed from */
     char ckdir[SDP_PATH_MAX + 16], ckpath[SDP_PATH_MAX + 64], fp[128];
     int resuming, first, done, stopped, started, state_made; /* done: steps run so far */
+    int pipe; /* sdp-roundpipe: the stage workers (the recipe's ranks; the graph has one) */
     unsigned long long host_act,
         host_avail; /* bytes: a step's activations (estimate), the host's */
     double last_loss;

@@ -15,7 +15,9 @@
 #include "policies/sdp_policies.h"
 #include "base/sdp_log.h"
 
-#define SDP_POLICIES(X) X(slidedp) /* policies/slidedp.c */
+#define SDP_POLICIES(X)                                                                            \
+    X(slidedp)   /* policies/slidedp.c */                                                          \
+    X(roundpipe) /* policies/roundpipe.c */
 
 #define POLICY_EXTERN(name) extern struct starpu_sched_policy sdp_policy_##name;
 #define POLICY_ROW(name)    &sdp_policy_##name,

@@ -34,6 +34,7 @@
 
 #include "policies/sdp_policies.h"
 #include "policies/slidedp_internal.h"
+#include "policies/slidedp_methods.h"
 #include "base/sdp_log.h"
 #include "runtime/trace.h"
 
@@ -87,6 +88,7 @@ struct sched {
     struct starpu_task **slots; /* the staged tasks in flight (depth of them at most) */
     uint64_t seq;
     struct entry *free_list;
+    int (*place)(const struct sdp_hint *h); /* sdp-roundpipe's stage worker of a task, or -1 */
 };
 
 /* ---- heap ---- */
@@ -274,11 +276,12 @@ static void wake_all(const int *wake, int n)
 
 /* ---- policy methods ---- */
 
-static void init_sched(unsigned ctx)
+void sdp_slidedp_init_placed(unsigned ctx, int (*place)(const struct sdp_hint *h))
 {
     struct sdp_slidedp_settings st;
     struct sched *s = calloc(1, sizeof(*s));
     SDP_ASSERT(s != NULL, "sdp-slidedp: out of memory for the policy state");
+    s->place = place;
     pthread_mutex_init(&s->lock, NULL);
     sdp_slidedp_settings_read(&st, starpu_worker_get_count_by_type(STARPU_CPU_WORKER));
     s->depth = st.depth;
@@ -304,6 +307,11 @@ static void init_sched(unsigned ctx)
              s->eager ? ", fetches prefetched when queued (SDP_FETCH_EAGER)" : "");
 }
 
+static void init_sched(unsigned ctx)
+{
+    sdp_slidedp_init_placed(ctx, NULL);
+}
+
 static void free_heap(struct sched *s, struct heap *h)
 {
     for (int i = 0; i < h->n; i++)
@@ -311,7 +319,7 @@ static void free_heap(struct sched *s, struct heap *h)
     free(h->a);
 }
 
-static void deinit_sched(unsigned ctx)
+void sdp_slidedp_deinit(unsigned ctx)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
     struct entry *e;
@@ -335,7 +343,7 @@ static void deinit_sched(unsigned ctx)
     free(s);
 }
 
-static void add_workers(unsigned ctx, int *ids, unsigned n)
+void sdp_slidedp_add_workers(unsigned ctx, int *ids, unsigned n)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
     pthread_mutex_lock(&s->lock);
@@ -355,7 +363,7 @@ static void add_workers(unsigned ctx, int *ids, unsigned n)
         starpu_sched_ctx_worker_shares_tasks_lists(ids[i], (int)ctx);
 }
 
-static void remove_workers(unsigned ctx, int *ids, unsigned n)
+void sdp_slidedp_remove_workers(unsigned ctx, int *ids, unsigned n)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
     pthread_mutex_lock(&s->lock);
@@ -368,7 +376,7 @@ static void remove_workers(unsigned ctx, int *ids, unsigned n)
     pthread_mutex_unlock(&s->lock);
 }
 
-static int push_task(struct starpu_task *task)
+int sdp_slidedp_push(struct starpu_task *task)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(task->sched_ctx);
     int eligible[STARPU_NMAXWORKERS], wake[STARPU_NMAXWORKERS], n = 0, nwake;
@@ -390,8 +398,11 @@ static int push_task(struct starpu_task *task)
 
     /* StarPU hands tasks pinned with execute_on_a_specific_worker to the worker's own queue
      * without calling push; one that comes here anyway goes to that worker */
+    int pw = s->place && e->has_hint ? s->place(&e->hint) : -1;
     if (task->execute_on_a_specific_worker && task->workerid < starpu_worker_get_count()) {
         eligible[n++] = (int)task->workerid;
+    } else if (pw >= 0 && starpu_worker_can_execute_task_first_impl((unsigned)pw, task, NULL)) {
+        eligible[n++] = pw; /* the worker of the task's stage */
     } else {
         for (int i = 0; i < s->nworkers; i++)
             if (starpu_worker_can_execute_task_first_impl((unsigned)s->workers[i], task, NULL)) {
@@ -442,7 +453,7 @@ static struct entry *candidate(struct sched *s, int w, int staged, double idle_u
     return best;
 }
 
-static struct starpu_task *pop_task(unsigned ctx)
+struct starpu_task *sdp_slidedp_pop(unsigned ctx)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
     int w = starpu_worker_get_id_check();
@@ -515,7 +526,7 @@ static struct starpu_task *pop_task(unsigned ctx)
 /* A CUDA worker starts a task: when it moves to another group, the tasks queued for it that now
  * lie in its window get their inputs prefetched.  A task that only moves data (a fetch, a put)
  * computes nothing, so it leaves the position where it is. */
-static void pre_exec_hook(struct starpu_task *task, unsigned ctx)
+void sdp_slidedp_pre_exec(struct starpu_task *task, unsigned ctx)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
     int w = starpu_worker_get_id();
@@ -543,7 +554,7 @@ static void pre_exec_hook(struct starpu_task *task, unsigned ctx)
 
 /* A task ended: a staged one frees its slot, a put frees its stage, and the workers that stopped
  * looking get woken when staged tasks are held back. */
-static void post_exec_hook(struct starpu_task *task, unsigned ctx)
+void sdp_slidedp_post_exec(struct starpu_task *task, unsigned ctx)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
     int wake[STARPU_NMAXWORKERS], nwake = 0;
@@ -575,13 +586,13 @@ static void post_exec_hook(struct starpu_task *task, unsigned ctx)
 
 struct starpu_sched_policy sdp_policy_slidedp = {
     .init_sched = init_sched,
-    .deinit_sched = deinit_sched,
-    .push_task = push_task,
-    .pop_task = pop_task,
-    .pre_exec_hook = pre_exec_hook,
-    .post_exec_hook = post_exec_hook,
-    .add_workers = add_workers,
-    .remove_workers = remove_workers,
+    .deinit_sched = sdp_slidedp_deinit,
+    .push_task = sdp_slidedp_push,
+    .pop_task = sdp_slidedp_pop,
+    .pre_exec_hook = sdp_slidedp_pre_exec,
+    .post_exec_hook = sdp_slidedp_post_exec,
+    .add_workers = sdp_slidedp_add_workers,
+    .remove_workers = sdp_slidedp_remove_workers,
     .prefetches = 1,
     .policy_name = "sdp-slidedp",
     .policy_description = "SlideDP: critical-path order, bounded staging (SDP_STAGING_DEPTH) "

@@ -1,0 +1,64 @@
+#!/bin/sh
+# The sdp-roundpipe policy on CPU workers standing in for GPUs (the tiny recipe, fp32, 3 steps):
+#   - with 1, 2 and 4 stage workers (--ranks) the losses are sdp-slidedp's bit for bit;
+#   - every compute task of a group's forward or backward runs on the worker of its stage, stage k
+#     on stage worker k mod R (the first R CPU workers, ids 0..R-1), the split being the one
+#     `slidedp plan --sched sdp-roundpipe` prints for the same recipe and machine; with a machine
+#     file whose LM head is fast (this machine's calibration, its head's rate raised) the split has
+#     several stages, so the placement is exercised across workers;
+#   - the event log passes tools/check_invariants.py (the same weight versions as sdp-slidedp).
+set -u
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
+recipe=$top/recipes/tiny-qwen3.yaml
+losses() { grep -o '"loss":[^,]*' "$1" | tr '\n' ' '; }
+"$bin" calibrate -o "$tmp/m0.json" 2> "$tmp/cal.err" || { echo "calibrate failed"; cat "$tmp/cal.err"; finish; }
+"$py" - "$tmp/m0.json" "$tmp/m.json" <<'PY' || fail=1
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["cpu_head_flops"] *= 1000  # a head as cheap as the layers make it: several stages
+json.dump(m, open(sys.argv[2], "w"))
+PY
+"$bin" train "$recipe" --steps 3 --cpus 2 -q --sched sdp-slidedp --metrics "$tmp/ref.jsonl" \
+    --output "$tmp/ref" 2> "$tmp/ref.err" || { echo "sdp-slidedp failed"; cat "$tmp/ref.err"; fail=1; }
+echo "sdp-slidedp: $(losses "$tmp/ref.jsonl")"
+for w in 1 2 4; do
+    "$bin" train "$recipe" --steps 3 -q --sched sdp-roundpipe --ranks "$w" --machine "$tmp/m.json" \
+        --metrics "$tmp/r$w.jsonl" --events "$tmp/r$w.ev" --output "$tmp/r$w" 2> "$tmp/r$w.err" ||
+        { echo "sdp-roundpipe, $w stage workers, failed"; cat "$tmp/r$w.err"; fail=1; continue; }
+    [ "$(losses "$tmp/r$w.jsonl")" = "$(losses "$tmp/ref.jsonl")" ] ||
+        { echo "sdp-roundpipe, $w stage workers: $(losses "$tmp/r$w.jsonl")"; fail=1; }
+    "$bin" plan "$recipe" --sched sdp-roundpipe --ranks "$w" --machine "$tmp/m.json" \
+        > "$tmp/p$w.txt" 2> /dev/null || { echo "plan of $w failed"; fail=1; }
+    "$py" - "$tmp/p$w.txt" "$tmp/r$w.ev" "$w" <<'PY' || fail=1
+import json, re, sys
+w = int(sys.argv[3])
+stage = {}  # (group, "fwd" | "bwd") -> stage
+rows = [l for l in open(sys.argv[1]) if re.match(r"^\s+\d+\s+[\d.]+\s+(fwd|bwd)", l)]
+for l in rows:
+    k = int(l.split()[0])
+    for d, a, b in re.findall(r"(fwd|bwd) (\d+)(?:-(\d+))?", l):
+        lo, hi = sorted((int(a), int(b or a)))
+        for g in range(lo, hi + 1):
+            stage[(g, d)] = k
+nst = len(rows)
+assert nst >= 2 or w == 1, "the split has %d stage(s): the test needs several" % nst
+seen, wrong = set(), []
+for line in open(sys.argv[2]):
+    e = json.loads(line)
+    if e.get("event") == "bus" or e.get("phase") not in ("fwd", "loss", "recompute", "bwd"):
+        continue
+    d = "fwd" if e["phase"] in ("fwd", "loss") else "bwd"
+    want = stage[(e["group"], d)] % w
+    seen.add(e["worker"])
+    if e["worker"] != want:
+        wrong.append("%s group %d %s on worker %d, stage %d's is %d"
+                     % (e["name"], e["group"], d, e["worker"], stage[(e["group"], d)], want))
+print("%d stage workers: %d stages, compute on workers %s, %d misplaced"
+      % (w, nst, sorted(seen), len(wrong)))
+assert not wrong, wrong[:5]
+assert len(seen) == min(w, nst), "workers %s" % sorted(seen)
+PY
+    "$py" "$top/tools/check_invariants.py" "$tmp/r$w.ev" > "$tmp/check" 2>&1 ||
+        { echo "$w stage workers: invariants"; tail -3 "$tmp/check"; fail=1; }
+done
+finish
