@@ -45,6 +45,8 @@
 #            (lane utilisation) and memory log; LORA_GPU_UPDATE=1 adds a run with the adapters'
 #            AdamW on the GPU (--gpu-update); then PEFT LoRA with the whole bf16 model on the GPU
 #            (bench/peers.py --system peft-lora, 16 sequences at once)
+#   roundpipe sdp-roundpipe against sdp-slidedp on one GPU and with every GPU as a stage worker
+#            (RP_MODELS, default qwen3-1.7b and qwen3-4b at 16 sequences of 1024), with event logs
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
 #            GPU in every route combination (MODEL/BATCH per GPU), the GPU reduction through NCCL
@@ -294,6 +296,21 @@ for stage in $stages; do
                 --seq 1024 --steps 3 --warmup 1 --lora-rank 16 >> "$out/results.jsonl" \
                 2> "$out/bench-peft-lora-$lm.log"
             log "peft-lora $lm/16: exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-300)"
+        done
+        lanes
+        ;;
+    roundpipe)
+        # sdp-roundpipe against sdp-slidedp on one GPU and on every GPU (stage workers = GPUs),
+        # qwen3-1.7b/16 and qwen3-4b/16 (RP_MODELS), each with its event log
+        for rm in ${RP_MODELS:-qwen3-1.7b qwen3-4b}; do
+            for R in 1 $((ngpu > 1 ? ngpu : 1)); do
+                for pol in sdp-slidedp sdp-roundpipe; do
+                    [ "$pol" = sdp-slidedp ] && [ "$R" -gt 1 ] && continue # its ranks are data's
+                    bench "rp-$rm-$pol-$R" 300 --model "$rm" --batch 16 --seq 1024 --steps 4 \
+                        --warmup 2 --sched "$pol" --ranks "$R" --gpus "$R" \
+                        --events "$out/events-rp-$rm-$pol-$R.jsonl"
+                done
+            done
         done
         lanes
         ;;

@@ -33,10 +33,11 @@ struct bench_opts {
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
     int embed_early_off, mlp_early_opt, work_on_gpu, embed_on_gpu, lookup_host;
     int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last, keep_mlp, gpu_update;
+    int pipe; /* sdp-roundpipe: the stage workers (--ranks; the graph has one rank) */
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
     struct sdp_lora_cfg lora; /* --lora-rank's adapters on a frozen base (rank 0: full training) */
-    const struct sdp_recipe *r; /* the options as parsed (train.machine, the plan's knobs) */
+    struct sdp_recipe *r;     /* the options as parsed (train.machine, the plan's knobs) */
 };
 
 static const char usage_head[] =
@@ -271,9 +272,16 @@ static int run(const struct bench_opts *b)
         goto out_free;
     }
     sdp_policy_slidedp_configure(b->staging_depth, b->prefetch_groups);
+    if (b->pipe > 0) { /* sdp-roundpipe: the split of this model over the stage workers */
+        b->r->model = cfg;
+        if (sdp_cli_roundpipe_configure(b->r, b->pipe))
+            goto out_free;
+    }
     rc_conf.sched_name = b->sched;
     rc_conf.sched_policy = policy;
     rc_conf.ncpus = b->cpus;
+    if (b->pipe > 1 && b->gpus <= 0)
+        rc_conf.rank_cpus = b->pipe; /* stage workers standing in for GPUs, as CPU ranks */
     rc_conf.ncuda = b->gpus;
     rc_conf.require_cuda = b->gpus > 0;
     rc_conf.gpu_memory_gib = b->gpu_memory_gib;
@@ -437,6 +445,8 @@ static int run(const struct bench_opts *b)
         json_object_set_new(settings, "keep_last", json_integer(b->keep_last));
         json_object_set_new(settings, "keep_mlp", json_integer(b->keep_mlp));
         json_object_set_new(settings, "gpu_update", json_integer(gc.gpu_update));
+        if (b->pipe > 0) /* sdp-roundpipe's stage workers */
+            json_object_set_new(settings, "stage_workers", json_integer(b->pipe));
         json_object_set_new(settings, "staging_depth", json_integer(b->staging_depth));
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
         json_object_set_new(settings, "collectives", json_string(b->nccl ? "nccl" : "starpu"));
@@ -504,7 +514,7 @@ out_free:
 }
 
 /* The run's settings from the options parsed into r (bench's defaults where they differ). */
-static void from_recipe(const struct sdp_recipe *r, struct bench_opts *b)
+static void from_recipe(struct sdp_recipe *r, struct bench_opts *b)
 {
     memset(b, 0, sizeof(*b));
     b->model = r->bench_model;
@@ -572,7 +582,16 @@ int sdp_cli_bench(int argc, char **argv)
                 r.chunk_mib);
         return SDP_EXIT_USAGE;
     }
-    from_recipe(&r, &b);
+    if (!strcmp(r.sched, "sdp-roundpipe")) { /* the ranks are the pipeline's: one graph rank */
+        int width = r.ranks > 1 ? r.ranks : 1;
+        r.micro_batch = r.micro_batch > 0 ? r.micro_batch : r.global_batch / width;
+        r.ranks = 1;
+        from_recipe(&r, &b);
+        b.pipe = width;
+    } else {
+        from_recipe(&r, &b);
+        b.pipe = 0;
+    }
     if (lora_options(&r, &b.lora))
         return SDP_EXIT_USAGE;
     r.lora = b.lora; /* the adapters as resolved, for the prediction */

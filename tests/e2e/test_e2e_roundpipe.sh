@@ -6,7 +6,8 @@
 #     `slidedp plan --sched sdp-roundpipe` prints for the same recipe and machine; with a machine
 #     file whose LM head is fast (this machine's calibration, its head's rate raised) the split has
 #     several stages, so the placement is exercised across workers;
-#   - the event log passes tools/check_invariants.py (the same weight versions as sdp-slidedp).
+#   - the event log passes tools/check_invariants.py (the same weight versions as sdp-slidedp);
+#   - `slidedp bench --sched sdp-roundpipe --ranks 2` runs and names its stage workers.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 recipe=$top/recipes/tiny-qwen3.yaml
@@ -61,4 +62,9 @@ PY
     "$py" "$top/tools/check_invariants.py" "$tmp/r$w.ev" > "$tmp/check" 2>&1 ||
         { echo "$w stage workers: invariants"; tail -3 "$tmp/check"; fail=1; }
 done
+# bench takes it the same way: the JSON line names the stage workers
+"$bin" bench --model "$top/tests/ref/data/qwen3-tiny" --batch 4 --seq 32 --steps 2 --warmup 1 \
+    --sched sdp-roundpipe --ranks 2 --gpus 0 > "$tmp/b.json" 2> "$tmp/b.err" &&
+    grep -q '"stage_workers":2' "$tmp/b.json" && grep -q '"sched":"sdp-roundpipe"' "$tmp/b.json" ||
+    { echo "bench --sched sdp-roundpipe --ranks 2"; cat "$tmp/b.err" "$tmp/b.json"; fail=1; }
 finish
