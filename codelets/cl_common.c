@@ -105,8 +105,10 @@ static const char *phase_name(enum sdp_phase ph)
 static void trace_callback(void *p)
 {
     struct trace_arg *a = p;
-    if (a->traced)
+    if (a->traced) {
+        a->tag.stage1 = a->hint.stage1; /* what the policy wrote in the hint */
         sdp_trace_task_done(a->task, &a->tag);
+    }
     if (a->prev_func)
         a->prev_func(a->prev_arg);
     free(a);

@@ -49,7 +49,7 @@ int sdp_policy_roundpipe_configure(int width, int ngroups, const int *stage_fwd,
 
 /* The stage worker of a hinted task: the compute of a group's forward (and the loss) or backward
  * (its recomputation, its gradient's zeroing), and the fetch of its weights for it; -1 else. */
-static int place(const struct sdp_hint *h)
+static int place(struct sdp_hint *h)
 {
     int stage;
     if (rp.nworkers == 0 || h->group < 0 || h->group >= rp.ngroups ||
@@ -67,6 +67,7 @@ static int place(const struct sdp_hint *h)
     default:
         return -1;
     }
+    h->stage1 = stage + 1; /* the task's own hint: its event log line says the stage */
     return rp.workers[stage % rp.nworkers];
 }
 

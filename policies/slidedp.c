@@ -88,7 +88,7 @@ struct sched {
     struct starpu_task **slots; /* the staged tasks in flight (depth of them at most) */
     uint64_t seq;
     struct entry *free_list;
-    int (*place)(const struct sdp_hint *h); /* sdp-roundpipe's stage worker of a task, or -1 */
+    int (*place)(struct sdp_hint *h); /* sdp-roundpipe's stage worker of a task, or -1 */
 };
 
 /* ---- heap ---- */
@@ -276,7 +276,7 @@ static void wake_all(const int *wake, int n)
 
 /* ---- policy methods ---- */
 
-void sdp_slidedp_init_placed(unsigned ctx, int (*place)(const struct sdp_hint *h))
+void sdp_slidedp_init_placed(unsigned ctx, int (*place)(struct sdp_hint *h))
 {
     struct sdp_slidedp_settings st;
     struct sched *s = calloc(1, sizeof(*s));
@@ -398,7 +398,7 @@ int sdp_slidedp_push(struct starpu_task *task)
 
     /* StarPU hands tasks pinned with execute_on_a_specific_worker to the worker's own queue
      * without calling push; one that comes here anyway goes to that worker */
-    int pw = s->place && e->has_hint ? s->place(&e->hint) : -1;
+    int pw = s->place && e->has_hint ? s->place(task->sched_data) : -1;
     if (task->execute_on_a_specific_worker && task->workerid < starpu_worker_get_count()) {
         eligible[n++] = (int)task->workerid;
     } else if (pw >= 0 && starpu_worker_can_execute_task_first_impl((unsigned)pw, task, NULL)) {

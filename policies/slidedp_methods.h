@@ -9,8 +9,9 @@
 #include "runtime/hint.h"
 
 /** init_sched with a placement: place(hint) names the one worker that runs a hinted task, or -1
- * for sdp-slidedp's own choice (every worker that can run it); NULL: sdp-slidedp itself. */
-void sdp_slidedp_init_placed(unsigned ctx, int (*place)(const struct sdp_hint *h));
+ * for sdp-slidedp's own choice (every worker that can run it), and may write the hint's stage1 for
+ * the event log (the task's own hint); NULL: sdp-slidedp itself. */
+void sdp_slidedp_init_placed(unsigned ctx, int (*place)(struct sdp_hint *h));
 void sdp_slidedp_deinit(unsigned ctx);
 int sdp_slidedp_push(struct starpu_task *task);
 struct starpu_task *sdp_slidedp_pop(unsigned ctx);

@@ -56,6 +56,8 @@ struct sdp_hint {
     /* 1: the task reads the tied embedding's weights (group 0) besides its group's: the LM head
      * of a tied model, which the event log says ("tied") for tools/check_invariants.py */
     int tied;
+    /* sdp-roundpipe: 1 + the stage the policy ran the task in (the event log's "stage"); 0: none */
+    int stage1;
 };
 
 /** 1: every task carries its struct sdp_hint in starpu_task::sched_data, for the project's own

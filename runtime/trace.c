@@ -254,6 +254,8 @@ static void write_event_jsonl(FILE *f, const struct event *e)
         fprintf(f, ", \"grad_lim\": %d", e->tag.grad_lim);
     if (e->tag.tied)
         fprintf(f, ", \"tied\": 1");
+    if (e->tag.stage1 > 0)
+        fprintf(f, ", \"stage\": %d", e->tag.stage1 - 1);
     if (e->tag.bytes > 0)
         fprintf(f, ", \"bytes\": %lld", e->tag.bytes);
     if (!isnan(e->ready_us))

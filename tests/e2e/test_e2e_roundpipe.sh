@@ -1,12 +1,14 @@
 #!/bin/sh
 # The sdp-roundpipe policy on CPU workers standing in for GPUs (the tiny recipe, fp32, 3 steps):
 #   - with 1, 2 and 4 stage workers (--ranks) the losses are sdp-slidedp's bit for bit;
-#   - every compute task of a group's forward or backward runs on the worker of its stage, stage k
+#   - every compute task of a group's forward or backward runs on the worker of its stage (and its
+#     event log line says the stage), stage k
 #     on stage worker k mod R (the first R CPU workers, ids 0..R-1), the split being the one
 #     `slidedp plan --sched sdp-roundpipe` prints for the same recipe and machine; with a machine
 #     file whose LM head is fast (this machine's calibration, its head's rate raised) the split has
 #     several stages, so the placement is exercised across workers;
 #   - the event log passes tools/check_invariants.py (the same weight versions as sdp-slidedp);
+#     with train.param_delay 1 (RoundPipe's asynchronous weights) the checker fails, naming 3;
 #   - `slidedp bench --sched sdp-roundpipe --ranks 2` runs and names its stage workers.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
@@ -51,6 +53,9 @@ for line in open(sys.argv[2]):
     d = "fwd" if e["phase"] in ("fwd", "loss") else "bwd"
     want = stage[(e["group"], d)] % w
     seen.add(e["worker"])
+    if e.get("stage") != stage[(e["group"], d)]:
+        wrong.append("%s group %d %s: stage %s in the log, %d in the split"
+                     % (e["name"], e["group"], d, e.get("stage"), stage[(e["group"], d)]))
     if e["worker"] != want:
         wrong.append("%s group %d %s on worker %d, stage %d's is %d"
                      % (e["name"], e["group"], d, e["worker"], stage[(e["group"], d)], want))
@@ -62,6 +67,14 @@ PY
     "$py" "$top/tools/check_invariants.py" "$tmp/r$w.ev" > "$tmp/check" 2>&1 ||
         { echo "$w stage workers: invariants"; tail -3 "$tmp/check"; fail=1; }
 done
+# RoundPipe's asynchronous weights (train.param_delay 1): the checker names invariant 3
+"$bin" train "$recipe" --steps 3 -q --sched sdp-roundpipe --ranks 2 --param-delay 1 \
+    --machine "$tmp/m.json" --events "$tmp/d.ev" --output "$tmp/d" 2> "$tmp/d.err" ||
+    { echo "sdp-roundpipe with param_delay 1 failed"; cat "$tmp/d.err"; fail=1; }
+if "$py" "$top/tools/check_invariants.py" "$tmp/d.ev" > "$tmp/check" 2>&1 ||
+    ! grep -q "invariant 3" "$tmp/check"; then
+    echo "param_delay 1: the checker does not name invariant 3"; tail -3 "$tmp/check"; fail=1
+fi
 # bench takes it the same way: the JSON line names the stage workers
 "$bin" bench --model "$top/tests/ref/data/qwen3-tiny" --batch 4 --seq 32 --steps 2 --warmup 1 \
     --sched sdp-roundpipe --ranks 2 --gpus 0 > "$tmp/b.json" 2> "$tmp/b.err" &&
