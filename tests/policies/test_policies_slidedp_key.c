@@ -15,8 +15,13 @@
 static int fails, checks;
 
 static struct sdp_hint H(int step, int group, int chunk, int mb, int phase) {
-    struct sdp_hint h = { step, group, chunk, mb, phase, 0, SDP_MOVE_NONE, SDP_STAGE_BY_PHASE,
-                          0,    0,     0 };
+    struct sdp_hint h = { .step = step,
+                          .group = group,
+                          .chunk = chunk,
+                          .mb = mb,
+                          .phase = phase,
+                          .move = SDP_MOVE_NONE,
+                          .stage_role = SDP_STAGE_BY_PHASE };
     return h;
 }
 
