@@ -72,47 +72,6 @@ static void draw(uint64_t seed, int s, int vocab, int32_t *ids, int32_t *targets
     }
 }
 
-/* The adapters of --lora-rank, --lora-alpha and --lora-targets into *lora (rank 0: none): alpha
- * PEFT's 8 and every linear unless given.  @return 0, or SDP_EXIT_USAGE naming the option */
-static int lora_options(const struct sdp_recipe *r, struct sdp_lora_cfg *lora)
-{
-    const char *p = r->bench_lora_targets;
-    *lora = r->lora;
-    if (lora->rank == 0) {
-        if (lora->alpha > 0 || p) {
-            sdp_err(-EINVAL, "--%s without --lora-rank", p ? "lora-targets" : "lora-alpha");
-            return SDP_EXIT_USAGE;
-        }
-        return 0;
-    }
-    lora->alpha = lora->alpha > 0 ? lora->alpha : 8.0;
-    lora->targets = 0;
-    if (!p || !strcmp(p, "all-linear")) {
-        for (int i = 0; i < SDP_LORA_NTARGETS; i++)
-            lora->targets |= SDP_LORA_BIT(sdp_lora_kinds[i]);
-        return 0;
-    }
-    for (;;) {
-        size_t n = strcspn(p, ",");
-        char name[32];
-        enum sdp_ptensor k = SDP_PT_Q;
-        snprintf(name, sizeof(name), "%.*s", (int)(n < sizeof(name) ? n : sizeof(name) - 1), p);
-        int known = n > 0 && n < sizeof(name) && !sdp_lora_target_parse(name, &k);
-        if (!known || (lora->targets & SDP_LORA_BIT(k))) {
-            sdp_err(-EINVAL, "--lora-targets %s: '%.*s' %s", r->bench_lora_targets, (int)n, p,
-                    known ? "is named twice" : "names no linear of a layer");
-            sdp_hint("all-linear, or a comma-separated list of q_proj, k_proj, v_proj, o_proj, "
-                     "gate_proj, up_proj, down_proj");
-            return SDP_EXIT_USAGE;
-        }
-        lora->targets |= SDP_LORA_BIT(k);
-        if (!p[n])
-            break;
-        p += n + 1;
-    }
-    return 0;
-}
-
 /* --lora-rank against the model and the run (sdp_lora_validate; the recipe's rules: one rank,
  * the working copies on the host).  @return 0, or SDP_EXIT_USAGE naming the option */
 static int lora_check(const struct bench_opts *b, const struct sdp_model_cfg *cfg)
@@ -592,7 +551,7 @@ int sdp_cli_bench(int argc, char **argv)
         from_recipe(&r, &b);
         b.pipe = 0;
     }
-    if (lora_options(&r, &b.lora))
+    if (sdp_cli_bench_lora_options(&r, &b.lora))
         return SDP_EXIT_USAGE;
     r.lora = b.lora; /* the adapters as resolved, for the prediction */
     if (b.micro == 0)

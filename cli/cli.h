@@ -35,11 +35,17 @@ const char *sdp_cli_place_norms(int ranks, int window);
  * chunk as large as m's largest parameter group (the chunk pipeline's ablation). */
 size_t sdp_cli_chunk_bytes(double mib, const struct sdp_model_cfg *m);
 
+/** The adapters of bench's --lora-rank, --lora-alpha and --lora-targets into *lora (rank 0:
+ * none): alpha PEFT's 8 and every linear unless given (cli/bench_lora.c).
+ * @return 0, or SDP_EXIT_USAGE naming the option */
+struct sdp_recipe;
+struct sdp_lora_cfg;
+int sdp_cli_bench_lora_options(const struct sdp_recipe *r, struct sdp_lora_cfg *lora);
+
 /** train.gpu_update resolved: requested >= 0 as it is; -1 (auto): a LoRA run of one rank on a GPU
  * updates every adapted layer's adapters there when their fp32 master, moments and gradient (16
  * bytes a parameter) fit beside `need` (the run's least GPU bytes) within `limit`, else none; full
  * training updates on the host.  Logs the choice.  @return the layers 1..N updated on the GPU */
-struct sdp_lora_cfg;
 int sdp_cli_gpu_update(int requested, const struct sdp_lora_cfg *lora,
                        const struct sdp_model_cfg *m, int ranks, unsigned long long need,
                        unsigned long long limit);

@@ -16,9 +16,9 @@
  * queued, whatever the window; one that only CPU workers run gets its inputs (the gradient chunk)
  * prefetched to the host when it is queued, unless it fills a stage (SDP_HOST_PREFETCH=0: never).
  * A monolithic policy (StarPU's starpu_sched_policy, no components):
- *   push: a task that one worker only can run -> that worker's queue; any other -> the shared
- *         queue of its worker-type mask (CPU, CUDA, both, ...).  Each queue: a heap of ordinary
- *         tasks and a heap of staged (bounded) tasks.
+ *   push: a task that one worker only can run (or that a placement names) -> that worker's
+ *         queue; any other -> the shared queue of its worker-type mask (CPU, CUDA, both, ...).
+ *         Each queue: a heap of ordinary tasks and a heap of staged (bounded) tasks.
  *   pop:  the smallest key among the worker's queue and the shared queues of its type.
  * One mutex guards it all; idle workers are flagged and woken on push and when a slot frees.
  * Tests: tests/policies/test_policies_slidedp_key.c, tests/policies/test_policies_slidedp.sh. */
