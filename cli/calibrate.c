@@ -35,8 +35,7 @@
 #include "runtime/tensor.h"
 
 /* Sizes of the host passes: each well beyond a last-level cache (tens of MiB), long enough that
- * starting the threads is a small part of a pass at full rate (8 Mi parameters, 2 ms at 16 threads,
- * measured AdamW a sixth below what the step's update lane moved), and short enough that 1 to 16
+ * starting the threads is a small part of a pass at full rate, and short enough that 1 to 16
  * thread counts take seconds: AdamW 32 Mi parameters (896 MiB moved at 28 B each), the cast 16 Mi
  * elements (96 MiB at 6 B), the copy 128 MiB (256 MiB moved). */
 #define ADAMW_N ((size_t)32 << 20)
@@ -283,8 +282,8 @@ static int measure_tasks(struct sdp_machine *m)
  * from an fp32 master and pulled by each GPU as the parameter route's H2D pulls it, through
  * StarPU: 128 MiB per GPU per pass.  The D2H is the CUDA copies a gradient's return makes, timed
  * on the GPU (runtime/gpu_link.h): StarPU's fetch of a replica into host memory, requested by
- * the calibration rather than by a host task's worker, ran at a third of the rate the step's
- * returns move. */
+ * the calibration rather than by a host task's worker, ran well below the rate the step's
+ * returns move (bench/results/2026-12-06-h100-predict3.md). */
 #define GPU_N     ((size_t)64 << 20)
 #define GPU_CHUNK ((size_t)8 << 20)
 #define GPU_REPS  3

@@ -105,8 +105,8 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     }
 }
 
-/* The chunk pipeline (work_chunks, grad_chunks): off by default (on an H100 it was slower and held
- * more GPU memory than the whole-group fetch); SDP_CHUNK_PIPELINE=auto where the compute runs on a
+/* The chunk pipeline (work_chunks, grad_chunks): off by default (slower, and more GPU memory than
+ * the whole-group fetch: bench/results/2026-12-06-h100-predict3.md); SDP_CHUNK_PIPELINE=auto on a
  * GPU (on CPU workers the compute reads the host's copies themselves), on everywhere (2). */
 static int pipeline_wanted(void)
 {
