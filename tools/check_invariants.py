@@ -48,8 +48,9 @@ tokens that step s+1's tokens do not select, so step s+1's lookup (embedding_fwd
 which reads only the rows its tokens select, does not wait for it; every other reader of the group
 does (the LM head).  The log does not record rows: for 1 and 3 a lookup's writers are the group's
 updates but the late ones, on the graph's word that the late rows are not the lookup's.
-An event marked "tied" (the LM head of a tied model, and the fetch of its weights) reads the
-embedding's group 0 besides its own: for 1 and 3 it counts as a compute event of both.
+An event marked "tied" reads the embedding's group 0: the LM head of a tied model besides its own
+group (for 1 and 3 it counts as a compute event of both), the fetch of the head's copy (param_fetch,
+tied) group 0 alone (the head's key only places it in the head's window).
 A group that no update of the log writes while other groups' are written (LoRA's frozen base, whose
 adapters alone train) has a single version: its events' recorded versions, the step's, are not
 compared with the derived one.  In a LoRA log (one with lora_* tasks) an update writes the
@@ -293,8 +294,10 @@ def check(events):
     lora = any(e["name"].startswith("lora_") for e in ev)
     if lora:
         compute = [e for e in compute if e["name"].startswith("lora_")]
-    # the tied LM head reads the embedding's weights too: once more as group 0's reader
-    compute += [dict(e, group=0) for e in compute if e.get("tied") and e["group"] != 0]
+    # the tied LM head reads the embedding's weights too: once more as group 0's reader; the tied
+    # fetch of the head's copy reads them alone
+    tied = [dict(e, group=0) for e in compute if e.get("tied") and e["group"] != 0]
+    compute = [e for e in compute if not (e.get("tied") and e["name"] == "param_fetch")] + tied
     # updates[g][s] = list of adamw events of group g at step s
     updates = defaultdict(lambda: defaultdict(list))
     for e in ev:

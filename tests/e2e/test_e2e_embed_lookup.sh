@@ -22,7 +22,9 @@
 #     (h16off, no adamw_late, no act_fetch);
 #   - tools/check_invariants.py passes every log, and fails h16's once a late update is renamed
 #     adamw (a lookup then starts before an update of its rows) or ends after the next step's LM
-#     head has started (the head reads every row);
+#     head has started (the head reads every row), and passes h32's with the tied fetch of the
+#     head's copy moved ahead of the head group's update (it reads group 0 alone), fails it moved
+#     ahead of group 0's last update;
 #   - with 2 ranks the lookup stays where the compute runs, with a warning, and the same losses;
 #   - --embed-lookup with another value, and the recipe key with another value, exit 2.
 set -u
@@ -143,16 +145,38 @@ for n, name, end in (("renamed", "adamw", max(late["end_us"], look1 + 1.0)),
             if e is late:
                 e = dict(e, name=name, end_us=end)
             f.write(json.dumps(e) + "\n")
+# h32's tied fetch of step 1 (the head's key, the embedding's copy) moved between the last update
+# of group 0 and the head group's update of step 0, which it does not read (tiedok: the checker
+# passes it); and moved before group 0's last update ends (tiedearly: it fails)
+ev = events("h32")
+tf = [e for e in ev if e.get("name") == "param_fetch" and e.get("tied") and e["step"] == 1]
+hg = tf[0]["group"] if tf else -1
+up0 = max((e["end_us"] for e in ev if e.get("phase") == "update" and e["group"] == 0
+           and e["step"] == 0), default=None)
+uph = [e for e in ev if e.get("phase") == "update" and e["group"] == hg and e["step"] == 0]
+if len(tf) != 1 or up0 is None or not uph:
+    print("h32: %d tied fetches in step 1, head group %d with %d updates in step 0: nothing to move"
+          % (len(tf), hg, len(uph)))
+    ok = False
+else:
+    for n, t in (("tiedok", up0 + 1.0), ("tiedearly", up0 - 5.0)):
+        with open(os.path.join(tmp, n + ".ev"), "w") as f:
+            for e in ev:
+                if e is tf[0]:
+                    e = dict(e, start_us=t + 2.0, end_us=t + 3.0)
+                elif e in uph:
+                    e = dict(e, start_us=t, end_us=t + 10.0)
+                f.write(json.dumps(e) + "\n")
 sys.exit(0 if ok else 1)
 PYEOF
-for ev in renamed headfirst; do
+for ev in renamed headfirst tiedearly; do
     if "$py" "$top/tools/check_invariants.py" "$tmp/$ev.ev" > "$tmp/check" 2>&1; then
         echo "the checker passes the broken log ($ev)"; fail=1
     else
         echo "$ev: $(grep -m 1 'violated' "$tmp/check" | cut -c1-160)"
     fi
 done
-for ev in c32 h32 c16 h16 h16off key; do
+for ev in c32 h32 c16 h16 h16off key tiedok; do
     "$py" "$top/tools/check_invariants.py" "$tmp/$ev.ev" > "$tmp/check" 2>&1 ||
         { echo "the checker fails the run $ev:"; tail -n 5 "$tmp/check"; fail=1; }
 done
