@@ -172,6 +172,7 @@ void sdp_recipe_graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc
     gc->grad_route = r->grad_route_gpu ? SDP_ROUTE_GPU_REDUCE : SDP_ROUTE_CPU_REDUCE;
     gc->param_route = r->param_sharded ? SDP_ROUTE_SHARDED : SDP_ROUTE_REPLICATED;
     gc->lora = r->lora;
+    gc->seed = r->seed;
 }
 
 /* r's `plan:` rows over p, as train applies them (without a state: mlp_early is taken as asked) */

@@ -170,13 +170,6 @@ int sdp_recipe_lora_check(const struct sdp_recipe *r)
         return 0;
     if (sdp_lora_validate(&r->lora, &r->model, why, sizeof(why)))
         return sdp_err(-EINVAL, "recipe %s: %s", r->file, why);
-    if (r->lora.dropout > 0) {
-        sdp_err(-EINVAL, "recipe %s: lora.dropout = %g is not supported yet", r->file,
-                r->lora.dropout);
-        sdp_hint("set lora.dropout: 0; a dropout mask that reproduces PEFT's (torch's RNG) is "
-                 "not implemented, and another mask would not be PEFT's training");
-        return -EINVAL;
-    }
     if (r->work_on_gpu || r->embed_on_gpu || r->param_delay) {
         sdp_err(-EINVAL,
                 "recipe %s: lora: keeps the frozen base's working copy on the host and "

@@ -305,7 +305,7 @@ void sdp_cl_out_done(void *vec, const float *p)
 }
 
 #ifdef SDP_HAVE_CUDA
-#define NCUDA_SLOTS 4
+#define NCUDA_SLOTS 5
 #define WS_FLAGS    (STARPU_MALLOC_COUNT | STARPU_MALLOC_NORECLAIM | STARPU_MEMORY_OVERFLOW)
 static __thread void *cuda_ws[NCUDA_SLOTS];
 static __thread size_t cuda_ws_cap[NCUDA_SLOTS];

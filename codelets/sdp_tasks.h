@@ -9,6 +9,7 @@
 #define SDP_TASKS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "codelets/cpu/rope.h"
 #include "runtime/hint.h"
@@ -70,12 +71,18 @@ struct sdp_lora_dims {
     int M, in, out, r, ldy, col0;
     size_t a_off, b_off;
     float s;
+    /* dropout on the adapter's input x (M, in) (base/splitmix.h): the mask's key, its threshold
+     * round(p 2^24) (0: no dropout) and the kept elements' scale 1 / (1 - p) */
+    uint64_t drop_key;
+    uint32_t drop_thr;
+    float drop_scale;
 };
-/** y (M, ldy) act RW: columns [col0, col0 + out) += s (x (M, in) . A^T) . B^T; aw R */
+/** y (M, ldy) act RW: columns [col0, col0 + out) += s (drop(x) (M, in) . A^T) . B^T; aw R.  drop
+ * is the dims' dropout (the identity without). */
 int sdp_task_lora_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *y, sdp_rt_tensor_t *x,
                       sdp_rt_tensor_t *aw, const struct sdp_lora_dims *d);
-/** With dy (M, ldy) act R (the slice at col0): dx (M, in) act RW += s (dy B) A; the adapters'
- * gradient ag f32 RW: dA += s (dy B)^T x, dB += s dy^T (x A^T) */
+/** With dy (M, ldy) act R (the slice at col0): dx (M, in) act RW += drop'(s (dy B) A); the
+ * adapters' gradient ag f32 RW: dA += s (dy B)^T drop(x), dB += s dy^T (drop(x) A^T) */
 int sdp_task_lora_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dx, sdp_rt_tensor_t *dy,
                       sdp_rt_tensor_t *x, sdp_rt_tensor_t *aw, sdp_rt_tensor_t *ag,
                       const struct sdp_lora_dims *d);

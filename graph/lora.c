@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* LoRA in the step graph (docs/lora.md): the adapters' tasks beside each adapted linear of a
- * frozen base (lora_fwd, lora_bwd), their gradient's zeroing and squared norms, and their AdamW.
+ * frozen base (lora_fwd, lora_bwd) with the dropout of their input, their gradient's zeroing and
+ * squared norms, and their AdamW.
  * The base has no gradient: its norms' weight gradients, which the norm backward kernels always
  * write, go to a small sink that nothing reads.  One rank, param_delay 0 (sdp_graph_create_plan).
  */
@@ -9,7 +10,37 @@
 #include <string.h>
 
 #include "base/sdp_log.h"
+#include "base/splitmix.h"
 #include "graph/graph_internal.h"
+
+/* The key of the dropout mask of layer l's adapter on target t (sdp_lora_kinds' index) at the
+ * step's micro-batch mb (docs/lora.md): splitmix64 folded over the run's seed, the step, the
+ * micro-batch, the layer and the target, so that a micro-batch's mask is the same in its forward,
+ * its recomputation and its backward, on any rank and after a resume. */
+static uint64_t drop_key(unsigned long long seed, int step, int mb, int l, int t)
+{
+    uint64_t k = sdp_splitmix64(seed);
+    k = sdp_splitmix64(k ^ (uint64_t)step);
+    k = sdp_splitmix64(k ^ (uint64_t)mb);
+    k = sdp_splitmix64(k ^ (uint64_t)l);
+    return sdp_splitmix64(k ^ (uint64_t)t);
+}
+
+/* Layer l's adapter's dropout at o's step and micro-batch: while training only (not in an
+ * evaluation: sdp_graph_step without an update, or a step < 0) */
+static void dropout(const sdp_graph_t *g, const struct sdp_task_opts *o, int l,
+                    enum sdp_ptensor kind, struct sdp_lora_dims *d)
+{
+    double p = g->plan.lora.dropout;
+    int t = 0;
+    if (!(p > 0) || !g->updating || o->hint.step < 0)
+        return;
+    while (t < SDP_LORA_NTARGETS && sdp_lora_kinds[t] != kind)
+        t++;
+    d->drop_key = drop_key(g->c.seed, o->hint.step, o->hint.mb, l, t);
+    d->drop_thr = (uint32_t)(p * 16777216.0 + 0.5);
+    d->drop_scale = (float)(1.0 / (1.0 - p));
+}
 
 /* The dimensions of layer l's adapter on the linear `kind`; 0 when the plan gives it none. */
 static int dims(const sdp_graph_t *g, int l, enum sdp_ptensor kind, int N, int ldy, int col0,
@@ -40,6 +71,7 @@ int sdp_graph_lora_fwd(sdp_graph_t *g, const struct sdp_task_opts *o, int l, enu
     struct sdp_lora_dims d;
     if (!dims(g, l, kind, N, ldy, col0, &d))
         return 0;
+    dropout(g, o, l, kind, &d);
     return sdp_task_lora_fwd(o, y, x, g->st->groups[l].lora->work, &d);
 }
 
@@ -51,6 +83,7 @@ int sdp_graph_lora_bwd(sdp_graph_t *g, const struct sdp_task_opts *o, int l, enu
     const struct sdp_lora_state *ls = g->st->groups[l].lora;
     if (!dims(g, l, kind, N, ldy, col0, &d))
         return 0;
+    dropout(g, o, l, kind, &d);
     return sdp_task_lora_bwd(o, dx, dy, x, ls->work, ls->grad, &d);
 }
 

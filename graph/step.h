@@ -104,6 +104,7 @@ struct sdp_graph_conf {
                               0: the lookup runs where the compute runs */
     struct sdp_lora_cfg lora; /* LoRA adapters on the decoder layers' linears, the base frozen
                                  (the recipe's lora:; rank 0, the zeroed default: none) */
+    unsigned long long seed;  /* the run's seed: LoRA's dropout masks (graph/lora.c) */
 };
 
 struct sdp_step_result {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/fsutil.h"
+#include "base/splitmix.h"
 #include "formats/hfconfig.h"
 #include "formats/safetensors.h"
 #include "base/sdp_log.h"
@@ -245,10 +246,7 @@ size_t sdp_state_off(const struct sdp_state *st, int g, enum sdp_ptensor k)
 
 uint64_t sdp_state_splitmix64(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
+    return sdp_splitmix64(x);
 }
 
 uint64_t sdp_state_hash_name(const char *s)

@@ -70,15 +70,25 @@ void sdp_cpu_matmul_bwd_weight(float *dw, const float *dout, const float *x, int
 void sdp_cpu_matmul_bwd_weight_ref(float *dw, const float *dout, const float *x, int M, int K,
                                    int N);
 
-/* ---- LoRA adapters (PEFT: y = W x + s B (A x), s = alpha / r) ---- */
-/** y (M, out; row stride ldy) += s (x (M, in) . A (r, in)^T) . B (out, r)^T; u: M * r scratch */
+/* ---- LoRA adapters (PEFT: y = W x + s B (A drop(x)), s = alpha / r) ---- */
+/** LoRA's dropout on the adapter's input (base/splitmix.h's mask keyed key, threshold thr; thr 0:
+ * none): drop(x)[i] = x[i] * scale where element i is kept, else 0; xd: M * in scratch */
+struct sdp_cpu_dropout {
+    uint64_t key;
+    uint32_t thr;
+    float scale;
+    float *xd;
+};
+/** y (M, out; row stride ldy) += s (drop(x) (M, in) . A (r, in)^T) . B (out, r)^T; u: M * r
+ * scratch; dp NULL: no dropout */
 void sdp_cpu_lora_fwd(float *y, int ldy, const float *x, const float *a, const float *b, int M,
-                      int in, int out, int r, float s, float *u);
-/** With dy (M, out; row stride ldy) the gradient of y: dx (M, in) += s (dy B) A,
- * dA (r, in) += s (dy B)^T x, dB (out, r) += s dy^T (x A^T); u, v: M * r scratch each */
+                      int in, int out, int r, float s, float *u, const struct sdp_cpu_dropout *dp);
+/** With dy (M, out; row stride ldy) the gradient of y: dx (M, in) += drop'(s (dy B) A) (the kept
+ * elements times scale), dA (r, in) += s (dy B)^T drop(x), dB (out, r) += s dy^T (drop(x) A^T);
+ * u, v: M * r scratch each */
 void sdp_cpu_lora_bwd(float *dx, const float *dy, int ldy, const float *x, const float *a,
                       const float *b, float *ga, float *gb, int M, int in, int out, int r, float s,
-                      float *u, float *v);
+                      float *u, float *v, const struct sdp_cpu_dropout *dp);
 
 /* ---- embedding ---- */
 

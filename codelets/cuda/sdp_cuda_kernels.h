@@ -98,16 +98,27 @@ void sdp_cuda_matmul_bwd_weight(cublasLtHandle_t lt, float *dw, const void *dout
  * y, dy: the slice's first element, row stride ldy; A (r, in), B (out, r) dt; u, us: M * r * 4
  * bytes of device workspace each, t: M * out * 4, v: M * max(r, in) * 4 (the forward's and the
  * backward's fp32 product before its bf16 addition), vs: M * r * 4. */
-/** y (M, out) dt += s (x (M, in) dt . A^T) . B^T (the scaled product rounded to dt first) */
+/** LoRA's dropout on the adapter's input (base/splitmix.h's mask; thr 0: none); xd: the dropped
+ * input, M * in elements of the operands' dtype (unused without dropout) */
+struct sdp_cuda_dropout {
+    uint64_t key;
+    uint32_t thr;
+    float scale;
+    void *xd;
+};
+/** y (M, out) dt += s (drop(x) (M, in) dt . A^T) . B^T (the scaled product rounded to dt first);
+ * drop(x) = x * scale where kept, rounded to dt */
 void sdp_cuda_lora_fwd(cublasLtHandle_t lt, void *y, int ldy, const void *x, const void *a,
                        const void *b, int M, int in, int out, int r, float s, int dt, void *u,
-                       void *us, void *t, void *ws, size_t ws_bytes, cudaStream_t st);
-/** dx (M, in) dt += s (dy B) A; ga (r, in) f32 += s (dy B)^T x; gb (out, r) f32 += s dy^T (x A^T)
- */
+                       void *us, void *t, void *ws, size_t ws_bytes, cudaStream_t st,
+                       const struct sdp_cuda_dropout *dp);
+/** dx (M, in) dt += drop'(s (dy B) A); ga (r, in) f32 += s (dy B)^T drop(x); gb (out, r) f32 +=
+ * s dy^T (drop(x) A^T); with dropout dx takes the kept elements' scale * (s (dy B) A) in f32 and is
+ * rounded once */
 void sdp_cuda_lora_bwd(cublasLtHandle_t lt, void *dx, const void *dy, int ldy, const void *x,
                        const void *a, const void *b, float *ga, float *gb, int M, int in, int out,
                        int r, float s, int dt, void *u, void *us, void *v, void *vs, void *ws,
-                       size_t ws_bytes, cudaStream_t st);
+                       size_t ws_bytes, cudaStream_t st, const struct sdp_cuda_dropout *dp);
 
 /* ---- embedding ---- */
 /** out (N, C) dt = wte[ids] (wte (V, C) dt) */

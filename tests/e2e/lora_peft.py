@@ -16,13 +16,15 @@
        adapter, our own logits of the merged model (dump_logits), and our LoRA forward of the
        base and the adapter (dump_logits with the adapter: the lora_fwd tasks beside the frozen
        base), within LOGIT_RTOL.
-  lora_peft.py train OUT DATA RUN METRICS STEPS
+  lora_peft.py train OUT DATA RUN METRICS STEPS [DROPOUT SEED]
                              PEFT trains OUT/adapter on OUT/base for STEPS AdamW steps on the
                              batches `slidedp train` took from DATA (the recipe of
                              test_e2e_lora_peft.sh: T 32, 4 sequences a step in 2 micro-batches, in
                              order, lr 1e-3 constant, betas 0.9 0.95, eps 1e-8, weight decay 0.1,
                              clipping at 1 as ours); its losses and gradient norms must match
                              METRICS and its final adapter RUN/final, within the bounds below.
+                             With DROPOUT, PEFT's lora_dropout modules draw slidedp's masks
+                             (MaskDropout: the mask is a definition, the adapters' math PEFT's).
 Exit 0 pass, 1 fail, 77 skip (torch, transformers, peft or safetensors missing).
 """
 
@@ -192,6 +194,61 @@ LOSS_RTOL, ADAPTER_RTOL = 1e-5, 1e-3
 T_TRAIN, GLOBAL, MICRO, LR, BETAS, EPS, WD, CLIP = 32, 4, 2, 1e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
 
 
+# LoRA's dropout mask as graph/lora.c and base/splitmix.h define it: element i of the input of
+# layer l's adapter on target t (TARGETS' index) at step s, micro-batch mb is dropped when the top
+# 24 bits of splitmix64(key + i gamma) fall below round(p 2^24), key = splitmix64 folded over
+# (seed, s, mb, l, t); the kept elements are scaled by fp32(1 / (1 - p)).
+M64, GAMMA = (1 << 64) - 1, 0x9e3779b97f4a7c15
+
+
+def splitmix64(x):
+    x = (x + GAMMA) & M64
+    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & M64
+    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & M64
+    return x ^ (x >> 31)
+
+
+def splitmix64_np(x):
+    x = x + np.uint64(GAMMA)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
+    return x ^ (x >> np.uint64(31))
+
+
+class MaskDropout(torch.nn.Module):
+    at = (0, 0)  # (step, micro-batch) of the forward under way, set by train()
+
+    def __init__(self, p, seed, layer, target):
+        super().__init__()
+        self.thr, self.scale = int(p * 16777216.0 + 0.5), np.float32(1.0 / (1.0 - p))
+        self.seed, self.layer, self.target = seed, layer, target
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        k = splitmix64(self.seed)
+        for v in (MaskDropout.at[0], MaskDropout.at[1], self.layer, self.target):
+            k = splitmix64(k ^ v)
+        with np.errstate(over="ignore"):
+            i = np.arange(x.numel(), dtype=np.uint64)
+            keep = (splitmix64_np(np.uint64(k) + i * np.uint64(GAMMA)) >> np.uint64(40)) >= self.thr
+        f = torch.from_numpy(np.where(keep, self.scale, np.float32(0)).astype(np.float32))
+        return x * f.reshape(x.shape)
+
+
+def mask_dropouts(model, p, seed):
+    """Every adapter's lora_dropout becomes a MaskDropout of its layer (the recipe's numbering,
+    1..L) and target; returns how many."""
+    n = 0
+    for name, mod in model.named_modules():
+        if hasattr(mod, "lora_dropout") and "default" in mod.lora_dropout:
+            parts = name.split(".")
+            layer = int(parts[parts.index("layers") + 1]) + 1
+            mod.lora_dropout["default"] = MaskDropout(p, seed, layer, TARGETS.index(parts[-1]))
+            n += 1
+    return n
+
+
 def batches(data, steps):
     with open(data, "rb") as f:
         head = f.read(64)
@@ -204,11 +261,14 @@ def batches(data, steps):
             np.stack([q[1:] for q in seqs]))
 
 
-def train(out, data, run, metrics, steps):
+def train(out, data, run, metrics, steps, dropout=0.0, seed=0):
     import json
     import math
     model = PeftModel.from_pretrained(base_model(out), os.path.join(out, "adapter"),
                                       is_trainable=True).train()
+    if dropout > 0:
+        print("dropout %g: %d adapters draw slidedp's masks" % (dropout,
+                                                               mask_dropouts(model, dropout, seed)))
     params = [p for p in model.parameters() if p.requires_grad]
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     init = [p.detach().clone() for p in params]
@@ -221,6 +281,7 @@ def train(out, data, run, metrics, steps):
         loss_sum = 0.0
         for mb in range(GLOBAL // MICRO):
             x, y = ids[mb * MICRO:(mb + 1) * MICRO], tg[mb * MICRO:(mb + 1) * MICRO]
+            MaskDropout.at = (s, mb)
             logits = model(input_ids=x, use_cache=False).logits
             ce = torch.nn.functional.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1),
                                                    reduction="sum")
@@ -265,7 +326,8 @@ def main():
         make(sys.argv[2], sys.argv[3])
         return 0
     if sys.argv[1] == "train":
-        ok = train(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]))
+        extra = (float(sys.argv[7]), int(sys.argv[8])) if len(sys.argv) > 8 else ()
+        ok = train(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]), *extra)
         print("PASS" if ok else "FAIL")
         return 0 if ok else 1
     out, dump = sys.argv[2], sys.argv[3]

@@ -12,12 +12,34 @@
 # names no linear, a tensor whose shape disagrees with the base, an extra tensor; and an adapter
 # without --base; a recipe whose lora.init_from adapter is not its lora: is refused (exit 2).
 # For each model, training too: 10 steps from the PEFT adapter against PEFT's own training of it
-# (losses, gradient norms, the final adapter in RUN/final, which PeftModel.from_pretrained loads).  Skips (77) without torch, transformers, peft or safetensors.
+# (losses, gradient norms, the final adapter in RUN/final, which PeftModel.from_pretrained loads),
+# and for the Qwen3 with lora.dropout 0.1 against PEFT whose lora_dropout draws the same masks.  Skips (77) without torch, transformers, peft or safetensors.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 dump=$build/tests/e2e/dump_logits
 need_python numpy torch transformers peft safetensors
 [ -x "$dump" ] || { echo "missing helper $dump (make check builds it)"; echo FAIL; exit 1; }
+
+# train_against_peft W RUN DROPOUT: 10 AdamW steps of W's adapter (B non-zero) on the frozen base,
+# fp32, CPU workers, with lora.dropout DROPOUT (seed 7); losses, gradient norms and the final
+# adapter (W/RUN/final) against PEFT's own training (lora_peft.py train: its tolerances are derived
+# there; with dropout, PEFT's lora_dropout modules draw the run's masks)
+train_against_peft() {
+    {
+        printf 'model: {path: %s}\ndata: {train: %s, seq_len: 32, shuffle: false}\n' "$1/base" "$top/data/kjv/val.tok"
+        printf 'batch: {global: 4, micro: 2}\nschedule: {name: constant, warmup_steps: 0}\n'
+        printf 'optimizer: {lr: 1.0e-3, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1, max_grad_norm: 1.0}\n'
+        printf 'train: {steps: 10, precision: fp32, seed: 7}\n'
+        printf 'lora: {rank: 4, alpha: 8, dropout: %s, targets: all-linear, layers: %s, init_from: %s}\n' \
+            "$3" "$(cat "$1/layers")" "$1/adapter"
+    } > "$1/$2.yaml"
+    if ! "$bin" train "$1/$2.yaml" --cpus 2 --output "$1/$2" --metrics "$1/$2.jsonl" -q 2> "$1/$2.err"; then
+        echo "LoRA training ($2) failed"; cat "$1/$2.err"; fail=1; return
+    fi
+    "$py" "$top/tests/e2e/lora_peft.py" train "$1" "$top/data/kjv/val.tok" "$1/$2" "$1/$2.jsonl" 10 "$3" 7 2>&1 |
+        grep -v -e 'Loading weights' -e 'Warning' -e 'warnings.warn' | tee "$1/$2.log"
+    grep -q '^PASS$' "$1/$2.log" || fail=1
+}
 
 # against_peft ARCH: the model and adapter in $tmp/ARCH, the exports, their checks, the training
 against_peft() {
@@ -34,22 +56,7 @@ against_peft() {
     "$py" "$top/tests/e2e/lora_peft.py" check "$w" "$dump" 2>&1 |
         grep -v -e 'Loading weights' -e 'Warning' -e 'warnings.warn' | tee "$w/check.log"
     grep -q '^PASS$' "$w/check.log" || fail=1
-    # training: 10 AdamW steps of the adapter (B non-zero) on the frozen base, fp32, CPU workers;
-    # losses, gradient norms and the final adapter (RUN/final) against PEFT's own training
-    # (lora_peft.py train: its tolerances are derived there)
-    {
-        printf 'model: {path: %s}\ndata: {train: %s, seq_len: 32, shuffle: false}\n' "$w/base" "$top/data/kjv/val.tok"
-        printf 'batch: {global: 4, micro: 2}\nschedule: {name: constant, warmup_steps: 0}\n'
-        printf 'optimizer: {lr: 1.0e-3, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1, max_grad_norm: 1.0}\n'
-        printf 'train: {steps: 10, precision: fp32}\n'
-        printf 'lora: {rank: 4, alpha: 8, targets: all-linear, layers: %s, init_from: %s}\n' "$(cat "$w/layers")" "$w/adapter"
-    } > "$w/train.yaml"
-    if ! "$bin" train "$w/train.yaml" --cpus 2 --output "$w/run" --metrics "$w/m.jsonl" -q 2> "$w/train.err"; then
-        echo "LoRA training failed"; cat "$w/train.err"; fail=1; return
-    fi
-    "$py" "$top/tests/e2e/lora_peft.py" train "$w" "$top/data/kjv/val.tok" "$w/run" "$w/m.jsonl" 10 2>&1 |
-        grep -v -e 'Loading weights' -e 'Warning' -e 'warnings.warn' | tee "$w/train.log"
-    grep -q '^PASS$' "$w/train.log" || fail=1
+    train_against_peft "$w" run 0
     # PEFT loads what the run wrote
     "$py" -c "import sys, transformers, peft
 m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1])
@@ -59,6 +66,18 @@ peft.PeftModel.from_pretrained(m, sys.argv[2]); print('PeftModel.from_pretrained
 against_peft qwen3
 against_peft llama
 w=$tmp/qwen3
+# lora.dropout 0.1: the same 10 steps with the adapters' inputs dropped; a run without the masks
+# (dropout 0) differs from it by more than 10x the comparison's loss tolerance (1e-5), so the
+# comparison tells a run with the masks from one without
+echo "== qwen3, lora.dropout 0.1"
+train_against_peft "$w" drop 0.1
+"$py" - "$w/run.jsonl" "$w/drop.jsonl" <<'PYEOF' || fail=1
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:3])
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("dropout 0.1 against none: losses differ by up to %.1e relative" % d)
+sys.exit(0 if d > 1e-4 else 1)
+PYEOF
 
 # bad adapters: each a copy with one flaw, refused naming it; nothing written
 bad() { # NAME PYTHON: copy the adapter into $tmp/bad-NAME, then run PYTHON there (d: the dir)

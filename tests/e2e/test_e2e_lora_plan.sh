@@ -6,8 +6,8 @@
 #     all-linear names the seven projections;
 #   - bad input is refused with exit code 2, naming the recipe and the key: a target that names no
 #     linear, a rank above an adapted linear's smaller width (k_proj is 16 x 32 here), layers
-#     beyond the model, an unknown key, a non-mapping section, dropout > 0 (not PEFT's mask yet),
-#     and nothing is written;
+#     beyond the model, an unknown key, a non-mapping section, a dropout of 1, and nothing is
+#     written; a dropout of 0.05 is planned and printed;
 #   - train.gpu_update (the adapters' AdamW on the GPU, graph/lora.c) does not apply on CPU workers:
 #     the plan says why and keeps the updates on the host ("adapters"), and the run's losses and
 #     final adapter are those without it, bit for bit (its GPU side: test_e2e_lora_gpu_update_gpu.sh);
@@ -16,7 +16,8 @@
 #     which a forward event of the adapted layer records another version than the one it read;
 #   - the plan trains: 4 steps with finite losses; a run resumed from a checkpoint (the adapters
 #     alone, under 1 MB here) gives the uninterrupted run's losses and final adapter bit for bit,
-#     and `slidedp export` refuses such a checkpoint.
+#     and `slidedp export` refuses such a checkpoint (with lora.dropout 0.1: the masks are the
+#     step's, so the resumed run draws the same ones).
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 
@@ -98,8 +99,8 @@ fi
 
 # checkpoints hold the adapters alone: 4 steps in one run, and 2 then 2 more from the checkpoint
 # of step 2, give the same losses and final adapter bit for bit (the frozen base comes from the
-# seed again); exporting such a checkpoint as a model is refused
-{ with '{rank: 4, alpha: 8, targets: all-linear}'; printf 'output: {checkpoint_every: 2}\n'; } |
+# seed again, the dropout's masks from the step); exporting such a checkpoint as a model is refused
+{ with '{rank: 4, alpha: 8, dropout: 0.1, targets: all-linear}'; printf 'output: {checkpoint_every: 2}\n'; } |
     sed -e 's/^  steps: .*/  steps: 4/' -e 's/^  name: cosine/  name: constant/' > "$tmp/ck.yaml"
 "$bin" train "$tmp/ck.yaml" --cpus 2 -q --output "$tmp/ck1" --metrics "$tmp/ck1.jsonl" 2> "$tmp/ck.err" &&
     "$bin" train "$tmp/ck.yaml" --cpus 2 -q --output "$tmp/ck2" --metrics "$tmp/ck2.jsonl" --steps 2 \
@@ -137,7 +138,11 @@ expect 2 "$tmp/key.yaml line .*unknown key 'lora.colour'" -- \
 bad list '[q_proj]'
 expect 2 "$tmp/list.yaml line .*lora: the section is a mapping" -- \
     "$bin" train "$tmp/list.yaml" --cpus 2 --print-plan
-bad dropout '{rank: 4, dropout: 0.05}'
-expect 2 "lora.dropout = 0.05 is not supported yet" -- \
+bad dropout '{rank: 4, dropout: 1}'
+expect 2 "lora.dropout: a probability in \[0, 1\)" -- \
     "$bin" train "$tmp/dropout.yaml" --cpus 2 --print-plan
+with '{rank: 4, dropout: 0.05}' > "$tmp/drop.yaml"
+expect 0 "" -- "$bin" train "$tmp/drop.yaml" --cpus 2 --print-plan
+grep -q '^lora: rank 4, alpha 8 (scale 2), dropout 0.05' "$tmp.out" ||
+    { echo "--print-plan does not say dropout 0.05"; cat "$tmp.out"; fail=1; }
 finish

@@ -6,8 +6,9 @@
  * untouched.  Each element must satisfy |x_i - ref_i| <= SDP_SAFETY * u * kappa_i with kappa_i the
  * oracle's first-order magnitude and u the unit roundoff of the step that rounds most: u32 for
  * f32 (fp32 GEMMs, no TF32), ubf16 for bf16 (the scaled rank-r intermediate, the output and its
- * in-place accumulation are rounded to bf16; the GEMMs accumulate in fp32).  Exit 77 without a
- * GPU. */
+ * in-place accumulation are rounded to bf16; the GEMMs accumulate in fp32).  Each also with the
+ * dropout of the adapter's input (the dropped input rounded to dt; the oracle applies the mask).
+ * Exit 77 without a GPU. */
 #include "config.h"
 
 #include <math.h>
@@ -18,6 +19,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "base/splitmix.h"
 #include "tests/kernels/lora_oracle.h"
 #include "tests/lib/sdp_test.h"
 #include "tests/lib/sdp_test_cuda.h"
@@ -26,8 +28,9 @@
 
 static cublasLtHandle_t lt;
 static cudaStream_t stream;
-static void *gemm_ws, *ws[5];
-static double U; /* the unit roundoff of the dtype under test */
+static void *gemm_ws, *ws[6];
+static struct sdp_cuda_dropout drop; /* thr 0: none; else its mask in lora_keep, xd in ws[5] */
+static double U;                     /* the unit roundoff of the dtype under test */
 
 static void test_fwd(int dt, const float *x, const float *a, const float *b, const float *y0)
 {
@@ -37,7 +40,7 @@ static void test_fwd(int dt, const float *x, const float *a, const float *b, con
     void *db = upload(b, OUT * R, dt);
     int outside = 0;
     sdp_cuda_lora_fwd(lt, (char *)dy + COL0 * esize(dt), LDY, dx, da, db, M, IN, OUT, R, (float)S,
-                      dt, ws[0], ws[1], ws[4], gemm_ws, GEMM_WS_BYTES, stream);
+                      dt, ws[0], ws[1], ws[4], gemm_ws, GEMM_WS_BYTES, stream, &drop);
     CK(cudaStreamSynchronize(stream));
     download(y, dy, M * LDY, dt);
     lora_oracle_fwd(x, a, b, y0, ref, kap);
@@ -75,7 +78,7 @@ static void test_bwd(int dt, const float *x, const float *a, const float *b, con
         CK(cudaMemcpy(dgb, gb0, sizeof(gb), cudaMemcpyHostToDevice));
         sdp_cuda_lora_bwd(lt, ddx, (char *)ddy + COL0 * esize(dt), LDY, dxx, da, db, dga, dgb, M,
                           IN, OUT, R, (float)S, dt, ws[0], ws[1], ws[2], ws[3], gemm_ws,
-                          GEMM_WS_BYTES, stream);
+                          GEMM_WS_BYTES, stream, &drop);
         CK(cudaStreamSynchronize(stream));
         download(dx, ddx, M * IN, dt);
         CK(cudaMemcpy(ga, dga, sizeof(ga), cudaMemcpyDeviceToHost));
@@ -103,7 +106,7 @@ int main(void)
     }
     CK(cudaStreamCreate(&stream));
     CK(cudaMalloc(&gemm_ws, GEMM_WS_BYTES));
-    for (int i = 0; i < 5; i++) /* u, us, v (then dx's product), vs; the forward's product */
+    for (int i = 0; i < 6; i++) /* u, us, v (then dx's product), vs; the forward's product; xd */
         CK(cudaMalloc(&ws[i], (size_t)M * (LDY > IN ? LDY : IN) * 4));
     for (int dt = SDP_CUDA_F32; dt <= SDP_CUDA_BF16; dt++) {
         struct sdp_rng rng = { 7 };
@@ -117,8 +120,21 @@ int main(void)
         U = dt == SDP_CUDA_BF16 ? SDP_UBF16 : SDP_U32;
         printf("%s: M %d, in %d, out %d (columns %d.. of %d), r %d, s %.2f\n", dt_name(dt), M, IN,
                OUT, COL0, LDY, R, S);
+        drop = (struct sdp_cuda_dropout){ 0 };
+        lora_keep = NULL;
         test_fwd(dt, x, a, b, y0);
         test_bwd(dt, x, a, b, dy);
+        { /* dropout p = 0.3 on the input (the CPU test's mask): the oracle applies it */
+            static unsigned char keep[M * IN];
+            drop = (struct sdp_cuda_dropout){ 0x5eedull, (uint32_t)(0.3 * 16777216.0 + 0.5),
+                                              (float)(1.0 / 0.7), ws[5] };
+            for (int i = 0; i < M * IN; i++)
+                keep[i] = (unsigned char)sdp_dropout_keep(drop.key, (uint64_t)i, drop.thr);
+            lora_keep = keep, lora_scale = drop.scale;
+            printf("%s with dropout p 0.3\n", dt_name(dt));
+            test_fwd(dt, x, a, b, y0);
+            test_bwd(dt, x, a, b, dy);
+        }
     }
     return sdp_test_finish(sdp_test_nfail);
 }
