@@ -4,7 +4,8 @@
  * workers would compete for the cores): the project's own AdamW and fp32 -> bf16 cast kernels
  * (codelets/cpu/, as bench/host_adamw runs them) over 1 to all cores, and a memcpy over all cores
  * for the DRAM bandwidth.  Before them, through the runtime: the submission and the life of a task
- * that does nothing (sdp_task_zero of one element), with CUDA workers the pinned H2D copy and
+ * that does nothing (sdp_task_zero of one element), AdamW's codelet on every CPU worker
+ * (cli/calibrate_update.c), with CUDA workers the pinned H2D copy and
  * the D2H of each GPU alone and of all at once, then the GEMM and attention rates of the compute
  * workers (cli/calibrate_compute.c: each GPU, else the CPU workers) and the launch overhead.
  * Without a CUDA worker the GPU rates are absent.  Each figure is the median of a few timed passes
@@ -448,6 +449,8 @@ static int measure_runtime(struct sdp_machine *m, int gpus)
         rc = sdp_tasks_set_ranks(m->gpus, wid);
     if (!rc)
         rc = measure_tasks(m);
+    if (!rc)
+        rc = sdp_cli_calibrate_update(m);
     if (!rc && m->gpus > 0)
         rc = measure_gpus(m, m->gpus);
     if (!rc)

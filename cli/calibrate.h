@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The passes of `slidedp calibrate` kept apart from cli/calibrate.c: the compute rates, measured
- * through the runtime (cli/calibrate_compute.c). */
+/* The passes of `slidedp calibrate` kept apart from cli/calibrate.c: the compute rates and the
+ * host's update lane, measured through the runtime (cli/calibrate_compute.c,
+ * cli/calibrate_update.c). */
 #ifndef SDP_CLI_CALIBRATE_H
 #define SDP_CLI_CALIBRATE_H
 
@@ -14,5 +15,10 @@
  * .cpu_attention_flops and m->gemm[].  Leaves the ranks unset when it set them.
  * @return 0 or the runtime's error (logged with what failed) */
 int sdp_cli_calibrate_compute(struct sdp_machine *m);
+
+/** AdamW's codelet on every CPU worker of the running runtime, the step's update lane, into
+ * m->adamw_workers and m->adamw_workers_bps (cli/calibrate_update.c).  @return 0 or the runtime's
+ * error (logged) */
+int sdp_cli_calibrate_update(struct sdp_machine *m);
 
 #endif

@@ -25,13 +25,16 @@ static void lane_of(const double *bps, int n, double *core, double *max)
 }
 
 /* Override the defaults in mc with what m measured (a rate of 0 was not measured).  The host
- * lanes come from the AdamW and cast tables; DRAM is at least what AdamW moved (the copy's
+ * lanes come from the AdamW and cast tables (AdamW's best rate the larger of the table's and the
+ * runtime workers', cli/calibrate_update.c); DRAM is at least what AdamW moved (the copy's
  * read + write understates a read-heavy stream, graph/predict.c); a GPU's transfer rates are the
  * copy rates, and the shared ones give the host link of all GPUs at once. */
 static void map_machine(const struct sdp_machine *m, int ngpus, struct sdp_predict_machine *mc)
 {
     double core, max;
     lane_of(m->adamw_bps, m->nthreads, &core, &max);
+    if (m->adamw_workers_bps > max) /* the codelet on the runtime's workers, as the step runs it */
+        max = m->adamw_workers_bps;
     if (core > 0 && max > 0)
         mc->adamw_core_bps = core, mc->adamw_max_bps = max;
     lane_of(m->cast_bps, m->nthreads, &core, &max);

@@ -26,6 +26,7 @@ static const struct {
     const char *key;
     size_t off;
 } scalars[] = {
+    { "adamw_workers_bps", offsetof(struct sdp_machine, adamw_workers_bps) },
     { "dram_bps", offsetof(struct sdp_machine, dram_bps) },
     { "task_submit_s", offsetof(struct sdp_machine, task_submit_s) },
     { "task_s", offsetof(struct sdp_machine, task_s) },
@@ -198,6 +199,7 @@ static json_t *to_json(const struct sdp_machine *m)
     json_object_set_new(o, "gpus", json_integer(m->gpus));
     json_object_set_new(o, "adamw_bps", table(m->adamw_bps, m->nthreads));
     json_object_set_new(o, "cast_bps", table(m->cast_bps, m->nthreads));
+    json_object_set_new(o, "adamw_workers", json_integer(m->adamw_workers));
     for (int i = 0; i < NELEMS(scalars); i++)
         json_object_set_new(o, scalars[i].key,
                             rate(*(const double *)((const char *)m + scalars[i].off)));
@@ -397,7 +399,8 @@ static int from_json(struct reader *r, const json_t *o, struct sdp_machine *m)
     if (read_str(r, o, "host", m->host, sizeof(m->host)) ||
         read_str(r, o, "cpu", m->cpu, sizeof(m->cpu)) ||
         read_int(r, o, "cores", 1, 1 << 20, &m->cores) ||
-        read_int(r, o, "gpus", 0, SDP_MACHINE_MAX_GPUS, &m->gpus))
+        read_int(r, o, "gpus", 0, SDP_MACHINE_MAX_GPUS, &m->gpus) ||
+        read_int(r, o, "adamw_workers", 0, SDP_MACHINE_MAX_THREADS, &m->adamw_workers))
         return -EINVAL;
     if (read_table(r, o, "adamw_bps", m->adamw_bps, &nt) ||
         read_table(r, o, "cast_bps", m->cast_bps, &nt))

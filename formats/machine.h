@@ -50,10 +50,12 @@ struct sdp_machine {
     int nthreads;                              /* entries of the two tables below */
     double adamw_bps[SDP_MACHINE_MAX_THREADS]; /* [t - 1]: t threads; 28 B per parameter */
     double cast_bps[SDP_MACHINE_MAX_THREADS];  /* [t - 1]: fp32 -> bf16, 6 B per element */
-    double dram_bps;                           /* memcpy, read + write bytes per second */
-    double task_submit_s;                      /* StarPU submission of one task */
-    double task_s;                             /* one empty task, submitted to ended */
-    double kernel_launch_s;                    /* a tiny task on a CUDA worker over an empty one */
+    int adamw_workers;          /* the runtime's CPU workers when adamw_workers_bps was measured */
+    double adamw_workers_bps;   /* AdamW's codelet on those workers, as the step's update lane */
+    double dram_bps;            /* memcpy, read + write bytes per second */
+    double task_submit_s;       /* StarPU submission of one task */
+    double task_s;              /* one empty task, submitted to ended */
+    double kernel_launch_s;     /* a tiny task on a CUDA worker over an empty one */
     double cpu_gemm_flops;      /* fp32 GEMMs one at a time on one CPU worker (a chain's rate) */
     double cpu_gemm_flops_all;  /* fp32 GEMMs one per CPU worker at once, summed */
     double cpu_attention_flops; /* fp32 causal attention fwd+bwd on one CPU worker */

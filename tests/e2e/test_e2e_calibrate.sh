@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # slidedp calibrate on CPU workers: a real calibration of this machine in under a minute, its
 # machine file read back (format, this node's host name and core count, one positive AdamW and
-# cast rate per thread count up to the cores, positive DRAM and task figures, no GPU rates without
+# cast rate per thread count up to the cores, AdamW's rate on the runtime's CPU workers (one per
+# core), positive DRAM and task figures, no GPU rates without
 # a GPU; the CPU workers' fp32 GEMM rates at the four shapes, the LM-head-like one included, and
 # the attention rate, each positive and plausible), progress on stderr and nothing on stdout; then the refusals: -o on a directory or in a
 # missing directory (exit 2, naming the file, before any measurement, nothing written), and bad
@@ -29,6 +30,8 @@ checks = {
     "identity": m["host"] == host and m["cores"] == cores and m["cpu"],
     "tables": len(m["adamw_bps"]) == min(cores, 256) == len(m["cast_bps"]),
     "rates": all(x > 0 for x in m["adamw_bps"] + m["cast_bps"] + [m["dram_bps"]]),
+    # AdamW's codelet on the runtime's CPU workers (all cores here: no GPU drives one)
+    "update lane": m["adamw_workers"] == cores and m["adamw_workers_bps"] > 0,
     "tasks": 0 < m["task_submit_s"] < 0.01 and 0 < m["task_s"] < 0.01,
     "no gpu": m["gpus"] == 0 and m["gpu"] == [] and m["kernel_launch_s"] is None,
     "took": 0 < m["calib_s"] < 60,

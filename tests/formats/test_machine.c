@@ -39,6 +39,8 @@ static void sample(struct sdp_machine *m)
         m->adamw_bps[t] = 1.25e10 * (t + 1);
         m->cast_bps[t] = 3.5e9 * (t + 1);
     }
+    m->adamw_workers = 2;
+    m->adamw_workers_bps = 2.75e10;
     m->dram_bps = 2.345678e10;
     m->task_submit_s = 3.5e-6;
     m->task_s = 1.2e-5;
@@ -77,6 +79,8 @@ static int same(const struct sdp_machine *a, const struct sdp_machine *b)
              a->gpus == b->gpus && a->nthreads == b->nthreads && a->ngemm == b->ngemm;
     for (int t = 0; ok && t < a->nthreads; t++)
         ok = close_to(a->adamw_bps[t], b->adamw_bps[t]) && close_to(a->cast_bps[t], b->cast_bps[t]);
+    ok = ok && a->adamw_workers == b->adamw_workers &&
+         close_to(a->adamw_workers_bps, b->adamw_workers_bps);
     ok = ok && close_to(a->dram_bps, b->dram_bps) && close_to(a->task_submit_s, b->task_submit_s) &&
          close_to(a->task_s, b->task_s) && close_to(a->kernel_launch_s, b->kernel_launch_s) &&
          close_to(a->calib_s, b->calib_s) && close_to(a->cpu_gemm_flops, b->cpu_gemm_flops) &&
@@ -299,7 +303,7 @@ static void test_missing_fields(void)
               m.gemm[0].flops == d.gemm[0].flops,
           "a missing GEMM table: the defaults' (%d missing)", m.ndefaulted);
     sdp_test_write_file(p, "{\"format\": \"slidedp-machine\", \"version\": 1}", 43);
-    CHECK(sdp_machine_load(p, NULL, &m) == 0 && m.ndefaulted == 19 && same(&m, &d),
+    CHECK(sdp_machine_load(p, NULL, &m) == 0 && m.ndefaulted == 21 && same(&m, &d),
           "only the header: every field from the defaults (%d missing)", m.ndefaulted);
 }
 
