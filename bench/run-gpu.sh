@@ -3,6 +3,8 @@
 # Stages (run in the order given; each under its own time limit, so one slow stage cannot take the
 # others' results with it):
 #   tests    the CUDA kernel tests, the host-kernel test and the Hugging Face parity test on the GPU
+#   gputests every GPU end-to-end test (tests/e2e/*_gpu.sh, tests/e2e/test_e2e_grad_dtype.sh) with
+#            the bundle, each under 300 s, its log kept (exit 77: too few GPUs for it)
 #   host     host AdamW beside PyTorch's CPU AdamW (bench/host_adamw.sh) on every core
 #   bench    slidedp bench on MODEL/BATCH: the default policy (pipelined steps, and with --barrier),
 #            dmda, and bounded windows (BENCH_GIBS)
@@ -150,6 +152,12 @@ for stage in $stages; do
             [ -x "$t" ] || continue
             timeout 300 "$t" > "$out/$(basename "$t").log" 2>&1
             log "$(basename "$t"): exit $? $(tail -n 1 "$out/$(basename "$t").log")"
+        done
+        ;;
+    gputests)
+        for t in tests/e2e/test_e2e_*_gpu.sh tests/e2e/test_e2e_grad_dtype.sh; do
+            PYTHON3=python3 timeout 300 "$t" > "$out/$(basename "$t" .sh).log" 2>&1
+            log "$(basename "$t"): exit $? $(tail -n 1 "$out/$(basename "$t" .sh).log")"
         done
         ;;
     host)
