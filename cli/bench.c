@@ -72,8 +72,8 @@ static void draw(uint64_t seed, int s, int vocab, int32_t *ids, int32_t *targets
     }
 }
 
-/* --lora-rank against the model and the run (sdp_lora_validate; the recipe's rules: one rank,
- * the working copies on the host).  @return 0, or SDP_EXIT_USAGE naming the option */
+/* --lora-rank against the model and the run (sdp_lora_validate; the recipe's rule: the working
+ * copies on the host).  @return 0, or SDP_EXIT_USAGE naming the option */
 static int lora_check(const struct bench_opts *b, const struct sdp_model_cfg *cfg)
 {
     char why[256];
@@ -87,11 +87,9 @@ static int lora_check(const struct bench_opts *b, const struct sdp_model_cfg *cf
                 why);
         return SDP_EXIT_USAGE;
     }
-    if (b->ranks > 1 || b->work_on_gpu || b->embed_on_gpu) {
-        sdp_err(-EINVAL, "--lora-rank: %s",
-                b->ranks > 1 ? "LoRA runs on one rank (--ranks 1)"
-                             : "the frozen base's working copy stays on the host "
-                               "(--work-home host --embed-home host)");
+    if (b->work_on_gpu || b->embed_on_gpu) {
+        sdp_err(-EINVAL, "--lora-rank: the frozen base's working copy stays on the host "
+                         "(--work-home host --embed-home host)");
         return SDP_EXIT_USAGE;
     }
     return 0;

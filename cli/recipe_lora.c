@@ -178,8 +178,5 @@ int sdp_recipe_lora_check(const struct sdp_recipe *r)
         sdp_hint("drop train.work_home, train.embed_home and train.param_delay");
         return -EINVAL;
     }
-    if (r->ranks > 1)
-        return sdp_err(-EINVAL, "recipe %s: lora: is for one rank (train.ranks is %d)", r->file,
-                       r->ranks);
     return 0;
 }

@@ -23,7 +23,8 @@ struct sdp_graph {
     sdp_rt_tensor_t **sumsq;          /* [nchunks_total] (1) f64 */
     sdp_rt_tensor_t *clip;            /* (2) f64: norm, coefficient */
     int R, nm_rank;                   /* ranks, micro-batches per rank */
-    sdp_rt_tensor_t **rgrad;          /* [(R - 1) * ngroups]: gradients of ranks 1..R-1 */
+    sdp_rt_tensor_t **rgrad;          /* [(R - 1) * ngroups]: gradients of ranks 1..R-1 (of
+                                         what each group trains: train_grad) */
     sdp_rt_tensor_t **work2;          /* [ngroups]: second working copies (param_delay 1) */
     sdp_rt_tensor_t **rwork;          /* [R * ngroups]: each rank's replica (sharded route) */
     sdp_rt_tensor_t ***gret;          /* [ngroups] (grad_chunks): each chunk's copy of the fp32
@@ -102,10 +103,21 @@ static inline int rank_of(const sdp_graph_t *g, int mb)
     return mb < 0 ? 0 : mb / g->nm_rank;
 }
 
-/* The gradient of group gi that rank r accumulates into (rank 0's is the state's). */
+/* The gradient of what group gi trains that rank r accumulates into (rank 0's is the state's):
+ * its parameters', or under LoRA its adapters' (NULL for a frozen group without adapters). */
+static inline sdp_rt_tensor_t *train_grad(const sdp_graph_t *g, int gi, int r)
+{
+    const struct sdp_group_state *gs = &g->st->groups[gi];
+    if (r > 0)
+        return g->rgrad[(size_t)(r - 1) * g->st->ngroups + gi];
+    return gs->frozen ? (gs->lora ? gs->lora->grad : NULL) : gs->grad;
+}
+
+/* The gradient of group gi's parameters that rank r accumulates into; NULL when they are frozen
+ * (LoRA's base, on every rank). */
 static inline sdp_rt_tensor_t *grad_of(sdp_graph_t *g, int gi, int r)
 {
-    return r == 0 ? g->st->groups[gi].grad : g->rgrad[(size_t)(r - 1) * g->st->ngroups + gi];
+    return g->st->groups[gi].frozen ? NULL : train_grad(g, gi, r);
 }
 
 /* The working copy of group gi that step `step` computes with.  Synchronous (param_delay 0): the

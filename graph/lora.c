@@ -3,8 +3,9 @@
  * frozen base (lora_fwd, lora_bwd) with the dropout of their input, their gradient's zeroing and
  * squared norms, and their AdamW.
  * The base has no gradient: its norms' weight gradients, which the norm backward kernels always
- * write, go to a small sink that nothing reads.  One rank, param_delay 0 (sdp_graph_create_plan).
- */
+ * write, go to a small sink that nothing reads.  With data-parallel ranks each rank accumulates
+ * into adapter gradients of its own (train_grad), which the ranks' reduction adds into rank 0's
+ * like a parameter group's (graph/routes.c).  param_delay 0 (sdp_graph_create_plan). */
 #include "config.h"
 
 #include <string.h>
@@ -84,7 +85,8 @@ int sdp_graph_lora_bwd(sdp_graph_t *g, const struct sdp_task_opts *o, int l, enu
     if (!dims(g, l, kind, N, ldy, col0, &d))
         return 0;
     dropout(g, o, l, kind, &d);
-    return sdp_task_lora_bwd(o, dx, dy, x, ls->work, ls->grad, &d);
+    /* into the adapters' gradient of the micro-batch's rank (the ranks' sum: reduce_ranks) */
+    return sdp_task_lora_bwd(o, dx, dy, x, ls->work, train_grad(g, l, o->hint.rank), &d);
 }
 
 int sdp_graph_lora_create(sdp_graph_t *g)
@@ -108,13 +110,20 @@ int sdp_graph_lora_zero(sdp_graph_t *g, int step, int mb, int gi, unsigned long 
     o = opts(g, step, gi, mb, SDP_PH_BWD);
     o.hint.mb = -1;
     o = gated(g, o, after);
-    return sdp_task_zero(&o, g->st->groups[gi].lora->grad);
+    return sdp_task_zero(&o, train_grad(g, gi, rank_of(g, mb)));
 }
 
+/* The squared norms of group gi's adapter gradient (rank 0's: with more ranks, their sum), per
+ * chunk; with ranks whose route sums on rank 0's GPU, one task there reads it whole, as for a
+ * parameter group (sdp_graph_norms; the same bits). */
 int sdp_graph_lora_norms(sdp_graph_t *g, int step, int gi)
 {
     struct sdp_lora_state *ls = g->st->groups[gi].lora;
     struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
+    if (ls && g->R > 1 && g->plan.group[gi].norms_gpu) {
+        o.on_rank = 1;
+        return sdp_task_grad_sumsq(&o, ls->grad, &g->sumsq[g->chunk0[gi]]);
+    }
     for (int c = 0; ls && c < ls->nchunks; c++) {
         o.hint.chunk = c;
         TRY_RET(sdp_task_sumsq(&o, g->sumsq[g->chunk0[gi] + c], sdp_rt_tensor_part(ls->grad, c)));

@@ -149,18 +149,21 @@ int sdp_graph_norms(sdp_graph_t *g, int step, int gi)
 }
 
 /* The gradient return of ranks 1..R-1 into rank 0's gradient, one task per group on the whole
- * vectors (the route decides where the sum runs).  Chunk by chunk, StarPU split every rank's
- * gradient on the host first, so even the GPU route sent each gradient through host memory. */
+ * vectors (the route decides where the sum runs); under LoRA, of the groups' adapters.  Chunk by
+ * chunk, StarPU split every rank's gradient on the host first, so even the GPU route sent each
+ * gradient through host memory. */
 int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
 {
     struct sdp_state *st = g->st;
     sdp_rt_tensor_t *in[SDP_MAX_RANKS];
     for (int gi = 0; gi < st->ngroups; gi++) {
         struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
+        if (!train_grad(g, gi, 0)) /* LoRA: a frozen group without adapters */
+            continue;
         o.on_rank = g->plan.group[gi].grad_gpu;
         for (int r = 1; r < g->R; r++)
-            in[r - 1] = grad_of(g, gi, r);
-        TRY_RET(sdp_task_grad_reduce(&o, st->groups[gi].grad, in, g->R - 1));
+            in[r - 1] = train_grad(g, gi, r);
+        TRY_RET(sdp_task_grad_reduce(&o, train_grad(g, gi, 0), in, g->R - 1));
     }
     return 0;
 }

@@ -387,8 +387,8 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
     char name[64];
     if (rc)
         return rc;
-    if (p->lora.rank > 0 && (p->nranks > 1 || p->param_delay))
-        return sdp_err(-EINVAL, "graph: LoRA adapters are for one rank, param_delay 0");
+    if (p->lora.rank > 0 && p->param_delay)
+        return sdp_err(-EINVAL, "graph: LoRA adapters update synchronously (param_delay 0)");
     if (!(g = calloc(1, sizeof(*g))))
         return sdp_err(-ENOMEM, "graph");
     g->st = st;
@@ -500,17 +500,22 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
         rc = sdp_err(-EINVAL, "graph: the bf16 gradient return is for one rank (%d ranks asked)",
                      g->R);
     if (!rc && g->R > 1) {
-        /* ranks 1..R-1 accumulate into gradients of their own, chunked like rank 0's */
+        /* ranks 1..R-1 accumulate into gradients of their own, chunked like rank 0's: of the
+         * group's parameters, or under LoRA of its adapters (none for a frozen group without) */
         g->rgrad = calloc((size_t)(g->R - 1) * st->ngroups, sizeof(*g->rgrad));
         if (!g->rgrad)
             rc = sdp_err(-ENOMEM, "gradients of %d ranks", g->R);
         for (int r = 1; r < g->R && !rc; r++)
             for (int gi = 0; gi < st->ngroups && !rc; gi++) {
                 sdp_rt_tensor_t **t = &g->rgrad[(size_t)(r - 1) * st->ngroups + gi];
-                snprintf(name, sizeof(name), "g%d.grad.rank%d", gi, r);
-                rc = sdp_rt_tensor_create(t, SDP_F32, st->groups[gi].nelems, name);
+                const sdp_rt_tensor_t *g0 = train_grad(g, gi, 0);
+                if (!g0)
+                    continue;
+                snprintf(name, sizeof(name), "g%d.%sgrad.rank%d", gi,
+                         st->groups[gi].frozen ? "lora." : "", r);
+                rc = sdp_rt_tensor_create(t, SDP_F32, sdp_rt_tensor_nelems(g0), name);
                 if (!rc)
-                    rc = sdp_rt_tensor_partition_like(*t, st->groups[gi].grad);
+                    rc = sdp_rt_tensor_partition_like(*t, g0);
             }
     }
     if (rc) {
