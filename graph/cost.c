@@ -16,9 +16,20 @@ void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_byte
         int twice = g->c.window > 0 && g->c.recompute && gi >= 1 && gi <= g->L - g->c.window;
         if (st->groups[gi].frozen) { /* LoRA: the base goes up where a window drops it */
             const struct sdp_lora_state *ls = st->groups[gi].lora;
-            rb->param_h2d += g->c.window > 0 ? n * es * (twice ? 2u : 1u) : 0;
-            if (ls) /* the adapters: their copy up, their fp32 gradient down */
-                rb->param_h2d += ls->nelems * es, rb->grad_d2h += ls->nelems * sizeof(float);
+            rb->param_h2d += g->c.window > 0 && !g->rwork ? n * es * (twice ? 2u : 1u) : 0;
+            /* sharded: the replicas, dropped after each step, get the others' chunks again */
+            for (int c = 0; g->rwork && c < st->groups[gi].nchunks; c++)
+                if (sdp_graph_owner_of(g, gi, c) != rank)
+                    rb->param_peer +=
+                        sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].work, c)) * es;
+            if (!ls)
+                continue;
+            /* the adapters: their copy up, their fp32 gradient down (or to rank 0's GPU) */
+            rb->param_h2d += ls->nelems * es;
+            if (rank == 0 || !g->plan.group[gi].grad_gpu)
+                rb->grad_d2h += ls->nelems * sizeof(float);
+            else
+                rb->grad_peer += ls->nelems * sizeof(float);
             continue;
         }
         if (g->rwork) { /* sharded: the owned chunks from the host, the others from their owners */

@@ -207,8 +207,10 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
     int gb = frozen ? 4 : pg->grad_bf16 ? 2 : 4; /* the adapters' gradients return in fp32 */
     double nt = sdp_predict_trained_elems(p, m, gi), host, peer, act = 0, cf = 0, ct = 0;
     param_bytes(p, m, gi, r->es, &host, &peer, &twice);
-    if (frozen) /* a frozen copy never changes: on the GPU it stays, unless the window drops it */
-        host *= twice ? 2 : 0, peer *= twice ? 2 : 0, twice = 0;
+    /* a frozen copy never changes: on the GPU it stays, unless the window drops it; the sharded
+     * route's replicas, dropped after each step, get the other ranks' chunks again (peer) */
+    if (frozen)
+        host *= twice ? 2 : 0, twice = 0;
     if (layer && pg->offload && pg->act != SDP_ACT_KEEP) /* out after the forward, back later */
         act = (double)sdp_model_layer_act_bytes(
             m, B, T, r->es,

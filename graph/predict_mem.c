@@ -64,10 +64,14 @@ void sdp_predict_host_peak(const struct sdp_predict_run *run, const struct sdp_p
     unsigned long long P = sdp_model_num_params(run->m), es = run->work_dtype == SDP_F32 ? 4 : 2;
     unsigned long long b =
         P * 12ull + (run->work_staged ? 0 : P * es) + (p->param_delay ? P * es : 0);
-    if (p->lora.rank > 0) { /* the base's working copy; the adapters' master, moments, gradient */
+    if (p->lora.rank > 0) { /* the base's working copy; the adapters' master, moments, gradient
+                               (one per rank when the host sums them) */
         b = P * es;
-        for (int gi = 1; gi <= p->nlayers; gi++)
-            b += (unsigned long long)sdp_predict_trained_elems(p, run->m, gi) * (16ull + es);
+        for (int gi = 1; gi <= p->nlayers; gi++) {
+            int more = p->nranks > 1 && !p->group[gi].grad_gpu ? p->nranks - 1 : 0;
+            b += (unsigned long long)sdp_predict_trained_elems(p, run->m, gi) *
+                 (16ull + es + 4ull * (unsigned)more);
+        }
     }
     for (int gi = 0; gi < p->ngroups; gi++) {
         const struct sdp_plan_group *pg = &p->group[gi];

@@ -468,6 +468,52 @@ static void lora(void)
     sdp_plan_free(&full), sdp_plan_free(&lo);
 }
 
+/* LoRA (rank 8 on q and v of every layer) at 2 ranks, window 0, the adapters' fp32 gradients:
+ * the frozen base is never uploaded again; each rank has its own adapter gradient, which the host
+ * sums (the CPU route: R + 1 gradients of traffic, one more gradient on the host per extra rank)
+ * or rank 0 receives (the GPU route: R - 1 fp32 gradients from its peers, none summed on the
+ * host); the sharded route rebuilds the replicas of the frozen base every step from the other
+ * ranks' chunks, (R - 1) / R of the base's bf16 copy from peers. */
+static void lora_ranks(void)
+{
+    struct sdp_graph_conf c = { .micro_batch = 4,
+                                .seq_len = 256,
+                                .n_micro = 2,
+                                .nranks = 2,
+                                .recompute = SDP_RECOMPUTE_FULL,
+                                .window = 0,
+                                .bwd_lookahead = 1 };
+    struct sdp_plan cpu, gpu, sharded;
+    struct sdp_predict_machine mc;
+    c.lora = (struct sdp_lora_cfg){ .rank = 8,
+                                    .alpha = 16,
+                                    .targets = SDP_LORA_BIT(SDP_PT_Q) | SDP_LORA_BIT(SDP_PT_V) };
+    CHECK(sdp_predict_plan_from_conf(&cpu, &model, &c, 16u << 20, 0) == 0, "LoRA plan, 2 ranks");
+    c.grad_route = SDP_ROUTE_GPU_REDUCE;
+    CHECK(sdp_predict_plan_from_conf(&gpu, &model, &c, 16u << 20, 0) == 0, "GPU route");
+    c.param_route = SDP_ROUTE_SHARDED;
+    CHECK(sdp_predict_plan_from_conf(&sharded, &model, &c, 16u << 20, 0) == 0, "sharded");
+    machine_fast(&mc);
+    struct sdp_predict a = run_on(&cpu, &mc, 2), b = run_on(&gpu, &mc, 2),
+                       s = run_on(&sharded, &mc, 2);
+    double A = (double)sdp_lora_layer_elems(&c.lora, &model), L = model.num_layers;
+    double base = 2.0 * sdp_model_num_params(&model);
+    printf("LoRA at 2 ranks: reduce %.0f bytes, peer %.0f (GPU route), %.0f (sharded); host %.0f "
+           "and %.0f bytes\n",
+           a.reduce_bytes, b.peer_bytes, s.peer_bytes, (double)a.host_bytes, (double)b.host_bytes);
+    CHECK(a.h2d_bytes == 0 && b.h2d_bytes == 0, "the frozen copies are not uploaded again");
+    CHECK(NEAR(a.reduce_bytes, L * 3 * A * 4) && a.peer_bytes == 0,
+          "CPU route: the host sums the adapters' gradients of both ranks into rank 0's");
+    CHECK(NEAR((double)a.host_bytes, base + L * A * (18.0 + 4.0)),
+          "CPU route: one more adapter gradient on the host");
+    CHECK(b.reduce_bytes == 0 && NEAR(b.peer_bytes, L * A * 4),
+          "GPU route: rank 1's adapter gradients to rank 0");
+    CHECK(NEAR((double)b.host_bytes, base + L * A * 18.0), "GPU route: one gradient on the host");
+    CHECK(s.h2d_bytes == 0 && NEAR(s.peer_bytes, base / 2 + L * A * 4),
+          "sharded: half the base from the peer each step");
+    sdp_plan_free(&cpu), sdp_plan_free(&gpu), sdp_plan_free(&sharded);
+}
+
 /* The gradients waiting on the GPU: two layers' backward 3-5 s and 5-7 s, one host thread
  * updating layer 2 from 5 to 8 s; when layer 1's backward starts at 5 s, its accumulator and
  * layer 2's gradient (fp32: the same 4 bytes; bf16: its 2-byte chunks) are both there. */
@@ -524,5 +570,6 @@ int main(void)
     h200();
     measured();
     lora();
+    lora_ranks();
     return sdp_test_finish(sdp_test_nfail);
 }
