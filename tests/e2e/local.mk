@@ -49,6 +49,9 @@ EXTRA_DIST += tests/e2e/test_e2e_lora_plan.sh
 # LoRA adapters in PEFT's format: read, written, merged, against PEFT (test_e2e_lora_peft.sh)
 TESTS += tests/e2e/test_e2e_lora_peft.sh
 EXTRA_DIST += tests/e2e/test_e2e_lora_peft.sh tests/e2e/lora_peft.py
+# LoRA at several data-parallel ranks: against one rank, the routes, the log, resume, PEFT
+TESTS += tests/e2e/test_e2e_lora_ranks.sh
+EXTRA_DIST += tests/e2e/test_e2e_lora_ranks.sh
 # slidedp bench --lora-rank: its JSON line, LoRA's model FLOPs, its refusals (test_e2e_bench_lora.sh)
 TESTS += tests/e2e/test_e2e_bench_lora.sh
 EXTRA_DIST += tests/e2e/test_e2e_bench_lora.sh
