@@ -49,9 +49,10 @@ EXTRA_DIST += tests/e2e/test_e2e_lora_plan.sh
 # LoRA adapters in PEFT's format: read, written, merged, against PEFT (test_e2e_lora_peft.sh)
 TESTS += tests/e2e/test_e2e_lora_peft.sh
 EXTRA_DIST += tests/e2e/test_e2e_lora_peft.sh tests/e2e/lora_peft.py
-# LoRA at several data-parallel ranks: against one rank, the routes, the log, resume, PEFT
-TESTS += tests/e2e/test_e2e_lora_ranks.sh
-EXTRA_DIST += tests/e2e/test_e2e_lora_ranks.sh
+# LoRA at several data-parallel ranks: against one rank, the routes, the log, resume, PEFT; on two
+# GPUs (exit 77 with fewer) the GPU and NCCL routes
+TESTS += tests/e2e/test_e2e_lora_ranks.sh tests/e2e/test_e2e_lora_ranks_gpu.sh
+EXTRA_DIST += tests/e2e/test_e2e_lora_ranks.sh tests/e2e/test_e2e_lora_ranks_gpu.sh
 # slidedp bench --lora-rank: its JSON line, LoRA's model FLOPs, its refusals (test_e2e_bench_lora.sh)
 TESTS += tests/e2e/test_e2e_bench_lora.sh
 EXTRA_DIST += tests/e2e/test_e2e_bench_lora.sh
