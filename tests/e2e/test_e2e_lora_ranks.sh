@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # LoRA at several data-parallel ranks on CPU workers (fp32, the micro model, rank 4 with alpha 12 on
 # every linear: a scale of 3, which rounds):
 #   - with the same global batch (8 sequences in micro-batches of 2) at --ranks 1, 2 and 4, step
@@ -11,8 +12,9 @@
 #     the change, more where a gradient is near zero); a dropped or doubled rank's gradient moves
 #     them by O(1).  The initial adapter comes from a run of one step at lr 1e-30.  The same
 #     with lora.dropout 0.1 at 1 and 2 ranks: a micro-batch's masks do not depend on its rank;
-#   - both gradient routes and the sharded parameter route give the same bits at 2 ranks (the same
-#     sum on the host or on rank 0's worker; the frozen base copied rank to rank);
+#   - both gradient routes, the sharded parameter route and the eager and dmda schedulers give the
+#     same bits at 2 ranks (the same sum on the host or on rank 0's worker; the frozen base copied
+#     rank to rank; the order of every sum fixed by the graph, not by the schedule);
 #   - the event logs pass tools/check_invariants.py; each rank computes on its own worker; no task
 #     forms a gradient of the frozen base (no matmul_bwd_weight, no embedding_bwd), and each step
 #     zeroes and reduces only the adapted layers' gradients, on every rank;
@@ -46,9 +48,11 @@ run r4 "$tmp/l.yaml" --cpus 4 --ranks 4
 run r2gpu "$tmp/l.yaml" --cpus 2 --ranks 2 --grad-route gpu
 run r2sh "$tmp/l.yaml" --cpus 2 --ranks 2 --param-route sharded --grad-route gpu \
     --events "$tmp/r2sh.ev"
+run r2eager "$tmp/l.yaml" --cpus 2 --ranks 2 --sched eager
+run r2dmda "$tmp/l.yaml" --cpus 2 --ranks 2 --sched dmda
 run d1 "$tmp/drop.yaml" --cpus 2
 run d2 "$tmp/drop.yaml" --cpus 2 --ranks 2
-for r in r1 r2 r4 r2gpu r2sh d1 d2; do echo "$r: $(scores "$tmp/$r.jsonl")"; done
+for r in r1 r2 r4 r2gpu r2sh r2eager r2dmda d1 d2; do echo "$r: $(scores "$tmp/$r.jsonl")"; done
 
 "$py" - "$tmp" <<'PYEOF' || fail=1
 import json, sys
@@ -80,10 +84,10 @@ for name, one in (("r2", "r1"), ("r4", "r1"), ("d2", "d1")):
     ok = ok and good
 sys.exit(0 if ok else 1)
 PYEOF
-for r in r2gpu r2sh; do
+for r in r2gpu r2sh r2eager r2dmda; do
     [ -n "$(scores "$tmp/r2.jsonl")" ] && [ "$(scores "$tmp/$r.jsonl")" = "$(scores "$tmp/r2.jsonl")" ] &&
         cmp -s "$tmp/$r/final/adapter_model.safetensors" "$tmp/r2/final/adapter_model.safetensors" ||
-        { echo "$r: the routes give other bits than r2"; fail=1; }
+        { echo "$r: other bits than r2"; fail=1; }
 done
 
 # the event logs: the invariants; each rank on its worker; no gradient of the base, and each step

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # LoRA at two data-parallel ranks on two GPUs (exit 77, skipped, with fewer): the micro recipe
 # (fp32, 8 sequences a step in micro-batches of 2, 4 steps) with rank-4 adapters (alpha 12) on
 # every linear, at one rank on one GPU and at two ranks with the host's reduction, rank 0's GPU's
