@@ -548,6 +548,8 @@ int sdp_cli_bench(int argc, char **argv)
         from_recipe(&r, &b);
         b.pipe = width;
     } else {
+        if (r.in_flight > 0)
+            SDP_WARN("--in-flight is sdp-roundpipe's: ignored by %s", r.sched);
         from_recipe(&r, &b);
         b.pipe = 0;
     }
