@@ -107,6 +107,7 @@ static void trace_callback(void *p)
     struct trace_arg *a = p;
     if (a->traced) {
         a->tag.stage1 = a->hint.stage1; /* what the policy wrote in the hint */
+        a->tag.round1 = a->hint.round1;
         sdp_trace_task_done(a->task, &a->tag);
     }
     if (a->prev_func)

@@ -77,7 +77,9 @@ static int place(struct starpu_task *task, struct sdp_hint *h, uint64_t *key)
     default:
         return -1;
     }
-    h->stage1 = stage + 1; /* the task's own hint: its event log line says the stage */
+    /* the task's own hint: its event log line says the stage and its round-robin round */
+    h->stage1 = stage + 1;
+    h->round1 = stage / rp.nworkers + 1;
     return rp.workers[stage % rp.nworkers];
 }
 

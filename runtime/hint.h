@@ -58,6 +58,8 @@ struct sdp_hint {
     int tied;
     /* sdp-roundpipe: 1 + the stage the policy ran the task in (the event log's "stage"); 0: none */
     int stage1;
+    /* sdp-roundpipe: 1 + the stage's round (stage / stage workers: the event log's "round") */
+    int round1;
 };
 
 /** 1: every task carries its struct sdp_hint in starpu_task::sched_data, for the project's own
