@@ -9,7 +9,9 @@
  * (policies/slidedp_methods.h).  The weights' versions are sdp-slidedp's (synchronous; with
  * train.param_delay 1, RoundPipe's delayed ones).  Micro-batches in flight (train.in_flight, by
  * default R + 1): the tasks of a micro-batch wait until it is among the `in_flight` oldest
- * unfinished ones (policies/roundpipe_flight.h), each wait logged ("micro-batches in flight"). */
+ * unfinished ones (policies/roundpipe_flight.h), each wait logged ("micro-batches in flight").
+ * A stage's fetches run longest first (policies/roundpipe_lpt.h; SDP_LPT_FETCH=0: in the
+ * sdp-slidedp order, group by group). */
 #include "config.h"
 
 #include <errno.h>
@@ -20,8 +22,10 @@
 #include <starpu.h>
 #include <starpu_scheduler.h>
 
+#include "base/env.h"
 #include "base/sdp_log.h"
 #include "policies/roundpipe_flight.h"
+#include "policies/roundpipe_lpt.h"
 #include "policies/sdp_policies.h"
 #include "policies/slidedp_methods.h"
 
@@ -31,6 +35,7 @@
 /* The configuration of the next start, and the stage workers of the running one. */
 static struct {
     int width, ngroups, nstages, in_flight;
+    int lpt;        /* the stage's fetches longest first (roundpipe_lpt.h; SDP_LPT_FETCH=0: off) */
     int *fwd, *bwd; /* [ngroups]: the stage of each group's forward and backward */
     int workers[MAX_STAGE_WORKERS], nworkers;
     unsigned ctx;
@@ -56,12 +61,26 @@ int sdp_policy_roundpipe_configure(int width, int in_flight, int ngroups, const 
     return 0;
 }
 
+/* A fetch of stage's weights, longest first: its key with the stage's first op (its first
+ * group's forward, else its highest group's backward), and its transfers' priority. */
+static void lpt_order(struct starpu_task *task, const struct sdp_hint *h, int stage, uint64_t *key)
+{
+    int first = -1, bwd = 0;
+    for (int g = 0; g < rp.ngroups && first < 0; g++)
+        first = rp.fwd[g] == stage ? g : -1;
+    for (int g = rp.ngroups - 1; g >= 0 && first < 0; g--)
+        first = rp.bwd[g] == stage ? g : -1, bwd = 1;
+    if (first < 0)
+        return;
+    *key = sdp_rp_lpt_key(h, first, bwd);
+    task->priority = sdp_rp_lpt_prio(stage, h->bytes);
+}
+
 /* The stage worker of a hinted task: the compute of a group's forward (and the loss) or backward
  * (its recomputation, its gradient's zeroing), and the fetch of its weights for it; -1 else. */
 static int place(struct starpu_task *task, struct sdp_hint *h, uint64_t *key)
 {
     int stage;
-    (void)task, (void)key;
     if (rp.nworkers == 0 || h->group < 0 || h->group >= rp.ngroups ||
         (h->move != SDP_MOVE_NONE && h->move != SDP_MOVE_FETCH))
         return -1;
@@ -80,6 +99,8 @@ static int place(struct starpu_task *task, struct sdp_hint *h, uint64_t *key)
     /* the task's own hint: its event log line says the stage and its round-robin round */
     h->stage1 = stage + 1;
     h->round1 = stage / rp.nworkers + 1;
+    if (rp.lpt && h->move == SDP_MOVE_FETCH)
+        lpt_order(task, h, stage, key);
     return rp.workers[stage % rp.nworkers];
 }
 
@@ -141,12 +162,13 @@ static void init_sched(unsigned ctx)
     if (!rp.fwd)
         SDP_WARN("sdp-roundpipe: no stage split configured: sdp-slidedp's placement");
     rp.ctx = ctx;
+    rp.lpt = sdp_env_long("SDP_LPT_FETCH", 1) > 0;
     sdp_rp_flight_init(&rp.flight, rp.fwd ? rp.in_flight : 1 << 30);
     sdp_slidedp_init_hooks(ctx, rp.fwd ? &hooks : NULL);
     SDP_INFO("sdp-roundpipe: %d stages round-robin over %d %s worker%s, %d micro-batches in "
-             "flight",
+             "flight, a stage's fetches %s",
              rp.nstages, rp.nworkers, cuda ? "CUDA" : "CPU", rp.nworkers > 1 ? "s" : "",
-             rp.flight.limit);
+             rp.flight.limit, rp.lpt ? "longest first" : "group by group (SDP_LPT_FETCH=0)");
 }
 
 static void deinit_sched(unsigned ctx)

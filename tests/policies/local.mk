@@ -11,3 +11,7 @@ check_PROGRAMS += tests/policies/test_policies_flight
 TESTS += tests/policies/test_policies_flight
 tests_policies_test_policies_flight_SOURCES = tests/policies/test_policies_flight.c \
 	policies/roundpipe_flight.h policies/roundpipe_flight.c
+check_PROGRAMS += tests/policies/test_policies_lpt
+TESTS += tests/policies/test_policies_lpt
+tests_policies_test_policies_lpt_SOURCES = tests/policies/test_policies_lpt.c \
+	policies/roundpipe_lpt.h policies/slidedp_internal.h
