@@ -46,6 +46,8 @@ const struct sdp_env_var sdp_env_vars[] = {
       "sdp-slidedp: idle time after which a CUDA worker runs any fetch, not only its window's" },
     { "SDP_HOST_PREFETCH", "1 (default) | 0",
       "sdp-slidedp: prefetch host updates' data into the staging buffers" },
+    { "SDP_LPT_FETCH", "1 (default) | 0",
+      "sdp-roundpipe: a stage's weight uploads longest first (0: group by group)" },
     { "STARPU_LIMIT_CUDA_MEM", "MiB (set from train.gpu_memory_gib)",
       "StarPU's GPU memory limit; below 20 GiB kernels pick smaller workspaces" },
     { "STARPU_SILENT", "1 (set unless given)", "StarPU's banner" },

@@ -48,7 +48,10 @@
 #            AdamW on the GPU (--gpu-update); then PEFT LoRA with the whole bf16 model on the GPU
 #            (bench/peers.py --system peft-lora, 16 sequences at once)
 #   roundpipe sdp-roundpipe against sdp-slidedp on one GPU and with every GPU as a stage worker
-#            (RP_MODELS, default qwen3-1.7b and qwen3-4b at 16 sequences of 1024), with event logs
+#            (RP_MODELS, default qwen3-1.7b and qwen3-4b at 16 sequences of 1024), with event logs;
+#            sdp-roundpipe with a stage's uploads longest first and group by group (RP_LPT,
+#            default "1 0": SDP_LPT_FETCH), at each of RP_IN_FLIGHT micro-batches in flight
+#            (default: the policy's, the stage workers + 1)
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
 #            GPU in every route combination (MODEL/BATCH per GPU), the GPU reduction through NCCL
@@ -309,14 +312,26 @@ for stage in $stages; do
         ;;
     roundpipe)
         # sdp-roundpipe against sdp-slidedp on one GPU and on every GPU (stage workers = GPUs),
-        # qwen3-1.7b/16 and qwen3-4b/16 (RP_MODELS), each with its event log
+        # qwen3-1.7b/16 and qwen3-4b/16 (RP_MODELS), each with its event log; sdp-roundpipe with
+        # its stage's uploads longest first and without (RP_LPT, default "1 0": SDP_LPT_FETCH)
+        # and with each of RP_IN_FLIGHT's micro-batches in flight (default: the policy's, R + 1)
         for rm in ${RP_MODELS:-qwen3-1.7b qwen3-4b}; do
             for R in 1 $((ngpu > 1 ? ngpu : 1)); do
-                for pol in sdp-slidedp sdp-roundpipe; do
-                    [ "$pol" = sdp-slidedp ] && [ "$R" -gt 1 ] && continue # its ranks are data's
-                    bench "rp-$rm-$pol-$R" 300 --model "$rm" --batch 16 --seq 1024 --steps 4 \
-                        --warmup 2 --sched "$pol" --ranks "$R" --gpus "$R" \
-                        --events "$out/events-rp-$rm-$pol-$R.jsonl"
+                [ "$R" -eq 1 ] && # sdp-slidedp's ranks are data's: one GPU
+                    bench "rp-$rm-sdp-slidedp-$R" 300 --model "$rm" --batch 16 --seq 1024 \
+                        --steps 4 --warmup 2 --sched sdp-slidedp --ranks 1 --gpus 1 \
+                        --events "$out/events-rp-$rm-sdp-slidedp-$R.jsonl"
+                for lpt in ${RP_LPT:-1 0}; do
+                    for f in ${RP_IN_FLIGHT:-default}; do
+                        fl=()
+                        [ "$f" != default ] && fl=(--in-flight "$f")
+                        name=rp-$rm-sdp-roundpipe-$R-lpt$lpt-inflight$f
+                        bench_env=(SDP_LPT_FETCH="$lpt")
+                        bench "$name" 300 --model "$rm" --batch 16 --seq 1024 --steps 4 \
+                            --warmup 2 --sched sdp-roundpipe --ranks "$R" --gpus "$R" \
+                            ${fl[@]+"${fl[@]}"} --events "$out/events-$name.jsonl"
+                        bench_env=()
+                    done
                 done
             done
         done

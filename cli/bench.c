@@ -402,8 +402,13 @@ static int run(const struct bench_opts *b)
         json_object_set_new(settings, "keep_last", json_integer(b->keep_last));
         json_object_set_new(settings, "keep_mlp", json_integer(b->keep_mlp));
         json_object_set_new(settings, "gpu_update", json_integer(gc.gpu_update));
-        if (b->pipe > 0) /* sdp-roundpipe's stage workers */
+        if (b->pipe > 0) { /* sdp-roundpipe's stage workers, micro-batches in flight, LPT */
             json_object_set_new(settings, "stage_workers", json_integer(b->pipe));
+            json_object_set_new(settings, "in_flight",
+                                json_integer(b->r->in_flight > 0 ? b->r->in_flight : b->pipe + 1));
+            json_object_set_new(settings, "lpt_fetch",
+                                json_boolean(sdp_env_long("SDP_LPT_FETCH", 1) > 0));
+        }
         json_object_set_new(settings, "staging_depth", json_integer(b->staging_depth));
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));
         json_object_set_new(settings, "collectives", json_string(b->nccl ? "nccl" : "starpu"));
@@ -546,6 +551,8 @@ int sdp_cli_bench(int argc, char **argv)
         from_recipe(&r, &b);
         b.pipe = width;
     } else {
+        if (r.in_flight > 0)
+            SDP_WARN("--in-flight is sdp-roundpipe's: ignored by %s", r.sched);
         from_recipe(&r, &b);
         b.pipe = 0;
     }

@@ -235,6 +235,9 @@ const struct sdp_option sdp_options[] = {
       .help = "sdp-slidedp: casts and updates in flight" },
     { "train.prefetch_groups", "prefetch-groups", BENCH, RF(prefetch_groups), INT_GE(0),
       .def = "SDP_WINDOW_DEPTH, or 2", .help = "sdp-slidedp: groups a GPU may prefetch ahead" },
+    { "train.in_flight", "in-flight", BOTH, RF(in_flight), INT_GE(1), .def = "ranks + 1",
+      .help = "sdp-roundpipe: micro-batches in flight at once (other policies: ignored, with a "
+              "warning)" },
     { "train.collectives", "collectives", BOTH, INDEX(collectives_names, nccl), .def = "starpu",
       .help = "the GPU reduction and sharded dispatch as StarPU tasks, or NCCL" },
     { "train.param_delay", "param-delay", TRAIN_P, RF(param_delay), .type = SDP_OPT_INT, .lo = 0,

@@ -101,7 +101,8 @@ int sdp_cli_roundpipe_configure(const struct sdp_recipe *r, int width)
                  "%.3f ms; `slidedp plan --sched sdp-roundpipe` prints the split)",
                  best.nstages, width, width > 1 ? "s" : "", 1e3 * best.bottleneck_s,
                  1e3 * best.step_s);
-        rc = sdp_policy_roundpipe_configure(width, cr.plan.ngroups, fwd, bwd, best.nstages);
+        rc = sdp_policy_roundpipe_configure(width, r->in_flight, cr.plan.ngroups, fwd, bwd,
+                                            best.nstages);
         sdp_split_free(&best);
     }
     free(ops), free(fwd), free(bwd);

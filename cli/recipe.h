@@ -83,6 +83,7 @@ struct sdp_recipe {
                                     (sdp_graph_conf.embed_lookup_host) */
     int staging_depth;           /* sdp-slidedp: casts and updates in flight (0 = policy default) */
     int prefetch_groups; /* sdp-slidedp: groups a GPU prefetches ahead (-1 = policy default) */
+    int in_flight;       /* sdp-roundpipe: micro-batches in flight (0 = the ranks + 1) */
     int nccl;            /* train.collectives: 0 starpu (default), 1 nccl (sdp_tasks_use_nccl) */
     int eval_every;      /* steps between validation losses over data.val (0 = never) */
     char machine[SDP_PATH_MAX]; /* the calibration file for the step-time model ("" = defaults) */

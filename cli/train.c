@@ -405,6 +405,8 @@ int sdp_cli_train(int argc, char **argv)
         if (!strcmp(r.sched, "sdp-roundpipe")) { /* the ranks are the pipeline's, not the data's */
             t.pipe = r.ranks > 1 ? r.ranks : 1;
             r.ranks = 1;
+        } else if (r.in_flight > 0) {
+            SDP_WARN("train.in_flight (--in-flight) is sdp-roundpipe's: ignored by %s", r.sched);
         }
         rc = run(&t);
         train_free(&t);

@@ -107,6 +107,7 @@ static void trace_callback(void *p)
     struct trace_arg *a = p;
     if (a->traced) {
         a->tag.stage1 = a->hint.stage1; /* what the policy wrote in the hint */
+        a->tag.round1 = a->hint.round1;
         sdp_trace_task_done(a->task, &a->tag);
     }
     if (a->prev_func)
@@ -219,8 +220,8 @@ int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void
     }
     if (sdp_trace_enabled() || sdp_hint_for_policy_on())
         targ = trace_attach(task, o, sdp_trace_enabled());
-    if (targ)
-        targ->tag.bytes = moved_bytes(targ->tag.lane, bufs, nbufs);
+    if (targ) /* the policy reads them too (the hint): before the submission */
+        targ->hint.bytes = targ->tag.bytes = moved_bytes(targ->tag.lane, bufs, nbufs);
     rc = starpu_task_submit(task);
     if (rc) {
         free(targ);

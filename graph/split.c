@@ -15,8 +15,8 @@
 double sdp_split_step_s(const struct sdp_split_conf *c, int nstages, double bottleneck_s)
 {
     int m = c->n_micro < c->ranks ? c->n_micro : c->ranks;
-    int rounds = (c->n_micro + c->ranks - 1) / c->ranks;
-    return (double)rounds * (nstages + m - 1) * bottleneck_s;
+    int waves = (c->n_micro + c->ranks - 1) / c->ranks;
+    return (double)waves * (nstages + m - 1) * bottleneck_s;
 }
 
 static int check(int n, const struct sdp_split_op *ops, const struct sdp_split_conf *c)

@@ -5,9 +5,9 @@
  *
  * The pipeline's model (our reading of the seed, which assigns the one stage sequence to the GPUs
  * round-robin and equalises stage times: stage k runs on GPU k mod R, micro-batches follow each
- * other through the stages).  A round holds m = min(M, R) of the step's M micro-batches; in tick
- * t micro-batch j runs stage t - j, so the GPUs of a tick are distinct and a round takes S + m - 1
- * ticks; a tick lasts as long as its slowest stage; rounds run one after another.  Bounding every
+ * other through the stages).  A wave holds m = min(M, R) of the step's M micro-batches; in tick
+ * t micro-batch j runs stage t - j, so the GPUs of a tick are distinct and a wave takes S + m - 1
+ * ticks; a tick lasts as long as its slowest stage; waves run one after another.  Bounding every
  * tick by the slowest stage of the split (the bottleneck b, each stage's ops plus a fixed cost a
  * stage):
  *     step_s = ceil(M / R) * (S + m - 1) * b

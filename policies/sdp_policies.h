@@ -18,10 +18,11 @@ struct starpu_sched_policy;
 void sdp_policy_slidedp_configure(int staging_depth, int prefetch_groups);
 
 /** The stage split sdp-roundpipe runs at the next StarPU start (call before sdp_rt_init): width
- * stage workers (the first CUDA workers, else CPU workers), and for each of ngroups groups the
- * stage of its forward and of its backward, out of nstages (graph/split.h's split).
+ * stage workers (the first CUDA workers, else CPU workers), in_flight micro-batches in flight at
+ * most (<= 0: width + 1), and for each of ngroups groups the stage of its forward and of its
+ * backward, out of nstages (graph/split.h's split).
  * @return 0, -EINVAL or -ENOMEM (logged) */
-int sdp_policy_roundpipe_configure(int width, int ngroups, const int *stage_fwd,
+int sdp_policy_roundpipe_configure(int width, int in_flight, int ngroups, const int *stage_fwd,
                                    const int *stage_bwd, int nstages);
 
 /** Resolve a policy name.  *policy is set to our struct starpu_sched_policy for a project policy,

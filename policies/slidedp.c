@@ -33,6 +33,7 @@
 #include <starpu_scheduler.h>
 
 #include "policies/sdp_policies.h"
+#include "policies/slidedp_heap.h"
 #include "policies/slidedp_internal.h"
 #include "policies/slidedp_methods.h"
 #include "base/sdp_log.h"
@@ -42,28 +43,6 @@
 #define WAIT_STAGING  "staging full"
 #define WAIT_STAGES   "stages full"
 #define FETCH_IDLE_US SDP_SLIDEDP_FETCH_IDLE_US
-
-struct heap;
-
-/* One queued task. */
-struct entry {
-    struct starpu_task *task;
-    uint64_t key, seq;
-    long pos;             /* pass position, for the prefetch window */
-    double held_since_us; /* first refusal by the staging bound (starpu_timing_now), or 0 */
-    const char *held_why; /* which bound refused it first: WAIT_STAGING or WAIT_STAGES */
-    int staged, fills, prefetched, idx;
-    struct sdp_hint hint; /* valid when has_hint */
-    int has_hint;
-    struct heap *heap;
-    struct entry *next_free;
-};
-
-/* A binary min-heap on (key, seq). */
-struct heap {
-    struct entry **a;
-    int n, cap;
-};
 
 struct queue {
     struct heap normal, staged;
@@ -88,83 +67,21 @@ struct sched {
     struct starpu_task **slots; /* the staged tasks in flight (depth of them at most) */
     uint64_t seq;
     struct entry *free_list;
-    int (*place)(struct sdp_hint *h); /* sdp-roundpipe's stage worker of a task, or -1 */
+    struct sdp_slidedp_hooks hooks; /* sdp-roundpipe's placement and admission, or none */
 };
 
-/* ---- heap ---- */
-
-static int before(const struct entry *x, const struct entry *y)
-{
-    return x->key < y->key || (x->key == y->key && x->seq < y->seq);
-}
-
-static void heap_set(struct heap *h, int i, struct entry *e)
-{
-    h->a[i] = e;
-    e->idx = i;
-}
-
-static void sift_up(struct heap *h, int i)
-{
-    struct entry *e = h->a[i];
-    while (i > 0 && before(e, h->a[(i - 1) / 2])) {
-        heap_set(h, i, h->a[(i - 1) / 2]);
-        i = (i - 1) / 2;
-    }
-    heap_set(h, i, e);
-}
-
-static void sift_down(struct heap *h, int i)
-{
-    struct entry *e = h->a[i];
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && before(h->a[c + 1], h->a[c]))
-            c++;
-        if (!before(h->a[c], e))
-            break;
-        heap_set(h, i, h->a[c]);
-        i = c;
-    }
-    heap_set(h, i, e);
-}
-
-static void heap_push(struct heap *h, struct entry *e)
-{
-    if (h->n == h->cap) {
-        int ncap = h->cap ? 2 * h->cap : 64;
-        struct entry **a = realloc(h->a, (size_t)ncap * sizeof(*a));
-        SDP_ASSERT(a != NULL, "sdp-slidedp: out of memory for a queue of %d tasks", ncap);
-        h->a = a;
-        h->cap = ncap;
-    }
-    e->heap = h;
-    heap_set(h, h->n++, e);
-    sift_up(h, e->idx);
-}
-
-static void heap_remove(struct entry *e)
-{
-    struct heap *h = e->heap;
-    int i = e->idx;
-    struct entry *last = h->a[--h->n];
-    if (i < h->n) {
-        heap_set(h, i, last);
-        sift_down(h, i);
-        sift_up(h, last->idx);
-    }
-    e->heap = NULL;
-}
-
-/* Under the lock: whether worker w may run e now (a CUDA worker holds back a param_fetch that
- * lies beyond its window unless it has idled long enough: idle_us, sdp_slidedp_idle_may_fetch),
- * and, with check, whether e's codelet can run on w; *gated is set when the window alone refused
- * it. */
-static int may_run(const struct sched *s, int w, const struct entry *e, int check, double idle_us,
+/* Under the lock: whether worker w may run e now (the hooks' admission holds it back, as does a
+ * CUDA worker a param_fetch that lies beyond its window unless it has idled long enough: idle_us,
+ * sdp_slidedp_idle_may_fetch), and, with check, whether e's codelet can run on w; *gated is set
+ * when the window alone refused it.  A held task waits from the first refusal. */
+static int may_run(const struct sched *s, int w, struct entry *e, int check, double idle_us,
                    int *gated)
 {
+    if (s->hooks.admit && e->has_hint && !s->hooks.admit(&e->hint)) {
+        if (e->held_since_us == 0.0)
+            e->held_since_us = starpu_timing_now(), e->held_why = s->hooks.hold_why;
+        return 0;
+    }
     if (s->typebit[w] == 2 && e->has_hint &&
         !sdp_slidedp_gpu_may_run(&e->hint, e->pos, s->cur_pos[w], s->window) &&
         !sdp_slidedp_idle_may_fetch(e->pos, s->cur_pos[w], s->window, idle_us, FETCH_IDLE_US,
@@ -276,12 +193,13 @@ static void wake_all(const int *wake, int n)
 
 /* ---- policy methods ---- */
 
-void sdp_slidedp_init_placed(unsigned ctx, int (*place)(struct sdp_hint *h))
+void sdp_slidedp_init_hooks(unsigned ctx, const struct sdp_slidedp_hooks *hooks)
 {
     struct sdp_slidedp_settings st;
     struct sched *s = calloc(1, sizeof(*s));
     SDP_ASSERT(s != NULL, "sdp-slidedp: out of memory for the policy state");
-    s->place = place;
+    if (hooks)
+        s->hooks = *hooks;
     pthread_mutex_init(&s->lock, NULL);
     sdp_slidedp_settings_read(&st, starpu_worker_get_count_by_type(STARPU_CPU_WORKER));
     s->depth = st.depth;
@@ -309,7 +227,7 @@ void sdp_slidedp_init_placed(unsigned ctx, int (*place)(struct sdp_hint *h))
 
 static void init_sched(unsigned ctx)
 {
-    sdp_slidedp_init_placed(ctx, NULL);
+    sdp_slidedp_init_hooks(ctx, NULL);
 }
 
 static void free_heap(struct sched *s, struct heap *h)
@@ -398,7 +316,7 @@ int sdp_slidedp_push(struct starpu_task *task)
 
     /* StarPU hands tasks pinned with execute_on_a_specific_worker to the worker's own queue
      * without calling push; one that comes here anyway goes to that worker */
-    int pw = s->place && e->has_hint ? s->place(task->sched_data) : -1;
+    int pw = s->hooks.place && e->has_hint ? s->hooks.place(task, task->sched_data, &e->key) : -1;
     if (task->execute_on_a_specific_worker && task->workerid < starpu_worker_get_count()) {
         eligible[n++] = (int)task->workerid;
     } else if (pw >= 0 && starpu_worker_can_execute_task_first_impl((unsigned)pw, task, NULL)) {
@@ -413,7 +331,7 @@ int sdp_slidedp_push(struct starpu_task *task)
     SDP_ASSERT(n > 0, "sdp-slidedp: no worker of the context can run task %s",
                task->name ? task->name : "(unnamed)");
     q = n == 1 ? &s->wq[eligible[0]] : &s->pool[mask];
-    heap_push(e->staged ? &q->staged : &q->normal, e);
+    sdp_slidedp_heap_push(e->staged ? &q->staged : &q->normal, e);
     __atomic_store_n(&s->nqueued, s->nqueued + 1, __ATOMIC_RELEASE);
     s->nstaged += e->staged;
     if (n == 1)
@@ -453,6 +371,15 @@ static struct entry *candidate(struct sched *s, int w, int staged, double idle_u
     return best;
 }
 
+/* The lane of a held task's wait: a cast's, an update's, else the compute lane of worker type
+ * typebit. */
+static enum sdp_trace_lane wait_lane(const struct sdp_hint *h, unsigned typebit)
+{
+    if (h->phase == SDP_PH_CAST || h->phase == SDP_PH_UPDATE)
+        return h->phase == SDP_PH_CAST ? SDP_LANE_PARAM_CAST : SDP_LANE_CPU_ADAMW;
+    return typebit == 2 ? SDP_LANE_GPU_COMPUTE : SDP_LANE_CPU_COMPUTE;
+}
+
 struct starpu_task *sdp_slidedp_pop(unsigned ctx)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
@@ -489,7 +416,7 @@ struct starpu_task *sdp_slidedp_pop(unsigned ctx)
     if (!chosen)
         chosen = normal;
     if (chosen) {
-        heap_remove(chosen);
+        sdp_slidedp_heap_remove(chosen);
         task = chosen->task;
         __atomic_store_n(&s->nqueued, s->nqueued - 1, __ATOMIC_RELEASE);
         if (chosen->staged) {
@@ -502,12 +429,12 @@ struct starpu_task *sdp_slidedp_pop(unsigned ctx)
             __atomic_store_n(&s->inflight, s->inflight + 1, __ATOMIC_RELEASE);
             if (chosen->fills)
                 s->nalive++;
-            if (chosen->held_since_us > 0.0) {
-                why = chosen->held_why;
-                held_since = chosen->held_since_us;
-                wait_hint = chosen->hint;
-                now = starpu_timing_now();
-            }
+        }
+        if (chosen->held_since_us > 0.0) {
+            why = chosen->held_why;
+            held_since = chosen->held_since_us;
+            wait_hint = chosen->hint;
+            now = starpu_timing_now();
         }
         entry_free(s, chosen);
     } else if (!gated) {
@@ -517,9 +444,8 @@ struct starpu_task *sdp_slidedp_pop(unsigned ctx)
     }
     pthread_mutex_unlock(&s->lock);
     if (held_since > 0.0)
-        sdp_trace_wait(wait_hint.phase == SDP_PH_CAST ? SDP_LANE_PARAM_CAST : SDP_LANE_CPU_ADAMW,
-                       wait_hint.rank, wait_hint.step, wait_hint.group, wait_hint.chunk, held_since,
-                       now, why);
+        sdp_trace_wait(wait_lane(&wait_hint, s->typebit[w]), wait_hint.rank, wait_hint.step,
+                       wait_hint.group, wait_hint.chunk, held_since, now, why);
     return task;
 }
 
@@ -550,6 +476,16 @@ void sdp_slidedp_pre_exec(struct starpu_task *task, unsigned ctx)
     for (int i = 0; i < q->staged.n; i++)
         maybe_prefetch(s, w, q->staged.a[i]);
     pthread_mutex_unlock(&s->lock);
+}
+
+void sdp_slidedp_wake(unsigned ctx)
+{
+    struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
+    int wake[STARPU_NMAXWORKERS], nwake;
+    lock_relaxed(s);
+    nwake = take_idle(s, s->workers, s->nworkers, wake);
+    pthread_mutex_unlock(&s->lock);
+    wake_all(wake, nwake);
 }
 
 /* A task ended: a staged one frees its slot, a put frees its stage, and the workers that stopped

@@ -58,6 +58,11 @@ struct sdp_hint {
     int tied;
     /* sdp-roundpipe: 1 + the stage the policy ran the task in (the event log's "stage"); 0: none */
     int stage1;
+    /* sdp-roundpipe: 1 + the stage's round (stage / stage workers: the event log's "round") */
+    int round1;
+    /* the bytes a task of a transfer lane moves (the event log's "bytes"), else 0: sdp-roundpipe
+     * orders a stage's fetches by them */
+    long long bytes;
 };
 
 /** 1: every task carries its struct sdp_hint in starpu_task::sched_data, for the project's own

@@ -255,7 +255,7 @@ static void write_event_jsonl(FILE *f, const struct event *e)
     if (e->tag.tied)
         fprintf(f, ", \"tied\": 1");
     if (e->tag.stage1 > 0)
-        fprintf(f, ", \"stage\": %d", e->tag.stage1 - 1);
+        fprintf(f, ", \"stage\": %d, \"round\": %d", e->tag.stage1 - 1, e->tag.round1 - 1);
     if (e->tag.bytes > 0)
         fprintf(f, ", \"bytes\": %lld", e->tag.bytes);
     if (!isnan(e->ready_us))

@@ -45,6 +45,7 @@ struct sdp_trace_tag {
     int grad_lim;             /* struct sdp_hint's: > 0, it writes no gradient chunk from it on */
     int tied;                 /* struct sdp_hint's: 1, it reads the tied embedding's weights too */
     int stage1;               /* struct sdp_hint's: 1 + sdp-roundpipe's stage, 0: none */
+    int round1;               /* struct sdp_hint's: 1 + the stage's round, 0: none */
     long long bytes;          /* on the transfer lanes (parameter H2D, activation offload/reload,
                                  gradient D2H): the bytes the task moves; else 0 */
     enum sdp_trace_lane lane; /* SDP_LANE_GPU_COMPUTE becomes CPU_COMPUTE on a CPU worker */

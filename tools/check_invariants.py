@@ -57,6 +57,10 @@ compared with the derived one.  In a LoRA log (one with lora_* tasks) an update 
 adapters alone: 1 and 2 look only at the tasks that read them (lora_fwd, lora_bwd) and at the
 backward that writes their gradient (lora_bwd); the base's tasks read frozen weights.
 
+sdp-roundpipe's events carry their "stage" and "round": each stage must run on one worker, the
+W workers that ran stages take them round-robin (stage k on stage k mod W's worker), and an
+event's round is its stage // W; a breach counts as a violation ("rounds").
+
 Events with step < 0 (evaluation outside training) and group < 0 (the global norm) are not tied
 to a group's version and are skipped.  Waits (lines with "event": "wait", written by a policy
 that held ready work back, e.g. sdp-slidedp's bounded staging) are not tasks: the invariants
@@ -483,6 +487,27 @@ def check_chunk_fetches(ev, compute, rep):
                 break
 
 
+def check_rounds(events, rep):
+    """sdp-roundpipe's stages round-robin over the workers that ran them, and their rounds."""
+    staged = [e for e in events if not is_wait(e) and "stage" in e]
+    if not staged:
+        return
+    workers = defaultdict(set)  # stage -> the workers that ran its events
+    for e in staged:
+        workers[e["stage"]].add(e.get("worker"))
+    w = len(set().union(*workers.values()))
+    for k, ws in sorted(workers.items()):
+        if len(ws) != 1 or ws != workers.get(k % w):
+            rep.add("rounds", "stage %d ran on workers %s, stage %d on %s"
+                    % (k, sorted(ws), k % w, sorted(workers.get(k % w, ()))))
+    for e in staged:
+        if "round" in e and e["round"] != e["stage"] // w:
+            rep.add("rounds", "%s: round %d, but stage %d over %d workers is in round %d"
+                    % (describe(e), e["round"], e["stage"], w, e["stage"] // w))
+    print("stages: %d over %d stage workers, rounds %s" % (
+        len(workers), w, sorted({e["round"] for e in staged if "round" in e}) or "not logged"))
+
+
 def usage():
     print("usage: check_invariants.py [--max-inflight LANE=N ...] [--max-stages N] "
           "[--bwd-lookahead K] EVENTS.jsonl", file=sys.stderr)
@@ -541,6 +566,7 @@ def main(argv):
         return 2
     rep = check(events)
     check_inflight(events, limits, rep)
+    check_rounds(events, rep)
     if stages is not None:
         check_stages(events, stages, rep)
     if lookahead is not None:

@@ -2,7 +2,7 @@
 # The sdp-roundpipe policy on CPU workers standing in for GPUs (the tiny recipe, fp32, 3 steps):
 #   - with 1, 2 and 4 stage workers (--ranks) the losses are sdp-slidedp's bit for bit;
 #   - every compute task of a group's forward or backward runs on the worker of its stage (and its
-#     event log line says the stage), stage k
+#     event log line says the stage and its round, k / R), stage k
 #     on stage worker k mod R (the first R CPU workers, ids 0..R-1), the split being the one
 #     `slidedp plan --sched sdp-roundpipe` prints for the same recipe and machine; with a machine
 #     file whose LM head is fast (this machine's calibration, its head's rate raised) the split has
@@ -56,6 +56,10 @@ for line in open(sys.argv[2]):
     if e.get("stage") != stage[(e["group"], d)]:
         wrong.append("%s group %d %s: stage %s in the log, %d in the split"
                      % (e["name"], e["group"], d, e.get("stage"), stage[(e["group"], d)]))
+    if e.get("round") != stage[(e["group"], d)] // w:  # the round-robin round, stage // R
+        wrong.append("%s group %d %s: round %s in the log, stage %d's is %d"
+                     % (e["name"], e["group"], d, e.get("round"), stage[(e["group"], d)],
+                        stage[(e["group"], d)] // w))
     if e["worker"] != want:
         wrong.append("%s group %d %s on worker %d, stage %d's is %d"
                      % (e["name"], e["group"], d, e["worker"], stage[(e["group"], d)], want))
