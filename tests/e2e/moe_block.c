@@ -2,12 +2,15 @@
 /* Test helper (not a test): one Qwen3-MoE sparse block through the CPU kernels of
  * codelets/cpu/moe.h, forward and backward, for tests/e2e/moe_hf.py to compare with transformers.
  *   moe_block IN_FILE OUT_FILE
+ *   moe_block --config IN_DIR OUT_DIR
  * IN_FILE (native order): int32 N C E K IM norm_topk_prob, float32 aux_coef, then float32 x (N, C),
  * router weight (E, C), gate_up_proj (E, 2IM, C), down_proj (E, C, IM), dout (N, C).
  * OUT_FILE: float64 aux loss, then float32 router logits (N, E), expert ids (N, K), routing
  * weights (N, K), slots per expert (E), output (N, C), and the gradients of the objective
  * sum(dout * output) + aux_coef * aux: dx (N, C), router weight (E, C), gate_up_proj, down_proj.
- * Exit 0 done, 1 failure, 2 usage. */
+ * With --config: IN_DIR's config.json read (formats/hfconfig.c, MoE included) and written to
+ * OUT_DIR/config.json; stdout lists the sparse layers (0-based), e.g. "sparse: 0 2".  * Exit 0
+ * done, 1 failure, 2 usage. */
 #include "config.h"
 
 #include <stdint.h>
@@ -16,6 +19,8 @@
 #include <string.h>
 
 #include "codelets/cpu/moe.h"
+#include "formats/hfconfig.h"
+#include "models/sdp_models.h"
 
 struct dims {
     int32_t N, C, E, K, IM, norm;
@@ -91,14 +96,29 @@ done:
     return rc;
 }
 
+static int config_round_trip(const char *in, const char *out)
+{
+    struct sdp_model_cfg c;
+    if (sdp_hfconfig_read(in, &c) || sdp_hfconfig_write(out, &c, "float32"))
+        return 1;
+    printf("sparse:");
+    for (int l = 0; l < c.num_layers; l++)
+        if (sdp_model_layer_sparse(&c, l))
+            printf(" %d", l);
+    printf("\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct dims d;
     float *x = NULL, *wr = NULL, *wgu = NULL, *wdn = NULL, *dout = NULL;
     FILE *f, *o;
     int rc = 1;
+    if (argc == 4 && !strcmp(argv[1], "--config"))
+        return config_round_trip(argv[2], argv[3]);
     if (argc != 3) {
-        fprintf(stderr, "usage: moe_block IN_FILE OUT_FILE\n");
+        fprintf(stderr, "usage: moe_block IN_FILE OUT_FILE | --config IN_DIR OUT_DIR\n");
         return 2;
     }
     f = fopen(argv[1], "rb");

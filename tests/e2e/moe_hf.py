@@ -4,6 +4,11 @@ Qwen3MoeSparseMoeBlock and load_balancing_loss_func, fp32.
 
     moe_hf.py MOE_BLOCK_PROGRAM WORKDIR
 
+First the configuration: a Qwen3MoeConfig saved by transformers (3 layers, layer 1 dense through
+mlp_only_layers) is read and written again by formats/hfconfig.c (moe_block --config); the written
+config.json must load in transformers with the same MoE fields, and the sparse layers our rule
+finds must be those transformers' Qwen3MoeForCausalLM builds.  Then the block:
+
 A tiny config (C 32, 8 experts, top-2, IM 16, norm_topk_prob true), 24 tokens, random weights;
 channel 0 of the input is a constant 1 through which the router never picks expert 7, so that one
 expert gets no token.  The objective is sum(dout * block(x)) + COEF * aux, aux the load-balancing
@@ -26,6 +31,7 @@ and x's router part) lose accuracy to its cancellation, dz = p (dp - sum p dp): 
 multiplied by kappa = ||p (|dp| + sum p |dp|)|| / ||dz||, computed here in fp64 (dp rebuilt from
 the weights and the routing; the dz it implies is checked against transformers' autograd).  The aux loss is a double sum of fp32 probabilities: 2 * 4 u relative from the softmax.
 """
+import os
 import subprocess
 import sys
 
@@ -125,8 +131,42 @@ def softmax_kappa(blk, x0, dout, hf):
     return max(1.0, float(terms.norm() / dz.norm())), dz
 
 
+MOE_KEYS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+            "decoder_sparse_step", "mlp_only_layers", "router_aux_loss_coef",
+            "output_router_logits", "hidden_size", "num_hidden_layers", "num_key_value_heads",
+            "head_dim", "rope_parameters", "tie_word_embeddings")
+
+
+def check_config(prog, work):
+    cfg = transformers.Qwen3MoeConfig(vocab_size=64, hidden_size=C, intermediate_size=48,
+                                      num_hidden_layers=3, num_attention_heads=4,
+                                      num_key_value_heads=2, head_dim=8, num_experts=E,
+                                      num_experts_per_tok=K, moe_intermediate_size=IM,
+                                      norm_topk_prob=True, mlp_only_layers=[1],
+                                      router_aux_loss_coef=COEF, output_router_logits=True)
+    cfg.save_pretrained(work + "/cfg_in")
+    os.makedirs(work + "/cfg_out")
+    r = subprocess.run([prog, "--config", work + "/cfg_in", work + "/cfg_out"],
+                       stdout=subprocess.PIPE, text=True)
+    if r.returncode:
+        print("moe_block --config exited %d" % r.returncode)
+        return False
+    back = transformers.AutoConfig.from_pretrained(work + "/cfg_out")
+    diff = [k for k in MOE_KEYS if getattr(back, k, None) != getattr(cfg, k, None)]
+    model = transformers.AutoModelForCausalLM.from_config(back)
+    built = [i for i, layer in enumerate(model.model.layers)
+             if isinstance(layer.mlp, mq.Qwen3MoeSparseMoeBlock)]
+    ours = [int(t) for t in r.stdout.split()[1:]]
+    print("config.json written back: %s; %s; sparse layers ours %s, transformers %s"
+          % (type(back).__name__, "fields equal" if not diff else "DIFFER: %s" % diff, ours,
+             built))
+    return type(back).__name__ == "Qwen3MoeConfig" and not diff and ours == built == [0, 2]
+
+
 def main():
     prog, work = sys.argv[1], sys.argv[2]
+    if not check_config(prog, work):
+        return 1
     blk = make_block()
     gen = torch.Generator().manual_seed(9)
     x0 = torch.randn(N, C, generator=gen)
