@@ -22,8 +22,13 @@ static int bad(char *why, size_t whylen, const char *key, int v, const char *wha
 
 int sdp_model_moe_check(const struct sdp_model_cfg *c, char *why, size_t whylen)
 {
-    if (c->arch != SDP_ARCH_QWEN3)
-        return bad(why, whylen, "model_type", (int)c->arch, "must be qwen3_moe for MoE fields");
+    if (c->arch != SDP_ARCH_QWEN3) {
+        if (why && whylen > 0)
+            snprintf(why, whylen,
+                     "mixture-of-experts fields on a %s model: only qwen3_moe has them",
+                     sdp_model_arch_name(c->arch));
+        return -1;
+    }
     if (c->num_experts < 0 || c->num_experts > MAX_EXPERTS)
         return bad(why, whylen, "num_experts", c->num_experts, "must be in [0, 65536]");
     if (c->num_experts > 0 &&

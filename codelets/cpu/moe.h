@@ -29,7 +29,8 @@ struct sdp_moe_routing {
  * max subtracted, sum in double); r->ids, r->wts the K largest probabilities of each token in
  * decreasing order, ties to the lower expert id (torch.sort(stable=True) order; torch.topk on CPU
  * orders exact ties as its selection algorithm leaves them); with norm_topk the K weights divided
- * by their fp32 sum, as Qwen3MoeTopKRouter does. */
+ * by their fp32 sum, as Qwen3MoeTopKRouter does.  NaN probabilities order nothing: the picks they
+ * leave are the lowest free ids, so that the ids stay valid and distinct. */
 void sdp_cpu_moe_router_fwd(float *logits, float *probs, struct sdp_moe_routing *r, const float *x,
                             const float *wr, int C, int norm_topk);
 

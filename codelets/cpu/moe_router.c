@@ -29,22 +29,36 @@ static void softmax_row(float *p, const float *z, int E)
         p[e] = (float)(p[e] / s);
 }
 
-/* The K largest of p (E) by decreasing value, ties to the lower index: K passes of a strict
- * arg-max over the unpicked entries (E and K are small: 128 and 8 for Qwen3-30B-A3B). */
+/* e comes after f in the top-k order: a lower probability, or an equal one and a higher id. */
+static int after(const float *p, int e, int f)
+{
+    return p[e] < p[f] || (p[e] == p[f] && e > f);
+}
+
+/* The lowest id not among ids[0..k) (NaN probabilities order nothing: ids stay valid). */
+static int first_free(const int32_t *ids, int k)
+{
+    for (int e = 0;; e++) {
+        int taken = 0;
+        for (int j = 0; j < k && !taken; j++)
+            taken = ids[j] == e;
+        if (!taken)
+            return e;
+    }
+}
+
+/* The K largest of p (E) by decreasing value, ties to the lower index: pick k is the largest of
+ * the entries after pick k - 1 in that order, one pass over E each (O(E K)). */
 static void topk_row(int32_t *ids, float *w, const float *p, int E, int K, int norm)
 {
     float s = 0.0f;
     for (int k = 0; k < K; k++) {
         int best = -1;
-        for (int e = 0; e < E; e++) {
-            int taken = 0;
-            for (int j = 0; j < k && !taken; j++)
-                taken = ids[j] == e;
-            if (!taken && (best < 0 || p[e] > p[best]))
+        for (int e = 0; e < E; e++)
+            if ((k == 0 || after(p, e, ids[k - 1])) && (best < 0 || p[e] > p[best]))
                 best = e;
-        }
-        ids[k] = best;
-        w[k] = p[best];
+        ids[k] = best >= 0 ? best : first_free(ids, k);
+        w[k] = p[ids[k]];
         s += w[k];
     }
     for (int k = 0; norm && k < K; k++)

@@ -43,7 +43,8 @@ static void routing_free(struct sdp_moe_routing *r)
     free(r->ids), free(r->wts), free(r->counts), free(r->offsets), free(r->rows), free(r->where);
 }
 
-/* Ties: logits 1 3 3 0 3 2 (x = the logits, wr = the identity): top-2 is 1, 2; top-4 1 2 4 5. */
+/* Ties: logits 1 3 3 0 3 2 (x = the logits, wr = the identity): top-2 is 1, 2; top-4 1 2 4 5.
+ * NaN logits: the lowest ids, distinct. */
 static void test_topk_ties(void)
 {
     const float lg[6] = { 1, 3, 3, 0, 3, 2 };
@@ -65,6 +66,13 @@ static void test_topk_ties(void)
                   "top-4 ties: %d %d %d %d, want 1 2 4 5", r.ids[0], r.ids[1], r.ids[2], r.ids[3]);
         routing_free(&r);
     }
+    /* a NaN logit (a diverged run) makes every probability NaN: the ids must stay valid */
+    struct sdp_moe_routing r = routing_alloc(1, 6, 4);
+    float row[6] = { 1, NAN, 3, 0, 3, 2 };
+    sdp_cpu_moe_router_fwd(logits, probs, &r, row, wr, 6, 0);
+    CHECK(r.ids[0] == 0 && r.ids[1] == 1 && r.ids[2] == 2 && r.ids[3] == 3,
+          "NaN logits: ids %d %d %d %d, want 0 1 2 3", r.ids[0], r.ids[1], r.ids[2], r.ids[3]);
+    routing_free(&r);
 }
 
 /* 5 tokens, top-2 of 4 experts, expert 2 idle: counts, offsets, token order within experts. */
