@@ -3,6 +3,7 @@
  * codelets/cpu/moe.h, forward and backward, for tests/e2e/moe_hf.py to compare with transformers.
  *   moe_block IN_FILE OUT_FILE
  *   moe_block --config IN_DIR OUT_DIR
+ *   moe_block --aux IN_FILE OUT_FILE
  * IN_FILE (native order): int32 N C E K IM norm_topk_prob, float32 aux_coef, then float32 x (N, C),
  * router weight (E, C), gate_up_proj (E, 2IM, C), down_proj (E, C, IM), dout (N, C).
  * OUT_FILE: float64 aux loss, then float32 router logits (N, E), expert ids (N, K), routing
@@ -109,6 +110,53 @@ static int config_round_trip(const char *in, const char *out)
     return 0;
 }
 
+/* The load-balancing loss of L layers' logits (passed as x with an identity router, C = E) and
+ * its gradient: statistics summed over the layers, then each layer's backward. */
+static int aux_layers(const char *in, const char *out)
+{
+    int32_t d[4];
+    FILE *f = fopen(in, "rb"), *o;
+    float *lg = NULL, *eye = NULL, *pr = NULL, *dp = NULL, *dz = NULL, *l2 = NULL;
+    double *count = NULL, *psum = NULL, aux;
+    struct sdp_moe_routing r = { 0 };
+    int rc = 1;
+    if (!f || fread(d, 4, 4, f) != 4 || d[0] < 1 || d[1] < 1 || d[2] < 1 || d[3] < 1 ||
+        d[3] > d[2] || d[0] > 64 || d[1] > 1 << 16 || d[2] > 1024)
+        goto done;
+    const int L = d[0], N = d[1], E = d[2], K = d[3];
+    const size_t NE = (size_t)N * E;
+    lg = get(f, L * NE), eye = zeros((size_t)E * E), pr = zeros(L * NE), dp = zeros(NE);
+    dz = zeros(L * NE), l2 = zeros(NE), count = calloc(E, sizeof(double));
+    psum = calloc(E, sizeof(double)), r.ids = calloc((size_t)N * K, 4), r.wts = zeros(N * K);
+    if (!lg || !eye || !pr || !dp || !dz || !l2 || !count || !psum || !r.ids || !r.wts)
+        goto done;
+    r.N = N, r.E = E, r.K = K;
+    for (int e = 0; e < E; e++)
+        eye[(size_t)e * E + e] = 1.0f;
+    for (int l = 0; l < L; l++) {
+        sdp_cpu_moe_router_fwd(l2, pr + l * NE, &r, lg + l * NE, eye, E, 0);
+        sdp_cpu_moe_aux_stats(count, psum, pr + l * NE, &r);
+    }
+    aux = sdp_cpu_moe_aux_loss(count, psum, (double)L * N, E);
+    for (int l = 0; l < L; l++) {
+        memset(dp, 0, NE * sizeof(float));
+        sdp_cpu_moe_aux_bwd(dp, count, (double)L * N, N, E, 1.0f);
+        sdp_cpu_moe_softmax_bwd(dz + l * NE, dp, pr + l * NE, N, E);
+    }
+    if ((o = fopen(out, "wb"))) {
+        rc = fwrite(&aux, 8, 1, o) != 1 || fwrite(dz, 4, L * NE, o) != L * NE;
+        rc = fclose(o) != 0 || rc;
+    }
+done:
+    if (rc)
+        fprintf(stderr, "moe_block --aux: %s: bad input, or cannot write %s\n", in, out);
+    if (f)
+        fclose(f);
+    free(lg), free(eye), free(pr), free(dp), free(dz), free(l2), free(count), free(psum);
+    free(r.ids), free(r.wts);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     struct dims d;
@@ -117,8 +165,11 @@ int main(int argc, char **argv)
     int rc = 1;
     if (argc == 4 && !strcmp(argv[1], "--config"))
         return config_round_trip(argv[2], argv[3]);
+    if (argc == 4 && !strcmp(argv[1], "--aux"))
+        return aux_layers(argv[2], argv[3]);
     if (argc != 3) {
-        fprintf(stderr, "usage: moe_block IN_FILE OUT_FILE | --config IN_DIR OUT_DIR\n");
+        fprintf(stderr,
+                "usage: moe_block IN_FILE OUT_FILE | --config IN_DIR OUT_DIR | --aux IN OUT\n");
         return 2;
     }
     f = fopen(argv[1], "rb");

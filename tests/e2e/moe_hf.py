@@ -7,7 +7,10 @@ Qwen3MoeSparseMoeBlock and load_balancing_loss_func, fp32.
 First the configuration: a Qwen3MoeConfig saved by transformers (3 layers, layer 1 dense through
 mlp_only_layers) is read and written again by formats/hfconfig.c (moe_block --config); the written
 config.json must load in transformers with the same MoE fields, and the sparse layers our rule
-finds must be those transformers' Qwen3MoeForCausalLM builds.  Then the block:
+finds must be those transformers' Qwen3MoeForCausalLM builds.  Then the load-balancing loss of
+three layers' router logits (the statistics summed over the layers before the product, as
+load_balancing_loss_func does) and its gradient w.r.t. each layer's logits (moe_block --aux), with
+the tolerance derived at check_aux_layers.  Then the block:
 
 A tiny config (C 32, 8 experts, top-2, IM 16, norm_topk_prob true), 24 tokens, random weights;
 channel 0 of the input is a constant 1 through which the router never picks expert 7, so that one
@@ -163,9 +166,46 @@ def check_config(prog, work):
     return type(back).__name__ == "Qwen3MoeConfig" and not diff and ours == built == [0, 2]
 
 
+def check_aux_layers(prog, work):
+    """Both sides compute the probabilities in fp32 (4 u relative each, the softmax's bound above)
+    and the loss's sums in higher precision or exactly (counts), so the loss differs by at most
+    2 * 4 u relative, plus a rounding of each side's result: AUX_RTOL + 2 u.  The gradient
+    p (g - sum p g), g_e = E count_e / rows^2, adds two roundings a side (g, the product) and the
+    cancellation of g - sum p g: 2 * 6 u times kappa = ||p (|g| + sum p |g|)|| / ||dz||, fp64."""
+    L, n = 3, 20
+    gen = torch.Generator().manual_seed(13)
+    logits = [(1.5 * torch.randn(n, E, generator=gen)).requires_grad_(True) for _ in range(L)]
+    aux = mq.load_balancing_loss_func(tuple(logits), E, K, None)
+    aux.backward()
+    aux = float(aux.detach())
+    inp, outp = work + "/aux_in.bin", work + "/aux_out.bin"
+    with open(inp, "wb") as f:
+        np.array([L, n, E, K], dtype=np.int32).tofile(f)
+        for t in logits:
+            t.detach().numpy().astype(np.float32).tofile(f)
+    if subprocess.run([prog, "--aux", inp, outp]).returncode:
+        print("moe_block --aux failed")
+        return False
+    raw = open(outp, "rb").read()
+    got = float(np.frombuffer(raw[:8], dtype=np.float64)[0])
+    dz = torch.from_numpy(np.frombuffer(raw[8:], dtype=np.float32).copy()).view(L, n, E)
+    ref = torch.stack([t.grad for t in logits])
+    p = torch.softmax(torch.stack([t.detach() for t in logits]).double(), dim=-1)
+    count = torch.bincount(torch.topk(p, K, dim=-1).indices.reshape(-1), minlength=E).double()
+    g = (E * count / (L * n) ** 2).expand_as(p)
+    dz64 = p * (g - (p * g).sum(dim=-1, keepdim=True))
+    kappa = float((p * (g.abs() + (p * g.abs()).sum(dim=-1, keepdim=True))).norm() / dz64.norm())
+    e_loss, e_grad = abs(got - aux) / abs(aux), rel(dz, ref)
+    lim_loss, lim_grad = AUX_RTOL + 2 * U, 2 * 6 * U * kappa
+    print("aux loss of %d layers: %.9g, transformers %.9g: relative %.2e (limit %.2e); its "
+          "gradient %.2e (limit %.2e, kappa %.1f)"
+          % (L, got, aux, e_loss, lim_loss, e_grad, lim_grad, kappa))
+    return e_loss <= lim_loss and e_grad <= lim_grad
+
+
 def main():
     prog, work = sys.argv[1], sys.argv[2]
-    if not check_config(prog, work):
+    if not check_config(prog, work) or not check_aux_layers(prog, work):
         return 1
     blk = make_block()
     gen = torch.Generator().manual_seed(9)
