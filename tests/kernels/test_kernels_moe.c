@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Checks the mixture-of-experts CPU kernels (codelets/cpu/moe.h): the top-k's order and its tie
- * rule, the stable permutation on a hand-made routing, then one sparse block forward and backward
- * (router, renormalised or not, experts, combine, load-balancing loss) against the fp64 oracle of
- * tests/kernels/moe_oracle.h within its derived bounds, with an expert that gets no token (its
- * weights are NaN: read, they would poison the outputs; its gradients must stay untouched).  The
- * oracle's derivatives are checked against central finite differences of its forward. */
+ * rule, the stable permutation on a hand-made routing, then sparse blocks (top-1, 2, 4) forward and
+ * backward (router, renormalised or not, experts, combine, load-balancing loss) against the fp64
+ * oracle of tests/kernels/moe_oracle.h within its derived bounds, with an expert that gets no token
+ * (its weights are NaN: read, they would poison the outputs; its gradients must stay untouched).
+ * The oracle's derivatives are checked against central finite differences of its forward. */
 #include "config.h"
 
 #include <math.h>
@@ -180,15 +180,17 @@ static void check_block(const struct moe_run *m, const struct moe_ref *o, const 
         ids_ok &= m->r.ids[s] == o->ids[s];
         memcpy(yt + s * C, m->y + (size_t)m->r.where[s] * C, C * sizeof(float));
     }
-    for (size_t n = 0; n < N; n++) { /* the K-th pick clear of the next by the bounds */
-        double pk = o->p[n * E + o->ids[n * K + K - 1]], next = -1, tol = 0;
+    for (size_t n = 0; n < N; n++) { /* the K-th pick clear of the next by their bounds */
+        const size_t ik = n * E + o->ids[n * K + K - 1];
+        double next = -1, tol = 0;
         for (size_t e = 0; e < E; e++) {
             int taken = 0;
             for (size_t k = 0; k < K; k++)
                 taken |= o->ids[n * K + k] == (int)e;
-            next = !taken && o->p[n * E + e] > next ? o->p[n * E + e] : next;
-            tol += o->ep[n * E + e];
+            if (!taken && o->p[n * E + e] > next)
+                next = o->p[n * E + e], tol = o->ep[ik] + o->ep[n * E + e];
         }
+        const double pk = o->p[ik];
         margin_ok &= pk - next > 2 * SDP_SAFETY * tol;
     }
     CHECK(ids_ok, "expert ids differ from the oracle's");
@@ -248,9 +250,9 @@ static void check_oracle_fd(struct moe_ref *o, struct moe_in *in, float *x, floa
 
 /* One block: random inputs, channel 0 a constant 1 through which the router keeps the last
  * expert idle (its weights NaN: any read of them would show). */
-static void test_block(int norm, double coef, uint64_t seed)
+static void test_block(int K, int norm, double coef, uint64_t seed)
 {
-    enum { N = 37, C = 24, E = 8, K = 2, IM = 12 };
+    enum { N = 37, C = 24, E = 8, IM = 12 };
     struct sdp_rng rng = { seed };
     float *x = f_alloc(N * C), *wr = f_alloc(E * C), *wgu = f_alloc((size_t)E * 2 * IM * C);
     float *wdown = f_alloc((size_t)E * C * IM), *dout = f_alloc(N * C);
@@ -286,7 +288,9 @@ int main(void)
 {
     test_topk_ties();
     test_permute();
-    test_block(1, 0.001, 11);
-    test_block(0, 0.5, 12);
+    test_block(2, 1, 0.001, 11);
+    test_block(2, 0, 0.5, 12);
+    test_block(1, 1, 0.01, 13); /* one expert a token: the renormalised weight is 1 */
+    test_block(4, 1, 0.01, 14);
     return sdp_test_finish(sdp_test_nfail);
 }
