@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* Hugging Face config.json <-> struct sdp_model_cfg for Qwen3ForCausalLM and LlamaForCausalLM.
- * Absent keys take the defaults of transformers' Qwen3Config / LlamaConfig, so the model built here
- * is the one transformers builds from the same file.  Every feature we do not implement (attention
- * or MLP bias, sliding window, rope scaling other than llama3, yarn, linear and dynamic, MoE,
- * quantization) is an error naming the key, never silently ignored.  Tests:
- * tests/formats/test_hfconfig.c. */
+/* Hugging Face config.json <-> struct sdp_model_cfg for Qwen3ForCausalLM, LlamaForCausalLM and
+ * Qwen3MoeForCausalLM (its MoE keys: formats/hfconfig_moe.c).  Absent keys take the defaults of
+ * transformers' Qwen3Config / LlamaConfig / Qwen3MoeConfig, so the model built here is the one
+ * transformers builds from the same file.  Every feature we do not implement (attention or MLP
+ * bias, sliding window, rope scaling other than llama3, yarn, linear and dynamic, MoE families
+ * other than Qwen3-MoE, quantization) is an error naming the key, never silently ignored.  Tests:
+ * tests/formats/test_hfconfig.c, tests/formats/test_hfconfig_moe.c. */
 #include "config.h"
 
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include "models/sdp_models.h"
 #include "base/fsutil.h"
 #include "formats/hfconfig.h"
+#include "formats/hfconfig_internal.h"
 #include "base/sdp_log.h"
 
 /* ---- reading ---- */
@@ -98,7 +100,7 @@ static int get_token(const char *path, json_t *root, const char *key, int *out)
     return 0;
 }
 
-static int detect_arch(const char *path, json_t *root, enum sdp_arch *arch)
+static int detect_arch(const char *path, json_t *root, enum sdp_arch *arch, int *moe)
 {
     const char *mt = json_string_value(json_object_get(root, "model_type"));
     const char *an = json_string_value(json_array_get(json_object_get(root, "architectures"), 0));
@@ -110,36 +112,51 @@ static int detect_arch(const char *path, json_t *root, enum sdp_arch *arch)
         sdp_hint("a Hugging Face config.json names its model_type, e.g. \"qwen3\" or \"llama\"");
         return rc;
     }
+    *moe = 0;
     if (!strcmp(name, "qwen3") || (!mt && !strcmp(name, "Qwen3ForCausalLM"))) {
         *arch = SDP_ARCH_QWEN3;
+        return 0;
+    }
+    if (!strcmp(name, "qwen3_moe") || (!mt && !strcmp(name, "Qwen3MoeForCausalLM"))) {
+        *arch = SDP_ARCH_QWEN3;
+        *moe = 1;
         return 0;
     }
     if (!strcmp(name, "llama") || (!mt && !strcmp(name, "LlamaForCausalLM"))) {
         *arch = SDP_ARCH_LLAMA;
         return 0;
     }
-    if (strstr(name, "moe") || strstr(name, "Moe") || !strcmp(name, "mixtral") ||
-        !strncmp(name, "deepseek", 8))
-        return sdp_err(-EINVAL, "config %s: %s \"%s\": MoE not supported yet", path,
-                       mt ? "model_type" : "architectures", name);
+    if (strstr(name, "moe") || strstr(name, "Moe") || !strncmp(name, "mixtral", 7) ||
+        !strncmp(name, "Mixtral", 7) || !strncmp(name, "deepseek", 8) ||
+        !strncmp(name, "Deepseek", 8)) {
+        rc = sdp_err(-EINVAL,
+                     "config %s: %s \"%s\": this mixture-of-experts family is not supported", path,
+                     mt ? "model_type" : "architectures", name);
+        sdp_hint("supported MoE model type: qwen3_moe (Qwen3MoeForCausalLM)");
+        return rc;
+    }
     rc = sdp_err(-EINVAL, "config %s: %s \"%s\" is not supported", path,
                  mt ? "model_type" : "architectures", name);
-    sdp_hint("supported model types: qwen3 (Qwen3ForCausalLM), llama (LlamaForCausalLM)");
+    sdp_hint("supported model types: qwen3 (Qwen3ForCausalLM), llama (LlamaForCausalLM), "
+             "qwen3_moe (Qwen3MoeForCausalLM)");
     return rc;
 }
 
-/* Keys whose presence means a feature we do not implement. */
-static int check_unsupported(const char *path, json_t *root)
+/* Keys whose presence means a feature we do not implement (MoE keys in a dense model_type). */
+static int check_unsupported(const char *path, json_t *root, int moe)
 {
     static const char *const moe_keys[] = { "num_experts", "num_local_experts", "n_routed_experts",
                                             "num_experts_per_tok", "moe_intermediate_size" };
     static const char *const off_keys[] = { "attention_bias", "mlp_bias", "use_sliding_window" };
     json_t *v;
-    for (size_t i = 0; i < sizeof(moe_keys) / sizeof(moe_keys[0]); i++) {
+    for (size_t i = 0; !moe && i < sizeof(moe_keys) / sizeof(moe_keys[0]); i++) {
         v = json_object_get(root, moe_keys[i]);
-        if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
-            return sdp_err(-EINVAL, "config %s: key \"%s\": MoE not supported yet", path,
-                           moe_keys[i]);
+        if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 0)) {
+            int rc =
+                sdp_err(-EINVAL, "config %s: key \"%s\" in a dense model_type", path, moe_keys[i]);
+            sdp_hint("mixture-of-experts models are read as model_type qwen3_moe");
+            return rc;
+        }
     }
     for (size_t i = 0; i < sizeof(off_keys) / sizeof(off_keys[0]); i++) {
         v = json_object_get(root, off_keys[i]);
@@ -288,11 +305,12 @@ static int parse_config(const char *path, json_t *root, struct sdp_model_cfg *cf
     struct sdp_model_cfg c = { 0 };
     enum sdp_arch arch;
     char why[256];
-    int rc;
+    int rc, moe;
 
     if (!json_is_object(root))
         return sdp_err(-EINVAL, "config %s: not a JSON object", path);
-    if ((rc = detect_arch(path, root, &arch)) != 0 || (rc = check_unsupported(path, root)) != 0)
+    if ((rc = detect_arch(path, root, &arch, &moe)) != 0 ||
+        (rc = check_unsupported(path, root, moe)) != 0)
         return rc;
     if ((rc = get_int(path, root, "vocab_size", 1, &c.vocab_size)) < 0 ||
         (rc = get_int(path, root, "hidden_size", 1, &c.hidden_size)) < 0 ||
@@ -302,8 +320,8 @@ static int parse_config(const char *path, json_t *root, struct sdp_model_cfg *cf
         return rc;
     /* absent: the class default (Qwen3Config: 32 KV heads, head_dim 128); null: NH and C/NH */
     if (arch == SDP_ARCH_QWEN3 && !json_object_get(root, "num_key_value_heads"))
-        c.num_kv_heads = 32;
-    if (arch == SDP_ARCH_QWEN3 && !json_object_get(root, "head_dim"))
+        c.num_kv_heads = moe ? 4 : 32; /* Qwen3MoeConfig: 4; its head_dim: C/NH */
+    if (arch == SDP_ARCH_QWEN3 && !moe && !json_object_get(root, "head_dim"))
         c.head_dim = 128;
     if ((rc = get_dim(path, root, "num_key_value_heads", &c.num_kv_heads)) < 0 ||
         (rc = get_dim(path, root, "head_dim", &c.head_dim)) < 0)
@@ -321,7 +339,8 @@ static int parse_config(const char *path, json_t *root, struct sdp_model_cfg *cf
         (rc = get_bool(path, root, "tie_word_embeddings", &c.tie_word_embeddings)) < 0 ||
         (rc = get_token(path, root, "bos_token_id", &c.bos_token_id)) < 0 ||
         (rc = get_token(path, root, "eos_token_id", &c.eos_token_id)) < 0 ||
-        (rc = parse_rope(path, root, &c)) < 0)
+        (rc = parse_rope(path, root, &c)) < 0 ||
+        (moe && (rc = sdp_hfconfig_moe_read(path, root, &c)) < 0))
         return rc;
     if (json_is_null(json_object_get(root, "bos_token_id")))
         c.bos_token_id = -1;
@@ -340,7 +359,7 @@ static int parse_config(const char *path, json_t *root, struct sdp_model_cfg *cf
     return 0;
 }
 
-int sdp_hfconfig_load(const char *path, struct sdp_model_cfg *cfg)
+int sdp_hfconfig_read(const char *path, struct sdp_model_cfg *cfg)
 {
     struct stat sb;
     char *file = NULL;
@@ -378,6 +397,25 @@ int sdp_hfconfig_load(const char *path, struct sdp_model_cfg *cfg)
     return rc;
 }
 
+int sdp_hfconfig_load(const char *path, struct sdp_model_cfg *cfg)
+{
+    struct sdp_model_cfg c;
+    int rc = sdp_hfconfig_read(path, &c);
+    if (rc)
+        return rc;
+    if (c.moe) { /* the step graph runs dense decoder layers only */
+        rc = sdp_err(-EINVAL,
+                     "config %s: model_type qwen3_moe (%d of %d layers sparse): MoE layers: the "
+                     "configuration and the kernels are in place; the step graph does not run "
+                     "them yet",
+                     path, sdp_model_num_sparse_layers(&c), c.num_layers);
+        sdp_hint("train, plan, bench and export take dense Qwen3 and Llama models for now");
+        return rc;
+    }
+    *cfg = c;
+    return 0;
+}
+
 /* ---- writing ---- */
 static int set(json_t *o, const char *key, json_t *v)
 {
@@ -391,10 +429,10 @@ static json_t *token_json(int id)
 
 /* Shortest %.{p}g precision (from 7, so that 500000.0 is not printed 5e5) at which every real of
  * the document reads back exactly. */
-static char *dump_exact(json_t *root)
+static char *dump_exact(json_t *root, size_t order)
 {
     for (int p = 7; p <= 17; p++) {
-        char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(p));
+        char *s = json_dumps(root, JSON_INDENT(2) | order | JSON_REAL_PRECISION(p));
         json_t *back = s ? json_loads(s, 0, NULL) : NULL;
         int exact = back && json_equal(root, back);
         json_decref(back);
@@ -453,7 +491,10 @@ static json_t *rope_json(const struct sdp_model_cfg *cfg)
 
 int sdp_hfconfig_write(const char *path, const struct sdp_model_cfg *cfg, const char *torch_dtype)
 {
-    const int qwen = cfg->arch == SDP_ARCH_QWEN3;
+    const int qwen = cfg->arch == SDP_ARCH_QWEN3, moe = cfg->moe;
+    const char *arch_name = moe    ? "Qwen3MoeForCausalLM"
+                            : qwen ? "Qwen3ForCausalLM"
+                                   : "LlamaForCausalLM";
     char why[256], *text = NULL, *file = NULL;
     struct stat sb;
     json_t *root, *rs;
@@ -469,8 +510,7 @@ int sdp_hfconfig_write(const char *path, const struct sdp_model_cfg *cfg, const 
     /* keys in alphabetical order, as transformers' save_pretrained writes them */
     root = json_object();
     bad = !root || !rs;
-    bad = bad || set(root, "architectures",
-                     json_pack("[s]", qwen ? "Qwen3ForCausalLM" : "LlamaForCausalLM"));
+    bad = bad || set(root, "architectures", json_pack("[s]", arch_name));
     bad = bad || set(root, "attention_bias", json_false());
     bad = bad || set(root, "attention_dropout", json_real(0.0));
     bad = bad || set(root, "bos_token_id", token_json(cfg->bos_token_id));
@@ -482,11 +522,12 @@ int sdp_hfconfig_write(const char *path, const struct sdp_model_cfg *cfg, const 
     bad = bad || set(root, "initializer_range", json_real(cfg->initializer_range));
     bad = bad || set(root, "intermediate_size", json_integer(cfg->intermediate_size));
     bad = bad || set(root, "max_position_embeddings", json_integer(cfg->max_position_embeddings));
-    if (qwen)
+    if (qwen && !moe)
         bad = bad || set(root, "max_window_layers", json_integer(cfg->num_layers));
     else
         bad = bad || set(root, "mlp_bias", json_false());
-    bad = bad || set(root, "model_type", json_string(sdp_model_arch_name(cfg->arch)));
+    bad = bad ||
+          set(root, "model_type", json_string(moe ? "qwen3_moe" : sdp_model_arch_name(cfg->arch)));
     bad = bad || set(root, "num_attention_heads", json_integer(cfg->num_heads));
     bad = bad || set(root, "num_hidden_layers", json_integer(cfg->num_layers));
     bad = bad || set(root, "num_key_value_heads", json_integer(cfg->num_kv_heads));
@@ -503,8 +544,9 @@ int sdp_hfconfig_write(const char *path, const struct sdp_model_cfg *cfg, const 
     if (qwen)
         bad = bad || set(root, "use_sliding_window", json_false());
     bad = bad || set(root, "vocab_size", json_integer(cfg->vocab_size));
-    if (!bad)
-        text = dump_exact(root);
+    bad = bad || (moe && sdp_hfconfig_moe_write(root, cfg) != 0);
+    if (!bad) /* dense keys are set in order; the MoE keys join them sorted */
+        text = dump_exact(root, moe ? JSON_SORT_KEYS : JSON_PRESERVE_ORDER);
     json_decref(rs);
     json_decref(root);
     if (!text)

@@ -1,15 +1,22 @@
 /* SPDX-License-Identifier: MIT */
-/* Hugging Face config.json <-> struct sdp_model_cfg (Qwen3ForCausalLM, LlamaForCausalLM).
- * Unsupported features (attention bias, sliding window, rope scaling other than "llama3", "yarn",
- * "linear" and "dynamic", MoE) are errors that name the key.  Tests: tests/formats/test_hfconfig.c.
- */
+/* Hugging Face config.json <-> struct sdp_model_cfg (Qwen3ForCausalLM, LlamaForCausalLM,
+ * Qwen3MoeForCausalLM).  Unsupported features (attention bias, sliding window, rope scaling other
+ * than "llama3", "yarn", "linear" and "dynamic", MoE families other than Qwen3-MoE, shared experts)
+ * are errors that name the key.  Tests: tests/formats/test_hfconfig.c,
+ * tests/formats/test_hfconfig_moe.c. */
 #ifndef SDP_HFCONFIG_H
 #define SDP_HFCONFIG_H
 
 #include "models/sdp_models.h"
 
-/** Parse a config.json file (path of the file, or of the directory holding it).
+/** Parse a config.json file (path of the file, or of the directory holding it), MoE configs
+ * (cfg->moe) included.
  * @return 0, -ENOENT, -EINVAL (logged: file, key, value, hint) */
+int sdp_hfconfig_read(const char *path, struct sdp_model_cfg *cfg);
+
+/** sdp_hfconfig_read() for the step graph, which runs dense models only: an MoE config is
+ * -EINVAL (logged, saying that its layers are not run yet).  Train, plan, bench and export use it.
+ */
 int sdp_hfconfig_load(const char *path, struct sdp_model_cfg *cfg);
 
 /** Write config.json for cfg into path atomically, loadable by transformers' AutoConfig.

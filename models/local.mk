@@ -1,6 +1,6 @@
 # models/local.mk: sources and tests of this folder (included by Makefile.am)
 libsdp_a_SOURCES += models/sdp_models.h models/qwen3.c models/sdp_lora.h models/lora.c \
-	models/rope.c
+	models/rope.c models/moe.c
 
 check_PROGRAMS += tests/models/test_model_layout
 TESTS += tests/models/test_model_layout

@@ -204,6 +204,8 @@ int sdp_model_validate(const struct sdp_model_cfg *cfg, char *why, size_t whylen
         return invalid(why, whylen, "initializer_range = %g must be >= 0", cfg->initializer_range);
     if (sdp_model_rope_check(cfg, buf, sizeof(buf)) != 0)
         return invalid(why, whylen, "%s", buf);
+    if (cfg->moe && sdp_model_moe_check(cfg, buf, sizeof(buf)) != 0)
+        return invalid(why, whylen, "%s", buf);
     return 0;
 }
 

@@ -10,6 +10,8 @@
  *   HD  head dimension                      I   MLP intermediate size
  *   V   vocabulary size                     L   decoder layers
  *   QKV (NH + 2*NKV) * HD: width of the fused q/k/v projection
+ *   E   experts of a mixture-of-experts layer   K   experts per token (top-k)
+ *   IM  an expert's intermediate size (moe_intermediate_size)
  */
 #ifndef SDP_MODELS_H
 #define SDP_MODELS_H
@@ -30,6 +32,9 @@ enum sdp_rope_type {
     SDP_ROPE_DYNAMIC,    /* _compute_dynamic_ntk_parameters: the base grows with the length */
     SDP_ROPE_NTYPES
 };
+
+/* Most entries of a Qwen3-MoE config's mlp_only_layers list. */
+#define SDP_MOE_MAX_MLP_ONLY 256
 
 struct sdp_model_cfg {
     enum sdp_arch arch;
@@ -60,6 +65,19 @@ struct sdp_model_cfg {
     int bos_token_id;                        /* -1 when absent */
     int eos_token_id;                        /* -1 when absent */
     double initializer_range;
+    /* Mixture of experts (model_type qwen3_moe, transformers' Qwen3MoeConfig; moe == 0: a dense
+     * model and the fields below are unused).  Which decoder layers are sparse:
+     * sdp_model_layer_sparse(). */
+    int moe;                   /* 1: Qwen3-MoE */
+    int num_experts;           /* E (0: every layer dense) */
+    int num_experts_per_tok;   /* K */
+    int moe_intermediate_size; /* IM */
+    int norm_topk_prob;        /* 1: the K routing weights are renormalised to sum to 1 */
+    int decoder_sparse_step;   /* layer l (0-based) is sparse when (l + 1) % step == 0 ... */
+    int num_mlp_only;          /* ... and l is not one of mlp_only_layers[0..num_mlp_only) */
+    int mlp_only_layers[SDP_MOE_MAX_MLP_ONLY];
+    double router_aux_loss_coef; /* the loss adds coef * load-balancing loss ... */
+    int output_router_logits;    /* ... when this is 1 (transformers' default: 0, no aux loss) */
 };
 
 /* Streamed parameter groups: group 0 is the token embedding, groups 1..L the decoder layers, group
@@ -107,6 +125,18 @@ struct sdp_param_desc {
  * @param[in] whylen  size of why
  * @return 0 when valid, -EINVAL otherwise */
 int sdp_model_validate(const struct sdp_model_cfg *cfg, char *why, size_t whylen);
+
+/** The mixture-of-experts fields of cfg (sdp_model_validate calls it when cfg->moe).
+ * @return 0 when valid, -1 with a one-line reason naming the config.json key in why otherwise */
+int sdp_model_moe_check(const struct sdp_model_cfg *cfg, char *why, size_t whylen);
+
+/** Whether decoder layer l (0-based, transformers' layer_idx; the project's group l + 1) has a
+ * sparse mixture-of-experts MLP, by Qwen3MoeDecoderLayer's rule: l not in mlp_only_layers and
+ * num_experts > 0 and (l + 1) % decoder_sparse_step == 0.  0 for dense models. */
+int sdp_model_layer_sparse(const struct sdp_model_cfg *cfg, int l);
+
+/** Number of sparse decoder layers (0 for dense models). */
+int sdp_model_num_sparse_layers(const struct sdp_model_cfg *cfg);
 
 /** Number of streamed groups: L + 2. */
 int sdp_model_num_groups(const struct sdp_model_cfg *cfg);

@@ -11,6 +11,7 @@ libsdp_a_SOURCES += codelets/cpu/sdp_cpu_kernels.h \
 	codelets/cpu/attention_ref.c \
 	codelets/cpu/attention_blas.c \
 	codelets/cpu/swiglu_ref.c \
+	codelets/cpu/moe.h codelets/cpu/moe_router.c codelets/cpu/moe_experts.c \
 	codelets/cpu/lmhead_ce.c \
 	codelets/cpu/cpu_pool.c
 

@@ -62,3 +62,8 @@ EXTRA_DIST += tests/e2e/test_e2e_lora_gpu_update_gpu.sh
 # slidedp plan --sched sdp-roundpipe: RoundPipe's stage split (test_e2e_plan_split.sh)
 TESTS += tests/e2e/test_e2e_plan_split.sh
 EXTRA_DIST += tests/e2e/test_e2e_plan_split.sh
+# one Qwen3-MoE sparse block: the CPU kernels against transformers (test_e2e_moe_hf.sh)
+check_PROGRAMS += tests/e2e/moe_block
+tests_e2e_moe_block_SOURCES = tests/e2e/moe_block.c
+TESTS += tests/e2e/test_e2e_moe_hf.sh
+EXTRA_DIST += tests/e2e/test_e2e_moe_hf.sh tests/e2e/moe_hf.py

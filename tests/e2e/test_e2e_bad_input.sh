@@ -4,7 +4,7 @@
 # missing files, corrupt or mismatched safetensors, data shorter than a sequence, a model that does not
 # fit the host memory budget, an unknown policy, an unknown SDP_ATTENTION, a sequence beyond the
 # model's context without rope scaling, an unknown rope_type, document masking of a shard without an
-# end-of-document id.
+# end-of-document id, a Qwen3-MoE model (its layers are not run yet).
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 
@@ -93,6 +93,11 @@ expect 1 "attention_bias" -- "$bin" train "$tmp/hf.yaml"
 mk_model
 sed -i 's/"rope_type": "llama3"/"rope_type": "longrope"/' "$tmp/model/config.json"
 expect 1 "rope_type\" = \"longrope\" is not supported" -- "$bin" train "$tmp/hf.yaml"
+# a mixture-of-experts config: read, then refused before StarPU starts (no MoE step graph yet)
+mk_model
+sed -i 's/"model_type": "llama"/"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2/' \
+    "$tmp/model/config.json"
+expect 1 "qwen3_moe .*the step graph does not run them yet" -- "$bin" train "$tmp/hf.yaml"
 
 echo "$n bad inputs tried"
 finish

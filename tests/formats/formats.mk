@@ -14,3 +14,8 @@ check_PROGRAMS += tests/formats/test_machine
 TESTS += tests/formats/test_machine
 tests_formats_test_machine_SOURCES = tests/formats/test_machine.c tests/lib/sdp_test.h \
 	tests/lib/sdp_test_files.h
+# Qwen3-MoE configs (formats/hfconfig_moe.c, models/moe.c)
+check_PROGRAMS += tests/formats/test_hfconfig_moe
+TESTS += tests/formats/test_hfconfig_moe
+tests_formats_test_hfconfig_moe_SOURCES = tests/formats/test_hfconfig_moe.c tests/lib/sdp_test.h \
+	tests/lib/sdp_test_files.h

@@ -41,3 +41,8 @@ check_PROGRAMS += tests/kernels/test_kernels_lora
 TESTS += tests/kernels/test_kernels_lora
 tests_kernels_test_kernels_lora_SOURCES = tests/kernels/test_kernels_lora.c \
 	tests/kernels/lora_oracle.h tests/lib/sdp_test.h
+# the mixture-of-experts kernels (codelets/cpu/moe_*.c) against an fp64 oracle
+check_PROGRAMS += tests/kernels/test_kernels_moe
+TESTS += tests/kernels/test_kernels_moe
+tests_kernels_test_kernels_moe_SOURCES = tests/kernels/test_kernels_moe.c \
+	tests/kernels/moe_oracle.h tests/lib/sdp_test.h
