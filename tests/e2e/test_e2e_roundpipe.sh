@@ -71,8 +71,10 @@ PY
     "$py" "$top/tools/check_invariants.py" "$tmp/r$w.ev" > "$tmp/check" 2>&1 ||
         { echo "$w stage workers: invariants"; tail -3 "$tmp/check"; fail=1; }
 done
-# RoundPipe's asynchronous weights (train.param_delay 1): the checker names invariant 3
-"$bin" train "$recipe" --steps 3 -q --sched sdp-roundpipe --ranks 2 --param-delay 1 \
+# RoundPipe's asynchronous weights (train.param_delay 1): the checker names invariant 3.  A step's
+# compute overlaps the previous step's update only where the timing lets it (nothing orders them):
+# 8 steps give 7 boundaries at which to see it
+"$bin" train "$recipe" --steps 8 -q --sched sdp-roundpipe --ranks 2 --param-delay 1 \
     --machine "$tmp/m.json" --events "$tmp/d.ev" --output "$tmp/d" 2> "$tmp/d.err" ||
     { echo "sdp-roundpipe with param_delay 1 failed"; cat "$tmp/d.err"; fail=1; }
 if "$py" "$top/tools/check_invariants.py" "$tmp/d.ev" > "$tmp/check" 2>&1 ||
