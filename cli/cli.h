@@ -22,6 +22,7 @@ int sdp_cli_sweep(int argc, char **argv);
 int sdp_cli_options(int argc, char **argv);
 int sdp_cli_calibrate(int argc, char **argv);
 int sdp_cli_plan(int argc, char **argv);
+int sdp_cli_simulate(int argc, char **argv);
 
 /** Seconds on the monotonic clock. */
 double sdp_cli_now_s(void);

@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#ifdef SDP_SIMGRID /* StarPU's library holds main() and runs this one as starpu_main() */
+#include <starpu_simgrid_wrap.h>
+#endif
 
 static void usage(FILE *f)
 {
@@ -23,6 +26,7 @@ static void usage(FILE *f)
         "  plot METRICS.jsonl  draw loss and tokens/s of a metrics file as a PNG (gnuplot)\n"
         "  calibrate           measure this machine for the step-time model (machine.json)\n"
         "  plan RECIPE.yaml    predict a run: step time, bound, memory, what each change buys\n"
+        "  simulate ... train  run train or bench on a described machine, in simulated time\n"
         "  policies            list the scheduling policies --sched accepts\n"
         "  options --markdown  every recipe key, flag and environment variable (docs/options.md)\n"
         "\n"
@@ -59,6 +63,8 @@ int main(int argc, char **argv)
         return sdp_cli_sweep(argc - 1, argv + 1);
     if (!strcmp(argv[1], "options"))
         return sdp_cli_options(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "simulate"))
+        return sdp_cli_simulate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "calibrate"))
         return sdp_cli_calibrate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plan"))

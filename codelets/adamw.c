@@ -51,8 +51,8 @@ struct starpu_codelet sdp_cl_sumsq = {
     .name = "sumsq",
     .cpu_funcs = { sumsq_cpu },
     .cpu_funcs_name = { "sumsq_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { sumsq_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(sumsq_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,

@@ -162,8 +162,8 @@ struct starpu_codelet sdp_cl_attention_fwd = {
     .name = "attention_fwd",
     .cpu_funcs = { attention_fwd_cpu },
     .cpu_funcs_name = { "attention_fwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { attention_fwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(attention_fwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
@@ -173,8 +173,8 @@ struct starpu_codelet sdp_cl_attention_bwd = {
     .name = "attention_bwd",
     .cpu_funcs = { attention_bwd_cpu },
     .cpu_funcs_name = { "attention_bwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { attention_bwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(attention_bwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,

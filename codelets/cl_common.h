@@ -70,6 +70,19 @@ void sdp_cl_out_done(void *vec, const float *p);
         .model = &var##_pm,                                                                        \
     }
 
+/* A codelet's CUDA implementation: `#ifdef SDP_CUDA_CODELETS .cuda_funcs = { SDP_CUDA(f) }, ...`.
+ * In a CUDA build the kernel f; in a simulation build (SimGrid, no CUDA: codelets/sim.c) a
+ * stand-in that StarPU never calls, so that the simulated GPUs run the codelets the real ones run,
+ * in the time the simulation's cost model gives. */
+#if defined(SDP_HAVE_CUDA)
+#define SDP_CUDA_CODELETS 1
+#define SDP_CUDA(f)       f
+#elif defined(SDP_SIMGRID)
+#define SDP_CUDA_CODELETS 1
+#define SDP_CUDA(f)       sdp_cl_sim_cuda
+void sdp_cl_sim_cuda(void *buffers[], void *cl_arg);
+#endif
+
 /** Storage dtype of a CUDA buffer for the sdp_cuda_* launchers: 1 for bf16, 0 for fp32. */
 #define SDP_CL_DT(buf) (STARPU_VECTOR_GET_ELEMSIZE(buf) == 2 ? 1 : 0)
 

@@ -41,6 +41,9 @@ struct sdp_op {
 extern const struct sdp_op sdp_ops[];
 extern const int sdp_nops;
 
+/* Simulation builds (codelets/sim.c): every op's perfmodel becomes the simulation's cost model. */
+void sdp_cl_sim_models(void);
+
 /** The row of a codelet, or NULL for one not in the table. */
 const struct sdp_op *sdp_op_of(const struct starpu_codelet *cl);
 

@@ -90,8 +90,8 @@ struct starpu_codelet sdp_cl_embedding_fwd = {
     .name = "embedding_fwd",
     .cpu_funcs = { embedding_fwd_cpu },
     .cpu_funcs_name = { "embedding_fwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { embedding_fwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(embedding_fwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
@@ -110,8 +110,8 @@ struct starpu_codelet sdp_cl_embedding_bwd = {
     .name = "embedding_bwd",
     .cpu_funcs = { embedding_bwd_cpu },
     .cpu_funcs_name = { "embedding_bwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { embedding_bwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(embedding_bwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,

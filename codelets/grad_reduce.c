@@ -70,8 +70,8 @@ struct starpu_codelet sdp_cl_grad_reduce = {
     .name = "grad_reduce",
     .cpu_funcs = { grad_reduce_cpu },
     .cpu_funcs_name = { "grad_reduce_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { grad_reduce_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(grad_reduce_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
@@ -156,8 +156,8 @@ static void grad_pack_cuda(void *buffers[], void *cl_arg)
  * gradient final only outside some rows (the early update of the tied embedding, graph/step.c);
  * grad_pack_mlp the pack of a layer's last chunks, those of its MLP weights alone, final before the
  * rest of the layer's backward (the early MLP update, graph/step.c). */
-#ifdef SDP_HAVE_CUDA
-#define PACK_CUDA .cuda_funcs = { grad_pack_cuda }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#ifdef SDP_CUDA_CODELETS
+#define PACK_CUDA .cuda_funcs = { SDP_CUDA(grad_pack_cuda) }, .cuda_flags = { STARPU_CUDA_ASYNC },
 #else
 #define PACK_CUDA
 #endif
@@ -314,6 +314,8 @@ static void grad_pack_rows_cuda(void *buffers[], void *cl_arg)
     free(tab);
 }
 #define PACK_ROWS_CUDA .cuda_funcs = { grad_pack_rows_cuda }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#elif defined(SDP_SIMGRID)
+#define PACK_ROWS_CUDA .cuda_funcs = { SDP_CUDA(grad_pack_rows_cuda) }, .cuda_flags = { STARPU_CUDA_ASYNC },
 #else
 #define PACK_ROWS_CUDA
 #endif
@@ -417,8 +419,8 @@ struct starpu_codelet sdp_cl_grad_chunk = {
     .name = "grad_chunk",
     .cpu_funcs = { grad_chunk_cpu },
     .cpu_funcs_name = { "grad_chunk_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { grad_chunk_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(grad_chunk_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = 2,

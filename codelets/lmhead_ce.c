@@ -163,8 +163,8 @@ struct starpu_codelet sdp_cl_lmhead_ce = {
     .name = "lmhead_ce",
     .cpu_funcs = { lmhead_ce_cpu },
     .cpu_funcs_name = { "lmhead_ce_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { lmhead_ce_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(lmhead_ce_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,

@@ -4,3 +4,6 @@ libsdp_a_SOURCES += codelets/sdp_tasks.h codelets/cl_common.h codelets/cl_common
 	codelets/rmsnorm.c codelets/qknorm_rope.c codelets/attention.c codelets/swiglu.c codelets/lmhead_ce.c \
 	codelets/adamw.c codelets/zero.c codelets/grad_reduce.c codelets/param_copy.c \
 	codelets/nccl.c
+if SDP_SIMGRID
+libsdp_a_SOURCES += codelets/sim.c
+endif

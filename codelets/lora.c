@@ -141,8 +141,8 @@ struct starpu_codelet sdp_cl_lora_fwd = {
     .name = "lora_fwd",
     .cpu_funcs = { lora_fwd_cpu },
     .cpu_funcs_name = { "lora_fwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { lora_fwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(lora_fwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
@@ -152,8 +152,8 @@ struct starpu_codelet sdp_cl_lora_bwd = {
     .name = "lora_bwd",
     .cpu_funcs = { lora_bwd_cpu },
     .cpu_funcs_name = { "lora_bwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { lora_bwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(lora_bwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,

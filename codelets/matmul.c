@@ -119,8 +119,8 @@ struct starpu_codelet sdp_cl_matmul_fwd = {
     .name = "matmul_fwd",
     .cpu_funcs = { matmul_fwd_cpu },
     .cpu_funcs_name = { "matmul_fwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { matmul_fwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(matmul_fwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
@@ -130,8 +130,8 @@ struct starpu_codelet sdp_cl_matmul_bwd_data = {
     .name = "matmul_bwd_data",
     .cpu_funcs = { matmul_bwd_data_cpu },
     .cpu_funcs_name = { "matmul_bwd_data_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { matmul_bwd_data_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(matmul_bwd_data_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
@@ -141,8 +141,8 @@ struct starpu_codelet sdp_cl_matmul_bwd_weight = {
     .name = "matmul_bwd_weight",
     .cpu_funcs = { matmul_bwd_weight_cpu },
     .cpu_funcs_name = { "matmul_bwd_weight_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { matmul_bwd_weight_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(matmul_bwd_weight_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,

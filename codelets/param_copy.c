@@ -71,8 +71,8 @@ struct starpu_codelet sdp_cl_param_copy = {
     .name = "param_copy",
     .cpu_funcs = { param_copy_cpu },
     .cpu_funcs_name = { "param_copy_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { param_copy_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(param_copy_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = 2,
@@ -112,8 +112,8 @@ struct starpu_codelet sdp_cl_param_put = {
     .name = "param_put",
     .cpu_funcs = { param_put_cpu },
     .cpu_funcs_name = { "param_put_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { param_put_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(param_put_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = 2,
@@ -135,8 +135,8 @@ struct starpu_codelet sdp_cl_param_chunk = {
     .name = "param_chunk",
     .cpu_funcs = { param_put_cpu },
     .cpu_funcs_name = { "param_put_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { param_put_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(param_put_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = 2,
@@ -148,8 +148,8 @@ struct starpu_codelet sdp_cl_param_chunk0 = {
     .name = "param_chunk",
     .cpu_funcs = { param_put_cpu },
     .cpu_funcs_name = { "param_put_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { param_put_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(param_put_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = 2,
@@ -243,6 +243,8 @@ static void param_put_segs_cuda(void *buffers[], void *cl_arg)
     free(tab);
 }
 #define PUT_SEGS_CUDA .cuda_funcs = { param_put_segs_cuda }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#elif defined(SDP_SIMGRID)
+#define PUT_SEGS_CUDA .cuda_funcs = { SDP_CUDA(param_put_segs_cuda) }, .cuda_flags = { STARPU_CUDA_ASYNC },
 #else
 #define PUT_SEGS_CUDA
 #endif
@@ -335,8 +337,8 @@ static void param_fetch_func(void *buffers[], void *cl_arg)
 
 /* A fetch under a name: param_fetch for weights, act_fetch for activations (the checker's events
  * then read no parameters). */
-#ifdef SDP_HAVE_CUDA
-#define FETCH_CUDA .cuda_funcs = { param_fetch_func }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#ifdef SDP_CUDA_CODELETS
+#define FETCH_CUDA .cuda_funcs = { SDP_CUDA(param_fetch_func) }, .cuda_flags = { STARPU_CUDA_ASYNC },
 #else
 #define FETCH_CUDA
 #endif

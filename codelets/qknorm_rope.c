@@ -139,8 +139,8 @@ struct starpu_codelet sdp_cl_qknorm_rope_fwd = {
     .name = "qknorm_rope_fwd",
     .cpu_funcs = { qknorm_rope_fwd_cpu },
     .cpu_funcs_name = { "qknorm_rope_fwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { qknorm_rope_fwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(qknorm_rope_fwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
@@ -150,8 +150,8 @@ struct starpu_codelet sdp_cl_qknorm_rope_bwd = {
     .name = "qknorm_rope_bwd",
     .cpu_funcs = { qknorm_rope_bwd_cpu },
     .cpu_funcs_name = { "qknorm_rope_bwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { qknorm_rope_bwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(qknorm_rope_bwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,

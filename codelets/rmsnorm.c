@@ -85,8 +85,8 @@ struct starpu_codelet sdp_cl_rmsnorm_fwd = {
     .name = "rmsnorm_fwd",
     .cpu_funcs = { rmsnorm_fwd_cpu },
     .cpu_funcs_name = { "rmsnorm_fwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { rmsnorm_fwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(rmsnorm_fwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
@@ -96,8 +96,8 @@ struct starpu_codelet sdp_cl_rmsnorm_bwd = {
     .name = "rmsnorm_bwd",
     .cpu_funcs = { rmsnorm_bwd_cpu },
     .cpu_funcs_name = { "rmsnorm_bwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { rmsnorm_bwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(rmsnorm_bwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,

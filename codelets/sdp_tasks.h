@@ -372,4 +372,17 @@ int sdp_tasks_restrict(const char *where);
  * the first submission or after starpu_task_wait_for_all). */
 void sdp_cl_dry_run(int on);
 
+/* The simulation's rates (a simulation build: codelets/sim.c), from the step-time model's machine:
+ * per kind of worker, GEMM, attention and LM-head FLOP/s, the element-wise ops' bytes/s and a
+ * task's launch overhead; one host thread's AdamW and cast bytes/s. */
+struct sdp_sim_device {
+    double gemm_flops, attn_flops, head_flops, elem_bps, launch_s;
+};
+struct sdp_sim_rates {
+    struct sdp_sim_device gpu, cpu;
+    double adamw_core_bps, cast_core_bps;
+};
+/** Set the rates the simulated codelets take (before the first task). */
+void sdp_tasks_sim_rates(const struct sdp_sim_rates *r);
+
 #endif

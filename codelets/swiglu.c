@@ -67,8 +67,8 @@ struct starpu_codelet sdp_cl_swiglu_fwd = {
     .name = "swiglu_fwd",
     .cpu_funcs = { swiglu_fwd_cpu },
     .cpu_funcs_name = { "swiglu_fwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { swiglu_fwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(swiglu_fwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
@@ -78,8 +78,8 @@ struct starpu_codelet sdp_cl_swiglu_bwd = {
     .name = "swiglu_bwd",
     .cpu_funcs = { swiglu_bwd_cpu },
     .cpu_funcs_name = { "swiglu_bwd_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { swiglu_bwd_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(swiglu_bwd_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,

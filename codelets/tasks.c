@@ -28,6 +28,9 @@ static const struct starpu_codelet *first_placed(enum sdp_op_place place)
 int sdp_tasks_init(void)
 {
     sdp_cl_registry_init();
+#ifdef SDP_SIMGRID
+    sdp_cl_sim_models();
+#endif
     for (int i = 0; i < sdp_nops; i++) {
         const struct starpu_codelet *cl = sdp_ops[i].cl;
         SDP_ASSERT(!strcmp(cl->name, sdp_ops[i].name), "codelet %s listed as op %s", cl->name,

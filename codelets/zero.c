@@ -43,8 +43,8 @@ struct starpu_codelet sdp_cl_zero = {
     .name = "zero",
     .cpu_funcs = { zero_cpu },
     .cpu_funcs_name = { "zero_cpu" },
-#ifdef SDP_HAVE_CUDA
-    .cuda_funcs = { zero_cuda },
+#ifdef SDP_CUDA_CODELETS
+    .cuda_funcs = { SDP_CUDA(zero_cuda) },
     .cuda_flags = { STARPU_CUDA_ASYNC },
 #endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,

@@ -27,6 +27,9 @@ static int started;
  * OS reports no cores) inside the process's CPU binding (Slurm, taskset).  0 if unknown. */
 static int bound_cores(void)
 {
+#ifdef STARPU_SIMGRID /* the cores are the simulated machine's, not this process's: no bound */
+    return 0;
+#endif
     hwloc_topology_t topo;
     hwloc_bitmap_t bind;
     int n = 0, type = HWLOC_OBJ_CORE;
@@ -97,7 +100,7 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
     cap_env_cpus(c);
     conf.ncuda = c->ncuda;
     conf.nopencl = 0;
-#ifndef STARPU_USE_CUDA
+#if !defined(STARPU_USE_CUDA) && !defined(STARPU_SIMGRID) /* SimGrid simulates the GPUs */
     if (c->require_cuda) {
         rc = sdp_err(-ENODEV, "the run asks for %d GPU(s) but StarPU was built without CUDA",
                      c->ncuda);
