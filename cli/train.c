@@ -282,6 +282,10 @@ static int build(struct sdp_train *t)
         r->steps, gc.n_micro, r->micro_batch, r->seq_len, t->work_dt == SDP_BF16 ? "bf16" : "fp32",
         r->lr, r->data_train, (unsigned long long)t->data.nseq,
         r->output_dir[0] ? ", run directory " : "", r->output_dir);
+#ifdef SDP_SIMGRID
+    SDP_INFO("simulation: no codelet runs; the losses, norms and weights are not the model's, the "
+             "times are the simulated machine's");
+#endif
     sdp_train_auto_start(t);
     return SDP_EXIT_OK;
 }
@@ -296,11 +300,18 @@ static void print_summary(const struct sdp_train *t, double seconds)
     double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss / 1048576.0 : 0.0;
     if (n <= 0)
         return;
+#ifdef SDP_SIMGRID
+    SDP_INFO("%s: steps %d-%d in %.3f simulated s, %.0f tokens/s (no loss: a simulation)",
+             t->stopped ? "stopped" : "done", t->first + 1, last, seconds,
+             seconds > 0 ? (double)n * r->global_batch * r->seq_len / seconds : 0.0);
+    (void)rss;
+#else
     SDP_INFO("%s: steps %d-%d in %.1f s, %.0f tokens/s, last loss %.4f, peak host memory %.2f GiB "
              "resident",
              t->stopped ? "stopped" : "done", t->first + 1, last, seconds,
              seconds > 0 ? (double)n * r->global_batch * r->seq_len / seconds : 0.0, t->last_loss,
              rss);
+#endif
     if (t->timed > 0 && t->pred_step_s > 0)
         SDP_INFO("step time: measured %.3f s (the mean of steps %d-%d), predicted %.3f s (%+.0f%%)",
                  t->timed_s / t->timed, last - t->timed + 1, last, t->pred_step_s,

@@ -195,8 +195,14 @@ static void progress(const struct sdp_train *t, int s, const struct sdp_step_res
     fmt_duration(eta, sizeof(eta), elapsed / (s + 1 - t->first) * (r->steps - s - 1));
     if (x->evaluated)
         snprintf(val, sizeof(val), "  val %.4f", x->val_loss);
+#ifdef SDP_SIMGRID /* no codelet ran: the loss and norm are not the model's; the times are */
+    printf("step %d/%d  loss -  lr %.3e  gnorm -  %.0f tok/s (simulated)  elapsed %s  eta %s\n",
+           s + 1, r->steps, lr, res->tokens / step_s, el, eta);
+    (void)val;
+#else
     printf("step %d/%d  loss %.4f  lr %.3e  gnorm %.3f  %.0f tok/s  elapsed %s  eta %s%s\n", s + 1,
            r->steps, res->loss, lr, res->grad_norm, res->tokens / step_s, el, eta, val);
+#endif
     fflush(stdout);
 }
 

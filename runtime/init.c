@@ -339,6 +339,14 @@ unsigned long long sdp_rt_gpu_mem_total(int dev)
     if (cudaGetDeviceProperties(&p, dev) != cudaSuccess)
         return 0;
     return p.totalGlobalMem;
+#elif defined(STARPU_SIMGRID) /* the described machine's (its platform's memsize) */
+    for (unsigned w = 0; started && w < starpu_worker_get_count(); w++)
+        if (starpu_worker_get_type((int)w) == STARPU_CUDA_WORKER &&
+            starpu_worker_get_devid((int)w) == dev) {
+            starpu_ssize_t t = starpu_memory_get_total(starpu_worker_get_memory_node(w));
+            return t > 0 ? (unsigned long long)t : 0;
+        }
+    return 0;
 #else
     (void)dev;
     return 0;
