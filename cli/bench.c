@@ -249,7 +249,8 @@ static int run(const struct bench_opts *b)
     if (b->mem_log && sdp_rt_memlog_start(b->mem_log, 0.5))
         goto out;
     gbf16 = grad_bf16(b, sdp_rt_ncuda() > 0);
-    if (sdp_cli_tasks_init(b->r->machine, sdp_rt_ncuda()) || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
+    if (sdp_cli_tasks_init(b->r->machine, sdp_rt_ncuda()) ||
+        sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&cfg)) ||
         state_create(b, &st, &cfg, dt, gbf16))
         goto out;

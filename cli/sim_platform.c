@@ -136,8 +136,9 @@ static int write_config(const char *path, const char *apath, const struct sdp_si
     FILE *f = fopen(path, "w"), *a;
     if (!f)
         return sdp_err(-errno, "simulate: cannot write %s", path);
-    fprintf(f, "# Current configuration\n%d # Number of CPUs\n1 # Number of NUMA nodes\n"
-               "%d # Number of CUDA nodes\n0 # Number of OpenCL nodes\n",
+    fprintf(f,
+            "# Current configuration\n%d # Number of CPUs\n1 # Number of NUMA nodes\n"
+            "%d # Number of CUDA nodes\n0 # Number of OpenCL nodes\n",
             s->cpus, s->gpus);
     if (fclose(f))
         return sdp_err(-EIO, "simulate: cannot write %s", path);

@@ -6,17 +6,21 @@
  * machine file, each transfer its time over the described buses.  This command describes the
  * machine (cli/sim_platform.c: N GPUs of the machine file's kind, its cores, PCIe per GPU and the
  * host link they share, NVLink or not) in a directory of StarPU's performance-model layout, then
- * runs the simulation build's binary there with the command; a run's numerics are not computed
- * (the simulated train says so), its times are the simulation's. */
+ * runs the simulation build's binary with the command, then removes the directory (--keep keeps
+ * it); a run's numerics are not computed (the simulated train says so), its times are the
+ * simulation's. */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "config.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/fsutil.h"
@@ -55,24 +59,25 @@ int sdp_cli_tasks_init(const char *machine_path, int ngpus)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: slidedp simulate [options] train|bench ARGS...\n"
-               "\n"
-               "Run `slidedp train` or `slidedp bench` on a described machine, in simulated time\n"
-               "(StarPU's SimGrid mode): the real task graph and scheduling policy, each task timed\n"
-               "by the machine file's rates, each transfer by the described buses.  Losses are not\n"
-               "computed.  Needs the simulation build (tools/build-sim.sh).\n"
-               "\n"
-               "  --gpus N             simulated GPUs (1)\n"
-               "  --cpus N             simulated cores (the machine file's, else 16)\n"
-               "  --machine FILE       a calibration (slidedp calibrate) for the rates and links\n"
-               "                       (default: the model's reference node, one H200)\n"
-               "  --nvlink GBPS        GPU-to-GPU links of GBPS GB/s each way (default: none,\n"
-               "                       through the host)\n"
-               "  --gpu-memory-gib G   each GPU's memory (the machine file's, else 141)\n"
-               "  --keep DIR           write the machine's description into DIR and keep it\n"
-               "  --sim-binary PATH    the simulation build's slidedp (default $SDP_SIM_BINARY,\n"
-               "                       else build/sim/slidedp beside this program)\n"
-               "  -h, --help           this text\n");
+    fprintf(f,
+            "usage: slidedp simulate [options] train|bench ARGS...\n"
+            "\n"
+            "Run `slidedp train` or `slidedp bench` on a described machine, in simulated time\n"
+            "(StarPU's SimGrid mode): the real task graph and scheduling policy, each task timed\n"
+            "by the machine file's rates, each transfer by the described buses.  Losses are not\n"
+            "computed.  Needs the simulation build (tools/build-sim.sh).\n"
+            "\n"
+            "  --gpus N             simulated GPUs (1)\n"
+            "  --cpus N             simulated cores (the machine file's, else 16)\n"
+            "  --machine FILE       a calibration (slidedp calibrate) for the rates and links\n"
+            "                       (default: the model's reference node, one H200)\n"
+            "  --nvlink GBPS        GPU-to-GPU links of GBPS GB/s each way (default: none,\n"
+            "                       through the host)\n"
+            "  --gpu-memory-gib G   each GPU's memory (the machine file's, else 141)\n"
+            "  --keep DIR           write the machine's description into DIR and keep it\n"
+            "  --sim-binary PATH    the simulation build's slidedp (default $SDP_SIM_BINARY,\n"
+            "                       else build/sim/slidedp beside this program)\n"
+            "  -h, --help           this text\n");
 }
 
 struct sim_opts {
@@ -98,16 +103,16 @@ static int describe(const struct sim_opts *o, struct sdp_sim_machine *s)
     if (s->cpus <= s->gpus)
         return sdp_err(-EINVAL, "simulate: %d cores cannot drive %d GPUs and run the host's work",
                        s->cpus, s->gpus);
-    s->gpu_mem_bytes = (unsigned long long)(o->gpu_gib > 0 ? o->gpu_gib * 1073741824.0
+    s->gpu_mem_bytes = (unsigned long long)(o->gpu_gib > 0           ? o->gpu_gib * 1073741824.0
                                             : m.gpu[0].mem_bytes > 0 ? m.gpu[0].mem_bytes
                                                                      : 141.0 * 1073741824.0);
     snprintf(s->gpu_name, sizeof(s->gpu_name), "%s", m.gpu[0].name);
     s->h2d_bps = m.gpu[0].h2d_bps;
     s->d2h_bps = m.gpu[0].d2h_bps;
     s->h2d_all_bps = s->gpus * (s->gpus > 1 && m.gpu[0].h2d_shared_bps > 0 ? m.gpu[0].h2d_shared_bps
-                                                                          : s->h2d_bps);
+                                                                           : s->h2d_bps);
     s->d2h_all_bps = s->gpus * (s->gpus > 1 && m.gpu[0].d2h_shared_bps > 0 ? m.gpu[0].d2h_shared_bps
-                                                                          : s->d2h_bps);
+                                                                           : s->d2h_bps);
     s->nvlink_bps = o->nvlink_gbps * 1e9;
     if (!(s->h2d_bps > 0 && s->d2h_bps > 0))
         return sdp_err(-EINVAL, "simulate: %s has no GPU transfer rates", o->machine);
@@ -150,14 +155,52 @@ static double number(const char *opt, const char *v, double lo, double hi)
     return x;
 }
 
+static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb, (void)type, (void)ftw;
+    return remove(path);
+}
+
+/* the machine's description and whatever StarPU wrote beside it */
+static void rm_tree(const char *dir)
+{
+    if (nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS))
+        SDP_WARN("simulate: could not remove %s", dir);
+}
+
+/* Run bin with args and wait for it.  @return its exit status (1 when it could not run or was
+ * killed) */
+static int run_child(const char *bin, char **args)
+{
+    int status;
+    pid_t pid;
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) {
+        execv(bin, args);
+        fprintf(stderr, "[sdp][error] simulate: cannot run %s: %s\n", bin, strerror(errno));
+        _exit(SDP_EXIT_FAILURE);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return sdp_err(-errno, "simulate: cannot run %s", bin), SDP_EXIT_FAILURE;
+    if (WIFSIGNALED(status))
+        return sdp_err(-EINTR, "simulate: %s ended by signal %d", bin, WTERMSIG(status)),
+               SDP_EXIT_FAILURE;
+    return WEXITSTATUS(status);
+}
+
 static int parse(int argc, char **argv, struct sim_opts *o)
 {
     static const struct option longopts[] = {
-        { "gpus", required_argument, NULL, 'g' },   { "cpus", required_argument, NULL, 'c' },
-        { "machine", required_argument, NULL, 'm' }, { "nvlink", required_argument, NULL, 'n' },
+        { "gpus", required_argument, NULL, 'g' },
+        { "cpus", required_argument, NULL, 'c' },
+        { "machine", required_argument, NULL, 'm' },
+        { "nvlink", required_argument, NULL, 'n' },
         { "gpu-memory-gib", required_argument, NULL, 'G' },
-        { "keep", required_argument, NULL, 'k' },    { "sim-binary", required_argument, NULL, 'b' },
-        { "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
+        { "keep", required_argument, NULL, 'k' },
+        { "sim-binary", required_argument, NULL, 'b' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
     };
     int opt;
     double x = 0;
@@ -257,9 +300,9 @@ int sdp_cli_simulate(int argc, char **argv)
     snprintf(num, sizeof(num), "%d", s.gpus);
     args[n++] = "--gpus";
     args[n++] = num;
-    fflush(NULL);
-    execv(bin, args);
-    sdp_err(-errno, "simulate: cannot run %s", bin);
+    rc = run_child(bin, args);
     free(args);
-    return SDP_EXIT_FAILURE;
+    if (!o.keep)
+        rm_tree(dir);
+    return rc;
 }

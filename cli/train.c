@@ -126,7 +126,8 @@ static int start(struct sdp_train *t)
     sdp_train_install_signals(); /* over StarPU's SIGINT handler (STARPU_CATCH_SIGNALS) */
     t->grad_dt = sdp_recipe_grad_bf16(r, sdp_rt_ncuda() > 0) ? SDP_BF16 : SDP_F32;
     /* the auto policy's reduced pipeline before the run's state and its trace */
-    if (sdp_cli_tasks_init(r->machine, sdp_rt_ncuda()) || sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
+    if (sdp_cli_tasks_init(r->machine, sdp_rt_ncuda()) ||
+        sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&r->model)) || sdp_train_auto_measure(t))
         return SDP_EXIT_FAILURE;
     if ((r->trace || r->events) && !r->print_plan && sdp_trace_start())

@@ -315,7 +315,8 @@ static void grad_pack_rows_cuda(void *buffers[], void *cl_arg)
 }
 #define PACK_ROWS_CUDA .cuda_funcs = { grad_pack_rows_cuda }, .cuda_flags = { STARPU_CUDA_ASYNC },
 #elif defined(SDP_SIMGRID)
-#define PACK_ROWS_CUDA .cuda_funcs = { SDP_CUDA(grad_pack_rows_cuda) }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#define PACK_ROWS_CUDA                                                                             \
+    .cuda_funcs = { SDP_CUDA(grad_pack_rows_cuda) }, .cuda_flags = { STARPU_CUDA_ASYNC },
 #else
 #define PACK_ROWS_CUDA
 #endif

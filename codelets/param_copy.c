@@ -244,7 +244,8 @@ static void param_put_segs_cuda(void *buffers[], void *cl_arg)
 }
 #define PUT_SEGS_CUDA .cuda_funcs = { param_put_segs_cuda }, .cuda_flags = { STARPU_CUDA_ASYNC },
 #elif defined(SDP_SIMGRID)
-#define PUT_SEGS_CUDA .cuda_funcs = { SDP_CUDA(param_put_segs_cuda) }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#define PUT_SEGS_CUDA                                                                              \
+    .cuda_funcs = { SDP_CUDA(param_put_segs_cuda) }, .cuda_flags = { STARPU_CUDA_ASYNC },
 #else
 #define PUT_SEGS_CUDA
 #endif
@@ -338,7 +339,8 @@ static void param_fetch_func(void *buffers[], void *cl_arg)
 /* A fetch under a name: param_fetch for weights, act_fetch for activations (the checker's events
  * then read no parameters). */
 #ifdef SDP_CUDA_CODELETS
-#define FETCH_CUDA .cuda_funcs = { SDP_CUDA(param_fetch_func) }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#define FETCH_CUDA                                                                                 \
+    .cuda_funcs = { SDP_CUDA(param_fetch_func) }, .cuda_flags = { STARPU_CUDA_ASYNC },
 #else
 #define FETCH_CUDA
 #endif

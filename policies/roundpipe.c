@@ -15,7 +15,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,9 +38,10 @@ static struct {
     int *fwd, *bwd; /* [ngroups]: the stage of each group's forward and backward */
     int workers[MAX_STAGE_WORKERS], nworkers;
     unsigned ctx;
-    pthread_mutex_t lock; /* guards flight: the submitting thread and the workers change it */
+    starpu_pthread_mutex_t lock; /* guards flight (StarPU's mutex: SimGrid's in a simulation): the
+                                    submitting thread and the workers change it */
     struct sdp_rp_flight flight;
-} rp = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} rp = { .lock = STARPU_PTHREAD_MUTEX_INITIALIZER };
 
 int sdp_policy_roundpipe_configure(int width, int in_flight, int ngroups, const int *stage_fwd,
                                    const int *stage_bwd, int nstages)
@@ -110,9 +110,9 @@ static int admit(const struct sdp_hint *h)
     int ok;
     if (h->mb < 0)
         return 1;
-    pthread_mutex_lock(&rp.lock);
+    starpu_pthread_mutex_lock(&rp.lock);
     ok = sdp_rp_flight_admits(&rp.flight, h->step, h->mb);
-    pthread_mutex_unlock(&rp.lock);
+    starpu_pthread_mutex_unlock(&rp.lock);
     return ok;
 }
 
@@ -124,9 +124,9 @@ static void submit_hook(struct starpu_task *task)
     int rc;
     if (!h || h->mb < 0)
         return;
-    pthread_mutex_lock(&rp.lock);
+    starpu_pthread_mutex_lock(&rp.lock);
     rc = sdp_rp_flight_submit(&rp.flight, h->step, h->mb);
-    pthread_mutex_unlock(&rp.lock);
+    starpu_pthread_mutex_unlock(&rp.lock);
     SDP_ASSERT(rc >= 0, "sdp-roundpipe: out of memory for the micro-batches in flight");
     if (rc > 0)
         sdp_slidedp_wake(rp.ctx);
@@ -139,9 +139,9 @@ static void post_exec(struct starpu_task *task, unsigned ctx)
     sdp_slidedp_post_exec(task, ctx);
     if (!h || h->mb < 0)
         return;
-    pthread_mutex_lock(&rp.lock);
+    starpu_pthread_mutex_lock(&rp.lock);
     freed = sdp_rp_flight_end(&rp.flight, h->step, h->mb);
-    pthread_mutex_unlock(&rp.lock);
+    starpu_pthread_mutex_unlock(&rp.lock);
     if (freed)
         sdp_slidedp_wake(ctx);
 }

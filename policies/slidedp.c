@@ -25,7 +25,6 @@
 #include "config.h"
 
 #include <limits.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,7 +48,7 @@ struct queue {
 };
 
 struct sched {
-    pthread_mutex_t lock;
+    starpu_pthread_mutex_t lock;
     struct queue wq[STARPU_NMAXWORKERS]; /* tasks that one worker only can run */
     struct queue pool[NMASKS];           /* the others, by the mask of worker types that can */
     int workers[STARPU_NMAXWORKERS], nworkers;
@@ -168,7 +167,7 @@ static void maybe_prefetch(struct sched *s, int w, struct entry *e)
 static void lock_relaxed(struct sched *s)
 {
     starpu_worker_relax_on();
-    pthread_mutex_lock(&s->lock);
+    starpu_pthread_mutex_lock(&s->lock);
     starpu_worker_relax_off();
 }
 
@@ -200,7 +199,7 @@ void sdp_slidedp_init_hooks(unsigned ctx, const struct sdp_slidedp_hooks *hooks)
     SDP_ASSERT(s != NULL, "sdp-slidedp: out of memory for the policy state");
     if (hooks)
         s->hooks = *hooks;
-    pthread_mutex_init(&s->lock, NULL);
+    starpu_pthread_mutex_init(&s->lock, NULL);
     sdp_slidedp_settings_read(&st, starpu_worker_get_count_by_type(STARPU_CPU_WORKER));
     s->depth = st.depth;
     s->window = st.window;
@@ -257,14 +256,14 @@ void sdp_slidedp_deinit(unsigned ctx)
         free(e);
     }
     free(s->slots);
-    pthread_mutex_destroy(&s->lock);
+    starpu_pthread_mutex_destroy(&s->lock);
     free(s);
 }
 
 void sdp_slidedp_add_workers(unsigned ctx, int *ids, unsigned n)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
-    pthread_mutex_lock(&s->lock);
+    starpu_pthread_mutex_lock(&s->lock);
     for (unsigned i = 0; i < n; i++) {
         int w = ids[i], known = 0;
         if (w < 0 || w >= STARPU_NMAXWORKERS)
@@ -275,7 +274,7 @@ void sdp_slidedp_add_workers(unsigned ctx, int *ids, unsigned n)
             s->workers[s->nworkers++] = w;
         s->typebit[w] = type_bit(w);
     }
-    pthread_mutex_unlock(&s->lock);
+    starpu_pthread_mutex_unlock(&s->lock);
     /* every worker draws from the shared queues */
     for (unsigned i = 0; i < n; i++)
         starpu_sched_ctx_worker_shares_tasks_lists(ids[i], (int)ctx);
@@ -284,14 +283,14 @@ void sdp_slidedp_add_workers(unsigned ctx, int *ids, unsigned n)
 void sdp_slidedp_remove_workers(unsigned ctx, int *ids, unsigned n)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(ctx);
-    pthread_mutex_lock(&s->lock);
+    starpu_pthread_mutex_lock(&s->lock);
     for (unsigned i = 0; i < n; i++)
         for (int j = 0; j < s->nworkers; j++)
             if (s->workers[j] == ids[i]) {
                 s->workers[j] = s->workers[--s->nworkers];
                 break;
             }
-    pthread_mutex_unlock(&s->lock);
+    starpu_pthread_mutex_unlock(&s->lock);
 }
 
 int sdp_slidedp_push(struct starpu_task *task)
@@ -348,7 +347,7 @@ int sdp_slidedp_push(struct starpu_task *task)
     }
     starpu_push_task_end(task);
     nwake = take_idle(s, eligible, n, wake);
-    pthread_mutex_unlock(&s->lock);
+    starpu_pthread_mutex_unlock(&s->lock);
     wake_all(wake, nwake);
     return 0;
 }
@@ -442,7 +441,7 @@ struct starpu_task *sdp_slidedp_pop(unsigned ctx)
          * moves the window, and after FETCH_IDLE_US idle it runs the fetch */
         __atomic_store_n(&s->idle[w], 1, __ATOMIC_RELEASE);
     }
-    pthread_mutex_unlock(&s->lock);
+    starpu_pthread_mutex_unlock(&s->lock);
     if (held_since > 0.0)
         sdp_trace_wait(wait_lane(&wait_hint, s->typebit[w]), wait_hint.rank, wait_hint.step,
                        wait_hint.group, wait_hint.chunk, held_since, now, why);
@@ -475,7 +474,7 @@ void sdp_slidedp_pre_exec(struct starpu_task *task, unsigned ctx)
         maybe_prefetch(s, w, q->normal.a[i]);
     for (int i = 0; i < q->staged.n; i++)
         maybe_prefetch(s, w, q->staged.a[i]);
-    pthread_mutex_unlock(&s->lock);
+    starpu_pthread_mutex_unlock(&s->lock);
 }
 
 void sdp_slidedp_wake(unsigned ctx)
@@ -484,7 +483,7 @@ void sdp_slidedp_wake(unsigned ctx)
     int wake[STARPU_NMAXWORKERS], nwake;
     lock_relaxed(s);
     nwake = take_idle(s, s->workers, s->nworkers, wake);
-    pthread_mutex_unlock(&s->lock);
+    starpu_pthread_mutex_unlock(&s->lock);
     wake_all(wake, nwake);
 }
 
@@ -501,7 +500,7 @@ void sdp_slidedp_post_exec(struct starpu_task *task, unsigned ctx)
             s->nalive--;
         if (s->nstaged > 0)
             nwake = take_idle(s, s->workers, s->nworkers, wake);
-        pthread_mutex_unlock(&s->lock);
+        starpu_pthread_mutex_unlock(&s->lock);
         wake_all(wake, nwake);
         return;
     }
@@ -516,7 +515,7 @@ void sdp_slidedp_post_exec(struct starpu_task *task, unsigned ctx)
                 nwake = take_idle(s, s->workers, s->nworkers, wake);
             break;
         }
-    pthread_mutex_unlock(&s->lock);
+    starpu_pthread_mutex_unlock(&s->lock);
     wake_all(wake, nwake);
 }
 
