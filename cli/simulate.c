@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/fsutil.h"
 #include "base/sdp_log.h"
 #include "cli/cli.h"
@@ -39,7 +40,7 @@ int sdp_cli_tasks_init(const char *machine_path, int ngpus)
     struct sdp_cli_machine g, c;
     struct sdp_sim_rates r;
     if (!machine_path || !machine_path[0])
-        machine_path = getenv("SDP_SIM_MACHINE");
+        machine_path = sdp_env("SDP_SIM_MACHINE");
     sdp_cli_machine_get(machine_path, ngpus > 0 ? ngpus : 1, 1, &g);
     sdp_cli_machine_get(machine_path, 0, 1, &c);
     memset(&r, 0, sizeof(r));
@@ -114,6 +115,7 @@ static int describe(const struct sim_opts *o, struct sdp_sim_machine *s)
     s->d2h_all_bps = s->gpus * (s->gpus > 1 && m.gpu[0].d2h_shared_bps > 0 ? m.gpu[0].d2h_shared_bps
                                                                            : s->d2h_bps);
     s->nvlink_bps = o->nvlink_gbps * 1e9;
+    s->host_mem_bytes = m.host_mem_bytes > 0 ? m.host_mem_bytes : 120.0 * 1073741824.0;
     if (!(s->h2d_bps > 0 && s->d2h_bps > 0))
         return sdp_err(-EINVAL, "simulate: %s has no GPU transfer rates", o->machine);
     return 0;
@@ -124,7 +126,7 @@ static int find_binary(const struct sim_opts *o, char *out, size_t len)
 {
     char self[PATH_MAX - 32];
     ssize_t n;
-    const char *env = getenv("SDP_SIM_BINARY");
+    const char *env = sdp_env("SDP_SIM_BINARY");
     if (o->binary || (env && env[0])) {
         snprintf(out, len, "%s", o->binary ? o->binary : env);
     } else if ((n = readlink("/proc/self/exe", self, sizeof(self) - 1)) > 0) {
@@ -290,6 +292,7 @@ int sdp_cli_simulate(int argc, char **argv)
     snprintf(num, sizeof(num), "%d", s.cpus - s.gpus), setenv("STARPU_NCPU", num, 1);
     if (o.machine)
         setenv("SDP_SIM_MACHINE", o.machine, 1);
+    snprintf(num, sizeof(num), "%.0f", s.host_mem_bytes), setenv("SDP_SIM_HOST_MEM", num, 1);
     /* bin COMMAND ARGS... --gpus N */
     args = calloc((size_t)(argc - optind + 4), sizeof(*args));
     if (!args)

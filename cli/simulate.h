@@ -12,6 +12,7 @@ struct sdp_sim_machine {
     double h2d_bps, d2h_bps;         /* one GPU alone, per direction */
     double h2d_all_bps, d2h_all_bps; /* the host link all GPUs share, summed over them */
     double nvlink_bps;               /* GPU to GPU per direction; 0: through the host */
+    double host_mem_bytes;           /* host memory a run may take */
 };
 
 /** Write the platform description and the bus matrices of s for StarPU's host name `host` into

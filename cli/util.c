@@ -39,7 +39,7 @@ double sdp_cli_median(double *v, int n)
 
 int sdp_cli_may_use_gpu(int gpus)
 {
-#ifdef SDP_HAVE_CUDA
+#if defined(SDP_HAVE_CUDA) || defined(SDP_SIMGRID) /* simulated GPUs count */
     return gpus != 0;
 #else
     (void)gpus;

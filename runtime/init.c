@@ -304,6 +304,11 @@ static unsigned long long proc_kb(const char *file, const char *key)
 
 unsigned long long sdp_rt_host_mem_available(void)
 {
+#ifdef SDP_SIMGRID /* the described machine's, not this one's (slidedp simulate sets it) */
+    double sim = sdp_env_double("SDP_SIM_HOST_MEM", 0.0);
+    if (sim > 0)
+        return (unsigned long long)sim;
+#endif
     unsigned long long avail = proc_kb("/proc/meminfo", "MemAvailable");
     unsigned long long limit = read_ull_file("/sys/fs/cgroup/memory.max");
     if (limit > 0) {

@@ -140,9 +140,12 @@ static int create(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const
     t = calloc(1, sizeof(*t));
     if (!t)
         return sdp_err(-ENOMEM, "tensor %s", name);
-    /* Not STARPU_MALLOC_COUNT: StarPU sizes the host node from hwloc's view of the machine, which
-     * containers can understate by an order of magnitude; the host budget is checked by the CLI
-     * against MemAvailable and the cgroup limit instead. */
+        /* Not STARPU_MALLOC_COUNT: StarPU sizes the host node from hwloc's view of the machine,
+         * which containers can understate by an order of magnitude; the host budget is checked by
+         * the CLI against MemAvailable and the cgroup limit instead. */
+#ifdef SDP_SIMGRID /* nothing reads or writes the data: untouched pages, never resident */
+    how = RESERVED;
+#endif
     if (how == PINNED && pinned_ok) {
         t->malloc_flags = STARPU_MALLOC_PINNED;
         if (starpu_malloc_flags(&t->data, nbytes, t->malloc_flags) != 0) {
