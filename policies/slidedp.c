@@ -42,6 +42,7 @@
 #define WAIT_STAGING  "staging full"
 #define WAIT_STAGES   "stages full"
 #define FETCH_IDLE_US SDP_SLIDEDP_FETCH_IDLE_US
+#define SIM_POLL_S    20e-6 /* simulated workers' look-again period: a real worker polls faster */
 
 struct queue {
     struct heap normal, staged;
@@ -172,12 +173,17 @@ static void lock_relaxed(struct sched *s)
 }
 
 /* Under the lock: clear the idle flag of the workers in ws[0..n) that have it, keeping them in
- * wake[] (to wake after unlocking).  @return how many */
+ * wake[] (to wake after unlocking); in a simulation, where drivers block instead of polling,
+ * every worker of ws.  @return how many */
 static int take_idle(struct sched *s, const int *ws, int n, int *wake)
 {
     int k = 0;
     for (int i = 0; i < n; i++)
+#ifdef STARPU_SIMGRID /* blocking drivers: a worker that found nothing sleeps, flagged or not */
+        if (1) {
+#else
         if (__atomic_load_n(&s->idle[ws[i]], __ATOMIC_RELAXED)) {
+#endif
             __atomic_store_n(&s->idle[ws[i]], 0, __ATOMIC_RELEASE);
             wake[k++] = ws[i];
         }
@@ -442,6 +448,14 @@ struct starpu_task *sdp_slidedp_pop(unsigned ctx)
         __atomic_store_n(&s->idle[w], 1, __ATOMIC_RELEASE);
     }
     starpu_pthread_mutex_unlock(&s->lock);
+#ifdef STARPU_SIMGRID
+    /* StarPU's simulated drivers block where real ones poll: a worker that keeps looking lets
+     * simulated time pass, then comes back */
+    if (!chosen && gated) {
+        starpu_sleep(SIM_POLL_S);
+        starpu_wake_worker_relax_light(w);
+    }
+#endif
     if (held_since > 0.0)
         sdp_trace_wait(wait_lane(&wait_hint, s->typebit[w]), wait_hint.rank, wait_hint.step,
                        wait_hint.group, wait_hint.chunk, held_since, now, why);

@@ -3,8 +3,9 @@
 # slidedp simulate (docs/simulation.md): the tiny recipe on 1, 2 and 4 simulated GPUs of the
 # reference node (the simulation build, tools/build-sim.sh, against StarPU with SimGrid):
 #   - each run ends (exit 0), with as many CUDA workers as GPUs, the rest of the 16 cores CPU
-#     workers, under sdp-slidedp with one data-parallel rank per GPU (and sdp-roundpipe with a
-#     stage worker per GPU), every step's line marked simulated, without a loss;
+#     workers, under sdp-slidedp with one data-parallel rank per GPU (and with one rank on 2 GPUs,
+#     and sdp-roundpipe with a stage worker per GPU), every step's line marked simulated, without
+#     a loss;
 #   - the simulated time is the machine's: a machine file whose GPU computes at 100 GFLOP/s (the
 #     reference's 700 TFLOP/s) gives a step more than twice as long, and the same run twice gives
 #     the same simulated time (SimGrid is deterministic);
@@ -44,6 +45,9 @@ for g in 1 2 4; do
         { echo "$g GPUs: not 3 simulated step lines"; cat "$tmp/g$g.out"; fail=1; }
     echo "$g GPU(s): step $(step_s g$g) s simulated"
 done
+# one rank on 2 GPUs: the second GPU holds nothing, its worker sleeps until woken
+run onerank 2 1
+grep -q "done: steps 1-3 in" "$tmp/onerank.err" || { echo "one rank on 2 GPUs did not end"; fail=1; }
 "$bin" simulate --sim-binary "$sim" --gpus 2 train "$tmp/r.yaml" --steps 3 --sched sdp-roundpipe \
     --ranks 2 > "$tmp/rp.out" 2> "$tmp/rp.err" &&
     grep -q "2 CUDA workers, policy sdp-roundpipe" "$tmp/rp.err" ||
