@@ -23,8 +23,8 @@
 #   - tools/check_invariants.py passes every log, and fails h16's once a late update is renamed
 #     adamw (a lookup then starts before an update of its rows) or ends after the next step's LM
 #     head has started (the head reads every row), and passes h32's with the tied fetch of the
-#     head's copy moved ahead of the head group's update (it reads group 0 alone), fails it moved
-#     ahead of group 0's last update;
+#     head's copy keyed to a group whose update overlaps it (it reads group 0 alone), fails it
+#     moved ahead of group 0's last update;
 #   - with 2 ranks the lookup stays where the compute runs, with a warning, and the same losses;
 #   - --embed-lookup with another value, and the recipe key with another value, exit 2.
 set -u
@@ -145,28 +145,30 @@ for n, name, end in (("renamed", "adamw", max(late["end_us"], look1 + 1.0)),
             if e is late:
                 e = dict(e, name=name, end_us=end)
             f.write(json.dumps(e) + "\n")
-# h32's tied fetch of step 1 (the head's key, the embedding's copy) moved between the last update
-# of group 0 and the head group's update of step 0, which it does not read (tiedok: the checker
-# passes it); and moved before group 0's last update ends (tiedearly: it fails)
+# h32's tied fetch of step 1 (the head's key, the embedding's copy): keyed to a group of its own
+# whose update of step 0 overlaps it (tiedok: the checker passes it, since the fetch reads group 0
+# alone; a checker that counted it as its key group's reader fails it), and moved before group
+# 0's last update of step 0 ends (tiedearly: it fails)
 ev = events("h32")
 tf = [e for e in ev if e.get("name") == "param_fetch" and e.get("tied") and e["step"] == 1]
-hg = tf[0]["group"] if tf else -1
-up0 = max((e["end_us"] for e in ev if e.get("phase") == "update" and e["group"] == 0
-           and e["step"] == 0), default=None)
-uph = [e for e in ev if e.get("phase") == "update" and e["group"] == hg and e["step"] == 0]
-if len(tf) != 1 or up0 is None or not uph:
-    print("h32: %d tied fetches in step 1, head group %d with %d updates in step 0: nothing to move"
-          % (len(tf), hg, len(uph)))
+up0 = [e for e in ev if e.get("phase") == "update" and e["group"] == 0 and e["step"] == 0]
+if len(tf) != 1 or not up0:
+    print("h32: %d tied fetches in step 1, %d updates of group 0 in step 0: nothing to move"
+          % (len(tf), len(up0)))
     ok = False
 else:
-    for n, t in (("tiedok", up0 + 1.0), ("tiedearly", up0 - 5.0)):
-        with open(os.path.join(tmp, n + ".ev"), "w") as f:
-            for e in ev:
-                if e is tf[0]:
-                    e = dict(e, start_us=t + 2.0, end_us=t + 3.0)
-                elif e in uph:
-                    e = dict(e, start_us=t, end_us=t + 10.0)
-                f.write(json.dumps(e) + "\n")
+    f, last = tf[0], max(e["end_us"] for e in up0)
+    key = 1 + max(e["group"] for e in ev)
+    with open(os.path.join(tmp, "tiedok.ev"), "w") as out:
+        for e in ev:
+            out.write(json.dumps(dict(e, group=key) if e is f else e) + "\n")
+        out.write(json.dumps(dict(up0[0], group=key, start_us=f["start_us"] - 5.0,
+                                  end_us=f["start_us"] + 5.0)) + "\n")
+    with open(os.path.join(tmp, "tiedearly.ev"), "w") as out:
+        for e in ev:
+            if e is f:
+                e = dict(e, start_us=last - 2.0, end_us=last - 1.0)
+            out.write(json.dumps(e) + "\n")
 sys.exit(0 if ok else 1)
 PYEOF
 for ev in renamed headfirst tiedearly; do

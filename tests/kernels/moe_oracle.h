@@ -77,6 +77,18 @@ static void moe_ref_alloc(struct moe_ref *r, const struct moe_in *in)
     r->dwdown = moe_zalloc(E * C * IM), r->edwdown = moe_zalloc(E * C * IM);
 }
 
+static void moe_ref_free(struct moe_ref *r)
+{
+    double *a[] = { r->z,     r->ez,   r->p,    r->ep,   r->dp,    r->edp,    r->dz,
+                    r->edz,   r->w,    r->ew,   r->dw,   r->edw,   r->gu,     r->egu,
+                    r->dgu,   r->edgu, r->h,    r->eh,   r->dh,    r->edh,    r->y,
+                    r->ey,    r->dy,   r->edy,  r->out,  r->eout,  r->dx,     r->edx,
+                    r->count, r->dwr,  r->edwr, r->dwgu, r->edwgu, r->dwdown, r->edwdown };
+    for (size_t i = 0; i < sizeof(a) / sizeof(a[0]); i++)
+        free(a[i]);
+    free(r->ids);
+}
+
 static double moe_sig(double g)
 {
     return 1.0 / (1.0 + exp(-g));

@@ -281,6 +281,7 @@ static void test_block(int K, int norm, double coef, uint64_t seed)
     check_block(&m, &o, &in);
     check_oracle_fd(&o, &in, x, wr, wgu, wdown);
     run_free(&m);
+    moe_ref_free(&o);
     free(x), free(wr), free(wgu), free(wdown), free(dout);
 }
 
