@@ -28,13 +28,14 @@ sources_of()
 {
     case "$1" in
     safetensors) echo formats/safetensors.c formats/safetensors_write.c base/fsutil.c ;;
-    hfconfig) echo formats/hfconfig.c models/qwen3.c models/rope.c base/fsutil.c ;;
+    hfconfig) echo formats/hfconfig.c formats/hfconfig_moe.c models/qwen3.c models/moe.c \
+        models/rope.c base/fsutil.c ;;
     recipe) echo cli/recipe.c cli/recipe_check.c cli/recipe_plan.c cli/recipe_lora.c cli/options.c \
-        models/qwen3.c models/rope.c models/lora.c ;;
+        models/qwen3.c models/moe.c models/rope.c models/lora.c ;;
     tokenizer) echo text/tokenizer.c text/tokenizer_encode.c text/bpe.c ;;
     shard) echo formats/shard.c base/fsutil.c ;;
-    ckpt) echo formats/ckpt_header.c formats/ckpt_read.c base/crc32c.c models/qwen3.c models/rope.c \
-        models/lora.c ;;
+    ckpt) echo formats/ckpt_header.c formats/ckpt_read.c base/crc32c.c models/qwen3.c models/moe.c \
+        models/rope.c models/lora.c ;;
     *) return 1 ;;
     esac
 }
