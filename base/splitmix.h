@@ -27,6 +27,15 @@ SDP_SPLITMIX_FN uint64_t sdp_splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/** Uniform in [-1, 1), never 0, from the splitmix64 stream whose state is *x (advanced): the
+ * typical values calibrate's kernels run on. */
+SDP_SPLITMIX_FN float sdp_splitmix_unit(uint64_t *x)
+{
+    uint64_t z = sdp_splitmix64(*x);
+    *x += SDP_SPLITMIX_GAMMA;
+    return ((float)(z >> 40) + 0.5f) * (2.0f / 16777216.0f) - 1.0f;
+}
+
 /** 1 when element i of the dropout mask keyed `key` is kept (see above). */
 SDP_SPLITMIX_FN int sdp_dropout_keep(uint64_t key, uint64_t i, uint32_t thr)
 {

@@ -24,6 +24,7 @@
 #include "base/fsutil.h"
 #include "base/hostmem.h"
 #include "base/sdp_log.h"
+#include "base/splitmix.h"
 #include "cli/calibrate.h"
 #include "cli/cli.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
@@ -122,15 +123,6 @@ static double hrate(enum hkind kind, struct hbufs *b, size_t n, double bytes, in
     return bytes / sdp_cli_median(s, REPS);
 }
 
-/* uniform in [-1, 1), never 0: AdamW on zeros would not be the kernel's usual work */
-static float unit(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return ((float)((z ^ (z >> 31)) >> 40) + 0.5f) * (2.0f / 16777216.0f) - 1.0f;
-}
-
 /* The AdamW buffers of b (ADAMW_N parameters, typical values), and the cast's if cast.
  * @return 0 or -ENOMEM (logged) */
 static int adamw_bufs(struct hbufs *b, int cast)
@@ -148,13 +140,13 @@ static int adamw_bufs(struct hbufs *b, int cast)
         return sdp_err(-ENOMEM, "calibrate: %zu MiB for the host kernels' buffers",
                        (ADAMW_N * 16 + (cast ? CAST_N * 6 : 0)) >> 20);
     for (size_t i = 0; i < ADAMW_N; i++) {
-        b->p[i] = unit(&x);
-        b->m[i] = 1e-3f * unit(&x);
-        b->v[i] = 1e-5f * (1.0f + unit(&x));
-        b->g[i] = sdp_f32_to_bf16(1e-2f * unit(&x));
+        b->p[i] = sdp_splitmix_unit(&x);
+        b->m[i] = 1e-3f * sdp_splitmix_unit(&x);
+        b->v[i] = 1e-5f * (1.0f + sdp_splitmix_unit(&x));
+        b->g[i] = sdp_f32_to_bf16(1e-2f * sdp_splitmix_unit(&x));
     }
     for (size_t i = 0; cast && i < CAST_N; i++)
-        b->src[i] = unit(&x);
+        b->src[i] = sdp_splitmix_unit(&x);
     return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "base/sdp_log.h"
+#include "base/splitmix.h"
 #include "cli/calibrate.h"
 #include "cli/cli.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
@@ -28,15 +29,6 @@ struct upd {
     sdp_rt_tensor_t *p, *m, *v, *g, *w;
     int nc;
 };
-
-/* uniform in [-1, 1), never 0, from a splitmix64 stream */
-static float unit(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return ((float)((z ^ (z >> 31)) >> 40) + 0.5f) * (2.0f / 16777216.0f) - 1.0f;
-}
 
 /* The state's tensors, cut into u->nc equal chunks, with typical values (AdamW on zeros is not
  * the kernel's usual work).  @return 0 or the runtime's error */
@@ -63,10 +55,10 @@ static int upd_create(struct upd *u, int nc)
     float *v = sdp_rt_tensor_data(u->v);
     uint16_t *g = sdp_rt_tensor_data(u->g);
     for (size_t i = 0; i < UPD_N; i++) {
-        p[i] = unit(&x);
-        m[i] = 1e-3f * unit(&x);
-        v[i] = 1e-5f * (1.0f + unit(&x));
-        g[i] = sdp_f32_to_bf16(1e-2f * unit(&x));
+        p[i] = sdp_splitmix_unit(&x);
+        m[i] = 1e-3f * sdp_splitmix_unit(&x);
+        v[i] = 1e-5f * (1.0f + sdp_splitmix_unit(&x));
+        g[i] = sdp_f32_to_bf16(1e-2f * sdp_splitmix_unit(&x));
     }
     sdp_rt_tensor_t *all[] = { u->p, u->m, u->v, u->g, u->w };
     for (int i = 0; i < 5 && !rc; i++)

@@ -68,7 +68,7 @@ static int get_real(const char *path, json_t *obj, const char *where, const char
     return 0;
 }
 
-static int get_bool(const char *path, json_t *root, const char *key, int *out)
+int sdp_hfconfig_get_bool(const char *path, json_t *root, const char *key, int *out)
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v))
@@ -336,7 +336,8 @@ static int parse_config(const char *path, json_t *root, struct sdp_model_cfg *cf
     if ((rc = get_int(path, root, "max_position_embeddings", 0, &c.max_position_embeddings)) < 0 ||
         (rc = get_real(path, root, "", "rms_norm_eps", 0, &c.rms_norm_eps)) < 0 ||
         (rc = get_real(path, root, "", "initializer_range", 0, &c.initializer_range)) < 0 ||
-        (rc = get_bool(path, root, "tie_word_embeddings", &c.tie_word_embeddings)) < 0 ||
+        (rc = sdp_hfconfig_get_bool(path, root, "tie_word_embeddings", &c.tie_word_embeddings)) <
+            0 ||
         (rc = get_token(path, root, "bos_token_id", &c.bos_token_id)) < 0 ||
         (rc = get_token(path, root, "eos_token_id", &c.eos_token_id)) < 0 ||
         (rc = parse_rope(path, root, &c)) < 0 ||

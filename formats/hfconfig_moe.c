@@ -27,17 +27,6 @@ static int get_int(const char *path, json_t *root, const char *key, int *out)
     return 0;
 }
 
-static int get_bool(const char *path, json_t *root, const char *key, int *out)
-{
-    json_t *v = json_object_get(root, key);
-    if (!v || json_is_null(v))
-        return 1;
-    if (!json_is_boolean(v))
-        return sdp_err(-EINVAL, "config %s: \"%s\" must be true or false", path, key);
-    *out = json_is_true(v);
-    return 0;
-}
-
 /* Keys of features that Qwen3-MoE does not have, each with the value that means "off". */
 static int check_foreign(const char *path, json_t *root)
 {
@@ -130,8 +119,9 @@ int sdp_hfconfig_moe_read(const char *path, json_t *root, struct sdp_model_cfg *
         (rc = get_int(path, root, "num_experts_per_tok", &c->num_experts_per_tok)) < 0 ||
         (rc = get_int(path, root, "moe_intermediate_size", &c->moe_intermediate_size)) < 0 ||
         (rc = get_int(path, root, "decoder_sparse_step", &c->decoder_sparse_step)) < 0 ||
-        (rc = get_bool(path, root, "norm_topk_prob", &c->norm_topk_prob)) < 0 ||
-        (rc = get_bool(path, root, "output_router_logits", &c->output_router_logits)) < 0 ||
+        (rc = sdp_hfconfig_get_bool(path, root, "norm_topk_prob", &c->norm_topk_prob)) < 0 ||
+        (rc = sdp_hfconfig_get_bool(path, root, "output_router_logits", &c->output_router_logits)) <
+            0 ||
         (rc = get_mlp_only(path, root, c)) < 0)
         return rc;
     if (v && !json_is_null(v)) {
