@@ -12,7 +12,7 @@
 #   - bf16 with two ranks, and an unknown dtype, are refused with exit code 2 naming the key;
 #   - auto (the default, also as --grad-dtype auto) returns bf16 only for one rank on a GPU: without
 #     a GPU its losses are the fp32 return's, bit for bit, and its event log has no pack; with two
-#     ranks it trains (fp32).
+#     ranks it trains (fp32; on CPU ranks where there is one GPU).
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 
@@ -41,8 +41,11 @@ run b16-lws "$tmp/b16.yaml" --sched lws
 run b16-flag "$tmp/f32.yaml" --grad-dtype bf16
 run auto "$tmp/auto.yaml" --events "$tmp/auto.events"
 run auto-flag "$tmp/b16.yaml" --grad-dtype auto --events "$tmp/auto-flag.events"
-run auto-r2 "$tmp/auto.yaml" --ranks 2
 ngpu=$(ngpus)
+# two ranks need two GPUs where there are GPUs: with one, the two ranks are CPU workers
+r2gpus=
+[ "$ngpu" -eq 1 ] && r2gpus="--gpus 0"
+run auto-r2 "$tmp/auto.yaml" --ranks 2 $r2gpus
 
 "$py" - "$tmp" "$ngpu" <<'PYEOF' || fail=1
 import json, sys
