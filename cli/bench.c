@@ -158,6 +158,29 @@ static json_t *lora_json(const struct sdp_lora_cfg *c)
     return json_pack("{s:i, s:f, s:o}", "rank", c->rank, "alpha", c->alpha, "targets", t);
 }
 
+/* Rank r's bytes per timed step by direction: the formulas (graph/cost.c; with R ranks, rank 0
+ * receives the others' gradients on the GPU route, and on the sharded route each owner sends its
+ * chunks to the R - 1 others) beside what StarPU's bus counters saw. */
+static json_t *route_json(const sdp_graph_t *g, int r, int R, const struct sdp_rank_bytes *m,
+                          int steps)
+{
+    struct sdp_route_bytes rb, o;
+    double peer_in, peer_out;
+    sdp_graph_route_bytes(g, r, &rb);
+    peer_in = (double)rb.param_peer, peer_out = (double)(rb.param_out + rb.grad_peer);
+    for (int s = 1; r == 0 && s < R; s++) {
+        sdp_graph_route_bytes(g, s, &o);
+        peer_in += (double)o.grad_peer;
+    }
+    return json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "rank", r,
+                     "param_h2d_gb_pred", rb.param_h2d / 1e9, "param_peer_gb_pred",
+                     rb.param_peer / 1e9, "grad_d2h_gb_pred", rb.grad_d2h / 1e9,
+                     "grad_peer_gb_pred", rb.grad_peer / 1e9, "peer_in_gb_pred", peer_in / 1e9,
+                     "peer_out_gb_pred", peer_out / 1e9, "h2d_gb", m->h2d / 1e9 / steps,
+                     "peer_in_gb", m->peer_in / 1e9 / steps, "d2h_gb", m->d2h / 1e9 / steps,
+                     "peer_out_gb", m->peer_out / 1e9 / steps);
+}
+
 static int run(const struct bench_opts *b)
 {
     struct sdp_model_cfg cfg;
@@ -367,23 +390,12 @@ static int run(const struct bench_opts *b)
         double *timed = step_s + b->warmup, median, tps, steady = 0.0;
         json_t *settings, *o, *steps_arr = json_array();
         json_t *routes = json_array();
-        struct sdp_route_bytes rb;
         struct sdp_rank_bytes moved[SDP_MAX_RANKS];
         char *line;
         /* bytes per rank per timed step: the design's formulas and what StarPU moved */
         sdp_rt_bus_count_read(b->ranks, wid, moved);
-        for (int r = 0; r < b->ranks; r++) {
-            sdp_graph_route_bytes(g, r, &rb);
-            json_array_append_new(
-                routes, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "rank", r,
-                                  "param_h2d_gb_pred", rb.param_h2d / 1e9, "param_peer_gb_pred",
-                                  rb.param_peer / 1e9, "grad_d2h_gb_pred", rb.grad_d2h / 1e9,
-                                  "grad_peer_gb_pred", rb.grad_peer / 1e9, "h2d_gb",
-                                  moved[r].h2d / 1e9 / b->steps, "peer_in_gb",
-                                  moved[r].peer_in / 1e9 / b->steps, "d2h_gb",
-                                  moved[r].d2h / 1e9 / b->steps, "peer_out_gb",
-                                  moved[r].peer_out / 1e9 / b->steps));
-        }
+        for (int r = 0; r < b->ranks; r++)
+            json_array_append_new(routes, route_json(g, r, b->ranks, &moved[r], b->steps));
         for (int s = 0; s < b->steps; s++)
             json_array_append_new(steps_arr, json_real(timed[s]));
         median = sdp_cli_median(timed, b->steps);

@@ -58,6 +58,11 @@ int sdp_tasks_set_ranks(int nranks, const int *workerids)
     return 0;
 }
 
+int sdp_tasks_rank_worker(int r)
+{
+    return r >= 0 && r < nranks_pinned ? rank_workers[r] : -1;
+}
+
 /* The phases a rank runs on its own worker. */
 static int rank_phase(enum sdp_phase ph)
 {
@@ -200,6 +205,8 @@ int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void
             task->execute_on_a_specific_worker = 1;
             task->workerid = (unsigned)rank_workers[o->hint.rank];
         }
+        if (o->on_host && !task->execute_on_a_specific_worker)
+            task->where = STARPU_CPU;
     }
     if (o && o->tag) {
         task->use_tag = 1;

@@ -19,6 +19,8 @@ struct sdp_task_opts {
     int priority;
     struct sdp_hint hint;
     int on_rank; /* 1: run on hint.rank's worker whatever the phase (see sdp_tasks_set_ranks) */
+    int on_host; /* 1: on a CPU worker only (a codelet with a CUDA side the scheduler must not
+                    pick: the ranks' reduction on the host route) */
     int version; /* parameter version the task reads (an update: writes), for the trace */
     unsigned long long tag;   /* nonzero: the task's tag (from sdp_task_tag_new), for `after` */
     unsigned long long after; /* nonzero: the task starts only once the task tagged so has ended
@@ -362,6 +364,8 @@ void sdp_tasks_shutdown(void);
  * (a CUDA worker, or a CPU worker standing in for a GPU).  nranks = 0 (the default) lets the
  * scheduler place them.  The ids are copied.  @return 0 or -EINVAL (logged) */
 int sdp_tasks_set_ranks(int nranks, const int *workerids);
+/** The worker of rank r set by sdp_tasks_set_ranks(), or -1 where none is set. */
+int sdp_tasks_rank_worker(int r);
 /** Restrict every codelet to one kind of worker ("cpu", "cuda") or all ("any"), for tests.
  * @return 0 or -EINVAL */
 int sdp_tasks_restrict(const char *where);

@@ -18,10 +18,14 @@ void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_byte
             const struct sdp_lora_state *ls = st->groups[gi].lora;
             rb->param_h2d += g->c.window > 0 && !g->rwork ? n * es * (twice ? 2u : 1u) : 0;
             /* sharded: the replicas, dropped after each step, get the others' chunks again */
-            for (int c = 0; g->rwork && c < st->groups[gi].nchunks; c++)
+            for (int c = 0; g->rwork && c < st->groups[gi].nchunks; c++) {
+                unsigned long long nb =
+                    sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].work, c)) * es;
                 if (sdp_graph_owner_of(g, gi, c) != rank)
-                    rb->param_peer +=
-                        sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].work, c)) * es;
+                    rb->param_peer += nb;
+                else
+                    rb->param_out += nb * (unsigned long long)(g->R - 1);
+            }
             if (!ls)
                 continue;
             /* the adapters: their copy up, their fp32 gradient down (or to rank 0's GPU) */
@@ -36,7 +40,9 @@ void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_byte
             for (int c = 0; c < st->groups[gi].nchunks; c++) {
                 unsigned long long nb =
                     sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].work, c)) * es;
-                *(sdp_graph_owner_of(g, gi, c) == rank ? &rb->param_h2d : &rb->param_peer) += nb;
+                int own = sdp_graph_owner_of(g, gi, c) == rank;
+                *(own ? &rb->param_h2d : &rb->param_peer) += nb;
+                rb->param_out += own ? nb * (unsigned long long)(g->R - 1) : 0;
             }
         } else {
             rb->param_h2d += n * es * (twice ? 2u : 1u);

@@ -161,6 +161,7 @@ int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
         if (!train_grad(g, gi, 0)) /* LoRA: a frozen group without adapters */
             continue;
         o.on_rank = g->plan.group[gi].grad_gpu;
+        o.on_host = !o.on_rank; /* the host route: never an idle GPU's */
         for (int r = 1; r < g->R; r++)
             in[r - 1] = train_grad(g, gi, r);
         TRY_RET(sdp_task_grad_reduce(&o, train_grad(g, gi, 0), in, g->R - 1));

@@ -483,7 +483,8 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
     if (!rc)
         rc = sdp_graph_chunks_create(g);
     if (!rc && g->R > 1 && p->param_route == SDP_ROUTE_SHARDED) {
-        /* every rank's replica of every group, chunked like the working copy, device memory only */
+        /* every rank's replica of every group, chunked like the working copy, homed on the rank's
+         * GPU (gathered there after its chunks arrive, not through the host) */
         g->rwork = calloc((size_t)g->R * st->ngroups, sizeof(*g->rwork));
         if (!g->rwork)
             rc = sdp_err(-ENOMEM, "replicas of %d ranks", g->R);
@@ -491,7 +492,8 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
             for (int gi = 0; gi < st->ngroups && !rc; gi++) {
                 sdp_rt_tensor_t **t = &g->rwork[(size_t)r * st->ngroups + gi];
                 snprintf(name, sizeof(name), "g%d.work.rank%d", gi, r);
-                rc = sdp_rt_tensor_create_device(t, st->work_dtype, st->groups[gi].nelems, name);
+                rc = sdp_rt_tensor_create_on(t, st->work_dtype, st->groups[gi].nelems, name,
+                                             sdp_tasks_rank_worker(r));
                 if (!rc)
                     rc = sdp_rt_tensor_partition_like(*t, st->groups[gi].work);
             }

@@ -126,6 +126,7 @@ typedef struct sdp_graph sdp_graph_t;
 struct sdp_route_bytes {
     unsigned long long param_h2d;  /* from the host (sharded: the rank's own chunks) */
     unsigned long long param_peer; /* from the other ranks (sharded route) */
+    unsigned long long param_out;  /* to the other ranks: its own chunks, to each (sharded) */
     unsigned long long grad_d2h;   /* to the host */
     unsigned long long grad_peer;  /* to rank 0 (GPU reduction, ranks > 0) */
 };

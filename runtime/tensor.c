@@ -22,7 +22,9 @@ struct sdp_rt_tensor {
     void *data;       /* host memory (persistent tensors only) */
     int malloc_flags; /* how data was allocated: StarPU's flags (pinned or not), or MAPPED */
     int temporary;
-    int is_part; /* a partition child: owned by its parent */
+    int is_part;        /* a partition child: owned by its parent */
+    int home_node;      /* -1: host memory (or none); else the device node its home buffer is on */
+    uintptr_t home_ptr; /* that buffer (sdp_rt_tensor_create_on) */
     char name[64];
     int nparts;
     struct sdp_rt_tensor *parts; /* nparts children */
@@ -200,6 +202,43 @@ int sdp_rt_tensor_create_device(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t
     return create(out, dt, nelems, name, RESERVED);
 }
 
+/* A device replica whose home is the worker's memory node: StarPU's partition plans gather a
+ * partitioned tensor on its home node, so a replica homed on the host went down to the host and
+ * back up whenever its chunks had been written one by one on the GPU. */
+int sdp_rt_tensor_create_on(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems,
+                            const char *name, int worker)
+{
+    struct sdp_rt_tensor *t;
+    size_t nbytes = nelems * sdp_dtype_size(dt);
+    unsigned node = worker >= 0 ? starpu_worker_get_memory_node((unsigned)worker) : 0;
+    int rc = check_size(nelems, name);
+    if (rc)
+        return rc;
+    if (worker < 0 || starpu_node_get_kind(node) == STARPU_CPU_RAM)
+        return create(out, dt, nelems, name, RESERVED);
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return sdp_err(-ENOMEM, "tensor %s", name);
+    t->home_ptr = starpu_malloc_on_node(node, nbytes);
+    if (!t->home_ptr) {
+        free(t);
+        rc = sdp_err(-ENOMEM, "tensor %s: cannot allocate %.1f MiB on memory node %u", name,
+                     nbytes / 1048576.0, node);
+        sdp_hint("lower the model size, or use the replicated parameter route");
+        return rc;
+    }
+    t->home_node = (int)node;
+    t->dtype = dt;
+    t->nelems = nelems;
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    starpu_vector_data_register(&t->handle, (int)node, t->home_ptr, (uint32_t)nelems,
+                                sdp_dtype_size(dt));
+    starpu_data_set_name(t->handle, t->name);
+    link_live(t);
+    *out = t;
+    return 0;
+}
+
 int sdp_rt_tensor_temp(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name)
 {
     struct sdp_rt_tensor *t;
@@ -238,6 +277,9 @@ void sdp_rt_tensor_release(sdp_rt_tensor_t *t)
         free(t->part_lens);
     }
     starpu_data_unregister(t->handle);
+    if (t->home_ptr)
+        starpu_free_on_node((unsigned)t->home_node, t->home_ptr,
+                            t->nelems * sdp_dtype_size(t->dtype));
     if (t->data)
         count_host(t, -1);
     if (t->data && t->malloc_flags == MAPPED)
@@ -289,7 +331,7 @@ int sdp_rt_tensor_partition(sdp_rt_tensor_t *t, int nparts, const size_t *part_n
         p->handle = t->part_handles[i];
         p->dtype = t->dtype;
         p->nelems = part_nelems[i];
-        p->data = (char *)t->data + t->part_offsets[i] * sdp_dtype_size(t->dtype);
+        p->data = t->data ? (char *)t->data + t->part_offsets[i] * sdp_dtype_size(t->dtype) : NULL;
         p->is_part = 1;
         snprintf(p->name, sizeof(p->name), "%.48s.%d", t->name, i);
         starpu_data_set_name(p->handle, p->name);

@@ -29,6 +29,12 @@ int sdp_rt_tensor_create_host(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t n
  * per-rank working copies). */
 int sdp_rt_tensor_create_device(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems,
                                 const char *name);
+/** A device replica homed on the memory node of StarPU worker `worker` (a rank's GPU): its
+ * buffer is allocated there now, and a partitioned replica whose chunks are written there is
+ * gathered there, never through the host.  On a CPU worker (or worker -1), as
+ * sdp_rt_tensor_create_device(). */
+int sdp_rt_tensor_create_on(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems,
+                            const char *name, int worker);
 /** A temporary tensor: no memory until a task writes it; release it after its last use is
  * submitted. */
 int sdp_rt_tensor_temp(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems, const char *name);

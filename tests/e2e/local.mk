@@ -9,9 +9,9 @@ tests_e2e_test_e2e_hf_parity_gpu_SOURCES = tests/e2e/test_e2e_hf_parity.c tests/
 tests_e2e_test_e2e_hf_parity_gpu_CPPFLAGS = $(AM_CPPFLAGS) -DSDP_TEST_GPU
 EXTRA_DIST += tests/lib/e2e.sh tests/lib/run-test.sh
 TESTS += tests/ref/check_refs.py tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_policies.sh \
-	tests/e2e/test_e2e_resume.sh tests/e2e/test_e2e_resume_ranks.sh tests/e2e/test_e2e_roundpipe.sh tests/e2e/test_e2e_roundpipe_flight.sh tests/e2e/test_e2e_roundpipe_lpt.sh tests/e2e/test_e2e_simulate.sh tests/e2e/test_e2e_nan.sh \
+	tests/e2e/test_e2e_resume.sh tests/e2e/test_e2e_resume_ranks.sh tests/e2e/test_e2e_roundpipe.sh tests/e2e/test_e2e_roundpipe_flight.sh tests/e2e/test_e2e_roundpipe_lpt.sh tests/e2e/test_e2e_simulate.sh tests/e2e/test_e2e_sim_routes.sh tests/e2e/test_e2e_nan.sh \
 	tests/e2e/test_e2e_bad_input.sh
-EXTRA_DIST += tests/ref tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_policies.sh tests/e2e/test_e2e_resume.sh tests/e2e/test_e2e_resume_ranks.sh tests/e2e/test_e2e_roundpipe.sh tests/e2e/test_e2e_roundpipe_flight.sh tests/e2e/test_e2e_roundpipe_lpt.sh tests/e2e/test_e2e_simulate.sh tests/e2e/test_e2e_nan.sh \
+EXTRA_DIST += tests/ref tests/e2e/test_e2e_train_tiny.sh tests/e2e/test_e2e_policies.sh tests/e2e/test_e2e_resume.sh tests/e2e/test_e2e_resume_ranks.sh tests/e2e/test_e2e_roundpipe.sh tests/e2e/test_e2e_roundpipe_flight.sh tests/e2e/test_e2e_roundpipe_lpt.sh tests/e2e/test_e2e_simulate.sh tests/e2e/test_e2e_sim_routes.sh tests/e2e/test_e2e_nan.sh \
 	tests/e2e/test_e2e_bad_input.sh tests/e2e/data
 # RUN/final with the tokenizer and generation_config.json
 TESTS += tests/e2e/test_e2e_final_dir.sh
