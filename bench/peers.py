@@ -305,6 +305,9 @@ def rp_model(p, dtype):
         m._apply(lambda t: t.to(device="cpu", non_blocking=True), recurse=False)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
+    fresh = type(model.model.rotary_emb)(config=cfg)  # its buffers as built, whatever the init covers
+    for name, buf in fresh.named_buffers():
+        model.model.rotary_emb.get_buffer(name).copy_(buf)
     if p["tie_word_embeddings"]:
         model.tie_weights()
     return model
@@ -365,8 +368,11 @@ def roundpipe(args):
     model.synchronize()  # the last update, untimed
     gpu_peak = max(torch.cuda.max_memory_reserved(d.device) for d in device_list) / 2**30
     host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    rev = subprocess.run(["git", "-C", args.roundpipe_dir, "rev-parse", "--short=7", "HEAD"],
-                         capture_output=True, text=True).stdout.strip() or "unknown"
+    try:
+        rev = subprocess.run(["git", "-C", args.roundpipe_dir, "rev-parse", "--short=7", "HEAD"],
+                             capture_output=True, text=True).stdout.strip() or "unknown"
+    except OSError:  # no git on the host
+        rev = "unknown"
     settings = {"ranks": 1, "device": "cuda", "gpus": len(device_list), "roundpipe_commit": rev,
                 "params": "%s on the host (RoundPipe), fp32 masters" % args.rp_dtype,
                 "dtype": args.rp_dtype, "fp16_accumulation": dtype is torch.float16, "attention": "sdpa",
