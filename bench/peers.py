@@ -278,9 +278,9 @@ def roundpipe_env(args):
     if not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
         missing.append("Python.h (the Python headers)")
     if missing:
-        return ("RoundPipe at %s needs %s: `pip install --target %s beartype py-cpuinfo ninja` where a "
-                "package index is reachable (bench/get-roundpipe.sh does; tqdm and typing-extensions come "
-                "with transformers), a C++ compiler and the Python headers (its Adam is built at import)"
+        return ("RoundPipe at %s needs %s: `pip install --target %s beartype py-cpuinfo ninja tqdm "
+                "typing-extensions` where a package index is reachable (bench/get-roundpipe.sh does), a "
+                "C++ compiler and the Python headers (its Adam is built at import)"
                 % (d, ", ".join(missing), pydeps))
     return None
 

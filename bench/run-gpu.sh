@@ -323,7 +323,9 @@ for stage in $stages; do
         # its stage's uploads longest first and without (RP_LPT, default "1 0": SDP_LPT_FETCH)
         # and with each of RP_IN_FLIGHT's micro-batches in flight (default: the policy's, R + 1)
         for rm in ${RP_MODELS:-qwen3-1.7b qwen3-4b}; do
-            for R in 1 $((ngpu > 1 ? ngpu : 1)); do
+            Rs=1
+            [ "$ngpu" -gt 1 ] && Rs="1 $ngpu" # one GPU: its runs once, not twice under one name
+            for R in $Rs; do
                 [ "$R" -eq 1 ] && # sdp-slidedp's ranks are data's: one GPU
                     bench "rp-$rm-sdp-slidedp-$R" 300 --model "$rm" --batch 16 --seq 1024 \
                         --steps 4 --warmup 2 --sched sdp-slidedp --ranks 1 --gpus 1 \
