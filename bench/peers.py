@@ -29,6 +29,18 @@ GPU); --device cpu runs it on the CPU for the tests.  Its model FLOPs are slided
 token, the frozen base's forward and backward through the activations and the adapters' forward and
 backward.  Exit 77 without a CUDA device (unless --device cpu), 2 for bad
 arguments.
+
+roundpipe: RoundPipe's own code (github.com/ITcarrot/RoundPipe, LGPL, not part of this project), imported
+from a checkout (--roundpipe-dir, $ROUNDPIPE_DIR, default deps/roundpipe; bench/get-roundpipe.sh
+fetches it at the pinned commit with the pure-Python packages it needs), run as its
+benchmark/train.py runs it: the model built on meta, materialised module by module on the GPU,
+initialised (transformers' own init, the embedding tied again) and moved to the host in fp16 (its
+benchmark's dtype, with fp16 accumulation; --rp-dtype bf16), SDPA attention, wrap_model_to_roundpipe
+with --rp-microbatch micro-batches (default the GPUs + 1, RoundPipe's) and recompute_grain
+--rp-recompute (layer), its C++ Adam on the host over optim_parameters() at lr 1e-5 (fp32 masters),
+its chunked LM-head loss compiled before the first step, and its asynchronous step (weights one
+update old; --rp-sync waits for each update).  It uses every visible GPU (CUDA_VISIBLE_DEVICES picks
+them).  A step is the time between two steps' ends (the optimizer runs behind the next step).
 """
 import argparse
 import json
@@ -38,6 +50,10 @@ import statistics
 import sys
 import time
 
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RP_COMMIT = "e813c67"
+RP_GET = ("git clone https://github.com/ITcarrot/RoundPipe deps/roundpipe && "
+          "git -C deps/roundpipe checkout " + RP_COMMIT + " (or bench/get-roundpipe.sh)")
 QWEN3 = dict(vocab_size=151936, head_dim=128, num_key_value_heads=8)
 PRESETS = {
     "tiny": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
@@ -90,6 +106,27 @@ def lora_flops_per_token(p, seq, rank):
     return 4 * matmul_params(p) + attn_flops(p, seq) + 6 * adapter_params(p, rank)
 
 
+def qwen3_config(p):
+    from transformers import Qwen3Config
+    return Qwen3Config(rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=40960,
+                       attn_implementation="sdpa", **p)
+
+
+def result(args, R, fpt, times, loss, gpu_peak, host, settings):
+    """The JSON object of a run: R ranks of args.batch sequences, fpt model FLOPs a token, the
+    timed steps' seconds, the last loss, the GPU and host peaks in GiB."""
+    import torch
+    med = statistics.median(times)
+    tps = R * args.batch * args.seq / med
+    return {
+        "system": args.system, "model": args.model, "batch": args.batch * R, "seq": args.seq,
+        "tokens_per_s": tps, "model_tflops": tps * fpt / 1e12, "loss": loss,
+        "lora_rank": args.lora_rank if args.system == "peft-lora" else 0, "step_s_median": med,
+        "step_s": times, "gpu_peak_gib": gpu_peak, "host_peak_gib": host,
+        "settings": settings, "torch": torch.__version__,
+    }
+
+
 def peft_lora(cfg, dev, args, settings):
     """The frozen bf16 base on dev with PEFT's adapters: (model, optimizer)."""
     import torch
@@ -127,12 +164,11 @@ def run(rank, args, out_q):
     """One process: the whole run with one rank (pytorch-gpu, or FSDP2 with --ranks 1), or rank
     `rank` of an FSDP2 run.  Rank 0 puts the JSON object on out_q (or prints it)."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     R, cpu = args.ranks, args.device == "cpu"
     p = shape(args.model)
-    cfg = Qwen3Config(rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=40960,
-                      attn_implementation="sdpa", **p)
+    cfg = qwen3_config(p)
     torch.manual_seed(0)
     dev = torch.device("cpu") if cpu else torch.device("cuda", rank)
     if not cpu:
@@ -215,22 +251,143 @@ def run(rank, args, out_q):
         dist.destroy_process_group()
     if rank != 0:
         return
-    med = statistics.median(times)
-    tps = R * args.batch * args.seq / med
     fpt = lora_flops_per_token(p, args.seq, args.lora_rank) if lora else flops_per_token(p, args.seq)
-    out = {
-        "system": args.system, "model": args.model, "batch": args.batch * R, "seq": args.seq,
-        "tokens_per_s": tps, "model_tflops": tps * fpt / 1e12, "loss": loss.item(),
-        "lora_rank": args.lora_rank if lora else 0, "step_s_median": med, "step_s": times,
-        "gpu_peak_gib": gpu_peak.item(), "host_peak_gib": host.item(),
-        "settings": settings, "torch": torch.__version__,
-    }
+    out = result(args, R, fpt, times, loss.item(), gpu_peak.item(), host.item(), settings)
     out_q.put(out) if out_q is not None else print(json.dumps(out), flush=True)
+
+
+def roundpipe_env(args):
+    """Puts RoundPipe's checkout on sys.path, with the packages beside it (DIR/pydeps, as
+    bench/get-roundpipe.sh installs them; pydeps/bin, ninja, on PATH); returns what is missing or
+    None.  Nothing of RoundPipe is imported here: its import starts a thread per GPU."""
+    import importlib.util
+    import shutil
+    import sysconfig
+    d = os.path.abspath(args.roundpipe_dir)
+    if not os.path.isfile(os.path.join(d, "roundpipe", "__init__.py")):
+        return ("no RoundPipe checkout at %s (--roundpipe-dir DIR or $ROUNDPIPE_DIR); get it with: %s"
+                % (d, RP_GET))
+    sys.path.insert(0, d)
+    pydeps = os.path.join(d, "pydeps")
+    if os.path.isdir(pydeps):  # after the host's own packages: those win
+        sys.path.append(pydeps)
+        os.environ["PATH"] = os.path.join(pydeps, "bin") + os.pathsep + os.environ.get("PATH", "")
+    missing = [m for m in ("beartype", "cpuinfo", "tqdm", "typing_extensions")
+               if importlib.util.find_spec(m) is None]
+    missing += [t for t in ("ninja", os.environ.get("CXX", "c++")) if shutil.which(t) is None]
+    if not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+        missing.append("Python.h (the Python headers)")
+    if missing:
+        return ("RoundPipe at %s needs %s: `pip install --target %s beartype py-cpuinfo ninja tqdm "
+                "typing-extensions` where a package index is reachable (bench/get-roundpipe.sh does), a "
+                "C++ compiler and the Python headers (its Adam is built at import)"
+                % (d, ", ".join(missing), pydeps))
+    return None
+
+
+def rp_model(p, dtype):
+    """The preset's model as RoundPipe's benchmark builds it: on meta, then module by module on the
+    GPU, initialised there (transformers' init, as the other systems get it) and moved to pinned host
+    memory; the embedding tied again (materialising module by module unties it)."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+    cfg = qwen3_config(p)
+    cfg.use_cache = False
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device("meta"):
+            model = Qwen3ForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    for m in model.modules():
+        m.to_empty(device="cuda", recurse=False)
+        model._init_weights(m)
+        m._apply(lambda t: t.to(device="cpu", non_blocking=True), recurse=False)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    fresh = type(model.model.rotary_emb)(config=cfg)  # its buffers as built, whatever the init covers
+    for name, buf in fresh.named_buffers():
+        model.model.rotary_emb.get_buffer(name).copy_(buf)
+    if p["tie_word_embeddings"]:
+        model.tie_weights()
+    return model
+
+
+def rp_warm_loss(p, args, nmb, dtype):
+    """RoundPipe's benchmark's warm-up of its compiled chunked LM-head loss, on every GPU, for the
+    micro-batch sizes a step of args.batch sequences in nmb micro-batches has."""
+    import torch
+    from roundpipe.device import device_list
+    from roundpipe.models.function import ChunkedCompileLinearForCausalLMLoss
+    for dev in device_list:
+        head = torch.nn.Linear(p["hidden_size"], p["vocab_size"], bias=False, device=dev.device, dtype=dtype)
+        for mb in sorted({args.batch // nmb, -(-args.batch // nmb)}):
+            h = torch.rand((mb, args.seq, p["hidden_size"]), dtype=dtype, device=dev.device,
+                           requires_grad=True)
+            labels = torch.randint(0, p["vocab_size"], (mb, args.seq), device=dev.device)
+            with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
+                ChunkedCompileLinearForCausalLMLoss(h, head, labels)
+        del head
+
+
+def roundpipe(args):
+    """RoundPipe's own code on the visible GPUs (module docstring); prints the JSON line."""
+    import subprocess
+    import torch
+    from roundpipe import RoundPipeRunConfig, wrap_model_to_roundpipe
+    from roundpipe.device import device_list
+    from roundpipe.optim import Adam
+    p = shape(args.model)
+    dtype = torch.float16 if args.rp_dtype == "fp16" else torch.bfloat16
+    if dtype is torch.float16:
+        torch.backends.cuda.matmul.allow_fp16_accumulation = True  # as its benchmark
+    nmb = args.rp_microbatch or len(device_list) + 1
+    torch.manual_seed(0)
+    model = rp_model(p, dtype)
+    tied = p["tie_word_embeddings"] and model.lm_head.weight is model.model.embed_tokens.weight
+    model = wrap_model_to_roundpipe(model, optim_dtype=torch.float32, use_sequential_preset=True,
+                                    model_run_config=RoundPipeRunConfig(num_microbatch=nmb,
+                                                                        recompute_grain=args.rp_recompute))
+    opt = Adam(model.optim_parameters(), lr=1e-5)
+    rp_warm_loss(p, args, nmb, dtype)
+    gen = torch.Generator(device="cpu").manual_seed(1234)
+    batches = [torch.randint(0, p["vocab_size"], (args.batch, args.seq), generator=gen)
+               for _ in range(args.warmup + args.steps)]
+    mask = torch.ones_like(batches[0])
+    times, t_prev = [], time.perf_counter()
+    for s, ids in enumerate(batches):
+        loss = model.forward_backward(
+            input_kwargs={"input_ids": ids, "attention_mask": mask, "labels": ids, "return_logits": False},
+            loss_fn=lambda out, _: out.loss / nmb)
+        model.step(lambda: (opt.step(), opt.zero_grad(), None)[-1], is_async=not args.rp_sync)
+        t = time.perf_counter()
+        print(f"[peers] roundpipe step {s + 1}: {t - t_prev:.3f} s loss {loss.item():.4f}", file=sys.stderr)
+        if s >= args.warmup:
+            times.append(t - t_prev)
+        t_prev = t
+    model.synchronize()  # the last update, untimed
+    gpu_peak = max(torch.cuda.max_memory_reserved(d.device) for d in device_list) / 2**30
+    host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    try:
+        rev = subprocess.run(["git", "-C", args.roundpipe_dir, "rev-parse", "--short=7", "HEAD"],
+                             capture_output=True, text=True).stdout.strip() or "unknown"
+    except OSError:  # no git on the host
+        rev = "unknown"
+    settings = {"ranks": 1, "device": "cuda", "gpus": len(device_list), "roundpipe_commit": rev,
+                "params": "%s on the host (RoundPipe), fp32 masters" % args.rp_dtype,
+                "dtype": args.rp_dtype, "fp16_accumulation": dtype is torch.float16, "attention": "sdpa",
+                "num_microbatch": nmb, "recompute_grain": args.rp_recompute, "tied_embeddings": tied,
+                "optimizer": "RoundPipe Adam on the host (C++), lr 1e-5, %s step" % (
+                    "synchronous" if args.rp_sync else "asynchronous"),
+                "loss": "RoundPipe's chunked compiled LM-head loss"}
+    out = result(args, 1, flops_per_token(p, args.seq), times, loss.item(), gpu_peak, host, settings)
+    print(json.dumps(out), flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--system", choices=["pytorch-gpu", "fsdp2", "fsdp2-offload", "peft-lora"], required=True)
+    ap.add_argument("--system", choices=["pytorch-gpu", "fsdp2", "fsdp2-offload", "peft-lora", "roundpipe"],
+                    required=True)
     ap.add_argument("--model", choices=sorted(PRESETS), required=True)
     ap.add_argument("--batch", type=int, default=16, help="sequences per step and rank (16)")
     ap.add_argument("--seq", type=int, default=1024)
@@ -243,6 +400,15 @@ def main():
     ap.add_argument("--lora-rank", type=int, help="peft-lora: the adapters' rank (16)")
     ap.add_argument("--lora-alpha", type=float,
                     help="peft-lora: the scaling is alpha / rank (8, PEFT's default as slidedp bench's)")
+    ap.add_argument("--roundpipe-dir",
+                    default=os.environ.get("ROUNDPIPE_DIR", os.path.join(TOP, "deps", "roundpipe")),
+                    help="roundpipe: RoundPipe's checkout ($ROUNDPIPE_DIR, default deps/roundpipe)")
+    ap.add_argument("--rp-microbatch", type=int,
+                    help="roundpipe: micro-batches a step (default the GPUs + 1, RoundPipe's default)")
+    ap.add_argument("--rp-recompute", choices=["layer", "stage"], help="roundpipe: recompute_grain (layer)")
+    ap.add_argument("--rp-dtype", choices=["fp16", "bf16"],
+                    help="roundpipe: the model's dtype (fp16, its benchmark's)")
+    ap.add_argument("--rp-sync", action="store_true", help="roundpipe: wait for each update (is_async=False)")
     args = ap.parse_args()
     if min(args.ranks, args.batch, args.seq, args.steps) < 1 or args.warmup < 0:
         ap.error("--ranks, --batch, --seq and --steps must be positive, --warmup not negative")
@@ -252,6 +418,16 @@ def main():
         ap.error("--lora-rank and --lora-alpha are for --system peft-lora")
     if args.system == "peft-lora" and args.ranks > 1:
         ap.error("peft-lora is one GPU (or the CPU with --device cpu): --ranks 1")
+    rp_opts = (args.rp_microbatch, args.rp_recompute, args.rp_dtype, args.rp_sync or None)
+    if args.system != "roundpipe" and any(o is not None for o in rp_opts):
+        ap.error("--rp-microbatch, --rp-recompute, --rp-dtype and --rp-sync are for --system roundpipe")
+    if args.system == "roundpipe" and (args.ranks > 1 or args.device == "cpu"):
+        ap.error("roundpipe runs on the visible GPUs (CUDA_VISIBLE_DEVICES picks them): "
+                 "--ranks 1, --device cuda")
+    if args.rp_microbatch is not None and not 1 <= args.rp_microbatch <= args.batch:
+        ap.error("--rp-microbatch must be in 1..--batch (%d)" % args.batch)
+    args.rp_recompute = args.rp_recompute or "layer"
+    args.rp_dtype = args.rp_dtype or "fp16"
     args.lora_rank = 16 if args.lora_rank is None else args.lora_rank
     args.lora_alpha = 8.0 if args.lora_alpha is None else args.lora_alpha
     p = shape(args.model)
@@ -260,6 +436,11 @@ def main():
         ap.error("--lora-rank must be in 1..%d (the narrowest linear's width) and --lora-alpha above 0"
                  % min(widths))
 
+    if args.system == "roundpipe":
+        err = roundpipe_env(args)
+        if err:
+            print("peers.py: " + err, file=sys.stderr)
+            return 2
     import torch
     if args.device == "cuda" and not torch.cuda.is_available():
         print("peers.py: no CUDA device", file=sys.stderr)
@@ -268,6 +449,9 @@ def main():
         print("peers.py: --ranks %d needs %d GPUs, %d found" % (args.ranks, args.ranks,
                                                                 torch.cuda.device_count()), file=sys.stderr)
         return 2
+    if args.system == "roundpipe":
+        roundpipe(args)
+        return 0
     if args.ranks == 1:
         run(0, args, None)
         return 0

@@ -51,7 +51,14 @@
 #            (RP_MODELS, default qwen3-1.7b and qwen3-4b at 16 sequences of 1024), with event logs;
 #            sdp-roundpipe with a stage's uploads longest first and group by group (RP_LPT,
 #            default "1 0": SDP_LPT_FETCH), at each of RP_IN_FLIGHT micro-batches in flight
-#            (default: the policy's, the stage workers + 1)
+#            (default: the policy's, the stage workers + 1); then RoundPipe's own code on GPU 0 at
+#            each of RP_MODELS/16 (bench/peers.py --system roundpipe, its checkout in $ROUNDPIPE_DIR
+#            or deps/roundpipe: bench/get-roundpipe.sh)
+#   rpcurves RPC_STEPS (200) steps of RPC_RECIPE (recipes/qwen3-0.6b-compare.yaml) at RPC_GLOBAL (16)
+#            sequences a step in micro-batches of RPC_MICRO (4): sdp-slidedp, sdp-roundpipe
+#            synchronous and asynchronous (train.param_delay 1), each with its metrics; the loss at
+#            steps 1, 50, 100, 150, 200, the mean of the last 20 and the largest difference from
+#            sdp-slidedp's (bench/curves.py) into results.jsonl and rpcurves.md
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
 #            GPU in every route combination (MODEL/BATCH per GPU), the GPU reduction through NCCL
@@ -75,7 +82,7 @@ stages=${2:-tests host bench peers}
 model=${3:-qwen3-4b}
 batch=${4:-16}
 mkdir -p "$out"
-b=$top/build-gpu
+b=${RUN_BUNDLE:-$top/build-gpu} # RUN_BUNDLE=DIR: DIR/slidedp instead (e.g. the source tree's, on CPUs)
 export LD_LIBRARY_PATH=$top/deps/starpu/lib:$b/lib:${LD_LIBRARY_PATH:-}
 export STARPU_HOME=${STARPU_HOME:-/tmp/starpu-home}
 export STARPU_SILENT=1 OPENBLAS_NUM_THREADS=1
@@ -316,7 +323,9 @@ for stage in $stages; do
         # its stage's uploads longest first and without (RP_LPT, default "1 0": SDP_LPT_FETCH)
         # and with each of RP_IN_FLIGHT's micro-batches in flight (default: the policy's, R + 1)
         for rm in ${RP_MODELS:-qwen3-1.7b qwen3-4b}; do
-            for R in 1 $((ngpu > 1 ? ngpu : 1)); do
+            Rs=1
+            [ "$ngpu" -gt 1 ] && Rs="1 $ngpu" # one GPU: its runs once, not twice under one name
+            for R in $Rs; do
                 [ "$R" -eq 1 ] && # sdp-slidedp's ranks are data's: one GPU
                     bench "rp-$rm-sdp-slidedp-$R" 300 --model "$rm" --batch 16 --seq 1024 \
                         --steps 4 --warmup 2 --sched sdp-slidedp --ranks 1 --gpus 1 \
@@ -336,6 +345,35 @@ for stage in $stages; do
             done
         done
         lanes
+        # RoundPipe's own code on one GPU, the same workloads (bench/peers.py --system roundpipe)
+        for rm in ${RP_MODELS:-qwen3-1.7b qwen3-4b}; do
+            CUDA_VISIBLE_DEVICES=0 timeout 400 python3 bench/peers.py --system roundpipe --model "$rm" \
+                --batch 16 --seq 1024 --steps 4 --warmup 2 >> "$out/results.jsonl" \
+                2> "$out/bench-roundpipe-peer-$rm.log"
+            log "roundpipe peer $rm/16: exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-300)"
+        done
+        ;;
+    rpcurves)
+        # the synchronous and asynchronous sdp-roundpipe against sdp-slidedp over a training run;
+        # several micro-batches a step (RPC_GLOBAL / RPC_MICRO), so that several are in flight
+        sed -e "s#^  global: .*#  global: ${RPC_GLOBAL:-16}#" -e "s#^  micro: .*#  micro: ${RPC_MICRO:-4}#" \
+            "${RPC_RECIPE:-recipes/qwen3-0.6b-compare.yaml}" > recipes/.rpcurves.yaml
+        curves=()
+        for spec in "sdp-slidedp 0 sdp-slidedp" "sdp-roundpipe 0 sdp-roundpipe-sync" \
+            "sdp-roundpipe 1 sdp-roundpipe-async"; do
+            read -r sched delay name <<< "$spec"
+            # no run directory: no checkpoint or export to wait for
+            timeout 400 "$b/slidedp" train recipes/.rpcurves.yaml -q --steps "${RPC_STEPS:-200}" \
+                --sched "$sched" --param-delay "$delay" --metrics "$out/rpcurves-$name.jsonl" \
+                > "$out/rpcurves-$name.log" 2>&1
+            log "rpcurves $name: exit $? $(tail -n 1 "$out/rpcurves-$name.jsonl" | cut -c1-160)"
+            curves+=("$name=$out/rpcurves-$name.jsonl")
+        done
+        rm -f recipes/.rpcurves.yaml
+        python3 bench/curves.py --ref sdp-slidedp --md "$out/rpcurves.md" "${curves[@]}" \
+            >> "$out/results.jsonl" 2>> "$out/rpcurves-summary.log"
+        log "rpcurves summary: exit $?"
+        [ -f "$out/rpcurves.md" ] && tee -a "$out/summary.log" < "$out/rpcurves.md"
         ;;
     compare)
         timeout 560 python3 bench/hf_loss_compare.py recipes/qwen3-0.6b-compare.yaml --steps 200 \

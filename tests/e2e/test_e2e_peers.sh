@@ -11,7 +11,10 @@
 #     shapes written out here, a finite loss;
 #   - --ranks 0, pytorch-gpu with two ranks or on the CPU, an unknown system, peft-lora with two
 #     ranks or rank 0 or a rank above the narrowest linear's 64 (k_proj's rows), and --lora-rank for another system are
-#     refused with exit code 2.
+#     refused with exit code 2;
+#   - roundpipe (RoundPipe's own code) on the CPU or with two ranks, 17 micro-batches of a 16-sequence
+#     step, --rp-microbatch for another system, and a missing checkout are refused with exit code 2,
+#     the last saying how to get the checkout at the pinned commit.
 # The GPU runs (pytorch-gpu, fsdp2 and fsdp2-offload on H200s) are bench/run-gpu.sh's.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
@@ -64,7 +67,9 @@ PYEOF
 for args in "--system fsdp2 --ranks 0" "--system pytorch-gpu --ranks 2" \
     "--system pytorch-gpu --device cpu" "--system ddp" "--system peft-lora --ranks 2 --device cpu" \
     "--system peft-lora --lora-rank 0" "--system peft-lora --lora-rank 65" \
-    "--system fsdp2 --lora-rank 16"; do
+    "--system fsdp2 --lora-rank 16" "--system roundpipe --device cpu" "--system roundpipe --ranks 2" \
+    "--system roundpipe --rp-microbatch 17" "--system fsdp2 --rp-microbatch 2" \
+    "--system roundpipe --roundpipe-dir $tmp/no-roundpipe"; do
     # shellcheck disable=SC2086
     "$py" "$top/bench/peers.py" $args --model tiny > /dev/null 2> "$tmp/bad.err"
     st=$?
@@ -74,5 +79,7 @@ for args in "--system fsdp2 --ranks 0" "--system pytorch-gpu --ranks 2" \
         echo "peers.py $args: exit 2, $(tail -n 1 "$tmp/bad.err" | cut -c1-100)"
     fi
 done
+grep -q "git clone https://github.com/ITcarrot/RoundPipe deps/roundpipe && git -C deps/roundpipe checkout e813c67" \
+    "$tmp/bad.err" || { echo "the missing checkout's error does not say how to get it"; fail=1; }
 
 finish
