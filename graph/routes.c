@@ -148,10 +148,38 @@ int sdp_graph_norms(sdp_graph_t *g, int step, int gi)
     return 0;
 }
 
-/* The gradient return of ranks 1..R-1 into rank 0's gradient, one task per group on the whole
- * vectors (the route decides where the sum runs); under LoRA, of the groups' adapters.  Chunk by
- * chunk, StarPU split every rank's gradient on the host first, so even the GPU route sent each
- * gradient through host memory. */
+/* The host route's sum of group gi, chunk by chunk: each rank's gradient comes down whole (the
+ * chunks' partition is planned on the host, their home), then one task per chunk sums the ranks'
+ * chunks, so the host's CPU workers share a group's sum instead of one taking it all.  Each
+ * element is summed in the same order as by one task: the same bits. */
+static int reduce_chunks(sdp_graph_t *g, struct sdp_task_opts o, int gi)
+{
+    sdp_rt_tensor_t *in[SDP_MAX_RANKS];
+    for (int c = 0; c < sdp_rt_tensor_nparts(train_grad(g, gi, 0)); c++) {
+        o.hint.chunk = c;
+        for (int r = 1; r < g->R; r++)
+            in[r - 1] = sdp_rt_tensor_part(train_grad(g, gi, r), c);
+        TRY_RET(
+            sdp_task_grad_reduce(&o, sdp_rt_tensor_part(train_grad(g, gi, 0), c), in, g->R - 1));
+    }
+    return 0;
+}
+
+/* Whether every rank's gradient of group gi is chunked alike (full fine-tuning's are; LoRA's
+ * adapter gradients are whole vectors). */
+static int chunked_alike(sdp_graph_t *g, int gi)
+{
+    int n = sdp_rt_tensor_nparts(train_grad(g, gi, 0));
+    for (int r = 1; r < g->R; r++)
+        if (sdp_rt_tensor_nparts(train_grad(g, gi, r)) != n)
+            return 0;
+    return n > 1;
+}
+
+/* The gradient return of ranks 1..R-1 into rank 0's gradient (the route decides where the sum
+ * runs); under LoRA, of the groups' adapters.  On the GPU route one task per group on the whole
+ * vectors, pinned to rank 0's worker: chunk by chunk, StarPU would split every rank's gradient on
+ * the host first.  On the host route, chunk by chunk on the CPU workers (reduce_chunks). */
 int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
 {
     struct sdp_state *st = g->st;
@@ -162,6 +190,10 @@ int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
             continue;
         o.on_rank = g->plan.group[gi].grad_gpu;
         o.on_host = !o.on_rank; /* the host route: never an idle GPU's */
+        if (o.on_host && chunked_alike(g, gi)) {
+            TRY_RET(reduce_chunks(g, o, gi));
+            continue;
+        }
         for (int r = 1; r < g->R; r++)
             in[r - 1] = train_grad(g, gi, r);
         TRY_RET(sdp_task_grad_reduce(&o, train_grad(g, gi, 0), in, g->R - 1));
