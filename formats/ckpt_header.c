@@ -58,7 +58,8 @@ struct cfg_field {
     const char *name;
     int is_double;
     size_t off;
-    int since_rope_kinds; /* absent from headers written before yarn, linear and dynamic: 0 */
+    int since_rope_kinds; /* absent from headers written before yarn, linear and dynamic (1), or
+                             before Qwen3-MoE (2): 0 */
 };
 
 /* clang-format off */
@@ -66,6 +67,8 @@ struct cfg_field {
 #define CFG_DBL(f) { #f, 1, offsetof(struct sdp_model_cfg, f), 0 }
 #define ROPE_INT(f) { #f, 0, offsetof(struct sdp_model_cfg, f), 1 }
 #define ROPE_DBL(f) { #f, 1, offsetof(struct sdp_model_cfg, f), 1 }
+#define MOE_INT(f) { #f, 0, offsetof(struct sdp_model_cfg, f), 2 }
+#define MOE_DBL(f) { #f, 1, offsetof(struct sdp_model_cfg, f), 2 }
 static const struct cfg_field cfg_fields[] = {
     CFG_INT(vocab_size), CFG_INT(hidden_size), CFG_INT(intermediate_size), CFG_INT(num_layers),
     CFG_INT(num_heads), CFG_INT(num_kv_heads), CFG_INT(head_dim),
@@ -77,6 +80,9 @@ static const struct cfg_field cfg_fields[] = {
     ROPE_INT(rope_type), ROPE_DBL(rope_beta_fast), ROPE_DBL(rope_beta_slow),
     ROPE_DBL(rope_attention_factor), ROPE_DBL(rope_mscale), ROPE_DBL(rope_mscale_all_dim),
     ROPE_INT(rope_no_truncate),
+    MOE_INT(moe), MOE_INT(num_experts), MOE_INT(num_experts_per_tok),
+    MOE_INT(moe_intermediate_size), MOE_INT(norm_topk_prob), MOE_INT(decoder_sparse_step),
+    MOE_DBL(router_aux_loss_coef), MOE_INT(output_router_logits),
 };
 /* clang-format on */
 #define NCFG_FIELDS (sizeof(cfg_fields) / sizeof(cfg_fields[0]))
@@ -93,8 +99,11 @@ static double *cfg_dbl(const struct sdp_model_cfg *cfg, const struct cfg_field *
 
 static json_t *cfg_to_json(const struct sdp_model_cfg *cfg)
 {
-    json_t *o = json_object();
+    json_t *o = json_object(), *mlp_only = json_array();
     json_object_set_new(o, "arch", json_string(sdp_model_arch_name(cfg->arch)));
+    for (int i = 0; i < cfg->num_mlp_only; i++)
+        json_array_append_new(mlp_only, json_integer(cfg->mlp_only_layers[i]));
+    json_object_set_new(o, "mlp_only_layers", mlp_only);
     for (size_t i = 0; i < NCFG_FIELDS; i++) {
         const struct cfg_field *f = &cfg_fields[i];
         json_object_set_new(o, f->name,
@@ -119,6 +128,9 @@ int sdp_ckpt_cfg_compare(const char *path, const struct sdp_model_cfg *a,
             return sdp_err(-EINVAL, "checkpoint %s was written for %s %d, the recipe has %d", path,
                            f->name, *cfg_int(a, f), *cfg_int(b, f));
     }
+    for (int i = 0; i < a->num_mlp_only || i < b->num_mlp_only; i++)
+        if (a->num_mlp_only != b->num_mlp_only || a->mlp_only_layers[i] != b->mlp_only_layers[i])
+            return sdp_err(-EINVAL, "checkpoint %s was written for other mlp_only_layers", path);
     return 0;
 }
 
@@ -261,7 +273,7 @@ static int parse_cfg(const char *path, json_t *o, struct sdp_model_cfg *cfg)
         const struct cfg_field *f = &cfg_fields[i];
         json_t *v = json_object_get(o, f->name);
         if (!v && f->since_rope_kinds)
-            continue; /* an older header: llama3 or none, as it was written */
+            continue; /* an older header: llama3 or none, dense, as it was written */
         if (f->is_double) {
             if (!json_is_number(v))
                 return bad(path, f->name, "is missing or not a number");
@@ -274,6 +286,17 @@ static int parse_cfg(const char *path, json_t *o, struct sdp_model_cfg *cfg)
             *cfg_int(cfg, f) = (int)x;
         }
     }
+    json_t *mo = json_object_get(o, "mlp_only_layers"), *e;
+    size_t i;
+    if (mo && (!json_is_array(mo) || json_array_size(mo) > SDP_MOE_MAX_MLP_ONLY))
+        return bad(path, "model.mlp_only_layers", "is not a list of at most 256 layer indices");
+    json_array_foreach (mo, i, e) {
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) >= cfg->num_layers)
+            return bad(path, "model.mlp_only_layers", "holds an entry that is not a layer index");
+        cfg->mlp_only_layers[i] = (int)json_integer_value(e);
+    }
+    cfg->num_mlp_only = mo ? (int)json_array_size(mo) : 0;
     if (sdp_model_validate(cfg, why, sizeof(why)) != 0)
         return sdp_err(-EINVAL, "checkpoint %s: invalid model: %s", path, why);
     return 0;
