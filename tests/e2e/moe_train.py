@@ -7,7 +7,8 @@
                             saved by save_pretrained into DIR, and the references the runtime's
                             parity program (tests/e2e/test_e2e_hf_parity.c) compares against, in
                             the files and format of tests/ref/gen_hf_ref.py: DIR/ref.safetensors
-                            (one micro-batch) and DIR/ref.mb2.safetensors (two micro-batches)
+                            (one micro-batch) and DIR/ref.mb2.safetensors (two micro-batches);
+                            DIR/fused: the same weights under the modules' fused expert names
   moe_train.py export DIR   the runtime's exports DIR/export0 (the loaded weights) and DIR/export
                             (after the AdamW steps) load in transformers: export0 with the same
                             tensor names, shapes and values as DIR and the same logits, export with
@@ -32,6 +33,7 @@ steps for AdamW's bias correction as PyTorch counts them per parameter.
 """
 
 import os
+import shutil
 import sys
 
 import torch
@@ -234,6 +236,12 @@ def generate(outdir):
     make_idle(model, ids)
     os.makedirs(outdir, exist_ok=True)
     ref.save_model(model, outdir)
+    # the same weights under transformers 5's fused names (the modules' own), which the runtime
+    # reads too
+    os.makedirs(os.path.join(outdir, "fused"), exist_ok=True)
+    shutil.copy(os.path.join(outdir, "config.json"), os.path.join(outdir, "fused"))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()},
+              os.path.join(outdir, "fused", "model.safetensors"), metadata={"format": "pt"})
     meta = {k: repr(v) if isinstance(v, float) else str(v) for k, v in ref.HP.items()}
     meta.update({"torch": torch.__version__, "transformers": transformers.__version__})
     for nmicro, name in ((1, "ref.safetensors"), (2, "ref.mb2.safetensors")):
