@@ -333,16 +333,6 @@ static int resume(struct sdp_train *t, const char *record)
                  r->output_dir);
         return SDP_EXIT_FAILURE;
     }
-    if (found && sdp_model_num_sparse_layers(&r->model) > 0) {
-        /* the graph counts each expert's AdamW steps (graph/moe.c); checkpoints do not hold them */
-        sdp_err(-ENOTSUP,
-                "%s holds a checkpoint of a Qwen3-MoE run, and resuming one is not supported yet: "
-                "the experts' AdamW step counts are not in checkpoints",
-                r->output_dir);
-        sdp_hint("pass --force-new to start afresh, or export the checkpoint (slidedp export) and "
-                 "train from that as model.path");
-        return SDP_EXIT_FAILURE;
-    }
     if (adopted && identity_write(t, record)) /* a run directory of an earlier version */
         return SDP_EXIT_FAILURE;
     t->resuming = found;

@@ -31,6 +31,8 @@ void sdp_ckpt_header_free(struct sdp_ckpt_header *h)
 {
     free(h->t);
     h->t = NULL;
+    free(h->expert_steps);
+    h->expert_steps = NULL;
 }
 
 /* ---- little-endian fields, layout ---- */
@@ -161,6 +163,22 @@ char *sdp_ckpt_header_json(const struct sdp_ckpt_header *h)
     json_object_set_new(root, "work_dtype", json_string(h->work_dtype));
     json_object_set_new(root, "chunk_elems", json_integer((json_int_t)h->chunk_elems));
     json_object_set_new(root, "num_groups", json_integer(h->ngroups));
+    if (h->expert_steps) { /* every sparse layer's experts' step counts */
+        json_t *es = json_object();
+        for (int g = 1; g <= h->cfg.num_layers; g++) {
+            json_t *a = json_array();
+            if (!sdp_model_layer_sparse(&h->cfg, g - 1)) {
+                json_decref(a);
+                continue;
+            }
+            for (int e = 0; e < h->cfg.num_experts; e++)
+                json_array_append_new(
+                    a, json_integer(h->expert_steps[(size_t)g * h->cfg.num_experts + e]));
+            snprintf(num, sizeof(num), "%d", g);
+            json_object_set_new(es, num, a);
+        }
+        json_object_set_new(root, "expert_steps", es);
+    }
     if (h->lora.rank > 0)
         json_object_set_new(root, "lora",
                             json_pack("{s:i, s:f, s:i, s:i, s:i}", "rank", h->lora.rank, "alpha",
@@ -379,6 +397,37 @@ static int parse_lora(const char *path, json_t *root, struct sdp_ckpt_header *h)
     return 0;
 }
 
+/* "expert_steps" of a model with sparse layers (ignored otherwise): each sparse group's E counts,
+ * each in [0, step]. */
+static int parse_experts(const char *path, json_t *root, struct sdp_ckpt_header *h)
+{
+    json_t *o = json_object_get(root, "expert_steps"), *a, *e;
+    const int E = h->cfg.num_experts;
+    char key[16];
+    size_t i;
+    h->expert_steps = NULL;
+    if (sdp_model_num_sparse_layers(&h->cfg) == 0)
+        return 0;
+    if (!json_is_object(o))
+        return bad(path, "expert_steps", "is missing or not an object (a Qwen3-MoE model)");
+    if (!(h->expert_steps = calloc((size_t)h->ngroups * (size_t)E, sizeof(*h->expert_steps))))
+        return sdp_err(-ENOMEM, "checkpoint %s: expert steps", path);
+    for (int g = 1; g <= h->cfg.num_layers; g++) {
+        if (!sdp_model_layer_sparse(&h->cfg, g - 1))
+            continue;
+        snprintf(key, sizeof(key), "%d", g);
+        a = json_object_get(o, key);
+        if (!json_is_array(a) || json_array_size(a) != (size_t)E)
+            return bad(path, "expert_steps", "lacks a sparse layer's group or has not E entries");
+        json_array_foreach (a, i, e) {
+            if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > h->step)
+                return bad(path, "expert_steps", "holds a count outside [0, step]");
+            h->expert_steps[(size_t)g * E + i] = (int32_t)json_integer_value(e);
+        }
+    }
+    return 0;
+}
+
 /* The elements of group g's tensors: the group's, or with LoRA its adapters' (0 without). */
 static uint64_t group_nelems(const struct sdp_ckpt_header *h, int g)
 {
@@ -459,8 +508,8 @@ int sdp_ckpt_header_parse(const char *path, const char *text, size_t len, struct
                        jerr.line);
     if (!json_is_object(root))
         rc = bad(path, "(root)", "is not an object");
-    else if ((rc = parse_scalars(path, root, h)) == 0)
-        rc = parse_table(path, root, h);
+    else if ((rc = parse_scalars(path, root, h)) == 0 && (rc = parse_table(path, root, h)) == 0)
+        rc = parse_experts(path, root, h);
     json_decref(root);
     if (rc)
         sdp_ckpt_header_free(h);

@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "graph/graph_internal.h"
 #include "base/sdp_log.h"
@@ -59,7 +60,7 @@ int sdp_graph_moe_fwd(sdp_graph_t *g, const struct sdp_task_opts *o, int gi, sdp
     int track = o->hint.phase == SDP_PH_FWD && step >= 0 && out;
     TRY_RET(sdp_task_moe_fwd(o, &s, a->gu, a->h2, W, out, out ? a->xmid : NULL,
                              track ? g->moe_stats[mb] : NULL, track ? g->moe_used[gi] : NULL,
-                             gi == g->moe_first, mb == 0, mb == g->c.n_micro - 1));
+                             gi == g->moe_first, mb == 0, mb == g->c.n_micro - 1 && g->updating));
     if (track && gi == g->moe_last && aux_on(g)) {
         struct sdp_task_opts oa = *o;
         TRY_RET(sdp_task_moe_aux(&oa, g->moe_aux[mb], g->moe_stats[mb], s.E, aux_rows(g)));
@@ -101,6 +102,23 @@ int sdp_graph_moe_loss(const sdp_graph_t *g, double *aux)
     return 0;
 }
 
+int sdp_graph_moe_sync(sdp_graph_t *g)
+{
+    const int E = g->st->cfg.num_experts;
+    for (int gi = g->moe_first; g->moe_used && gi <= g->moe_last; gi++) {
+        if (!g->moe_used[gi])
+            continue;
+        int rc = sdp_rt_tensor_acquire(g->moe_used[gi], 0);
+        if (rc)
+            return rc;
+        memcpy(g->st->groups[gi].expert_steps,
+               (const int32_t *)sdp_rt_tensor_data(g->moe_used[gi]) + E,
+               (size_t)E * sizeof(int32_t));
+        sdp_rt_tensor_release_acquire(g->moe_used[gi]);
+    }
+    return 0;
+}
+
 /* What the sparse layers do not run with yet, named; 0 when the graph can run them. */
 static int refused(const sdp_graph_t *g)
 {
@@ -111,6 +129,8 @@ static int refused(const sdp_graph_t *g)
         why = "several ranks: their routes do not carry the experts' usage yet";
     else if (g->plan.lora.rank > 0)
         why = "LoRA adapters on a sparse layer are not built yet";
+    else if (!g->st->groups[g->moe_first].expert_steps)
+        why = "the state has no expert step counts (a frozen base)";
     if (!why)
         return 0;
     int rc = sdp_err(-ENOTSUP, "graph: %d Qwen3-MoE sparse layers: %s",
@@ -145,19 +165,21 @@ int sdp_graph_moe_create(sdp_graph_t *g)
         if (!rc)
             rc = sdp_rt_tensor_create(&g->moe_aux[mb], SDP_F64, 1, name);
     }
-    int32_t *zeros = calloc(2 * (size_t)g->st->cfg.num_experts, sizeof(*zeros));
-    if (!zeros)
+    const int E = g->st->cfg.num_experts;
+    int32_t *init = calloc(2 * (size_t)E, sizeof(*init));
+    if (!init)
         rc = sdp_err(-ENOMEM, "graph: MoE bookkeeping");
     for (int gi = g->moe_first; gi <= g->moe_last && !rc; gi++) {
         snprintf(name, sizeof(name), "g%d.moe_used", gi);
         if (!sdp_graph_sparse(g, gi))
             continue;
-        rc = sdp_rt_tensor_create(&g->moe_used[gi], SDP_I32, 2 * (size_t)g->st->cfg.num_experts,
-                                  name);
-        if (!rc) /* no expert updated yet */
-            rc = sdp_graph_fill_i32(g->moe_used[gi], zeros, 2 * (size_t)g->st->cfg.num_experts);
+        rc = sdp_rt_tensor_create(&g->moe_used[gi], SDP_I32, 2 * (size_t)E, name);
+        /* no expert marked; the step counts where the state has them (a resumed run) */
+        memcpy(init + E, g->st->groups[gi].expert_steps, (size_t)E * sizeof(*init));
+        if (!rc)
+            rc = sdp_graph_fill_i32(g->moe_used[gi], init, 2 * (size_t)E);
     }
-    free(zeros);
+    free(init);
     return rc;
 }
 

@@ -26,6 +26,9 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
     int rc = 0, c;
     gs->ntensors = sdp_model_group_tensors(cfg, g, gs->tensors);
     gs->nelems = sdp_model_group_nelems(cfg, g);
+    if (sdp_model_layer_sparse(cfg, g - 1) && g <= cfg->num_layers && !frozen &&
+        !(gs->expert_steps = calloc((size_t)cfg->num_experts, sizeof(*gs->expert_steps))))
+        return sdp_err(-ENOMEM, "group %d: %d experts", g, cfg->num_experts);
     gs->nchunks = (int)((gs->nelems + chunk_elems - 1) / chunk_elems);
     parts = calloc((size_t)gs->nchunks, sizeof(*parts));
     if (!parts)
@@ -224,6 +227,7 @@ void sdp_state_destroy(struct sdp_state *st)
         for (int c = 0; gs->work_stage && c < gs->nchunks; c++)
             sdp_rt_tensor_release(gs->work_stage[c]);
         free(gs->work_stage);
+        free(gs->expert_steps);
         sdp_state_lora_free(gs);
     }
     free(st->groups);

@@ -14,6 +14,7 @@
                             tensor names, shapes and values as DIR and the same logits, export with
                             the logits of the reference's trained model (ref.safetensors'
                             logits_final)
+  moe_train.py cli DIR      a tiny Qwen3-MoE with Qwen3's vocabulary, for `slidedp train`
 
 The loss is the project's (bench/hf_loss_compare.py): per micro-batch the sum of its tokens'
 cross-entropy over the valid targets of the whole step, plus router_aux_loss_coef times its own
@@ -299,12 +300,23 @@ def check_export(outdir):
     return 1 if bad else 0
 
 
+def cli_model(outdir):
+    """A tiny Qwen3-MoE with Qwen3's vocabulary, for `slidedp train` on the bundled text."""
+    torch.manual_seed(ref.SEED)
+    cfg = dict(CFG, vocab_size=151936, hidden_size=32, intermediate_size=64,
+               moe_intermediate_size=16, num_attention_heads=2, num_key_value_heads=1,
+               max_position_embeddings=256)
+    ref.save_model(Qwen3MoeForCausalLM(Qwen3MoeConfig(**cfg)).float(), outdir)
+    return 0
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("gen", "export"):
-        raise SystemExit("usage: moe_train.py gen|export DIR")
+    cmds = {"gen": generate, "export": check_export, "cli": cli_model}
+    if len(sys.argv) != 3 or sys.argv[1] not in cmds:
+        raise SystemExit("usage: moe_train.py gen|export|cli DIR")
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
-    return generate(sys.argv[2]) if sys.argv[1] == "gen" else check_export(sys.argv[2])
+    return cmds[sys.argv[1]](sys.argv[2])
 
 
 if __name__ == "__main__":
