@@ -368,7 +368,9 @@ double sdp_model_train_flops_per_token(const struct sdp_model_cfg *cfg, int T)
  * q/k/v projection (QKV), q and k after norm and rotary embedding ((NH+NKV)*HD), the attention
  * output (NH*HD), the residual after attention (C), the ln2 output (C), gate and up (2I) and
  * silu(gate)*up (I); and in fp32: the rstd of ln1 and ln2 (2), the rstd of q/k norm (NH+NKV, Qwen3)
- * and the attention log-sum-exp (NH).  Recomputed, it saves its input x only. */
+ * and the attention log-sum-exp (NH).  A model with sparse layers counts, in place of gate, up and
+ * SwiGLU, what a sparse layer keeps where that is larger.  Recomputed, it saves its input x only.
+ */
 size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, int elem_bytes,
                                  int recompute)
 {
@@ -378,8 +380,19 @@ size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, 
     const size_t eb = (size_t)elem_bytes;
     if (recompute)
         return N * C * eb * (recompute == SDP_RECOMPUTE_SELECTIVE ? 2 : 1);
-    size_t elems = 4 * C + (NH + 2 * NKV) * HD + (NH + NKV) * HD + NH * HD + 3 * I;
-    size_t f32 = 2 + NH + (cfg->qk_norm ? NH + NKV : 0);
+    size_t mlp = 3 * I, f32 = 2 + NH + (cfg->qk_norm ? NH + NKV : 0);
+    if (sdp_model_num_sparse_layers(cfg) > 0) { /* the larger of a dense and a sparse layer's */
+        /* per token, in fp32 (codelets/moe.c): E probabilities, K routing slots (id, weight,
+         * places) and, per slot, its row, gate/up, SwiGLU and output */
+        const size_t E = (size_t)cfg->num_experts, K = (size_t)cfg->num_experts_per_tok;
+        const size_t IM = (size_t)cfg->moe_intermediate_size;
+        size_t sparse = E + K * (4 + 2 * C + 3 * IM);
+        if (sparse * 4 > mlp * eb) {
+            f32 += sparse;
+            mlp = 0;
+        }
+    }
+    size_t elems = 4 * C + (NH + 2 * NKV) * HD + (NH + NKV) * HD + NH * HD + mlp;
     return N * (elems * eb + f32 * 4);
 }
 
