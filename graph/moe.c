@@ -61,10 +61,8 @@ int sdp_graph_moe_fwd(sdp_graph_t *g, const struct sdp_task_opts *o, int gi, sdp
     TRY_RET(sdp_task_moe_fwd(o, &s, a->gu, a->h2, W, out, out ? a->xmid : NULL,
                              track ? g->moe_stats[mb] : NULL, track ? g->moe_used[gi] : NULL,
                              gi == g->moe_first, mb == 0, mb == g->c.n_micro - 1 && g->updating));
-    if (track && gi == g->moe_last && aux_on(g)) {
-        struct sdp_task_opts oa = *o;
-        TRY_RET(sdp_task_moe_aux(&oa, g->moe_aux[mb], g->moe_stats[mb], s.E, aux_rows(g)));
-    }
+    if (track && gi == g->moe_last && aux_on(g)) /* the micro-batch's statistics are complete */
+        TRY_RET(sdp_task_moe_aux(o, g->moe_aux[mb], g->moe_stats[mb], s.E, aux_rows(g)));
     return 0;
 }
 
