@@ -30,8 +30,9 @@ static const struct sdp_st_tensor *find_checked(sdp_st_t *sf, const char *path,
     int one_d = d->rows == 1 && d->kind != SDP_PT_EMBED && d->kind != SDP_PT_LM_HEAD;
     if (!t) {
         sdp_err(-EINVAL, "%s: tensor %s is missing", path, d->hf_name);
-        sdp_hint("the weights do not match config.json (architecture %s, %d layers, %s embeddings)",
-                 sdp_model_arch_name(cfg->arch), cfg->num_layers,
+        sdp_hint("the weights do not match config.json (architecture %s%s, %d layers, %s "
+                 "embeddings)",
+                 sdp_model_arch_name(cfg->arch), cfg->moe ? "_moe" : "", cfg->num_layers,
                  cfg->tie_word_embeddings ? "tied" : "untied");
         return NULL;
     }
