@@ -82,7 +82,8 @@ static double upd_pass(struct upd *u, int step)
     int rc = 0;
     for (int c = 0; c < u->nc && !rc; c++) {
         struct sdp_task_opts o = { 0 };
-        struct sdp_adamw_segment seg = { 0, sdp_rt_tensor_nelems(sdp_rt_tensor_part(u->p, c)), 1 };
+        struct sdp_adamw_segment seg = { 0, sdp_rt_tensor_nelems(sdp_rt_tensor_part(u->p, c)), 1,
+                                         0 };
         o.hint.group = 1;
         o.hint.chunk = c;
         o.hint.mb = -1;

@@ -99,7 +99,8 @@ const struct sdp_option sdp_options[] = {
       .help = "a tokenizer directory: its files and a generation_config.json go into RUN/final" },
     { "model.preset", .type = SDP_OPT_STR, RF(model_preset), .def = "none",
       .help =
-          "a preset of models/: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b" },
+          "a preset of models/: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b, "
+          "qwen3-30b-a3b, qwen3-30b-a3b-l12 (Qwen3-MoE, docs/moe.md)" },
     { "model.arch", .type = SDP_OPT_ARCH, .def = "none",
       .help = "an architecture (qwen3, llama) whose sizes the next keys give" },
     { "model.vocab_size", MF(vocab_size), INT_GE(1), .def = "the arch's", .help = "vocabulary" },

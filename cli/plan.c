@@ -285,8 +285,9 @@ static int model_of(struct sdp_recipe *r)
         if (access(r->bench_model, F_OK) != 0) {
             sdp_err(-EINVAL, "unknown model preset '%s', and no such config file or directory",
                     r->bench_model);
-            sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b; "
-                     "or give a Hugging Face config.json or its directory");
+            sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b, "
+                     "qwen3-30b-a3b, qwen3-30b-a3b-l12; or give a Hugging Face config.json or its "
+                     "directory");
             return SDP_EXIT_USAGE;
         }
         return sdp_hfconfig_load(r->bench_model, &r->model) ? SDP_EXIT_USAGE : 0;

@@ -42,8 +42,9 @@ static const enum sdp_arch known_archs[] = { SDP_ARCH_QWEN3, SDP_ARCH_LLAMA };
 #define NARCH (int)(sizeof(known_archs) / sizeof(known_archs[0]))
 
 /* Presets named in models/sdp_models.h; errors list those that sdp_model_preset() accepts. */
-static const char *const preset_names[] = { "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b",
-                                            "qwen3-8b",   "qwen3-14b",  "qwen3-32b" };
+static const char *const preset_names[] = { "qwen3-0.6b",    "qwen3-1.7b",       "qwen3-4b",
+                                            "qwen3-8b",      "qwen3-14b",        "qwen3-32b",
+                                            "qwen3-30b-a3b", "qwen3-30b-a3b-l12" };
 
 /* The key's name within its section: "steps" of "train.steps". */
 static const char *key_name(const struct sdp_option *o)

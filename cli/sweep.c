@@ -119,7 +119,8 @@ static int run(const struct sweep_opts *so)
     int rc = SDP_EXIT_FAILURE, wid[1];
     if (sdp_model_preset(so->model, &cfg)) {
         sdp_err(-EINVAL, "unknown model preset '%s'", so->model);
-        sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b");
+        sdp_hint("presets: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b, "
+                 "qwen3-30b-a3b, qwen3-30b-a3b-l12");
         return SDP_EXIT_USAGE;
     }
     /* one decoder layer of the preset's shape; a small vocabulary keeps the other groups small */

@@ -131,10 +131,36 @@ struct sdp_adamw_args {
     int packed;         /* 1: grad, 2: work, 3: both hold the segments back to back */
     int nsegs;
     size_t gbase; /* a packed grad: where the first segment's elements start in it */
+    int used;     /* 1: a last buffer, (2E) i32, says which experts' segments to update and
+                     their step counts (sdp_task_adamw_experts) */
+    int experts;  /* E */
     struct sdp_adamw_segment segs[];
 };
 
-/* buffers: master RW, grad (f32 or bf16) R, m RW, v RW, work W, [clip (2) f64 R] */
+/* The step count t of segment s's bias correction: hp's, or, of a sparse layer's expert, the
+ * updates that expert has had, this one included (used[E + e]), as torch.optim.AdamW counts
+ * per parameter; 0 for an expert without token this step (used[e] == 0), which, as a parameter
+ * whose .grad is None, keeps master, m and v (its working copy is rewritten from the master). */
+static int seg_step(const struct sdp_adamw_args *a, void *buffers[], int s, void *work, int bf16,
+                    size_t woff, int E)
+{
+    const int32_t *used =
+        a->used ? (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[a->key.d[3] ? 6 : 5]) : NULL;
+    const float *p = SDP_VECF(buffers[0]) + a->segs[s].offset;
+    const int e = a->segs[s].expert1 - 1;
+    if (!used || e < 0)
+        return a->hp.step;
+    if (used[e])
+        return used[E + e];
+    if (bf16)
+        sdp_cpu_cast_bf16((uint16_t *)work + woff, p, a->segs[s].nelems);
+    else
+        memcpy((float *)work + woff, p, a->segs[s].nelems * sizeof(float));
+    return 0;
+}
+
+/* buffers: master RW, grad (f32 or bf16) R, m RW, v RW, work W, [clip (2) f64 R], [used (2E)
+ * i32 R] */
 static void adamw_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_adamw_args *a = cl_arg;
@@ -164,13 +190,15 @@ static void adamw_cpu(void *buffers[], void *cl_arg)
                woff = a->packed & 2 ? run : off;
         uint16_t *wb = bf16 ? (uint16_t *)work + woff : NULL;
         float *wf = bf16 ? NULL : (float *)work + woff;
+        run += a->segs[s].nelems;
+        if ((hp.step = seg_step(a, buffers, s, work, bf16, woff, a->experts)) == 0)
+            continue;
         if (gbf16)
             sdp_cpu_adamw_gbf16(p + off, (uint16_t *)(void *)g + goff, m + off, v + off, wb, wf,
                                 a->segs[s].nelems, &hp, a->segs[s].decay, 0);
         else
             sdp_cpu_adamw(p + off, g + goff, m + off, v + off, wb, wf, a->segs[s].nelems, &hp,
                           a->segs[s].decay, 0);
-        run += a->segs[s].nelems;
     }
 }
 
@@ -278,7 +306,7 @@ static int adamw_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o
                         sdp_rt_tensor_t *v, sdp_rt_tensor_t *work, sdp_rt_tensor_t *clip,
                         int skip_nonfinite, double lr, double beta1, double beta2, double eps,
                         double weight_decay, int step, const struct sdp_adamw_segment *segs,
-                        int nsegs, size_t gbase)
+                        int nsegs, size_t gbase, sdp_rt_tensor_t *used)
 {
     size_t argsize =
         sizeof(struct sdp_adamw_args) + (size_t)nsegs * sizeof(struct sdp_adamw_segment);
@@ -297,7 +325,12 @@ static int adamw_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o
                               { m, STARPU_RW },
                               { v, STARPU_RW },
                               { work, covered == n || (packed & 2) ? STARPU_W : STARPU_RW },
-                              { clip, STARPU_R } };
+                              { clip, STARPU_R },
+                              { used, STARPU_R } };
+    int nb = clip ? 6 : 5;
+    if (used && !clip)
+        b[5] = b[6];
+    nb += used != NULL;
     if ((ng != n && !(packed & 1)) || (gbase && !(packed & 1)) ||
         (sdp_rt_tensor_dtype(grad) != SDP_F32 && sdp_rt_tensor_dtype(grad) != SDP_BF16))
         return sdp_err(-EINVAL, "adamw: gradient %s is not an f32 or bf16 vector of %zu (or %zu)",
@@ -325,8 +358,10 @@ static int adamw_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o
     a->packed = packed;
     a->nsegs = nsegs;
     a->gbase = gbase;
+    a->used = used != NULL;
+    a->experts = used ? (int)(sdp_rt_tensor_nelems(used) / 2) : 0;
     memcpy(a->segs, segs, (size_t)nsegs * sizeof(*segs));
-    return sdp_cl_submit(cl, o, a, argsize, 12.0 * (double)covered, b, clip ? 6 : 5);
+    return sdp_cl_submit(cl, o, a, argsize, 12.0 * (double)covered, b, nb);
 }
 
 int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sdp_rt_tensor_t *grad,
@@ -336,7 +371,18 @@ int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sd
                       const struct sdp_adamw_segment *segs, int nsegs)
 {
     return adamw_submit(&sdp_cl_adamw, o, master, grad, m, v, work, clip, skip_nonfinite, lr, beta1,
-                        beta2, eps, weight_decay, step, segs, nsegs, 0);
+                        beta2, eps, weight_decay, step, segs, nsegs, 0, NULL);
+}
+
+int sdp_task_adamw_experts(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
+                           sdp_rt_tensor_t *grad, sdp_rt_tensor_t *m, sdp_rt_tensor_t *v,
+                           sdp_rt_tensor_t *work, sdp_rt_tensor_t *clip, int skip_nonfinite,
+                           sdp_rt_tensor_t *used, double lr, double beta1, double beta2, double eps,
+                           double weight_decay, int step, const struct sdp_adamw_segment *segs,
+                           int nsegs)
+{
+    return adamw_submit(&sdp_cl_adamw, o, master, grad, m, v, work, clip, skip_nonfinite, lr, beta1,
+                        beta2, eps, weight_decay, step, segs, nsegs, 0, used);
 }
 
 int sdp_task_adamw_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
@@ -346,7 +392,7 @@ int sdp_task_adamw_early(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
                          int nsegs)
 {
     return adamw_submit(&sdp_cl_adamw_early, o, master, grad, m, v, work, NULL, 0, lr, beta1, beta2,
-                        eps, weight_decay, step, segs, nsegs, 0);
+                        eps, weight_decay, step, segs, nsegs, 0, NULL);
 }
 
 int sdp_task_adamw_late(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
@@ -356,7 +402,7 @@ int sdp_task_adamw_late(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
                         int nsegs)
 {
     return adamw_submit(&sdp_cl_adamw_late, o, master, grad, m, v, work, NULL, 0, lr, beta1, beta2,
-                        eps, weight_decay, step, segs, nsegs, gbase);
+                        eps, weight_decay, step, segs, nsegs, gbase, NULL);
 }
 
 int sdp_task_adamw_gpu(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
@@ -367,7 +413,7 @@ int sdp_task_adamw_gpu(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
 {
 #ifdef SDP_HAVE_CUDA
     return adamw_submit(&sdp_cl_adamw_gpu, o, master, grad, m, v, work, clip, skip_nonfinite, lr,
-                        beta1, beta2, eps, weight_decay, step, segs, nsegs, 0);
+                        beta1, beta2, eps, weight_decay, step, segs, nsegs, 0, NULL);
 #else
     (void)o, (void)master, (void)grad, (void)m, (void)v, (void)work, (void)clip;
     (void)skip_nonfinite, (void)lr, (void)beta1, (void)beta2, (void)eps, (void)weight_decay;

@@ -152,6 +152,37 @@ int sdp_task_swiglu_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp
 int sdp_task_swiglu_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dgu, sdp_rt_tensor_t *dout,
                         sdp_rt_tensor_t *gu, int N, int I);
 
+/* ---- a sparse layer's MLP (Qwen3-MoE; codelets/moe.c, CPU workers only) ---- */
+/* Its shape and where its weights sit in the layer's vector (and gradient). */
+struct sdp_moe_shape {
+    int N, C, E, K, IM, norm_topk;
+    size_t off_router, off_gu, off_down; /* (E, C), (E, 2IM, C), (E, C, IM) */
+};
+/** Elements of the f32 vector that keeps a sparse layer's forward for its backward. */
+size_t sdp_task_moe_acts_elems(const struct sdp_moe_shape *s);
+/** The block on h2 (N, C) act R with the weights of W R: acts W (what the backward reads); with
+ * out, out (N, C) act W = xmid (N, C) act R + the block's output (the decoder layer's residual);
+ * with stats, stats (2E) f64 accumulates the load-balancing loss's per-expert slot counts and
+ * probability sums (from zero at the micro-batch's first sparse layer, first_layer), and used
+ * (2E) i32 RW marks in used[e] the experts that received a token (from none at the step's first
+ * micro-batch, first_mb) and, at its last (last_mb), adds those marks to the experts' step counts
+ * used[E + e].  A recomputation passes neither out nor stats. */
+int sdp_task_moe_fwd(const struct sdp_task_opts *o, const struct sdp_moe_shape *s,
+                     sdp_rt_tensor_t *acts, sdp_rt_tensor_t *h2, sdp_rt_tensor_t *W,
+                     sdp_rt_tensor_t *out, sdp_rt_tensor_t *xmid, sdp_rt_tensor_t *stats,
+                     sdp_rt_tensor_t *used, int first_layer, int first_mb, int last_mb);
+/** Its backward: dh2 (N, C) act W from dres (N, C) act R, the gradient of the block's output; G
+ * (NULL: a frozen base) RW += the router's and the routed experts' weight gradients (an expert
+ * without a token gets none); with stats, the gradient of aux_scale times the load-balancing loss
+ * of `rows` rows too. */
+int sdp_task_moe_bwd(const struct sdp_task_opts *o, const struct sdp_moe_shape *s,
+                     sdp_rt_tensor_t *dh2, sdp_rt_tensor_t *dres, sdp_rt_tensor_t *h2,
+                     sdp_rt_tensor_t *W, sdp_rt_tensor_t *acts, sdp_rt_tensor_t *G,
+                     sdp_rt_tensor_t *stats, float aux_scale, double rows);
+/** aux (1) f64 W = the load-balancing loss of the statistics stats (2E) f64 R over `rows` rows. */
+int sdp_task_moe_aux(const struct sdp_task_opts *o, sdp_rt_tensor_t *aux, sdp_rt_tensor_t *stats,
+                     int E, double rows);
+
 /** LM head + cross-entropy, forward and backward in one task.
  * loss (2) f64 W = { sum of -log p(target) over valid targets, number of valid targets };
  * dh (N, C) W = scale * dloss/dh; grad group gg RW: (V, C) at g_off += scale * dloss/dw (gg
@@ -176,6 +207,8 @@ int sdp_task_grad_norm(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_
 struct sdp_adamw_segment {
     size_t offset, nelems;
     int decay;
+    int expert1; /* 1 + the expert whose weights these are (a sparse layer's), skipped in a step
+                    where that expert received no token (sdp_task_adamw_experts); 0: none */
 };
 /** AdamW on one chunk: master, m, v (n) f32 RW; grad (n) f32 or bf16 R; work (n)
  * f32|bf16 W receives the updated parameters for the next step.  clip (2) f64 R (NULL: no
@@ -194,6 +227,18 @@ int sdp_task_adamw_ex(const struct sdp_task_opts *o, sdp_rt_tensor_t *master, sd
                       sdp_rt_tensor_t *clip, int skip_nonfinite, double lr, double beta1,
                       double beta2, double eps, double weight_decay, int step,
                       const struct sdp_adamw_segment *segs, int nsegs);
+
+/** sdp_task_adamw_ex over a sparse layer's chunk, with used (2E) i32 R: a segment of expert e
+ * (expert1 = e + 1) whose used[e] is 0 is skipped as torch.optim.AdamW skips a parameter without
+ * gradient (no decay, no moment update; its working copy rewritten from the master), the others
+ * take their bias correction from used[E + e], the expert's own count of updates, as PyTorch
+ * counts steps per parameter.  used NULL: sdp_task_adamw_ex. */
+int sdp_task_adamw_experts(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
+                           sdp_rt_tensor_t *grad, sdp_rt_tensor_t *m, sdp_rt_tensor_t *v,
+                           sdp_rt_tensor_t *work, sdp_rt_tensor_t *clip, int skip_nonfinite,
+                           sdp_rt_tensor_t *used, double lr, double beta1, double beta2, double eps,
+                           double weight_decay, int step, const struct sdp_adamw_segment *segs,
+                           int nsegs);
 
 /** sdp_task_adamw_ex on the GPU (the same bits: codelets/cuda/adamw.cu): master, grad, m, v and
  * work are read and written where the GPU keeps them, clip read there.  -ENOTSUP in a build
@@ -341,8 +386,9 @@ enum sdp_norm_place {
 void sdp_tasks_place_norms(enum sdp_norm_place where);
 /** 1 when the norms run on the GPUs (SDP_NORMS_GPU with a CUDA worker), else 0. */
 int sdp_tasks_norms_on_gpu(void);
-/** Check that the GPU kernels support the model's shapes (head_dim, grouped-query ratio).
- * @return 0 or -EINVAL (logged) */
+/** Check that the GPU kernels support the model's shapes (head_dim, grouped-query ratio) and
+ * layers (no Qwen3-MoE sparse layer: CPU kernels only so far).
+ * @return 0, -EINVAL or -ENOTSUP (logged) */
 struct sdp_model_cfg;
 int sdp_tasks_check_gpu_model(const struct sdp_model_cfg *m);
 /** NCCL collectives for these nranks ranks (every one on a CUDA worker, in rank order): from here

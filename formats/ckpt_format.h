@@ -19,11 +19,14 @@
  *
  * The JSON header:
  *   { "format": "slidedp-checkpoint", "version": 1,
- *     "model": { "arch": "qwen3"|"llama", every other field of struct sdp_model_cfg by name },
+ *     "model": { "arch": "qwen3"|"llama", every other field of struct sdp_model_cfg by name,
+ *                "mlp_only_layers": [ int, ... ] },
  *     "step": int, "data": { "epoch": int, "index": int }, "seed": "decimal u64",
  *     "rng": [ "decimal u64", ... ] (0 to SDP_CKPT_RNG_WORDS words), "fingerprint": str,
  *     "last_loss": number or null (optional),
  *     "work_dtype": "f32"|"bf16", "chunk_elems": int, "num_groups": int,
+ *     "expert_steps": { "g": [ E ints ], ... } (a Qwen3-MoE model's: for every sparse layer's
+ *             group g, the AdamW updates each expert has had, <= step),
  *     "lora": { "rank", "alpha", "targets" (bits of the adapted kinds), "first", "last" }
  *             (optional: a LoRA run's checkpoint, whose tensors are each decoder layer's
  *             adapters, master, m and v, 0 elements for a group without adapters),
@@ -75,6 +78,9 @@ struct sdp_ckpt_header {
     int ntensors;              /* SDP_CKPT_NKINDS * ngroups */
     struct sdp_ckpt_tensor *t; /* [ntensors], table order; freed by sdp_ckpt_header_free */
     uint64_t data_off, file_nbytes;
+    int32_t *expert_steps; /* [ngroups * num_experts]: each sparse layer's experts' AdamW step
+                              counts (0 for the other groups), or NULL for a dense model; freed
+                              by sdp_ckpt_header_free */
 };
 
 /** "master", "m" or "v". */

@@ -31,6 +31,8 @@ void sdp_ckpt_header_free(struct sdp_ckpt_header *h)
 {
     free(h->t);
     h->t = NULL;
+    free(h->expert_steps);
+    h->expert_steps = NULL;
 }
 
 /* ---- little-endian fields, layout ---- */
@@ -58,7 +60,8 @@ struct cfg_field {
     const char *name;
     int is_double;
     size_t off;
-    int since_rope_kinds; /* absent from headers written before yarn, linear and dynamic: 0 */
+    int since_rope_kinds; /* absent from headers written before yarn, linear and dynamic (1), or
+                             before Qwen3-MoE (2): 0 */
 };
 
 /* clang-format off */
@@ -66,6 +69,8 @@ struct cfg_field {
 #define CFG_DBL(f) { #f, 1, offsetof(struct sdp_model_cfg, f), 0 }
 #define ROPE_INT(f) { #f, 0, offsetof(struct sdp_model_cfg, f), 1 }
 #define ROPE_DBL(f) { #f, 1, offsetof(struct sdp_model_cfg, f), 1 }
+#define MOE_INT(f) { #f, 0, offsetof(struct sdp_model_cfg, f), 2 }
+#define MOE_DBL(f) { #f, 1, offsetof(struct sdp_model_cfg, f), 2 }
 static const struct cfg_field cfg_fields[] = {
     CFG_INT(vocab_size), CFG_INT(hidden_size), CFG_INT(intermediate_size), CFG_INT(num_layers),
     CFG_INT(num_heads), CFG_INT(num_kv_heads), CFG_INT(head_dim),
@@ -77,6 +82,9 @@ static const struct cfg_field cfg_fields[] = {
     ROPE_INT(rope_type), ROPE_DBL(rope_beta_fast), ROPE_DBL(rope_beta_slow),
     ROPE_DBL(rope_attention_factor), ROPE_DBL(rope_mscale), ROPE_DBL(rope_mscale_all_dim),
     ROPE_INT(rope_no_truncate),
+    MOE_INT(moe), MOE_INT(num_experts), MOE_INT(num_experts_per_tok),
+    MOE_INT(moe_intermediate_size), MOE_INT(norm_topk_prob), MOE_INT(decoder_sparse_step),
+    MOE_DBL(router_aux_loss_coef), MOE_INT(output_router_logits),
 };
 /* clang-format on */
 #define NCFG_FIELDS (sizeof(cfg_fields) / sizeof(cfg_fields[0]))
@@ -93,8 +101,11 @@ static double *cfg_dbl(const struct sdp_model_cfg *cfg, const struct cfg_field *
 
 static json_t *cfg_to_json(const struct sdp_model_cfg *cfg)
 {
-    json_t *o = json_object();
+    json_t *o = json_object(), *mlp_only = json_array();
     json_object_set_new(o, "arch", json_string(sdp_model_arch_name(cfg->arch)));
+    for (int i = 0; i < cfg->num_mlp_only; i++)
+        json_array_append_new(mlp_only, json_integer(cfg->mlp_only_layers[i]));
+    json_object_set_new(o, "mlp_only_layers", mlp_only);
     for (size_t i = 0; i < NCFG_FIELDS; i++) {
         const struct cfg_field *f = &cfg_fields[i];
         json_object_set_new(o, f->name,
@@ -119,6 +130,9 @@ int sdp_ckpt_cfg_compare(const char *path, const struct sdp_model_cfg *a,
             return sdp_err(-EINVAL, "checkpoint %s was written for %s %d, the recipe has %d", path,
                            f->name, *cfg_int(a, f), *cfg_int(b, f));
     }
+    for (int i = 0; i < a->num_mlp_only || i < b->num_mlp_only; i++)
+        if (a->num_mlp_only != b->num_mlp_only || a->mlp_only_layers[i] != b->mlp_only_layers[i])
+            return sdp_err(-EINVAL, "checkpoint %s was written for other mlp_only_layers", path);
     return 0;
 }
 
@@ -149,6 +163,22 @@ char *sdp_ckpt_header_json(const struct sdp_ckpt_header *h)
     json_object_set_new(root, "work_dtype", json_string(h->work_dtype));
     json_object_set_new(root, "chunk_elems", json_integer((json_int_t)h->chunk_elems));
     json_object_set_new(root, "num_groups", json_integer(h->ngroups));
+    if (h->expert_steps) { /* every sparse layer's experts' step counts */
+        json_t *es = json_object();
+        for (int g = 1; g <= h->cfg.num_layers; g++) {
+            json_t *a = json_array();
+            if (!sdp_model_layer_sparse(&h->cfg, g - 1)) {
+                json_decref(a);
+                continue;
+            }
+            for (int e = 0; e < h->cfg.num_experts; e++)
+                json_array_append_new(
+                    a, json_integer(h->expert_steps[(size_t)g * h->cfg.num_experts + e]));
+            snprintf(num, sizeof(num), "%d", g);
+            json_object_set_new(es, num, a);
+        }
+        json_object_set_new(root, "expert_steps", es);
+    }
     if (h->lora.rank > 0)
         json_object_set_new(root, "lora",
                             json_pack("{s:i, s:f, s:i, s:i, s:i}", "rank", h->lora.rank, "alpha",
@@ -261,7 +291,7 @@ static int parse_cfg(const char *path, json_t *o, struct sdp_model_cfg *cfg)
         const struct cfg_field *f = &cfg_fields[i];
         json_t *v = json_object_get(o, f->name);
         if (!v && f->since_rope_kinds)
-            continue; /* an older header: llama3 or none, as it was written */
+            continue; /* an older header: llama3 or none, dense, as it was written */
         if (f->is_double) {
             if (!json_is_number(v))
                 return bad(path, f->name, "is missing or not a number");
@@ -274,6 +304,17 @@ static int parse_cfg(const char *path, json_t *o, struct sdp_model_cfg *cfg)
             *cfg_int(cfg, f) = (int)x;
         }
     }
+    json_t *mo = json_object_get(o, "mlp_only_layers"), *e;
+    size_t i;
+    if (mo && (!json_is_array(mo) || json_array_size(mo) > SDP_MOE_MAX_MLP_ONLY))
+        return bad(path, "model.mlp_only_layers", "is not a list of at most 256 layer indices");
+    json_array_foreach (mo, i, e) {
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) >= cfg->num_layers)
+            return bad(path, "model.mlp_only_layers", "holds an entry that is not a layer index");
+        cfg->mlp_only_layers[i] = (int)json_integer_value(e);
+    }
+    cfg->num_mlp_only = mo ? (int)json_array_size(mo) : 0;
     if (sdp_model_validate(cfg, why, sizeof(why)) != 0)
         return sdp_err(-EINVAL, "checkpoint %s: invalid model: %s", path, why);
     return 0;
@@ -353,6 +394,37 @@ static int parse_lora(const char *path, json_t *root, struct sdp_ckpt_header *h)
                                      .last = (int)l };
     if (sdp_lora_validate(&h->lora, &h->cfg, why, sizeof(why)))
         return sdp_err(-EINVAL, "checkpoint %s: lora: %s", path, why);
+    return 0;
+}
+
+/* "expert_steps" of a model with sparse layers (ignored otherwise): each sparse group's E counts,
+ * each in [0, step]. */
+static int parse_experts(const char *path, json_t *root, struct sdp_ckpt_header *h)
+{
+    json_t *o = json_object_get(root, "expert_steps"), *a, *e;
+    const int E = h->cfg.num_experts;
+    char key[16];
+    size_t i;
+    h->expert_steps = NULL;
+    if (sdp_model_num_sparse_layers(&h->cfg) == 0)
+        return 0;
+    if (!json_is_object(o))
+        return bad(path, "expert_steps", "is missing or not an object (a Qwen3-MoE model)");
+    if (!(h->expert_steps = calloc((size_t)h->ngroups * (size_t)E, sizeof(*h->expert_steps))))
+        return sdp_err(-ENOMEM, "checkpoint %s: expert steps", path);
+    for (int g = 1; g <= h->cfg.num_layers; g++) {
+        if (!sdp_model_layer_sparse(&h->cfg, g - 1))
+            continue;
+        snprintf(key, sizeof(key), "%d", g);
+        a = json_object_get(o, key);
+        if (!json_is_array(a) || json_array_size(a) != (size_t)E)
+            return bad(path, "expert_steps", "lacks a sparse layer's group or has not E entries");
+        json_array_foreach (a, i, e) {
+            if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > h->step)
+                return bad(path, "expert_steps", "holds a count outside [0, step]");
+            h->expert_steps[(size_t)g * E + i] = (int32_t)json_integer_value(e);
+        }
+    }
     return 0;
 }
 
@@ -436,8 +508,8 @@ int sdp_ckpt_header_parse(const char *path, const char *text, size_t len, struct
                        jerr.line);
     if (!json_is_object(root))
         rc = bad(path, "(root)", "is not an object");
-    else if ((rc = parse_scalars(path, root, h)) == 0)
-        rc = parse_table(path, root, h);
+    else if ((rc = parse_scalars(path, root, h)) == 0 && (rc = parse_table(path, root, h)) == 0)
+        rc = parse_experts(path, root, h);
     json_decref(root);
     if (rc)
         sdp_ckpt_header_free(h);

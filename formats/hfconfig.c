@@ -400,21 +400,7 @@ int sdp_hfconfig_read(const char *path, struct sdp_model_cfg *cfg)
 
 int sdp_hfconfig_load(const char *path, struct sdp_model_cfg *cfg)
 {
-    struct sdp_model_cfg c;
-    int rc = sdp_hfconfig_read(path, &c);
-    if (rc)
-        return rc;
-    if (c.moe) { /* the step graph runs dense decoder layers only */
-        rc = sdp_err(-EINVAL,
-                     "config %s: model_type qwen3_moe (%d of %d layers sparse): MoE layers: the "
-                     "configuration and the kernels are in place; the step graph does not run "
-                     "them yet",
-                     path, sdp_model_num_sparse_layers(&c), c.num_layers);
-        sdp_hint("train, plan, bench and export take dense Qwen3 and Llama models for now");
-        return rc;
-    }
-    *cfg = c;
-    return 0;
+    return sdp_hfconfig_read(path, cfg);
 }
 
 /* ---- writing ---- */

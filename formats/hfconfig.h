@@ -14,9 +14,8 @@
  * @return 0, -ENOENT, -EINVAL (logged: file, key, value, hint) */
 int sdp_hfconfig_read(const char *path, struct sdp_model_cfg *cfg);
 
-/** sdp_hfconfig_read() for the step graph, which runs dense models only: an MoE config is
- * -EINVAL (logged, saying that its layers are not run yet).  Train, plan, bench and export use it.
- */
+/** sdp_hfconfig_read() for train, plan, bench and export.  MoE configs are read too: the step
+ * graph runs their sparse layers on CPU workers and refuses them elsewhere (graph/moe.c). */
 int sdp_hfconfig_load(const char *path, struct sdp_model_cfg *cfg);
 
 /** Write config.json for cfg into path atomically, loadable by transformers' AutoConfig.

@@ -66,9 +66,15 @@ struct sdp_graph {
                                     adapter chunk (chunk0 then indexes those) */
     sdp_rt_tensor_t
         *lora_sink; /* LoRA: where the frozen norms' weight gradients go (graph/lora.c) */
+    /* sparse layers (graph/moe.c): the groups of the first and last (0: none); per micro-batch
+     * the load-balancing loss's statistics (2E f64) and value (1 f64); per sparse group the
+     * experts that received a token in the step (E i32, else NULL) */
+    int moe_first, moe_last;
+    sdp_rt_tensor_t **moe_stats, **moe_aux, **moe_used;
 };
 
-/* Activations of one decoder layer for one micro-batch. */
+/* Activations of one decoder layer for one micro-batch (a sparse layer: gu holds what its block
+ * keeps, act is unused). */
 struct layer_acts {
     sdp_rt_tensor_t *h1, *rstd1, *qkv, *qkv2, *rstdqk, *att, *lse, *xmid, *h2, *rstd2, *gu, *act;
 };
@@ -245,6 +251,20 @@ int sdp_graph_lookup_host(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids
 int sdp_graph_defer_rows(const sdp_graph_t *g, int update);
 int sdp_graph_lookup_ahead(sdp_graph_t *g, int step);
 int sdp_graph_lookup_host_create(sdp_graph_t *g);
+
+/* a sparse layer's MLP, the load-balancing loss, the experts' usage (graph/moe.c) */
+int sdp_graph_sparse(const sdp_graph_t *g, int gi);
+size_t sdp_graph_moe_acts_elems(const sdp_graph_t *g, int N);
+int sdp_graph_moe_fwd(sdp_graph_t *g, const struct sdp_task_opts *o, int gi, sdp_rt_tensor_t *W,
+                      struct layer_acts *a, sdp_rt_tensor_t *out);
+int sdp_graph_moe_bwd(sdp_graph_t *g, const struct sdp_task_opts *o, int gi, sdp_rt_tensor_t *W,
+                      sdp_rt_tensor_t *G, struct layer_acts *a, sdp_rt_tensor_t *dres,
+                      sdp_rt_tensor_t *dh2);
+sdp_rt_tensor_t *sdp_graph_moe_used(const sdp_graph_t *g, int gi);
+int sdp_graph_moe_loss(const sdp_graph_t *g, double *aux);
+int sdp_graph_moe_sync(sdp_graph_t *g);
+int sdp_graph_moe_create(sdp_graph_t *g);
+void sdp_graph_moe_destroy(sdp_graph_t *g);
 
 /* RoPE parameters and document masking (graph/seq.c) */
 void sdp_graph_rope_params(struct sdp_rope_params *r, const struct sdp_model_cfg *m);

@@ -13,11 +13,13 @@
  * then reads only data already there, takes options osw (gated like o1). */
 static int mlp_fwd(sdp_graph_t *g, const struct sdp_task_opts *o1, const struct sdp_task_opts *o,
                    const struct sdp_task_opts *osw, int l, sdp_rt_tensor_t *W, struct layer_acts *a,
-                   int N, float eps, int gu_kept)
+                   int N, float eps, int gu_kept, sdp_rt_tensor_t *out)
 {
     struct sdp_state *st = g->st;
     TRY_RET(sdp_task_rmsnorm_fwd(o1, a->h2, a->rstd2, a->xmid, W, sdp_state_off(st, l, SDP_PT_LN2),
                                  N, g->C, eps));
+    if (sdp_graph_sparse(g, l)) /* a->gu holds what the block keeps: kept, nothing more to do */
+        return gu_kept ? 0 : sdp_graph_moe_fwd(g, o, l, W, a, out);
     if (!gu_kept) {
         TRY_RET(sdp_task_matmul_fwd(o, a->gu, NULL, a->h2, W, sdp_state_off(st, l, SDP_PT_GATE), N,
                                     g->C, 2 * g->I));
@@ -60,15 +62,20 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
         TRY_RET(temp(&a->xmid, g->act_dt, (size_t)N * g->C, "xmid", mb, l));
     TRY_RET(temp(&a->h2, g->act_dt, (size_t)N * g->C, "h2", mb, l));
     TRY_RET(temp(&a->rstd2, SDP_F32, (size_t)N, "rstd2", mb, l));
-    if (!gu)
-        TRY_RET(temp(&a->gu, g->act_dt, (size_t)N * 2 * g->I, "gate_up", mb, l));
-    TRY_RET(temp(&a->act, g->act_dt, (size_t)N * g->I, "swiglu", mb, l));
+    if (sdp_graph_sparse(g, l)) { /* the block's kept vector in place of gate/up and SwiGLU */
+        if (!gu)
+            TRY_RET(temp(&a->gu, SDP_F32, sdp_graph_moe_acts_elems(g, N), "moe", mb, l));
+    } else {
+        if (!gu)
+            TRY_RET(temp(&a->gu, g->act_dt, (size_t)N * 2 * g->I, "gate_up", mb, l));
+        TRY_RET(temp(&a->act, g->act_dt, (size_t)N * g->I, "swiglu", mb, l));
+    }
 
     struct sdp_task_opts o1, osw;
     if (mid) {
         o1 = gated(g, o, after); /* a tag per task: each one is waited for at the step's end */
         osw = gu ? gated(g, o, after) : o;
-        TRY_RET(mlp_fwd(g, &o1, &o, &osw, l, W, a, N, eps, gu != NULL));
+        TRY_RET(mlp_fwd(g, &o1, &o, &osw, l, W, a, N, eps, gu != NULL, NULL));
     }
     o1 = gated(g, o, after);
     TRY_RET(sdp_task_rmsnorm_fwd(&o1, a->h1, a->rstd1, x, W, sdp_state_off(st, l, SDP_PT_LN1), N,
@@ -90,11 +97,52 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
     TRY_RET(sdp_task_matmul_fwd(&o, a->xmid, x, a->att, W, sdp_state_off(st, l, SDP_PT_O), N,
                                 g->NH * g->HD, g->C));
     TRY_RET(sdp_graph_lora_fwd(g, &o, l, SDP_PT_O, a->xmid, g->C, 0, a->att, N));
-    TRY_RET(mlp_fwd(g, &o, &o, &o, l, W, a, N, eps, 0));
-    if (out) {
+    TRY_RET(mlp_fwd(g, &o, &o, &o, l, W, a, N, eps, 0, out));
+    if (out && !sdp_graph_sparse(g, l)) {
         TRY_RET(sdp_task_matmul_fwd(&o, out, a->xmid, a->act, W, sdp_state_off(st, l, SDP_PT_DOWN),
                                     N, g->I, g->C));
         TRY_RET(sdp_graph_lora_fwd(g, &o, l, SDP_PT_DOWN, out, g->C, 0, a->act, N));
+    }
+    return 0;
+}
+
+/* The dense MLP's backward of layer l: *dh2 (made here) from dres; with the early MLP update the
+ * chunks of its weights are packed once their last gradient is in, its tasks that write no
+ * gradient are marked so, and so are (through o) the tasks after that pack. */
+static int mlp_bwd(sdp_graph_t *g, struct sdp_task_opts *o, int mb, int l, sdp_rt_tensor_t *W,
+                   sdp_rt_tensor_t *G, struct layer_acts *a, sdp_rt_tensor_t *dres,
+                   sdp_rt_tensor_t **dh2)
+{
+    struct sdp_state *st = g->st;
+    sdp_rt_tensor_t *dact, *dgu;
+    int N = g->c.micro_batch * g->c.seq_len, step = o->hint.step;
+    size_t off_down = sdp_state_off(st, l, SDP_PT_DOWN),
+           off_gate = sdp_state_off(st, l, SDP_PT_GATE);
+    int c_mlp = sdp_graph_mlp_early(g, l, mb);
+    struct sdp_task_opts od = *o;
+    if (c_mlp > 0)
+        od.hint.grad_lim = c_mlp;
+    TRY_RET(temp(&dact, g->act_dt, (size_t)N * g->I, "d_swiglu", mb, l));
+    TRY_RET(sdp_task_matmul_bwd_data(&od, dact, dres, W, off_down, N, g->I, g->C));
+    if (G)
+        TRY_RET(sdp_task_matmul_bwd_weight(o, G, off_down, dres, a->act, N, g->I, g->C));
+    TRY_RET(sdp_graph_lora_bwd(g, o, l, SDP_PT_DOWN, dact, dres, g->C, 0, a->act, N));
+    TRY_RET(temp(&dgu, g->act_dt, (size_t)N * 2 * g->I, "d_gate_up", mb, l));
+    TRY_RET(sdp_task_swiglu_bwd(&od, dgu, dact, a->gu, N, g->I));
+    sdp_rt_tensor_release(dact);
+    TRY_RET(temp(dh2, g->act_dt, (size_t)N * g->C, "d_h2", mb, l));
+    TRY_RET(sdp_task_matmul_bwd_data(&od, *dh2, dgu, W, off_gate, N, g->C, 2 * g->I));
+    if (G)
+        TRY_RET(sdp_task_matmul_bwd_weight(o, G, off_gate, dgu, a->h2, N, g->C, 2 * g->I));
+    TRY_RET(sdp_graph_lora_bwd(g, o, l, SDP_PT_GATE, *dh2, dgu, 2 * g->I, 0, a->h2, N));
+    TRY_RET(sdp_graph_lora_bwd(g, o, l, SDP_PT_UP, *dh2, dgu, 2 * g->I, g->I, a->h2, N));
+    sdp_rt_tensor_release(dgu);
+    if (c_mlp > 0) { /* the MLP's weight gradients are final: their chunks go */
+        struct sdp_task_opts op = opts(g, step, l, -1, SDP_PH_NORM);
+        op.hint.chunk = c_mlp;
+        TRY_RET(
+            sdp_task_grad_pack_mlp(&op, G, st->groups[l].grad_ret, &g->sumsq[g->chunk0[l]], c_mlp));
+        o->hint.grad_lim = c_mlp;
     }
     return 0;
 }
@@ -109,14 +157,12 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
     struct sdp_state *st = g->st;
     sdp_rt_tensor_t *W = compute_work(g, l, step, rank_of(g, mb));
     sdp_rt_tensor_t *G = grad_of(g, l, rank_of(g, mb));
-    sdp_rt_tensor_t *dact, *dgu, *dh2, *datt, *dqkv2, *dqkv, *dh1;
+    sdp_rt_tensor_t *dh2, *datt, *dqkv2, *dqkv, *dh1;
     /* a frozen base (LoRA): no weight gradient; the norms' go to the sink, from its start */
     sdp_rt_tensor_t *GN = G ? G : g->lora_sink;
     int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
     int qk = st->cfg.qk_norm;
     struct sdp_task_opts o = opts(g, step, l, mb, SDP_PH_BWD);
-    size_t off_down = sdp_state_off(st, l, SDP_PT_DOWN),
-           off_gate = sdp_state_off(st, l, SDP_PT_GATE);
     size_t off_o = sdp_state_off(st, l, SDP_PT_O), off_q = sdp_state_off(st, l, SDP_PT_Q);
     size_t off_ln1 = sdp_state_off(st, l, SDP_PT_LN1), off_ln2 = sdp_state_off(st, l, SDP_PT_LN2);
     size_t off_qn = qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1;
@@ -124,32 +170,12 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
     size_t g_ln1 = G ? off_ln1 : 0, g_ln2 = G ? off_ln2 : 0;
     size_t g_qn = G || !qk ? off_qn : 0, g_kn = G || !qk ? off_kn : (size_t)g->HD;
 
-    /* MLP; with the early MLP update its tasks that write no gradient are marked so (od) */
-    int c_mlp = sdp_graph_mlp_early(g, l, mb);
-    struct sdp_task_opts od = o;
-    if (c_mlp > 0)
-        od.hint.grad_lim = c_mlp;
-    TRY_RET(temp(&dact, g->act_dt, (size_t)N * g->I, "d_swiglu", mb, l));
-    TRY_RET(sdp_task_matmul_bwd_data(&od, dact, dres, W, off_down, N, g->I, g->C));
-    if (G)
-        TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_down, dres, a->act, N, g->I, g->C));
-    TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_DOWN, dact, dres, g->C, 0, a->act, N));
-    TRY_RET(temp(&dgu, g->act_dt, (size_t)N * 2 * g->I, "d_gate_up", mb, l));
-    TRY_RET(sdp_task_swiglu_bwd(&od, dgu, dact, a->gu, N, g->I));
-    sdp_rt_tensor_release(dact);
-    TRY_RET(temp(&dh2, g->act_dt, (size_t)N * g->C, "d_h2", mb, l));
-    TRY_RET(sdp_task_matmul_bwd_data(&od, dh2, dgu, W, off_gate, N, g->C, 2 * g->I));
-    if (G)
-        TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_gate, dgu, a->h2, N, g->C, 2 * g->I));
-    TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_GATE, dh2, dgu, 2 * g->I, 0, a->h2, N));
-    TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_UP, dh2, dgu, 2 * g->I, g->I, a->h2, N));
-    sdp_rt_tensor_release(dgu);
-    if (c_mlp > 0) { /* the MLP's weight gradients are final: their chunks go */
-        struct sdp_task_opts op = opts(g, step, l, -1, SDP_PH_NORM);
-        op.hint.chunk = c_mlp;
-        TRY_RET(
-            sdp_task_grad_pack_mlp(&op, G, st->groups[l].grad_ret, &g->sumsq[g->chunk0[l]], c_mlp));
-        o.hint.grad_lim = c_mlp;
+    /* MLP (a sparse layer's block), then its norm */
+    if (sdp_graph_sparse(g, l)) {
+        TRY_RET(temp(&dh2, g->act_dt, (size_t)N * g->C, "d_h2", mb, l));
+        TRY_RET(sdp_graph_moe_bwd(g, &o, l, W, G, a, dres, dh2));
+    } else {
+        TRY_RET(mlp_bwd(g, &o, mb, l, W, G, a, dres, &dh2));
     }
     TRY_RET(
         sdp_task_rmsnorm_bwd(&o, dres, 1, GN, g_ln2, dh2, a->xmid, W, off_ln2, a->rstd2, N, g->C));

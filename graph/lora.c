@@ -146,7 +146,7 @@ int sdp_graph_lora_update(sdp_graph_t *g, int step)
         for (int c = 0; ls && c < ls->nchunks; c++) {
             struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_UPDATE);
             sdp_rt_tensor_t *p = sdp_rt_tensor_part(ls->master, c);
-            struct sdp_adamw_segment seg = { 0, sdp_rt_tensor_nelems(p), 1 };
+            struct sdp_adamw_segment seg = { 0, sdp_rt_tensor_nelems(p), 1, 0 };
             o.hint.chunk = c;
             if (on_gpu) /* it drains no counted stage: no host buffer is written */
                 o.hint.stage_role = SDP_STAGE_NONE;

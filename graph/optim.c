@@ -113,16 +113,42 @@ int sdp_graph_norms_if_final(sdp_graph_t *g, int step, int mb, int gi)
     return sdp_graph_grad_chunks(g, step, gi);
 }
 
-static void add_seg(struct sdp_adamw_segment *segs, int *n, size_t off, size_t len, int decay)
+static void add_seg(struct sdp_adamw_segment *segs, int *n, size_t off, size_t len, int decay,
+                    int expert1)
 {
-    if (*n > 0 && segs[*n - 1].decay == decay && segs[*n - 1].offset + segs[*n - 1].nelems == off) {
+    if (*n > 0 && segs[*n - 1].decay == decay && segs[*n - 1].expert1 == expert1 &&
+        segs[*n - 1].offset + segs[*n - 1].nelems == off) {
         segs[*n - 1].nelems += len;
         return;
     }
     segs[*n].offset = off;
     segs[*n].nelems = len;
     segs[*n].decay = decay;
+    segs[*n].expert1 = expert1;
     (*n)++;
+}
+
+/* The segments of [s0, s1) of a sparse layer's stacked expert tensor d (chunk from c0), one per
+ * expert, so that AdamW skips the experts without token (sdp_task_adamw_experts). */
+static void add_expert_segs(const sdp_graph_t *g, const struct sdp_param_desc *d,
+                            struct sdp_adamw_segment *segs, int *n, size_t c0, size_t s0, size_t s1)
+{
+    const int E = g->st->cfg.num_experts;
+    const size_t per = (size_t)d->rows / (size_t)E * (size_t)d->cols;
+    for (size_t e = (s0 - d->offset) / per; e < (size_t)E && d->offset + e * per < s1; e++) {
+        size_t e0 = d->offset + e * per, e1 = e0 + per;
+        e0 = e0 > s0 ? e0 : s0;
+        e1 = e1 < s1 ? e1 : s1;
+        add_seg(segs, n, e0 - c0, e1 - e0, d->decay, (int)e + 1);
+    }
+}
+
+/* How many segments sdp_graph_chunk_segs may make of chunk [c0, c1) of group gi. */
+static size_t segs_cap(const sdp_graph_t *g, const struct sdp_group_state *gs, size_t c0, size_t c1,
+                       int rows)
+{
+    size_t cap = (size_t)gs->ntensors + (rows ? (c1 - c0) / (size_t)g->C + 2 : 0);
+    return cap + (g->st->cfg.moe ? 2 * (size_t)g->st->cfg.num_experts : 0);
 }
 
 /* AdamW's segments of chunk c of group gi (offsets in the chunk), one per run of elements with
@@ -137,8 +163,7 @@ int sdp_graph_chunk_segs(const sdp_graph_t *g, int gi, int c, int rows,
     const struct sdp_group_state *gs = &g->st->groups[gi];
     size_t c0 = sdp_rt_tensor_part_offset(gs->master, c);
     size_t c1 = c0 + sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->master, c));
-    size_t cap = (size_t)gs->ntensors + (rows ? (c1 - c0) / (size_t)g->C + 2 : 0);
-    struct sdp_adamw_segment *segs = malloc(cap * sizeof(*segs));
+    struct sdp_adamw_segment *segs = malloc(segs_cap(g, gs, c0, c1, rows) * sizeof(*segs));
     int n = 0;
     if (!segs)
         return -ENOMEM;
@@ -148,9 +173,13 @@ int sdp_graph_chunk_segs(const sdp_graph_t *g, int gi, int c, int rows,
         size_t s0 = t0 > c0 ? t0 : c0, s1 = t1 < c1 ? t1 : c1;
         if (s0 >= s1)
             continue;
+        if (d->kind == SDP_PT_EXP_GU || d->kind == SDP_PT_EXP_DOWN) {
+            add_expert_segs(g, d, segs, &n, c0, s0, s1);
+            continue;
+        }
         if (!rows || gi != 0 || d->offset != g->embed_off) {
             if (rows < 2)
-                add_seg(segs, &n, s0 - c0, s1 - s0, d->decay);
+                add_seg(segs, &n, s0 - c0, s1 - s0, d->decay, 0);
             continue;
         }
         for (size_t r = (s0 - t0) / d->cols; t0 + r * d->cols < s1; r++) {
@@ -161,7 +190,7 @@ int sdp_graph_chunk_segs(const sdp_graph_t *g, int gi, int c, int rows,
                        : rows == 2 ? g->row_mark[r]
                                    : g->row_mark[r] && !g->next_mark[r] == (rows == 4);
             if (mine)
-                add_seg(segs, &n, r0 - c0, r1 - r0, d->decay);
+                add_seg(segs, &n, r0 - c0, r1 - r0, d->decay, 0);
         }
     }
     *out = segs;
@@ -305,11 +334,11 @@ int sdp_graph_update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
         o.hint.late = 1;
         rc = sdp_task_adamw_late(&o, p, grad, gbase, m, v, w, g->lr, g->c.beta1, g->c.beta2,
                                  g->c.eps, g->c.weight_decay, step + 1, segs, nsegs);
-    } else if (nsegs > 0)
-        rc = sdp_task_adamw_ex(&o, p, grad, m, v, w,
-                               g->c.max_grad_norm > 0 || g->c.skip_nonfinite ? g->clip : NULL,
-                               g->c.skip_nonfinite, g->lr, g->c.beta1, g->c.beta2, g->c.eps,
-                               g->c.weight_decay, step + 1, segs, nsegs);
+    } else if (nsegs > 0) /* a sparse layer's: the experts' segments skipped when idle */
+        rc = sdp_task_adamw_experts(
+            &o, p, grad, m, v, w, g->c.max_grad_norm > 0 || g->c.skip_nonfinite ? g->clip : NULL,
+            g->c.skip_nonfinite, sdp_graph_moe_used(g, gi), g->lr, g->c.beta1, g->c.beta2, g->c.eps,
+            g->c.weight_decay, step + 1, segs, nsegs);
     if (!rc && packed && rows == 1) {
         struct sdp_task_opts op = opts(g, step, gi, -1, SDP_PH_UPDATE);
         size_t off = sdp_rt_tensor_part_offset(gs->master, c);

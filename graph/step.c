@@ -283,7 +283,10 @@ int sdp_graph_step_docs(sdp_graph_t *g, int step, const int32_t *ids, const int3
                     res->bad_group = gi;
             }
     }
-    res->loss = loss_sum / (double)valid;
+    /* the loss and, into the state (checkpoints), the experts' step counts */
+    if ((rc = sdp_graph_moe_loss(g, &res->aux_loss)) != 0 || (rc = sdp_graph_moe_sync(g)) != 0)
+        return rc;
+    res->loss = loss_sum / (double)valid + res->aux_loss;
     res->tokens = (long long)total;
     res->valid_targets = valid;
     return 0;
@@ -482,6 +485,8 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
     }
     if (!rc)
         rc = sdp_graph_chunks_create(g);
+    if (!rc)
+        rc = sdp_graph_moe_create(g);
     if (!rc && g->R > 1 && p->param_route == SDP_ROUTE_SHARDED) {
         /* every rank's replica of every group, chunked like the working copy, homed on the rank's
          * GPU (gathered there after its chunks arrive, not through the host) */
@@ -572,6 +577,7 @@ void sdp_graph_destroy(sdp_graph_t *g)
         sdp_rt_tensor_release(g->rwork[i]);
     free(g->rwork);
     sdp_graph_chunks_destroy(g);
+    sdp_graph_moe_destroy(g);
     free(g->chunk0);
     free(g->ids);
     free(g->targets);

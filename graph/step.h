@@ -108,7 +108,9 @@ struct sdp_graph_conf {
 };
 
 struct sdp_step_result {
-    double loss;      /* mean cross-entropy over the valid targets of the step */
+    double loss;      /* mean cross-entropy over the valid targets of the step, plus aux_loss */
+    double aux_loss;  /* Qwen3-MoE with output_router_logits: router_aux_loss_coef times the mean
+                         over the micro-batches of each one's load-balancing loss; else 0 */
     double grad_norm; /* global gradient norm before clipping */
     long long tokens; /* input tokens processed (B * n_micro * T) */
     long long valid_targets;

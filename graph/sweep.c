@@ -44,7 +44,7 @@ int sdp_graph_sweep_update(struct sdp_state *st, int gi, int t)
     for (int c = 0; !rc && c < gs->nchunks; c++) {
         struct sdp_task_opts o = task_opts(gi, SDP_PH_UPDATE, c);
         struct sdp_adamw_segment seg = { 0, sdp_rt_tensor_nelems(sdp_rt_tensor_part(gs->work, c)),
-                                         1 };
+                                         1, 0 };
         rc = sdp_task_adamw(&o, sdp_rt_tensor_part(gs->master, c), sdp_rt_tensor_part(gs->grad, c),
                             sdp_rt_tensor_part(gs->m, c), sdp_rt_tensor_part(gs->v, c),
                             sdp_rt_tensor_part(gs->work, c), NULL, 1e-5, 0.9, 0.95, 1e-8, 0.1, t,

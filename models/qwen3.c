@@ -86,7 +86,7 @@ int sdp_model_preset(const char *name, struct sdp_model_cfg *cfg)
         *cfg = c;
         return 0;
     }
-    return -ENOENT;
+    return sdp_model_moe_preset(name, cfg);
 }
 
 static int invalid(char *why, size_t whylen, const char *fmt, ...)
@@ -122,8 +122,12 @@ static int check_params(const struct sdp_model_cfg *cfg, char *why, size_t whyle
     const u128 C = (u128)cfg->hidden_size, I = (u128)cfg->intermediate_size;
     const u128 HD = (u128)cfg->head_dim, NH = (u128)cfg->num_heads, NKV = (u128)cfg->num_kv_heads;
     const u128 V = (u128)cfg->vocab_size, L = (u128)cfg->num_layers;
-    u128 layer =
-        2 * C + (NH + 2 * NKV) * HD * C + NH * HD * C + 3 * I * C + (cfg->qk_norm ? 2 * HD : 0);
+    u128 mlp = 3 * I * C;
+    if (cfg->moe && cfg->num_experts > 0) /* the larger of a dense and a sparse layer's MLP */
+        mlp = (u128)cfg->num_experts * (C + 3 * (u128)cfg->moe_intermediate_size * C) > mlp
+                  ? (u128)cfg->num_experts * (C + 3 * (u128)cfg->moe_intermediate_size * C)
+                  : mlp;
+    u128 layer = 2 * C + (NH + 2 * NKV) * HD * C + NH * HD * C + mlp + (cfg->qk_norm ? 2 * HD : 0);
     u128 embed = V * C * (cfg->tie_word_embeddings ? 1 : 2) + C;
     u128 total = L * layer + embed;
     if (total <= MAX_PARAMS)
@@ -186,6 +190,8 @@ int sdp_model_validate(const struct sdp_model_cfg *cfg, char *why, size_t whylen
         return invalid(why, whylen, "(NH + 2*NKV) * HD = %lld exceeds %d",
                        (long long)(cfg->num_heads + 2LL * cfg->num_kv_heads) * cfg->head_dim,
                        MAX_DIM);
+    if (cfg->moe && sdp_model_moe_check(cfg, buf, sizeof(buf)) != 0) /* before its sizes count */
+        return invalid(why, whylen, "%s", buf);
     if (check_params(cfg, why, whylen))
         return -EINVAL;
     if (cfg->qk_norm && cfg->arch != SDP_ARCH_QWEN3)
@@ -203,8 +209,6 @@ int sdp_model_validate(const struct sdp_model_cfg *cfg, char *why, size_t whylen
     if (!(cfg->initializer_range >= 0.0))
         return invalid(why, whylen, "initializer_range = %g must be >= 0", cfg->initializer_range);
     if (sdp_model_rope_check(cfg, buf, sizeof(buf)) != 0)
-        return invalid(why, whylen, "%s", buf);
-    if (cfg->moe && sdp_model_moe_check(cfg, buf, sizeof(buf)) != 0)
         return invalid(why, whylen, "%s", buf);
     return 0;
 }
@@ -265,6 +269,13 @@ int sdp_model_group_tensors(const struct sdp_model_cfg *cfg, int g, struct sdp_p
         }
         add(out, &n, &off, SDP_PT_O, l, C, NH * HD, 1, "self_attn.o_proj.weight");
         add(out, &n, &off, SDP_PT_LN2, l, 1, C, 0, "post_attention_layernorm.weight");
+        if (sdp_model_layer_sparse(cfg, l)) {
+            const int E = cfg->num_experts, IM = cfg->moe_intermediate_size;
+            add(out, &n, &off, SDP_PT_ROUTER, l, E, C, 1, "mlp.gate.weight");
+            add(out, &n, &off, SDP_PT_EXP_GU, l, E * 2 * IM, C, 1, "mlp.experts.gate_up_proj");
+            add(out, &n, &off, SDP_PT_EXP_DOWN, l, E * C, IM, 1, "mlp.experts.down_proj");
+            break;
+        }
         add(out, &n, &off, SDP_PT_GATE, l, I, C, 1, "mlp.gate_proj.weight");
         add(out, &n, &off, SDP_PT_UP, l, I, C, 1, "mlp.up_proj.weight");
         add(out, &n, &off, SDP_PT_DOWN, l, C, I, 1, "mlp.down_proj.weight");
@@ -307,20 +318,32 @@ size_t sdp_model_num_params(const struct sdp_model_cfg *cfg)
     return total;
 }
 
-/* Linear-layer parameters of one decoder layer: q, k, v, o, gate, up, down. */
-static size_t layer_matmul_params(const struct sdp_model_cfg *cfg)
+size_t sdp_model_mlp_params(const struct sdp_model_cfg *cfg, int l, int active)
 {
-    const size_t C = (size_t)cfg->hidden_size, I = (size_t)cfg->intermediate_size;
+    const size_t C = (size_t)cfg->hidden_size, IM = (size_t)cfg->moe_intermediate_size;
+    const size_t E = (size_t)cfg->num_experts, K = (size_t)cfg->num_experts_per_tok;
+    if (!sdp_model_layer_sparse(cfg, l))
+        return 3 * (size_t)cfg->intermediate_size * C;
+    return E * C + (active ? K : E) * 3 * IM * C;
+}
+
+/* Linear-layer parameters a token passes through in the decoder layers: q, k, v, o, and the MLP's
+ * (gate, up, down; of a sparse layer, the router and the K experts a token uses). */
+static size_t layers_matmul_params(const struct sdp_model_cfg *cfg)
+{
+    const size_t C = (size_t)cfg->hidden_size;
     const size_t HD = (size_t)cfg->head_dim, NH = (size_t)cfg->num_heads,
                  NKV = (size_t)cfg->num_kv_heads;
-    return (NH + 2 * NKV) * HD * C + C * NH * HD + 3 * I * C;
+    size_t n = (size_t)cfg->num_layers * ((NH + 2 * NKV) * HD * C + C * NH * HD);
+    for (int l = 0; l < cfg->num_layers; l++)
+        n += sdp_model_mlp_params(cfg, l, 1);
+    return n;
 }
 
 size_t sdp_model_matmul_params(const struct sdp_model_cfg *cfg)
 {
     /* the LM head is a (V, C) matmul whether or not it shares the embedding's storage */
-    return (size_t)cfg->num_layers * layer_matmul_params(cfg) +
-           (size_t)cfg->vocab_size * (size_t)cfg->hidden_size;
+    return layers_matmul_params(cfg) + (size_t)cfg->vocab_size * (size_t)cfg->hidden_size;
 }
 
 double sdp_model_layer_fwd_flops(const struct sdp_model_cfg *cfg, int B, int T)
@@ -328,7 +351,7 @@ double sdp_model_layer_fwd_flops(const struct sdp_model_cfg *cfg, int B, int T)
     const double N = (double)B * (double)T;
     /* 2 FLOPs per multiply-add; attention: QK^T and PV are 2*T*T*HD each per head, halved by the
      * mask */
-    double gemm = 2.0 * N * (double)layer_matmul_params(cfg);
+    double gemm = 2.0 * N * (double)layers_matmul_params(cfg) / (double)cfg->num_layers;
     double attn =
         2.0 * (double)B * (double)cfg->num_heads * (double)T * (double)T * (double)cfg->head_dim;
     return gemm + attn;
@@ -345,7 +368,9 @@ double sdp_model_train_flops_per_token(const struct sdp_model_cfg *cfg, int T)
  * q/k/v projection (QKV), q and k after norm and rotary embedding ((NH+NKV)*HD), the attention
  * output (NH*HD), the residual after attention (C), the ln2 output (C), gate and up (2I) and
  * silu(gate)*up (I); and in fp32: the rstd of ln1 and ln2 (2), the rstd of q/k norm (NH+NKV, Qwen3)
- * and the attention log-sum-exp (NH).  Recomputed, it saves its input x only. */
+ * and the attention log-sum-exp (NH).  A model with sparse layers counts, in place of gate, up and
+ * SwiGLU, what a sparse layer keeps where that is larger.  Recomputed, it saves its input x only.
+ */
 size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, int elem_bytes,
                                  int recompute)
 {
@@ -355,8 +380,19 @@ size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, 
     const size_t eb = (size_t)elem_bytes;
     if (recompute)
         return N * C * eb * (recompute == SDP_RECOMPUTE_SELECTIVE ? 2 : 1);
-    size_t elems = 4 * C + (NH + 2 * NKV) * HD + (NH + NKV) * HD + NH * HD + 3 * I;
-    size_t f32 = 2 + NH + (cfg->qk_norm ? NH + NKV : 0);
+    size_t mlp = 3 * I, f32 = 2 + NH + (cfg->qk_norm ? NH + NKV : 0);
+    if (sdp_model_num_sparse_layers(cfg) > 0) { /* the larger of a dense and a sparse layer's */
+        /* per token, in fp32 (codelets/moe.c): E probabilities, K routing slots (id, weight,
+         * places) and, per slot, its row, gate/up, SwiGLU and output */
+        const size_t E = (size_t)cfg->num_experts, K = (size_t)cfg->num_experts_per_tok;
+        const size_t IM = (size_t)cfg->moe_intermediate_size;
+        size_t sparse = E + K * (4 + 2 * C + 3 * IM);
+        if (sparse * 4 > mlp * eb) {
+            f32 += sparse;
+            mlp = 0;
+        }
+    }
+    size_t elems = 4 * C + (NH + 2 * NKV) * HD + (NH + NKV) * HD + NH * HD + mlp;
     return N * (elems * eb + f32 * 4);
 }
 

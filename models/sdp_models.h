@@ -83,7 +83,10 @@ struct sdp_model_cfg {
 /* Streamed parameter groups: group 0 is the token embedding, groups 1..L the decoder layers, group
  * L+1 the head (final norm, plus lm_head when embeddings are untied).  Each group is one flat
  * vector; its tensors sit back to back in the order below, so q/k/v form one (QKV, C) matrix and
- * gate/up one (2I, C) matrix. */
+ * gate/up one (2I, C) matrix.  A sparse layer's experts are two tensors stacked over the experts
+ * as transformers' Qwen3MoeExperts holds them (its fused names are their hf_name); checkpoints
+ * name them per expert, mlp.experts.{e}.gate_proj/up_proj/down_proj.weight, which
+ * runtime/state_moe.c reads and writes. */
 enum sdp_ptensor {
     /* group 0 */
     SDP_PT_EMBED, /* (V, C) model.embed_tokens.weight */
@@ -99,6 +102,10 @@ enum sdp_ptensor {
     SDP_PT_GATE,  /* (I, C) mlp.gate_proj.weight */
     SDP_PT_UP,    /* (I, C) mlp.up_proj.weight */
     SDP_PT_DOWN,  /* (C, I) mlp.down_proj.weight */
+    /* a sparse layer's MLP (sdp_model_layer_sparse), in place of gate, up and down */
+    SDP_PT_ROUTER,   /* (E, C) mlp.gate.weight */
+    SDP_PT_EXP_GU,   /* (E, 2IM, C) mlp.experts.gate_up_proj: expert e's gate (IM, C) then up */
+    SDP_PT_EXP_DOWN, /* (E, C, IM) mlp.experts.down_proj */
     /* head group */
     SDP_PT_NORM,    /* (C) model.norm.weight */
     SDP_PT_LM_HEAD, /* (V, C) lm_head.weight (untied only) */
@@ -135,6 +142,14 @@ int sdp_model_moe_check(const struct sdp_model_cfg *cfg, char *why, size_t whyle
  * num_experts > 0 and (l + 1) % decoder_sparse_step == 0.  0 for dense models. */
 int sdp_model_layer_sparse(const struct sdp_model_cfg *cfg, int l);
 
+/** The per-expert tensors of checkpoints inside a stacked expert tensor d of the layout
+ * (SDP_PT_EXP_GU: expert e's mlp.experts.{e}.gate_proj.weight (IM, C) and up_proj (IM, C);
+ * SDP_PT_EXP_DOWN: its down_proj (C, IM)), as descriptors of their place in the group.
+ * @param[out] out  2 entries
+ * @return the number written: 2, 1, or 0 when d is not an expert tensor */
+int sdp_model_expert_slices(const struct sdp_model_cfg *cfg, const struct sdp_param_desc *d, int e,
+                            struct sdp_param_desc *out);
+
 /** Number of sparse decoder layers (0 for dense models). */
 int sdp_model_num_sparse_layers(const struct sdp_model_cfg *cfg);
 
@@ -161,7 +176,8 @@ size_t sdp_model_num_params(const struct sdp_model_cfg *cfg);
 /** Parameters of the linear layers plus the LM head (BENCH.md's "matmul params"). */
 size_t sdp_model_matmul_params(const struct sdp_model_cfg *cfg);
 
-/** Forward FLOPs of one decoder layer for B sequences of T tokens (GEMMs + causal attention half).
+/** Forward FLOPs of one decoder layer for B sequences of T tokens (GEMMs + causal attention half),
+ * averaged over the layers (a sparse layer's GEMMs: its router and the K experts of each token).
  */
 double sdp_model_layer_fwd_flops(const struct sdp_model_cfg *cfg, int B, int T);
 
@@ -201,8 +217,17 @@ int sdp_model_max_seq(const struct sdp_model_cfg *cfg);
 const char *sdp_model_arch_name(enum sdp_arch arch);
 
 /** Fill cfg from a named preset of ../BENCH.md ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b",
- * "qwen3-14b", "qwen3-32b"). @return 0, or -ENOENT for an unknown name. */
+ * "qwen3-14b", "qwen3-32b") or a Qwen3-MoE one (sdp_model_moe_preset). @return 0, or -ENOENT for
+ * an unknown name. */
 int sdp_model_preset(const char *name, struct sdp_model_cfg *cfg);
+
+/** Fill cfg from a Qwen3-MoE preset ("qwen3-30b-a3b", "qwen3-30b-a3b-l12": its first 12 layers,
+ * the depth whose full fine-tuning fits a 125 GiB host). @return 0, or -ENOENT. */
+int sdp_model_moe_preset(const char *name, struct sdp_model_cfg *cfg);
+
+/** Parameters of decoder layer l's MLP: dense 3 I C, sparse E C + E 3 IM C (active: only the K
+ * experts a token uses, E C + K 3 IM C). */
+size_t sdp_model_mlp_params(const struct sdp_model_cfg *cfg, int l, int active);
 
 /** Set the defaults of an architecture (eps, theta, head_dim from C/NH, ...) before overrides. */
 void sdp_model_defaults(struct sdp_model_cfg *cfg, enum sdp_arch arch);

@@ -207,6 +207,11 @@ int sdp_ckpt_load(const char *path, struct sdp_state *st, struct sdp_ckpt_info *
             sdp_hint("restart from another checkpoint; do not modify checkpoints in place");
         }
     }
+    for (int g = 0; !rc && h.expert_steps && g < st->ngroups; g++)
+        if (st->groups[g].expert_steps)
+            memcpy(st->groups[g].expert_steps,
+                   h.expert_steps + (size_t)g * (size_t)st->cfg.num_experts,
+                   (size_t)st->cfg.num_experts * sizeof(*h.expert_steps));
     close(fd);
     sdp_ckpt_header_free(&h);
     if (rc)

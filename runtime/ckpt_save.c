@@ -136,6 +136,15 @@ static int fill_header(struct sdp_ckpt_header *h, const struct sdp_state *st,
     h->t = calloc((size_t)h->ntensors, sizeof(*h->t));
     if (!h->t)
         return sdp_err(-ENOMEM, "checkpoint of %d tensors", h->ntensors);
+    if (st->lora.rank == 0 && sdp_model_num_sparse_layers(&st->cfg) > 0) {
+        const size_t E = (size_t)st->cfg.num_experts;
+        if (!(h->expert_steps = calloc((size_t)st->ngroups * E, sizeof(*h->expert_steps))))
+            return sdp_err(-ENOMEM, "checkpoint: expert steps");
+        for (int g = 0; g < st->ngroups; g++)
+            if (st->groups[g].expert_steps)
+                memcpy(h->expert_steps + (size_t)g * E, st->groups[g].expert_steps,
+                       E * sizeof(*h->expert_steps));
+    }
     for (int i = 0; i < h->ntensors; i++) {
         h->t[i].group = i / SDP_CKPT_NKINDS;
         h->t[i].kind = i % SDP_CKPT_NKINDS;

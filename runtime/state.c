@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Host-resident training state (see state.h): allocation in chunks, initialisation, Hugging Face
- * load/save.  Touches host memory directly only before tasks run or after sdp_rt acquire/wait. */
+/* Host-resident training state (see state.h): allocation in chunks, initialisation (the Hugging
+ * Face load and save: runtime/state_hf.c).  Touches host memory directly only before tasks run or
+ * after sdp_rt acquire/wait. */
 #include "config.h"
 
 #include <math.h>
@@ -11,10 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/fsutil.h"
 #include "base/splitmix.h"
-#include "formats/hfconfig.h"
-#include "formats/safetensors.h"
 #include "base/sdp_log.h"
 #include "runtime/state.h"
 #include "runtime/state_lora.h"
@@ -28,6 +26,9 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
     int rc = 0, c;
     gs->ntensors = sdp_model_group_tensors(cfg, g, gs->tensors);
     gs->nelems = sdp_model_group_nelems(cfg, g);
+    if (sdp_model_layer_sparse(cfg, g - 1) && g <= cfg->num_layers && !frozen &&
+        !(gs->expert_steps = calloc((size_t)cfg->num_experts, sizeof(*gs->expert_steps))))
+        return sdp_err(-ENOMEM, "group %d: %d experts", g, cfg->num_experts);
     gs->nchunks = (int)((gs->nelems + chunk_elems - 1) / chunk_elems);
     parts = calloc((size_t)gs->nchunks, sizeof(*parts));
     if (!parts)
@@ -226,6 +227,7 @@ void sdp_state_destroy(struct sdp_state *st)
         for (int c = 0; gs->work_stage && c < gs->nchunks; c++)
             sdp_rt_tensor_release(gs->work_stage[c]);
         free(gs->work_stage);
+        free(gs->expert_steps);
         sdp_state_lora_free(gs);
     }
     free(st->groups);
@@ -383,193 +385,4 @@ void sdp_state_init_random(struct sdp_state *st, unsigned long long seed)
     }
     free(dst);
     st->work_valid = 0;
-}
-
-/* ---- Hugging Face load / save ---- */
-
-/* The tensor of the file that must hold d, checked for presence and shape; NULL (logged) if
- * unusable. */
-static const struct sdp_st_tensor *find_checked(sdp_st_t *sf, const char *path,
-                                                const struct sdp_model_cfg *cfg,
-                                                const struct sdp_param_desc *d)
-{
-    const struct sdp_st_tensor *t = sdp_st_find(sf, d->hf_name);
-    int one_d = d->rows == 1 && d->kind != SDP_PT_EMBED && d->kind != SDP_PT_LM_HEAD;
-    if (!t) {
-        sdp_err(-EINVAL, "%s: tensor %s is missing", path, d->hf_name);
-        sdp_hint("the weights do not match config.json (architecture %s, %d layers, %s embeddings)",
-                 sdp_model_arch_name(cfg->arch), cfg->num_layers,
-                 cfg->tie_word_embeddings ? "tied" : "untied");
-        return NULL;
-    }
-    if (one_d ? (t->ndim != 1 || t->shape[0] != d->cols)
-              : (t->ndim != 2 || t->shape[0] != d->rows || t->shape[1] != d->cols)) {
-        sdp_err(-EINVAL, "%s: tensor %s has shape [%lld%s%lld], config.json implies [%d, %d]",
-                sdp_st_file_path(sf, t->file), d->hf_name, (long long)t->shape[0],
-                t->ndim > 1 ? ", " : "", t->ndim > 1 ? (long long)t->shape[1] : 0LL,
-                one_d ? 1 : d->rows, d->cols);
-        return NULL;
-    }
-    if (t->dtype != SDP_ST_F32 && t->dtype != SDP_ST_BF16 && t->dtype != SDP_ST_F16) {
-        sdp_err(-EINVAL, "%s: tensor %s has dtype %s (F32, BF16 or F16 expected)",
-                sdp_st_file_path(sf, t->file), d->hf_name, sdp_st_dtype_name(t->dtype));
-        return NULL;
-    }
-    return t;
-}
-
-/* Index of the first NaN or Inf of x[0..n), or n.  Blocks are tested with an OR that vectorizes;
- * only a bad block is searched element by element, so the check costs a fraction of the read. */
-static size_t first_nonfinite(const float *x, size_t n)
-{
-    for (size_t b = 0; b < n; b += 4096) {
-        size_t e = n - b < 4096 ? n : b + 4096;
-        int bad = 0;
-        for (size_t i = b; i < e; i++)
-            bad |= !isfinite(x[i]);
-        if (bad)
-            for (size_t i = b; i < e; i++)
-                if (!isfinite(x[i]))
-                    return i;
-    }
-    return n;
-}
-
-/* Read tensor t of d into dst, refusing NaN and Inf: found at step 1, they would read as the
- * divergence of whatever layer they reach first.  @return 0 or a negative errno (logged). */
-static int read_finite(sdp_st_t *sf, const struct sdp_st_tensor *t, const struct sdp_param_desc *d,
-                       float *dst)
-{
-    size_t n = (size_t)d->rows * d->cols, bad;
-    int rc = sdp_st_read_f32(sf, t, dst, n);
-    if (rc || (bad = first_nonfinite(dst, n)) == n)
-        return rc;
-    rc = sdp_err(-EINVAL, "%s: tensor %s: element %zu (row %zu, column %zu) is %g",
-                 sdp_st_file_path(sf, t->file), d->hf_name, bad, bad / (size_t)d->cols,
-                 bad % (size_t)d->cols, dst[bad]);
-    sdp_hint("the weights hold NaN or Inf, so training cannot start from them: download or export "
-             "the model again, or start from a checkpoint before it diverged");
-    return rc;
-}
-
-/* Read tensor t of d into group g's master, or into a frozen group's working copy (through an
- * fp32 buffer rounded to bf16 as the cast kernel rounds: the values are finite). */
-static int load_one(struct sdp_state *st, int g, sdp_st_t *sf, const struct sdp_st_tensor *t,
-                    const struct sdp_param_desc *d)
-{
-    struct sdp_group_state *gs = &st->groups[g];
-    size_t n = (size_t)d->rows * d->cols;
-    float *tmp;
-    int rc;
-    if (!gs->frozen)
-        return read_finite(sf, t, d, (float *)sdp_rt_tensor_data(gs->master) + d->offset);
-    if (st->work_dtype == SDP_F32)
-        return read_finite(sf, t, d, (float *)sdp_rt_tensor_data(gs->work) + d->offset);
-    if (!(tmp = malloc(n * sizeof(float))))
-        return sdp_err(-ENOMEM, "reading tensor %s (%zu elements)", d->hf_name, n);
-    rc = read_finite(sf, t, d, tmp);
-    if (!rc)
-        sdp_state_lora_round((uint16_t *)sdp_rt_tensor_data(gs->work) + d->offset, tmp, n);
-    free(tmp);
-    return rc;
-}
-
-/* Check every tensor of cfg (and, with st, read it into the masters). */
-static int visit_hf(const struct sdp_model_cfg *cfg, const char *path, struct sdp_state *st)
-{
-    sdp_st_t *sf = NULL;
-    struct sdp_param_desc descs[SDP_MAX_GROUP_TENSORS];
-    int rc = sdp_st_open(path, &sf), used = 0, n;
-    if (rc)
-        return rc;
-    for (int g = 0; g < sdp_model_num_groups(cfg) && !rc; g++) {
-        int nt = sdp_model_group_tensors(cfg, g, descs);
-        for (int i = 0; i < nt && !rc; i++) {
-            const struct sdp_st_tensor *t = find_checked(sf, path, cfg, &descs[i]);
-            if (!t) {
-                rc = -EINVAL;
-                break;
-            }
-            used++;
-            if (st)
-                rc = load_one(st, g, sf, t, &descs[i]);
-        }
-    }
-    n = sdp_st_num_tensors(sf);
-    if (!rc && cfg->tie_word_embeddings && sdp_st_find(sf, "lm_head.weight"))
-        used++; /* tied checkpoints sometimes store the shared matrix twice */
-    if (!rc && st && n > used)
-        SDP_WARN("%s: %d tensors in the file are not used by the model", path, n - used);
-    sdp_st_close(sf);
-    return rc;
-}
-
-int sdp_state_check_hf(const struct sdp_model_cfg *cfg, const char *path)
-{
-    return visit_hf(cfg, path, NULL);
-}
-
-int sdp_state_load_hf(struct sdp_state *st, const char *path)
-{
-    int rc = visit_hf(&st->cfg, path, st);
-    st->work_valid = 0;
-    return rc;
-}
-
-/* The fp32 copy of group gs's weights: its master, or a frozen fp32 base's working copy (a LoRA
- * state merged for export, sdp_state_lora_merge). */
-static sdp_rt_tensor_t *base_of(struct sdp_group_state *gs)
-{
-    return gs->frozen ? gs->work : gs->master;
-}
-
-int sdp_state_save_hf(struct sdp_state *st, const char *dir, const char *dtype)
-{
-    struct sdp_st_wtensor *wt;
-    int n = 0, rc;
-    char path[4200];
-    enum sdp_st_dtype sdt = !strcmp(dtype, "bfloat16") ? SDP_ST_BF16 : SDP_ST_F32;
-    if (st->lora.rank > 0 && st->work_dtype != SDP_F32)
-        return sdp_err(-EINVAL, "state: the base of a LoRA run is frozen and has no master to "
-                                "save; its adapters are what it trains");
-    rc = sdp_mkdir_p(dir);
-    if (rc)
-        return rc;
-    for (int g = 0; g < st->ngroups; g++) {
-        /* the masters are written only by CPU tasks: make the host copy current */
-        rc = sdp_rt_tensor_acquire(base_of(&st->groups[g]), 0);
-        if (rc)
-            return rc;
-        n += st->groups[g].ntensors;
-    }
-    wt = calloc((size_t)n, sizeof(*wt));
-    if (!wt) {
-        rc = sdp_err(-ENOMEM, "saving %d tensors", n);
-        goto out;
-    }
-    n = 0;
-    for (int g = 0; g < st->ngroups; g++) {
-        struct sdp_group_state *gs = &st->groups[g];
-        const float *p = sdp_rt_tensor_data(base_of(gs));
-        for (int i = 0; i < gs->ntensors; i++) {
-            const struct sdp_param_desc *d = &gs->tensors[i];
-            int one_d = d->rows == 1 && d->kind != SDP_PT_EMBED && d->kind != SDP_PT_LM_HEAD;
-            wt[n].name = d->hf_name;
-            wt[n].dtype = sdt;
-            wt[n].ndim = one_d ? 1 : 2;
-            wt[n].shape[0] = one_d ? d->cols : d->rows;
-            wt[n].shape[1] = d->cols;
-            wt[n].data_f32 = p + d->offset;
-            n++;
-        }
-    }
-    snprintf(path, sizeof(path), "%s/config.json", dir);
-    rc = sdp_hfconfig_write(path, &st->cfg, dtype);
-    if (!rc)
-        rc = sdp_st_write_sharded(dir, wt, n, (size_t)5 << 30);
-    free(wt);
-out:
-    for (int g = 0; g < st->ngroups; g++)
-        sdp_rt_tensor_release_acquire(base_of(&st->groups[g]));
-    return rc;
 }

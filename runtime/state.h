@@ -10,6 +10,7 @@
 #define SDP_STATE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "models/sdp_lora.h"
 #include "models/sdp_models.h"
@@ -56,6 +57,9 @@ struct sdp_group_state {
     struct sdp_lora_state *lora; /* the layer's adapters (LoRA), or NULL */
     int staged; /* 1: `work` has no host home and is not split into chunks (sdp_state.work_staged
                    for every group; SDP_STATE_EMBED_STAGED for group 0 alone) */
+    int32_t *expert_steps; /* a Qwen3-MoE sparse layer's: the AdamW updates each of its E experts
+                              has had (each counts its own steps, as PyTorch does per parameter),
+                              which the graph counts and checkpoints keep; else NULL */
 };
 
 /* sdp_state_create_ex flags */

@@ -67,3 +67,6 @@ check_PROGRAMS += tests/e2e/moe_block
 tests_e2e_moe_block_SOURCES = tests/e2e/moe_block.c
 TESTS += tests/e2e/test_e2e_moe_hf.sh
 EXTRA_DIST += tests/e2e/test_e2e_moe_hf.sh tests/e2e/moe_hf.py
+# a tiny Qwen3-MoE trained on CPU workers against transformers (test_e2e_moe_train.sh)
+TESTS += tests/e2e/test_e2e_moe_train.sh
+EXTRA_DIST += tests/e2e/test_e2e_moe_train.sh tests/e2e/moe_train.py

@@ -4,7 +4,7 @@
 # missing files, corrupt or mismatched safetensors, data shorter than a sequence, a model that does not
 # fit the host memory budget, an unknown policy, an unknown SDP_ATTENTION, a sequence beyond the
 # model's context without rope scaling, an unknown rope_type, document masking of a shard without an
-# end-of-document id, a Qwen3-MoE model (its layers are not run yet).
+# end-of-document id, a Qwen3-MoE config over weights without its tensors, another MoE family.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 
@@ -93,11 +93,16 @@ expect 1 "attention_bias" -- "$bin" train "$tmp/hf.yaml"
 mk_model
 sed -i 's/"rope_type": "llama3"/"rope_type": "longrope"/' "$tmp/model/config.json"
 expect 1 "rope_type\" = \"longrope\" is not supported" -- "$bin" train "$tmp/hf.yaml"
-# a mixture-of-experts config: read, then refused before StarPU starts (no MoE step graph yet)
+# mixture of experts: a Qwen3-MoE config over weights without its tensors (a sparse layer's router
+# or experts, here first the q/k norms of Qwen3) names the missing tensor; another MoE family is
+# refused naming the supported one
 mk_model
 sed -i 's/"model_type": "llama"/"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2/' \
     "$tmp/model/config.json"
-expect 1 "qwen3_moe .*the step graph does not run them yet" -- "$bin" train "$tmp/hf.yaml"
+expect 1 "tensor model.layers.0.* is missing" -- "$bin" train "$tmp/hf.yaml"
+mk_model
+sed -i 's/"model_type": "llama"/"model_type": "mixtral"/' "$tmp/model/config.json"
+expect 1 "mixture-of-experts family is not supported" -- "$bin" train "$tmp/hf.yaml"
 
 echo "$n bad inputs tried"
 finish

@@ -360,7 +360,7 @@ static void test_bad(void)
                json_pack("{s:s,s:f,s:f,s:i}", "rope_type", "llama3", "low_freq_factor", 1.0,
                          "high_freq_factor", 4.0, "original_max_position_embeddings", 8192));
     expect_bad("model_type gpt2", q, "model_type", json_string("gpt2"));
-    expect_bad("model_type qwen3_moe", q, "model_type", json_string("qwen3_moe"));
+    expect_bad("model_type qwen2_moe", q, "model_type", json_string("qwen2_moe"));
     expect_bad("num_experts 128", q, "num_experts", json_integer(128));
     expect_bad("hidden_act gelu", q, "hidden_act", json_string("gelu"));
     expect_bad("hidden_size as a string", q, "hidden_size", json_string("1024"));

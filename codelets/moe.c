@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: MIT */
+/* moe_fwd / moe_bwd / moe_aux: a sparse layer's MLP (Qwen3-MoE, transformers'
+ * Qwen3MoeSparseMoeBlock) as tasks, CPU only: the router, the permutation, the experts and the
+ * combine in one task each way, around the kernels of codelets/cpu/moe.h; and the load-balancing
+ * loss of a micro-batch from the statistics its sparse layers accumulate.  The forward keeps what
+ * the backward reads (probabilities, routing, permuted rows, the experts' intermediates) in one
+ * f32 vector of sdp_task_moe_acts_elems() elements (the routing's int32 arrays stored in place).
+ * No CUDA implementation yet: the graph refuses sparse layers when the compute is on GPUs.
+ * Tests: tests/kernels/test_kernels_moe.c (the kernels), tests/e2e/test_e2e_moe_train.sh. */
+#include "config.h"
+
+#include <string.h>
+
+#include "codelets/cl_common.h"
+#include "codelets/codelets_internal.h"
+#include "codelets/cpu/moe.h"
+
+struct sdp_moe_args {
+    struct sdp_shape_key key; /* N, C, E, K, IM, what the task does (MOE_*) */
+    struct sdp_moe_shape s;
+    float aux_scale; /* bwd: the weight of this micro-batch's load-balancing loss in the loss */
+    double rows;     /* rows of the load-balancing loss: N times the sparse layers */
+};
+
+/* moe_fwd flags (key.d[5]) */
+#define MOE_OUT     1  /* write out (not in a recomputation) */
+#define MOE_TRACK   2  /* accumulate the statistics and the used experts */
+#define MOE_FIRST_L 4  /* the micro-batch's first sparse layer: the statistics start from zero */
+#define MOE_FIRST_M 8  /* the step's first micro-batch: the used experts start from none */
+#define MOE_LAST_M  16 /* its last: the used experts' step counts go up */
+/* moe_bwd flags */
+#define MOE_GRAD 1 /* weight gradients (not a frozen base) */
+#define MOE_AUX  2 /* the load-balancing loss's gradient */
+
+/* The pieces of the kept vector (or, with base NULL, only its length in 4-byte elements). */
+struct moe_acts {
+    struct sdp_moe_routing r;
+    float *probs, *xp, *gu, *h, *y;
+};
+
+static size_t moe_layout(struct moe_acts *a, float *base, const struct sdp_moe_shape *s)
+{
+    const size_t N = (size_t)s->N, E = (size_t)s->E, S = N * (size_t)s->K;
+    size_t at = 0;
+#define PIECE(field, type, n)                                                                      \
+    do {                                                                                           \
+        if (base)                                                                                  \
+            field = (type *)(void *)(base + at);                                                   \
+        at += (n + 15) / 16 * 16; /* 64-byte aligned pieces */                                     \
+    } while (0)
+    PIECE(a->probs, float, N *E);
+    PIECE(a->r.ids, int32_t, S);
+    PIECE(a->r.wts, float, S);
+    PIECE(a->r.counts, int32_t, E);
+    PIECE(a->r.offsets, int32_t, E + 1);
+    PIECE(a->r.rows, int32_t, S);
+    PIECE(a->r.where, int32_t, S);
+    PIECE(a->xp, float, S *(size_t)s->C);
+    PIECE(a->gu, float, S * 2 * (size_t)s->IM);
+    PIECE(a->h, float, S *(size_t)s->IM);
+    PIECE(a->y, float, S *(size_t)s->C);
+#undef PIECE
+    if (base) {
+        a->r.N = s->N;
+        a->r.E = s->E;
+        a->r.K = s->K;
+    }
+    return at;
+}
+
+size_t sdp_task_moe_acts_elems(const struct sdp_moe_shape *s)
+{
+    struct moe_acts a;
+    return moe_layout(&a, NULL, s);
+}
+
+/* buffers: acts W, h2 (N, C) act R, W R, [out (N, C) act W, xmid (N, C) act R],
+ * [stats (2E) f64 RW, used (2E) i32 RW] */
+static void moe_fwd_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_moe_args *a = cl_arg;
+    const struct sdp_moe_shape *s = &a->s;
+    const int N = s->N, C = s->C, E = s->E, IM = s->IM, fl = a->key.d[5];
+    struct moe_acts k;
+    moe_layout(&k, SDP_VECF(buffers[0]), s);
+    const float *x = sdp_cl_in(buffers[1], 0);
+    const float *wr = sdp_cl_f32_view(buffers[2], s->off_router, (size_t)E * C, 1);
+    const float *wgu = sdp_cl_f32_view(buffers[2], s->off_gu, (size_t)E * 2 * IM * C, 2);
+    const float *wdn = sdp_cl_f32_view(buffers[2], s->off_down, (size_t)E * C * IM, 3);
+    float *logits = sdp_cl_scratch(4, (size_t)N * E * sizeof(float));
+    int b = 3;
+    sdp_cpu_moe_router_fwd(logits, k.probs, &k.r, x, wr, C, s->norm_topk);
+    sdp_cpu_moe_permute(&k.r);
+    sdp_cpu_moe_gather(k.xp, x, &k.r, C);
+    sdp_cpu_moe_experts_fwd(k.y, k.gu, k.h, k.xp, wgu, wdn, &k.r, C, IM);
+    if (fl & MOE_OUT) { /* out = xmid + the block's output, as the decoder layer adds them */
+        float *out = sdp_cl_out(buffers[b], 5), *moe = sdp_cl_scratch(6, (size_t)N * C * 4);
+        const float *xmid = sdp_cl_in(buffers[b + 1], 7);
+        memset(moe, 0, (size_t)N * C * sizeof(float));
+        sdp_cpu_moe_combine(moe, k.y, &k.r, C);
+        for (size_t i = 0; i < (size_t)N * C; i++)
+            out[i] = xmid[i] + moe[i];
+        sdp_cl_out_done(buffers[b], out);
+        b += 2;
+    }
+    if (fl & MOE_TRACK) {
+        double *st = (double *)STARPU_VECTOR_GET_PTR(buffers[b]);
+        int32_t *used = (int32_t *)STARPU_VECTOR_GET_PTR(buffers[b + 1]);
+        if (fl & MOE_FIRST_L)
+            memset(st, 0, 2 * (size_t)E * sizeof(*st));
+        sdp_cpu_moe_aux_stats(st, st + E, k.probs, &k.r);
+        for (int e = 0; e < E; e++) {
+            used[e] = (fl & MOE_FIRST_M ? 0 : used[e]) | (k.r.counts[e] > 0);
+            used[E + e] += fl & MOE_LAST_M ? used[e] : 0;
+        }
+    }
+}
+
+/* buffers: dh2 (N, C) act W, dres (N, C) act R, h2 (N, C) act R, W R, acts R, [G f32 RW],
+ * [stats (2E) f64 R] */
+static void moe_bwd_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_moe_args *a = cl_arg;
+    const struct sdp_moe_shape *s = &a->s;
+    const int N = s->N, C = s->C, E = s->E, K = s->K, IM = s->IM, fl = a->key.d[5];
+    const size_t S = (size_t)N * K;
+    struct moe_acts k;
+    moe_layout(&k, SDP_VECF(buffers[4]), s);
+    float *dx = sdp_cl_out(buffers[0], 0);
+    const float *dout = sdp_cl_in(buffers[1], 1), *x = sdp_cl_in(buffers[2], 2);
+    const float *wr = sdp_cl_f32_view(buffers[3], s->off_router, (size_t)E * C, 3);
+    const float *wgu = sdp_cl_f32_view(buffers[3], s->off_gu, (size_t)E * 2 * IM * C, 4);
+    const float *wdn = sdp_cl_f32_view(buffers[3], s->off_down, (size_t)E * C * IM, 5);
+    float *G = fl & MOE_GRAD ? SDP_VECF(buffers[5]) : NULL;
+    /* scratch: dy and dxp (S, C), dgu (S, 2IM), dh (S, IM), dwts (S), dprobs and dlogits (N, E) */
+    size_t n6 = 2 * S * C + S * 3 * IM + S + 2 * (size_t)N * E;
+    float *dy = sdp_cl_scratch(6, n6 * sizeof(float)), *dxp = dy + S * C, *dgu = dxp + S * C;
+    float *dh = dgu + S * 2 * IM, *dwts = dh + S * IM, *dprobs = dwts + S;
+    float *dlogits = dprobs + (size_t)N * E;
+    /* the weight gradients of a frozen base go to a scratch that is never read */
+    float *sink = G ? NULL : sdp_cl_scratch(7, (size_t)E * C * (1 + 3 * (size_t)IM) * 4);
+    float *gr = G ? G + s->off_router : sink, *ggu = G ? G + s->off_gu : sink + (size_t)E * C;
+    float *gdn = G ? G + s->off_down : ggu + (size_t)E * 2 * IM * C;
+    sdp_cpu_moe_combine_bwd(dy, dwts, dout, k.y, &k.r, C);
+    sdp_cpu_moe_experts_bwd(dxp, ggu, gdn, dgu, dh, dy, k.xp, k.gu, k.h, wgu, wdn, &k.r, C, IM);
+    memset(dx, 0, (size_t)N * C * sizeof(float));
+    sdp_cpu_moe_scatter_bwd(dx, dxp, &k.r, C);
+    sdp_cpu_moe_topk_bwd(dprobs, dwts, k.probs, &k.r, s->norm_topk);
+    if (fl & MOE_AUX) {
+        const double *st = (const double *)STARPU_VECTOR_GET_PTR(buffers[G ? 6 : 5]);
+        sdp_cpu_moe_aux_bwd(dprobs, st, a->rows, N, E, a->aux_scale);
+    }
+    sdp_cpu_moe_softmax_bwd(dlogits, dprobs, k.probs, N, E);
+    sdp_cpu_moe_router_bwd(dx, gr, dlogits, x, wr, N, C, E);
+    sdp_cl_out_done(buffers[0], dx);
+}
+
+/* buffers: aux (1) f64 W, stats (2E) f64 R */
+static void moe_aux_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_moe_args *a = cl_arg;
+    const double *st = (const double *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    *(double *)STARPU_VECTOR_GET_PTR(buffers[0]) =
+        sdp_cpu_moe_aux_loss(st, st + a->s.E, a->rows, a->s.E);
+}
+
+SDP_NAMED_CODELET(sdp_cl_moe_fwd, "moe_fwd", moe_fwd_cpu, );
+SDP_NAMED_CODELET(sdp_cl_moe_bwd, "moe_bwd", moe_bwd_cpu, );
+SDP_NAMED_CODELET(sdp_cl_moe_aux, "moe_aux", moe_aux_cpu, );
+
+static struct sdp_moe_args *moe_args(const struct sdp_moe_shape *s, int flags)
+{
+    struct sdp_moe_args *a = sdp_cl_args_alloc(sizeof(*a));
+    a->s = *s;
+    a->key.d[0] = s->N;
+    a->key.d[1] = s->C;
+    a->key.d[2] = s->E;
+    a->key.d[3] = s->K;
+    a->key.d[4] = s->IM;
+    a->key.d[5] = flags;
+    return a;
+}
+
+/* GEMM flops of the experts' rows and the router, one way */
+static double moe_flops(const struct sdp_moe_shape *s)
+{
+    return 2.0 * s->N * s->C * (s->E + 3.0 * s->K * s->IM);
+}
+
+int sdp_task_moe_fwd(const struct sdp_task_opts *o, const struct sdp_moe_shape *s,
+                     sdp_rt_tensor_t *acts, sdp_rt_tensor_t *h2, sdp_rt_tensor_t *W,
+                     sdp_rt_tensor_t *out, sdp_rt_tensor_t *xmid, sdp_rt_tensor_t *stats,
+                     sdp_rt_tensor_t *used, int first_layer, int first_mb, int last_mb)
+{
+    struct sdp_cl_buf b[7] = { { acts, STARPU_W }, { h2, STARPU_R }, { W, STARPU_R } };
+    int n = 3, fl = 0;
+    if (out) {
+        b[n++] = (struct sdp_cl_buf){ out, STARPU_W };
+        b[n++] = (struct sdp_cl_buf){ xmid, STARPU_R };
+        fl |= MOE_OUT;
+    }
+    if (stats) {
+        b[n++] = (struct sdp_cl_buf){ stats, first_layer ? STARPU_W : STARPU_RW };
+        b[n++] = (struct sdp_cl_buf){ used, STARPU_RW };
+        fl |= MOE_TRACK | (first_layer ? MOE_FIRST_L : 0) | (first_mb ? MOE_FIRST_M : 0) |
+              (last_mb ? MOE_LAST_M : 0);
+    }
+    return sdp_cl_submit(&sdp_cl_moe_fwd, o, moe_args(s, fl), sizeof(struct sdp_moe_args),
+                         moe_flops(s), b, n);
+}
+
+int sdp_task_moe_bwd(const struct sdp_task_opts *o, const struct sdp_moe_shape *s,
+                     sdp_rt_tensor_t *dh2, sdp_rt_tensor_t *dres, sdp_rt_tensor_t *h2,
+                     sdp_rt_tensor_t *W, sdp_rt_tensor_t *acts, sdp_rt_tensor_t *G,
+                     sdp_rt_tensor_t *stats, float aux_scale, double rows)
+{
+    struct sdp_cl_buf b[7] = {
+        { dh2, STARPU_W }, { dres, STARPU_R }, { h2, STARPU_R }, { W, STARPU_R }, { acts, STARPU_R }
+    };
+    int n = 5, fl = 0;
+    struct sdp_moe_args *a;
+    if (G) {
+        b[n++] = (struct sdp_cl_buf){ G, STARPU_RW };
+        fl |= MOE_GRAD;
+    }
+    if (stats) {
+        b[n++] = (struct sdp_cl_buf){ stats, STARPU_R };
+        fl |= MOE_AUX;
+    }
+    a = moe_args(s, fl);
+    a->aux_scale = aux_scale;
+    a->rows = rows;
+    return sdp_cl_submit(&sdp_cl_moe_bwd, o, a, sizeof(*a), 2.0 * moe_flops(s), b, n);
+}
+
+int sdp_task_moe_aux(const struct sdp_task_opts *o, sdp_rt_tensor_t *aux, sdp_rt_tensor_t *stats,
+                     int E, double rows)
+{
+    struct sdp_moe_shape s = { .E = E };
+    struct sdp_cl_buf b[] = { { aux, STARPU_W }, { stats, STARPU_R } };
+    struct sdp_moe_args *a = moe_args(&s, 0);
+    a->rows = rows;
+    return sdp_cl_submit(&sdp_cl_moe_aux, o, a, sizeof(*a), 4.0 * E, b, 2);
+}

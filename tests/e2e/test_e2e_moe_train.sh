@@ -1,0 +1,67 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# A tiny Qwen3-MoE trained on CPU workers (fp32) against transformers' Qwen3MoeForCausalLM: 3
+# layers, the middle one dense by mlp_only_layers, 8 experts, top-2, norm_topk_prob,
+# output_router_logits.  tests/e2e/moe_train.py writes the model and its references (an expert
+# without a token at step 0, printed); the parity program (tests/e2e/test_e2e_hf_parity.c, given
+# the directory) checks logits, the loss with the load-balancing loss, every gradient (the idle
+# expert's exactly 0) and 10 AdamW steps (each expert skipped in the steps it got no token and
+# counting its own steps), with one micro-batch recomputed and kept (the same bits) and with two;
+# then the exports of the loaded and the trained weights load in transformers with the same tensors
+# and logits; and `slidedp train` of a Qwen3-MoE stopped and resumed gives the losses of an
+# uninterrupted run.  Skips (77) without torch, transformers or safetensors.
+set -u
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
+prog=$build/tests/e2e/test_e2e_hf_parity
+need_python torch transformers safetensors
+[ -x "$prog" ] || { echo "missing $prog (make check builds it)"; echo FAIL; exit 1; }
+"$py" "$top/tests/e2e/moe_train.py" gen "$tmp/moe" || fail=1
+[ $fail = 0 ] && { "$prog" "$tmp/moe" || fail=1; }
+[ $fail = 0 ] && { "$py" "$top/tests/e2e/moe_train.py" export "$tmp/moe" || fail=1; }
+# slidedp train on a tiny Qwen3-MoE with Qwen3's vocabulary: stopped by SIGUSR1 and resumed, the
+# losses are those of an uninterrupted run, bit for bit (the checkpoint keeps the experts' step
+# counts; 8 tokens a step leave some experts idle)
+"$py" "$top/tests/e2e/moe_train.py" cli "$tmp/cli" || fail=1
+cat > "$tmp/moe.yaml" << EOF
+model:
+  path: $tmp/cli
+data:
+  train: $top/data/kjv/val.tok
+  seq_len: 8
+batch:
+  global: 1
+  micro: 1
+optimizer:
+  lr: 1.0e-2
+train:
+  precision: fp32
+EOF
+losses() { sed -e 's/.*"step": *\([0-9]*\),.*"loss": *\([^,]*\),.*/\1 \2/' "$1"; }
+args="--steps 12 --checkpoint-every 2 --cpus 2 -q"
+"$bin" train "$tmp/moe.yaml" $args --output "$tmp/ref" --metrics "$tmp/ref.jsonl" 2> "$tmp/ref.err" ||
+    { echo "uninterrupted run failed"; cat "$tmp/ref.err"; fail=1; }
+d=$tmp/stopped
+"$bin" train "$tmp/moe.yaml" $args --output "$d" --metrics "$d.jsonl" 2> "$d.err1" &
+pid=$!
+i=0
+while [ "$(cat "$d.jsonl" 2> /dev/null | wc -l)" -lt 5 ] && [ $i -lt 600 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+kill -s USR1 $pid
+wait $pid
+"$bin" train "$tmp/moe.yaml" $args --output "$d" --metrics "$d.jsonl" 2> "$d.err2" ||
+    { echo "resumed run failed"; cat "$d.err2"; fail=1; }
+grep -q "resuming from" "$d.err2" || { echo "the second run did not resume"; fail=1; }
+if [ -s "$tmp/ref.jsonl" ] && [ "$(losses "$tmp/ref.jsonl")" = "$(losses "$d.jsonl")" ]; then
+    echo "resumed $(grep -o 'resuming from.*' "$d.err2" | sed 's|.*/||'): 12 losses bit-identical"
+    "$py" -c 'import glob, json, struct, sys
+f = open(sorted(glob.glob(sys.argv[1] + "/*.sdpckpt"))[-1], "rb").read()
+h = json.loads(f[64:64 + struct.unpack("<Q", f[16:24])[0]])
+print("experts step counts after step %d: %s" % (h["step"], h["expert_steps"]))' "$tmp/ref/checkpoints"
+else
+    echo "resumed run: losses differ from the uninterrupted run"
+    diff "$tmp/ref.jsonl" "$d.jsonl" | head
+    fail=1
+fi
+finish
