@@ -46,7 +46,7 @@ const struct sdp_env_var sdp_env_vars[] = {
       "sdp-slidedp: idle time after which a CUDA worker runs any fetch, not only its window's" },
     { "SDP_HOST_PREFETCH", "1 (default) | 0",
       "sdp-slidedp: prefetch host updates' data into the staging buffers" },
-    { "SDP_LPT_FETCH", "1 (default) | 0",
+    { "SDP_LPT_FETCH", "0 (default) | 1",
       "sdp-roundpipe: a stage's weight uploads longest first (0: group by group)" },
     { "SDP_SIM_BINARY", "a path (default build/sim/slidedp beside slidedp)",
       "slidedp simulate: the simulation build's program" },

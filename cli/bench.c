@@ -422,7 +422,7 @@ static int run(const struct bench_opts *b)
             json_object_set_new(settings, "in_flight",
                                 json_integer(b->r->in_flight > 0 ? b->r->in_flight : b->pipe + 1));
             json_object_set_new(settings, "lpt_fetch",
-                                json_boolean(sdp_env_long("SDP_LPT_FETCH", 1) > 0));
+                                json_boolean(sdp_env_long("SDP_LPT_FETCH", 0) > 0));
         }
         json_object_set_new(settings, "staging_depth", json_integer(b->staging_depth));
         json_object_set_new(settings, "prefetch_groups", json_integer(b->prefetch_groups));

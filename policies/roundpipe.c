@@ -10,7 +10,7 @@
  * train.param_delay 1, RoundPipe's delayed ones).  Micro-batches in flight (train.in_flight, by
  * default R + 1): the tasks of a micro-batch wait until it is among the `in_flight` oldest
  * unfinished ones (policies/roundpipe_flight.h), each wait logged ("micro-batches in flight").
- * A stage's fetches run longest first (policies/roundpipe_lpt.h; SDP_LPT_FETCH=0: in the
+ * With SDP_LPT_FETCH=1 a stage's fetches run longest first (policies/roundpipe_lpt.h; else in the
  * sdp-slidedp order, group by group). */
 #include "config.h"
 
@@ -34,7 +34,7 @@
 /* The configuration of the next start, and the stage workers of the running one. */
 static struct {
     int width, ngroups, nstages, in_flight;
-    int lpt;        /* the stage's fetches longest first (roundpipe_lpt.h; SDP_LPT_FETCH=0: off) */
+    int lpt;        /* the stage's fetches longest first (roundpipe_lpt.h; SDP_LPT_FETCH=1) */
     int *fwd, *bwd; /* [ngroups]: the stage of each group's forward and backward */
     int workers[MAX_STAGE_WORKERS], nworkers;
     unsigned ctx;
@@ -162,13 +162,13 @@ static void init_sched(unsigned ctx)
     if (!rp.fwd)
         SDP_WARN("sdp-roundpipe: no stage split configured: sdp-slidedp's placement");
     rp.ctx = ctx;
-    rp.lpt = sdp_env_long("SDP_LPT_FETCH", 1) > 0;
+    rp.lpt = sdp_env_long("SDP_LPT_FETCH", 0) > 0;
     sdp_rp_flight_init(&rp.flight, rp.fwd ? rp.in_flight : 1 << 30);
     sdp_slidedp_init_hooks(ctx, rp.fwd ? &hooks : NULL);
     SDP_INFO("sdp-roundpipe: %d stages round-robin over %d %s worker%s, %d micro-batches in "
              "flight, a stage's fetches %s",
              rp.nstages, rp.nworkers, cuda ? "CUDA" : "CPU", rp.nworkers > 1 ? "s" : "",
-             rp.flight.limit, rp.lpt ? "longest first" : "group by group (SDP_LPT_FETCH=0)");
+             rp.flight.limit, rp.lpt ? "longest first (SDP_LPT_FETCH=1)" : "group by group");
 }
 
 static void deinit_sched(unsigned ctx)
