@@ -2,7 +2,7 @@
 # Simulated scaling on the H100 machine file: qwen3-8b weak (16 sequences per GPU) and strong
 # (256 sequences a step), replicated + host sum without NVLink, sharded + GPU sum with NVLink.
 cd "${TOP:-$(dirname "$0")/../../..}"
-M=${MACHINE:-bench/results/2026-12-06-sim-h100/machine.json}
+M=${MACHINE:-bench/results/2026-12-06-sim-scaling/machine.json}
 O=${OUT:-bench/results/2026-12-06-sim-scaling}
 mkdir -p "$O"
 sim() { # NAME ARGS...
