@@ -330,6 +330,41 @@ def rp_warm_loss(p, args, nmb, dtype):
         del head
 
 
+def fit_mask_call(fn):
+    """transformers' mask builder fn, taking the keywords RoundPipe's models pass (written for
+    another transformers: input_embeds, past_key_values, cache_position) under the names the
+    installed one has (5.17: inputs_embeds, past_key_values; later: cache), and dropping those it
+    lacks."""
+    import functools
+    import inspect
+    names = set(inspect.signature(fn).parameters)
+    alias = {"input_embeds": "inputs_embeds", "inputs_embeds": "input_embeds",
+             "past_key_values": "cache", "cache": "past_key_values"}
+
+    @functools.wraps(fn)
+    def call(*a, **kw):
+        out = {}
+        for k, v in kw.items():
+            if k not in names and alias.get(k) in names:
+                k = alias[k]
+            if k in names:
+                out[k] = v
+        return fn(*a, **out)
+    return call
+
+
+def rp_fit_masks():
+    """Every RoundPipe model module's mask builders made to fit the installed transformers."""
+    import importlib
+    import pkgutil
+    import roundpipe.models as rm
+    for info in pkgutil.iter_modules(rm.__path__):
+        mod = importlib.import_module("roundpipe.models." + info.name)
+        for name in ("create_causal_mask", "create_sliding_window_causal_mask"):
+            if callable(getattr(mod, name, None)):
+                setattr(mod, name, fit_mask_call(getattr(mod, name)))
+
+
 def roundpipe(args):
     """RoundPipe's own code on the visible GPUs (module docstring); prints the JSON line."""
     import subprocess
@@ -337,6 +372,7 @@ def roundpipe(args):
     from roundpipe import RoundPipeRunConfig, wrap_model_to_roundpipe
     from roundpipe.device import device_list
     from roundpipe.optim import Adam
+    rp_fit_masks()
     p = shape(args.model)
     dtype = torch.float16 if args.rp_dtype == "fp16" else torch.bfloat16
     if dtype is torch.float16:
