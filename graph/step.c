@@ -489,7 +489,10 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
         rc = sdp_graph_moe_create(g);
     if (!rc && g->R > 1 && p->param_route == SDP_ROUTE_SHARDED) {
         /* every rank's replica of every group, chunked like the working copy, homed on the rank's
-         * GPU (gathered there after its chunks arrive, not through the host) */
+         * GPU (gathered there after its chunks arrive, not through the host); under a window (or a
+         * GPU memory cap: sdp_rt_tensor_create_on) homed on the host instead, so that StarPU may
+         * evict them, gathering them through the host */
+        int home_gpu = g->c.window == 0;
         g->rwork = calloc((size_t)g->R * st->ngroups, sizeof(*g->rwork));
         if (!g->rwork)
             rc = sdp_err(-ENOMEM, "replicas of %d ranks", g->R);
@@ -498,7 +501,7 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
                 sdp_rt_tensor_t **t = &g->rwork[(size_t)r * st->ngroups + gi];
                 snprintf(name, sizeof(name), "g%d.work.rank%d", gi, r);
                 rc = sdp_rt_tensor_create_on(t, st->work_dtype, st->groups[gi].nelems, name,
-                                             sdp_tasks_rank_worker(r));
+                                             home_gpu ? sdp_tasks_rank_worker(r) : -1);
                 if (!rc)
                     rc = sdp_rt_tensor_partition_like(*t, st->groups[gi].work);
             }

@@ -21,6 +21,8 @@
 #include "runtime/init.h"
 #include "base/sdp_log.h"
 
+static int gpu_capped; /* sdp_rt_gpu_capped() */
+
 static int started;
 
 /* Cores this process may run on, as StarPU counts them: hwloc cores (hardware threads where the
@@ -116,6 +118,7 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
                  "give SDP_ATTENTION=own for the project's kernels");
         return rc;
     }
+    gpu_capped = c->gpu_memory_gib > 0;
     if (c->gpu_memory_gib > 0) {
         char mib[32];
         snprintf(mib, sizeof(mib), "%.0f", c->gpu_memory_gib * 1024.0);
@@ -183,6 +186,11 @@ int sdp_rt_wait_all(void)
 int sdp_rt_ncpus(void)
 {
     return (int)starpu_cpu_worker_get_count();
+}
+
+int sdp_rt_gpu_capped(void)
+{
+    return gpu_capped;
 }
 
 int sdp_rt_ncuda(void)

@@ -24,6 +24,9 @@ int sdp_rt_wait_all(void);
 /** Number of CPU and CUDA workers of the running instance. */
 int sdp_rt_ncpus(void);
 int sdp_rt_ncuda(void);
+/** Whether StarPU's GPU memory is capped (sdp_rt_init's gpu_memory_gib), so that what it holds
+ * must stay evictable. */
+int sdp_rt_gpu_capped(void);
 /** Worker ids of R data-parallel ranks: the first R CUDA workers when there are CUDA workers, else
  * the first R CPU workers (standing in for GPUs).  @return 0 or -EINVAL (too few workers: logged
  * with what to change) */

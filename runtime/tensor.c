@@ -13,6 +13,7 @@
 
 #include "base/hostmem.h"
 #include "base/sdp_log.h"
+#include "runtime/init.h"
 #include "runtime/tensor_starpu.h"
 
 struct sdp_rt_tensor {
@@ -214,8 +215,8 @@ int sdp_rt_tensor_create_on(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nel
     int rc = check_size(nelems, name);
     if (rc)
         return rc;
-    if (worker < 0 || starpu_node_get_kind(node) == STARPU_CPU_RAM)
-        return create(out, dt, nelems, name, RESERVED);
+    if (worker < 0 || starpu_node_get_kind(node) == STARPU_CPU_RAM || sdp_rt_gpu_capped())
+        return create(out, dt, nelems, name, RESERVED); /* evictable: its home is the host */
     t = calloc(1, sizeof(*t));
     if (!t)
         return sdp_err(-ENOMEM, "tensor %s", name);

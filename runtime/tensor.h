@@ -31,7 +31,8 @@ int sdp_rt_tensor_create_device(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t
                                 const char *name);
 /** A device replica homed on the memory node of StarPU worker `worker` (a rank's GPU): its
  * buffer is allocated there now, and a partitioned replica whose chunks are written there is
- * gathered there, never through the host.  On a CPU worker (or worker -1), as
+ * gathered there, never through the host.  On a CPU worker (or worker -1), or with StarPU's GPU
+ * memory capped (sdp_rt_gpu_capped: what it holds must stay evictable), as
  * sdp_rt_tensor_create_device(). */
 int sdp_rt_tensor_create_on(sdp_rt_tensor_t **out, enum sdp_dtype dt, size_t nelems,
                             const char *name, int worker);
