@@ -3,10 +3,12 @@
 # Installs everything SlideDP needs on a Debian (bookworm or later) or Ubuntu machine:
 #   1. Debian packages (compiler, autotools, hwloc, OpenBLAS, jansson, libyaml, PCRE2, utf8proc,
 #      Python, clang-format, gnuplot, Slurm and munge for the Slurm test: their daemons are left
-#      disabled at boot and stopped, since the test starts private ones of its own),
+#      disabled at boot and stopped, since the test starts private ones of its own; OpenMPI for
+#      several nodes),
 #   2. a Python virtual environment with the reference packages (torch CPU, transformers, tokenizers),
 #      and with nvcc present the headers of cuDNN's C++ frontend (for the fused attention),
-#   3. StarPU 1.4.10 built from Debian's source tarball (with CUDA when nvcc is present),
+#   3. StarPU 1.4.10 built from Debian's source tarball (with CUDA when nvcc is present, and with
+#      StarPU-MPI: libstarpumpi, for training over several nodes, docs/nodes.md),
 #   4. with --simgrid, SimGrid (Debian's libsimgrid-dev) and StarPU built a second time with it, in
 #      PREFIX/starpu-simgrid, for the simulation build (tools/build-sim.sh, docs/simulation.md),
 # into a prefix that is reused when it is already built.  Idempotent: running it twice is cheap.
@@ -51,7 +53,7 @@ say() { printf '[setup] %s\n' "$*" >&2; }
 apt_pkgs=(build-essential autoconf automake libtool pkg-config curl ca-certificates
           libhwloc-dev libopenblas-dev libjansson-dev libyaml-dev libpcre2-dev libutf8proc-dev
           python3 python3-venv python3-pip clang-format slurm-wlm munge gnuplot-nox
-          clang libclang-rt-14-dev)
+          clang libclang-rt-14-dev openmpi-bin libopenmpi-dev)
 if [ "$do_simgrid" = 1 ]; then apt_pkgs+=(libsimgrid-dev); fi
 if [ "$do_apt" = 1 ]; then
     missing=()
@@ -168,9 +170,9 @@ build_starpu()
 if [ "$do_starpu" = 1 ]; then
     if [ "$with_cuda" = yes ]; then
         cudadir=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")
-        build_starpu "$starpu_prefix" cuda-yes --enable-cuda --with-cuda-dir="$cudadir"
+        build_starpu "$starpu_prefix" cuda-yes-mpi --enable-cuda --with-cuda-dir="$cudadir" --enable-mpi
     else
-        build_starpu "$starpu_prefix" cuda-no --disable-cuda
+        build_starpu "$starpu_prefix" cuda-no-mpi --disable-cuda --enable-mpi
     fi
     # the simulation build's: the GPUs simulated, so no CUDA (StarPU refuses both at once)
     if [ "$do_simgrid" = 1 ]; then
