@@ -16,6 +16,14 @@ int sdp_log_verbosity = SDP_LOG_INFO;
 
 static const char *level_name[] = { "error", "warn", "info", "debug" };
 
+/* "[sdp]", or "[sdp][node N]" in a run of several nodes (sdp_log_set_node) */
+static char tag[32] = "[sdp]";
+
+void sdp_log_set_node(int node)
+{
+    snprintf(tag, sizeof(tag), "[sdp][node %d]", node);
+}
+
 static const char *base_name(const char *path)
 {
     const char *s = strrchr(path, '/');
@@ -31,9 +39,9 @@ void sdp_log_at(int level, const char *func, const char *file, int line, const c
     if (level > SDP_LOG_DEBUG)
         level = SDP_LOG_DEBUG;
     if (level >= SDP_LOG_INFO || sdp_log_verbosity < SDP_LOG_DEBUG)
-        fprintf(stderr, "[sdp][%s] ", level_name[level]);
+        fprintf(stderr, "%s[%s] ", tag, level_name[level]);
     else
-        fprintf(stderr, "[sdp][%s][%s@%s:%d] ", level_name[level], func, base_name(file), line);
+        fprintf(stderr, "%s[%s][%s@%s:%d] ", tag, level_name[level], func, base_name(file), line);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -50,9 +58,9 @@ int sdp_err_at(int rc, const char *func, const char *file, int line, const char 
     int verbose = sdp_log_verbosity >= SDP_LOG_DEBUG;
     va_list ap;
     if (verbose)
-        fprintf(stderr, "[sdp][error][%s@%s:%d] ", func, base_name(file), line);
+        fprintf(stderr, "%s[error][%s@%s:%d] ", tag, func, base_name(file), line);
     else
-        fputs("[sdp][error] ", stderr);
+        fprintf(stderr, "%s[error] ", tag);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -67,7 +75,7 @@ void sdp_hint(const char *fmt, ...)
 {
     int saved = errno;
     va_list ap;
-    fputs("[sdp][hint] ", stderr);
+    fprintf(stderr, "%s[hint] ", tag);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);

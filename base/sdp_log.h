@@ -15,6 +15,8 @@ void sdp_log_at(int level, const char *func, const char *file, int line, const c
     __attribute__((format(printf, 5, 6)));
 int sdp_err_at(int rc, const char *func, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* Tag every message of this process with its node (runs of several nodes, runtime/nodes.h). */
+void sdp_log_set_node(int node);
 void sdp_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void sdp_assert_fail(const char *cond, const char *func, const char *file, int line,
                                const char *fmt, ...) __attribute__((format(printf, 5, 6)));

@@ -4,7 +4,7 @@ libsdp_a_SOURCES += cli/recipe.h cli/recipe.c cli/recipe_check.c cli/recipe_plan
 	cli/options.c
 bin_PROGRAMS += slidedp
 slidedp_SOURCES = cli/cli.h cli/main.c cli/train.c cli/train_internal.h cli/train_checks.c \
-	cli/train_rundir.c cli/train_loop.c cli/train_eval.c cli/train_metrics.c cli/hfdir.h cli/hfdir.c \
+	cli/train_rundir.c cli/train_loop.c cli/train_nodes.c cli/train_eval.c cli/train_metrics.c cli/hfdir.h cli/hfdir.c \
 	cli/policies.c cli/bench.c cli/bench_lora.c cli/export.c cli/tokenize.c cli/plot.c cli/sweep.c cli/util.c \
 	cli/options_cli.c
 slidedp_SOURCES += cli/calibrate.c cli/calibrate.h cli/calibrate_compute.c cli/calibrate_update.c cli/simulate.h cli/simulate.c cli/sim_platform.c cli/plan.c \

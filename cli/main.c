@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/sdp_log.h"
 #include "cli/cli.h"
+#include "runtime/nodes.h"
 #ifdef SDP_SIMGRID /* StarPU's library holds main() and runs this one as starpu_main() */
 #include <starpu_simgrid_wrap.h>
 #endif
@@ -35,20 +37,9 @@ static void usage(FILE *f)
         "  --version           print the version\n");
 }
 
-int main(int argc, char **argv)
+/* The command of argv[1]. */
+static int command(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return SDP_EXIT_USAGE;
-    }
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        usage(stdout);
-        return SDP_EXIT_OK;
-    }
-    if (!strcmp(argv[1], "--version")) {
-        printf("slidedp %s\n", PACKAGE_VERSION);
-        return SDP_EXIT_OK;
-    }
     if (!strcmp(argv[1], "train"))
         return sdp_cli_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plot"))
@@ -74,4 +65,44 @@ int main(int argc, char **argv)
     fprintf(stderr, "slidedp: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return SDP_EXIT_USAGE;
+}
+
+/* Started by an MPI launcher with several processes (runtime/nodes.h): `train` runs over the
+ * nodes, `calibrate` measures the link between them; the other commands are one process's.  A
+ * failure on one node ends every process (the others would wait for it). */
+static int over_nodes(int argc, char **argv)
+{
+    int rc;
+    if (sdp_rt_nodes_init(&argc, &argv))
+        sdp_rt_nodes_abort(SDP_EXIT_USAGE);
+    if (strcmp(argv[1], "train") && strcmp(argv[1], "calibrate")) {
+        sdp_err(-EINVAL, "slidedp %s runs as one process; started by an MPI launcher with %d",
+                argv[1], sdp_rt_nnodes());
+        sdp_hint("start it without mpirun/srun -n, or run `slidedp train` or `slidedp calibrate`");
+        sdp_rt_nodes_abort(SDP_EXIT_USAGE);
+    }
+    rc = command(argc, argv);
+    if (rc != SDP_EXIT_OK)
+        sdp_rt_nodes_abort(rc);
+    sdp_rt_nodes_finalize();
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return SDP_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return SDP_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("slidedp %s\n", PACKAGE_VERSION);
+        return SDP_EXIT_OK;
+    }
+    if (sdp_rt_nodes_launched())
+        return over_nodes(argc, argv);
+    return command(argc, argv);
 }

@@ -152,7 +152,9 @@ void sdp_recipe_graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc
 {
     memset(gc, 0, sizeof(*gc));
     gc->micro_batch = r->micro_batch;
-    gc->n_micro = r->global_batch / r->micro_batch;
+    gc->nodes = r->nodes > 1 ? r->nodes : 1;
+    gc->node = r->node;
+    gc->n_micro = r->global_batch / r->micro_batch / gc->nodes; /* this node's */
     gc->seq_len = r->seq_len;
     gc->recompute = r->recompute;
     gc->offload_inputs = r->act_offload;

@@ -170,7 +170,8 @@ int sdp_grad_bf16_choice(int grad_dtype, int ranks, int on_gpu)
 
 int sdp_recipe_grad_bf16(const struct sdp_recipe *r, int on_gpu)
 {
-    return sdp_grad_bf16_choice(r->grad_bf16, r->ranks, on_gpu);
+    /* the bf16 return is one rank's: several nodes reduce like several ranks */
+    return sdp_grad_bf16_choice(r->grad_bf16, r->nodes > 1 ? 2 : r->ranks, on_gpu);
 }
 
 int sdp_recipe_grad_routes(const struct sdp_recipe *r, int ngroups, unsigned char *gpu)

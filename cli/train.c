@@ -20,7 +20,9 @@
 #include "cli/options.h"
 #include "cli/predict_cli.h"
 #include "cli/train_internal.h"
+#include "base/crc32c.h"
 #include "runtime/init.h"
+#include "runtime/nodes.h"
 #include "runtime/peft.h"
 #include "base/sdp_log.h"
 #include "runtime/tensor.h"
@@ -77,10 +79,8 @@ static void graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc)
     sdp_recipe_graph_conf(r, gc);
     gc->doc_mask = r->doc_mask;
     gc->doc_positions = r->doc_positions;
-    if (r->param_delay)
-        SDP_WARN("train.param_delay = 1: every step computes with weights one update old "
-                 "(asynchronous optimizer); SlideDP's invariant 3 does not hold");
-    sdp_cli_place_norms(r->ranks, gc->window);
+    gc->allgather = sdp_rt_nodes_allgather;
+    sdp_cli_place_norms(r->nodes > 1 ? 2 : r->ranks, gc->window);
 }
 
 /* The state: with lora:, the frozen base and the adapters (sdp_state_create_lora). */
@@ -109,8 +109,11 @@ static int start(struct sdp_train *t)
     rc_conf.sched_name = r->sched;
     rc_conf.sched_policy = t->policy;
     rc_conf.ncpus = r->cpus;
-    if (r->ranks > 1 && r->gpus <= 0 && r->cpus == 0 && sysconf(_SC_NPROCESSORS_ONLN) < r->ranks)
-        rc_conf.ncpus = r->ranks; /* CPU ranks: one worker each, even on fewer cores */
+    /* CPU ranks: one worker each, even on fewer cores (over several nodes StarPU-MPI keeps a core
+     * for its thread) */
+    if (r->ranks > 1 && r->gpus <= 0 && r->cpus == 0 &&
+        sysconf(_SC_NPROCESSORS_ONLN) - (r->nodes > 1) < r->ranks)
+        rc_conf.ncpus = r->ranks;
     if (t->pipe > 1 && r->gpus <= 0 && r->cpus == 0 && sysconf(_SC_NPROCESSORS_ONLN) < t->pipe)
         rc_conf.ncpus = t->pipe; /* sdp-roundpipe's stage workers on CPU workers */
     if (t->pipe > 1 && r->gpus <= 0)
@@ -123,6 +126,8 @@ static int start(struct sdp_train *t)
     if (sdp_rt_init(&rc_conf))
         return SDP_EXIT_FAILURE;
     t->started = 1;
+    if (sdp_train_nodes_gpus() != SDP_EXIT_OK)
+        return SDP_EXIT_USAGE;
     sdp_train_install_signals(); /* over StarPU's SIGINT handler (STARPU_CATCH_SIGNALS) */
     t->grad_dt = sdp_recipe_grad_bf16(r, sdp_rt_ncuda() > 0) ? SDP_BF16 : SDP_F32;
     /* the auto policy's reduced pipeline before the run's state and its trace */
@@ -223,8 +228,7 @@ static int graph_make(struct sdp_train *t, int with_auto, int first)
     struct sdp_plan plan;
     int rc;
 
-    sdp_recipe_graph_conf(r, &gc);
-    sdp_cli_place_norms(r->ranks, gc.window);
+    graph_conf(r, &gc);
     gc.grad_route_gpu = t->routes;
     if (plan_make(r, &t->st, &gc, &plan))
         return r->nplan ? SDP_EXIT_USAGE : SDP_EXIT_FAILURE;
@@ -262,6 +266,13 @@ static int build(struct sdp_train *t)
     int rc;
 
     graph_conf(r, &gc);
+    if (r->param_delay)
+        SDP_WARN("train.param_delay = 1: every step computes with weights one update old "
+                 "(asynchronous optimizer); SlideDP's invariant 3 does not hold");
+    if (r->nodes > 1)
+        SDP_INFO("%d nodes (one process each) of %d rank%s: the gradient across the nodes in rank "
+                 "order, on the host",
+                 r->nodes, r->ranks > 1 ? r->ranks : 1, r->ranks > 1 ? "s" : "");
     if (r->ranks > 1) {
         int wid[SDP_MAX_RANKS];
         if (sdp_rt_rank_workers(r->ranks, wid) || sdp_tasks_set_ranks(r->ranks, wid))
@@ -280,9 +291,10 @@ static int build(struct sdp_train *t)
         "training %s (%zu parameters, %d layers) for %d steps: %d x %d sequences of %d tokens, "
         "%s, lr %.3g, data %s (%llu sequences)%s%s",
         sdp_model_arch_name(r->model.arch), sdp_model_num_params(&r->model), r->model.num_layers,
-        r->steps, gc.n_micro, r->micro_batch, r->seq_len, t->work_dt == SDP_BF16 ? "bf16" : "fp32",
-        r->lr, r->data_train, (unsigned long long)t->data.nseq,
-        r->output_dir[0] ? ", run directory " : "", r->output_dir);
+        r->steps, gc.n_micro * gc.nodes, r->micro_batch, r->seq_len,
+        t->work_dt == SDP_BF16 ? "bf16" : "fp32", r->lr, r->data_train,
+        (unsigned long long)t->data.nseq, r->output_dir[0] ? ", run directory " : "",
+        r->output_dir);
 #ifdef SDP_SIMGRID
     SDP_INFO("simulation: no codelet runs; the losses, norms and weights are not the model's, the "
              "times are the simulated machine's");
@@ -327,7 +339,7 @@ static int run(struct sdp_train *t)
     int rc;
 
     if ((rc = sdp_train_check(t)) != SDP_EXIT_OK ||
-        (rc = sdp_train_rundir_open(t)) != SDP_EXIT_OK ||
+        (rc = sdp_train_nodes_rundir(t)) != SDP_EXIT_OK ||
         (rc = sdp_train_metrics_open(t)) != SDP_EXIT_OK)
         return rc;
     t->ids = malloc(n * sizeof(*t->ids));
@@ -355,7 +367,7 @@ static int run(struct sdp_train *t)
     sdp_trace_bus(r->steps - 1); /* what the last step moved after it returned */
     if ((r->trace || r->events) && sdp_trace_write(r->events, r->trace))
         rc = SDP_EXIT_FAILURE;
-    if (rc == SDP_EXIT_OK && !t->stopped)
+    if (rc == SDP_EXIT_OK && !t->stopped && r->node == 0) /* node 0 writes for the run */
         rc = sdp_train_rundir_finish(t);
     if (rc == SDP_EXIT_OK)
         print_summary(t, t0);
@@ -415,6 +427,11 @@ int sdp_cli_train(int argc, char **argv)
         snprintf(r.sched, sizeof(r.sched), "%s", "sdp-slidedp");
     {
         struct sdp_train t = { .r = &r, .last_loss = NAN };
+        uint32_t args_crc = 0;
+        for (int i = 0; i < argc; i++) /* the processes of several nodes compare theirs */
+            args_crc = sdp_crc32c(args_crc, argv[i], strlen(argv[i]) + 1);
+        if ((rc = sdp_train_nodes_setup(&t, args_crc)) != SDP_EXIT_OK)
+            return rc;
         if (!strcmp(r.sched, "sdp-roundpipe")) { /* the ranks are the pipeline's, not the data's */
             t.pipe = r.ranks > 1 ? r.ranks : 1;
             r.ranks = 1;

@@ -131,6 +131,19 @@ int sdp_train_rundir_open(struct sdp_train *t);
 /** The trained model as final/ and the COMPLETE marker.  @return an exit status. */
 int sdp_train_rundir_finish(struct sdp_train *t);
 
+/* cli/train_nodes.c: runs over several nodes (one process each; no-ops on one) */
+/** The node's part of the run, checked against every other process's (the same binary, recipe
+ * and arguments, the micro-batches dividing among the nodes' ranks, the options that run on one
+ * node refused); the nodes but node 0 quiet.  @return an exit status */
+int sdp_train_nodes_setup(struct sdp_train *t, uint32_t args_crc);
+/** The run directory: node 0 opens it (sdp_train_rundir_open), the others resume its checkpoint.
+ * @return an exit status */
+int sdp_train_nodes_rundir(struct sdp_train *t);
+/** Every node with as many CUDA workers (after StarPU starts).  @return an exit status */
+int sdp_train_nodes_gpus(void);
+/** Whether any node was asked to stop (mine: this one).  @return an exit status */
+int sdp_train_nodes_stop(int mine, int *stop);
+
 /* cli/train_metrics.c */
 /** Open the metrics file (a resumed run drops the lines after its checkpoint and appends).
  * @return an exit status. */

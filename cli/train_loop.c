@@ -169,6 +169,8 @@ static int check_finite(const struct sdp_train *t, int s, const struct sdp_step_
 static int checkpoint(struct sdp_train *t, int s, const uint64_t pos[2], double loss)
 {
     const struct sdp_recipe *r = t->r;
+    if (r->node > 0) /* several nodes: node 0 writes the run's (the same state) */
+        return SDP_EXIT_OK;
     /* the metrics file in place first: a resume from an older checkpoint trims it */
     if (sdp_train_metrics_commit(t, 1))
         return SDP_EXIT_FAILURE;
@@ -255,7 +257,8 @@ int sdp_train_steps(struct sdp_train *t)
         }
         t->last_loss = res.loss;
         t->done = s + 1;
-        stop = stop_signal != 0;
+        if ((rc = sdp_train_nodes_stop(stop_signal != 0, &stop)) != SDP_EXIT_OK)
+            break; /* several nodes stop at the same step */
         if (t->ckdir[0] && (stop || s + 1 == r->steps ||
                             (r->checkpoint_every > 0 && (s + 1) % r->checkpoint_every == 0)))
             rc = checkpoint(t, s, pos, res.loss);

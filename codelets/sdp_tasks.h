@@ -275,6 +275,12 @@ int sdp_task_adamw_late(const struct sdp_task_opts *o, sdp_rt_tensor_t *master,
 int sdp_task_grad_reduce(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                          sdp_rt_tensor_t *const *in, int nin);
 
+/** Runs over several nodes (runtime/nodes.h): t to process `node`, or t (W) from it, matched by
+ * tag; detached StarPU-MPI requests ordered with the tasks on t.  @return 0, -ENOTSUP (built
+ * without StarPU-MPI) or -EIO */
+int sdp_task_node_send(sdp_rt_tensor_t *t, int node, int64_t tag);
+int sdp_task_node_recv(sdp_rt_tensor_t *t, int node, int64_t tag);
+
 /** The bf16 gradient return of one group: grad (n) f32 R, read whole (its partition plan gives
  * the chunks' bounds); for each chunk c: sumsq[c] (1) f64 W = its squared norm (the bits of
  * sdp_task_sumsq on the same elements) and ret[c] (the chunk's length, bf16) W = its elements

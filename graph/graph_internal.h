@@ -20,9 +20,11 @@ struct sdp_graph {
     sdp_rt_tensor_t **segs;           /* [2][n_micro] (doc_mask): the tokens' document starts */
     sdp_rt_tensor_t *seg_mb;          /* those of the micro-batch being submitted, or NULL */
     sdp_rt_tensor_t **loss;           /* [n_micro] (2) f64 */
+    double *mb_loss;                  /* [n_micro] their loss sums, read after the step */
     sdp_rt_tensor_t **sumsq;          /* [nchunks_total] (1) f64 */
     sdp_rt_tensor_t *clip;            /* (2) f64: norm, coefficient */
     int R, nm_rank;                   /* ranks, micro-batches per rank */
+    int P, node;                      /* nodes of the run (1: one), this one's index */
     sdp_rt_tensor_t **rgrad;          /* [(R - 1) * ngroups]: gradients of ranks 1..R-1 (of
                                          what each group trains: train_grad) */
     sdp_rt_tensor_t **work2;          /* [ngroups]: second working copies (param_delay 1) */
@@ -107,6 +109,13 @@ static inline int temp(sdp_rt_tensor_t **t, enum sdp_dtype dt, size_t n, const c
 static inline int rank_of(const sdp_graph_t *g, int mb)
 {
     return mb < 0 ? 0 : mb / g->nm_rank;
+}
+
+/* Whether the step reduces gradients after the backward: several ranks or several nodes (one
+ * rank of one node: the norms, packs and returns follow each group's backward instead). */
+static inline int reduces(const sdp_graph_t *g)
+{
+    return g->R > 1 || g->P > 1;
 }
 
 /* The gradient of what group gi trains that rank r accumulates into (rank 0's is the state's):
@@ -202,6 +211,10 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
 int sdp_graph_recomputed(const sdp_graph_t *g, int l);
 unsigned long long sdp_graph_bwd_gate(const sdp_graph_t *g, const unsigned long long *done, int l);
 
+/* graph/nodes.c: group gi's gradient across the nodes (the ranks' sum of this node included), and
+ * the step's loss sum over every node's micro-batches (mine: this node's, per micro-batch). */
+int sdp_graph_reduce_nodes(sdp_graph_t *g, int step, int gi, struct sdp_task_opts o);
+int sdp_graph_nodes_loss(sdp_graph_t *g, const double *mine, double *sum);
 /* parameter dispatch, gradient zeroing, norms and rank reduction (graph/routes.c) */
 int sdp_graph_owner_of(const sdp_graph_t *g, int gi, int c);
 int sdp_graph_fetch(sdp_graph_t *g, int step, int gi, enum sdp_phase ph, unsigned long long after,

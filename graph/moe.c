@@ -123,8 +123,8 @@ static int refused(const sdp_graph_t *g)
     const char *why = NULL;
     if (sdp_tasks_compute_on_gpu())
         why = "the compute is on GPUs, and the block has CPU kernels only so far";
-    else if (g->R > 1)
-        why = "several ranks: their routes do not carry the experts' usage yet";
+    else if (g->R > 1 || g->P > 1)
+        why = "several ranks or nodes: their routes do not carry the experts' usage yet";
     else if (g->plan.lora.rank > 0)
         why = "LoRA adapters on a sparse layer are not built yet";
     else if (!g->st->groups[g->moe_first].expert_steps)

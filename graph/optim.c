@@ -37,7 +37,7 @@ int sdp_graph_grad_chunks(sdp_graph_t *g, int step, int gi)
     for (int c = 0; c < gs->nchunks; c++) {
         struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
         o.hint.chunk = c;
-        o.on_rank = g->R > 1 && g->plan.group[gi].grad_gpu; /* where the ranks' sum is */
+        o.on_rank = reduces(g) && g->plan.group[gi].grad_gpu; /* where the ranks' sum is */
         TRY_RET(sdp_task_grad_chunk(&o, out[c], gs->grad, sdp_rt_tensor_part_offset(gs->grad, c)));
     }
     sdp_rt_tensor_discard(gs->grad);
@@ -105,7 +105,7 @@ static int pack(sdp_graph_t *g, int step, int mb, int gi)
  * of the step and there is one rank. */
 int sdp_graph_norms_if_final(sdp_graph_t *g, int step, int mb, int gi)
 {
-    if (g->R != 1 || mb != g->c.n_micro - 1)
+    if (reduces(g) || mb != g->c.n_micro - 1)
         return 0;
     if (sdp_graph_packs(g, gi))
         return pack(g, step, mb, gi);
@@ -381,7 +381,7 @@ int sdp_graph_optimizer(sdp_graph_t *g, int step, int update)
 {
     struct sdp_state *st = g->st;
     int rc;
-    if (g->R > 1) {
+    if (reduces(g)) {
         TRY_RET(sdp_graph_reduce_ranks(g, step));
         for (int gi = 0; gi < st->ngroups; gi++) {
             TRY_RET(sdp_graph_norms(g, step, gi));
@@ -408,7 +408,7 @@ int sdp_graph_optimizer(sdp_graph_t *g, int step, int update)
         /* an fp32 gradient read chunk by chunk is dead once its updates have read it (the next
          * step zeroes it): without a window nothing would evict its GPU copy, and StarPU kept
          * every layer's there */
-        if (g->R == 1 && !st->groups[gi].grad_ret && !(gi == 0 && g->rows_grad))
+        if (!reduces(g) && !st->groups[gi].grad_ret && !(gi == 0 && g->rows_grad))
             sdp_rt_tensor_discard(st->groups[gi].grad);
     }
     return 0;

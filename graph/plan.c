@@ -48,7 +48,7 @@ static int mlp_chunk0(const struct sdp_state *st, int gi)
  * is made on the GPU and whose working copy the update writes in place. */
 static int gpu_update_applies(const struct sdp_plan *p, const struct sdp_state *st)
 {
-    return p->nranks == 1 && sdp_tasks_compute_on_gpu() && p->nlayers >= 1 &&
+    return sdp_plan_one_rank(p) && sdp_tasks_compute_on_gpu() && p->nlayers >= 1 &&
            (st->lora.rank > 0 || (st->groups[1].grad_ret && !st->groups[1].staged));
 }
 
@@ -57,7 +57,7 @@ static int gpu_update_applies(const struct sdp_plan *p, const struct sdp_state *
 static int mlp_early_applies(const struct sdp_plan *p, int gi)
 {
     const struct sdp_plan_group *pg = &p->group[gi];
-    return p->nranks == 1 && gi >= 1 && gi <= p->nlayers && pg->grad_bf16 && !p->clip &&
+    return sdp_plan_one_rank(p) && gi >= 1 && gi <= p->nlayers && pg->grad_bf16 && !p->clip &&
            !pg->update_gpu;
 }
 
@@ -85,7 +85,8 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     pg->grad_gpu =
         c->grad_route_gpu ? c->grad_route_gpu[gi] : c->grad_route == SDP_ROUTE_GPU_REDUCE;
     pg->grad_bf16 = gs->grad_ret != NULL;
-    pg->norms_gpu = (p->nranks == 1 && sdp_tasks_norms_on_gpu()) || (p->nranks > 1 && pg->grad_gpu);
+    pg->norms_gpu = (sdp_plan_one_rank(p) && sdp_tasks_norms_on_gpu()) ||
+                    (!sdp_plan_one_rank(p) && pg->grad_gpu);
     pg->nchunks = gs->nchunks;
     pg->chunk_elems = st->chunk_elems;
     /* LoRA: the adapters' master and moments move to the GPU with their update (graph/lora.c) */
@@ -97,8 +98,9 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
                             (gs->staged || (gi == 1 && c->mlp_early >= 1))
                         ? mlp_chunk0(st, gi)
                         : -1;
-    pg->embed_early = gi == 0 && st->cfg.tie_word_embeddings && pg->grad_bf16 && p->nranks == 1 &&
-                      c->embed_early >= 0 && !p->clip && (!st->work_staged || st->embed_staged);
+    pg->embed_early = gi == 0 && st->cfg.tie_word_embeddings && pg->grad_bf16 &&
+                      sdp_plan_one_rank(p) && c->embed_early >= 0 && !p->clip &&
+                      (!st->work_staged || st->embed_staged);
     if (layer && sdp_lora_layer_on(&c->lora, gi)) {
         pg->lora_targets = c->lora.targets;
         pg->lora_rank = c->lora.rank;
@@ -136,7 +138,7 @@ static int grad_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, 
     const struct sdp_plan_group *pg = &p->group[gi];
     int wanted = pipeline_wanted();
     return wanted && !pg->grad_bf16 && !gs->frozen && p->lora.rank == 0 && gs->nchunks > 1 &&
-           (wanted == 2 || (p->nranks == 1 ? pg->norms_gpu : pg->grad_gpu));
+           (wanted == 2 || (sdp_plan_one_rank(p) ? pg->norms_gpu : pg->grad_gpu));
 }
 
 int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct sdp_graph_conf *c)
@@ -155,6 +157,7 @@ int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct s
     if (!p->group)
         return sdp_err(-ENOMEM, "plan of %d groups", p->ngroups);
     p->nranks = c->nranks > 1 ? c->nranks : 1;
+    p->nodes = c->nodes > 1 ? c->nodes : 1;
     p->param_route = c->param_route;
     p->window = c->window;
     p->bwd_lookahead = c->bwd_lookahead;
@@ -163,10 +166,10 @@ int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct s
     p->lora = c->lora;
     for (int gi = 0; gi < p->ngroups; gi++)
         fill_group(p, st, c, gi);
-    if (c->embed_lookup_host && (p->nranks > 1 || st->groups[0].staged))
+    if (c->embed_lookup_host && (!sdp_plan_one_rank(p) || st->groups[0].staged))
         SDP_WARN("train.embed_lookup host applies with one rank and the embedding's working copy "
                  "on the host; the lookup runs where the compute runs");
-    p->lookup_host = c->embed_lookup_host && p->nranks == 1 && !st->groups[0].staged;
+    p->lookup_host = c->embed_lookup_host && sdp_plan_one_rank(p) && !st->groups[0].staged;
     p->rows_pack =
         m->tie_word_embeddings && st->groups[0].grad_ret && !sdp_env_is("SDP_ROWS_PACK", "off");
     p->defer_rows = p->lookup_host && p->rows_pack && p->group[0].embed_early && !p->param_delay &&
@@ -211,7 +214,7 @@ static void set_one(struct sdp_plan *p, const struct sdp_state *st, int gi, int 
         break;
     case 2: /* grad_route */
         pg->grad_gpu = v;
-        pg->norms_gpu = p->nranks > 1 ? v : pg->norms_gpu;
+        pg->norms_gpu = !sdp_plan_one_rank(p) ? v : pg->norms_gpu;
         pg->grad_chunks = st && grad_chunks_of(p, st, gi);
         break;
     case 3: /* update */
@@ -348,7 +351,7 @@ static int check_group(const struct sdp_plan *p, const struct sdp_state *st, int
                        "plan: group %d's gradient dtype and working copy's home are the "
                        "state's (train.grad_dtype, work_home, embed_home)",
                        gi);
-    if (pg->embed_early && (gi != 0 || !p->group[0].grad_bf16 || p->nranks != 1 || p->clip))
+    if (pg->embed_early && (gi != 0 || !p->group[0].grad_bf16 || !sdp_plan_one_rank(p) || p->clip))
         return sdp_err(-EINVAL, "plan: the embedding's early update is for group 0 with one rank, "
                                 "the bf16 return and no clipping");
     return 0;

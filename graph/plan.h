@@ -62,12 +62,18 @@ struct sdp_plan_group {
     int lora_rank;          /* their adapters' rank r (0 without) */
 };
 
+struct sdp_plan;
+/* One rank of one node: no reduction after the backward (each group's norms, packs and returns
+ * follow its backward), and the one-rank-only mechanisms may apply. */
+static inline int sdp_plan_one_rank(const struct sdp_plan *p);
+
 struct sdp_plan {
     int nlayers;                  /* L */
     int ngroups;                  /* L + 2 */
     struct sdp_plan_group *group; /* [ngroups] */
     /* run-wide */
-    int nranks;                       /* data-parallel ranks (1: one) */
+    int nranks;                       /* data-parallel ranks of this node (1: one) */
+    int nodes;                        /* nodes of the run, one process each (1: one) */
     enum sdp_param_route param_route; /* with ranks: replicated or sharded dispatch */
     int window;                       /* bounded GPU window (sdp_graph_conf.window) */
     int bwd_lookahead;                /* backward preparations ahead (sdp_graph_conf) */
@@ -82,6 +88,11 @@ struct sdp_plan {
                                  adapters of the groups with lora_targets train, their output
                                  scaled by alpha / rank (sdp_lora_scale) */
 };
+
+static inline int sdp_plan_one_rank(const struct sdp_plan *p)
+{
+    return p->nranks == 1 && p->nodes <= 1;
+}
 
 /* The group index of the final norm and LM head in a plan. */
 #define SDP_PLAN_HEAD(p) ((p)->nlayers + 1)

@@ -137,7 +137,7 @@ int sdp_graph_norms(sdp_graph_t *g, int step, int gi)
     if (g->st->groups[gi].frozen) /* LoRA: the group's adapters, if any */
         return sdp_graph_lora_norms(g, step, gi);
     if (g->plan.group[gi].norms_gpu) {
-        o.on_rank = g->R > 1; /* rank 0's worker, where the route summed */
+        o.on_rank = reduces(g); /* rank 0's worker, where the route summed */
         return sdp_task_grad_sumsq(&o, g->st->groups[gi].grad, &g->sumsq[g->chunk0[gi]]);
     }
     for (int c = 0; c < g->st->groups[gi].nchunks; c++) {
@@ -190,6 +190,10 @@ int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
             continue;
         o.on_rank = g->plan.group[gi].grad_gpu;
         o.on_host = !o.on_rank; /* the host route: never an idle GPU's */
+        if (g->P > 1) {         /* across the nodes (graph/nodes.c) */
+            TRY_RET(sdp_graph_reduce_nodes(g, step, gi, o));
+            continue;
+        }
         if (o.on_host && chunked_alike(g, gi)) {
             TRY_RET(reduce_chunks(g, o, gi));
             continue;
@@ -211,7 +215,7 @@ void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r)
      * hint on the host's whole copy would gather its chunks there) */
     if (!g->st->groups[gi].staged && !chunked_fetch(g, gi))
         sdp_rt_tensor_wont_use(work_of(g, gi, step));
-    if (!(g->R == 1 && (sdp_graph_packs(g, gi) || sdp_graph_grad_out(g, gi))) &&
+    if (!(!reduces(g) && (sdp_graph_packs(g, gi) || sdp_graph_grad_out(g, gi))) &&
         !g->st->groups[gi].frozen)
         sdp_rt_tensor_wont_use(grad_of(g, gi, r));
 }

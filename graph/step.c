@@ -185,10 +185,8 @@ int sdp_graph_step_docs(sdp_graph_t *g, int step, const int32_t *ids, const int3
     double loss_sum = 0.0;
     int set = step & 1, rc;
 
-    if (g->segs && (rc = sdp_graph_docs_check(g, step, segs)) != 0)
-        return rc;
-
-    for (size_t i = 0; i < total; i++) {
+    /* over every node's micro-batches (the mean's count), then this node's */
+    for (size_t i = 0; i < total * g->P; i++) {
         if (ids[i] < 0 || ids[i] >= g->V)
             return sdp_err(-EINVAL,
                            "step %d: token id %d at position %zu is outside the vocabulary (V=%d)",
@@ -202,6 +200,12 @@ int sdp_graph_step_docs(sdp_graph_t *g, int step, const int32_t *ids, const int3
     if (valid == 0)
         return sdp_err(-EINVAL, "step %d: every target is ignored; nothing to learn from",
                        step + 1);
+    ids += total * g->node;
+    targets += total * g->node;
+    if (segs)
+        segs += total * g->node;
+    if (g->segs && (rc = sdp_graph_docs_check(g, step, segs)) != 0)
+        return rc;
 
     /* the tags of a step that failed part-way may belong to tasks never submitted: leave them */
     g->ntags = 0;
@@ -254,9 +258,12 @@ int sdp_graph_step_docs(sdp_graph_t *g, int step, const int32_t *ids, const int3
         rc = sdp_rt_tensor_acquire(g->loss[mb], 0);
         if (rc)
             return rc;
-        loss_sum += ((const double *)sdp_rt_tensor_data(g->loss[mb]))[0];
+        g->mb_loss[mb] = ((const double *)sdp_rt_tensor_data(g->loss[mb]))[0];
+        loss_sum += g->mb_loss[mb];
         sdp_rt_tensor_release_acquire(g->loss[mb]);
     }
+    if (g->P > 1 && (rc = sdp_graph_nodes_loss(g, g->mb_loss, &loss_sum)) != 0)
+        return rc;
     rc = sdp_rt_tensor_acquire(g->clip, 0);
     if (rc)
         return rc;
@@ -287,7 +294,7 @@ int sdp_graph_step_docs(sdp_graph_t *g, int step, const int32_t *ids, const int3
     if ((rc = sdp_graph_moe_loss(g, &res->aux_loss)) != 0 || (rc = sdp_graph_moe_sync(g)) != 0)
         return rc;
     res->loss = loss_sum / (double)valid + res->aux_loss;
-    res->tokens = (long long)total;
+    res->tokens = (long long)(total * g->P);
     res->valid_targets = valid;
     return 0;
 }
@@ -402,6 +409,8 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
     }
     g->R = p->nranks;
     g->nm_rank = c->n_micro / g->R;
+    g->P = c->nodes > 1 ? c->nodes : 1;
+    g->node = g->P > 1 ? c->node : 0;
     g->C = m->hidden_size;
     g->I = m->intermediate_size;
     g->NH = m->num_heads;
@@ -421,6 +430,7 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
     g->ids = calloc(2 * (size_t)c->n_micro, sizeof(*g->ids));
     g->targets = calloc(2 * (size_t)c->n_micro, sizeof(*g->targets));
     g->loss = calloc((size_t)c->n_micro, sizeof(*g->loss));
+    g->mb_loss = calloc((size_t)c->n_micro, sizeof(*g->mb_loss));
     g->nsumsq = st->nchunks_total;
     g->chunk0 = calloc((size_t)st->ngroups, sizeof(*g->chunk0));
     if (g->chunk0 && p->lora.rank > 0)
@@ -429,7 +439,7 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
         for (int gi = 1; g->chunk0 && gi < st->ngroups; gi++)
             g->chunk0[gi] = g->chunk0[gi - 1] + st->groups[gi - 1].nchunks;
     g->sumsq = calloc((size_t)(g->nsumsq > 0 ? g->nsumsq : 1), sizeof(*g->sumsq));
-    if (!g->ids || !g->targets || !g->loss || !g->sumsq || !g->chunk0 || rc) {
+    if (!g->ids || !g->targets || !g->loss || !g->mb_loss || !g->sumsq || !g->chunk0 || rc) {
         sdp_graph_destroy(g);
         return sdp_err(-ENOMEM, "graph buffers");
     }
@@ -506,9 +516,10 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
                     rc = sdp_rt_tensor_partition_like(*t, st->groups[gi].work);
             }
     }
-    if (!rc && g->R > 1 && st->grad_dtype != SDP_F32)
-        rc = sdp_err(-EINVAL, "graph: the bf16 gradient return is for one rank (%d ranks asked)",
-                     g->R);
+    if (!rc && reduces(g) && st->grad_dtype != SDP_F32)
+        rc = sdp_err(-EINVAL,
+                     "graph: the bf16 gradient return is for one rank (%d ranks, %d nodes asked)",
+                     g->R, g->P);
     if (!rc && g->R > 1) {
         /* ranks 1..R-1 accumulate into gradients of their own, chunked like rank 0's: of the
          * group's parameters, or under LoRA of its adapters (none for a frozen group without) */
@@ -585,6 +596,7 @@ void sdp_graph_destroy(sdp_graph_t *g)
     free(g->ids);
     free(g->targets);
     free(g->loss);
+    free(g->mb_loss);
     free(g->sumsq);
     free(g->tags); /* a failed step's tags stay with StarPU until it shuts down */
     free(g);

@@ -19,6 +19,7 @@
 
 #include "base/env.h"
 #include "runtime/init.h"
+#include "runtime/nodes.h"
 #include "base/sdp_log.h"
 
 static int gpu_capped; /* sdp_rt_gpu_capped() */
@@ -129,7 +130,7 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
 #endif
     if (!sdp_env("STARPU_SILENT"))
         setenv("STARPU_SILENT", "1", 0);
-    rc = starpu_init(&conf);
+    rc = sdp_rt_nodes_starpu_init(&conf);
     if (rc == -ENODEV) {
         rc = sdp_err(rc, "StarPU found no worker (cpus=%d, cuda=%d)", c->ncpus, c->ncuda);
         sdp_hint(
@@ -149,7 +150,7 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
             rc = sdp_err(-ENODEV, "the run asks for GPUs, StarPU found no usable CUDA device");
         sdp_hint(
             "check nvidia-smi and CUDA_VISIBLE_DEVICES, or set train.gpus: 0 to train on CPUs");
-        starpu_shutdown();
+        sdp_rt_nodes_starpu_shutdown();
         started = 0;
         return rc;
     }
@@ -173,7 +174,7 @@ void sdp_rt_shutdown(void)
     if (!started)
         return;
     starpu_task_wait_for_all();
-    starpu_shutdown();
+    sdp_rt_nodes_starpu_shutdown();
     started = 0;
 }
 

@@ -26,14 +26,24 @@ int sdp_rt_nnodes(void);
 const char *sdp_rt_node_host(void);
 /** Every node's `n` doubles into all[node * n + i], in node order.  @return 0 or -EIO (logged) */
 int sdp_rt_nodes_allgather(const double *mine, double *all, size_t n);
+/** Every node's host name (sdp_rt_node_host) into all[node * len], len bytes each, truncated.
+ * @return 0 or -EIO (logged) */
+int sdp_rt_nodes_hosts(char *all, size_t len);
 /** Every node's 64-bit value into all[node].  @return 0 or -EIO (logged) */
 int sdp_rt_nodes_allgather_u64(uint64_t mine, uint64_t *all);
+/** Node 0's `n` bytes at buf into every node's buf.  @return 0 or -EIO (logged) */
+int sdp_rt_nodes_bcast(void *buf, size_t n);
 /** The largest of every node's value (a stop flag).  @return 0 or -EIO (logged) */
 int sdp_rt_nodes_max(int mine, int *max);
 /** Round-trip between node 0 and node 1 of a message of `bytes` bytes, `reps` times, main thread
  * (StarPU not started, or idle): the one-way bandwidth and latency.  Nodes other than 0 and 1
  * wait.  @return 0, -EINVAL (fewer than two nodes) or -EIO */
 int sdp_rt_nodes_pingpong(size_t bytes, int reps, double *gbs, double *latency_us);
+/** starpu_init, or in a run of several nodes StarPU-MPI's start over MPI_COMM_WORLD (conf: a
+ * struct starpu_conf *).  @return StarPU's code */
+int sdp_rt_nodes_starpu_init(void *conf);
+/** starpu_shutdown, or StarPU-MPI's. */
+void sdp_rt_nodes_starpu_shutdown(void);
 /** Stop MPI after StarPU (no-op when not launched). */
 void sdp_rt_nodes_finalize(void);
 /** End every process now (a failure on one node the others cannot recover from). */

@@ -37,7 +37,7 @@ if [ -n "$base" ]; then
     mkdir -p "$src/build/cuda" "$out/lib"
     if [ ! -x "$src/configure" ]; then (cd "$src" && ./autogen.sh > /dev/null); fi
     cd "$src/build/cuda"
-    [ -f Makefile ] || ../../configure --enable-werror --with-cuda > configure.log
+    [ -f Makefile ] || ../../configure --enable-werror --with-cuda --without-mpi > configure.log
     make -j"$(nproc)" slidedp > make.log
     cp slidedp "$out/"
     strip --strip-debug "$out/slidedp"

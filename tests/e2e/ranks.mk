@@ -42,3 +42,7 @@ EXTRA_DIST += tests/e2e/test_e2e_lanes_gpu.sh
 # chunk sizes and the unchunked ablation give the same bits (test_e2e_chunks.sh)
 TESTS += tests/e2e/test_e2e_chunks.sh
 EXTRA_DIST += tests/e2e/test_e2e_chunks.sh
+# several nodes through StarPU-MPI (mpirun on this machine): the bits of one node, resume at
+# another node count, a killed process, the start's refusals (skipped without StarPU-MPI)
+TESTS += tests/e2e/test_e2e_nodes.sh
+EXTRA_DIST += tests/e2e/test_e2e_nodes.sh

@@ -1,0 +1,115 @@
+#!/bin/sh
+# Several nodes through StarPU-MPI (one process per node, started by mpirun on this machine; CPU
+# ranks, fp32, the host route): 2 processes of 3 ranks and 3 processes of 2 give the losses,
+# gradient norms and final weights of 1 process of 6 ranks, bit for bit (the gradient goes across
+# the nodes in rank order: graph/nodes.c); a checkpoint of the 2-process run resumes at 1 and at
+# 3 processes with the uninterrupted run's bits; a kill of one process ends the others with the
+# launcher naming it, and its last checkpoint loads.  Refused at the start, exit 2, nothing
+# written: processes with different recipes or arguments, different binaries, micro-batches that
+# do not divide among the nodes' ranks, a command other than train or calibrate.
+set -u
+. "${top_srcdir:-.}/tests/lib/e2e.sh"
+if ! grep -q '^#define SDP_HAVE_MPI 1' "$build/config.h" 2> /dev/null; then
+    echo "slidedp built without StarPU-MPI (tools/setup-debian.sh builds it; ./configure finds it): SKIP"
+    exit 77
+fi
+# mpirun of this machine's OpenMPI: as root in containers, more processes than cores, unbound
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_hwloc_base_binding_policy=none
+mpi() { mpirun -np "$@"; }
+
+# 6 micro-batches of 1 sequence a step: one per rank; warmup over the first 2 steps, so that a
+# 2-step run's learning rates are the 4-step run's (the resumes below)
+micro_recipe | sed -e 's/^\( *global:\).*/\1 6/' -e 's/^\( *micro:\).*/\1 1/' > "$tmp/r.yaml"
+args="--steps 4 --checkpoint-every 2 -q --sched eager"
+losses() { grep -o '"loss":[^,]*,\|"grad_norm":[^,]*' "$1" | tr '\n' ' '; }
+
+train() { # name nprocs ranks extra...
+    name=$1 np=$2 ranks=$3
+    shift 3
+    if [ "$np" = 1 ]; then
+        "$bin" train "$tmp/r.yaml" $args --ranks "$ranks" --output "$tmp/$name" \
+            --metrics "$tmp/$name.jsonl" "$@" > "$tmp/$name.out" 2> "$tmp/$name.err"
+    else
+        mpi "$np" "$bin" train "$tmp/r.yaml" $args --ranks "$ranks" --output "$tmp/$name" \
+            --metrics "$tmp/$name.jsonl" "$@" > "$tmp/$name.out" 2> "$tmp/$name.err"
+    fi || { echo "$name ($np processes of $ranks ranks) failed"; cat "$tmp/$name.err"; fail=1; }
+}
+same() { # name: the losses, norms and final weights of the 1-process run
+    [ -s "$tmp/$1.jsonl" ] && [ "$(losses "$tmp/$1.jsonl")" = "$(losses "$tmp/ref.jsonl")" ] ||
+        { echo "$1: the losses or norms differ from 1 process's"; fail=1; return; }
+    cmp -s "$tmp/$1/final/model.safetensors" "$tmp/ref/final/model.safetensors" ||
+        { echo "$1: the final weights differ from 1 process's"; fail=1; return; }
+    echo "$1: the bits of 1 process"
+}
+
+train ref 1 6
+echo "1 process of 6 ranks: $(losses "$tmp/ref.jsonl")"
+train n2 2 3
+train n3 3 2
+same n2
+same n3
+grep -q "data-parallel ranks" "$tmp/n2.err" 2> /dev/null &&
+    grep -q "node 1" "$tmp/n2.err" && { echo "n2: node 1 printed node 0's information"; fail=1; }
+
+# a 2-process checkpoint resumed at 1 and at 3 processes
+train half 2 3 --steps 2
+for np in 1 3; do
+    cp -r "$tmp/half" "$tmp/h$np" && cp "$tmp/half.jsonl" "$tmp/h$np.jsonl"
+    train "h$np" "$np" $((6 / np))
+    grep -q "resuming from .*step-00000002" "$tmp/h$np.err" ||
+        { echo "h$np: not resumed from the step-2 checkpoint"; cat "$tmp/h$np.err"; fail=1; }
+    same "h$np"
+done
+
+# a kill of node 1: the launcher ends the run and names it; the last checkpoint resumes
+mpi 2 "$bin" train "$tmp/r.yaml" --steps 40 --checkpoint-every 1 -q --sched eager --ranks 3 \
+    --output "$tmp/k" > "$tmp/k.out" 2> "$tmp/k.err" &
+launcher=$!
+i=0
+until ls "$tmp/k/checkpoints" 2> /dev/null | grep -q step-00000002 || [ $i -ge 600 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+victim=
+for p in $(pgrep -f "$tmp/k"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
+done
+if [ -z "$victim" ]; then
+    echo "kill: node 1's process not found"; cat "$tmp/k.err"; fail=1; kill "$launcher"
+else
+    kill -9 "$victim"
+fi
+wait "$launcher"
+rc=$?
+echo "kill of node 1: the launcher exited $rc: $(grep -m1 -i 'signal 9\|killed' "$tmp/k.err")"
+[ "$rc" != 0 ] && grep -qi "rank 1 .*signal 9\|rank 1 .*killed" "$tmp/k.err" ||
+    { echo "kill: not ended with the process named"; cat "$tmp/k.err"; fail=1; }
+"$bin" train "$tmp/r.yaml" --steps 40 --checkpoint-every 1 -q --sched eager --ranks 6 \
+    --output "$tmp/k" > /dev/null 2> "$tmp/k2.err" ||
+    { echo "kill: the last checkpoint did not resume"; cat "$tmp/k2.err"; fail=1; }
+grep -q "resuming from .*step-0000000" "$tmp/k2.err" ||
+    { echo "kill: the resume found no checkpoint"; cat "$tmp/k2.err"; fail=1; }
+
+# refusals at the start: exit 2, nothing written
+refused() { # name pattern -- command...
+    name=$1 pat=$2
+    shift 3
+    "$@" > "$tmp/$name.out" 2> "$tmp/$name.err"
+    rc=$?
+    [ "$rc" = 2 ] && grep -Eq "$pat" "$tmp/$name.err" && [ ! -e "$tmp/$name" ] ||
+        { echo "$name: exit $rc"; cat "$tmp/$name.err"; fail=1; return; }
+    echo "$name: refused ($(grep -E -m1 "$pat" "$tmp/$name.err"))"
+}
+refused args "process 1 of 2 \\(on .*\\) runs with another recipe or arguments" -- \
+    mpirun -np 1 "$bin" train "$tmp/r.yaml" $args --ranks 3 --output "$tmp/args" : \
+    -np 1 "$bin" train "$tmp/r.yaml" $args --ranks 3 --output "$tmp/args" --steps 3
+cp "$bin" "$tmp/other-slidedp" && printf 'x' >> "$tmp/other-slidedp"
+refused binary "process 1 of 2 \\(on .*\\) runs with another slidedp binary" -- \
+    mpirun -np 1 "$bin" train "$tmp/r.yaml" $args --ranks 3 --output "$tmp/binary" : \
+    -np 1 "$tmp/other-slidedp" train "$tmp/r.yaml" $args --ranks 3 --output "$tmp/binary"
+refused divide "6 micro-batches a step .* do not divide among 4 nodes of 1 rank" -- \
+    mpi 4 "$bin" train "$tmp/r.yaml" $args --output "$tmp/divide"
+refused plot "slidedp plot runs as one process" -- mpi 2 "$bin" plot "$tmp/ref.jsonl" -o "$tmp/plot"
+finish
