@@ -1,7 +1,8 @@
 # codelets/cuda/moe.mk: the mixture-of-experts CUDA kernels and the CUDA implementation of the
 # moe_* codelets (included by Makefile.am when CUDA is present), and their kernel test against the
 # fp64 oracle (exit 77 without a GPU).
-libsdp_a_SOURCES += codelets/cuda/moe_internal.h codelets/cuda/moe.cu codelets/cuda/moe_experts.cu
+libsdp_a_SOURCES += codelets/cuda/moe_internal.h codelets/cuda/moe.cu codelets/cuda/moe_experts.cu \
+	codelets/moe_cuda.c
 
 check_PROGRAMS += tests/kernels/test_cuda_moe
 TESTS += tests/kernels/test_cuda_moe
