@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* moe_fwd / moe_bwd / moe_aux: a sparse layer's MLP (Qwen3-MoE, transformers'
- * Qwen3MoeSparseMoeBlock) as tasks, CPU only: the router, the permutation, the experts and the
- * combine in one task each way, around the kernels of codelets/cpu/moe.h; and the load-balancing
- * loss of a micro-batch from the statistics its sparse layers accumulate.  The forward keeps what
- * the backward reads (probabilities, routing, permuted rows, the experts' intermediates) in one
- * f32 vector of sdp_task_moe_acts_elems() elements (the routing's int32 arrays stored in place).
- * No CUDA implementation yet: the graph refuses sparse layers when the compute is on GPUs.
- * Tests: tests/kernels/test_kernels_moe.c (the kernels), tests/e2e/test_e2e_moe_train.sh. */
+ * Qwen3MoeSparseMoeBlock) as tasks: the router, the permutation, the experts and the combine in
+ * one task each way, around the kernels of codelets/cpu/moe.h; and the load-balancing loss of a
+ * micro-batch from the statistics its sparse layers accumulate.  The forward keeps what the
+ * backward reads (probabilities, routing, permuted rows, the experts' intermediates) in one f32
+ * vector of sdp_task_moe_acts_elems() elements (the routing's int32 arrays stored in place).
+ * The CUDA implementation (codelets/moe_cuda.c, kernels codelets/cuda/moe*.cu) keeps the same
+ * vector; it has not run on a GPU yet, and sdp_tasks_check_gpu_model() still refuses sparse
+ * layers when the compute is on GPUs.  Tests: tests/kernels/test_kernels_moe.c and
+ * tests/kernels/test_cuda_moe.c (the kernels), tests/e2e/test_e2e_moe_train.sh. */
 #include "config.h"
 
 #include <string.h>
@@ -14,31 +16,9 @@
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/moe.h"
+#include "codelets/moe_internal.h"
 
-struct sdp_moe_args {
-    struct sdp_shape_key key; /* N, C, E, K, IM, what the task does (MOE_*) */
-    struct sdp_moe_shape s;
-    float aux_scale; /* bwd: the weight of this micro-batch's load-balancing loss in the loss */
-    double rows;     /* rows of the load-balancing loss: N times the sparse layers */
-};
-
-/* moe_fwd flags (key.d[5]) */
-#define MOE_OUT     1  /* write out (not in a recomputation) */
-#define MOE_TRACK   2  /* accumulate the statistics and the used experts */
-#define MOE_FIRST_L 4  /* the micro-batch's first sparse layer: the statistics start from zero */
-#define MOE_FIRST_M 8  /* the step's first micro-batch: the used experts start from none */
-#define MOE_LAST_M  16 /* its last: the used experts' step counts go up */
-/* moe_bwd flags */
-#define MOE_GRAD 1 /* weight gradients (not a frozen base) */
-#define MOE_AUX  2 /* the load-balancing loss's gradient */
-
-/* The pieces of the kept vector (or, with base NULL, only its length in 4-byte elements). */
-struct moe_acts {
-    struct sdp_moe_routing r;
-    float *probs, *xp, *gu, *h, *y;
-};
-
-static size_t moe_layout(struct moe_acts *a, float *base, const struct sdp_moe_shape *s)
+size_t sdp_cl_moe_layout(struct sdp_moe_acts *a, float *base, const struct sdp_moe_shape *s)
 {
     const size_t N = (size_t)s->N, E = (size_t)s->E, S = N * (size_t)s->K;
     size_t at = 0;
@@ -70,8 +50,8 @@ static size_t moe_layout(struct moe_acts *a, float *base, const struct sdp_moe_s
 
 size_t sdp_task_moe_acts_elems(const struct sdp_moe_shape *s)
 {
-    struct moe_acts a;
-    return moe_layout(&a, NULL, s);
+    struct sdp_moe_acts a;
+    return sdp_cl_moe_layout(&a, NULL, s);
 }
 
 /* buffers: acts W, h2 (N, C) act R, W R, [out (N, C) act W, xmid (N, C) act R],
@@ -81,8 +61,8 @@ static void moe_fwd_cpu(void *buffers[], void *cl_arg)
     const struct sdp_moe_args *a = cl_arg;
     const struct sdp_moe_shape *s = &a->s;
     const int N = s->N, C = s->C, E = s->E, IM = s->IM, fl = a->key.d[5];
-    struct moe_acts k;
-    moe_layout(&k, SDP_VECF(buffers[0]), s);
+    struct sdp_moe_acts k;
+    sdp_cl_moe_layout(&k, SDP_VECF(buffers[0]), s);
     const float *x = sdp_cl_in(buffers[1], 0);
     const float *wr = sdp_cl_f32_view(buffers[2], s->off_router, (size_t)E * C, 1);
     const float *wgu = sdp_cl_f32_view(buffers[2], s->off_gu, (size_t)E * 2 * IM * C, 2);
@@ -124,8 +104,8 @@ static void moe_bwd_cpu(void *buffers[], void *cl_arg)
     const struct sdp_moe_shape *s = &a->s;
     const int N = s->N, C = s->C, E = s->E, K = s->K, IM = s->IM, fl = a->key.d[5];
     const size_t S = (size_t)N * K;
-    struct moe_acts k;
-    moe_layout(&k, SDP_VECF(buffers[4]), s);
+    struct sdp_moe_acts k;
+    sdp_cl_moe_layout(&k, SDP_VECF(buffers[4]), s);
     float *dx = sdp_cl_out(buffers[0], 0);
     const float *dout = sdp_cl_in(buffers[1], 1), *x = sdp_cl_in(buffers[2], 2);
     const float *wr = sdp_cl_f32_view(buffers[3], s->off_router, (size_t)E * C, 3);
@@ -164,9 +144,16 @@ static void moe_aux_cpu(void *buffers[], void *cl_arg)
         sdp_cpu_moe_aux_loss(st, st + a->s.E, a->rows, a->s.E);
 }
 
-SDP_NAMED_CODELET(sdp_cl_moe_fwd, "moe_fwd", moe_fwd_cpu, );
-SDP_NAMED_CODELET(sdp_cl_moe_bwd, "moe_bwd", moe_bwd_cpu, );
-SDP_NAMED_CODELET(sdp_cl_moe_aux, "moe_aux", moe_aux_cpu, );
+#ifdef SDP_HAVE_CUDA /* fwd and bwd wait on their stream for the experts' row counts: not async */
+#define MOE_CUDA(f)       .cuda_funcs = { f },
+#define MOE_CUDA_ASYNC(f) .cuda_funcs = { f }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#else
+#define MOE_CUDA(f)
+#define MOE_CUDA_ASYNC(f)
+#endif
+SDP_NAMED_CODELET(sdp_cl_moe_fwd, "moe_fwd", moe_fwd_cpu, MOE_CUDA(sdp_cl_moe_fwd_cuda));
+SDP_NAMED_CODELET(sdp_cl_moe_bwd, "moe_bwd", moe_bwd_cpu, MOE_CUDA(sdp_cl_moe_bwd_cuda));
+SDP_NAMED_CODELET(sdp_cl_moe_aux, "moe_aux", moe_aux_cpu, MOE_CUDA_ASYNC(sdp_cl_moe_aux_cuda));
 
 static struct sdp_moe_args *moe_args(const struct sdp_moe_shape *s, int flags)
 {

@@ -11,9 +11,10 @@
 #include "base/sdp_log.h"
 
 #ifdef SDP_HAVE_CUDA
+#include <starpu_cublas.h>
 #include <starpu_cublasLt.h>
 
-static int cublaslt_started;
+static int cublaslt_started; /* cuBLASLt (the dense GEMMs) and cuBLAS (the MoE experts') */
 #endif
 
 /* The codelet of the table's first op placed as `place` (the placement's witness). */
@@ -44,6 +45,7 @@ int sdp_tasks_init(void)
 #ifdef SDP_HAVE_CUDA
     if (starpu_cuda_worker_get_count() > 0) {
         starpu_cublasLt_init();
+        starpu_cublas_init();
         cublaslt_started = 1;
     }
 #endif
@@ -109,10 +111,10 @@ int sdp_tasks_check_gpu_model(const struct sdp_model_cfg *m)
     if (m->num_heads % m->num_kv_heads != 0)
         return sdp_err(-EINVAL, "num_heads %d is not a multiple of num_kv_heads %d", m->num_heads,
                        m->num_kv_heads);
-    if (sdp_model_num_sparse_layers(m) > 0) { /* codelets/moe.c: CPU kernels only */
+    if (sdp_model_num_sparse_layers(m) > 0) { /* codelets/moe_cuda.c: not yet run on a GPU */
         int rc = sdp_err(-ENOTSUP,
-                         "qwen3_moe: %d sparse layers, whose experts have CPU kernels only so "
-                         "far; the compute cannot run on a GPU",
+                         "qwen3_moe: %d sparse layers, whose CUDA kernels have not run on a GPU "
+                         "yet; the compute cannot run on a GPU",
                          sdp_model_num_sparse_layers(m));
         sdp_hint("train a Qwen3-MoE model on CPU workers (train.gpus: 0)");
         return rc;
@@ -124,8 +126,10 @@ void sdp_tasks_shutdown(void)
 {
     sdp_tasks_nccl_shutdown();
 #ifdef SDP_HAVE_CUDA
-    if (cublaslt_started)
+    if (cublaslt_started) {
+        starpu_cublas_shutdown();
         starpu_cublasLt_shutdown();
+    }
     cublaslt_started = 0;
 #endif
 }

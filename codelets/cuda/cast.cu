@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* fp32 -> storage dtype cast on the GPU: bf16 rounds to nearest even through the bit pattern, the
  * same integer code as sdp_f32_to_bf16 of the CPU, so the results are bit-identical (NaN -> quiet
- * NaN with its sign, overflow -> Inf); an f32 destination is a plain device copy.  Enqueues only.
+ * NaN with its sign, overflow -> Inf); an f32 destination is a plain device copy; and the widening
+ * back to f32 (sdp_cuda_cast_f32, exact).  Enqueues only.
  * Test: tests/kernels/test_cuda_cast.c (bit for bit against the CPU on special and random bits). */
 #include <stdint.h>
 
@@ -94,4 +95,27 @@ extern "C" void sdp_cuda_gather_cast(uint16_t *dst, const float *src, const size
         }
         gather_cast_kernel<<<nb, 256, 0, s>>>(dst, src, dbase, b);
     }
+}
+
+/* dst (n) f32 = the bf16 bits of src (n) widened (exact) */
+static __global__ void widen_bf16_kernel(float *__restrict__ dst, const uint16_t *__restrict__ src,
+                                         size_t n)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = __uint_as_float((uint32_t)src[i] << 16);
+}
+
+extern "C" void sdp_cuda_cast_f32(float *dst, const void *src, int dt, size_t n, cudaStream_t s)
+{
+    if (n == 0)
+        return;
+    if (dt == SDP_CUDA_F32) {
+        if ((const void *)dst != src)
+            cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, s);
+        return;
+    }
+    const size_t blocks = (n + 255) / 256;
+    widen_bf16_kernel<<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, s>>>(
+        dst, (const uint16_t *)src, n);
 }

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* CUDA kernels of every op, as extern "C" launchers that enqueue on the given stream and never
- * synchronize.  No StarPU, no runtime headers (the codelets/<op>.c wrappers pass StarPU's stream
- * and buffers).  Storage dtype `dt` of activations and weights: SDP_CUDA_F32 or SDP_CUDA_BF16
- * (uint16 bf16 bits); every reduction and accumulation is fp32 (double where a loss is summed);
- * rstd and lse are always fp32; weight gradients are always fp32 and accumulated (+=).  Layouts are
- * those of codelets/cpu/sdp_cpu_kernels.h (row-major, the same letters).  Tests:
- * tests/kernels/test_cuda_*.c (against the CPU _ref kernels, exit 77 without a GPU). */
+ * synchronize (but sdp_cuda_moe_offsets_host, which waits for the experts' row counts).  No
+ * StarPU, no runtime headers (the codelets/<op>.c wrappers pass StarPU's stream and buffers).
+ * Storage dtype `dt` of activations and weights: SDP_CUDA_F32 or SDP_CUDA_BF16 (uint16 bf16
+ * bits); every reduction and accumulation is fp32 (double where a loss is summed); rstd and lse
+ * are always fp32; weight gradients are always fp32 and accumulated (+=).  Layouts are those of
+ * codelets/cpu/sdp_cpu_kernels.h (row-major, the same letters).  Tests: tests/kernels/test_cuda_*.c
+ * (against the CPU _ref kernels, exit 77 without a GPU). */
 #ifndef SDP_CUDA_KERNELS_H
 #define SDP_CUDA_KERNELS_H
 
@@ -16,6 +17,7 @@
 #include "base/env.h"
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #ifdef __cplusplus
@@ -56,6 +58,8 @@ void sdp_cuda_cast(void *dst, int dt, const float *src, size_t n, cudaStream_t s
  */
 void sdp_cuda_gather_cast(uint16_t *dst, const float *src, const size_t *tab, int nsegs,
                           cudaStream_t s);
+/** dst (n) f32 = src (n) dt, exact (bf16 widens; f32 is a device copy unless dst == src). */
+void sdp_cuda_cast_f32(float *dst, const void *src, int dt, size_t n, cudaStream_t s);
 
 /* ---- AdamW ---- */
 /** The fp32 constants of one AdamW call (struct sdp_adamw_consts of codelets/cpu/sdp_cpu_kernels.h,
@@ -187,6 +191,77 @@ const char *sdp_cudnn_attention_error(void);
 void sdp_cuda_swiglu_fwd(void *out, const void *gu, int N, int inter, int dt, cudaStream_t s);
 void sdp_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int inter, int dt,
                          cudaStream_t s);
+
+/* ---- mixture of experts (codelets/cuda/moe.cu, moe_experts.cu), fp32 ----
+ * The kernels of codelets/cpu/moe.h on the GPU, same layouts and results: N tokens, C channels, E
+ * experts, K per token, IM an expert's intermediate size; slot s = n*K + k.  GEMMs through cuBLAS
+ * (the handle h, whose stream is set to s), pedantic fp32 (never TF32); every other sum in a fixed
+ * order (no atomics), so a run repeats bit for bit. */
+/** The routing of struct sdp_moe_routing (codelets/cpu/moe.h), member for member, on the device. */
+struct sdp_cuda_moe_routing {
+    int N, E, K;
+    int32_t *ids, *counts, *offsets, *rows, *where;
+    float *wts;
+};
+/** logits (N, E) = x (N, C) . wr (E, C)^T; probs = softmax (the sum in double); ids, wts the top-K
+ * with the CPU kernel's order and tie rule (lower id first; a row of NaN picks ids 0..K-1), wts
+ * renormalised by their fp32 sum with norm_topk. */
+void sdp_cuda_moe_router_fwd(cublasHandle_t h, float *logits, float *probs,
+                             const struct sdp_cuda_moe_routing *r, const float *x, const float *wr,
+                             int C, int norm_topk, cudaStream_t s);
+/** r->counts, offsets, rows, where from r->ids: each expert's slots in increasing slot order
+ * (the CPU's stable counting sort, the same arrays). */
+void sdp_cuda_moe_permute(const struct sdp_cuda_moe_routing *r, cudaStream_t s);
+/** off (E + 1), host = r->offsets: the one launcher that waits, on s, for the copy (the experts'
+ * GEMM sizes are host arguments of cuBLAS). */
+void sdp_cuda_moe_offsets_host(int32_t *off, const struct sdp_cuda_moe_routing *r, cudaStream_t s);
+/** xp (N*K, C): row i = x[rows[i] / K]. */
+void sdp_cuda_moe_gather(float *xp, const float *x, const struct sdp_cuda_moe_routing *r, int C,
+                         cudaStream_t s);
+/** The SwiGLU experts on their rows (off: sdp_cuda_moe_offsets_host), as sdp_cpu_moe_experts_fwd:
+ * gu (N*K, 2IM), hh (N*K, IM), y (N*K, C) f32; wgu (E, 2IM, C), wdown (E, C, IM) in wdt; for bf16
+ * weights wtmp holds one expert's in f32 ((3 IM C) floats; else unused).  Idle experts unread. */
+void sdp_cuda_moe_experts_fwd(cublasHandle_t h, float *y, float *gu, float *hh, const float *xp,
+                              const void *wgu, const void *wdown, int wdt, float *wtmp,
+                              const int32_t *off, int E, int C, int IM, cudaStream_t s);
+/** out (N, C) = [resid (N, C)] + sum_k wts[n*K + k] y[where[n*K + k]], in k order. */
+void sdp_cuda_moe_combine(float *out, const float *resid, const float *y,
+                          const struct sdp_cuda_moe_routing *r, int C, cudaStream_t s);
+/** dy (N*K, C) row where[s] = wts[s] dout[s / K]; dwts (N*K) = dout[s / K] . y[where[s]]
+ * (a double sum). */
+void sdp_cuda_moe_combine_bwd(float *dy, float *dwts, const float *dout, const float *y,
+                              const struct sdp_cuda_moe_routing *r, int C, cudaStream_t s);
+/** As sdp_cpu_moe_experts_bwd: dxp (N*K, C) written; dwgu, dwdown f32 += for the experts with
+ * rows (both NULL: no weight gradients, a frozen base); dgu, dh scratch; wtmp as in the forward. */
+void sdp_cuda_moe_experts_bwd(cublasHandle_t h, float *dxp, float *dwgu, float *dwdown, float *dgu,
+                              float *dh, const float *dy, const float *xp, const float *gu,
+                              const float *hh, const void *wgu, const void *wdown, int wdt,
+                              float *wtmp, const int32_t *off, int E, int C, int IM,
+                              cudaStream_t s);
+/** dx (N, C) += sum_k dxp[where[n*K + k]], in k order. */
+void sdp_cuda_moe_scatter_bwd(float *dx, const float *dxp, const struct sdp_cuda_moe_routing *r,
+                              int C, cudaStream_t s);
+/** dprobs (N, E) written from dwts (N*K), as sdp_cpu_moe_topk_bwd. */
+void sdp_cuda_moe_topk_bwd(float *dprobs, const float *dwts, const float *probs,
+                           const struct sdp_cuda_moe_routing *r, int norm_topk, cudaStream_t s);
+/** dlogits (N, E) = p (dp - sum_e p dp), the sum in double. */
+void sdp_cuda_moe_softmax_bwd(float *dlogits, const float *dprobs, const float *probs, int N, int E,
+                              cudaStream_t s);
+/** dx (N, C) += dlogits . wr; dwr (E, C) += dlogits^T . x (dwr NULL: skipped). */
+void sdp_cuda_moe_router_bwd(cublasHandle_t h, float *dx, float *dwr, const float *dlogits,
+                             const float *x, const float *wr, int N, int C, int E, cudaStream_t s);
+/** The load-balancing loss (codelets/cpu/moe.h): count (E) f64 += r->counts, psum (E) f64 +=
+ * column sums of probs (N, E); with used (2E) i32, the CPU codelet's used-expert flags too:
+ * used[e] = (first_m ? 0 : used[e]) | (counts[e] > 0), used[E + e] += last_m ? used[e] : 0. */
+void sdp_cuda_moe_aux_stats(double *count, double *psum, int32_t *used, int first_m, int last_m,
+                            const float *probs, const struct sdp_cuda_moe_routing *r,
+                            cudaStream_t s);
+/** loss (1) f64 = E sum_e (count_e / rows) (psum_e / rows), the CPU's order (the same bits). */
+void sdp_cuda_moe_aux_loss(double *loss, const double *count, const double *psum, double rows,
+                           int E, cudaStream_t s);
+/** dprobs (N, E) += scale * E * count_e / rows^2. */
+void sdp_cuda_moe_aux_bwd(float *dprobs, const double *count, double rows, int N, int E,
+                          float scale, cudaStream_t s);
 
 /* ---- LM head + cross-entropy, in blocks of rows so (N, V) logits never exist whole ----
  * loss (2) double, device: {sum of -log p(target) over valid rows, number of valid rows} (written).
