@@ -135,7 +135,8 @@ static int start(struct sdp_train *t)
         sdp_tasks_place_compute(sdp_rt_ncuda() > 0) ||
         (sdp_rt_ncuda() > 0 && sdp_tasks_check_gpu_model(&r->model)) || sdp_train_auto_measure(t))
         return SDP_EXIT_FAILURE;
-    if ((r->trace || r->events) && !r->print_plan && sdp_trace_start())
+    if ((r->trace || r->events) && !r->print_plan &&
+        (sdp_trace_start() || sdp_train_nodes_trace(r->ranks) != SDP_EXIT_OK))
         return SDP_EXIT_FAILURE;
     if (state_create(t))
         return SDP_EXIT_FAILURE;

@@ -141,6 +141,9 @@ int sdp_train_nodes_setup(struct sdp_train *t, uint32_t args_crc);
 int sdp_train_nodes_rundir(struct sdp_train *t);
 /** Every node with as many CUDA workers (after StarPU starts).  @return an exit status */
 int sdp_train_nodes_gpus(void);
+/** The trace of a run over several nodes on node 0's clock, with the run's ranks (after
+ * sdp_trace_start).  @return an exit status */
+int sdp_train_nodes_trace(int ranks);
 /** Whether any node was asked to stop (mine: this one).  @return an exit status */
 int sdp_train_nodes_stop(int mine, int *stop);
 

@@ -18,6 +18,7 @@
 #include "cli/train_internal.h"
 #include "runtime/init.h"
 #include "runtime/nodes.h"
+#include "runtime/trace.h"
 
 /* The CRC-32C of a file's bytes (0 if it cannot be read: the comparison then names it). */
 static uint32_t file_crc(const char *path)
@@ -101,6 +102,11 @@ int sdp_train_nodes_setup(struct sdp_train *t, uint32_t args_crc)
         return SDP_EXIT_USAGE;
     }
     if (r->node > 0) { /* node 0 reports, writes and prints for the run */
+        static char events[SDP_PATH_MAX + 16], trace[SDP_PATH_MAX + 16];
+        if (r->events) /* each node its log: node k's beside node 0's, as FILE.nodeK */
+            snprintf(events, sizeof(events), "%s.node%d", r->events, r->node), r->events = events;
+        if (r->trace)
+            snprintf(trace, sizeof(trace), "%s.node%d", r->trace, r->node), r->trace = trace;
         r->metrics[0] = '\0';
         r->quiet = 1;
         if (sdp_log_verbosity < SDP_LOG_DEBUG)
@@ -148,6 +154,20 @@ int sdp_train_nodes_gpus(void)
                            "give every node as many GPUs (train.gpus, CUDA_VISIBLE_DEVICES)")
                ? SDP_EXIT_USAGE
                : SDP_EXIT_OK;
+}
+
+int sdp_train_nodes_trace(int ranks)
+{
+    double offset, base;
+    if (sdp_rt_nnodes() == 1)
+        return SDP_EXIT_OK;
+    /* node k's times: (t - base_k) + shift = (t + offset) - base_0 */
+    base = sdp_trace_base_us();
+    if (sdp_rt_nodes_clock(sdp_trace_now_us, &offset) || sdp_rt_nodes_bcast(&base, sizeof(base)))
+        return SDP_EXIT_FAILURE;
+    sdp_trace_set_node(sdp_rt_node(), sdp_rt_node() * (ranks > 1 ? ranks : 1),
+                       sdp_trace_base_us() + offset - base);
+    return SDP_EXIT_OK;
 }
 
 int sdp_train_nodes_stop(int mine, int *stop)

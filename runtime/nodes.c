@@ -208,6 +208,41 @@ int sdp_rt_nodes_pingpong(size_t bytes, int reps, double *gbs, double *latency_u
     return 0;
 }
 
+int sdp_rt_nodes_clock(double (*now)(void), double *offset_us)
+{
+    enum { TRIES = 8 };
+    double mine = 0.0;
+    *offset_us = 0.0;
+    if (node_n == 1)
+        return 0;
+    for (int k = 1; k < node_n; k++) {
+        double best_rtt = -1.0, off = 0.0, t;
+        for (int i = 0; i < TRIES; i++) {
+            if (node_idx == 0) {
+                double t1 = now();
+                MPI_Send(&t1, 1, MPI_DOUBLE, k, 100, comm);
+                MPI_Recv(&t, 1, MPI_DOUBLE, k, 101, comm, MPI_STATUS_IGNORE);
+                double t2 = now();
+                if (best_rtt < 0 || t2 - t1 < best_rtt) {
+                    best_rtt = t2 - t1;
+                    off = 0.5 * (t1 + t2) - t;
+                }
+            } else if (node_idx == k) {
+                MPI_Recv(&t, 1, MPI_DOUBLE, 0, 100, comm, MPI_STATUS_IGNORE);
+                t = now();
+                MPI_Send(&t, 1, MPI_DOUBLE, 0, 101, comm);
+            }
+        }
+        if (node_idx == 0)
+            MPI_Send(&off, 1, MPI_DOUBLE, k, 102, comm);
+        else if (node_idx == k &&
+                 MPI_Recv(&mine, 1, MPI_DOUBLE, 0, 102, comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return sdp_err(-EIO, "node %d (%s): the clock exchange failed", node_idx, host);
+    }
+    *offset_us = mine;
+    return 0;
+}
+
 void sdp_rt_nodes_finalize(void)
 {
     if (!mpi_started)
@@ -279,6 +314,13 @@ int sdp_rt_nodes_pingpong(size_t bytes, int reps, double *gbs, double *latency_u
     (void)reps;
     *gbs = *latency_us = 0.0;
     return sdp_err(-EINVAL, "a ping-pong needs two nodes (this build runs one)");
+}
+
+int sdp_rt_nodes_clock(double (*now)(void), double *offset_us)
+{
+    (void)now;
+    *offset_us = 0.0;
+    return 0;
 }
 
 void sdp_rt_nodes_finalize(void)

@@ -44,6 +44,10 @@ int sdp_rt_nodes_pingpong(size_t bytes, int reps, double *gbs, double *latency_u
 int sdp_rt_nodes_starpu_init(void *conf);
 /** starpu_shutdown, or StarPU-MPI's. */
 void sdp_rt_nodes_starpu_shutdown(void);
+/** What to add to this node's clock `now` (microseconds) to read node 0's: node 0 asks each node
+ * for its time a few times and keeps the exchange of the shortest round trip (the error is at
+ * most half of it).  Main thread.  @return 0 or -EIO (logged) */
+int sdp_rt_nodes_clock(double (*now)(void), double *offset_us);
 /** Stop MPI after StarPU (no-op when not launched). */
 void sdp_rt_nodes_finalize(void);
 /** End every process now (a failure on one node the others cannot recover from). */

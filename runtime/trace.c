@@ -39,6 +39,10 @@ static int recording;
 static int saved_profiling = -1; /* StarPU's profiling status before sdp_trace_start */
 static double base_us;
 static double bus_us; /* the previous bus sample (sdp_trace_bus) */
+/* a run over several nodes (sdp_trace_set_node): this node, its first rank in the run, and what
+ * moves its times onto node 0's clock and base; -1: one node */
+static int cluster_node = -1, first_rank;
+static double shift_us;
 static unsigned long long bus_base[SDP_RT_MAX_BUSES], xfer_base[SDP_RT_MAX_BUSES]; /* its totals */
 
 static const char *const lane_names[SDP_NLANES] = {
@@ -72,6 +76,23 @@ int sdp_trace_start(void)
     __atomic_store_n(&recording, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     return 0;
+}
+
+double sdp_trace_now_us(void)
+{
+    return starpu_timing_now();
+}
+
+double sdp_trace_base_us(void)
+{
+    return base_us;
+}
+
+void sdp_trace_set_node(int node, int rank0, double shift)
+{
+    cluster_node = node;
+    first_rank = rank0;
+    shift_us = shift;
 }
 
 int sdp_trace_enabled(void)
@@ -218,11 +239,32 @@ static void put_json_text(FILE *f, const char *t)
     }
 }
 
+static void write_event_body(FILE *f, const struct event *e);
+
 static void write_event_jsonl(FILE *f, const struct event *e)
+{
+    if (cluster_node >= 0) { /* the run's ranks and node 0's clock; the rest as one node's */
+        struct event c = *e;
+        c.start_us += shift_us;
+        c.end_us += shift_us;
+        c.ready_us += shift_us; /* NAN stays NAN */
+        c.popped_us += shift_us;
+        c.fetched_us += shift_us;
+        c.rank += first_rank;
+        fprintf(f, "{\"cluster_node\": %d, ", cluster_node);
+        write_event_body(f, &c);
+        return;
+    }
+    fputc('{', f);
+    write_event_body(f, e);
+}
+
+/* An event's fields after its opening brace. */
+static void write_event_body(FILE *f, const struct event *e)
 {
     if (e->bus) {
         fprintf(f,
-                "{\"event\": \"bus\", \"name\": \"%s\", \"phase\": \"bus\", \"step\": %d, "
+                "\"event\": \"bus\", \"name\": \"%s\", \"phase\": \"bus\", \"step\": %d, "
                 "\"group\": -1, \"chunk\": -1, \"mb\": -1, \"version\": -1, \"lane\": \"%s\", "
                 "\"lane_id\": %d, \"worker\": -1, \"kind\": \"bus\", \"rank\": 0, \"node\": %d, "
                 "\"bytes\": %lld, \"transfers\": %lld, \"start_us\": %.3f, \"end_us\": %.3f}\n",
@@ -231,7 +273,7 @@ static void write_event_jsonl(FILE *f, const struct event *e)
         return;
     }
     if (e->why) {
-        fputs("{\"event\": \"wait\", \"name\": \"wait: ", f);
+        fputs("\"event\": \"wait\", \"name\": \"wait: ", f);
         put_json_text(f, e->why);
         fputs("\", \"why\": \"", f);
         put_json_text(f, e->why);
@@ -244,7 +286,7 @@ static void write_event_jsonl(FILE *f, const struct event *e)
         return;
     }
     fprintf(f,
-            "{\"name\": \"%s\", \"phase\": \"%s\", \"step\": %d, \"group\": %d, \"chunk\": %d, "
+            "\"name\": \"%s\", \"phase\": \"%s\", \"step\": %d, \"group\": %d, \"chunk\": %d, "
             "\"mb\": %d, \"version\": %d, \"lane\": \"%s\", \"lane_id\": %d, \"worker\": %d, "
             "\"kind\": \"%s\", \"rank\": %d, \"start_us\": %.3f, \"end_us\": %.3f",
             e->tag.name, e->tag.phase, e->tag.step, e->tag.group, e->tag.chunk, e->tag.mb,

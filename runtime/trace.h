@@ -58,6 +58,15 @@ const char *sdp_trace_lane_name(enum sdp_trace_lane lane);
  * after StarPU started, before the tasks to trace are submitted.  @return 0 or a negative errno */
 int sdp_trace_start(void);
 
+/** StarPU's clock (microseconds) and the trace's base on it (sdp_trace_start). */
+double sdp_trace_now_us(void);
+double sdp_trace_base_us(void);
+/** A run over several nodes (runtime/nodes.h): every event of this process gets "cluster_node":
+ * node, its rank becomes the run's (rank0 + the node's rank), and shift (microseconds) moves its
+ * times onto node 0's clock and trace base, so that the logs of all nodes merge
+ * (tools/check_invariants.py).  Before sdp_trace_write. */
+void sdp_trace_set_node(int node, int rank0, double shift);
+
 /** 1 while recording (read by the task submission to decide whether to attach its callback). */
 int sdp_trace_enabled(void);
 

@@ -3,7 +3,7 @@
 """Check the three invariants of synchronous data parallelism on a task event log.
 
 Usage: check_invariants.py [--max-inflight LANE=N ...] [--max-stages N] [--bwd-lookahead K]
-                           EVENTS.jsonl
+                           EVENTS.jsonl [EVENTS.jsonl.node1 ...]
 
 The log is the one `slidedp train --events FILE` writes (runtime/trace.h): one JSON object per
 task with name, phase, step, group, chunk, mb, version, rank, start_us, end_us.  Compute events
@@ -56,6 +56,11 @@ adapters alone train) has a single version: its events' recorded versions, the s
 compared with the derived one.  In a LoRA log (one with lora_* tasks) an update writes the
 adapters alone: 1 and 2 look only at the tasks that read them (lora_fwd, lora_bwd) and at the
 backward that writes their gradient (lora_bwd); the base's tasks read frozen weights.
+
+A run over several nodes writes one log per node (FILE on node 0, FILE.nodeK on node K), each
+event with "cluster_node" and the run's rank, on node 0's clock: given them all, the checker
+holds 1, 3 and 4 node by node (each node updates its own copy) and 2 across the nodes
+(check_nodes).
 
 sdp-roundpipe's events carry their "stage" and "round": each stage must run on one worker, the
 W workers that ran stages take them round-robin (stage k on stage k mod W's worker), and an
@@ -286,8 +291,8 @@ def report_waits(events):
               % (lane, why, len(durs), sum(durs), max(durs)))
 
 
-def check(events):
-    rep = Report()
+def check(events, rep=None):
+    rep = rep or Report()
     ev = [e for e in events if e["step"] >= 0 and e["group"] >= 0 and not is_wait(e)]
     # a chunk's fetch (param_chunk) writes the compute copy: invariant 4 checks it, not 1 and 3
     compute = [e for e in ev if e["phase"] in COMPUTE and not has(e, "no_params")
@@ -458,6 +463,34 @@ def check(events):
     return rep
 
 
+def check_nodes(events, rep):
+    """A run over several nodes (events with cluster_node, on node 0's clock): each node updates
+    its own copy, so 1, 3 and 4 hold node by node (check() on each node's events); 2 holds across
+    them: a node's update of a group at a step starts after every backward (and loss) event of that
+    group and step on every node has ended, since it reads the sum of every rank's gradient."""
+    nodes = defaultdict(list)
+    for e in events:
+        nodes[e["cluster_node"]].append(e)
+    for k in sorted(nodes):
+        check(nodes[k], rep)
+    last_bwd = {}
+    for e in events:
+        if e["step"] >= 0 and e["group"] >= 0 and e["phase"] in BACKWARD and not is_wait(e):
+            key = (e["step"], e["group"])
+            if key not in last_bwd or e["end_us"] > last_bwd[key]["end_us"]:
+                last_bwd[key] = e
+    for u in events:
+        if u["step"] < 0 or u["group"] < 0 or u["phase"] != "update":
+            continue
+        last = last_bwd.get((u["step"], u["group"]))
+        if last is not None and last["cluster_node"] != u["cluster_node"] and \
+                u["start_us"] < last["end_us"]:
+            rep.add(2, "%s on node %d starts at %.1f us, before %s on node %d ends at %.1f us"
+                    % (describe(u), u["cluster_node"], u["start_us"], describe(last),
+                       last["cluster_node"], last["end_us"]))
+    return rep
+
+
 def check_chunk_fetches(ev, compute, rep):
     """Invariant 4: a chunk's fetch into a rank's compute copy (trait chunk_fetch) of step s
     starts after the writers of that chunk's version have ended (the chunk's updates of step
@@ -510,7 +543,7 @@ def check_rounds(events, rep):
 
 def usage():
     print("usage: check_invariants.py [--max-inflight LANE=N ...] [--max-stages N] "
-          "[--bwd-lookahead K] EVENTS.jsonl", file=sys.stderr)
+          "[--bwd-lookahead K] EVENTS.jsonl [EVENTS.jsonl.nodeK ...]", file=sys.stderr)
     return 2
 
 
@@ -554,17 +587,27 @@ def main(argv):
             return usage()
         else:
             paths.append(a)
-    if len(paths) != 1:
+    if not paths:
         return usage()
-    try:
-        events = load(paths[0])
-    except OSError as err:
-        print("cannot read %s: %s" % (paths[0], err), file=sys.stderr)
-        return 2
-    except SystemExit as err:
-        print(err, file=sys.stderr)
-        return 2
-    rep = check(events)
+    events = []
+    for path in paths:  # a run over several nodes: every node's log (FILE, FILE.node1, ...)
+        try:
+            more = load(path)
+        except OSError as err:
+            print("cannot read %s: %s" % (path, err), file=sys.stderr)
+            return 2
+        except SystemExit as err:
+            print(err, file=sys.stderr)
+            return 2
+        if len(paths) > 1 and any("cluster_node" not in e for e in more):
+            print("%s: not a log of a run over several nodes (no cluster_node)" % path,
+                  file=sys.stderr)
+            return 2
+        events += more
+    if any("cluster_node" in e for e in events):
+        rep = check_nodes(events, Report())
+    else:
+        rep = check(events)
     check_inflight(events, limits, rep)
     check_rounds(events, rep)
     if stages is not None:

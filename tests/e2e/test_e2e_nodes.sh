@@ -46,12 +46,35 @@ same() { # name: the losses, norms and final weights of the 1-process run
 
 train ref 1 6
 echo "1 process of 6 ranks: $(losses "$tmp/ref.jsonl")"
-train n2 2 3
+train n2 2 3 --events "$tmp/n2.events.jsonl"
 train n3 3 2
 same n2
 same n3
 grep -q "data-parallel ranks" "$tmp/n2.err" 2> /dev/null &&
     grep -q "node 1" "$tmp/n2.err" && { echo "n2: node 1 printed node 0's information"; fail=1; }
+
+# the nodes' logs on node 0's clock: the invariants hold across them; a backward of node 0 that
+# ends after node 1's update of its group is caught
+if [ -s "$tmp/n2.events.jsonl" ] && [ -s "$tmp/n2.events.jsonl.node1" ]; then
+    "$py" "$top/tools/check_invariants.py" "$tmp/n2.events.jsonl" "$tmp/n2.events.jsonl.node1" \
+        > "$tmp/inv.out" 2>&1 || { echo "invariants across the nodes:"; cat "$tmp/inv.out"; fail=1; }
+    echo "n2's logs: $(tail -n 1 "$tmp/inv.out")"
+    "$py" - "$tmp/n2.events.jsonl" "$tmp/late.jsonl" <<'PYEOF'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+bwd = [e for e in ev if e["phase"] == "bwd" and e["step"] == 1 and e["group"] == 1]
+last = max(bwd, key=lambda e: e["end_us"])
+last["end_us"] = max(e["end_us"] for e in ev) + 1.0
+with open(sys.argv[2], "w") as f:
+    f.writelines(json.dumps(e) + "\n" for e in ev)
+PYEOF
+    "$py" "$top/tools/check_invariants.py" "$tmp/late.jsonl" "$tmp/n2.events.jsonl.node1" \
+        > "$tmp/late.out" 2>&1
+    grep -q "invariant 2 violated: .* on node 1 starts .* on node 0 ends" "$tmp/late.out" ||
+        { echo "a late backward of node 0 not caught:"; cat "$tmp/late.out"; fail=1; }
+else
+    echo "n2: no event logs for both nodes"; fail=1
+fi
 
 # a 2-process checkpoint resumed at 1 and at 3 processes
 train half 2 3 --steps 2
