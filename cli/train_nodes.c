@@ -89,10 +89,9 @@ int sdp_train_nodes_setup(struct sdp_train *t, uint32_t args_crc)
         }
         return SDP_EXIT_USAGE;
     }
-    const char *refused = r->grad_route_gpu ? "train.grad_route: gpu (the GPU route)"
-                          : !strcmp(r->sched, "sdp-roundpipe") ? "--sched sdp-roundpipe"
-                          : r->policy_auto                     ? "train.policy: auto"
-                                                               : NULL;
+    const char *refused = !strcmp(r->sched, "sdp-roundpipe") ? "--sched sdp-roundpipe"
+                          : r->policy_auto                   ? "train.policy: auto"
+                                                             : NULL;
     if (refused) {
         if (r->node == 0) {
             sdp_err(-EINVAL, "recipe %s: %s runs on one node; this run has %d", r->file, refused,

@@ -6,7 +6,9 @@
  * (graph/routes.c); that sum then goes from the last node to node 0, from node 0 to node 1, and so
  * on, into every node's rank-0 gradient, where each node's norms and updates read it.  Chunk by
  * chunk, a chunk's sum travels while the next one is added; every link carries the gradient once
- * each way.  The ranks' sums of a node run on its CPU workers (the host route). */
+ * each way.  The adds run where the route puts them: the host route on the node's CPU workers,
+ * chunk by chunk; the GPU route on its rank 0's GPU, group by group (the vectors then cross
+ * between the processes through host memory, as StarPU-MPI moves them). */
 #include "config.h"
 
 #include <stdlib.h>
@@ -63,7 +65,9 @@ static int chain(sdp_graph_t *g, struct sdp_task_opts o, int step, int gi, int c
 int sdp_graph_reduce_nodes(sdp_graph_t *g, int step, int gi, struct sdp_task_opts o)
 {
     sdp_rt_tensor_t *t = train_grad(g, gi, 0);
-    int nparts = sdp_rt_tensor_nparts(t);
+    /* the GPU route adds on rank 0's GPU, whole vectors (a chunk's task would make StarPU split
+     * every rank's gradient on the host first: graph/routes.c) */
+    int nparts = o.on_rank ? 0 : sdp_rt_tensor_nparts(t);
     for (int r = 1; r < g->R; r++) /* chunk by chunk only where every rank's is chunked alike */
         if (sdp_rt_tensor_nparts(train_grad(g, gi, r)) != nparts)
             nparts = 0;

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Several nodes through StarPU-MPI (one process per node, started by mpirun on this machine; CPU
-# ranks, fp32, the host route): 2 processes of 3 ranks and 3 processes of 2 give the losses,
-# gradient norms and final weights of 1 process of 6 ranks, bit for bit (the gradient goes across
-# the nodes in rank order: graph/nodes.c); a checkpoint of the 2-process run resumes at 1 and at
+# ranks, fp32): 2 processes of 3 ranks and 3 processes of 2 give the losses, gradient norms and
+# final weights of 1 process of 6 ranks, bit for bit, on the host route and on the GPU route (the
+# adds on rank 0's worker), since the gradient goes across the nodes in rank order (graph/nodes.c);
+# the nodes' event logs pass the invariant checker together, which catches a late backward; a checkpoint of the 2-process run resumes at 1 and at
 # 3 processes with the uninterrupted run's bits; a kill of one process ends the others with the
 # launcher naming it, and its last checkpoint loads.  Refused at the start, exit 2, nothing
 # written: processes with different recipes or arguments, different binaries, micro-batches that
@@ -48,8 +49,10 @@ train ref 1 6
 echo "1 process of 6 ranks: $(losses "$tmp/ref.jsonl")"
 train n2 2 3 --events "$tmp/n2.events.jsonl"
 train n3 3 2
+train n3gpu 3 2 --grad-route gpu
 same n2
 same n3
+same n3gpu
 grep -q "data-parallel ranks" "$tmp/n2.err" 2> /dev/null &&
     grep -q "node 1" "$tmp/n2.err" && { echo "n2: node 1 printed node 0's information"; fail=1; }
 
