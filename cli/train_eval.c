@@ -182,7 +182,8 @@ void sdp_train_eval_resume(struct sdp_train *t)
     const struct sdp_recipe *r = t->r;
     char dir[SDP_PATH_MAX + 16], old[SDP_PATH_MAX + 16], path[SDP_PATH_MAX + 32];
     json_t *o;
-    if (!r->save_best || !t->resuming)
+    /* several nodes: node 0's, which it tells the others (sdp_train_steps) */
+    if (!r->save_best || !t->resuming || r->node > 0)
         return;
     snprintf(dir, sizeof(dir), "%s/best", r->output_dir);
     snprintf(old, sizeof(old), "%s/best.old", r->output_dir);
@@ -238,6 +239,10 @@ int sdp_train_eval(struct sdp_train *t, int s, struct sdp_step_extra *x)
     x->evaluated = 1;
     x->val_loss = sum / (double)tokens;
     x->val_tokens = tokens;
+    if (r->save_best && x->val_loss < t->best_loss && r->node > 0) {
+        t->best_loss = x->val_loss; /* several nodes: node 0 writes the run's best */
+        return SDP_EXIT_OK;
+    }
     if (r->save_best && x->val_loss < t->best_loss)
         return save_best(t, s, x);
     return SDP_EXIT_OK;

@@ -14,6 +14,7 @@
 #include "base/sdp_log.h"
 #include "cli/cli.h"
 #include "cli/train_internal.h"
+#include "runtime/nodes.h"
 #include "runtime/trace.h"
 
 static void fmt_duration(char *buf, size_t len, double s)
@@ -70,14 +71,18 @@ void sdp_train_install_signals(void)
  * and the exit status says so (1). */
 static int stopped(struct sdp_train *t, int done)
 {
+    char why[48];
     t->stopped = 1;
+    if (stop_signal) /* else another node's signal (runs over several nodes) */
+        snprintf(why, sizeof(why), "signal %d", (int)stop_signal);
+    else
+        snprintf(why, sizeof(why), "%s", "a signal to another node");
     if (t->ckdir[0]) {
-        SDP_INFO("stopped by signal %d at step %d of %d; resume by running the same command",
-                 (int)stop_signal, done, t->r->steps);
+        SDP_INFO("stopped by %s at step %d of %d; resume by running the same command", why, done,
+                 t->r->steps);
         return SDP_EXIT_OK;
     }
-    sdp_err(-EINTR, "stopped by signal %d at step %d of %d: nothing was saved", (int)stop_signal,
-            done, t->r->steps);
+    sdp_err(-EINTR, "stopped by %s at step %d of %d: nothing was saved", why, done, t->r->steps);
     sdp_hint("name a run directory (output.dir, --output) for a checkpoint at a stop signal");
     return SDP_EXIT_FAILURE;
 }
@@ -216,8 +221,13 @@ int sdp_train_steps(struct sdp_train *t)
     uint64_t pos[2];
 
     sdp_train_eval_resume(t);
+    if (sdp_rt_nodes_bcast(&t->best_loss, sizeof(t->best_loss))) /* node 0's best */
+        return SDP_EXIT_FAILURE;
     t0 = t_prev = sdp_cli_now_s();
-    if (stop_signal) { /* before the first step: the state as it starts (a resume's is saved) */
+    int stop0;
+    if (sdp_train_nodes_stop(stop_signal != 0, &stop0) != SDP_EXIT_OK)
+        return SDP_EXIT_FAILURE; /* several nodes stop before the first step together, or none */
+    if (stop0) { /* before the first step: the state as it starts (a resume's is saved) */
         pos[0] = t->data.epoch;
         pos[1] = t->data.index;
         if (t->ckdir[0] && !t->resuming && checkpoint(t, t->first - 1, pos, t->last_loss))

@@ -22,9 +22,16 @@ mpi() { mpirun -np "$@"; }
 
 # 6 micro-batches of 1 sequence a step: one per rank; warmup over the first 2 steps, so that a
 # 2-step run's learning rates are the 4-step run's (the resumes below)
-micro_recipe | sed -e 's/^\( *global:\).*/\1 6/' -e 's/^\( *micro:\).*/\1 1/' > "$tmp/r.yaml"
-args="--steps 4 --checkpoint-every 2 -q --sched eager"
-losses() { grep -o '"loss":[^,]*,\|"grad_norm":[^,]*' "$1" | tr '\n' ' '; }
+# a validation every 2 steps on a few sequences, and the best model kept (node 0 writes it)
+head -c 2400 "$top/docs/nodes.md" > "$tmp/val.txt"
+"$bin" tokenize --tokenizer "$top/data/tokenizers/qwen3/tokenizer.json" --input "$tmp/val.txt" \
+    --output "$tmp/val.tok" --format shard 2> "$tmp/tok.err" ||
+    { echo "the validation shard:"; cat "$tmp/tok.err"; fail=1; }
+micro_recipe | sed -e 's/^\( *global:\).*/\1 6/' -e 's/^\( *micro:\).*/\1 1/' \
+    -e "s#^\(  train: .*\)#\1\n  val: $tmp/val.tok#" > "$tmp/r.yaml"
+printf 'output:\n  save_best: true\n' >> "$tmp/r.yaml"
+args="--steps 4 --checkpoint-every 2 --eval-every 2 -q --sched eager"
+losses() { grep -o '"loss":[^,]*,\|"grad_norm":[^,]*\|"val_loss":[^,]*' "$1" | tr '\n' ' '; }
 
 train() { # name nprocs ranks extra...
     name=$1 np=$2 ranks=$3
@@ -42,6 +49,8 @@ same() { # name: the losses, norms and final weights of the 1-process run
         { echo "$1: the losses or norms differ from 1 process's"; fail=1; return; }
     cmp -s "$tmp/$1/final/model.safetensors" "$tmp/ref/final/model.safetensors" ||
         { echo "$1: the final weights differ from 1 process's"; fail=1; return; }
+    cmp -s "$tmp/$1/best/model.safetensors" "$tmp/ref/best/model.safetensors" ||
+        { echo "$1: the best model differs from 1 process's"; fail=1; return; }
     echo "$1: the bits of 1 process"
 }
 
@@ -109,6 +118,11 @@ else
 fi
 wait "$launcher"
 rc=$?
+i=0 # the launcher's processes gone (the run directory's lock with them)
+while pgrep -f -- "--output $tmp/k" > /dev/null && [ $i -lt 300 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
 echo "kill of node 1: the launcher exited $rc: $(grep -m1 -i 'signal 9\|killed' "$tmp/k.err")"
 [ "$rc" != 0 ] && grep -qi "rank 1 .*signal 9\|rank 1 .*killed" "$tmp/k.err" ||
     { echo "kill: not ended with the process named"; cat "$tmp/k.err"; fail=1; }
