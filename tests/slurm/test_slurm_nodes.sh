@@ -5,9 +5,9 @@
 # recipe as 2 tasks, one slidedp process per node of 3 CPU ranks each.  Mid-run the batch script gets
 # SIGUSR1, as Slurm sends it before a time limit: both processes must stop at one step with a checkpoint,
 # the job requeue itself, start again under the same job id, resume and finish.  The job runs twice: its
-# processes started by srun --mpi=pmix (the template's choice where Slurm has its PMIx plugin), then by
-# OpenMPI's mpirun inside the allocation (its choice elsewhere).  SDP_SLURM_LAUNCH="srun" (or "mpirun")
-# runs one of them.
+# processes started by srun --mpi=pmix (the template's own choice where Slurm has its PMIx plugin), then
+# by OpenMPI's mpirun inside the allocation (its choice elsewhere; SLIDEDP_LAUNCH=mpirun here).
+# SDP_SLURM_LAUNCH="srun" (or "mpirun") runs one of them.
 # Oracle: an uninterrupted run of 1 process of 6 ranks without Slurm (the gradient goes across the nodes
 # in rank order, so 2 x 3 ranks give its bits): the same "loss" and "grad_norm" in every metrics line,
 # the same COMPLETE and the same final weights.
@@ -113,18 +113,22 @@ losses()
     grep -o '"loss":[^,]*,\|"grad_norm":[^,]*' "$1" | tr '\n' ' '
 }
 
-# job_run: submit the job with SLIDEDP_LAUNCH=$launch, SIGUSR1 after its 2nd step, wait until it is
-# complete; sets jid and restarts
+# job_run: submit the job for $launch, SIGUSR1 after its 2nd step, wait until it is complete; sets jid
+# and restarts.  srun is the template's own choice here (this Slurm has PMIx): SLIDEDP_LAUNCH unset
 job_run()
 {
-    SLIDEDP_LAUNCH=$launch
-    export SLIDEDP_LAUNCH
+    if [ "$launch" = srun ]; then
+        unset SLIDEDP_LAUNCH
+    else
+        SLIDEDP_LAUNCH=$launch
+        export SLIDEDP_LAUNCH
+    fi
     # shellcheck disable=SC2086 # $shape, $args: one option per word
     jid=$(sbatch --parsable --job-name=sdp-nodes $shape --gres=none --cpus-per-task=1 --mem=1G \
         --time=10:00 --chdir="$tmp" --output="$tmp/job-$launch.out" "$top/slurm/sbatch-nodes.sh" \
         "$tmp/r.yaml" $args --ranks 3 --cpus 3 --output "$tmp/run-$launch" \
         --metrics "$tmp/job-$launch.jsonl") || fail "sbatch failed"
-    echo "submitted job $jid ($shape, SLIDEDP_LAUNCH=$launch)"
+    echo "submitted job $jid ($shape, SLIDEDP_LAUNCH=${SLIDEDP_LAUNCH:-unset})"
     t=0
     while [ "$(job_steps)" -lt 2 ]; do
         # shellcheck disable=SC2046 # two words: state, restarts
@@ -192,7 +196,7 @@ job_check()
     cmp -s "$tmp/ref/COMPLETE" "$tmp/run-$launch/COMPLETE" || fail "COMPLETE differs from the 1-process run's"
     cmp -s "$tmp/ref/final/model.safetensors" "$tmp/run-$launch/final/model.safetensors" ||
         fail "the final weights differ from the 1-process run's"
-    echo "SLIDEDP_LAUNCH=$launch: the requeued job has the bits of 1 process of 6 ranks"
+    echo "$launch: the requeued job has the bits of 1 process of 6 ranks"
 }
 
 echo "1 process of 6 ranks, losses and norms:"
