@@ -22,7 +22,7 @@
 #
 # Environment: SLIDEDP (the binary, default `slidedp` on PATH), SLIDEDP_LAUNCH (srun or direct; default
 # srun when it exists), SLIDEDP_MAX_RESTARTS (give up after this many requeues, default 50).
-# ---- the body below is the same in sbatch-one-gpu.sh and sbatch-node.sh ----
+# ---- the body below is the same in sbatch-one-gpu.sh, sbatch-node.sh and sbatch-nodes.sh ----
 # sbatch runs a copy of the script from its spool directory, so common.sh is looked for next to the
 # submitted script (scontrol's Command=), then next to $0, then in SLURM_SUBMIT_DIR/slurm;
 # SLIDEDP_SLURM_DIR overrides the search.

@@ -1,8 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Stop the private Slurm cluster that start-slurm.sh DIR started: cancel its jobs and wait for them to
-# end (slurmstepd outlives slurmd otherwise), then stop slurmd, slurmctld and munged by the pids in their
-# pid files, checking each pid still names that daemon.  Safe to run twice or after a failed start.
+# end (slurmstepd outlives slurmd otherwise), then stop every slurmd, slurmctld and munged by the pids in
+# their pid files, checking each pid still names that daemon, and remove the second node's network
+# namespace and veth pair (DIR/netns).  Safe to run twice or after a failed start.
 #   usage: stop-slurm.sh DIR
 set -u
 dir=${1:-}
@@ -14,20 +15,21 @@ export PATH="$PATH:/usr/sbin:/sbin"
 SLURM_CONF="$dir/slurm.conf"
 export SLURM_CONF
 
-# the pid in DIR/$1.pid if that process is still the daemon $1
+# the pid in the file $2 (default DIR/$1.pid) if that process is still the daemon $1
 daemon_pid()
 {
-    [ -s "$dir/$1.pid" ] || return 1
-    pid=$(cat "$dir/$1.pid")
+    f=${2:-$dir/$1.pid}
+    [ -s "$f" ] || return 1
+    pid=$(cat "$f")
     case "$pid" in '' | *[!0-9]*) return 1 ;; esac
     [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ] || return 1
     echo "$pid"
 }
 
-# stop daemon $1: SIGTERM, up to 10 s, then SIGKILL
+# stop daemon $1 (pid file $2, default DIR/$1.pid): SIGTERM, up to 10 s, then SIGKILL
 stop_daemon()
 {
-    pid=$(daemon_pid "$1") || return 0
+    pid=$(daemon_pid "$1" "${2:-}") || return 0
     kill -TERM "$pid" 2>/dev/null
     n=0
     while [ -d "/proc/$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ]; do
@@ -55,7 +57,15 @@ if [ -f "$SLURM_CONF" ] && daemon_pid slurmctld > /dev/null; then
         [ -z "$jobs" ] || echo "slurm: jobs still listed after 30 s:" "$jobs"
     fi
 fi
-stop_daemon slurmd
+for f in "$dir"/slurmd-*.pid; do
+    stop_daemon slurmd "$f"
+done
 stop_daemon slurmctld
 stop_daemon munged
+if [ -s "$dir/netns" ]; then
+    read -r ns veth < "$dir/netns"
+    ip netns delete "$ns" 2>/dev/null
+    ip link delete "$veth" 2>/dev/null
+    rm -f "$dir/netns"
+fi
 exit 0

@@ -26,7 +26,7 @@ trap 'exit 1' INT TERM HUP
 fail()
 {
     echo "$*"
-    for f in "$tmp/job.out" "$tmp/slurm/slurmctld.log" "$tmp/slurm/slurmd.log"; do
+    for f in "$tmp/job.out" "$tmp/slurm/slurmctld.log" "$tmp"/slurm/slurmd-*.log; do
         [ -s "$f" ] && { echo "--- last lines of $f"; tail -n 25 "$f"; }
     done
     echo FAIL
