@@ -8,7 +8,9 @@
  * (cli/calibrate_update.c), with CUDA workers the pinned H2D copy and
  * the D2H of each GPU alone and of all at once, then the GEMM and attention rates of the compute
  * workers (cli/calibrate_compute.c: each GPU, else the CPU workers) and the launch overhead.
- * Without a CUDA worker the GPU rates are absent.  Each figure is the median of a few timed passes
+ * Without a CUDA worker the GPU rates are absent.  Started by an MPI launcher with several
+ * processes, first the link between node 0 and node 1 (a ping-pong, runtime/nodes.h), then node 0
+ * alone measures itself and writes the file.  Each figure is the median of a few timed passes
  * after an untimed one; progress goes to stderr. */
 #include "config.h"
 
@@ -34,6 +36,7 @@
 #include "runtime/gpu_link.h"
 #include "runtime/init.h"
 #include "runtime/hint.h"
+#include "runtime/nodes.h"
 #include "runtime/tensor.h"
 
 /* Sizes of the host passes: each well beyond a last-level cache (tens of MiB), long enough that
@@ -452,6 +455,30 @@ static int measure_runtime(struct sdp_machine *m, int gpus)
     return rc;
 }
 
+/* The link between nodes: a ping-pong of node 0 and 1, 8 bytes for the latency and 64 MiB for the
+ * bandwidth (a gradient chunk's order: 16-64 MiB), 5 round trips each after one untimed, before
+ * StarPU starts (the main thread alone).  Every node takes part; node 0 keeps the figures. */
+#define LINK_BYTES (64u << 20)
+#define LINK_REPS  5
+
+static int measure_link(struct sdp_machine *m)
+{
+    double gbs, lat;
+    if (sdp_rt_nnodes() < 2)
+        return 0;
+    if (sdp_rt_nodes_pingpong(LINK_BYTES, 1, &gbs, &lat) ||
+        sdp_rt_nodes_pingpong(LINK_BYTES, LINK_REPS, &gbs, &lat))
+        return -EIO;
+    if (!(gbs > 0))
+        return sdp_err(-EIO, "calibrate: the link between nodes: no time measured for %u bytes",
+                       LINK_BYTES);
+    m->node_gbs = gbs, m->node_latency_us = lat;
+    if (sdp_rt_node() == 0)
+        SDP_INFO("calibrate: node link (%s to node 1 of %d): %.2f GB/s, %.1f us a message",
+                 sdp_rt_node_host(), sdp_rt_nnodes(), gbs, lat);
+    return 0;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: slidedp calibrate [--gpus N] [-o machine.json]\n"
@@ -460,7 +487,8 @@ static void usage(FILE *f)
                "machine) and save it as JSON: host AdamW and fp32->bf16 cast bytes/s for 1 to all\n"
                "cores, DRAM copy bytes/s, the per-task overheads of the runtime, the GEMM and\n"
                "attention FLOP/s of the compute workers (each GPU, else the CPU workers), and the\n"
-               "GPU transfer rates where CUDA workers start (else recorded as absent).\n"
+               "GPU transfer rates where CUDA workers start (else recorded as absent).  Under an\n"
+               "MPI launcher (mpirun -np N, srun), the link between the nodes too; node 0 writes.\n"
                "\n"
                "  --gpus N           CUDA workers (-1 = all found, 0 = none; -1)\n"
                "  -o, --output FILE  the machine file to write (machine.json)\n"
@@ -472,9 +500,13 @@ static int run(const char *out, int gpus)
     const struct sdp_path_role outs[] = { { out, "the machine file (-o)", SDP_PATH_FILE } };
     struct sdp_machine m;
     double t0 = sdp_cli_now_s();
-    if (sdp_paths_check(outs, 1, NULL, 0)) /* before a minute of measuring, not after */
-        return SDP_EXIT_USAGE;             /* as train, tokenize and export refuse outputs */
+    if (sdp_rt_node() == 0 && sdp_paths_check(outs, 1, NULL, 0)) /* before measuring, not after */
+        return SDP_EXIT_USAGE; /* as train, tokenize and export refuse outputs */
     memset(&m, 0, sizeof(m));
+    if (measure_link(&m))
+        return SDP_EXIT_FAILURE;
+    if (sdp_rt_node() > 0) /* the other nodes: the link alone; node 0 writes the file */
+        return SDP_EXIT_OK;
     sdp_machine_identify(&m);
     m.nthreads = m.cores < SDP_MACHINE_MAX_THREADS ? m.cores : SDP_MACHINE_MAX_THREADS;
     SDP_INFO("calibrate: %s, %s, %d cores; host kernels over 1 to %d threads", m.host, m.cpu,

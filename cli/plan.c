@@ -27,7 +27,9 @@ static const char usage_head[] =
     "Predict a run before it runs: the per-layer plan, the step time and tokens/s, what bounds\n"
     "the step, the GPU and host peaks, and what each single change would buy.  The machine's\n"
     "figures come from --machine (a file of `slidedp calibrate`), else the model's defaults.\n"
-    "Without a recipe the run is bench's (random data, no clipping, one micro-batch a rank).\n";
+    "Without a recipe the run is bench's (random data, no clipping, one micro-batch a rank).\n"
+    "With --nodes N the batch is the run's, over the ranks of N nodes, and the step pays the\n"
+    "gradient's way between the nodes (--node-gbs, --node-latency-us, else the machine file's).\n";
 static const char usage_tail[] =
     "\nexit status: 0 the plan fits, 1 it does not (by how much and what to change is printed),\n"
     "2 usage error\n";
@@ -116,13 +118,14 @@ static int changes(const struct sdp_recipe *r, int ngpus, struct sdp_recipe *out
         add(r, out, what, &n, "batch.micro", num(b, r->micro_batch / 2))->micro_batch /= 2;
     if (ngpus > 0 && r->gpu_memory_gib > 0)
         add(r, out, what, &n, "train.gpu_memory_gib", "0 (no limit)")->gpu_memory_gib = 0;
-    if (r->ranks > 1) {
+    if (r->ranks > 1 && r->nodes <= 1) { /* over nodes, train takes the CPU route alone */
         struct sdp_recipe *a =
             add(r, out, what, &n, "train.grad_route", r->grad_route_gpu ? "cpu" : "gpu");
         a->grad_route_gpu = !r->grad_route_gpu, a->grad_route_groups[0] = '\0';
+    }
+    if (r->ranks > 1)
         add(r, out, what, &n, "train.param_route", r->param_sharded ? "replicated" : "sharded")
             ->param_sharded = !r->param_sharded;
-    }
     return n;
 }
 
@@ -166,9 +169,13 @@ static void print_text(const struct sdp_recipe *r, const struct sdp_cli_run *cr,
                        const struct sdp_cli_machine *cm, const struct sdp_predict *p,
                        const struct limits *l, const struct whatif *w, int nw)
 {
-    char where[32] = "on CPU workers";
+    char where[64] = "on CPU workers", nodes[32] = "";
+    if (cr->plan.nodes > 1)
+        snprintf(nodes, sizeof(nodes), "%d nodes of ", cr->plan.nodes);
     if (cr->ngpus > 0)
-        snprintf(where, sizeof(where), "on %d GPU%s", cr->ngpus, cr->ngpus > 1 ? "s" : "");
+        snprintf(where, sizeof(where), "on %s%d GPU%s", nodes, cr->ngpus, cr->ngpus > 1 ? "s" : "");
+    else if (nodes[0])
+        snprintf(where, sizeof(where), "on %sCPU workers", nodes);
     printf("run: %s (%zu parameters, %d layers), %d x %d sequences of %d tokens a step, %s, "
            "chunks of %g MiB, %s\n",
            r->model_preset[0] ? r->model_preset : sdp_model_arch_name(r->model.arch),
@@ -185,6 +192,11 @@ static void print_text(const struct sdp_recipe *r, const struct sdp_cli_run *cr,
                    p->demand_s[i], 100.0 * p->busy[i]);
     printf("  the GPU's chain %.3f s (%.3f s at the step boundary), the host's %.3f s\n",
            p->chain_s, p->boundary_s, p->host_chain_s);
+    if (cr->plan.nodes > 1)
+        printf("  the node link (%.1f GB/s, %.0f us a message: %s): %.2f GB each way a step, "
+               "its chain %.3f s, the last chunk's trip %.4f s\n",
+               cm->mc.node_bps / 1e9, cm->mc.node_latency_s * 1e6, cm->link, p->node_bytes / 1e9,
+               p->node_chain_s, p->node_tail_s);
     printf("memory: GPU %.2f GiB a device", gib(p->gpu_bytes));
     if (cr->ngpus > 0 && l->gpu > 0)
         printf(" of %.2f GiB%s", gib(l->gpu), r->gpu_memory_gib > 0 ? " (limit)" : "");
@@ -209,13 +221,15 @@ static json_t *pred_json(const struct sdp_predict *p)
         json_object_set_new(b, sdp_predict_res_name((enum sdp_predict_res)i),
                             json_real(p->busy[i]));
     }
-    return json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:o, s:o, s:I, s:I, s:I, s:I}", "step_s",
-                     p->step_s, "tokens_per_s", p->tokens_per_s, "bound",
+    return json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o, s:I, s:I, s:I, "
+                     "s:I}",
+                     "step_s", p->step_s, "tokens_per_s", p->tokens_per_s, "bound",
                      sdp_predict_res_name(p->bound), "chain_s", p->chain_s, "boundary_s",
-                     p->boundary_s, "host_chain_s", p->host_chain_s, "demand_s", d, "busy", b,
-                     "gpu_bytes", (json_int_t)p->gpu_bytes, "gpu_need_bytes",
-                     (json_int_t)p->gpu_need_bytes, "host_bytes", (json_int_t)p->host_bytes,
-                     "pinned_bytes", (json_int_t)p->pinned_bytes);
+                     p->boundary_s, "host_chain_s", p->host_chain_s, "node_chain_s",
+                     p->node_chain_s, "node_tail_s", p->node_tail_s, "node_bytes", p->node_bytes,
+                     "demand_s", d, "busy", b, "gpu_bytes", (json_int_t)p->gpu_bytes,
+                     "gpu_need_bytes", (json_int_t)p->gpu_need_bytes, "host_bytes",
+                     (json_int_t)p->host_bytes, "pinned_bytes", (json_int_t)p->pinned_bytes);
 }
 
 static void print_json(const struct sdp_recipe *r, const struct sdp_cli_run *cr,
@@ -239,6 +253,10 @@ static void print_json(const struct sdp_recipe *r, const struct sdp_cli_run *cr,
                   "seq_len", r->seq_len, "chunk_mib", r->chunk_mib, "machine", cm->source,
                   "calibrated", cm->from_file, "predicted", pred_json(p), "gpu_limit_bytes", l->gpu,
                   "host_limit_bytes", l->host, "fits", ok, "what_if", arr);
+    json_object_set_new(o, "nodes", json_integer(cr->plan.nodes));
+    json_object_set_new(o, "node_link",
+                        json_pack("{s:f, s:f, s:s}", "gbs", cm->mc.node_bps / 1e9, "latency_us",
+                                  cm->mc.node_latency_s * 1e6, "source", cm->link));
     s = json_dumps(o, JSON_COMPACT);
     if (s)
         puts(s);
@@ -297,6 +315,23 @@ static int model_of(struct sdp_recipe *r)
     return 0;
 }
 
+/* Whether the run's micro-batches divide among its nodes' ranks (train refuses it there too,
+ * cli/train_nodes.c).  @return 0 or -EINVAL (reported) */
+static int nodes_split(const struct sdp_recipe *r)
+{
+    int nodes = r->nodes > 1 ? r->nodes : 1, ranks = r->ranks > 1 ? r->ranks : 1;
+    int nm = r->micro_batch > 0 ? r->global_batch / r->micro_batch : 0;
+    if (nodes == 1 || (nm > 0 && nm % (nodes * ranks) == 0))
+        return 0;
+    sdp_err(-EINVAL,
+            "%s: %d micro-batches a step (batch %d / micro %d) do not divide among %d "
+            "nodes of %d rank%s",
+            r->file[0] ? r->file : "plan", nm, r->global_batch, r->micro_batch, nodes, ranks,
+            ranks > 1 ? "s" : "");
+    sdp_hint("make the batch a multiple of %d micro-batches", nodes * ranks);
+    return -EINVAL;
+}
+
 static int plan_run(struct sdp_recipe *r)
 {
     struct sdp_cli_machine cm;
@@ -313,6 +348,9 @@ static int plan_run(struct sdp_recipe *r)
     if (model_of(r))
         return SDP_EXIT_USAGE;
     sdp_cli_machine_get(r->machine, ngpus, 1, &cm);
+    sdp_cli_machine_link(r, &cm);
+    if (nodes_split(r))
+        return SDP_EXIT_USAGE;
     if (sdp_cli_run_make(r, ngpus, &cr))
         return SDP_EXIT_USAGE;
     if (sdp_predict_step(&cr.run, &cm.mc, &p)) {
@@ -367,13 +405,13 @@ int sdp_cli_plan(int argc, char **argv)
         sdp_options_usage(stderr, SDP_CMD_PLAN, usage_head, usage_tail);
         return SDP_EXIT_USAGE;
     } else {
-        r.micro_batch = r.micro_batch > 0 ? r.micro_batch : r.global_batch / r.ranks;
-        if (r.global_batch % r.ranks || r.micro_batch < 1 ||
-            (r.global_batch / r.ranks) % r.micro_batch) {
+        int w = r.ranks * (r.nodes > 1 ? r.nodes : 1); /* every node's ranks */
+        r.micro_batch = r.micro_batch > 0 ? r.micro_batch : r.global_batch / w;
+        if (r.global_batch % w || r.micro_batch < 1 || (r.global_batch / w) % r.micro_batch) {
             fprintf(stderr,
                     "slidedp plan: --batch %d must split into %d ranks of whole micro-batches of "
                     "%d\n",
-                    r.global_batch, r.ranks, r.micro_batch);
+                    r.global_batch, w, r.micro_batch);
             return SDP_EXIT_USAGE;
         }
     }

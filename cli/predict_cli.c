@@ -82,6 +82,27 @@ static void map_machine(const struct sdp_machine *m, int ngpus, struct sdp_predi
         mc->gpu_base_bytes = (unsigned long long)g->base_bytes;
 }
 
+/* The link between nodes, where `calibrate` ran under an MPI launcher. */
+static void map_link(const struct sdp_machine *m, struct sdp_cli_machine *out)
+{
+    if (m->node_gbs <= 0)
+        return;
+    out->mc.node_bps = m->node_gbs * 1e9, out->mc.node_latency_s = m->node_latency_us * 1e-6;
+    snprintf(out->link, sizeof(out->link), "calibrated");
+}
+
+void sdp_cli_machine_link(const struct sdp_recipe *r, struct sdp_cli_machine *cm)
+{
+    if (r->node_gbs > 0)
+        cm->mc.node_bps = r->node_gbs * 1e9;
+    if (r->node_latency_us >= 0)
+        cm->mc.node_latency_s = r->node_latency_us * 1e-6;
+    if (r->node_gbs > 0 || r->node_latency_us >= 0)
+        snprintf(cm->link, sizeof(cm->link), "%s%s%s", r->node_gbs > 0 ? "--node-gbs" : "",
+                 r->node_gbs > 0 && r->node_latency_us >= 0 ? ", " : "",
+                 r->node_latency_us >= 0 ? "--node-latency-us" : "");
+}
+
 /* The defaults: the reference node with GPUs (the seed's shared link for more than one: 8.7 GB/s
  * each of two against 15.6 alone), or CPU workers on this node's cores. */
 static void defaults(int ngpus, struct sdp_predict_machine *mc)
@@ -103,6 +124,7 @@ void sdp_cli_machine_get(const char *path, int ngpus, int elsewhere, struct sdp_
     struct sdp_machine here, m;
     memset(out, 0, sizeof(*out));
     defaults(ngpus, &out->mc);
+    snprintf(out->link, sizeof(out->link), "the model's defaults");
     if (!path || !path[0]) {
         snprintf(out->source, sizeof(out->source), "defaults (%s; no train.machine file)",
                  ngpus > 0 ? "the reference node: one H200, 16 cores" : "CPU workers");
@@ -115,8 +137,10 @@ void sdp_cli_machine_get(const char *path, int ngpus, int elsewhere, struct sdp_
         return;
     }
     map_machine(&m, ngpus, &out->mc);
+    map_link(&m, out);
     if (sdp_predict_machine_check(&out->mc)) { /* cannot happen for a loaded file: checked */
         defaults(ngpus, &out->mc);
+        snprintf(out->link, sizeof(out->link), "the model's defaults");
         snprintf(out->source, sizeof(out->source), "defaults (%s has unusable rates)", path);
         return;
     }

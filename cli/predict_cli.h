@@ -16,6 +16,8 @@ struct sdp_cli_machine {
     int from_file;     /* 1: a calibration file's figures; 0: the model's defaults */
     int foreign;       /* the file describes another machine than this one */
     double host_mem;   /* that machine's memory for a run (bytes; 0: unknown) */
+    char link[96];     /* where the link between nodes comes from: "calibrated", "defaults",
+                          "--node-gbs" ... */
     char source[4200]; /* "FILE (calibrated on HOST)" or "defaults: why" */
 };
 
@@ -26,6 +28,10 @@ struct sdp_cli_machine {
  * cores without.  elsewhere 1 (plan) prices for the machine the file describes, wherever that
  * is.  A rate the file lacks keeps its default.  Never fails. */
 void sdp_cli_machine_get(const char *path, int ngpus, int elsewhere, struct sdp_cli_machine *out);
+
+/** The link between nodes of r's run on cm: r->node_gbs (> 0) and r->node_latency_us (>= 0) over
+ * the machine file's or the defaults, noted in cm->link. */
+void sdp_cli_machine_link(const struct sdp_recipe *r, struct sdp_cli_machine *cm);
 
 /** The GPUs a run of r computes on: none with train.gpus 0 or where none is found (-1: this node's,
  * from the NVIDIA driver's /proc files, else those of the calibration file), else one per rank. */

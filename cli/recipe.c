@@ -533,6 +533,7 @@ void sdp_recipe_defaults(struct sdp_recipe *r)
     r->keep_last = 1;
     r->grad_bf16 = -1;
     r->prefetch_groups = -1;
+    r->node_latency_us = -1;
 }
 
 int sdp_recipe_load(const char *path, struct sdp_recipe *r)

@@ -65,7 +65,10 @@ struct sdp_recipe {
     double gpu_memory_gib;  /* per-GPU memory StarPU may use (0 = no limit) */
     int ranks;              /* data-parallel ranks: GPUs, or CPU workers standing in (default 1) */
     int nodes, node;        /* the run's nodes and this one's index: from the MPI launcher
-                               (runtime/nodes.h, cli/train_nodes.c), not a recipe key */
+                               (runtime/nodes.h, cli/train_nodes.c), not a recipe key; `plan
+                               --nodes` sets the first */
+    double node_gbs;        /* plan: the link between nodes, GB/s (0: the machine file's) */
+    double node_latency_us; /* plan: its latency (< 0: the machine file's) */
     int grad_route_gpu;     /* gradient return: 0 CPU reduction (default), 1 GPU reduction */
     int param_sharded;      /* parameter dispatch: 0 replicated (default), 1 sharded */
     char grad_route_groups[256]; /* per-group overrides: "gpu:1-18,cpu:19-36" ("" = none) */

@@ -218,6 +218,10 @@ static json_t *to_json(const struct sdp_machine *m)
                                                m->gemm[i].k, "n", m->gemm[i].n, "flops",
                                                rate(m->gemm[i].flops)));
     json_object_set_new(o, "gemm", gemms);
+    json_object_set_new(o, "node_link",
+                        m->node_gbs > 0 ? json_pack("{s:o, s:o}", "gbs", rate(m->node_gbs),
+                                                    "latency_us", json_real(m->node_latency_us))
+                                        : json_null());
     return o;
 }
 
@@ -364,6 +368,24 @@ static int read_gpus(struct reader *r, const json_t *o, struct sdp_machine *m)
     return 0;
 }
 
+/* node_link: {gbs > 0, latency_us >= 0}, or null or absent (not measured: no default to note). */
+static int read_node_link(struct reader *r, const json_t *o, struct sdp_machine *m)
+{
+    const json_t *l = json_object_get(o, "node_link"), *g, *u;
+    if (!l || json_is_null(l))
+        return 0;
+    g = json_object_get(l, "gbs"), u = json_object_get(l, "latency_us");
+    if (!json_is_object(l) || !json_is_number(g) || !json_is_number(u) ||
+        !(json_number_value(g) > 0) || !isfinite(json_number_value(g)) ||
+        !(json_number_value(u) >= 0) || !isfinite(json_number_value(u)))
+        return sdp_err(-EINVAL,
+                       "machine file %s: 'node_link' is not {\"gbs\": GB/s > 0, \"latency_us\": "
+                       "us >= 0} (or null)",
+                       r->path);
+    m->node_gbs = json_number_value(g), m->node_latency_us = json_number_value(u);
+    return 0;
+}
+
 static int read_gemms(struct reader *r, const json_t *o, struct sdp_machine *m)
 {
     const json_t *a = json_object_get(o, "gemm");
@@ -414,7 +436,7 @@ static int from_json(struct reader *r, const json_t *o, struct sdp_machine *m)
         else if (read_rate(r, v, scalars[i].key, (double *)((char *)m + scalars[i].off)))
             return -EINVAL;
     }
-    return read_gpus(r, o, m) || read_gemms(r, o, m) ? -EINVAL : 0;
+    return read_gpus(r, o, m) || read_gemms(r, o, m) || read_node_link(r, o, m) ? -EINVAL : 0;
 }
 
 /* Whether the file's node differs from here, as far as both know it.  @return 0 or -ESTALE */

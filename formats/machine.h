@@ -3,8 +3,9 @@
  * step-time model beside the plan.  Per-resource rates (host AdamW and fp32 -> bf16 cast bytes/s
  * for each thread count up to the cores, DRAM copy bytes/s, per-task overheads, and per GPU the
  * pinned H2D copy and the D2H into a host stage, bytes/s alone and with every GPU copying at once,
- * bf16 GEMM and attention FLOP/s; without a GPU, the CPU workers' fp32 GEMM and attention FLOP/s)
- * and the identity of the node they were measured on (host, CPU model, cores, GPU model), which a
+ * bf16 GEMM and attention FLOP/s; without a GPU, the CPU workers' fp32 GEMM and attention FLOP/s;
+ * measured under an MPI launcher, the link to the other nodes: node_link {gbs, latency_us}) and
+ * the identity of the node they were measured on (host, CPU model, cores, GPU model), which a
  * later run compares with its own to refuse a stale file.
  *
  * Stored as JSON (jansson), version SDP_MACHINE_VERSION; a rate that was not measured (no CUDA
@@ -66,6 +67,10 @@ struct sdp_machine {
     struct sdp_machine_gemm gemm[SDP_MACHINE_MAX_GEMMS];
     double host_mem_bytes; /* memory a run could take when it was measured (MemAvailable) */
     double calib_s;        /* how long the calibration took */
+    /* the link between nodes (`calibrate` under an MPI launcher: a ping-pong of node 0 and 1),
+     * one-way GB/s and a message's latency in us; 0: not measured.  Optional in the file: a file
+     * without node_link (one node's calibration, or an older file) is complete without it */
+    double node_gbs, node_latency_us;
     int ndefaulted; /* after sdp_machine_load: fields missing from the file, taken from defaults */
 };
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The step-time model (predict.h): service demands per resource, the GPU's dependency chain, the
  * memory peaks.  Every figure is per step; per-GPU figures are those of one rank (the ranks are
- * alike: the same micro-batches per rank, the same routes). */
+ * alike: the same micro-batches per rank, the same routes), per-node figures those of one node
+ * (the nodes are alike; the link between them: predict_nodes.c). */
 #include "config.h"
 
 #include <errno.h>
@@ -58,6 +59,8 @@ void sdp_predict_machine_h200(struct sdp_predict_machine *mc)
     mc->host_base_bytes = 3ull << 30;
     mc->gpu_mem_bytes = 143771ull << 20; /* what the driver reports of the H200's 141 GB */
     mc->gpu_base_bytes = 530ull << 20;   /* an H100's before StarPU allocated: 0.518 GiB */
+    mc->node_bps = SDP_PREDICT_NODE_GBS * 1e9;
+    mc->node_latency_s = SDP_PREDICT_NODE_LATENCY_US * 1e-6;
 }
 
 void sdp_predict_machine_cpu2(struct sdp_predict_machine *mc)
@@ -75,6 +78,8 @@ void sdp_predict_machine_cpu2(struct sdp_predict_machine *mc)
     mc->cpu_cores = 2;
     mc->task_s = 50e-6;
     mc->host_base_bytes = 256ull << 20;
+    mc->node_bps = SDP_PREDICT_NODE_GBS * 1e9;
+    mc->node_latency_s = SDP_PREDICT_NODE_LATENCY_US * 1e-6;
 }
 
 double sdp_predict_lane_bps(double per_core_bps, double max_bps, int threads)
@@ -85,8 +90,8 @@ double sdp_predict_lane_bps(double per_core_bps, double max_bps, int threads)
 
 const char *sdp_predict_res_name(enum sdp_predict_res r)
 {
-    static const char *const names[] = { "gpu",  "h2d",  "d2h", "link-h2d",    "link-d2h",
-                                         "peer", "dram", "cpu", "dependencies" };
+    static const char *const names[] = { "gpu",  "h2d",  "d2h", "link-h2d",  "link-d2h",
+                                         "peer", "dram", "cpu", "node-link", "dependencies" };
     return r >= 0 && r <= SDP_PRES_DEPS ? names[r] : "?";
 }
 
@@ -192,6 +197,7 @@ static void param_bytes(const struct sdp_plan *p, const struct sdp_model_cfg *m,
 struct acc {
     double compute_s, gpu_update_s, h2d, d2h, d2h_all, peer, adamw, reduce, chain_s;
     double top_s; /* the GPU's work from the top layer's forward to its gradient: layer L, head */
+    double fwd_below_s; /* the forward of the layers below the top one */
     long long tasks, host_tasks;
     struct sdp_pgroup_cost *cost; /* per group, for the timeline (predict_sim.c); NULL: none */
 };
@@ -229,6 +235,8 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
     a->compute_s += ct;
     if (gi >= p->nlayers)
         a->top_s += ct;
+    else
+        a->fwd_below_s += cf;
     a->h2d += host * (1 + twice) + nr * act;
     a->peer += peer * (1 + twice);
     a->d2h += nt * gb + nr * act; /* rank 0's */
@@ -237,6 +245,9 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
         a->peer += (p->nranks - 1) * nt * 4.0;
     else if (p->nranks > 1) /* the host sums R gradients into one */
         a->reduce += (p->nranks + 1) * nt * gb;
+    if (p->nodes > 1) /* and the sum of the nodes before (graph/nodes.c): one more fp32 read, or
+                         with one rank a sum of two: read both, write one */
+        a->reduce += nt * 4.0 * (p->nranks > 1 ? 1 : 3);
     if (pg->update_gpu)
         a->gpu_update_s += nt * adamw_bpp(gb, r->es) / mc->gpu_mem_bps;
     else
@@ -361,20 +372,24 @@ static void stage_cap(const struct sdp_predict_run *run, const struct sdp_predic
 static int check_run(const struct sdp_predict_run *run)
 {
     const struct sdp_plan *p = run->plan;
+    int P;
     if (!run->m || !p || !p->group)
         return sdp_err(-EINVAL, "predict: no model or no plan");
     if (p->nlayers != run->m->num_layers || p->ngroups != p->nlayers + 2)
         return sdp_err(-EINVAL, "predict: a plan of %d layers for a model of %d", p->nlayers,
                        run->m->num_layers);
+    P = p->nodes > 1 ? p->nodes : 1;
     if (run->micro_batch < 1 || run->seq_len < 1 || run->n_micro < 1 || p->nranks < 1 ||
-        run->n_micro % p->nranks)
-        return sdp_err(-EINVAL, "predict: B %d, T %d, %d micro-batches over %d ranks",
-                       run->micro_batch, run->seq_len, run->n_micro, p->nranks);
+        run->n_micro % (p->nranks * P))
+        return sdp_err(-EINVAL, "predict: B %d, T %d, %d micro-batches over %d node%s of %d ranks",
+                       run->micro_batch, run->seq_len, run->n_micro, P, P > 1 ? "s" : "",
+                       p->nranks);
     return 0;
 }
 
-/* The step: the longer chain or the largest demand; the bound: the resource whose demand it is,
- * or a lane busy 85% of a chain-bound step (the traces' reading, tools/predict_table.py:
+/* The step: the longest chain or the largest demand; the bound: the resource whose demand it is,
+ * the node link where its chain is the longest (its demand, beyond the backward it overlaps), or
+ * a lane busy 85% of a chain-bound step (the traces' reading, tools/predict_table.py:
  * qwen3-4b/32's GPU lane at 91% bounds it); below that, the waits between the lanes
  * (SDP_PRES_DEPS). */
 static void step_and_bound(struct sdp_predict *o)
@@ -383,6 +398,8 @@ static void step_and_bound(struct sdp_predict *o)
     int top = 0;
     o->step_s = o->chain_s > o->host_chain_s ? o->chain_s : o->host_chain_s;
     o->bound = SDP_PRES_DEPS;
+    if (o->node_chain_s > o->step_s)
+        o->step_s = o->node_chain_s, o->bound = SDP_PRES_NODE;
     for (int i = 0; i < SDP_PRES_COUNT; i++) {
         if (d[i] > o->step_s)
             o->step_s = d[i], o->bound = (enum sdp_predict_res)i;
@@ -400,34 +417,38 @@ int sdp_predict_machine_check(const struct sdp_predict_machine *mc)
           mc->adamw_core_bps > 0 && mc->adamw_max_bps > 0 && mc->cast_core_bps > 0 &&
           mc->cast_max_bps > 0 && mc->cpu_cores >= 1 && mc->ngpus >= 0 && mc->task_s >= 0 &&
           mc->h2d_bps >= 0 && mc->d2h_bps >= 0 && mc->h2d_all_bps >= 0 && mc->d2h_all_bps >= 0 &&
-          mc->peer_bps >= 0 && mc->head_flops >= 0 && mc->elem_bps >= 0 &&
-          (mc->ngpus == 0 || mc->gpu_mem_bps > 0)))
+          mc->peer_bps >= 0 && mc->head_flops >= 0 && mc->elem_bps >= 0 && mc->node_bps >= 0 &&
+          mc->node_latency_s >= 0 && (mc->ngpus == 0 || mc->gpu_mem_bps > 0)))
         return sdp_err(-EINVAL,
                        "predict: a machine with a rate <= 0 (gpu %g FLOP/s, attention %g, DRAM %g "
-                       "B/s, AdamW %g/%g, cast %g/%g, %d cores)\nhint: recalibrate, or take the "
-                       "defaults (sdp_predict_machine_h200, _cpu2)",
+                       "B/s, AdamW %g/%g, cast %g/%g, %d cores, node link %g B/s, %g s)\nhint: "
+                       "recalibrate, or take the defaults (sdp_predict_machine_h200, _cpu2)",
                        mc->gpu_flops, mc->gpu_attn_flops, mc->dram_bps, mc->adamw_core_bps,
-                       mc->adamw_max_bps, mc->cast_core_bps, mc->cast_max_bps, mc->cpu_cores);
+                       mc->adamw_max_bps, mc->cast_core_bps, mc->cast_max_bps, mc->cpu_cores,
+                       mc->node_bps, mc->node_latency_s);
     return 0;
 }
 
-int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
+int sdp_predict_step(const struct sdp_predict_run *whole, const struct sdp_predict_machine *mc,
                      struct sdp_predict *o)
 {
-    const struct sdp_plan *p = run->plan;
+    const struct sdp_plan *p = whole->plan;
+    struct sdp_predict_run node = *whole, *run = &node; /* one node's share of the run */
     struct rates r;
     struct acc a = { 0 };
+    struct sdp_node_cost nc;
     struct sdp_sim_out sim_out = { 0.0, -1.0 };
-    int rc = check_run(run), R;
+    int rc = check_run(whole), R;
     if (!rc)
         rc = sdp_predict_machine_check(mc);
     if (rc)
         return rc;
     memset(o, 0, sizeof(*o));
+    node.n_micro = whole->n_micro / (p->nodes > 1 ? p->nodes : 1);
     R = p->nranks;
     rates_of(mc, R, run->work_dtype == SDP_F32 ? 4 : 2, &r);
     stage_cap(run, mc, &r);
-    int sim = R == 1 && !p->param_delay && mc->ngpus > 0 && !run->work_staged;
+    int sim = sdp_plan_one_rank(p) && !p->param_delay && mc->ngpus > 0 && !run->work_staged;
     for (int gi = 0; sim && gi < p->ngroups; gi++)
         sim = !p->group[gi].update_gpu;
     if (sim && !(a.cost = calloc((size_t)p->ngroups, sizeof(*a.cost))))
@@ -435,7 +456,8 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     for (int gi = 0; gi < p->ngroups; gi++)
         add_group(run, mc, &r, gi, &a);
     double *d = o->demand_s, host_h2d = a.h2d * R, host_d2h = a.d2h_all;
-    o->boundary_s = boundary_s(run, mc, &r);
+    sdp_predict_node_cost(run, mc, &nc);
+    o->boundary_s = boundary_s(run, mc, &r) + (p->param_delay ? 0 : nc.tail_s);
     o->chain_s = a.chain_s + a.tasks * mc->task_s + a.gpu_update_s + o->boundary_s;
     if (a.cost) { /* one rank on a GPU: the timeline, the next forward chasing the updates */
         int threads = mc->cpu_cores - mc->ngpus > 0 ? mc->cpu_cores - mc->ngpus : 1;
@@ -453,20 +475,24 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
     d[SDP_PRES_PEER] = xfer_s(a.peer, mc->peer_bps);
     /* DMA reads and writes host memory beside the host's lanes; their own traffic is in their
      * measured rates (AdamW's and the cast's tables), so DRAM counts the DMA alone: a step
-     * bound by DRAM is one whose transfers outrun the memory the lanes leave */
-    o->dram_bytes = mc->h2d_bps > 0 ? host_h2d + host_d2h : 0;
+     * bound by DRAM is one whose transfers outrun the memory the lanes leave; the NIC's DMA
+     * reads what goes to the other nodes and writes what comes from them */
+    o->dram_bytes = (mc->h2d_bps > 0 ? host_h2d + host_d2h : 0) + 2 * nc.bytes;
     d[SDP_PRES_DRAM] = o->dram_bytes / mc->dram_bps;
     d[SDP_PRES_CPU] =
         a.adamw / r.adamw + a.reduce / r.cast +
         a.host_tasks * mc->task_s / (mc->cpu_cores > mc->ngpus ? mc->cpu_cores - mc->ngpus : 1);
     if (mc->ngpus == 0) /* CPU workers: the compute takes the same cores */
         d[SDP_PRES_CPU] += d[SDP_PRES_GPU];
+    d[SDP_PRES_NODE] = nc.demand_s;
+    o->node_bytes = nc.bytes, o->node_tail_s = nc.tail_s;
+    o->node_chain_s = sdp_predict_node_chain(p, a.fwd_below_s + a.top_s, &nc, o->boundary_s);
     /* the host's chain: synchronous weights hold its first gradient of a step until the forward
      * has reached the top layer, so a host-bound step adds the top layer and the head (its
      * updates done, the host waits for them); CPU workers compute them on those cores */
     o->host_chain_s = d[SDP_PRES_CPU] + (p->param_delay || mc->ngpus == 0 || sim ? 0 : a.top_s);
     step_and_bound(o);
-    o->tokens_per_s = (double)run->micro_batch * run->seq_len * run->n_micro / o->step_s;
+    o->tokens_per_s = (double)whole->micro_batch * whole->seq_len * whole->n_micro / o->step_s;
     o->h2d_bytes = a.h2d, o->d2h_bytes = a.d2h, o->peer_bytes = a.peer;
     o->adamw_bytes = a.adamw, o->reduce_bytes = a.reduce, o->tasks = a.tasks;
     o->host_tasks = a.host_tasks;
@@ -507,6 +533,7 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
     if (!(p->group = calloc((size_t)p->ngroups, sizeof(*p->group))))
         return sdp_err(-ENOMEM, "plan of %d groups", p->ngroups);
     p->nranks = c->nranks > 1 ? c->nranks : 1;
+    p->nodes = c->nodes > 1 ? c->nodes : 1;
     p->param_route = c->param_route, p->window = c->window, p->bwd_lookahead = c->bwd_lookahead;
     p->param_delay = c->param_delay, p->clip = c->max_grad_norm > 0 || c->skip_nonfinite;
     p->lora = c->lora;
@@ -528,15 +555,15 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
         pg->chunk_elems = chunk_bytes / 4;
         pg->nchunks = (int)((n + pg->chunk_elems - 1) / pg->chunk_elems);
         pg->mlp_early = -1;
-        pg->embed_early = gi == 0 && m->tie_word_embeddings && grad_bf16 && p->nranks == 1 &&
+        pg->embed_early = gi == 0 && m->tie_word_embeddings && grad_bf16 && sdp_plan_one_rank(p) &&
                           c->embed_early >= 0 && !p->clip; /* as plan.c, the host's copies */
         /* the chunk pipeline where plan.c would take it on a GPU (sdp_predict_step applies it
          * only there); the host lookup's embedding and GPU updates aside */
         pg->work_chunks = pg->nchunks > 1 && !p->param_delay && c->lora.rank <= 0 &&
                           (p->nranks == 1 || p->param_route != SDP_ROUTE_SHARDED) &&
                           !(gi == 0 && c->embed_lookup_host);
-        pg->grad_chunks =
-            pg->nchunks > 1 && !grad_bf16 && c->lora.rank <= 0 && (p->nranks == 1 || pg->grad_gpu);
+        pg->grad_chunks = pg->nchunks > 1 && !grad_bf16 && c->lora.rank <= 0 &&
+                          (sdp_plan_one_rank(p) || pg->grad_gpu);
     }
     return 0;
 }

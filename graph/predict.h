@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* The step-time model: for a plan (graph/plan.h) and a machine, the service demand of one training
  * step on each shared resource (each GPU's compute, PCIe per direction per GPU, the host link all
- * GPUs share, GPU-to-GPU copies, host DRAM, the host's cores), the dependency terms that keep the
- * GPU waiting (a layer's transfer before its compute, the first layers' update before the next
- * forward, the staging bound, the backward's lookahead, the parameter version), and from them the
- * predicted step time, what bounds it, each resource's busy fraction and the host, pinned and GPU
- * peak memory.  Pure C: no StarPU, no I/O, so `slidedp plan` and tests price a plan without a
- * runtime.
+ * GPUs share, GPU-to-GPU copies, host DRAM, the host's cores, the link between nodes), the
+ * dependency terms that keep the GPU waiting (a layer's transfer before its compute, the first
+ * layers' update before the next forward, the staging bound, the backward's lookahead, the
+ * parameter version), and from them the predicted step time, what bounds it, each resource's busy
+ * fraction and the host, pinned and GPU peak memory.  Pure C: no StarPU, no I/O, so `slidedp plan`
+ * and tests price a plan without a runtime.
  *
  * Use:
  *     struct sdp_predict_machine mc;  sdp_predict_machine_h200(&mc);   // or a calibration's
@@ -16,7 +16,7 @@
  *     struct sdp_predict out;         sdp_predict_step(&run, &mc, &out);
  * A plan from sdp_plan_init (a graph's state) works as well; sdp_predict_plan_from_conf builds one
  * from the model and the graph configuration alone, for `slidedp plan` before any state exists.
- * Test: tests/graph/test_predict.c. */
+ * Tests: tests/graph/test_predict.c, test_predict_nodes.c (several nodes). */
 #ifndef SDP_PREDICT_H
 #define SDP_PREDICT_H
 
@@ -49,7 +49,17 @@ struct sdp_predict_machine {
     unsigned long long host_base_bytes; /* the process before the state: libraries, data */
     unsigned long long gpu_mem_bytes;   /* each GPU's memory (0: unknown), for the fit */
     unsigned long long gpu_base_bytes;  /* in use before the run allocates: the CUDA context */
+    /* the link between nodes (one process per node, graph/nodes.c): one-way bytes/s in each
+     * direction (full duplex) and a message's latency; 0: free.  Defaults (the machine file's
+     * node_link when `calibrate` ran under an MPI launcher): SDP_PREDICT_NODE_GBS, _LATENCY_US */
+    double node_bps;
+    double node_latency_s;
 };
+
+/* The link between nodes when nothing measured it: a 100 Gb/s NIC (12.5 GB/s, its line rate) and
+ * 10 us a message (MPI over InfiniBand takes 1-3 us, over RoCE or TCP 5-50). */
+#define SDP_PREDICT_NODE_GBS        12.5
+#define SDP_PREDICT_NODE_LATENCY_US 10.0
 
 /** The H200 host of BENCH.md: 1 H200, 16 cores, figures derived in predict.c. */
 void sdp_predict_machine_h200(struct sdp_predict_machine *mc);
@@ -71,7 +81,8 @@ struct sdp_predict_run {
     const struct sdp_plan *plan;
     int micro_batch;           /* B */
     int seq_len;               /* T */
-    int n_micro;               /* micro-batches per step over all ranks */
+    int n_micro;               /* micro-batches per step over all ranks of all nodes (each node
+                                  computes n_micro / plan->nodes of them with its own ranks) */
     enum sdp_dtype work_dtype; /* the working copies' dtype (SDP_BF16) */
     int work_staged;           /* the working copies have no host home (work_home gpu) */
     int stage_buffers;         /* staged: host stages alive at once (0: unbounded) */
@@ -88,6 +99,7 @@ enum sdp_predict_res {
     SDP_PRES_PEER,     /* GPU-to-GPU copies of one GPU */
     SDP_PRES_DRAM,     /* host DRAM */
     SDP_PRES_CPU,      /* the host's cores: AdamW, reductions (and compute on CPU workers) */
+    SDP_PRES_NODE,     /* the link to the other nodes, the busiest node's busier direction */
     SDP_PRES_COUNT,
     SDP_PRES_DEPS = SDP_PRES_COUNT /* bound only: the dependency chain, not a resource */
 };
@@ -103,8 +115,17 @@ struct sdp_predict {
     double host_chain_s; /* the host's cores, and their wait each step for the first gradient:
                             the top layer's forward, the head, the top layer's backward */
     double wait_s; /* of chain_s, the GPU's wait for updated copies (the timeline, one rank) */
-    double step_s; /* max(chain_s, host_chain_s, every demand) */
-    enum sdp_predict_res bound; /* the resource whose demand is the step, or SDP_PRES_DEPS */
+    /* several nodes (predict_nodes.c): the gradient's chain and ring between them */
+    double node_bytes;   /* the busiest node's bytes each way a step: the fp32 gradient once
+                            (2 nodes) or twice (more) */
+    double node_tail_s;  /* the last chunk's trip: chain and ring, 2 (nodes - 1) hops; in
+                            boundary_s */
+    double node_chain_s; /* the link's chain: its wait for the step's first gradient (the forward,
+                            the top layer's backward), its demand, the boundary after its last
+                            chunk */
+    double step_s;       /* max(chain_s, host_chain_s, node_chain_s, every demand) */
+    enum sdp_predict_res bound; /* the resource whose demand is the step (SDP_PRES_NODE: or the
+                                   link's chain), or SDP_PRES_DEPS */
     double tokens_per_s;
     /* the traffic and work behind the demands, per step (per-GPU figures: one GPU) */
     double gpu_flops, h2d_bytes, d2h_bytes, peer_bytes, dram_bytes, adamw_bytes, reduce_bytes;
@@ -119,7 +140,7 @@ struct sdp_predict {
 
 /** Predict one step of run on mc.
  * @return 0, or -EINVAL (a run the model cannot price: no plan, a plan of another model, B, T
- * or n_micro < 1, n_micro not a multiple of the ranks, a machine sdp_predict_machine_check
+ * or n_micro < 1, n_micro not a multiple of the nodes' ranks, a machine sdp_predict_machine_check
  * refuses; logged) */
 int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
                      struct sdp_predict *out);

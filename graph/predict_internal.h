@@ -47,6 +47,27 @@ struct sdp_sim_out {
 double sdp_predict_sim(const struct sdp_pgroup_cost *g, int ngroups, int threads,
                        const struct sdp_sim_link *link, struct sdp_sim_out *out);
 
+/* The link between the nodes of a run (graph/nodes.c): each gradient chunk's sum goes along a
+ * chain in node order, then from the last node around the ring to every other (predict_nodes.c). */
+struct sdp_node_cost {
+    double bytes;       /* the busiest node's bytes each way a step */
+    double demand_s;    /* bytes over the link's one-way rate */
+    double tail_s;      /* the last chunk's trip: 2 (nodes - 1) hops and the chain's adds */
+    double last_send_s; /* of tail_s, the busiest node's sends of the last chunk (in demand_s) */
+};
+
+/* The link's costs of run on mc (all 0 with one node). */
+void sdp_predict_node_cost(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
+                           struct sdp_node_cost *nc);
+
+/* The link's chain (several nodes; 0 with one): with synchronous weights the link idles from the
+ * forward's start (every sum of the last step came back before its updates) for wait_s, until the
+ * top layer's gradient is down; then it carries its demand, and after its last chunk the step's
+ * boundary follows (boundary_s, the chunk's trip included), less that chunk's sends the demand
+ * already holds.  Delayed weights: no wait, and the last chunk's trip alone. */
+double sdp_predict_node_chain(const struct sdp_plan *p, double wait_s,
+                              const struct sdp_node_cost *nc, double boundary_s);
+
 /* Elements of group gi that train: the group's, or with LoRA its adapters' (0 without). */
 double sdp_predict_trained_elems(const struct sdp_plan *p, const struct sdp_model_cfg *m, int gi);
 /* One GPU's peak bytes; grad_peak: the timeline's gradient backlog, < 0 without one. */

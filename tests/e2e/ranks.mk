@@ -46,3 +46,9 @@ EXTRA_DIST += tests/e2e/test_e2e_chunks.sh
 # another node count, a killed process, the start's refusals (skipped without StarPU-MPI)
 TESTS += tests/e2e/test_e2e_nodes.sh
 EXTRA_DIST += tests/e2e/test_e2e_nodes.sh
+# slidedp calibrate under mpirun -np 2: the link between the nodes in the machine file
+TESTS += tests/e2e/test_e2e_calibrate_nodes.sh
+EXTRA_DIST += tests/e2e/test_e2e_calibrate_nodes.sh
+# slidedp plan --nodes: the step-time model's link between nodes (no MPI)
+TESTS += tests/e2e/test_e2e_plan_nodes.sh
+EXTRA_DIST += tests/e2e/test_e2e_plan_nodes.sh

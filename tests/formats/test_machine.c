@@ -70,6 +70,7 @@ static void sample(struct sdp_machine *m)
     m->ngemm = 2;
     m->gemm[0] = (struct sdp_machine_gemm){ 16384, 2560, 6144, 7.8e14 };
     m->gemm[1] = (struct sdp_machine_gemm){ 16384, 9728, 2560, 0.0 };
+    m->node_gbs = 11.75, m->node_latency_us = 4.5;
 }
 
 /* Whether a and b agree in every field (rates to RTOL). */
@@ -88,7 +89,8 @@ static int same(const struct sdp_machine *a, const struct sdp_machine *b)
          close_to(a->cpu_attention_flops, b->cpu_attention_flops) &&
          close_to(a->cpu_head_flops, b->cpu_head_flops) &&
          close_to(a->cpu_elem_bps, b->cpu_elem_bps) &&
-         close_to(a->host_mem_bytes, b->host_mem_bytes);
+         close_to(a->host_mem_bytes, b->host_mem_bytes) && close_to(a->node_gbs, b->node_gbs) &&
+         close_to(a->node_latency_us, b->node_latency_us);
     for (int g = 0; ok && g < a->gpus; g++) {
         const struct sdp_machine_gpu *x = &a->gpu[g], *y = &b->gpu[g];
         ok = !strcmp(x->name, y->name) && close_to(x->h2d_bps, y->h2d_bps) &&
@@ -237,6 +239,26 @@ static void test_malformed(void)
                     -EINVAL);
     expect_defaults("a host name that is a number",
                     edited("h.json", "\"host\": \"node17\"", "\"host\": 17"), NULL, -EINVAL);
+    expect_defaults("a node link of 0 GB/s", edited("l0.json", "\"gbs\": ", "\"gbs\": 0, \"x\": "),
+                    NULL, -EINVAL);
+    expect_defaults("a negative latency",
+                    edited("ll.json", "\"latency_us\": ", "\"latency_us\": -"), NULL, -EINVAL);
+    expect_defaults("a node link that is a number",
+                    edited("ln.json", "\"node_link\": {", "\"node_link\": 3, \"x\": {"), NULL,
+                    -EINVAL);
+}
+
+/* One node's calibration: node_link null, read back as not measured and not a missing field. */
+static void test_no_node_link(void)
+{
+    struct sdp_machine a, m;
+    const char *p = sdp_test_path("one-node.json");
+    sample(&a);
+    a.node_gbs = a.node_latency_us = 0;
+    CHECK(sdp_machine_save(p, &a) == 0, "save %s", p);
+    CHECK(sdp_machine_load(p, NULL, &m) == 0 && m.ndefaulted == 0 && m.node_gbs == 0 &&
+              m.node_latency_us == 0 && same(&a, &m),
+          "node_link null: not measured, not missing (%d missing)", m.ndefaulted);
 }
 
 /* A file of the sample machine without the lines that hold the keys of drop (NULL-ended): each
@@ -320,6 +342,7 @@ int main(void)
     test_malformed();
     test_missing_fields();
     test_without_cpu_rates();
+    test_no_node_link();
     sdp_test_rm_tree(sdp_test_dir());
     return sdp_test_finish(sdp_test_nfail);
 }

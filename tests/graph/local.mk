@@ -23,3 +23,7 @@ tests_graph_test_split_SOURCES = tests/graph/test_split.c tests/lib/sdp_test.h
 check_PROGRAMS += tests/graph/test_predict_ops
 TESTS += tests/graph/test_predict_ops
 tests_graph_test_predict_ops_SOURCES = tests/graph/test_predict_ops.c tests/lib/sdp_test.h
+# the step-time model's link between nodes on hand-computed cases (graph/predict_nodes.c)
+check_PROGRAMS += tests/graph/test_predict_nodes
+TESTS += tests/graph/test_predict_nodes
+tests_graph_test_predict_nodes_SOURCES = tests/graph/test_predict_nodes.c tests/lib/sdp_test.h
