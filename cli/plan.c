@@ -118,7 +118,7 @@ static int changes(const struct sdp_recipe *r, int ngpus, struct sdp_recipe *out
         add(r, out, what, &n, "batch.micro", num(b, r->micro_batch / 2))->micro_batch /= 2;
     if (ngpus > 0 && r->gpu_memory_gib > 0)
         add(r, out, what, &n, "train.gpu_memory_gib", "0 (no limit)")->gpu_memory_gib = 0;
-    if (r->ranks > 1 && r->nodes <= 1) { /* over nodes, train takes the CPU route alone */
+    if (r->ranks > 1) {
         struct sdp_recipe *a =
             add(r, out, what, &n, "train.grad_route", r->grad_route_gpu ? "cpu" : "gpu");
         a->grad_route_gpu = !r->grad_route_gpu, a->grad_route_groups[0] = '\0';
