@@ -93,21 +93,8 @@ int sdp_model_moe_preset(const char *name, struct sdp_model_cfg *cfg)
         L = 12;
     else
         return -ENOENT;
-    struct sdp_model_cfg c = { 0 };
-    c.vocab_size = 151936;
-    c.hidden_size = 2048;
-    c.intermediate_size = 6144;
-    c.num_layers = L;
-    c.num_heads = 32;
-    c.num_kv_heads = 4;
-    c.head_dim = 128;
-    sdp_model_defaults(&c, SDP_ARCH_QWEN3);
-    c.rope_theta = 1e6;
-    c.rms_norm_eps = 1e-6;
-    c.max_position_embeddings = 40960;
-    c.tie_word_embeddings = 0;
-    c.bos_token_id = 151643;
-    c.eos_token_id = 151645;
+    struct sdp_model_cfg c;
+    sdp_model_qwen3_shape(&c, 2048, 6144, L, 32, 4, 0);
     c.moe = 1;
     c.num_experts = 128;
     c.num_experts_per_tok = 8;

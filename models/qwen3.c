@@ -62,28 +62,32 @@ void sdp_model_defaults(struct sdp_model_cfg *cfg, enum sdp_arch arch)
     *cfg = d;
 }
 
+void sdp_model_qwen3_shape(struct sdp_model_cfg *c, int C, int I, int L, int NH, int NKV, int tied)
+{
+    memset(c, 0, sizeof(*c));
+    c->vocab_size = 151936;
+    c->hidden_size = C;
+    c->intermediate_size = I;
+    c->num_layers = L;
+    c->num_heads = NH;
+    c->num_kv_heads = NKV;
+    c->head_dim = 128;
+    sdp_model_defaults(c, SDP_ARCH_QWEN3);
+    c->rope_theta = 1e6;
+    c->rms_norm_eps = 1e-6;
+    c->max_position_embeddings = 40960;
+    c->tie_word_embeddings = tied;
+    c->bos_token_id = 151643;
+    c->eos_token_id = 151645;
+}
+
 int sdp_model_preset(const char *name, struct sdp_model_cfg *cfg)
 {
     for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
         const struct preset *p = &presets[i];
         if (strcmp(name, p->name) != 0)
             continue;
-        struct sdp_model_cfg c = { 0 };
-        c.vocab_size = 151936;
-        c.hidden_size = p->C;
-        c.intermediate_size = p->I;
-        c.num_layers = p->L;
-        c.num_heads = p->NH;
-        c.num_kv_heads = 8;
-        c.head_dim = 128;
-        sdp_model_defaults(&c, SDP_ARCH_QWEN3);
-        c.rope_theta = 1e6;
-        c.rms_norm_eps = 1e-6;
-        c.max_position_embeddings = 40960;
-        c.tie_word_embeddings = p->tied;
-        c.bos_token_id = 151643;
-        c.eos_token_id = 151645;
-        *cfg = c;
+        sdp_model_qwen3_shape(cfg, p->C, p->I, p->L, p->NH, 8, p->tied);
         return 0;
     }
     return sdp_model_moe_preset(name, cfg);

@@ -224,6 +224,10 @@ int sdp_model_preset(const char *name, struct sdp_model_cfg *cfg);
 /** Fill cfg from a Qwen3-MoE preset ("qwen3-30b-a3b", "qwen3-30b-a3b-l12": its first 12 layers,
  * the depth whose full fine-tuning fits a 125 GiB host). @return 0, or -ENOENT. */
 int sdp_model_moe_preset(const char *name, struct sdp_model_cfg *cfg);
+/** A Qwen3 of Hugging Face's released shapes (vocabulary, head_dim 128, RoPE, norms, special ids)
+ * with hidden size C, intermediate size I, L layers, NH heads, NKV key/value heads and tied or
+ * untied embeddings: what the presets share. */
+void sdp_model_qwen3_shape(struct sdp_model_cfg *c, int C, int I, int L, int NH, int NKV, int tied);
 
 /** Parameters of decoder layer l's MLP: dense 3 I C, sparse E C + E 3 IM C (active: only the K
  * experts a token uses, E C + K 3 IM C). */

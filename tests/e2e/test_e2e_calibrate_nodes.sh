@@ -7,14 +7,7 @@
 # overrides it.  Skipped without StarPU-MPI.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
-if ! grep -q '^#define SDP_HAVE_MPI 1' "$build/config.h" 2> /dev/null; then
-    echo "slidedp built without StarPU-MPI (tools/setup-debian.sh builds it; ./configure finds it): SKIP"
-    exit 77
-fi
-# mpirun of this machine's OpenMPI: as root in containers, more processes than cores, unbound
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_hwloc_base_binding_policy=none
+need_mpi
 
 mpirun -np 2 "$bin" calibrate --gpus 0 -o "$tmp/m.json" > "$tmp/out" 2> "$tmp/err" ||
     { echo "calibrate under mpirun -np 2 failed"; cat "$tmp/err"; fail=1; }

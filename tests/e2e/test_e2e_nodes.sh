@@ -10,14 +10,7 @@
 # do not divide among the nodes' ranks, a command other than train or calibrate.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
-if ! grep -q '^#define SDP_HAVE_MPI 1' "$build/config.h" 2> /dev/null; then
-    echo "slidedp built without StarPU-MPI (tools/setup-debian.sh builds it; ./configure finds it): SKIP"
-    exit 77
-fi
-# mpirun of this machine's OpenMPI: as root in containers, more processes than cores, unbound
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_hwloc_base_binding_policy=none
+need_mpi
 mpi() { mpirun -np "$@"; }
 
 # 6 micro-batches of 1 sequence a step: one per rank; warmup over the first 2 steps, so that a
@@ -99,7 +92,7 @@ for np in 1 3; do
 done
 
 # a kill of node 1: the launcher ends the run and names it; the last checkpoint resumes
-mpi 2 "$bin" train "$tmp/r.yaml" --steps 40 --checkpoint-every 1 -q --sched eager --ranks 3 \
+mpi 2 "$bin" train "$tmp/r.yaml" --steps 40 --checkpoint-every 1 --eval-every 20 -q --sched eager --ranks 3 \
     --output "$tmp/k" > "$tmp/k.out" 2> "$tmp/k.err" &
 launcher=$!
 i=0
@@ -126,7 +119,7 @@ done
 echo "kill of node 1: the launcher exited $rc: $(grep -m1 -i 'signal 9\|killed' "$tmp/k.err")"
 [ "$rc" != 0 ] && grep -qi "rank 1 .*signal 9\|rank 1 .*killed" "$tmp/k.err" ||
     { echo "kill: not ended with the process named"; cat "$tmp/k.err"; fail=1; }
-"$bin" train "$tmp/r.yaml" --steps 40 --checkpoint-every 1 -q --sched eager --ranks 6 \
+"$bin" train "$tmp/r.yaml" --steps 40 --checkpoint-every 1 --eval-every 20 -q --sched eager --ranks 6 \
     --output "$tmp/k" > /dev/null 2> "$tmp/k2.err" ||
     { echo "kill: the last checkpoint did not resume"; cat "$tmp/k2.err"; fail=1; }
 grep -q "resuming from .*step-0000000" "$tmp/k2.err" ||

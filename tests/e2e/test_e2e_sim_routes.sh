@@ -11,11 +11,7 @@
 # Skips (77) without the simulation build, as test_e2e_simulate.sh.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
-sim=${SDP_SIM_BINARY:-$top/build/sim/slidedp}
-if [ ! -x "$sim" ]; then
-    echo "no simulation build at $sim (tools/setup-debian.sh --simgrid, tools/build-sim.sh): SKIP"
-    exit 77
-fi
+need_sim
 export TMPDIR=$tmp
 for R in 2 4 8; do
     for pr in replicated sharded; do

@@ -16,11 +16,7 @@
 # Skips (77) without the simulation build: CI builds it (tools/setup-debian.sh --simgrid).
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
-sim=${SDP_SIM_BINARY:-$top/build/sim/slidedp}
-if [ ! -x "$sim" ]; then
-    echo "no simulation build at $sim (tools/setup-debian.sh --simgrid, tools/build-sim.sh): SKIP"
-    exit 77
-fi
+need_sim
 tiny_recipe > "$tmp/r.yaml"
 export TMPDIR=$tmp
 

@@ -32,6 +32,27 @@ need_gpus() {
     fi
 }
 
+# need_sim: skip the test (exit 77) without the simulation build; sets sim to its slidedp.
+need_sim() {
+    sim=${SDP_SIM_BINARY:-$top/build/sim/slidedp}
+    if [ ! -x "$sim" ]; then
+        echo "no simulation build at $sim (tools/setup-debian.sh --simgrid, tools/build-sim.sh): SKIP"
+        exit 77
+    fi
+}
+
+# need_mpi: skip the test (exit 77) when slidedp is built without StarPU-MPI; else set up this
+# machine's OpenMPI for mpirun: as root in containers, more processes than cores, unbound.
+need_mpi() {
+    if ! grep -q '^#define SDP_HAVE_MPI 1' "$build/config.h" 2> /dev/null; then
+        echo "slidedp built without StarPU-MPI (tools/setup-debian.sh builds it; ./configure finds it): SKIP"
+        exit 77
+    fi
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+    export OMPI_MCA_hwloc_base_binding_policy=none
+}
+
 # need_python MODULE...: skip the test (exit 77) when $py lacks one of the modules.
 need_python() {
     _mods=$(echo "$*" | tr ' ' ',')
