@@ -32,8 +32,11 @@ configure_build()
     local dir=$top/build/$1
     mkdir -p "$dir"
     if [ ! -f "$dir/config.status" ]; then
-        (cd "$dir" && "$top/configure" --without-cuda --enable-werror --enable-sanitizers="$2" \
-            CC="$CC")
+        # without MPI: OpenMPI's libraries keep allocations LeakSanitizer reports at exit, from
+        # their dlopen'ed components (no frame to suppress by name); the node tests skip here and
+        # run in the plain build's `make check`
+        (cd "$dir" && "$top/configure" --without-cuda --without-mpi --enable-werror \
+            --enable-sanitizers="$2" CC="$CC")
     fi
     make -C "$dir" -j"$jobs"
 }
