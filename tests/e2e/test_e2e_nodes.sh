@@ -3,7 +3,8 @@
 # ranks, fp32): 2 processes of 3 ranks and 3 processes of 2 give the losses, gradient norms and
 # final weights of 1 process of 6 ranks, bit for bit, on the host route and on the GPU route (the
 # adds on rank 0's worker), since the gradient goes across the nodes in rank order (graph/nodes.c);
-# the nodes' event logs pass the invariant checker together, which catches a late backward; a checkpoint of the 2-process run resumes at 1 and at
+# the nodes' event logs pass the invariant checker together, which catches a late backward; a stop
+# signal to one process stops every node at the same step; a checkpoint of the 2-process run resumes at 1 and at
 # 3 processes with the uninterrupted run's bits; a kill of one process ends the others with the
 # launcher naming it, and its last checkpoint loads.  Refused at the start, exit 2, nothing
 # written: processes with different recipes or arguments, different binaries, micro-batches that
@@ -124,6 +125,35 @@ echo "kill of node 1: the launcher exited $rc: $(grep -m1 -i 'signal 9\|killed' 
     { echo "kill: the last checkpoint did not resume"; cat "$tmp/k2.err"; fail=1; }
 grep -q "resuming from .*step-0000000" "$tmp/k2.err" ||
     { echo "kill: the resume found no checkpoint"; cat "$tmp/k2.err"; fail=1; }
+
+# a stop signal to node 1 alone while the run starts: every node stops at the same step (before
+# the first, or soon after), node 0 checkpoints, all exit 0
+mpi 2 "$bin" train "$tmp/r.yaml" --steps 40 --checkpoint-every 20 --eval-every 20 --sched eager \
+    --ranks 3 --output "$tmp/s" > /dev/null 2> "$tmp/s.err" &
+launcher=$!
+i=0 # node 0 has started StarPU: node 1 is past the start's checks, its handlers in place
+until grep -q "StarPU 1" "$tmp/s.err" 2> /dev/null || [ $i -ge 600 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+for p in $(pgrep -f -- "--output $tmp/s"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' &&
+        kill -USR1 "$p"
+done
+i=0
+while kill -0 "$launcher" 2> /dev/null && [ $i -lt 1200 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+if kill -0 "$launcher" 2> /dev/null; then
+    echo "stop at the start: the run did not stop in 120 s"; kill "$launcher"; fail=1
+fi
+wait "$launcher"
+rc=$?
+stop=$(grep -o "stopped by a signal to another node at step [0-9]*" "$tmp/s.err")
+[ "$rc" = 0 ] && [ -n "$stop" ] && ls "$tmp/s/checkpoints" | grep -q sdpckpt ||
+    { echo "stop at the start: exit $rc"; cat "$tmp/s.err"; fail=1; }
+echo "a signal to node 1 at the start: exit $rc, node 0 $stop"
 
 # refusals at the start: exit 2, nothing written
 refused() { # name pattern -- command...
