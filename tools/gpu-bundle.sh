@@ -50,7 +50,7 @@ out=${1:-$top/build-gpu}
 obj=$top/build/cuda
 mkdir -p "$obj" "$out/lib"
 cd "$obj"
-[ -f Makefile ] || "$top/configure" --enable-werror --with-cuda > configure.log
+[ -f Makefile ] || "$top/configure" --enable-werror --with-cuda --without-mpi > configure.log
 make -j"$(nproc)" > make.log
 make -j"$(nproc)" check TESTS= > make-check.log
 make -j"$(nproc)" bench/host_adamw >> make.log
