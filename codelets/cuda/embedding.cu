@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 /* Token embedding on the GPU: the forward copies rows of wte (bytes, any dtype); the backward
- * scatter-adds dout rows into the fp32 gradient table with atomics, so repeated ids accumulate in
- * a run-dependent order (not bit-reproducible).  Ids are trusted (checked by the data loader).
+ * adds dout rows into the fp32 gradient table id by id in position order (a stable sort of the
+ * positions by id), deterministic and with the CPU reference's bits.  Ids are trusted (checked by the data loader).
  * Test: tests/kernels/test_cuda_embedding.c (against sdp_cpu_embedding_*_ref). */
 #include <stdint.h>
+
+#include <cub/device/device_radix_sort.cuh>
 
 #include "codelets/cuda/sdp_cuda_kernels.h"
 
@@ -24,28 +26,38 @@ static __device__ __forceinline__ float bf2f(uint16_t b)
     return __uint_as_float((uint32_t)b << 16);
 }
 
-/* dwte (V, C) f32 += dout (N, C) scattered by ids; VEC = 4 uses the sm_90 float4 atomicAdd. */
-template <typename T, int VEC>
+/* dwte (V, C) f32 += dout (N, C) scattered by ids, deterministic: the positions sorted by id
+ * (sid, spos: a stable radix sort, so each id's positions stay in increasing order), one block per
+ * run of equal ids adds that id's rows in position order, as the CPU reference does: the same bits
+ * on every run, and as sdp_cpu_embedding_bwd_ref. */
+template <typename T>
 static __global__ void embedding_bwd_kernel(float *__restrict__ dwte, const T *__restrict__ dout,
-                                            const int32_t *__restrict__ ids, int C)
+                                            const int32_t *__restrict__ sid,
+                                            const int32_t *__restrict__ spos, int N, int C)
 {
-    const int n = blockIdx.x;
-    float *drow = dwte + (size_t)ids[n] * C;
-    const T *g = dout + (size_t)n * C;
-
-    for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
-        float v[VEC];
-        for (int k = 0; k < VEC; k++) {
+    const int i = blockIdx.x;
+    if (i > 0 && sid[i] == sid[i - 1])
+        return; /* not the first of its run */
+    const int id = sid[i];
+    float *drow = dwte + (size_t)id * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = drow[c];
+        for (int j = i; j < N && sid[j] == id; j++) {
+            const T v = dout[(size_t)spos[j] * C + c];
             if constexpr (sizeof(T) == 2)
-                v[k] = bf2f(g[c + k]);
+                acc += bf2f(v);
             else
-                v[k] = g[c + k];
+                acc += v;
         }
-        if constexpr (VEC == 4)
-            atomicAdd(reinterpret_cast<float4 *>(drow + c), make_float4(v[0], v[1], v[2], v[3]));
-        else
-            atomicAdd(drow + c, v[0]);
+        drow[c] = acc;
     }
+}
+
+static __global__ void iota_kernel(int32_t *p, int N)
+{
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N)
+        p[n] = n;
 }
 
 extern "C" void sdp_cuda_embedding_fwd(void *out, const int32_t *ids, const void *wte, int N, int C,
@@ -70,22 +82,24 @@ extern "C" void sdp_cuda_embedding_fwd(void *out, const int32_t *ids, const void
 extern "C" void sdp_cuda_embedding_bwd(float *dwte, const void *dout, const int32_t *ids, int N,
                                        int C, int dt, cudaStream_t s)
 {
+    size_t tmp_bytes = 0;
+    char *buf = NULL;
     if (N <= 0 || C <= 0)
         return;
-    const int vec4 = C % 4 == 0 && (uintptr_t)dwte % 16 == 0;
-    const int per = vec4 ? C / 4 : C;
-    const int threads = per < 256 ? (per + 31) / 32 * 32 : 256;
-    if (dt == SDP_CUDA_BF16) {
-        if (vec4)
-            embedding_bwd_kernel<uint16_t, 4>
-                <<<N, threads, 0, s>>>(dwte, (const uint16_t *)dout, ids, C);
-        else
-            embedding_bwd_kernel<uint16_t, 1>
-                <<<N, threads, 0, s>>>(dwte, (const uint16_t *)dout, ids, C);
-    } else {
-        if (vec4)
-            embedding_bwd_kernel<float, 4><<<N, threads, 0, s>>>(dwte, (const float *)dout, ids, C);
-        else
-            embedding_bwd_kernel<float, 1><<<N, threads, 0, s>>>(dwte, (const float *)dout, ids, C);
-    }
+    cub::DeviceRadixSort::SortPairs(NULL, tmp_bytes, ids, (int32_t *)NULL, (const int32_t *)NULL,
+                                    (int32_t *)NULL, N, 0, 32, s);
+    /* the positions, the sorted ids and positions, then cub's temporary storage (256-aligned) */
+    const size_t ints = ((size_t)3 * N * sizeof(int32_t) + 255) / 256 * 256;
+    if (cudaMallocAsync((void **)&buf, ints + tmp_bytes, s) != cudaSuccess)
+        return; /* the task's error check reports the failed allocation */
+    int32_t *pos = (int32_t *)buf, *sid = pos + N, *spos = sid + N;
+    iota_kernel<<<(N + 255) / 256, 256, 0, s>>>(pos, N);
+    cub::DeviceRadixSort::SortPairs(buf + ints, tmp_bytes, ids, sid, pos, spos, N, 0, 32, s);
+    const int threads = C < 256 ? (C + 31) / 32 * 32 : 256;
+    if (dt == SDP_CUDA_BF16)
+        embedding_bwd_kernel<uint16_t>
+            <<<N, threads, 0, s>>>(dwte, (const uint16_t *)dout, sid, spos, N, C);
+    else
+        embedding_bwd_kernel<float><<<N, threads, 0, s>>>(dwte, (const float *)dout, sid, spos, N, C);
+    cudaFreeAsync(buf, s);
 }
