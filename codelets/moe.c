@@ -6,9 +6,10 @@
  * backward reads (probabilities, routing, permuted rows, the experts' intermediates) in one f32
  * vector of sdp_task_moe_acts_elems() elements (the routing's int32 arrays stored in place).
  * The CUDA implementation (codelets/moe_cuda.c, kernels codelets/cuda/moe*.cu) keeps the same
- * vector; it has not run on a GPU yet, and sdp_tasks_check_gpu_model() still refuses sparse
- * layers when the compute is on GPUs.  Tests: tests/kernels/test_kernels_moe.c and
- * tests/kernels/test_cuda_moe.c (the kernels), tests/e2e/test_e2e_moe_train.sh. */
+ * vector; its kernel test passes on a GPU, but until an end-to-end GPU run is checked
+ * sdp_tasks_check_gpu_model() still refuses sparse layers when the compute is on GPUs.  Tests:
+ * tests/kernels/test_kernels_moe.c and tests/kernels/test_cuda_moe.c (the kernels),
+ * tests/e2e/test_e2e_moe_train.sh. */
 #include "config.h"
 
 #include <string.h>
