@@ -124,6 +124,7 @@ void sdp_cl_moe_fwd_cuda(void *buffers[], void *cl_arg)
                                k.probs, &io.r, st);
     }
     SDP_CUDA_CHECK(cudaGetLastError());
+    SDP_CUDA_CHECK(cudaStreamSynchronize(st)); /* not STARPU_CUDA_ASYNC: done when it returns */
 }
 
 /* The backward's fp32 scratch: dy and dxp (S, C), dgu (S, 2IM), dh (S, IM), dwts (S), dprobs
@@ -191,6 +192,7 @@ void sdp_cl_moe_bwd_cuda(void *buffers[], void *cl_arg)
     if (dx == w.dxw)
         sdp_cuda_cast(SDP_VEC(dh2), SDP_CUDA_BF16, dx, NC, st);
     SDP_CUDA_CHECK(cudaGetLastError());
+    SDP_CUDA_CHECK(cudaStreamSynchronize(st)); /* not STARPU_CUDA_ASYNC: done when it returns */
 }
 
 /* buffers: aux (1) f64 W, stats (2E) f64 R */
