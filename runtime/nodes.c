@@ -17,9 +17,10 @@
 #include <mpi.h>
 #include <starpu_mpi.h>
 static MPI_Comm comm = MPI_COMM_NULL;
+static int mpi_started;
 #endif
 
-static int node_idx, node_n = 1, mpi_started;
+static int node_idx, node_n = 1;
 static char host[128];
 
 /* A positive count from the environment variable `name`, or 0. */
