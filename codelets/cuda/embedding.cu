@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* Token embedding on the GPU: the forward copies rows of wte (bytes, any dtype); the backward
  * adds dout rows into the fp32 gradient table id by id in position order (a stable sort of the
- * positions by id), deterministic and with the CPU reference's bits.  Ids are trusted (checked by the data loader).
- * Test: tests/kernels/test_cuda_embedding.c (against sdp_cpu_embedding_*_ref). */
+ * positions by id), deterministic and with the CPU reference's bits.  Ids are trusted (checked by
+ * the data loader). Test: tests/kernels/test_cuda_embedding.c (against sdp_cpu_embedding_*_ref). */
 #include <stdint.h>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -100,6 +100,7 @@ extern "C" void sdp_cuda_embedding_bwd(float *dwte, const void *dout, const int3
         embedding_bwd_kernel<uint16_t>
             <<<N, threads, 0, s>>>(dwte, (const uint16_t *)dout, sid, spos, N, C);
     else
-        embedding_bwd_kernel<float><<<N, threads, 0, s>>>(dwte, (const float *)dout, sid, spos, N, C);
+        embedding_bwd_kernel<float>
+            <<<N, threads, 0, s>>>(dwte, (const float *)dout, sid, spos, N, C);
     cudaFreeAsync(buf, s);
 }
