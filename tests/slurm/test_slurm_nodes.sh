@@ -94,18 +94,8 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversub
 SLIDEDP=$bin
 export SLIDEDP
 
-# JobState, Restarts of job $jid (empty when Slurm no longer knows it)
-job_state()
-{
-    scontrol -o show job "$jid" 2>/dev/null |
-        sed -n 's/.*JobState=\([A-Z_]*\).*Restarts=\([0-9]*\).*/\1 \2/p'
-}
-
-# metrics lines job $jid has written so far (node 0 writes them, at each checkpoint)
-job_steps()
-{
-    if [ -f "$tmp/job-$launch.jsonl" ]; then wc -l < "$tmp/job-$launch.jsonl"; else echo 0; fi
-}
+# shellcheck source=tests/slurm/jobs.sh
+. "$top/tests/slurm/jobs.sh"
 
 # losses FILE: the "loss" and "grad_norm" fields of a metrics file, on one line
 losses()
@@ -129,39 +119,14 @@ job_run()
         "$tmp/r.yaml" $args --ranks 3 --cpus 3 --output "$tmp/run-$launch" \
         --metrics "$tmp/job-$launch.jsonl") || fail "sbatch failed"
     echo "submitted job $jid ($shape, SLIDEDP_LAUNCH=${SLIDEDP_LAUNCH:-unset})"
-    t=0
-    while [ "$(job_steps)" -lt 2 ]; do
-        # shellcheck disable=SC2046 # two words: state, restarts
-        set -- $(job_state)
-        case "${1:-gone}" in
-        PENDING | CONFIGURING | RUNNING) ;;
-        *) fail "job $jid is ${1:-gone} before its 2nd step" ;;
-        esac
-        [ $t -lt 1800 ] || fail "job $jid did not reach step 2 in 180 s"
-        sleep 0.1
-        t=$((t + 1))
-    done
+    metrics=$tmp/job-$launch.jsonl
+    wait_steps 2 180
     echo "job $jid runs on $(scontrol -o show job "$jid" | sed -n 's/.* NodeList=\([^ ]*\).*/\1/p')"
     # the time-limit warning: SIGUSR1 to the batch shell only
     scancel --signal=USR1 --batch "$jid" || fail "scancel --signal=USR1 --batch $jid failed"
     echo "SIGUSR1 sent after step $(job_steps)"
     # the job must stop, requeue itself, run again and complete
-    t=0
-    restarts=0
-    while :; do
-        # shellcheck disable=SC2046 # two words: state, restarts
-        set -- $(job_state)
-        [ "${2:-0}" -gt "$restarts" ] && { restarts=$2; echo "job $jid requeued (Restarts=$2), now $1"; }
-        case "${1:-gone}" in
-        COMPLETED) break ;;
-        PENDING | CONFIGURING | RUNNING | COMPLETING | REQUEUED | REQUEUE_FED | RESIZING) ;;
-        *) fail "job $jid ended ${1:-unknown to Slurm} after $restarts restarts" ;;
-        esac
-        [ $t -lt 300 ] || fail "job $jid not complete 300 s after the signal"
-        sleep 1
-        t=$((t + 1))
-    done
-    echo "job $jid completed after $t s, Restarts=$restarts"
+    wait_requeued 300
 }
 
 # job_check: what happened, from the job's own output (appended across restarts), and its result

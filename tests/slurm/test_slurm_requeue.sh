@@ -69,52 +69,17 @@ jid=$(sbatch --parsable --job-name=sdp-requeue --gres=none --cpus-per-task=1 --m
     --output "$tmp/run" --metrics "$tmp/job.jsonl") || fail "sbatch failed"
 echo "submitted job $jid"
 
-# JobState, Restarts of the job (empty when Slurm no longer knows it)
-job_state()
-{
-    scontrol -o show job "$jid" 2>/dev/null |
-        sed -n 's/.*JobState=\([A-Z_]*\).*Restarts=\([0-9]*\).*/\1 \2/p'
-}
-
-# metrics lines the job has written so far
-job_steps()
-{
-    if [ -f "$tmp/job.jsonl" ]; then wc -l < "$tmp/job.jsonl"; else echo 0; fi
-}
+metrics=$tmp/job.jsonl
+# shellcheck source=tests/slurm/jobs.sh
+. "$top/tests/slurm/jobs.sh"
 
 # ---- once 4 steps are done, the time-limit warning: SIGUSR1 to the batch shell only ----
-t=0
-while [ "$(job_steps)" -lt 4 ]; do
-    # shellcheck disable=SC2046 # two words: state, restarts
-    set -- $(job_state)
-    case "${1:-gone}" in
-    PENDING | CONFIGURING | RUNNING) ;;
-    *) fail "job $jid is ${1:-gone} before its 4th step" ;;
-    esac
-    [ $t -lt 1200 ] || fail "job $jid did not reach step 4 in 120 s"
-    sleep 0.1
-    t=$((t + 1))
-done
+wait_steps 4 120
 scancel --signal=USR1 --batch "$jid" || fail "scancel --signal=USR1 --batch $jid failed"
 echo "SIGUSR1 sent after step $(job_steps)"
 
 # ---- the job must stop, requeue itself, run again and complete ----
-t=0
-restarts=0
-while :; do
-    # shellcheck disable=SC2046 # two words: state, restarts
-    set -- $(job_state)
-    [ "${2:-0}" -gt "$restarts" ] && { restarts=$2; echo "job $jid requeued (Restarts=$2), now $1"; }
-    case "${1:-gone}" in
-    COMPLETED) break ;;
-    PENDING | CONFIGURING | RUNNING | COMPLETING | REQUEUED | REQUEUE_FED | RESIZING) ;;
-    *) fail "job $jid ended ${1:-unknown to Slurm} after $restarts restarts" ;;
-    esac
-    [ $t -lt 180 ] || fail "job $jid not complete 180 s after the signal"
-    sleep 1
-    t=$((t + 1))
-done
-echo "job $jid completed after $t s, Restarts=$restarts"
+wait_requeued 180
 
 # ---- what happened, from the job's own output (appended across restarts) ----
 starts=$(grep -c "^slidedp-sbatch: job $jid start" "$tmp/job.out")
