@@ -39,6 +39,12 @@
 #            GiB, qwen3-8b/16 with the host's 90 GiB): the selection's log, the chosen plans (the
 #            cache's files, auto-plans/) and both runs' metrics (step times after the validation)
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
+#   long     training at length (docs/long-sequences.md): each of LONG="MODEL SEQ BATCH GIB
+#            [BENCH_ARGS...]; ..." (default qwen3-4b at 8192/4, 16384/2, 32768/1 under 23 GiB,
+#            qwen3-1.7b at 65536/1 under 23 GiB, qwen3-8b at 32768/1 with the working copies off
+#            the host) beside the same model at seq 1024 with the same tokens a step and the same
+#            arguments (once per model and arguments), LONG_STEPS (3) steps after 1 of warm-up,
+#            each with its event and memory logs and the attention's route from the log
 #   lora     LoRA rank 16 on every linear at seq 1024, batch 16, for each of LORA_MODELS (default
 #            "qwen3-14b qwen3-32b"; MODEL/BATCH are ignored): slidedp bench --lora-rank 16 under a
 #            GPU limit of LORA_GIB (default 23: StarPU's limit leaves out the CUDA context, so the
@@ -297,6 +303,28 @@ for stage in $stages; do
                 --seq 1024 --steps 3 --warmup 1 >> "$out/results.jsonl" 2> "$out/bench-$sys.log"
             log "$sys: exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-300)"
         done
+        ;;
+    long)
+        # GIB 0: no GPU limit; 23 keeps the peak within 24 GiB (the targets stage says why)
+        IFS=';' read -r -a specs <<< "$(tr '\n' ' ' <<< "${LONG:-qwen3-4b 8192 4 23; qwen3-4b 16384 2 23;
+            qwen3-4b 32768 1 23; qwen3-1.7b 65536 1 23; qwen3-8b 32768 1 0 --work-home=gpu}")"
+        declare -A long_seen=()
+        for spec in "${specs[@]}"; do
+            read -r lm ls lb lgib lextra <<< "$spec"
+            [ -n "${lm:-}" ] || continue
+            for run in "1024 $((ls * lb / 1024))" "$ls $lb"; do
+                read -r s nb <<< "$run"
+                name=long-$(basename "$lm" .json)-s$s-b$nb-gib$lgib$(tr -cd 'a-zA-Z0-9' <<< "${lextra:-}" | sed 's/^./-&/')
+                [ -n "${long_seen[$name]:-}" ] && continue
+                long_seen[$name]=1
+                # shellcheck disable=SC2086 # $lextra: one bench option per word
+                bench "$name" 400 --model "$lm" --batch "$nb" --seq "$s" --steps "${LONG_STEPS:-3}" \
+                    --warmup 1 --gpu-memory-gib "$lgib" ${lextra:-} \
+                    --events "$out/events-$name.jsonl" --mem-log "$out/mem-$name.jsonl"
+                log "  attention: $(grep -m 2 -o 'attention [a-z]* .*' "$out/bench-$name.log" | tr '\n' ' ' | cut -c1-300)"
+            done
+        done
+        lanes
         ;;
     lora)
         for lm in ${LORA_MODELS:-qwen3-14b qwen3-32b}; do
