@@ -303,6 +303,12 @@ static int run(const struct bench_opts *b)
     gc.bwd_lookahead = b->lookahead;
     gc.keep_last = b->keep_last;
     gc.keep_mlp = b->keep_mlp;
+    if (sdp_rt_ncuda() > 0) { /* the saved inputs on the host where the GPU limit binds */
+        sdp_cli_fit_activations(b->r, &cfg, dt, &gc,
+                                b->gpu_memory_gib > 0
+                                    ? (unsigned long long)(b->gpu_memory_gib * 1073741824.0)
+                                    : sdp_rt_gpu_mem_total(0));
+    }
     /* auto: LoRA's adapters on the GPU where they fit (sdp_cli_gpu_update) */
     gc.gpu_update =
         sdp_rt_ncuda() == 0
@@ -407,12 +413,12 @@ static int run(const struct bench_opts *b)
         settings = json_pack(
             "{s:s, s:s, s:i, s:s, s:f, s:s, s:i, s:i, s:f, s:i, s:i, s:s, s:i, s:s, s:s, s:f}",
             "precision", b->precision, "grad_dtype", gbf16 ? "bf16" : "fp32", "micro_batch",
-            b->micro, "activations", b->activations, "chunk_mib", b->chunk_mib, "sched",
-            b->sched ? b->sched : "default", "gpus", sdp_rt_ncuda(), "cpu_workers", sdp_rt_ncpus(),
-            "gpu_memory_gib", b->gpu_memory_gib, "window", b->window, "bwd_lookahead", b->lookahead,
-            "norms", norms_at, "ranks", b->ranks, "grad_route", b->grad_route_gpu ? "gpu" : "cpu",
-            "param_route", b->sharded ? "sharded" : "replicated", "max_grad_norm",
-            b->max_grad_norm);
+            b->micro, "activations", sdp_recipe_activations_name(gc.recompute, gc.offload_inputs),
+            "chunk_mib", b->chunk_mib, "sched", b->sched ? b->sched : "default", "gpus",
+            sdp_rt_ncuda(), "cpu_workers", sdp_rt_ncpus(), "gpu_memory_gib", b->gpu_memory_gib,
+            "window", b->window, "bwd_lookahead", b->lookahead, "norms", norms_at, "ranks",
+            b->ranks, "grad_route", b->grad_route_gpu ? "gpu" : "cpu", "param_route",
+            b->sharded ? "sharded" : "replicated", "max_grad_norm", b->max_grad_norm);
         /* as asked: 0 / -1 = the policy's default (its log line says which it used) */
         json_object_set_new(settings, "keep_last", json_integer(b->keep_last));
         json_object_set_new(settings, "keep_mlp", json_integer(b->keep_mlp));

@@ -44,6 +44,7 @@ static void set_grad_dtype(struct sdp_recipe *r, int i)
 static void set_activations(struct sdp_recipe *r, int i)
 {
     sdp_recipe_activations(activation_names[i], &r->recompute, &r->act_offload);
+    r->act_given = 1;
 }
 
 static void set_schedule(struct sdp_recipe *r, int i)
@@ -189,7 +190,7 @@ const struct sdp_option sdp_options[] = {
     { "train.activations", "activations", BENCH_P, CHOICE(activation_names, set_activations),
       .def = "recompute",
       .help = "offload: recompute, the saved inputs wait on the host; selective: recompute, "
-              "the mid residuals kept" },
+              "the mid residuals kept; unset, offload where recompute passes the GPU limit" },
     { "train.on_nan", INDEX(on_nan_names, skip_nonfinite), .def = "stop",
       .help = "a non-finite loss or gradient stops the run, or its update is skipped" },
     { "train.sched", "sched", BOTH_P, .type = SDP_OPT_STR, RF(sched), .arg = "NAME",

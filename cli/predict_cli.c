@@ -296,3 +296,33 @@ void sdp_cli_predict_line(const struct sdp_predict *p, const struct sdp_cli_mach
              p->step_s, p->tokens_per_s, sdp_predict_res_name(p->bound), gpu,
              p->host_bytes / 1073741824.0, cm->source);
 }
+
+/* Whether a plan row of the recipe names key for some layers. */
+static int plan_names(const struct sdp_recipe *r, const char *key)
+{
+    for (int i = 0; i < r->nplan; i++)
+        if (!strcmp(r->plan[i].key, key))
+            return 1;
+    return 0;
+}
+
+unsigned long long sdp_cli_fit_activations(const struct sdp_recipe *r,
+                                           const struct sdp_model_cfg *m, enum sdp_dtype dt,
+                                           struct sdp_graph_conf *gc, unsigned long long limit)
+{
+    const double gib = 1073741824.0;
+    unsigned long long need = sdp_graph_gpu_bytes_min(m, dt, gc), off;
+    if (limit == 0 || need <= limit || r->act_given || plan_names(r, "activations") ||
+        gc->recompute != SDP_RECOMPUTE_FULL || gc->offload_inputs)
+        return need;
+    gc->offload_inputs = 1;
+    off = sdp_graph_gpu_bytes_min(m, dt, gc);
+    if (off > limit) {
+        gc->offload_inputs = 0;
+        return need;
+    }
+    SDP_INFO("the saved layer inputs wait on the host (train.activations: offload): on the GPU "
+             "the run would need %.2f GiB, %.2f GiB with them on the host, within %.2f GiB",
+             need / gib, off / gib, limit / gib);
+    return off;
+}

@@ -57,6 +57,8 @@ struct sdp_recipe {
     double chunk_mib;       /* parameter chunk size, MiB of fp32 master */
     int recompute;          /* enum sdp_recompute (FULL, the default; sdp_graph_conf) */
     int act_offload;        /* activations: offload (the saved layer inputs wait on the host) */
+    int act_given;          /* train.activations given; else the plan may offload the saved
+                               inputs where the GPU limit binds (sdp_cli_fit_activations) */
     char sched[64];         /* StarPU policy name ("" = runtime default) */
     int cpus;               /* CPU workers (0 = all cores) */
     double host_memory_gib; /* host memory budget (0 = MemAvailable / cgroup limit) */

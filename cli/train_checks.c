@@ -11,6 +11,7 @@
 #include "base/sdp_log.h"
 #include "cli/cli.h"
 #include "cli/hfdir.h"
+#include "cli/predict_cli.h"
 #include "cli/train_internal.h"
 #include "formats/hfconfig.h"
 #include "policies/sdp_policies.h"
@@ -63,19 +64,27 @@ int sdp_train_check_gpu_memory(struct sdp_recipe *r, enum sdp_dtype work_dt)
     unsigned long long total = sdp_rt_gpu_mem_total(0);
     unsigned long long limit =
         r->gpu_memory_gib > 0 ? (unsigned long long)(r->gpu_memory_gib * 1073741824.0) : total;
-    unsigned long long need = sdp_graph_gpu_bytes_min(&r->model, work_dt, &gc);
+    unsigned long long need;
     if (total > 0 && limit > total) {
         sdp_err(-EINVAL, "%s: train.gpu_memory_gib = %.1f GiB exceeds the GPU's %.1f GiB", r->file,
                 r->gpu_memory_gib, total / 1073741824.0);
         sdp_hint("lower train.gpu_memory_gib, or set it to 0 for the whole GPU");
         return -EINVAL;
     }
+    need = sdp_cli_fit_activations(r, &r->model, work_dt, &gc, limit);
+    r->act_offload = gc.offload_inputs;
     if (limit > 0 && need > limit) {
         sdp_err(-ENOMEM,
                 "%s: the run needs at least %.1f GiB of GPU memory (two layers of weights and "
                 "gradients, one micro-batch of activations), the %s allows %.1f GiB",
                 r->file, need / 1073741824.0, r->gpu_memory_gib > 0 ? "recipe" : "GPU",
                 limit / 1073741824.0);
+        if (gc.recompute == SDP_RECOMPUTE_FULL && !gc.offload_inputs) {
+            gc.offload_inputs = 1; /* the least the run can need as it is */
+            need = sdp_graph_gpu_bytes_min(&r->model, work_dt, &gc);
+        }
+        sdp_hint("the smallest GPU memory this run fits is %.1f GiB%s", need / 1073741824.0,
+                 gc.offload_inputs ? " (train.activations: offload)" : "");
         if (r->keep_mlp > 0)
             sdp_hint("lower train.keep_mlp (%d layers keep their MLP's inputs on the GPU), "
                      "batch.micro or data.seq_len, or raise train.gpu_memory_gib",

@@ -7,7 +7,7 @@
 # the same recipe (train prints both at the end).  Bad input: a missing, malformed or stale
 # calibration file is reported with the file and the fix, and the defaults are used (exit 0);
 # a plan that cannot fit the GPU is refused (exit 1) with by how much and which single change
-# fits; bad options exit 2.  A file measured on another machine is the defaults for train (it
+# fits (at length, the saved inputs go to the host unless the recipe chose); bad options exit 2.  A file measured on another machine is the defaults for train (it
 # runs here) and the machine plan prices for.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
@@ -86,6 +86,23 @@ expect 1 "does not fit the GPU: [0-9.]+ GiB a device, [0-9.]+ GiB over the train
     "$bin" plan --model qwen3-0.6b --batch 16 --gpus 1 --gpu-memory-gib 8 --activations keep
 grep -qE "\[hint\] train.activations: recompute fits \(GPU [0-9.]+ GiB" "$tmp.err" || {
     echo "the change that fits not named"; cat "$tmp.err"; fail=1; }
+
+# 4b. at length: where the saved layer inputs pass the GPU limit, the plan keeps them on the host
+# itself (the run's choice, sdp_cli_fit_activations) and prices that; not where the recipe chose
+# (this host's memory may not hold the run: only the GPU's verdict counts here)
+"$bin" plan --model qwen3-1.7b --seq 65536 --batch 1 --gpus 1 --gpu-memory-gib 23 --json \
+    > "$tmp/long.json" 2> "$tmp.err"
+if grep -q "does not fit the GPU" "$tmp.err"; then
+    echo "the plan at length was refused"; cat "$tmp.err"; fail=1
+fi
+grep -q "the saved layer inputs wait on the host (train.activations: offload)" "$tmp.err" || {
+    echo "the plan at length did not say it offloads"; cat "$tmp.err"; fail=1; }
+"$py" -c "import json, sys; p = json.load(open(sys.argv[1]))['predicted']; \
+sys.exit(0 if p['gpu_need_bytes'] <= 23 * 2**30 else 1)" "$tmp/long.json" || {
+    echo "the plan at length does not fit 23 GiB"; cat "$tmp/long.json"; fail=1; }
+expect 1 "does not fit the GPU: [0-9.]+ GiB a device" -- \
+    "$bin" plan --model qwen3-1.7b --seq 65536 --batch 1 --gpus 1 --gpu-memory-gib 23 \
+    --activations recompute
 
 # 5. --auto: each layer's placement chosen within the GPU limit, as recipe rows; the rows, put in
 # a recipe, give a plan the model prices within the limit; a limit nothing fits is refused
