@@ -4,14 +4,19 @@
 # (exit 77, skipped, without a GPU or without torch, transformers and safetensors, which write
 # the model).  The model is tests/e2e/test_e2e_moe_train.sh's `slidedp train` one
 # (tests/e2e/moe_train.py cli: 3 layers, the middle one dense by mlp_only_layers, 8 experts,
-# top-2, norm_topk_prob, the load-balancing loss; hidden 32, Qwen3's vocabulary), fp32, 8 steps
-# of 2 micro-batches of 2 sequences of 16 tokens on the bundled text:
+# top-2, norm_topk_prob, the load-balancing loss; hidden 32, Qwen3's vocabulary), 8 steps of 2
+# micro-batches of 2 sequences of 16 tokens on the bundled text, fp32 unless said:
 #   - every step's loss on the GPU is the CPU workers' within the bounds derived below;
 #   - in the GPU run's event log every moe_fwd, moe_bwd and moe_aux ran on a CUDA worker, the
 #     step's forward ran moe_fwd once per sparse layer and micro-batch and the backward moe_bwd
 #     as often (so the sparse layers cannot have run on the CPU), and the CPU run's all on CPU
 #     workers;
-#   - tools/check_invariants.py passes the GPU run's log.
+#   - with the bf16 gradient return (the update on the GPU needs it), --gpu-update 3 gives the
+#     losses and norms of --gpu-update 0 bit for bit (the GPU's AdamW gives the host's bits,
+#     test_e2e_gpu_update_gpu.sh), and its log holds the dense layer's (group 2) updates on the
+#     GPU, the sparse layers' (groups 1 and 3) on the host, whose AdamW skips the experts without
+#     token (graph/plan.c);
+#   - tools/check_invariants.py passes the GPU runs' logs.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 need_gpus 1
@@ -33,14 +38,18 @@ train:
   steps: 8
   precision: fp32
 EOF
-run() { # NAME GPUS
-    if ! timeout 300 "$bin" train "$tmp/moe.yaml" --gpus "$2" --cpus 2 -q --output "$tmp/$1" \
-        --metrics "$tmp/$1.jsonl" --events "$tmp/$1.ev" 2> "$tmp/$1.err"; then
-        echo "$1: training failed"; cat "$tmp/$1.err"; fail=1
+run() { # NAME GPUS ARGS...
+    name=$1 gpus=$2
+    shift 2
+    if ! timeout 300 "$bin" train "$tmp/moe.yaml" --gpus "$gpus" --cpus 2 -q --output "$tmp/$name" \
+        --metrics "$tmp/$name.jsonl" --events "$tmp/$name.ev" "$@" 2> "$tmp/$name.err"; then
+        echo "$name: training failed"; cat "$tmp/$name.err"; fail=1
     fi
 }
 run cpu 0
 run gpu 1
+run up0 1 --grad-dtype bf16 --gpu-update 0
+run up3 1 --grad-dtype bf16 --gpu-update 3
 [ $fail = 0 ] || finish
 
 # The tolerances.  fp32 on both sides: the GPU path keeps fp32 weights and activations here
@@ -70,7 +79,8 @@ FIRST_RTOL, STEPS_RTOL = 1e-5, 1e-4
 ok = True
 loss = {n: [json.loads(l)["loss"] for l in open("%s/%s.jsonl" % (tmp, n))] for n in ("cpu", "gpu")}
 if len(loss["cpu"]) != STEPS or len(loss["gpu"]) != STEPS:
-    print("expected %d steps, got %d (cpu) and %d (gpu)" % (STEPS, len(loss["cpu"]), len(loss["gpu"])))
+    print("expected %d steps, got %d (cpu) and %d (gpu)"
+          % (STEPS, len(loss["cpu"]), len(loss["gpu"])))
     sys.exit(1)
 worst = 0.0
 for s, (c, g) in enumerate(zip(loss["cpu"], loss["gpu"])):
@@ -97,8 +107,26 @@ for n, kind in (("gpu", "CUDA"), ("cpu", "CPU")):
         print("%s: expected %d moe_fwd in the forward and %d moe_bwd"
               % (n, STEPS * MICRO * SPARSE, STEPS * MICRO * SPARSE))
         ok = False
+up = {n: [(x["loss"], x["grad_norm"]) for x in map(json.loads, open("%s/%s.jsonl" % (tmp, n)))]
+      for n in ("up0", "up3")}
+print("gpu-update 0:", up["up0"])
+print("gpu-update 3:", up["up3"])
+if len(up["up0"]) != STEPS or up["up0"] != up["up3"]:
+    print("--gpu-update 3 does not give --gpu-update 0's losses and norms")
+    ok = False
+ev = [json.loads(l) for l in open("%s/up3.ev" % tmp)]
+ups = Counter((e["group"], e.get("lane")) for e in ev
+              if e.get("name") == "adamw" and e.get("step", -1) >= 0)
+print("gpu-update 3: updates by (group, lane): %s" % dict(sorted(ups.items())))
+on_gpu = {g for g, lane in ups if lane == "GPU compute"}
+if on_gpu != {2} or not all((g, "CPU AdamW") in ups for g in (1, 3)):
+    print("gpu-update 3: expected the dense layer's updates on the GPU, the sparse layers' on "
+          "the host")
+    ok = False
 sys.exit(0 if ok else 1)
 PYEOF
-"$py" "$top/tools/check_invariants.py" "$tmp/gpu.ev" > "$tmp/gpu.check" 2>&1 ||
-    { echo "the checker fails the GPU run's log"; cat "$tmp/gpu.check"; fail=1; }
+for n in gpu up3; do
+    "$py" "$top/tools/check_invariants.py" "$tmp/$n.ev" > "$tmp/$n.check" 2>&1 ||
+        { echo "the checker fails the $n run's log"; cat "$tmp/$n.check"; fail=1; }
+done
 finish
