@@ -53,6 +53,14 @@
 #            (lane utilisation) and memory log; LORA_GPU_UPDATE=1 adds a run with the adapters'
 #            AdamW on the GPU (--gpu-update); then PEFT LoRA with the whole bf16 model on the GPU
 #            (bench/peers.py --system peft-lora, 16 sequences at once)
+#   moe      full fine-tuning of MOE_MODEL (default qwen3-30b-a3b-l12, the reduced-depth Qwen3-30B-A3B:
+#            `slidedp plan` puts its host state at 106 GiB with the bf16 gradient return, 136 with
+#            the fp32 one, so bf16) at seq 1024, batch 16 and batch 2 (one micro-batch each; fewer
+#            tokens, more idle experts), MOE_STEPS (3) timed steps after 2 of warm-up, on one GPU,
+#            each with its event log and memory log; MODEL/BATCH are ignored.  moe.md (and the
+#            summary) gives tokens/s and the bytes moved per step (StarPU's bus counters) beside
+#            the "all experts" figure (graph/cost.c's formula, every expert's working copy and
+#            gradient crossing PCIe; routed streaming would move only the routed experts)
 #   roundpipe sdp-roundpipe against sdp-slidedp on one GPU and with every GPU as a stage worker
 #            (RP_MODELS, default qwen3-1.7b and qwen3-4b at 16 sequences of 1024), with event logs;
 #            sdp-roundpipe with a stage's uploads longest first and group by group (RP_LPT,
@@ -343,6 +351,34 @@ for stage in $stages; do
                 2> "$out/bench-peft-lora-$lm.log"
             log "peft-lora $lm/16: exit $? $(tail -n 1 "$out/results.jsonl" | cut -c1-300)"
         done
+        lanes
+        ;;
+    moe)
+        mm=${MOE_MODEL:-qwen3-30b-a3b-l12}
+        for mb in 16 2; do
+            name=moe-$(basename "$mm" .json)-b$mb
+            bench "$name" 280 --model "$mm" --batch "$mb" --seq 1024 --steps "${MOE_STEPS:-3}" \
+                --warmup 2 --grad-dtype bf16 --events "$out/events-$name.jsonl" \
+                --mem-log "$out/mem-$name.jsonl"
+        done
+        python3 - "$out/results.jsonl" "$mm" <<'PYEOF' > "$out/moe.md" 2>> "$out/moe-summary.log"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print("| batch | tokens/s | H2D GB/step | all experts GB | D2H GB/step | all experts GB | GPU peak GiB | host peak GiB |")
+print("|---|---|---|---|---|---|---|---|")
+for b in (16, 2):
+    r = [x for x in rows if x.get("system") == "slidedp" and x.get("model") == sys.argv[2]
+         and x.get("batch") == b and x.get("seq") == 1024 and x.get("lora_rank", 0) == 0]
+    if not r:
+        print("| %d | (no result) | | | | | | |" % b)
+        continue
+    x, m = r[-1], r[-1]["bytes_per_rank_per_step"][0]
+    print("| %d | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f |" % (
+        b, x["tokens_per_s"], m["h2d_gb"], m["param_h2d_gb_pred"], m["d2h_gb"],
+        m["grad_d2h_gb_pred"], x["gpu_peak_gib"], x["host_peak_gib"]))
+PYEOF
+        log "moe summary: exit $?"
+        tee -a "$out/summary.log" < "$out/moe.md"
         lanes
         ;;
     roundpipe)

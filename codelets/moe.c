@@ -6,10 +6,9 @@
  * backward reads (probabilities, routing, permuted rows, the experts' intermediates) in one f32
  * vector of sdp_task_moe_acts_elems() elements (the routing's int32 arrays stored in place).
  * The CUDA implementation (codelets/moe_cuda.c, kernels codelets/cuda/moe*.cu) keeps the same
- * vector; its kernel test passes on a GPU, but until an end-to-end GPU run is checked
- * sdp_tasks_check_gpu_model() still refuses sparse layers when the compute is on GPUs.  Tests:
- * tests/kernels/test_kernels_moe.c and tests/kernels/test_cuda_moe.c (the kernels),
- * tests/e2e/test_e2e_moe_train.sh. */
+ * vector.  Tests: tests/kernels/test_kernels_moe.c and tests/kernels/test_cuda_moe.c (the
+ * kernels), tests/e2e/test_e2e_moe_train.sh (CPU workers against transformers) and
+ * tests/e2e/test_e2e_moe_gpu.sh (one GPU against CPU workers). */
 #include "config.h"
 
 #include <string.h>

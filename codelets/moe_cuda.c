@@ -4,8 +4,8 @@
  * The kernels compute in fp32: bf16 activations are widened into the workspace and the outputs
  * rounded back (as sdp_cl_in / sdp_cl_out do on the CPU); bf16 weights are widened per expert.
  * moe_fwd and moe_bwd wait once on their stream, for the experts' row counts (the GEMM sizes are
- * host arguments of cuBLAS).  Not yet run on a GPU: sdp_tasks_check_gpu_model() refuses sparse
- * layers when the compute is on GPUs.  Test: tests/kernels/test_cuda_moe.c (the kernels). */
+ * host arguments of cuBLAS).  Tests: tests/kernels/test_cuda_moe.c (the kernels),
+ * tests/e2e/test_e2e_moe_gpu.sh (training on one GPU against CPU workers). */
 #include "config.h"
 
 #include <starpu.h>

@@ -46,9 +46,9 @@
     X(sdp_cl_attention_bwd, "attention_bwd", GPU_COMPUTE, COMPUTE, "")                             \
     X(sdp_cl_swiglu_fwd, "swiglu_fwd", GPU_COMPUTE, COMPUTE, "")                                   \
     X(sdp_cl_swiglu_bwd, "swiglu_bwd", GPU_COMPUTE, COMPUTE, "")                                   \
-    X(sdp_cl_moe_fwd, "moe_fwd", GPU_COMPUTE, ANY, "")                                             \
-    X(sdp_cl_moe_bwd, "moe_bwd", GPU_COMPUTE, ANY, "")                                             \
-    X(sdp_cl_moe_aux, "moe_aux", GPU_COMPUTE, ANY, "no_params")                                    \
+    X(sdp_cl_moe_fwd, "moe_fwd", GPU_COMPUTE, COMPUTE, "")                                         \
+    X(sdp_cl_moe_bwd, "moe_bwd", GPU_COMPUTE, COMPUTE, "")                                         \
+    X(sdp_cl_moe_aux, "moe_aux", GPU_COMPUTE, COMPUTE, "no_params")                                \
     X(sdp_cl_lmhead_ce, "lmhead_ce", GPU_COMPUTE, COMPUTE, "")                                     \
     X(sdp_cl_zero, "zero", GPU_COMPUTE, COMPUTE, "unstaged no_params")                             \
     X(sdp_cl_sumsq, "sumsq", GRAD_REDUCE, NORMS, "")                                               \

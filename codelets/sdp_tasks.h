@@ -392,9 +392,8 @@ enum sdp_norm_place {
 void sdp_tasks_place_norms(enum sdp_norm_place where);
 /** 1 when the norms run on the GPUs (SDP_NORMS_GPU with a CUDA worker), else 0. */
 int sdp_tasks_norms_on_gpu(void);
-/** Check that the GPU kernels support the model's shapes (head_dim, grouped-query ratio) and
- * layers (no Qwen3-MoE sparse layer: its CUDA kernels have not run on a GPU yet).
- * @return 0, -EINVAL or -ENOTSUP (logged) */
+/** Check that the GPU kernels support the model's shapes (head_dim, grouped-query ratio).
+ * @return 0 or -EINVAL (logged) */
 struct sdp_model_cfg;
 int sdp_tasks_check_gpu_model(const struct sdp_model_cfg *m);
 /** NCCL collectives for these nranks ranks (every one on a CUDA worker, in rank order): from here

@@ -111,14 +111,6 @@ int sdp_tasks_check_gpu_model(const struct sdp_model_cfg *m)
     if (m->num_heads % m->num_kv_heads != 0)
         return sdp_err(-EINVAL, "num_heads %d is not a multiple of num_kv_heads %d", m->num_heads,
                        m->num_kv_heads);
-    if (sdp_model_num_sparse_layers(m) > 0) { /* codelets/moe_cuda.c: not yet run on a GPU */
-        int rc = sdp_err(-ENOTSUP,
-                         "qwen3_moe: %d sparse layers, whose CUDA kernels have not run on a GPU "
-                         "yet; the compute cannot run on a GPU",
-                         sdp_model_num_sparse_layers(m));
-        sdp_hint("train a Qwen3-MoE model on CPU workers (train.gpus: 0)");
-        return rc;
-    }
     return 0;
 }
 

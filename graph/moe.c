@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* A sparse layer's MLP in the step graph (Qwen3-MoE, docs/moe.md): its forward and backward
  * tasks, the load-balancing loss added to the step's loss, which experts received a token in the
- * step (their AdamW: graph/optim.c), and what the graph refuses around them.  The block runs on
- * CPU workers only (codelets/moe.c). */
+ * step (their AdamW: graph/optim.c), and what the graph refuses around them.  The block runs
+ * where the compute runs, CPU workers or one GPU (codelets/moe.c, codelets/moe_cuda.c). */
 #include "config.h"
 
 #include <stdlib.h>
@@ -121,19 +121,18 @@ int sdp_graph_moe_sync(sdp_graph_t *g)
 static int refused(const sdp_graph_t *g)
 {
     const char *why = NULL;
-    if (sdp_tasks_compute_on_gpu())
-        why = "the compute is on GPUs, and the block has CPU kernels only so far";
-    else if (g->R > 1 || g->P > 1)
-        why = "several ranks or nodes: their routes do not carry the experts' usage yet";
-    else if (g->plan.lora.rank > 0)
-        why = "LoRA adapters on a sparse layer are not built yet";
+    if (g->R > 1 || g->P > 1) /* each rank's moe_used marks its own routing only */
+        why = "several ranks or nodes: the experts' usage is marked per rank, and AdamW would "
+              "skip an expert that another rank's tokens used (no reduction of the marks yet)";
+    else if (g->plan.lora.rank > 0) /* models/lora.c puts adapters on the dense projections */
+        why = "LoRA has no adapters for the stacked experts and the router yet";
     else if (!g->st->groups[g->moe_first].expert_steps)
         why = "the state has no expert step counts (a frozen base)";
     if (!why)
         return 0;
     int rc = sdp_err(-ENOTSUP, "graph: %d Qwen3-MoE sparse layers: %s",
                      sdp_model_num_sparse_layers(&g->st->cfg), why);
-    sdp_hint("run MoE models on CPU workers (no GPU: train.gpus: 0), one rank, full fine-tuning");
+    sdp_hint("train MoE models on one rank (CPU workers or one GPU), full fine-tuning");
     return rc;
 }
 

@@ -89,8 +89,10 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
                     (!sdp_plan_one_rank(p) && pg->grad_gpu);
     pg->nchunks = gs->nchunks;
     pg->chunk_elems = st->chunk_elems;
-    /* LoRA: the adapters' master and moments move to the GPU with their update (graph/lora.c) */
+    /* LoRA: the adapters' master and moments move to the GPU with their update (graph/lora.c);
+     * a sparse layer's update stays on the host, whose AdamW skips the experts without token */
     pg->update_gpu = layer && gi <= c->gpu_update && gpu_update_applies(p, st) &&
+                     !sdp_model_layer_sparse(&st->cfg, gi - 1) &&
                      (!c->lora.rank || sdp_lora_layer_on(&c->lora, gi));
     /* with the working copies on the host, only layer 1's update ends the step early enough to
      * pay for the stage it then takes (graph/optim.c, mlp_early) */
@@ -330,6 +332,11 @@ static int check_group(const struct sdp_plan *p, const struct sdp_state *st, int
         return sdp_err(-EINVAL,
                        "plan: layer %d offloads its input but keeps its activations "
                        "(offload is for recomputed layers)",
+                       gi);
+    if (pg->update_gpu && sdp_model_layer_sparse(&st->cfg, gi - 1))
+        return sdp_err(-EINVAL,
+                       "plan: layer %d is a Qwen3-MoE sparse layer, whose update runs on the host "
+                       "(the GPU's AdamW does not skip the experts without token)",
                        gi);
     if (pg->update_gpu && !gpu_update_applies(p, st))
         return sdp_err(-EINVAL,

@@ -70,3 +70,6 @@ EXTRA_DIST += tests/e2e/test_e2e_moe_hf.sh tests/e2e/moe_hf.py
 # a tiny Qwen3-MoE trained on CPU workers against transformers (test_e2e_moe_train.sh)
 TESTS += tests/e2e/test_e2e_moe_train.sh
 EXTRA_DIST += tests/e2e/test_e2e_moe_train.sh tests/e2e/moe_train.py
+# the same model trained on one GPU against CPU workers (test_e2e_moe_gpu.sh; 77 without a GPU)
+TESTS += tests/e2e/test_e2e_moe_gpu.sh
+EXTRA_DIST += tests/e2e/test_e2e_moe_gpu.sh

@@ -9,7 +9,8 @@
 # counting its own steps), with one micro-batch recomputed and kept (the same bits) and with two;
 # then the exports of the loaded and the trained weights load in transformers with the same tensors
 # and logits; and `slidedp train` of a Qwen3-MoE stopped and resumed gives the losses of an
-# uninterrupted run.  Skips (77) without torch, transformers or safetensors.
+# uninterrupted run; several ranks and LoRA are refused, naming why.  Skips (77) without torch,
+# transformers or safetensors.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 prog=$build/tests/e2e/test_e2e_hf_parity
@@ -37,7 +38,7 @@ train:
   precision: fp32
 EOF
 losses() { sed -e 's/.*"step": *\([0-9]*\),.*"loss": *\([^,]*\),.*/\1 \2/' "$1"; }
-args="--steps 12 --checkpoint-every 2 --cpus 2 -q"
+args="--steps 12 --checkpoint-every 2 --gpus 0 --cpus 2 -q"
 "$bin" train "$tmp/moe.yaml" $args --output "$tmp/ref" --metrics "$tmp/ref.jsonl" 2> "$tmp/ref.err" ||
     { echo "uninterrupted run failed"; cat "$tmp/ref.err"; fail=1; }
 d=$tmp/stopped
@@ -64,4 +65,13 @@ else
     diff "$tmp/ref.jsonl" "$d.jsonl" | head
     fail=1
 fi
+# refused, naming the reason, the model's directory unchanged: several ranks (the experts' usage
+# is marked per rank) and LoRA (no adapters on the experts and the router)
+expect_dir=$tmp/cli
+sed -e 's/^  global: 1$/  global: 2/' "$tmp/moe.yaml" > "$tmp/ranks.yaml"
+expect 1 "several ranks or nodes: the experts' usage is marked per rank" -- \
+    "$bin" train "$tmp/ranks.yaml" --steps 1 --gpus 0 --cpus 2 -q --ranks 2 --output "$tmp/ranks2"
+printf 'lora:\n  rank: 4\n' | cat "$tmp/moe.yaml" - > "$tmp/lora.yaml"
+expect 1 "LoRA has no adapters for the stacked experts and the router" -- \
+    "$bin" train "$tmp/lora.yaml" --steps 1 --gpus 0 --cpus 2 -q --output "$tmp/lora"
 finish
