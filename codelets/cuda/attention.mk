@@ -1,6 +1,6 @@
 # codelets/cuda/attention.mk: CUDA kernels (included by Makefile.am when CUDA is present)
 libsdp_a_SOURCES += codelets/cuda/attention_internal.cuh codelets/cuda/attention_fwd.cu \
-	codelets/cuda/attention_bwd.cu
+	codelets/cuda/attention_bwd.cu codelets/cuda/attention_docs.c
 if SDP_CUDNN_FE
 # cuDNN's fused attention graphs (header-only cudnn_frontend; slow to compile: about 4 min)
 libsdp_a_SOURCES += codelets/cuda/attention_cudnn.cu
