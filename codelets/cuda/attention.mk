@@ -8,3 +8,8 @@ endif
 check_PROGRAMS += tests/kernels/test_cuda_attention
 TESTS += tests/kernels/test_cuda_attention
 tests_kernels_test_cuda_attention_SOURCES = tests/kernels/test_cuda_attention.c tests/lib/sdp_test.h
+# bf16 attention at 32K tokens (causal and document-masked) against an fp64 oracle on sampled rows
+check_PROGRAMS += tests/kernels/test_cuda_attention_long
+TESTS += tests/kernels/test_cuda_attention_long
+tests_kernels_test_cuda_attention_long_SOURCES = tests/kernels/test_cuda_attention_long.c \
+	tests/lib/sdp_test.h
