@@ -53,17 +53,12 @@ static void attention_bwd_cpu(void *buffers[], void *cl_arg)
 
 #ifdef SDP_HAVE_CUDA
 #ifdef SDP_HAVE_CUDNN_FRONTEND
-/* bf16 attention goes through cuDNN's fused graphs unless SDP_ATTENTION=own; a shape cuDNN cannot
- * run falls back to the kernels of codelets/cuda/attention_{fwd,bwd}.cu, with one warning per
- * direction.  Document masking (segment starts) always takes the own kernels, which read the
- * starts: cuDNN's padding masks do not express a document boundary inside a row. */
-static int use_cudnn(int dt, const int32_t *seg)
+/* bf16 attention goes through cuDNN's fused graphs unless SDP_ATTENTION=own, document masking
+ * (segment starts) too, each document a sequence of its own; a shape cuDNN cannot run falls back
+ * to the kernels of codelets/cuda/attention_{fwd,bwd}.cu, with one warning per direction and
+ * kind (whole rows, documents). */
+static int use_cudnn(int dt)
 {
-    static int said;
-    if (seg && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-        SDP_INFO("attention with document masking: the own kernels, not cuDNN's");
-    if (seg)
-        return 0;
     static int choice = -1; /* -1 unread, 0 own kernels, 1 cuDNN (sdp_rt_init checked the value) */
     int c = __atomic_load_n(&choice, __ATOMIC_RELAXED);
     if (c < 0) {
@@ -84,14 +79,81 @@ static void cudnn_report(int bwd, int B, int T, int NH, int NKV, int HD, size_t 
                  ws / 1048576.0);
 }
 
-static void cudnn_fell_back(int bwd)
+static void cudnn_docs_report(int bwd, int B, const struct sdp_cudnn_docs_call *c)
 {
-    static int warned[2];
-    if (!warned[bwd]) {
-        warned[bwd] = 1;
-        SDP_WARN("attention %s: cuDNN cannot run this shape (%s); using the own kernels",
-                 bwd ? "backward" : "forward", sdp_cudnn_attention_error());
+    static int said[2];
+    if (!__atomic_exchange_n(&said[bwd], 1, __ATOMIC_RELAXED))
+        SDP_INFO("attention %s with document masking through cuDNN: %d rows in calls of %d, %d "
+                 "document slots a row (longest document %d tokens), workspace %.1f MiB",
+                 bwd ? "backward" : "forward", B, c->bs, c->docs, c->longest, c->ws / 1048576.0);
+}
+
+static void cudnn_fell_back(int bwd, int docs)
+{
+    static int warned[2][2];
+    if (!__atomic_exchange_n(&warned[docs][bwd], 1, __ATOMIC_RELAXED))
+        SDP_WARN("attention %s%s: cuDNN cannot run this shape (%s); using the own kernels",
+                 bwd ? "backward" : "forward", docs ? " with document masking" : "",
+                 sdp_cudnn_attention_error());
+}
+
+static void *cuda_ws0(size_t nbytes)
+{
+    return sdp_cl_cuda_ws(0, nbytes);
+}
+
+/* 1 when cuDNN ran the forward (into out, lse), 0 when the own kernels must */
+static int cudnn_fwd(void *buffers[], const int32_t *seg, int B, int T, int NH, int NKV, int HD)
+{
+    const cudaStream_t s = starpu_cuda_get_local_stream();
+    struct sdp_cudnn_docs_call c = { 0 };
+    size_t ws = 0;
+    if (!use_cudnn(SDP_CL_DT(buffers[0])))
+        return 0;
+    if (seg ? sdp_cudnn_attention_docs_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]),
+                                           SDP_VEC(buffers[2]), seg, B, T, NH, NKV, HD, cuda_ws0, s,
+                                           &c) == 0
+            : sdp_cudnn_attention_ws(&ws, 0, B, T, NH, NKV, HD) == 0 &&
+                  sdp_cudnn_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]),
+                                          SDP_VEC(buffers[2]), B, T, NH, NKV, HD,
+                                          sdp_cl_cuda_ws(0, ws), s) == 0) {
+        SDP_CUDA_CHECK(cudaGetLastError());
+        if (seg)
+            cudnn_docs_report(0, B, &c);
+        else
+            cudnn_report(0, B, T, NH, NKV, HD, ws);
+        return 1;
     }
+    cudnn_fell_back(0, seg != NULL);
+    return 0;
+}
+
+/* 1 when cuDNN ran the backward (into dqkv), 0 when the own kernels must */
+static int cudnn_bwd(void *buffers[], const int32_t *seg, int B, int T, int NH, int NKV, int HD)
+{
+    const cudaStream_t s = starpu_cuda_get_local_stream();
+    struct sdp_cudnn_docs_call c = { 0 };
+    size_t ws = 0;
+    if (!use_cudnn(SDP_CL_DT(buffers[0])))
+        return 0;
+    if (seg ? sdp_cudnn_attention_docs_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]),
+                                           SDP_VEC(buffers[2]), SDP_VEC(buffers[3]),
+                                           SDP_VECF(buffers[4]), seg, B, T, NH, NKV, HD, cuda_ws0,
+                                           s, &c) == 0
+            : sdp_cudnn_attention_ws(&ws, 1, B, T, NH, NKV, HD) == 0 &&
+                  sdp_cudnn_attention_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]),
+                                          SDP_VEC(buffers[2]), SDP_VEC(buffers[3]),
+                                          SDP_VECF(buffers[4]), B, T, NH, NKV, HD,
+                                          sdp_cl_cuda_ws(0, ws), s) == 0) {
+        SDP_CUDA_CHECK(cudaGetLastError());
+        if (seg)
+            cudnn_docs_report(1, B, &c);
+        else
+            cudnn_report(1, B, T, NH, NKV, HD, ws);
+        return 1;
+    }
+    cudnn_fell_back(1, seg != NULL);
+    return 0;
 }
 #endif
 
@@ -101,18 +163,8 @@ static void attention_fwd_cuda(void *buffers[], void *cl_arg)
     int B = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3], HD = a->key.d[4];
     const int32_t *seg = seg_of(a, buffers, 3);
 #ifdef SDP_HAVE_CUDNN_FRONTEND
-    size_t ws;
-    if (use_cudnn(SDP_CL_DT(buffers[0]), seg)) {
-        if (sdp_cudnn_attention_ws(&ws, 0, B, T, NH, NKV, HD) == 0 &&
-            sdp_cudnn_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]),
-                                    B, T, NH, NKV, HD, sdp_cl_cuda_ws(0, ws),
-                                    starpu_cuda_get_local_stream()) == 0) {
-            SDP_CUDA_CHECK(cudaGetLastError());
-            cudnn_report(0, B, T, NH, NKV, HD, ws);
-            return;
-        }
-        cudnn_fell_back(0);
-    }
+    if (cudnn_fwd(buffers, seg, B, T, NH, NKV, HD))
+        return;
 #endif
     sdp_cuda_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]), seg, B,
                            T, NH, NKV, HD, SDP_CL_DT(buffers[0]), starpu_cuda_get_local_stream());
@@ -125,18 +177,8 @@ static void attention_bwd_cuda(void *buffers[], void *cl_arg)
     int B = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3], HD = a->key.d[4];
     const int32_t *seg = seg_of(a, buffers, 5);
 #ifdef SDP_HAVE_CUDNN_FRONTEND
-    size_t ws;
-    if (use_cudnn(SDP_CL_DT(buffers[0]), seg)) {
-        if (sdp_cudnn_attention_ws(&ws, 1, B, T, NH, NKV, HD) == 0 &&
-            sdp_cudnn_attention_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]), SDP_VEC(buffers[2]),
-                                    SDP_VEC(buffers[3]), SDP_VECF(buffers[4]), B, T, NH, NKV, HD,
-                                    sdp_cl_cuda_ws(0, ws), starpu_cuda_get_local_stream()) == 0) {
-            SDP_CUDA_CHECK(cudaGetLastError());
-            cudnn_report(1, B, T, NH, NKV, HD, ws);
-            return;
-        }
-        cudnn_fell_back(1);
-    }
+    if (cudnn_bwd(buffers, seg, B, T, NH, NKV, HD))
+        return;
 #endif
     sdp_cuda_attention_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]), SDP_VEC(buffers[2]),
                            SDP_VEC(buffers[3]), SDP_VECF(buffers[4]), seg, B, T, NH, NKV, HD,
@@ -149,12 +191,12 @@ static void attention_bwd_cuda(void *buffers[], void *cl_arg)
 
 static struct starpu_perfmodel sdp_pm_attention_fwd = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_attention_fwd_v2",
+    .symbol = "sdp_attention_fwd_v3",
     .footprint = sdp_cl_footprint,
 };
 static struct starpu_perfmodel sdp_pm_attention_bwd = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_attention_bwd_v2",
+    .symbol = "sdp_attention_bwd_v3",
     .footprint = sdp_cl_footprint,
 };
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* CUDA kernels of every op, as extern "C" launchers that enqueue on the given stream and never
- * synchronize (but sdp_cuda_moe_offsets_host, which waits for the experts' row counts).  No
+ * synchronize (but sdp_cuda_moe_offsets_host, which waits for the experts' row counts, and
+ * sdp_cudnn_attention_docs_*, which wait for the document starts).  No
  * StarPU, no runtime headers (the codelets/<op>.c wrappers pass StarPU's stream and buffers).
  * Storage dtype `dt` of activations and weights: SDP_CUDA_F32 or SDP_CUDA_BF16 (uint16 bf16
  * bits); every reduction and accumulation is fp32 (double where a loss is summed); rstd and lse
@@ -170,6 +171,18 @@ void sdp_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const
                             const float *lse, const int32_t *seg, int B, int T, int NH, int NKV,
                             int HD, int dt, void *ws, cudaStream_t s);
 
+/* ---- the documents of packed rows as the sequences of a variable-length call (host code,
+ * attention_docs.c), from seg (B*T) as above ---- */
+/** the most documents in one row of seg, and *longest the longest document; -1 when a start is
+ * neither the previous token's nor the token itself (0 at each row's first token) */
+int sdp_cuda_attention_docs_max(const int32_t *seg, int B, int T, int *longest);
+/** Rows b0..b0+bs-1 as bs*D sequences: slot r*D + j is the j-th document of row b0+r, then empty
+ * slots.  len (bs*D): the lengths (0: an empty slot); tok (bs*D + 1): each slot's first token
+ * counted from row b0's first (an empty slot: the next row's first), tok[bs*D] = bs*T, so that tok
+ * is the prefix sum of len.  Returns 0, or -1 when a row holds more than D documents. */
+int sdp_cuda_attention_docs(int32_t *len, int32_t *tok, const int32_t *seg, int b0, int bs, int T,
+                            int D);
+
 /* ---- the same attention through cuDNN's fused flash-attention graphs (bf16 only) ----
  * Built when configure finds cudnn_frontend (SDP_HAVE_CUDNN_FRONTEND).  Each returns 0 when done,
  * or -1 with nothing enqueued and the reason in sdp_cudnn_attention_error() (this thread's last
@@ -186,6 +199,23 @@ int sdp_cudnn_attention_bwd(void *dqkv, const void *dout, const void *qkv, const
                             const float *lse, int B, int T, int NH, int NKV, int HD, void *ws,
                             cudaStream_t s);
 const char *sdp_cudnn_attention_error(void);
+/* Document masking (seg (B*T) on the device, as for sdp_cuda_attention_fwd): every document of a
+ * row is a sequence of its own (a ragged layout with a padding mask).  These read the starts back
+ * to the host (on a stream of the thread's own, so the work queued on s need not drain), choose
+ * the graph and the sub-batch, then take their workspace from ws_fn(bytes) (which may replace an
+ * older one: nothing of theirs is queued yet).  lse keeps the layout above.  *call (may be NULL):
+ * the rows per cuDNN call, the document slots a row, the longest document, the workspace bytes. */
+struct sdp_cudnn_docs_call {
+    int bs, docs, longest;
+    size_t ws;
+};
+int sdp_cudnn_attention_docs_fwd(void *out, float *lse, const void *qkv, const int32_t *seg, int B,
+                                 int T, int NH, int NKV, int HD, void *(*ws_fn)(size_t),
+                                 cudaStream_t s, struct sdp_cudnn_docs_call *call);
+int sdp_cudnn_attention_docs_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
+                                 const float *lse, const int32_t *seg, int B, int T, int NH,
+                                 int NKV, int HD, void *(*ws_fn)(size_t), cudaStream_t s,
+                                 struct sdp_cudnn_docs_call *call);
 
 /* ---- SwiGLU on gu (N, 2I) = gate | up ---- */
 void sdp_cuda_swiglu_fwd(void *out, const void *gu, int N, int inter, int dt, cudaStream_t s);
