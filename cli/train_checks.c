@@ -51,9 +51,11 @@ void sdp_train_group_name(const struct sdp_recipe *r, int g, char *out, size_t l
         snprintf(out, len, "final norm / LM head");
 }
 
-/* The GPU window must fit: the configured limit within the device, the run's minimum within both;
- * then train.gpu_update's auto is resolved against what is left (sdp_cli_gpu_update). */
-int sdp_train_check_gpu_memory(struct sdp_recipe *r, enum sdp_dtype work_dt)
+/* The GPU window must fit: the configured limit within the device, the run's minimum within both
+ * (the saved inputs on the host where only that fits, sdp_cli_fit_activations).  Sets *need and
+ * *limit (bytes).  @return 0, -EINVAL or -ENOMEM (reported) */
+static int gpu_fits(struct sdp_recipe *r, enum sdp_dtype work_dt, unsigned long long *need_out,
+                    unsigned long long *limit_out)
 {
     struct sdp_graph_conf gc = { .micro_batch = r->micro_batch,
                                  .seq_len = r->seq_len,
@@ -94,6 +96,18 @@ int sdp_train_check_gpu_memory(struct sdp_recipe *r, enum sdp_dtype work_dt)
                      "train.activations: offload, or raise train.gpu_memory_gib");
         return -ENOMEM;
     }
+    *need_out = need, *limit_out = limit;
+    return 0;
+}
+
+/* gpu_fits once StarPU runs the GPUs, then train.gpu_update's auto resolved against what is left
+ * (sdp_cli_gpu_update) */
+int sdp_train_check_gpu_memory(struct sdp_recipe *r, enum sdp_dtype work_dt)
+{
+    unsigned long long need, limit;
+    int rc = gpu_fits(r, work_dt, &need, &limit);
+    if (rc)
+        return rc;
     r->gpu_update = sdp_cli_gpu_update(r->gpu_update, &r->lora, &r->model, r->ranks, need, limit);
     return 0;
 }
@@ -212,5 +226,11 @@ int sdp_train_check(struct sdp_train *t)
     t->work_dt = r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32;
     /* the return as far as it is known before StarPU starts (resolved again once it has) */
     t->grad_dt = sdp_recipe_grad_bf16(r, sdp_cli_may_use_gpu(r->gpus)) ? SDP_BF16 : SDP_F32;
+    /* the GPU's memory as far as CUDA tells it before StarPU starts (checked again once it has) */
+    if (sdp_cli_may_use_gpu(r->gpus) && sdp_rt_gpu_mem_total(0) > 0) {
+        unsigned long long need, limit;
+        if (gpu_fits(r, t->work_dt, &need, &limit))
+            return SDP_EXIT_FAILURE;
+    }
     return check_host_memory(t);
 }

@@ -82,8 +82,9 @@ struct sdp_step_extra {
 /** Everything that can be checked before StarPU starts: the model, the recipe, the routes, the
  * policy, the data, the host memory.  Opens t->data.  @return an exit status (0 to go on). */
 int sdp_train_check(struct sdp_train *t);
-/** The GPU window must fit: the configured limit within the device, the run's minimum within both.
- */
+/** The GPU window must fit: the configured limit within the device, the run's minimum within both
+ * (checked first by sdp_train_check, before StarPU starts, where CUDA sees a GPU); then
+ * train.gpu_update's auto is resolved. */
 int sdp_train_check_gpu_memory(struct sdp_recipe *r, enum sdp_dtype work_dt);
 /** Slurm: the job id names the default run directory, the CPUs of the task set the CPU workers. */
 void sdp_train_apply_slurm(struct sdp_recipe *r);
