@@ -144,9 +144,10 @@ static void moe_aux_cpu(void *buffers[], void *cl_arg)
         sdp_cpu_moe_aux_loss(st, st + a->s.E, a->rows, a->s.E);
 }
 
-#ifdef SDP_HAVE_CUDA /* fwd and bwd wait on their stream for the experts' row counts: not async */
-#define MOE_CUDA(f)       .cuda_funcs = { f },
-#define MOE_CUDA_ASYNC(f) .cuda_funcs = { f }, .cuda_flags = { STARPU_CUDA_ASYNC },
+#ifdef SDP_CUDA_CODELETS /* fwd and bwd wait on their stream for the experts' row counts: not      \
+                            async */
+#define MOE_CUDA(f)       .cuda_funcs = { SDP_CUDA(f) },
+#define MOE_CUDA_ASYNC(f) .cuda_funcs = { SDP_CUDA(f) }, .cuda_flags = { STARPU_CUDA_ASYNC },
 #else
 #define MOE_CUDA(f)
 #define MOE_CUDA_ASYNC(f)
