@@ -11,9 +11,8 @@
 #include "base/sdp_log.h"
 
 const struct sdp_env_var sdp_env_vars[] = {
-    { "SDP_ATTENTION", "cudnn (default where built) | cudnn-docs | own",
-      "attention on the GPU through cuDNN's fused kernels (cudnn-docs: document-masked calls "
-      "too) or the project's own" },
+    { "SDP_ATTENTION", "cudnn (default where built) | own",
+      "attention on the GPU through cuDNN's fused kernels or the project's own" },
     { "SDP_ATTENTION_WS_MIB", "MiB (default 1024; 128 under a limit below 20 GiB)",
       "cap on cuDNN attention's workspace; larger batches fewer calls" },
     { "SDP_LMHEAD_BLOCK_MIB", "MiB (default chosen by the GPU's limit)",

@@ -53,24 +53,19 @@ static void attention_bwd_cpu(void *buffers[], void *cl_arg)
 
 #ifdef SDP_HAVE_CUDA
 #ifdef SDP_HAVE_CUDNN_FRONTEND
-/* bf16 attention goes through cuDNN's fused graphs unless SDP_ATTENTION=own; a shape cuDNN cannot
- * run falls back to the kernels of codelets/cuda/attention_{fwd,bwd}.cu, with one warning per
- * direction and kind (whole rows, documents).  Document masking (docs: segment starts) takes
- * cuDNN, each document a sequence of its own, with SDP_ATTENTION=cudnn-docs only: that path has
- * not yet run its GPU test (tests/kernels/test_cuda_attention_long.c), so by default masked
- * calls run the own kernels. */
-static int use_cudnn(int dt, int docs)
+/* bf16 attention goes through cuDNN's fused graphs unless SDP_ATTENTION=own, document masking
+ * (segment starts) too, each document a sequence of its own; a shape cuDNN cannot run falls back
+ * to the kernels of codelets/cuda/attention_{fwd,bwd}.cu, with one warning per direction and
+ * kind (whole rows, documents). */
+static int use_cudnn(int dt)
 {
-    static int choice = -1; /* -1 unread, 0 own kernels, 1 cuDNN, 2 cuDNN for masked calls too
-                               (sdp_rt_init checked the value) */
+    static int choice = -1; /* -1 unread, 0 own kernels, 1 cuDNN (sdp_rt_init checked the value) */
     int c = __atomic_load_n(&choice, __ATOMIC_RELAXED);
     if (c < 0) {
-        c = sdp_env_is("SDP_ATTENTION", "own")          ? 0
-            : sdp_env_is("SDP_ATTENTION", "cudnn-docs") ? 2
-                                                        : 1;
+        c = !sdp_env_is("SDP_ATTENTION", "own");
         __atomic_store_n(&choice, c, __ATOMIC_RELAXED);
     }
-    return c > docs && dt == SDP_CUDA_BF16;
+    return c && dt == SDP_CUDA_BF16;
 }
 
 /* once per direction: how cuDNN runs the first shape it gets */
@@ -113,7 +108,7 @@ static int cudnn_fwd(void *buffers[], const int32_t *seg, int B, int T, int NH, 
     const cudaStream_t s = starpu_cuda_get_local_stream();
     struct sdp_cudnn_docs_call c = { 0 };
     size_t ws = 0;
-    if (!use_cudnn(SDP_CL_DT(buffers[0]), seg != NULL))
+    if (!use_cudnn(SDP_CL_DT(buffers[0])))
         return 0;
     if (seg ? sdp_cudnn_attention_docs_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]),
                                            SDP_VEC(buffers[2]), seg, B, T, NH, NKV, HD, cuda_ws0, s,
@@ -139,7 +134,7 @@ static int cudnn_bwd(void *buffers[], const int32_t *seg, int B, int T, int NH, 
     const cudaStream_t s = starpu_cuda_get_local_stream();
     struct sdp_cudnn_docs_call c = { 0 };
     size_t ws = 0;
-    if (!use_cudnn(SDP_CL_DT(buffers[0]), seg != NULL))
+    if (!use_cudnn(SDP_CL_DT(buffers[0])))
         return 0;
     if (seg ? sdp_cudnn_attention_docs_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]),
                                            SDP_VEC(buffers[2]), SDP_VEC(buffers[3]),

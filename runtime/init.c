@@ -113,8 +113,8 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
     }
 #endif
     const char *att = sdp_env("SDP_ATTENTION");
-    if (att && *att && strcmp(att, "own") && strcmp(att, "cudnn") && strcmp(att, "cudnn-docs")) {
-        rc = sdp_err(-EINVAL, "SDP_ATTENTION=%s is none of own, cudnn, cudnn-docs", att);
+    if (att && *att && strcmp(att, "own") && strcmp(att, "cudnn")) {
+        rc = sdp_err(-EINVAL, "SDP_ATTENTION=%s is neither own nor cudnn", att);
         sdp_hint("unset it (cuDNN's fused attention where built, else the project's kernels), or "
                  "give SDP_ATTENTION=own for the project's kernels");
         return rc;

@@ -40,7 +40,7 @@ recipe ok 's/steps: 4/steps: 1/'
 expect 2 "unknown scheduling policy 'fastest'" -- "$bin" train "$tmp/ok.yaml" --sched fastest
 expect 2 "expects an integer" -- "$bin" train "$tmp/ok.yaml" --steps two
 # an unknown choice of attention kernels in the environment: refused before StarPU starts
-expect 1 "SDP_ATTENTION=bogus is none of own, cudnn, cudnn-docs" -- env SDP_ATTENTION=bogus "$bin" train "$tmp/ok.yaml"
+expect 1 "SDP_ATTENTION=bogus is neither own nor cudnn" -- env SDP_ATTENTION=bogus "$bin" train "$tmp/ok.yaml"
 # NCCL collectives for ranks that are not on GPUs: a usage error with train.gpus 0
 recipe nccl 's/chunk_mib: 1/chunk_mib: 1\n  collectives: nccl\n  gpus: 0\n  ranks: 2/'
 expect 2 "train.collectives nccl needs the ranks on GPUs" -- "$bin" train "$tmp/nccl.yaml"
