@@ -17,15 +17,7 @@
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #include "codelets/cuda/sdp_cuda_kernels.h"
 #include "tests/lib/sdp_test.h"
-
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("CUDA error %s at %s:%d\nFAIL\n", cudaGetErrorString(e_), __FILE__, __LINE__);  \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "tests/lib/sdp_test_cuda.h"
 
 enum { T = 32768, NH = 8, NKV = 2, HD = 128, G = NH / NKV, W = 16 /* rows a sampled window */ };
 #define QKV ((size_t)(NH + 2 * NKV) * HD)
