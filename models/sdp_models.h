@@ -236,4 +236,26 @@ size_t sdp_model_mlp_params(const struct sdp_model_cfg *cfg, int l, int active);
 /** Set the defaults of an architecture (eps, theta, head_dim from C/NH, ...) before overrides. */
 void sdp_model_defaults(struct sdp_model_cfg *cfg, enum sdp_arch arch);
 
+/* ---- GPU workspaces that grow with the tokens (models/workspace.c): the codelets size their
+ * calls by these and the plan counts the same bytes ---- */
+/** Bytes of cuDNN's attention workspace for one call over bs whole rows of T tokens: the backward
+ * (bwd 1) two fp32 (bs, NH, T, HD) accumulators and the fp32 (bs, NH, T) softmax sums, the
+ * forward none. */
+unsigned long long sdp_model_attention_ws_bytes(int bwd, int bs, int T, int NH, int HD);
+/** Bytes of the project's own attention backward kernels' workspace for B rows of T tokens (one
+ * call): the fp32 softmax sums, 256-byte aligned, and an fp32 dQ accumulator. */
+unsigned long long sdp_model_attention_own_ws_bytes(int B, int T, int NH, int HD);
+/** Rows per attention call for B rows: the largest divisor of B whose workspace fits budget
+ * (bytes), else 1. */
+int sdp_model_attention_batch(int bwd, int B, int T, int NH, int HD, unsigned long long budget);
+/** The LM head's logits block in bytes: requested if > 0, else 1 GiB, or 256 MiB under a GPU
+ * limit (bytes, 0: none) below 20 GiB. */
+unsigned long long sdp_model_lmhead_block_bytes(unsigned long long gpu_limit,
+                                                unsigned long long requested);
+/** Token rows of one LM-head block of block_bytes logits of logits_es bytes: 1 .. N. */
+int sdp_model_lmhead_block_rows(int N, int V, unsigned long long block_bytes, int logits_es);
+/** The LM head's GPU workspace for N tokens in blocks of rows: the logits block and two fp64
+ * per-token vectors, each 256-byte aligned (sdp_cuda_lmhead_ce_ws). */
+unsigned long long sdp_model_lmhead_ws_bytes(int N, int V, int rows, int logits_es);
+
 #endif
