@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "graph/graph_internal.h"
+#include "base/env.h"
 
 void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_bytes *rb)
 {
@@ -100,9 +101,41 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
      * (keep_last; all of them without recomputation) */
     nfull = c->recompute ? 2u + (unsigned)c->keep_last : (unsigned)m->num_layers + 1u;
     bytes += nfull * sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, 0);
-    bytes +=
-        (1ull << 30) + (64ull << 20); /* LM-head logits block, cuBLASLt and kernel workspaces */
-    return bytes;
+    return bytes + sdp_graph_ws_bytes(m, work_dtype, c->micro_batch, c->seq_len, c->gpu_limit_bytes,
+                                      bytes, NULL);
+}
+
+/* The attention's budget without a known limit: cuDNN's backward of 32 sequences of 1024 tokens
+ * at qwen3-4b's heads, in one call (larger calls are faster per layer,
+ * bench/results/2026-12-02-h200-kernels.md). */
+#define ATTN_DEFAULT_BUDGET (1ull << 30)
+
+unsigned long long sdp_graph_ws_bytes(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
+                                      int B, int T, unsigned long long gpu_limit,
+                                      unsigned long long rest, unsigned long long *budget)
+{
+    const int N = B * T, V = m->vocab_size;
+    const long mib = sdp_env_long("SDP_LMHEAD_BLOCK_MIB", 0),
+               ws_mib = sdp_env_long("SDP_ATTENTION_WS_MIB", 0);
+    const char *lg = sdp_env("SDP_LMHEAD_LOGITS");
+    const int es = work_dtype == SDP_BF16 && !(lg && !strcmp(lg, "f32")) ? 2 : 4;
+    const unsigned long long blk =
+        sdp_model_lmhead_block_bytes(gpu_limit, mib >= 1 ? (unsigned long long)mib << 20 : 0);
+    unsigned long long ws =
+        (64ull << 20) + /* cuBLASLt's and the kernels' own */
+        sdp_model_lmhead_ws_bytes(N, V, sdp_model_lmhead_block_rows(N, V, blk, es), es);
+    unsigned long long b = ATTN_DEFAULT_BUDGET;
+    if (ws_mib > 0)
+        b = (unsigned long long)ws_mib << 20;
+    else if (gpu_limit > 0)
+        b = gpu_limit > rest + ws ? gpu_limit - rest - ws : 0;
+    if (budget)
+        *budget = b;
+    if (work_dtype != SDP_BF16 || sdp_env_is("SDP_ATTENTION", "own")) /* not through cuDNN */
+        return ws + sdp_model_attention_own_ws_bytes(B, T, m->num_heads, m->head_dim);
+    return ws + sdp_model_attention_ws_bytes(
+                    1, sdp_model_attention_batch(1, B, T, m->num_heads, m->head_dim, b), T,
+                    m->num_heads, m->head_dim);
 }
 
 unsigned long long sdp_plan_layer_bytes(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
@@ -126,7 +159,8 @@ unsigned long long sdp_plan_layer_bytes(const struct sdp_model_cfg *m, enum sdp_
 }
 
 unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct sdp_model_cfg *m,
-                                          enum sdp_dtype work_dtype, int micro_batch, int seq_len)
+                                          enum sdp_dtype work_dtype, int micro_batch, int seq_len,
+                                          unsigned long long gpu_limit, unsigned long long *budget)
 {
     const unsigned long long es = sdp_dtype_size(work_dtype),
                              n = (unsigned long long)micro_batch * (unsigned long long)seq_len;
@@ -152,5 +186,6 @@ unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct
     }
     bytes += 4 * pool;
     bytes += (nrec ? 2ull : 1ull) * full; /* the layers at work */
-    return bytes + (1ull << 30) + (64ull << 20);
+    return bytes +
+           sdp_graph_ws_bytes(m, work_dtype, micro_batch, seq_len, gpu_limit, bytes, budget);
 }

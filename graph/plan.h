@@ -131,10 +131,12 @@ void sdp_plan_free(struct sdp_plan *p);
  * residual stream, per decoder layer what its placement keeps (keep: every intermediate;
  * recompute, selective, keep-mlp: the saved input, the mid residual, the gate/up projection; an
  * offloaded one only while it is near the layer at work), the layers at work, the LM head's block
- * and workspaces.  For a plan of the knobs it equals sdp_graph_gpu_bytes_min, less the inputs
- * that function also counts for the kept layers (keep_last of them).  Test: test_gpu_bytes.c. */
+ * and workspaces within gpu_limit (sdp_graph_ws_bytes; *budget, may be NULL: the attention's).
+ * For a plan of the knobs it equals sdp_graph_gpu_bytes_min, less the inputs that function also
+ * counts for the kept layers (keep_last of them).  Test: test_gpu_bytes.c. */
 unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct sdp_model_cfg *m,
-                                          enum sdp_dtype work_dtype, int micro_batch, int seq_len);
+                                          enum sdp_dtype work_dtype, int micro_batch, int seq_len,
+                                          unsigned long long gpu_limit, unsigned long long *budget);
 /** What decoder layer placement act (offloaded or not) keeps on one GPU for one micro-batch: its
  * term in sdp_plan_gpu_bytes_min. */
 unsigned long long sdp_plan_layer_bytes(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,

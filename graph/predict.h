@@ -151,6 +151,14 @@ int sdp_predict_step(const struct sdp_predict_run *run, const struct sdp_predict
 double sdp_predict_layer_s(const struct sdp_model_cfg *m, int B, int T, enum sdp_dtype work,
                            const struct sdp_predict_machine *mc, enum sdp_act_place act);
 
+/** The attention tasks' workspace budget (bytes) for plan p under gpu_limit (bytes, 0: none):
+ * what the limit leaves after the plan's account (sdp_plan_gpu_bytes_min) and what stays on the
+ * GPU beyond it, the same figure the prediction's GPU peak counts the attention's call within.
+ * The graph gives it to its attention tasks. */
+unsigned long long sdp_predict_ws_budget(const struct sdp_plan *p, const struct sdp_model_cfg *m,
+                                         enum sdp_dtype dt, int B, int T,
+                                         unsigned long long gpu_limit);
+
 /** Fill p from the model and a graph configuration without a runtime state, as sdp_plan_init
  * would for a state with chunks of chunk_bytes of fp32 master, grad_bf16 the state's gradient
  * return and the working copies on the host: the same activation rule (recompute, keep_last,

@@ -15,17 +15,13 @@ double sdp_predict_trained_elems(const struct sdp_plan *p, const struct sdp_mode
     return p->group[gi].lora_targets ? (double)sdp_lora_layer_elems(&p->lora, m) : 0.0;
 }
 
-/* One GPU's peak: the plan's own account (sdp_plan_gpu_bytes_min, layer by layer), plus what
- * stays on the GPU beyond it: the working copies without a window, the staged ones, the GPU
- * updates' masters and moments, and the fp32 gradients and intermediates of the layers a
- * lookahead beyond one prepares.  Without a window nothing evicts what waits on the GPU: the
- * gradients waiting for the host's updates are the timeline's backlog (grad_peak, bytes; < 0:
- * no timeline), which stands for the plan's two largest groups' gradients. */
-unsigned long long sdp_predict_gpu_peak(const struct sdp_predict_run *run, double grad_peak)
+/* What stays on one GPU beyond the plan's own account (sdp_plan_gpu_bytes_min): the working
+ * copies without a window, the staged ones, the GPU updates' masters and moments, and the fp32
+ * gradients and intermediates of the layers a lookahead beyond one prepares. */
+static unsigned long long gpu_extra(const struct sdp_plan *p, const struct sdp_model_cfg *m,
+                                    enum sdp_dtype dt, int B, int T)
 {
-    const struct sdp_plan *p = run->plan;
-    const struct sdp_model_cfg *m = run->m;
-    int L = p->nlayers, es = run->work_dtype == SDP_F32 ? 4 : 2, rec = 0;
+    int L = p->nlayers, es = dt == SDP_F32 ? 4 : 2, rec = 0;
     unsigned long long extra = 0, all = 0, gmax = 0, lmax = 0;
     for (int gi = 0; gi < p->ngroups; gi++) {
         const struct sdp_plan_group *pg = &p->group[gi];
@@ -40,17 +36,52 @@ unsigned long long sdp_predict_gpu_peak(const struct sdp_predict_run *run, doubl
         if (pg->work_gpu && p->window > 0)
             extra += n * (unsigned long long)es;
     }
-    unsigned long long min =
-        sdp_plan_gpu_bytes_min(p, m, run->work_dtype, run->micro_batch, run->seq_len);
     if (p->window <= 0)
         extra += (all - 2 * gmax) * (unsigned long long)es;
-    if (p->window <= 0 && grad_peak >= 0 && min > 2 * gmax * 4ull)
-        min = min - 2 * gmax * 4ull + (unsigned long long)grad_peak;
     int ahead = p->bwd_lookahead < 0 ? L : p->bwd_lookahead;
     if (ahead > 1 && rec)
         extra += (unsigned long long)(ahead - 1) *
-                 (lmax * 4ull + sdp_model_layer_act_bytes(m, run->micro_batch, run->seq_len, es,
-                                                          SDP_RECOMPUTE_NONE));
+                 (lmax * 4ull + sdp_model_layer_act_bytes(m, B, T, es, SDP_RECOMPUTE_NONE));
+    return extra;
+}
+
+/* The plan's account within what the extra leaves of the limit (0: none), and its budget */
+static unsigned long long plan_min(const struct sdp_plan *p, const struct sdp_model_cfg *m,
+                                   enum sdp_dtype dt, int B, int T, unsigned long long limit,
+                                   unsigned long long extra, unsigned long long *budget)
+{
+    if (limit > 0) /* 1: a limit the extra fills leaves the attention nothing */
+        limit = limit > extra ? limit - extra : 1;
+    return sdp_plan_gpu_bytes_min(p, m, dt, B, T, limit, budget);
+}
+
+unsigned long long sdp_predict_ws_budget(const struct sdp_plan *p, const struct sdp_model_cfg *m,
+                                         enum sdp_dtype dt, int B, int T,
+                                         unsigned long long gpu_limit)
+{
+    unsigned long long budget;
+    plan_min(p, m, dt, B, T, gpu_limit, gpu_extra(p, m, dt, B, T), &budget);
+    return budget;
+}
+
+/* One GPU's peak: the plan's own account, its workspaces within what the limit leaves (above),
+ * plus the extra.  Without a window nothing evicts what waits on the GPU: the gradients waiting
+ * for the host's updates are the timeline's backlog (grad_peak, bytes; < 0: no timeline), which
+ * stands for the plan's two largest groups' gradients. */
+unsigned long long sdp_predict_gpu_peak(const struct sdp_predict_run *run, double grad_peak)
+{
+    const struct sdp_plan *p = run->plan;
+    unsigned long long gmax = 0;
+    for (int gi = 0; gi < p->ngroups; gi++) {
+        unsigned long long n = sdp_model_group_nelems(run->m, gi);
+        gmax = n > gmax ? n : gmax;
+    }
+    const unsigned long long extra =
+        gpu_extra(p, run->m, run->work_dtype, run->micro_batch, run->seq_len);
+    unsigned long long min = plan_min(p, run->m, run->work_dtype, run->micro_batch, run->seq_len,
+                                      (unsigned long long)run->gpu_limit_bytes, extra, NULL);
+    if (p->window <= 0 && grad_peak >= 0 && min > 2 * gmax * 4ull)
+        min = min - 2 * gmax * 4ull + (unsigned long long)grad_peak;
     return min + extra;
 }
 

@@ -56,7 +56,10 @@ struct sdp_graph_conf {
     int seq_len;     /* T */
     int doc_mask;    /* 1: the rows are packed documents: a token attends only within its own
                         (sdp_graph_step_docs gives each token's document start) */
-    int doc_positions;  /* with doc_mask: RoPE positions restart at 0 at every document start */
+    int doc_positions; /* with doc_mask: RoPE positions restart at 0 at every document start */
+    /* the GPU limit (bytes, train.gpu_memory_gib; 0: none): what the rest of the plan leaves of
+     * it is the attention's workspace budget (sdp_graph_ws_bytes) */
+    unsigned long long gpu_limit_bytes;
     int recompute;      /* enum sdp_recompute: FULL recomputes the activations in backward from each
                            layer's saved input; SELECTIVE keeps each layer's mid residual (input +
                            attention) too, so the recomputation skips the attention's output
@@ -145,10 +148,21 @@ void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_byte
  * in flight (working copy + fp32 gradient), what one micro-batch keeps between its forward and
  * backward (c->recompute, offload_inputs, keep_last, keep_mlp: the saved layer inputs, mid
  * residuals and gate/up projections, the kept layers' intermediates; every layer's without
- * recomputation), two layers' intermediates and gradients at work, and the LM head's logits block
- * and workspaces. */
+ * recomputation), two layers' intermediates and gradients at work, and the workspaces
+ * (sdp_graph_ws_bytes: the LM head's logits block, the attention's cuDNN call). */
 unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
                                            const struct sdp_graph_conf *c);
+
+/** The workspaces of one GPU's tasks (models/workspace.c), given `rest`, the bytes the plan counts
+ * besides them: 64 MiB of cuBLASLt and kernel workspaces, the LM head's logits block of B*T tokens
+ * (SDP_LMHEAD_BLOCK_MIB, SDP_LMHEAD_LOGITS as the codelet reads them) and the attention backward's
+ * cuDNN call of the rows its budget allows (the own kernels' one call of all rows for f32 or
+ * SDP_ATTENTION=own).  *budget: the attention's budget, SDP_ATTENTION_WS_MIB if
+ * set, else what gpu_limit leaves after rest and the other workspaces (1 GiB when gpu_limit is
+ * 0), which the graph gives its attention tasks.  @return the bytes */
+unsigned long long sdp_graph_ws_bytes(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
+                                      int B, int T, unsigned long long gpu_limit,
+                                      unsigned long long rest, unsigned long long *budget);
 
 /** @return 0, -ENOMEM, -EINVAL (bad configuration, logged) */
 int sdp_graph_create(sdp_graph_t **out, struct sdp_state *st, const struct sdp_graph_conf *conf);

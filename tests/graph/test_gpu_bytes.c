@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* sdp_graph_gpu_bytes_min, the GPU memory a run needs at least (the train command refuses a GPU
  * limit below it): each activation setting against the parts it adds, computed here from the
- * model's shapes, and the benchmarks' qwen3-4b configurations under the limits they run with. */
+ * model's shapes, the benchmarks' qwen3-4b configurations under the limits they run with, and the
+ * workspaces at length within the budget a limit leaves (sdp_graph_ws_bytes). */
 #include "config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "graph/plan.h"
 #include "graph/predict.h"
@@ -53,7 +55,7 @@ static void plan_bytes(const struct sdp_model_cfg *m)
                     unsigned long long in =
                         recs[ri] ? sdp_model_layer_act_bytes(m, 16, 1024, 2, recs[ri]) : 0;
                     CHECK(sdp_predict_plan_from_conf(&p, m, &c, 16u << 20, 1) == 0, "plan");
-                    plan = sdp_plan_gpu_bytes_min(&p, m, SDP_BF16, 16, 1024);
+                    plan = sdp_plan_gpu_bytes_min(&p, m, SDP_BF16, 16, 1024, 0, NULL);
                     CHECK(plan == knobs - (off ? 0 : (unsigned long long)kl * in),
                           "plan of the knobs (recompute %d, offload %d, keep_last %d, keep_mlp %d):"
                           " %llu against %llu",
@@ -63,14 +65,56 @@ static void plan_bytes(const struct sdp_model_cfg *m)
     struct sdp_graph_conf c = { .micro_batch = 16, .seq_len = 1024, .recompute = FULL };
     struct sdp_plan p;
     CHECK(sdp_predict_plan_from_conf(&p, m, &c, 16u << 20, 1) == 0, "plan");
-    unsigned long long all = sdp_plan_gpu_bytes_min(&p, m, SDP_BF16, 16, 1024);
+    unsigned long long all = sdp_plan_gpu_bytes_min(&p, m, SDP_BF16, 16, 1024, 0, NULL);
     unsigned long long full = sdp_model_layer_act_bytes(m, 16, 1024, 2, 0);
     unsigned long long in = sdp_model_layer_act_bytes(m, 16, 1024, 2, FULL);
     for (int l = 10; l < 14; l++)
         p.group[l].act = SDP_ACT_KEEP;
-    CHECK(sdp_plan_gpu_bytes_min(&p, m, SDP_BF16, 16, 1024) == all + 4 * (full - in),
+    CHECK(sdp_plan_gpu_bytes_min(&p, m, SDP_BF16, 16, 1024, 0, NULL) == all + 4 * (full - in),
           "four layers kept in the middle: each its intermediates instead of its input");
     sdp_plan_free(&p);
+}
+
+/* The workspaces at length (qwen3-4b, 4 rows of 8192 tokens): the attention backward's cuDNN call
+ * takes the rows the budget allows, a divisor of 4: 2 rows of 257 MiB each under the 1 GiB of no
+ * limit; all 4 when the limit leaves exactly their bytes, 2 when it leaves a byte less; the LM
+ * head's block shrinks to 256 MiB under a limit below 20 GiB.  The figures here are computed from
+ * the shapes (cuDNN: two fp32 (rows, NH, T, HD) accumulators and the fp32 softmax sums). */
+static void workspaces(const struct sdp_model_cfg *m)
+{
+    const unsigned long long T = 8192, NH = (unsigned long long)m->num_heads,
+                             HD = (unsigned long long)m->head_dim,
+                             V = (unsigned long long)m->vocab_size;
+    const unsigned long long row = 2 * NH * T * HD * 4 + NH * T * 4; /* cuDNN's, a row */
+    struct sdp_graph_conf c = { .micro_batch = 4, .seq_len = (int)T, .recompute = FULL };
+    unsigned long long budget;
+    unsetenv("SDP_ATTENTION_WS_MIB"); /* the figures below are the defaults' */
+    unsetenv("SDP_LMHEAD_BLOCK_MIB");
+    unsetenv("SDP_LMHEAD_LOGITS");
+    unsigned long long none = sdp_graph_gpu_bytes_min(m, SDP_BF16, &c);
+    /* the rest: all but the attention's 2 rows; the LM head's 1 GiB block: 3533 rows of V bf16 */
+    unsigned long long rest = none - 2 * row;
+    CHECK(sdp_graph_ws_bytes(m, SDP_BF16, 4, (int)T, 0, 0, &budget) ==
+              (64ull << 20) + 3533 * V * 2 + 2 * 4 * T * 8 + 2 * row,
+          "no limit: 64 MiB, the LM head's block, 2 rows of attention");
+    CHECK(budget == 1ull << 30, "no limit: a 1 GiB budget (%llu)", budget);
+    /* the block pinned at 1 GiB, so that the limits below (under 20 GiB here) leave the rest as
+     * it is: only the attention's rows move */
+    setenv("SDP_LMHEAD_BLOCK_MIB", "1024", 1);
+    c.gpu_limit_bytes = rest + 4 * row; /* leaves the attention the bytes of 4 rows exactly */
+    CHECK(sdp_graph_gpu_bytes_min(m, SDP_BF16, &c) == rest + 4 * row,
+          "a limit leaving 4 rows' bytes: calls of 4 rows");
+    c.gpu_limit_bytes--;
+    CHECK(sdp_graph_gpu_bytes_min(m, SDP_BF16, &c) == rest + 2 * row,
+          "a byte less: calls of 2 rows");
+    c.gpu_limit_bytes = rest; /* nothing left: one row, whatever it takes */
+    CHECK(sdp_graph_gpu_bytes_min(m, SDP_BF16, &c) == rest + row, "nothing left: 1 row");
+    unsetenv("SDP_LMHEAD_BLOCK_MIB");
+    /* below 20 GiB: a 256 MiB block, 883 rows; a rest of the whole limit leaves nothing */
+    CHECK(sdp_graph_ws_bytes(m, SDP_BF16, 4, (int)T, 16ull << 30, 16ull << 30, &budget) ==
+                  (64ull << 20) + 883 * V * 2 + 2 * 4 * T * 8 + row &&
+              budget == 0,
+          "16 GiB, nothing left: the LM head's block of 256 MiB, one row");
 }
 
 int main(void)
@@ -124,5 +168,6 @@ int main(void)
     CHECK(need(&m, 32, NONE, 0, 0) > 80 * gib,
           "qwen3-4b/32 keeping every activation needs > 80 GiB");
     plan_bytes(&m);
+    workspaces(&m);
     return sdp_test_finish(sdp_test_nfail);
 }
