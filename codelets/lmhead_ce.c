@@ -12,6 +12,7 @@
 #include "base/env.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
+#include "models/sdp_models.h"
 #ifdef SDP_HAVE_CUDA
 #include <starpu_cublasLt.h>
 
@@ -85,33 +86,23 @@ static void lmhead_ce_cpu(void *buffers[], void *cl_arg)
 }
 
 #ifdef SDP_HAVE_CUDA
-/* Rows per block for budget_elems logits, at least one row. */
-static int block_rows(int N, int V, size_t budget_elems)
-{
-    int rows = (int)(budget_elems / (size_t)V);
-    if (rows < 1)
-        rows = 1;
-    return rows > N ? N : rows;
-}
-
 /* GPU blocks: 1 GiB of logits per block keeps the GEMMs large at production vocabularies; a
  * quarter of that under a GPU memory limit below 20 GiB (STARPU_LIMIT_CUDA_MEM, in MiB, which
  * gpu_memory_gib sets): the block's logits live in a workspace that the limit counts but StarPU
  * cannot evict, and a large one stalls StarPU's reclaim at the loss, a smaller one slows the
  * GEMMs (bench/results/2026-12-01-h200-fetch-gate.md).  SDP_LMHEAD_BLOCK_MIB sets another size (at
- * least 1 MiB).  Read once. */
-#define LMHEAD_CUDA_BLOCK_BYTES         ((size_t)1 << 30)
-#define LMHEAD_CUDA_LIMITED_BLOCK_BYTES ((size_t)1 << 28)
-
+ * least 1 MiB).  The size, the rows and the workspace come from models/workspace.c, which the
+ * plan counts too (graph/cost.c).  Read once. */
 static size_t cuda_block_bytes(void)
 {
     static size_t bytes; /* one value, whichever GPU's worker reads the variable first */
     size_t b = __atomic_load_n(&bytes, __ATOMIC_RELAXED);
     if (!b) {
         long mib = sdp_env_long("SDP_LMHEAD_BLOCK_MIB", 0);
-        b = mib >= 1                     ? (size_t)mib << 20
-            : sdp_cuda_small_gpu_limit() ? LMHEAD_CUDA_LIMITED_BLOCK_BYTES
-                                         : LMHEAD_CUDA_BLOCK_BYTES;
+        long limit_mib = sdp_env_long("STARPU_LIMIT_CUDA_MEM", 0);
+        b = (size_t)sdp_model_lmhead_block_bytes(limit_mib > 0 ? (unsigned long long)limit_mib << 20
+                                                               : 0,
+                                                 mib >= 1 ? (unsigned long long)mib << 20 : 0);
         __atomic_store_n(&bytes, b, __ATOMIC_RELAXED);
     }
     return b;
@@ -139,9 +130,10 @@ static void lmhead_ce_cuda(void *buffers[], void *cl_arg)
     int N = a->key.d[0], C = a->key.d[1], V = a->key.d[2], dt = SDP_CL_DT(buffers[1]);
     int g = !a->key.d[3], ih = g ? 3 : 2; /* without gg (a frozen head), h is buffer 2 */
     int zdt = cuda_logits_dt(dt);
-    int rows = block_rows(N, V, cuda_block_bytes() / (zdt == SDP_CUDA_BF16 ? 2 : 4));
+    int zes = zdt == SDP_CUDA_BF16 ? 2 : 4;
+    int rows = sdp_model_lmhead_block_rows(N, V, cuda_block_bytes(), zes);
     size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[ih + 1]), ltb,
-           wsb = sdp_cuda_lmhead_ce_ws(N, C, V, rows, zdt);
+           wsb = (size_t)sdp_model_lmhead_ws_bytes(N, V, rows, zes);
     void *lt_ws = sdp_cl_cublaslt_ws(&ltb);
     sdp_cuda_lmhead_ce(starpu_cublasLt_get_local_handle(),
                        (double *)STARPU_VECTOR_GET_PTR(buffers[0]), SDP_VEC(buffers[1]),
