@@ -13,8 +13,10 @@
 const struct sdp_env_var sdp_env_vars[] = {
     { "SDP_ATTENTION", "cudnn (default where built) | own",
       "attention on the GPU through cuDNN's fused kernels or the project's own" },
-    { "SDP_ATTENTION_WS_MIB", "MiB (default 1024; 128 under a limit below 20 GiB)",
-      "cap on cuDNN attention's workspace; larger batches fewer calls" },
+    { "SDP_ATTENTION_WS_MIB",
+      "MiB (default: what the plan leaves of the GPU limit; 1024 without one)",
+      "cap on cuDNN attention's workspace, in place of the plan's budget; larger batches fewer "
+      "calls" },
     { "SDP_LMHEAD_BLOCK_MIB", "MiB (default chosen by the GPU's limit)",
       "size of the LM head's logits block on a GPU" },
     { "SDP_LMHEAD_THREADS", "count (default: the CPU workers)",

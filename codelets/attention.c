@@ -6,6 +6,7 @@
  * reference). Tests: tests/kernels/test_kernels_attention.c, tests/e2e. */
 #include "config.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,12 +14,16 @@
 #include "base/env.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
+#include "models/sdp_models.h"
 #ifdef SDP_HAVE_CUDA
 #include "codelets/cuda/sdp_cuda_kernels.h"
 #endif
 
 struct sdp_attention_args {
-    struct sdp_shape_key key; /* B, T, NH, NKV, HD, has_seg */
+    struct sdp_shape_key key;     /* B, T, NH, NKV, HD, has_seg */
+    unsigned long long ws_budget; /* bytes a cuDNN call may take (0: its default) */
+    int ndocs;                    /* with seg: the documents of the B rows, */
+    int32_t first[];              /* their first tokens (b*T + t), in order: seg's starts */
 };
 
 /* The segment starts (B*T) i32 of document masking, the last buffer when present, else NULL. */
@@ -53,6 +58,21 @@ static void attention_bwd_cpu(void *buffers[], void *cl_arg)
 
 #ifdef SDP_HAVE_CUDA
 #ifdef SDP_HAVE_CUDNN_FRONTEND
+/* The starts (B*T) rebuilt on the host from the task's documents, for cuDNN's variable-length
+ * calls (the same values as seg on the device, so no copy back and no wait). */
+static const int32_t *host_starts(const struct sdp_attention_args *a)
+{
+    const int T = a->key.d[1];
+    const size_t n = (size_t)a->key.d[0] * T;
+    int32_t *s = sdp_cl_scratch(0, n * sizeof(int32_t));
+    for (int k = 0; k < a->ndocs; k++) {
+        const size_t end = k + 1 < a->ndocs ? (size_t)a->first[k + 1] : n;
+        for (size_t i = (size_t)a->first[k]; i < end; i++)
+            s[i] = a->first[k] % T;
+    }
+    return s;
+}
+
 /* bf16 attention goes through cuDNN's fused graphs unless SDP_ATTENTION=own, document masking
  * (segment starts) too, each document a sequence of its own; a shape cuDNN cannot run falls back
  * to the kernels of codelets/cuda/attention_{fwd,bwd}.cu, with one warning per direction and
@@ -68,15 +88,21 @@ static int use_cudnn(int dt)
     return c && dt == SDP_CUDA_BF16;
 }
 
-/* once per direction: how cuDNN runs the first shape it gets */
-static void cudnn_report(int bwd, int B, int T, int NH, int NKV, int HD, size_t ws)
+/* once per direction: how cuDNN runs the first shape it gets; and once, a workspace larger than
+ * the plan counts for the call (models/workspace.c: a cuDNN whose workspace the model misses) */
+static void cudnn_report(int bwd, int B, int T, int NH, int NKV, int HD, size_t budget, size_t ws)
 {
-    static int said[2];
+    static int said[2], warned;
+    const int bs = sdp_cudnn_attention_batch(bwd, B, T, NH, NKV, HD, budget);
+    const unsigned long long model = sdp_model_attention_ws_bytes(bwd, bs, T, NH, HD);
     if (!__atomic_exchange_n(&said[bwd], 1, __ATOMIC_RELAXED))
         SDP_INFO("attention %s through cuDNN: %d sequences in calls of %d, workspace %.1f MiB "
-                 "(SDP_ATTENTION_WS_MIB caps it)",
-                 bwd ? "backward" : "forward", B, sdp_cudnn_attention_batch(bwd, B, T, NH, NKV, HD),
-                 ws / 1048576.0);
+                 "(budget %.1f MiB)",
+                 bwd ? "backward" : "forward", B, bs, ws / 1048576.0, budget / 1048576.0);
+    if (ws > model && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        SDP_WARN("attention %s through cuDNN: a call of %d sequences of %d tokens takes %.1f MiB "
+                 "of workspace, the plan counts %.1f MiB (sdp_model_attention_ws_bytes)",
+                 bwd ? "backward" : "forward", bs, T, ws / 1048576.0, model / 1048576.0);
 }
 
 static void cudnn_docs_report(int bwd, int B, const struct sdp_cudnn_docs_call *c)
@@ -103,56 +129,62 @@ static void *cuda_ws0(size_t nbytes)
 }
 
 /* 1 when cuDNN ran the forward (into out, lse), 0 when the own kernels must */
-static int cudnn_fwd(void *buffers[], const int32_t *seg, int B, int T, int NH, int NKV, int HD)
+static int cudnn_fwd(void *buffers[], const struct sdp_attention_args *a)
 {
+    const int B = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3],
+              HD = a->key.d[4], docs = a->key.d[5];
+    const size_t bud = (size_t)a->ws_budget;
     const cudaStream_t s = starpu_cuda_get_local_stream();
     struct sdp_cudnn_docs_call c = { 0 };
     size_t ws = 0;
     if (!use_cudnn(SDP_CL_DT(buffers[0])))
         return 0;
-    if (seg ? sdp_cudnn_attention_docs_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]),
-                                           SDP_VEC(buffers[2]), seg, B, T, NH, NKV, HD, cuda_ws0, s,
-                                           &c) == 0
-            : sdp_cudnn_attention_ws(&ws, 0, B, T, NH, NKV, HD) == 0 &&
-                  sdp_cudnn_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]),
-                                          SDP_VEC(buffers[2]), B, T, NH, NKV, HD,
-                                          sdp_cl_cuda_ws(0, ws), s) == 0) {
+    if (docs ? sdp_cudnn_attention_docs_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]),
+                                            SDP_VEC(buffers[2]), host_starts(a), B, T, NH, NKV, HD,
+                                            bud, cuda_ws0, s, &c) == 0
+             : sdp_cudnn_attention_ws(&ws, 0, B, T, NH, NKV, HD, bud) == 0 &&
+                   sdp_cudnn_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]),
+                                           SDP_VEC(buffers[2]), B, T, NH, NKV, HD, bud,
+                                           sdp_cl_cuda_ws(0, ws), s) == 0) {
         SDP_CUDA_CHECK(cudaGetLastError());
-        if (seg)
+        if (docs)
             cudnn_docs_report(0, B, &c);
         else
-            cudnn_report(0, B, T, NH, NKV, HD, ws);
+            cudnn_report(0, B, T, NH, NKV, HD, bud, ws);
         return 1;
     }
-    cudnn_fell_back(0, seg != NULL);
+    cudnn_fell_back(0, docs);
     return 0;
 }
 
 /* 1 when cuDNN ran the backward (into dqkv), 0 when the own kernels must */
-static int cudnn_bwd(void *buffers[], const int32_t *seg, int B, int T, int NH, int NKV, int HD)
+static int cudnn_bwd(void *buffers[], const struct sdp_attention_args *a)
 {
+    const int B = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3],
+              HD = a->key.d[4], docs = a->key.d[5];
+    const size_t bud = (size_t)a->ws_budget;
     const cudaStream_t s = starpu_cuda_get_local_stream();
     struct sdp_cudnn_docs_call c = { 0 };
     size_t ws = 0;
     if (!use_cudnn(SDP_CL_DT(buffers[0])))
         return 0;
-    if (seg ? sdp_cudnn_attention_docs_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]),
+    if (docs ? sdp_cudnn_attention_docs_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]),
+                                            SDP_VEC(buffers[2]), SDP_VEC(buffers[3]),
+                                            SDP_VECF(buffers[4]), host_starts(a), B, T, NH, NKV, HD,
+                                            bud, cuda_ws0, s, &c) == 0
+             : sdp_cudnn_attention_ws(&ws, 1, B, T, NH, NKV, HD, bud) == 0 &&
+                   sdp_cudnn_attention_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]),
                                            SDP_VEC(buffers[2]), SDP_VEC(buffers[3]),
-                                           SDP_VECF(buffers[4]), seg, B, T, NH, NKV, HD, cuda_ws0,
-                                           s, &c) == 0
-            : sdp_cudnn_attention_ws(&ws, 1, B, T, NH, NKV, HD) == 0 &&
-                  sdp_cudnn_attention_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]),
-                                          SDP_VEC(buffers[2]), SDP_VEC(buffers[3]),
-                                          SDP_VECF(buffers[4]), B, T, NH, NKV, HD,
-                                          sdp_cl_cuda_ws(0, ws), s) == 0) {
+                                           SDP_VECF(buffers[4]), B, T, NH, NKV, HD, bud,
+                                           sdp_cl_cuda_ws(0, ws), s) == 0) {
         SDP_CUDA_CHECK(cudaGetLastError());
-        if (seg)
+        if (docs)
             cudnn_docs_report(1, B, &c);
         else
-            cudnn_report(1, B, T, NH, NKV, HD, ws);
+            cudnn_report(1, B, T, NH, NKV, HD, bud, ws);
         return 1;
     }
-    cudnn_fell_back(1, seg != NULL);
+    cudnn_fell_back(1, docs);
     return 0;
 }
 #endif
@@ -163,7 +195,7 @@ static void attention_fwd_cuda(void *buffers[], void *cl_arg)
     int B = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3], HD = a->key.d[4];
     const int32_t *seg = seg_of(a, buffers, 3);
 #ifdef SDP_HAVE_CUDNN_FRONTEND
-    if (cudnn_fwd(buffers, seg, B, T, NH, NKV, HD))
+    if (cudnn_fwd(buffers, a))
         return;
 #endif
     sdp_cuda_attention_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]), seg, B,
@@ -177,13 +209,13 @@ static void attention_bwd_cuda(void *buffers[], void *cl_arg)
     int B = a->key.d[0], T = a->key.d[1], NH = a->key.d[2], NKV = a->key.d[3], HD = a->key.d[4];
     const int32_t *seg = seg_of(a, buffers, 5);
 #ifdef SDP_HAVE_CUDNN_FRONTEND
-    if (cudnn_bwd(buffers, seg, B, T, NH, NKV, HD))
+    if (cudnn_bwd(buffers, a))
         return;
 #endif
     sdp_cuda_attention_bwd(SDP_VEC(buffers[0]), SDP_VEC(buffers[1]), SDP_VEC(buffers[2]),
                            SDP_VEC(buffers[3]), SDP_VECF(buffers[4]), seg, B, T, NH, NKV, HD,
                            SDP_CL_DT(buffers[0]),
-                           sdp_cl_cuda_ws(0, sdp_cuda_attention_bwd_ws(B, T, NH, NKV, HD)),
+                           sdp_cl_cuda_ws(0, sdp_model_attention_own_ws_bytes(B, T, NH, HD)),
                            starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
 }
@@ -223,15 +255,44 @@ struct starpu_codelet sdp_cl_attention_bwd = {
     .model = &sdp_pm_attention_bwd,
 };
 
-static struct sdp_attention_args *att_args(int B, int T, int NH, int NKV, int HD, int has_seg)
+/* The documents of starts (B*T on the host): each row's first tokens, counted from row 0's */
+static int count_docs(const int32_t *starts, size_t n, int T, int32_t *first)
 {
-    struct sdp_attention_args *a = sdp_cl_args_alloc(sizeof(*a));
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (starts[i] == (int32_t)(i % (size_t)T)) {
+            if (first)
+                first[k] = (int32_t)i;
+            k++;
+        }
+    return k;
+}
+
+/* The arguments and their size: with seg, the documents of the host's starts (h->starts) */
+static struct sdp_attention_args *att_args(int B, int T, int NH, int NKV, int HD, int has_seg,
+                                           const struct sdp_attention_host *h, size_t *size)
+{
+    const size_t n = (size_t)B * T;
+    int nd = 0;
+    struct sdp_attention_args *a;
+    SDP_ASSERT(!has_seg || (h && h->starts),
+               "attention with document masking needs the starts on the host: pass "
+               "struct sdp_attention_host's starts with seg");
+    SDP_ASSERT(n <= INT32_MAX, "attention over %zu tokens: int32 token indices", n);
+    if (has_seg)
+        nd = count_docs(h->starts, n, T, NULL);
+    *size = sizeof(*a) + (size_t)nd * sizeof(int32_t);
+    a = sdp_cl_args_alloc(*size);
     a->key.d[0] = B;
     a->key.d[1] = T;
     a->key.d[2] = NH;
     a->key.d[3] = NKV;
     a->key.d[4] = HD;
     a->key.d[5] = has_seg;
+    a->ws_budget = h ? h->ws_budget : 0;
+    a->ndocs = nd;
+    if (has_seg)
+        count_docs(h->starts, n, T, a->first);
     return a;
 }
 
@@ -243,25 +304,29 @@ static double att_flops(int B, int T, int NH, int HD)
 
 int sdp_task_attention_fwd_seg(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                                sdp_rt_tensor_t *lse, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *seg,
-                               int B, int T, int NH, int NKV, int HD)
+                               const struct sdp_attention_host *h, int B, int T, int NH, int NKV,
+                               int HD)
 {
     struct sdp_cl_buf b[] = {
         { out, STARPU_W }, { lse, STARPU_W }, { qkv, STARPU_R }, { seg, STARPU_R }
     };
-    return sdp_cl_submit(&sdp_cl_attention_fwd, o, att_args(B, T, NH, NKV, HD, seg != NULL),
-                         sizeof(struct sdp_attention_args), att_flops(B, T, NH, HD), b,
+    size_t size;
+    struct sdp_attention_args *a = att_args(B, T, NH, NKV, HD, seg != NULL, h, &size);
+    return sdp_cl_submit(&sdp_cl_attention_fwd, o, a, size, att_flops(B, T, NH, HD), b,
                          seg ? 4 : 3);
 }
 
 int sdp_task_attention_bwd_seg(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqkv,
                                sdp_rt_tensor_t *dout, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *out,
-                               sdp_rt_tensor_t *lse, sdp_rt_tensor_t *seg, int B, int T, int NH,
-                               int NKV, int HD)
+                               sdp_rt_tensor_t *lse, sdp_rt_tensor_t *seg,
+                               const struct sdp_attention_host *h, int B, int T, int NH, int NKV,
+                               int HD)
 {
     struct sdp_cl_buf b[] = { { dqkv, STARPU_W }, { dout, STARPU_R }, { qkv, STARPU_R },
                               { out, STARPU_R },  { lse, STARPU_R },  { seg, STARPU_R } };
-    return sdp_cl_submit(&sdp_cl_attention_bwd, o, att_args(B, T, NH, NKV, HD, seg != NULL),
-                         sizeof(struct sdp_attention_args), 2.5 * att_flops(B, T, NH, HD), b,
+    size_t size;
+    struct sdp_attention_args *a = att_args(B, T, NH, NKV, HD, seg != NULL, h, &size);
+    return sdp_cl_submit(&sdp_cl_attention_bwd, o, a, size, 2.5 * att_flops(B, T, NH, HD), b,
                          seg ? 6 : 5);
 }
 
@@ -269,12 +334,12 @@ int sdp_task_attention_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                            sdp_rt_tensor_t *lse, sdp_rt_tensor_t *qkv, int B, int T, int NH,
                            int NKV, int HD)
 {
-    return sdp_task_attention_fwd_seg(o, out, lse, qkv, NULL, B, T, NH, NKV, HD);
+    return sdp_task_attention_fwd_seg(o, out, lse, qkv, NULL, NULL, B, T, NH, NKV, HD);
 }
 
 int sdp_task_attention_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqkv,
                            sdp_rt_tensor_t *dout, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *out,
                            sdp_rt_tensor_t *lse, int B, int T, int NH, int NKV, int HD)
 {
-    return sdp_task_attention_bwd_seg(o, dqkv, dout, qkv, out, lse, NULL, B, T, NH, NKV, HD);
+    return sdp_task_attention_bwd_seg(o, dqkv, dout, qkv, out, lse, NULL, NULL, B, T, NH, NKV, HD);
 }

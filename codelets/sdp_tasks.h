@@ -135,15 +135,26 @@ int sdp_task_attention_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
 int sdp_task_attention_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqkv,
                            sdp_rt_tensor_t *dout, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *out,
                            sdp_rt_tensor_t *lse, int B, int T, int NH, int NKV, int HD);
+/** What an attention task is told on the host at submission: starts, the same B*T document
+ * starts as seg (required with seg; copied into the task, so that a GPU call never reads seg
+ * back), and ws_budget, the bytes its cuDNN calls may take (0: the codelet's default;
+ * SDP_ATTENTION_WS_MIB, when set, wins). */
+struct sdp_attention_host {
+    const int32_t *starts;
+    unsigned long long ws_budget;
+};
 /** The same with document masking: seg (B*T) i32 R, the position in its row of each token's
- * document start (query t sees keys seg[t]..t); NULL: the causal attention above. */
+ * document start (query t sees keys seg[t]..t); NULL: the causal attention above.  h may be NULL
+ * without seg. */
 int sdp_task_attention_fwd_seg(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                                sdp_rt_tensor_t *lse, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *seg,
-                               int B, int T, int NH, int NKV, int HD);
+                               const struct sdp_attention_host *h, int B, int T, int NH, int NKV,
+                               int HD);
 int sdp_task_attention_bwd_seg(const struct sdp_task_opts *o, sdp_rt_tensor_t *dqkv,
                                sdp_rt_tensor_t *dout, sdp_rt_tensor_t *qkv, sdp_rt_tensor_t *out,
-                               sdp_rt_tensor_t *lse, sdp_rt_tensor_t *seg, int B, int T, int NH,
-                               int NKV, int HD);
+                               sdp_rt_tensor_t *lse, sdp_rt_tensor_t *seg,
+                               const struct sdp_attention_host *h, int B, int T, int NH, int NKV,
+                               int HD);
 
 /** out (N, I) W = silu(gu[:, :I]) * gu[:, I:] */
 int sdp_task_swiglu_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *gu,

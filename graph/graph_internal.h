@@ -19,6 +19,7 @@ struct sdp_graph {
     sdp_rt_tensor_t **ids, **targets; /* [2][n_micro]: alternate sets per step */
     sdp_rt_tensor_t **segs;           /* [2][n_micro] (doc_mask): the tokens' document starts */
     sdp_rt_tensor_t *seg_mb;          /* those of the micro-batch being submitted, or NULL */
+    const int32_t *seg_host;          /* the same starts on the host (the caller's, this step) */
     sdp_rt_tensor_t **loss;           /* [n_micro] (2) f64 */
     double *mb_loss;                  /* [n_micro] their loss sums, read after the step */
     sdp_rt_tensor_t **sumsq;          /* [nchunks_total] (1) f64 */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "graph/graph_internal.h"
+#include "graph/predict.h"
 
 /* The MLP half of layer l's forward up to the down projection: a->xmid -> a->h2 (norm), a->gu,
  * a->act; the first task with options o1, the others with o.  When a->gu is already set (kept
@@ -29,6 +30,14 @@ static int mlp_fwd(sdp_graph_t *g, const struct sdp_task_opts *o1, const struct 
     return sdp_task_swiglu_fwd(gu_kept ? osw : o, a->act, a->gu, N, g->I);
 }
 
+/* The attention tasks' workspace budget: what the plan leaves of the GPU limit, as the
+ * prediction counts it (graph/predict_mem.c) */
+static unsigned long long ws_budget(const sdp_graph_t *g)
+{
+    return sdp_predict_ws_budget(&g->plan, &g->st->cfg, g->st->work_dtype, g->c.micro_batch,
+                                 g->c.seq_len, g->c.gpu_limit_bytes);
+}
+
 /* Forward of decoder layer l (group l) on x (N, C).  Fills a with every intermediate; writes the
  * layer output into out (N, C) unless out is NULL (recomputation needs the intermediates only).
  * mid, when given (selective recomputation, keep-mlp), is the layer's mid residual x + attention
@@ -47,6 +56,7 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
     int qk = st->cfg.qk_norm;
     float eps = (float)st->cfg.rms_norm_eps;
     struct sdp_task_opts o = opts(g, step, l, mb, ph);
+    const struct sdp_attention_host ah = { g->seg_host, ws_budget(g) };
     memset(a, 0, sizeof(*a));
     a->xmid = mid; /* taken over even if a temporary below cannot be made */
     a->gu = gu;
@@ -90,8 +100,8 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
         &o, a->qkv2, a->rstdqk, a->qkv, W, qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1,
         qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1, &g->rope,
         g->c.doc_positions ? g->seg_mb : NULL, N, T, g->NH, g->NKV, g->HD, eps));
-    TRY_RET(sdp_task_attention_fwd_seg(&o, a->att, a->lse, a->qkv2, g->seg_mb, B, T, g->NH, g->NKV,
-                                       g->HD));
+    TRY_RET(sdp_task_attention_fwd_seg(&o, a->att, a->lse, a->qkv2, g->seg_mb, &ah, B, T, g->NH,
+                                       g->NKV, g->HD));
     if (mid)
         return 0;
     TRY_RET(sdp_task_matmul_fwd(&o, a->xmid, x, a->att, W, sdp_state_off(st, l, SDP_PT_O), N,
@@ -163,6 +173,7 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
     int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
     int qk = st->cfg.qk_norm;
     struct sdp_task_opts o = opts(g, step, l, mb, SDP_PH_BWD);
+    const struct sdp_attention_host ah = { g->seg_host, ws_budget(g) };
     size_t off_o = sdp_state_off(st, l, SDP_PT_O), off_q = sdp_state_off(st, l, SDP_PT_Q);
     size_t off_ln1 = sdp_state_off(st, l, SDP_PT_LN1), off_ln2 = sdp_state_off(st, l, SDP_PT_LN2);
     size_t off_qn = qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1;
@@ -188,8 +199,8 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
         TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_o, dres, a->att, N, g->NH * g->HD, g->C));
     TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_O, datt, dres, g->C, 0, a->att, N));
     TRY_RET(temp(&dqkv2, g->act_dt, (size_t)N * g->QKV, "d_qkv_rope", mb, l));
-    TRY_RET(sdp_task_attention_bwd_seg(&o, dqkv2, datt, a->qkv2, a->att, a->lse, g->seg_mb, B, T,
-                                       g->NH, g->NKV, g->HD));
+    TRY_RET(sdp_task_attention_bwd_seg(&o, dqkv2, datt, a->qkv2, a->att, a->lse, g->seg_mb, &ah, B,
+                                       T, g->NH, g->NKV, g->HD));
     sdp_rt_tensor_release(datt);
     TRY_RET(temp(&dqkv, g->act_dt, (size_t)N * g->QKV, "d_qkv", mb, l));
     TRY_RET(sdp_task_qknorm_rope_bwd_seg(&o, dqkv, GN, g_qn, g_kn, dqkv2, a->qkv, W, off_qn, off_kn,

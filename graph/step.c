@@ -239,6 +239,7 @@ int sdp_graph_step_docs(sdp_graph_t *g, int step, const int32_t *ids, const int3
         if (!rc)
             rc = sdp_graph_fill_i32(tt, targets + mb * per_mb, per_mb);
         g->seg_mb = g->segs ? g->segs[set * nm + mb] : NULL; /* read by the layers' attention */
+        g->seg_host = g->segs ? segs + mb * per_mb : NULL;
         if (!rc && g->seg_mb)
             rc = sdp_graph_fill_i32(g->seg_mb, segs + mb * per_mb, per_mb);
         /* the gradient of the step's mean loss: every micro-batch scales by the step's valid count
@@ -246,7 +247,7 @@ int sdp_graph_step_docs(sdp_graph_t *g, int step, const int32_t *ids, const int3
         if (!rc)
             rc = micro_batch(g, step, mb, ti, tt, (float)(1.0 / (double)valid));
     }
-    g->seg_mb = NULL;
+    g->seg_mb = NULL, g->seg_host = NULL;
     if (!rc)
         rc = sdp_graph_optimizer(g, step, update);
     if (rc)

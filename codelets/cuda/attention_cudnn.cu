@@ -3,9 +3,10 @@
  * header-only, over cuDNN's backend API): the same contract as sdp_cuda_attention_fwd/bwd (fused
  * qkv (B*T, (NH + 2 NKV) HD), out (B*T, NH*HD), lse (B, NH, T) natural log-sum-exp of the scaled
  * scores), in bf16 only.  Q, K, V, O, dQ, dK, dV are strided views of the packed rows, so nothing
- * is copied; a batch whose backward workspace would pass SDP_ATTENTION_WS_MIB runs in sub-batches.
+ * is copied; a batch whose backward workspace would pass its cap (cap_bytes) runs in sub-batches.
  * The graphs are built once per shape and thread (a StarPU CUDA worker keeps its device), with
- * one cuDNN handle per thread.  Document masking: each document a sequence (run_docs).
+ * one cuDNN handle per thread.  Document masking: each document a sequence (run_docs), from the
+ * starts on the host.
  * Tests: tests/kernels/test_cuda_attention.c, test_cuda_attention_long.c. */
 #include <math.h>
 #include <stdio.h>
@@ -47,11 +48,24 @@ struct plan {
     int64_t ws;
 };
 
-/* the sub-batch chosen for a whole batch (see pick), null plan when cuDNN cannot run it */
+/* the sub-batch chosen for a whole batch under a cap (see pick), null plan when cuDNN cannot run
+ * it */
 struct choice {
     shape sh;
+    size_t cap;
     int bs;
     plan *p;
+};
+
+/* document masking: the slots of a call staged in pinned memory, a ring of these per thread; one
+ * is rewritten once its last copy has run (ev), so a call waits only when the GPU is NSTAGE masked
+ * calls behind it */
+enum { NSTAGE = 4 };
+struct stage {
+    int32_t *p = nullptr;
+    size_t n = 0;
+    cudaEvent_t ev = nullptr;
+    bool set = false;
 };
 
 struct thread_state {
@@ -60,26 +74,20 @@ struct thread_state {
     std::deque<plan> plans; /* a deque: the pointers in choices stay valid as plans are added */
     std::vector<choice> choices;
     char err[512] = "";
-    /* document masking: the starts read back, and the slots of a call staged in pinned memory,
-     * rewritten once the copy of the previous call has run (ev) */
-    std::vector<int32_t> seg;
-    cudaStream_t copy = nullptr; /* a stream of this thread's own for reading the starts */
-    int32_t *pinned = nullptr;
-    size_t pinned_n = 0;
-    cudaEvent_t ev = nullptr;
-    bool ev_set = false;
+    stage stages[NSTAGE];
+    int next_stage = 0;
     ~thread_state()
     {
         choices.clear();
         plans.clear();
         if (handle)
             cudnnDestroy(handle);
-        if (pinned) /* at exit the context may be gone: errors are ignored */
-            cudaFreeHost(pinned);
-        if (ev)
-            cudaEventDestroy(ev);
-        if (copy)
-            cudaStreamDestroy(copy);
+        for (stage &g : stages) { /* at exit the context may be gone: errors are ignored */
+            if (g.p)
+                cudaFreeHost(g.p);
+            if (g.ev)
+                cudaEventDestroy(g.ev);
+        }
     }
 };
 
@@ -97,20 +105,19 @@ bool ensure_handle(void)
         set_err("cudaGetDevice", "no current device");
         return false;
     }
-    if (ts.handle && ts.device != dev) { /* plans, the event and the stream are per device */
+    if (ts.handle && ts.device != dev) { /* plans and the event are per device */
         ts.choices.clear();
         ts.plans.clear();
         cudnnDestroy(ts.handle);
         ts.handle = nullptr;
-        if (ts.ev_set)
-            cudaEventSynchronize(ts.ev); /* the pinned slots stay: wait for their last copy */
-        if (ts.ev)
-            cudaEventDestroy(ts.ev);
-        if (ts.copy)
-            cudaStreamDestroy(ts.copy);
-        ts.ev = nullptr;
-        ts.copy = nullptr;
-        ts.ev_set = false;
+        for (stage &g : ts.stages) { /* the pinned slots stay: wait for their last copy */
+            if (g.set)
+                cudaEventSynchronize(g.ev);
+            if (g.ev)
+                cudaEventDestroy(g.ev);
+            g.ev = nullptr;
+            g.set = false;
+        }
     }
     if (!ts.handle) {
         const cudnnStatus_t st = cudnnCreate(&ts.handle);
@@ -284,25 +291,33 @@ plan *find(const shape &sh)
     return ts.plans.back().g ? &ts.plans.back() : nullptr;
 }
 
-/* The default cap on the backward's workspace: 1 GiB, or 128 MiB under a GPU memory limit below
+/* The cap of a call without a budget (budget 0): 1 GiB, or 128 MiB under a GPU memory limit below
  * 20 GiB (sdp_cuda_small_gpu_limit), where the workspace is taken from the data StarPU may keep.
  * The workspace grows by about 32 MiB a sequence at qwen3-4b's heads and 1024 tokens; larger
  * calls are faster per layer (bench/results/2026-12-02-h200-kernels.md). */
 #define ATTN_WS_MIB         1024.0
 #define ATTN_LIMITED_WS_MIB 128.0
 
-/* The sequences (rows, with document masking) per cuDNN call: the largest divisor of B whose
- * workspace fits the cap (SDP_ATTENTION_WS_MIB, default above; the backward's grows with B).
- * Sequences (rows) are independent, so a call per sub-batch computes the same values; the
- * sub-batches run one after the other on the stream and share the workspace.  The choice is made
- * once per shape and thread. */
-plan *pick(const shape &whole, int *bs_out)
+/* The cap on a call's workspace: SDP_ATTENTION_WS_MIB when set, else the budget the task was
+ * given (the plan's, graph/cost.c), else the default above. */
+double cap_bytes(size_t budget)
 {
-    static const double cap_mib = [] {
-        const double dflt = sdp_cuda_small_gpu_limit() ? ATTN_LIMITED_WS_MIB : ATTN_WS_MIB;
-        const double m = sdp_env_double("SDP_ATTENTION_WS_MIB", dflt);
-        return m > 0 ? m : dflt;
-    }();
+    static const double env_mib = sdp_env_double("SDP_ATTENTION_WS_MIB", 0);
+    if (env_mib > 0)
+        return env_mib * 1048576.0;
+    if (budget > 0)
+        return (double)budget;
+    return (sdp_cuda_small_gpu_limit() ? ATTN_LIMITED_WS_MIB : ATTN_WS_MIB) * 1048576.0;
+}
+
+/* The sequences (rows, with document masking) per cuDNN call: the largest divisor of B whose
+ * workspace fits the cap (cap_bytes; the backward's grows with B), else 1.  Sequences (rows) are
+ * independent, so a call per sub-batch computes the same values; the sub-batches run one after
+ * the other on the stream and share the workspace.  The choice is made once per shape, cap and
+ * thread. */
+plan *pick(const shape &whole, size_t budget, int *bs_out)
+{
+    const double cap = cap_bytes(budget);
     if (whole.B <= 0) { /* no sub-batch to ask find() about */
         set_err("shape", "B, T, NH, NKV, HD must be positive and NH a multiple of NKV");
         return nullptr;
@@ -310,11 +325,11 @@ plan *pick(const shape &whole, int *bs_out)
     if (!ensure_handle()) /* also drops the choices of another device */
         return nullptr;
     for (const choice &c : ts.choices)
-        if (c.sh == whole) {
+        if (c.sh == whole && c.cap == budget) {
             *bs_out = c.bs;
             return c.p;
         }
-    choice c = { whole, 0, nullptr };
+    choice c = { whole, budget, 0, nullptr };
     for (int bs = whole.B; bs >= 1; bs--) {
         if (whole.B % bs)
             continue;
@@ -327,7 +342,7 @@ plan *pick(const shape &whole, int *bs_out)
         }
         c.p = p;
         c.bs = bs;
-        if ((double)p->ws <= cap_mib * 1048576.0)
+        if ((double)p->ws <= cap)
             break;
     }
     ts.choices.push_back(c);
@@ -379,10 +394,10 @@ std::unordered_map<int64_t, void *> sub_pack(int bwd, const void *qkv, void *out
 /* Runs the forward (writes out, lse) or the backward (reads out, lse, dout; writes dqkv) of B
  * sequences in calls of the chosen sub-batch, each call on views offset to its first sequence. */
 int run_batches(int bwd, const void *qkv, void *out, float *lse, const void *dout, void *dqkv,
-                int B, int T, int NH, int NKV, int HD, void *ws, cudaStream_t s)
+                int B, int T, int NH, int NKV, int HD, size_t budget, void *ws, cudaStream_t s)
 {
     int bs;
-    plan *p = pick({ bwd, B, T, NH, NKV, HD, 0, 0 }, &bs);
+    plan *p = pick({ bwd, B, T, NH, NKV, HD, 0, 0 }, budget, &bs);
     if (!p)
         return -1;
     for (int b0 = 0; b0 < B; b0 += bs) {
@@ -422,49 +437,27 @@ size_t up256(size_t n)
     return (n + 255) & ~(size_t)255;
 }
 
-/* The starts (B*T) into ts.seg, on this thread's own stream: they are complete when the task
- * runs (written on the host, or by a finished task); the work queued on its stream need not drain
- */
-int read_starts(const int32_t *seg, int B, int T)
-{
-    cudaError_t e = cudaSuccess;
-    if (!ts.copy)
-        e = cudaStreamCreateWithFlags(&ts.copy, cudaStreamNonBlocking);
-    if (e == cudaSuccess && !ts.ev)
-        e = cudaEventCreateWithFlags(&ts.ev, cudaEventDisableTiming);
-    ts.seg.resize((size_t)B * T);
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(ts.seg.data(), seg, ts.seg.size() * sizeof(int32_t),
-                            cudaMemcpyDeviceToHost, ts.copy);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(ts.copy);
-    if (e != cudaSuccess) {
-        set_err("reading the document starts", cudaGetErrorString(e));
-        return -1;
-    }
-    return 0;
-}
-
 /* Document masking: the rows' documents as the sequences of a variable-length call, each its own
- * causal attention (cuDNN's ragged layout with a padding mask).  The starts are read back to the
- * host; D, the document slots a row, is the most documents of a row rounded up to a power of two,
- * and S, the longest document so rounded (at most T), so that few graphs serve every micro-batch;
- * the empty slots have length 0.  The sub-batches are picked as without masking.  The workspace
- * holds cuDNN's, then the stats of a sub-batch (cuDNN's ragged stats are token-major: they are
- * moved to and from lse (B, NH, T), the layout of the project's kernels, so either direction may
- * fall back alone), then each sub-batch's lengths and ragged offsets, copied from pinned memory. */
+ * causal attention (cuDNN's ragged layout with a padding mask).  The starts come on the host (the
+ * task's copy of the data's); D, the document slots a row, is the most documents of a row rounded
+ * up to a power of two, and S, the longest document so rounded (at most T), so that few graphs
+ * serve every micro-batch; the empty slots have length 0.  The sub-batches are picked as without
+ * masking.  The workspace holds cuDNN's, then the stats of a sub-batch (cuDNN's ragged stats are
+ * token-major: they are moved to and from lse (B, NH, T), the layout of the project's kernels, so
+ * either direction may fall back alone), then each sub-batch's lengths and ragged offsets, copied
+ * from pinned memory (a stage of the ring). */
 int run_docs(int bwd, const void *qkv, void *out, float *lse, const void *dout, void *dqkv,
-             const int32_t *seg, int B, int T, int NH, int NKV, int HD, void *(*ws_fn)(size_t),
-             cudaStream_t s, struct sdp_cudnn_docs_call *call)
+             const int32_t *starts, int B, int T, int NH, int NKV, int HD, size_t budget,
+             void *(*ws_fn)(size_t), cudaStream_t s, struct sdp_cudnn_docs_call *call)
 {
     if (B <= 0 || T <= 0) {
         set_err("shape", "B and T must be positive");
         return -1;
     }
-    if (!ensure_handle() || read_starts(seg, B, T))
+    if (!ensure_handle())
         return -1;
     int longest;
-    const int most = sdp_cuda_attention_docs_max(ts.seg.data(), B, T, &longest);
+    const int most = sdp_cuda_attention_docs_max(starts, B, T, &longest);
     if (most <= 0) {
         set_err("document masking", "a start is neither the previous token's nor the token");
         return -1;
@@ -476,7 +469,7 @@ int run_docs(int bwd, const void *qkv, void *out, float *lse, const void *dout, 
         whole.S *= 2;
     whole.S = std::min(T, whole.S);
     int bs;
-    plan *p = pick(whole, &bs);
+    plan *p = pick(whole, budget, &bs);
     if (!p)
         return -1;
     const int n = bs * whole.D, nsub = B / bs;
@@ -484,27 +477,29 @@ int run_docs(int bwd, const void *qkv, void *out, float *lse, const void *dout, 
     const size_t st_off = up256((size_t)p->ws);
     const size_t idx_off = st_off + up256((size_t)bs * T * NH * sizeof(float));
     const size_t total = idx_off + per * nsub * sizeof(int32_t);
-    if (ts.ev_set && cudaEventSynchronize(ts.ev) != cudaSuccess) { /* the last copy has run */
-        set_err("document masking", "the previous copy of the slots failed");
-        return -1;
-    }
-    ts.ev_set = false;
-    if (ts.pinned_n < per * nsub) {
-        if (ts.pinned)
-            cudaFreeHost(ts.pinned);
-        ts.pinned_n = 0;
-        if (cudaMallocHost((void **)&ts.pinned, per * nsub * sizeof(int32_t)) != cudaSuccess) {
-            ts.pinned = nullptr;
+    stage &sg = ts.stages[ts.next_stage];
+    ts.next_stage = (ts.next_stage + 1) % NSTAGE;
+    if (!sg.ev && cudaEventCreateWithFlags(&sg.ev, cudaEventDisableTiming) != cudaSuccess)
+        return sg.ev = nullptr, set_err("document masking", "no event for the slots' copy"), -1;
+    if (sg.set && cudaEventSynchronize(sg.ev) != cudaSuccess) /* its last copy has run */
+        return set_err("document masking", "an earlier copy of the slots failed"), -1;
+    sg.set = false;
+    if (sg.n < per * nsub) {
+        if (sg.p)
+            cudaFreeHost(sg.p);
+        sg.n = 0;
+        if (cudaMallocHost((void **)&sg.p, per * nsub * sizeof(int32_t)) != cudaSuccess) {
+            sg.p = nullptr;
             set_err("document masking", "no pinned host memory for the slots");
             return -1;
         }
-        ts.pinned_n = per * nsub;
+        sg.n = per * nsub;
     }
     std::vector<int32_t> tok((size_t)n + 1);
     const int64_t widths[3] = { (int64_t)(NH + 2 * NKV) * HD, (int64_t)NH * HD, NH };
     for (int k = 0; k < nsub; k++) {
-        int32_t *len = ts.pinned + k * per;
-        if (sdp_cuda_attention_docs(len, tok.data(), ts.seg.data(), k * bs, bs, T, whole.D))
+        int32_t *len = sg.p + k * per;
+        if (sdp_cuda_attention_docs(len, tok.data(), starts, k * bs, bs, T, whole.D))
             return set_err("document masking", "a row has more documents than its slots"), -1;
         for (int j = 0; j < 3; j++) /* element offsets in qkv, out and the stats (find: < 2^31) */
             for (int i = 0; i <= n; i++)
@@ -515,11 +510,11 @@ int run_docs(int bwd, const void *qkv, void *out, float *lse, const void *dout, 
         return set_err("document masking", "no workspace"), -1;
     int32_t *idx = (int32_t *)(ws + idx_off);
     float *st = (float *)(ws + st_off);
-    if (cudaMemcpyAsync(idx, ts.pinned, per * nsub * sizeof(int32_t), cudaMemcpyHostToDevice, s) !=
+    if (cudaMemcpyAsync(idx, sg.p, per * nsub * sizeof(int32_t), cudaMemcpyHostToDevice, s) !=
             cudaSuccess ||
-        cudaEventRecord(ts.ev, s) != cudaSuccess)
+        cudaEventRecord(sg.ev, s) != cudaSuccess)
         return set_err("document masking", "cannot copy the slots"), -1;
-    ts.ev_set = true;
+    sg.set = true;
     for (int k = 0; k < nsub; k++) {
         const int b0 = k * bs;
         int32_t *len = idx + k * per;
@@ -545,52 +540,55 @@ int run_docs(int bwd, const void *qkv, void *out, float *lse, const void *dout, 
 
 } // namespace
 
-extern "C" int sdp_cudnn_attention_ws(size_t *ws, int bwd, int B, int T, int NH, int NKV, int HD)
+extern "C" int sdp_cudnn_attention_ws(size_t *ws, int bwd, int B, int T, int NH, int NKV, int HD,
+                                      size_t budget)
 {
     int bs;
-    plan *p = pick({ bwd != 0, B, T, NH, NKV, HD, 0, 0 }, &bs);
+    plan *p = pick({ bwd != 0, B, T, NH, NKV, HD, 0, 0 }, budget, &bs);
     if (!p)
         return -1;
     *ws = (size_t)p->ws;
     return 0;
 }
 
-extern "C" int sdp_cudnn_attention_batch(int bwd, int B, int T, int NH, int NKV, int HD)
+extern "C" int sdp_cudnn_attention_batch(int bwd, int B, int T, int NH, int NKV, int HD,
+                                         size_t budget)
 {
     int bs;
-    return pick({ bwd != 0, B, T, NH, NKV, HD, 0, 0 }, &bs) ? bs : -1;
+    return pick({ bwd != 0, B, T, NH, NKV, HD, 0, 0 }, budget, &bs) ? bs : -1;
 }
 
 extern "C" int sdp_cudnn_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int NH,
-                                       int NKV, int HD, void *ws, cudaStream_t s)
+                                       int NKV, int HD, size_t budget, void *ws, cudaStream_t s)
 {
-    return run_batches(0, qkv, out, lse, nullptr, nullptr, B, T, NH, NKV, HD, ws, s);
+    return run_batches(0, qkv, out, lse, nullptr, nullptr, B, T, NH, NKV, HD, budget, ws, s);
 }
 
 extern "C" int sdp_cudnn_attention_bwd(void *dqkv, const void *dout, const void *qkv,
                                        const void *out, const float *lse, int B, int T, int NH,
-                                       int NKV, int HD, void *ws, cudaStream_t s)
+                                       int NKV, int HD, size_t budget, void *ws, cudaStream_t s)
 {
     return run_batches(1, qkv, const_cast<void *>(out), const_cast<float *>(lse), dout, dqkv, B, T,
-                       NH, NKV, HD, ws, s);
+                       NH, NKV, HD, budget, ws, s);
 }
 
 extern "C" int sdp_cudnn_attention_docs_fwd(void *out, float *lse, const void *qkv,
-                                            const int32_t *seg, int B, int T, int NH, int NKV,
-                                            int HD, void *(*ws_fn)(size_t), cudaStream_t s,
-                                            struct sdp_cudnn_docs_call *call)
+                                            const int32_t *starts, int B, int T, int NH, int NKV,
+                                            int HD, size_t budget, void *(*ws_fn)(size_t),
+                                            cudaStream_t s, struct sdp_cudnn_docs_call *call)
 {
-    return run_docs(0, qkv, out, lse, nullptr, nullptr, seg, B, T, NH, NKV, HD, ws_fn, s, call);
+    return run_docs(0, qkv, out, lse, nullptr, nullptr, starts, B, T, NH, NKV, HD, budget, ws_fn, s,
+                    call);
 }
 
 extern "C" int sdp_cudnn_attention_docs_bwd(void *dqkv, const void *dout, const void *qkv,
-                                            const void *out, const float *lse, const int32_t *seg,
-                                            int B, int T, int NH, int NKV, int HD,
-                                            void *(*ws_fn)(size_t), cudaStream_t s,
-                                            struct sdp_cudnn_docs_call *call)
+                                            const void *out, const float *lse,
+                                            const int32_t *starts, int B, int T, int NH, int NKV,
+                                            int HD, size_t budget, void *(*ws_fn)(size_t),
+                                            cudaStream_t s, struct sdp_cudnn_docs_call *call)
 {
-    return run_docs(1, qkv, const_cast<void *>(out), const_cast<float *>(lse), dout, dqkv, seg, B,
-                    T, NH, NKV, HD, ws_fn, s, call);
+    return run_docs(1, qkv, const_cast<void *>(out), const_cast<float *>(lse), dout, dqkv, starts,
+                    B, T, NH, NKV, HD, budget, ws_fn, s, call);
 }
 
 extern "C" const char *sdp_cudnn_attention_error(void)

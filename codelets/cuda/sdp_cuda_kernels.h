@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* CUDA kernels of every op, as extern "C" launchers that enqueue on the given stream and never
  * synchronize (but sdp_cuda_moe_offsets_host, which waits for the experts' row counts, and
- * sdp_cudnn_attention_docs_*, which wait for the document starts).  No
+ * sdp_cudnn_attention_docs_*, which wait when the GPU is several of their calls behind).  No
  * StarPU, no runtime headers (the codelets/<op>.c wrappers pass StarPU's stream and buffers).
  * Storage dtype `dt` of activations and weights: SDP_CUDA_F32 or SDP_CUDA_BF16 (uint16 bf16
  * bits); every reduction and accumulation is fp32 (double where a loss is summed); rstd and lse
@@ -188,34 +188,38 @@ int sdp_cuda_attention_docs(int32_t *len, int32_t *tok, const int32_t *seg, int 
  * or -1 with nothing enqueued and the reason in sdp_cudnn_attention_error() (this thread's last
  * failure); a shape cuDNN has no engine for fails at once on later calls.  The graphs and the
  * cuDNN handle belong to the calling thread and its current device. */
-/** *ws: the workspace bytes of the forward (bwd 0) or backward (bwd 1) of this shape */
-int sdp_cudnn_attention_ws(size_t *ws, int bwd, int B, int T, int NH, int NKV, int HD);
-/** the sequences per cuDNN call for this shape (B, or a divisor of it whose workspace fits
- * SDP_ATTENTION_WS_MIB, default 128 MiB); -1 when cuDNN cannot run it */
-int sdp_cudnn_attention_batch(int bwd, int B, int T, int NH, int NKV, int HD);
+/* budget: the bytes a call's workspace may take (0: 1 GiB, 128 MiB under a GPU limit below
+ * 20 GiB); SDP_ATTENTION_WS_MIB, when set, replaces it.  The batch runs in calls of the most
+ * sequences (a divisor of B) whose workspace fits, one at least. */
+/** *ws: the workspace bytes of a call of the forward (bwd 0) or backward (bwd 1) of this shape */
+int sdp_cudnn_attention_ws(size_t *ws, int bwd, int B, int T, int NH, int NKV, int HD,
+                           size_t budget);
+/** the sequences per cuDNN call for this shape; -1 when cuDNN cannot run it */
+int sdp_cudnn_attention_batch(int bwd, int B, int T, int NH, int NKV, int HD, size_t budget);
 int sdp_cudnn_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV,
-                            int HD, void *ws, cudaStream_t s);
+                            int HD, size_t budget, void *ws, cudaStream_t s);
 int sdp_cudnn_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
-                            const float *lse, int B, int T, int NH, int NKV, int HD, void *ws,
-                            cudaStream_t s);
+                            const float *lse, int B, int T, int NH, int NKV, int HD, size_t budget,
+                            void *ws, cudaStream_t s);
 const char *sdp_cudnn_attention_error(void);
-/* Document masking (seg (B*T) on the device, as for sdp_cuda_attention_fwd): every document of a
- * row is a sequence of its own (a ragged layout with a padding mask).  These read the starts back
- * to the host (on a stream of the thread's own, so the work queued on s need not drain), choose
- * the graph and the sub-batch, then take their workspace from ws_fn(bytes) (which may replace an
- * older one: nothing of theirs is queued yet).  lse keeps the layout above.  *call (may be NULL):
- * the rows per cuDNN call, the document slots a row, the longest document, the workspace bytes. */
+/* Document masking (starts (B*T) on the host, as seg of sdp_cuda_attention_fwd): every document
+ * of a row is a sequence of its own (a ragged layout with a padding mask).  These choose the graph
+ * and the sub-batch from the starts, with no wait on the GPU, then take their workspace from
+ * ws_fn(bytes) (which may replace an older one: nothing of theirs is queued yet).  lse keeps the
+ * layout above.  *call (may be NULL): the rows per cuDNN call, the document slots a row, the
+ * longest document, the workspace bytes. */
 struct sdp_cudnn_docs_call {
     int bs, docs, longest;
     size_t ws;
 };
-int sdp_cudnn_attention_docs_fwd(void *out, float *lse, const void *qkv, const int32_t *seg, int B,
-                                 int T, int NH, int NKV, int HD, void *(*ws_fn)(size_t),
-                                 cudaStream_t s, struct sdp_cudnn_docs_call *call);
-int sdp_cudnn_attention_docs_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
-                                 const float *lse, const int32_t *seg, int B, int T, int NH,
-                                 int NKV, int HD, void *(*ws_fn)(size_t), cudaStream_t s,
+int sdp_cudnn_attention_docs_fwd(void *out, float *lse, const void *qkv, const int32_t *starts,
+                                 int B, int T, int NH, int NKV, int HD, size_t budget,
+                                 void *(*ws_fn)(size_t), cudaStream_t s,
                                  struct sdp_cudnn_docs_call *call);
+int sdp_cudnn_attention_docs_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
+                                 const float *lse, const int32_t *starts, int B, int T, int NH,
+                                 int NKV, int HD, size_t budget, void *(*ws_fn)(size_t),
+                                 cudaStream_t s, struct sdp_cudnn_docs_call *call);
 
 /* ---- SwiGLU on gu (N, 2I) = gate | up ---- */
 void sdp_cuda_swiglu_fwd(void *out, const void *gu, int N, int inter, int dt, cudaStream_t s);

@@ -16,6 +16,7 @@
 
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #include "codelets/cuda/sdp_cuda_kernels.h"
+#include "models/sdp_models.h"
 #include "tests/lib/sdp_test.h"
 
 #define CK(x)                                                                                      \
@@ -58,6 +59,10 @@ struct shape {
 
 /* Which implementation runs: the project's kernels, or (when built) cuDNN's fused graphs. */
 static int use_cudnn;
+/* a small budget for cuDNN's workspace (the plan's, on a GPU), so that the production batch runs
+ * in sub-batches and the sampled check of its last sequence covers the offsets of the later calls
+ */
+#define WS_BUDGET ((size_t)16 << 20)
 
 /* document masking (the own kernels): each token's document start, on the host and on the device;
  * NULL: causal over whole rows */
@@ -97,8 +102,8 @@ static size_t att_ws(int B, int T, int NH, int NKV, int HD, int *ok)
 #ifdef SDP_HAVE_CUDNN_FRONTEND
     if (use_cudnn) {
         size_t wf = 0, wb = 0;
-        if (sdp_cudnn_attention_ws(&wf, 0, B, T, NH, NKV, HD) ||
-            sdp_cudnn_attention_ws(&wb, 1, B, T, NH, NKV, HD)) {
+        if (sdp_cudnn_attention_ws(&wf, 0, B, T, NH, NKV, HD, WS_BUDGET) ||
+            sdp_cudnn_attention_ws(&wb, 1, B, T, NH, NKV, HD, WS_BUDGET)) {
             *ok = 0;
             return 0;
         }
@@ -113,7 +118,7 @@ static void att_fwd(void *out, float *lse, const void *qkv, int B, int T, int NH
 {
 #ifdef SDP_HAVE_CUDNN_FRONTEND
     if (use_cudnn) {
-        if (sdp_cudnn_attention_fwd(out, lse, qkv, B, T, NH, NKV, HD, ws, 0)) {
+        if (sdp_cudnn_attention_fwd(out, lse, qkv, B, T, NH, NKV, HD, WS_BUDGET, ws, 0)) {
             printf("cuDNN forward failed: %s\nFAIL\n", sdp_cudnn_attention_error());
             exit(1);
         }
@@ -129,7 +134,8 @@ static void att_bwd(void *dqkv, const void *dout, const void *qkv, const void *o
 {
 #ifdef SDP_HAVE_CUDNN_FRONTEND
     if (use_cudnn) {
-        if (sdp_cudnn_attention_bwd(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, ws, 0)) {
+        if (sdp_cudnn_attention_bwd(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, WS_BUDGET, ws,
+                                    0)) {
             printf("cuDNN backward failed: %s\nFAIL\n", sdp_cudnn_attention_error());
             exit(1);
         }
@@ -439,12 +445,21 @@ static int run_production(struct sdp_rng *rng, int B)
 #ifdef SDP_HAVE_CUDNN_FRONTEND
     if (use_cudnn) {
         size_t wf = 0, wb = 0;
-        sdp_cudnn_attention_ws(&wf, 0, B, T, NH, NKV, HD);
-        sdp_cudnn_attention_ws(&wb, 1, B, T, NH, NKV, HD);
+        sdp_cudnn_attention_ws(&wf, 0, B, T, NH, NKV, HD, WS_BUDGET);
+        sdp_cudnn_attention_ws(&wb, 1, B, T, NH, NKV, HD, WS_BUDGET);
+        const int bb = sdp_cudnn_attention_batch(1, B, T, NH, NKV, HD, WS_BUDGET);
+        /* the plan's model of the workspace (models/workspace.c): the same rows a call, and
+         * cuDNN asking no more than the plan counts (the model is exact where it holds) */
+        const int mb = sdp_model_attention_batch(1, B, T, NH, HD, WS_BUDGET);
+        const unsigned long long mws = sdp_model_attention_ws_bytes(1, bb, T, NH, HD);
         printf("  cuDNN calls of %d (forward) and %d (backward) sequences, workspaces %.1f and "
-               "%.1f MiB\n",
-               sdp_cudnn_attention_batch(0, B, T, NH, NKV, HD),
-               sdp_cudnn_attention_batch(1, B, T, NH, NKV, HD), wf / 1048576.0, wb / 1048576.0);
+               "%.1f MiB; the plan's model: calls of %d, %.1f MiB\n",
+               sdp_cudnn_attention_batch(0, B, T, NH, NKV, HD, WS_BUDGET), bb, wf / 1048576.0,
+               wb / 1048576.0, mb, mws / 1048576.0);
+        if (mb != bb || wb > mws || wf > 0) {
+            printf("  the workspace model misses cuDNN's: BAD\n");
+            bad = 1;
+        }
     }
 #endif
     fill_inputs(rng, qkv, dout, &s, dt);
@@ -580,9 +595,6 @@ int main(void)
         { "large scores", 1, 100, 2, 1, 64, 8.0f, 0 },
         { "uniform (q=k=0)", 1, 77, 2, 1, 128, 0.0f, 1 },
     };
-    /* a small cap on cuDNN's workspace, so that the production batch runs in sub-batches and the
-     * sampled check of its last sequence covers the offsets of the later calls */
-    setenv("SDP_ATTENTION_WS_MIB", "16", 0);
     struct sdp_rng rng = { 20240601u };
     int nfail = 0;
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)

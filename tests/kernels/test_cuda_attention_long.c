@@ -252,7 +252,8 @@ static void *grow_ws(size_t n)
 struct dev {
     void *qkv, *dout, *out, *dqkv;
     float *lse;
-    int32_t *seg; /* NULL: causal over the row */
+    int32_t *seg;        /* NULL: causal over the row */
+    const int32_t *hseg; /* the same starts on the host (cuDNN's variable-length calls) */
 };
 
 /* forward then backward on one implementation (cuDNN: 1); 0, or 1 when cuDNN refused */
@@ -269,23 +270,23 @@ static int run_impl(const struct dev *d, int cudnn, float ms[2])
     struct sdp_cudnn_docs_call call[2] = { { 0 }, { 0 } };
     size_t wf = 0, wb = 0;
     if (cudnn && d->seg) {
-        rc = sdp_cudnn_attention_docs_fwd(d->out, d->lse, d->qkv, d->seg, 1, T, NH, NKV, HD,
+        rc = sdp_cudnn_attention_docs_fwd(d->out, d->lse, d->qkv, d->hseg, 1, T, NH, NKV, HD, 0,
                                           grow_ws, 0, &call[0]);
         CK(cudaEventRecord(e[1], 0));
         rc = rc ? rc
-                : sdp_cudnn_attention_docs_bwd(d->dqkv, d->dout, d->qkv, d->out, d->lse, d->seg, 1,
-                                               T, NH, NKV, HD, grow_ws, 0, &call[1]);
+                : sdp_cudnn_attention_docs_bwd(d->dqkv, d->dout, d->qkv, d->out, d->lse, d->hseg, 1,
+                                               T, NH, NKV, HD, 0, grow_ws, 0, &call[1]);
         printf("  cuDNN: document slots %d, longest %d, workspaces %.1f and %.1f MiB\n",
                call[1].docs, call[1].longest, call[0].ws / 1048576.0, call[1].ws / 1048576.0);
     } else if (cudnn) {
-        rc = sdp_cudnn_attention_ws(&wf, 0, 1, T, NH, NKV, HD) ||
-             sdp_cudnn_attention_ws(&wb, 1, 1, T, NH, NKV, HD);
+        rc = sdp_cudnn_attention_ws(&wf, 0, 1, T, NH, NKV, HD, 0) ||
+             sdp_cudnn_attention_ws(&wb, 1, 1, T, NH, NKV, HD, 0);
         void *ws = rc ? NULL : grow_ws(wf > wb ? wf : wb);
         CK(cudaEventRecord(e[0], 0));
-        rc = rc || sdp_cudnn_attention_fwd(d->out, d->lse, d->qkv, 1, T, NH, NKV, HD, ws, 0);
+        rc = rc || sdp_cudnn_attention_fwd(d->out, d->lse, d->qkv, 1, T, NH, NKV, HD, 0, ws, 0);
         CK(cudaEventRecord(e[1], 0));
         rc = rc || sdp_cudnn_attention_bwd(d->dqkv, d->dout, d->qkv, d->out, d->lse, 1, T, NH, NKV,
-                                           HD, ws, 0);
+                                           HD, 0, ws, 0);
     }
     if (rc)
         printf("  cuDNN refused: %s\n", sdp_cudnn_attention_error());
@@ -344,6 +345,7 @@ static int run_case(const char *name, const float *qkv, const float *dout, const
     nimpl = 2;
 #endif
     d->seg = NULL;
+    d->hseg = seg;
     if (seg) {
         CK(cudaMalloc((void **)&d->seg, (size_t)T * sizeof(*seg)));
         CK(cudaMemcpy(d->seg, seg, (size_t)T * sizeof(*seg), cudaMemcpyHostToDevice));
@@ -432,9 +434,13 @@ int main(void)
     float *qkv = sdp_test_alloc((size_t)T * QKV * 4), *dout = sdp_test_alloc((size_t)T * C * 4);
     sdp_fill_normal(&rng, qkv, (size_t)T * QKV, 1.0f);
     sdp_fill_normal(&rng, dout, (size_t)T * C, 1.0f);
-    struct dev d = {
-        to_dev_bf16(qkv, (size_t)T * QKV), to_dev_bf16(dout, (size_t)T * C), NULL, NULL, NULL, NULL
-    };
+    struct dev d = { to_dev_bf16(qkv, (size_t)T * QKV),
+                     to_dev_bf16(dout, (size_t)T * C),
+                     NULL,
+                     NULL,
+                     NULL,
+                     NULL,
+                     NULL };
     to_host_bf16(qkv, d.qkv, (size_t)T * QKV); /* the oracle reads the very inputs */
     to_host_bf16(dout, d.dout, (size_t)T * C);
     CK(cudaMalloc(&d.out, (size_t)T * C * 2));
