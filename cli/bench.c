@@ -303,6 +303,8 @@ static int run(const struct bench_opts *b)
     gc.bwd_lookahead = b->lookahead;
     gc.keep_last = b->keep_last;
     gc.keep_mlp = b->keep_mlp;
+    gc.gpu_limit_bytes =
+        b->gpu_memory_gib > 0 ? (unsigned long long)(b->gpu_memory_gib * 1073741824.0) : 0;
     if (sdp_rt_ncuda() > 0) { /* the saved inputs on the host where the GPU limit binds */
         sdp_cli_fit_activations(b->r, &cfg, dt, &gc,
                                 b->gpu_memory_gib > 0

@@ -332,21 +332,6 @@ static int nodes_split(const struct sdp_recipe *r)
     return -EINVAL;
 }
 
-/* The run's own placement of the saved layer inputs under a GPU limit (sdp_cli_fit_activations,
- * as train and bench make it), so that the plan prices the run that would run. */
-static void fit_activations(struct sdp_recipe *r, double limit)
-{
-    struct sdp_graph_conf gc = { .micro_batch = r->micro_batch,
-                                 .seq_len = r->seq_len,
-                                 .recompute = r->recompute,
-                                 .offload_inputs = r->act_offload,
-                                 .keep_last = r->keep_last,
-                                 .keep_mlp = r->keep_mlp };
-    sdp_cli_fit_activations(r, &r->model, r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32, &gc,
-                            (unsigned long long)limit);
-    r->act_offload = gc.offload_inputs;
-}
-
 static int plan_run(struct sdp_recipe *r)
 {
     struct sdp_cli_machine cm;
@@ -366,9 +351,11 @@ static int plan_run(struct sdp_recipe *r)
     sdp_cli_machine_link(r, &cm);
     if (nodes_split(r))
         return SDP_EXIT_USAGE;
-    if (ngpus > 0) /* where the GPU limit binds, the saved inputs as the run would place them */
-        fit_activations(r, r->gpu_memory_gib > 0 ? r->gpu_memory_gib * 1073741824.0
-                                                 : (double)cm.mc.gpu_mem_bytes);
+    if (ngpus > 0) /* where the GPU limit binds, the saved inputs as train and bench place them */
+        sdp_cli_fit_activations(
+            r, &r->model, r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32, NULL,
+            r->gpu_memory_gib > 0 ? (unsigned long long)(r->gpu_memory_gib * 1073741824.0)
+                                  : cm.mc.gpu_mem_bytes);
     if (sdp_cli_run_make(r, ngpus, &cr))
         return SDP_EXIT_USAGE;
     if (sdp_predict_step(&cr.run, &cm.mc, &p)) {

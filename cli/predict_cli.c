@@ -180,6 +180,8 @@ void sdp_recipe_graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc
     gc->node = r->node;
     gc->n_micro = r->global_batch / r->micro_batch / gc->nodes; /* this node's */
     gc->seq_len = r->seq_len;
+    gc->gpu_limit_bytes =
+        r->gpu_memory_gib > 0 ? (unsigned long long)(r->gpu_memory_gib * 1073741824.0) : 0;
     gc->recompute = r->recompute;
     gc->offload_inputs = r->act_offload;
     gc->bwd_lookahead = r->bwd_lookahead;
@@ -306,21 +308,28 @@ static int plan_names(const struct sdp_recipe *r, const char *key)
     return 0;
 }
 
-unsigned long long sdp_cli_fit_activations(const struct sdp_recipe *r,
-                                           const struct sdp_model_cfg *m, enum sdp_dtype dt,
-                                           struct sdp_graph_conf *gc, unsigned long long limit)
+unsigned long long sdp_cli_fit_activations(struct sdp_recipe *r, const struct sdp_model_cfg *m,
+                                           enum sdp_dtype dt, struct sdp_graph_conf *gc,
+                                           unsigned long long limit)
 {
     const double gib = 1073741824.0;
-    unsigned long long need = sdp_graph_gpu_bytes_min(m, dt, gc), off;
-    if (limit == 0 || need <= limit || r->act_given || plan_names(r, "activations") ||
-        gc->recompute != SDP_RECOMPUTE_FULL || gc->offload_inputs)
-        return need;
-    gc->offload_inputs = 1;
-    off = sdp_graph_gpu_bytes_min(m, dt, gc);
-    if (off > limit) {
-        gc->offload_inputs = 0;
-        return need;
+    struct sdp_graph_conf own;
+    unsigned long long need, off = 0;
+    if (!gc) { /* the recipe's run: its configuration, and its choice written back */
+        sdp_recipe_graph_conf(r, &own);
+        gc = &own;
     }
+    need = sdp_graph_gpu_bytes_min(m, dt, gc);
+    if (limit > 0 && need > limit && !r->act_given && !plan_names(r, "activations") &&
+        gc->recompute == SDP_RECOMPUTE_FULL && !gc->offload_inputs) {
+        gc->offload_inputs = 1;
+        off = sdp_graph_gpu_bytes_min(m, dt, gc);
+        gc->offload_inputs = off <= limit;
+    }
+    if (gc == &own)
+        r->act_offload = gc->offload_inputs;
+    if (!off || off > limit)
+        return need;
     SDP_INFO("the saved layer inputs wait on the host (train.activations: offload): on the GPU "
              "the run would need %.2f GiB, %.2f GiB with them on the host, within %.2f GiB",
              need / gib, off / gib, limit / gib);

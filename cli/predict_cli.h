@@ -108,9 +108,12 @@ void sdp_cli_predict_line(const struct sdp_predict *p, const struct sdp_cli_mach
 /** The plan's own placement of the saved layer inputs: unless the recipe or the command line chose
  * the activations (train.activations, or a plan row of them), a run of full recomputation whose
  * least GPU bytes pass `limit` (> 0) has its saved inputs wait on the host (gc->offload_inputs set)
- * when that fits; logs the choice.  @return the run's least GPU bytes (sdp_graph_gpu_bytes_min) */
-unsigned long long sdp_cli_fit_activations(const struct sdp_recipe *r,
-                                           const struct sdp_model_cfg *m, enum sdp_dtype dt,
-                                           struct sdp_graph_conf *gc, unsigned long long limit);
+ * when that fits; logs the choice.  gc NULL: the recipe's own configuration
+ * (sdp_recipe_graph_conf), the choice written back to r->act_offload; a caller with a
+ * configuration of its own (bench) passes it.  @return the run's least GPU bytes
+ * (sdp_graph_gpu_bytes_min) */
+unsigned long long sdp_cli_fit_activations(struct sdp_recipe *r, const struct sdp_model_cfg *m,
+                                           enum sdp_dtype dt, struct sdp_graph_conf *gc,
+                                           unsigned long long limit);
 
 #endif

@@ -57,12 +57,7 @@ void sdp_train_group_name(const struct sdp_recipe *r, int g, char *out, size_t l
 static int gpu_fits(struct sdp_recipe *r, enum sdp_dtype work_dt, unsigned long long *need_out,
                     unsigned long long *limit_out)
 {
-    struct sdp_graph_conf gc = { .micro_batch = r->micro_batch,
-                                 .seq_len = r->seq_len,
-                                 .recompute = r->recompute,
-                                 .offload_inputs = r->act_offload,
-                                 .keep_last = r->keep_last,
-                                 .keep_mlp = r->keep_mlp };
+    struct sdp_graph_conf gc;
     unsigned long long total = sdp_rt_gpu_mem_total(0);
     unsigned long long limit =
         r->gpu_memory_gib > 0 ? (unsigned long long)(r->gpu_memory_gib * 1073741824.0) : total;
@@ -73,9 +68,9 @@ static int gpu_fits(struct sdp_recipe *r, enum sdp_dtype work_dt, unsigned long 
         sdp_hint("lower train.gpu_memory_gib, or set it to 0 for the whole GPU");
         return -EINVAL;
     }
-    need = sdp_cli_fit_activations(r, &r->model, work_dt, &gc, limit);
-    r->act_offload = gc.offload_inputs;
+    need = sdp_cli_fit_activations(r, &r->model, work_dt, NULL, limit);
     if (limit > 0 && need > limit) {
+        sdp_recipe_graph_conf(r, &gc);
         sdp_err(-ENOMEM,
                 "%s: the run needs at least %.1f GiB of GPU memory (two layers of weights and "
                 "gradients, one micro-batch of activations), the %s allows %.1f GiB",
