@@ -89,7 +89,8 @@ grep -qE "\[hint\] train.activations: recompute fits \(GPU [0-9.]+ GiB" "$tmp.er
 
 # 4b. at length: where the saved layer inputs pass the GPU limit, the plan keeps them on the host
 # itself (the run's choice, sdp_cli_fit_activations) and prices that; not where the recipe chose
-# (this host's memory may not hold the run: only the GPU's verdict counts here)
+# (this host's memory may not hold the run: only the GPU's verdict counts here); and the
+# workspaces at length in the plan's figure
 "$bin" plan --model qwen3-1.7b --seq 65536 --batch 1 --gpus 1 --gpu-memory-gib 23 --json \
     > "$tmp/long.json" 2> "$tmp.err"
 if grep -q "does not fit the GPU" "$tmp.err"; then
@@ -103,6 +104,33 @@ sys.exit(0 if p['gpu_need_bytes'] <= 23 * 2**30 else 1)" "$tmp/long.json" || {
 expect 1 "does not fit the GPU: [0-9.]+ GiB a device" -- \
     "$bin" plan --model qwen3-1.7b --seq 65536 --batch 1 --gpus 1 --gpu-memory-gib 23 \
     --activations recompute
+
+# the workspaces at length (models/workspace.c): the plan's GPU figure counts the attention
+# backward's cuDNN call of the rows its budget allows and the LM head's logits block, so it moves
+# by the bytes computed here from the shapes when SDP_ATTENTION_WS_MIB lets all 4 rows into one
+# call instead of 1, and when SDP_LMHEAD_BLOCK_MIB shrinks the block from 1024 to 256 MiB
+for v in "1 1024" "100000 1024" "1 256"; do
+    set -- $v
+    SDP_ATTENTION_WS_MIB=$1 SDP_LMHEAD_BLOCK_MIB=$2 "$bin" plan --model qwen3-4b --seq 8192 \
+        --batch 4 --micro 4 --gpus 1 --gpu-memory-gib 40 --json > "$tmp/ws_$1_$2.json" 2> "$tmp.err"
+    if grep -q "does not fit the GPU" "$tmp.err"; then # the host's verdict does not count here
+        echo "plan with workspaces $v refused"; cat "$tmp.err"; fail=1
+    fi
+done
+"$py" - "$tmp" <<'PYEOF' || fail=1
+import json, sys
+need = lambda a, b: json.load(open(f"{sys.argv[1]}/ws_{a}_{b}.json"))["predicted"]["gpu_need_bytes"]
+NH, HD, T, B, V = 32, 128, 8192, 4, 151936  # qwen3-4b, 4 rows of 8192 tokens
+attn = lambda rows: rows * NH * T * (2 * HD * 4 + 4)  # two fp32 accumulators, the softmax sums
+up = lambda n: (n + 255) // 256 * 256
+lm = lambda block: up(min(B * T, block // (V * 2)) * V * 2) + 2 * up(B * T * 8)
+got = {"attention": need(100000, 1024) - need(1, 1024), "lm head": need(1, 1024) - need(1, 256)}
+want = {"attention": attn(4) - attn(1), "lm head": lm(1 << 30) - lm(256 << 20)}
+bad = [k for k in got if got[k] != want[k]]
+for k in got:
+    print(f"workspace {k}: the plan moves by {got[k]} bytes, computed {want[k]}")
+sys.exit(1 if bad else 0)
+PYEOF
 
 # 5. --auto: each layer's placement chosen within the GPU limit, as recipe rows; the rows, put in
 # a recipe, give a plan the model prices within the limit; a limit nothing fits is refused
