@@ -88,8 +88,9 @@ static int use_cudnn(int dt)
     return c && dt == SDP_CUDA_BF16;
 }
 
-/* once per direction: how cuDNN runs the first shape it gets; and once, a workspace larger than
- * the plan counts for the call (models/workspace.c: a cuDNN whose workspace the model misses) */
+/* once per direction: how cuDNN runs the first shape it gets; and once, a backward workspace
+ * larger than the plan counts for the call (models/workspace.c: a cuDNN the model misses; the
+ * forward shares the backward's, the larger) */
 static void cudnn_report(int bwd, int B, int T, int NH, int NKV, int HD, size_t budget, size_t ws)
 {
     static int said[2], warned;
@@ -99,10 +100,10 @@ static void cudnn_report(int bwd, int B, int T, int NH, int NKV, int HD, size_t 
         SDP_INFO("attention %s through cuDNN: %d sequences in calls of %d, workspace %.1f MiB "
                  "(budget %.1f MiB)",
                  bwd ? "backward" : "forward", B, bs, ws / 1048576.0, budget / 1048576.0);
-    if (ws > model && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-        SDP_WARN("attention %s through cuDNN: a call of %d sequences of %d tokens takes %.1f MiB "
-                 "of workspace, the plan counts %.1f MiB (sdp_model_attention_ws_bytes)",
-                 bwd ? "backward" : "forward", bs, T, ws / 1048576.0, model / 1048576.0);
+    if (bwd && ws > model && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        SDP_WARN("attention backward through cuDNN: a call of %d sequences of %d tokens takes "
+                 "%.1f MiB of workspace, the plan counts %.1f MiB (sdp_model_attention_ws_bytes)",
+                 bs, T, ws / 1048576.0, model / 1048576.0);
 }
 
 static void cudnn_docs_report(int bwd, int B, const struct sdp_cudnn_docs_call *c)
