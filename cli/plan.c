@@ -104,6 +104,11 @@ static int changes(const struct sdp_recipe *r, int ngpus, struct sdp_recipe *out
                 SDP_RECOMPUTE_SELECTIVE;
         if (!r->act_offload)
             add(r, out, what, &n, "train.activations", "offload")->act_offload = 1;
+        if (r->recompute != SDP_RECOMPUTE_ATTN) { /* with the input offloaded, if it is */
+            struct sdp_recipe *a = add(r, out, what, &n, "train.activations",
+                                       r->act_offload ? "keep-attn-offload" : "keep-attn");
+            a->recompute = SDP_RECOMPUTE_ATTN;
+        }
         if (r->keep_last + band <= L)
             add(r, out, what, &n, "train.keep_last", num(b, r->keep_last + band))->keep_last +=
                 band;
@@ -332,7 +337,7 @@ static int nodes_split(const struct sdp_recipe *r)
     return -EINVAL;
 }
 
-/* The run's own placement of the saved layer inputs under a GPU limit (sdp_cli_fit_activations,
+/* The run's own placement of the activations under a GPU limit (sdp_cli_fit_activations,
  * as train and bench make it), so that the plan prices the run that would run. */
 static void fit_activations(struct sdp_recipe *r, double limit)
 {
@@ -344,6 +349,7 @@ static void fit_activations(struct sdp_recipe *r, double limit)
                                  .keep_mlp = r->keep_mlp };
     sdp_cli_fit_activations(r, &r->model, r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32, &gc,
                             (unsigned long long)limit);
+    r->recompute = gc.recompute;
     r->act_offload = gc.offload_inputs;
 }
 

@@ -105,10 +105,13 @@ int sdp_cli_auto_choose(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm
 void sdp_cli_predict_line(const struct sdp_predict *p, const struct sdp_cli_machine *cm, char *out,
                           size_t len);
 
-/** The plan's own placement of the saved layer inputs: unless the recipe or the command line chose
- * the activations (train.activations, or a plan row of them), a run of full recomputation whose
- * least GPU bytes pass `limit` (> 0) has its saved inputs wait on the host (gc->offload_inputs set)
- * when that fits; logs the choice.  @return the run's least GPU bytes (sdp_graph_gpu_bytes_min) */
+/** The plan's own placement of the activations: unless the recipe or the command line chose them
+ * (train.activations, or a plan row of them), a run of full recomputation whose attention core is
+ * a quarter or more of a layer's forward keeps the attention outputs (gc->recompute
+ * SDP_RECOMPUTE_ATTN), with the saved inputs on the host if only so it fits `limit` (0: none);
+ * else, if its least GPU bytes pass `limit` (> 0), its saved inputs wait on the host
+ * (gc->offload_inputs set) when that fits; logs the choice.
+ * @return the run's least GPU bytes (sdp_graph_gpu_bytes_min) */
 unsigned long long sdp_cli_fit_activations(const struct sdp_recipe *r,
                                            const struct sdp_model_cfg *m, enum sdp_dtype dt,
                                            struct sdp_graph_conf *gc, unsigned long long limit);

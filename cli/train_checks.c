@@ -74,6 +74,7 @@ static int gpu_fits(struct sdp_recipe *r, enum sdp_dtype work_dt, unsigned long 
         return -EINVAL;
     }
     need = sdp_cli_fit_activations(r, &r->model, work_dt, &gc, limit);
+    r->recompute = gc.recompute;
     r->act_offload = gc.offload_inputs;
     if (limit > 0 && need > limit) {
         sdp_err(-ENOMEM,
