@@ -78,11 +78,13 @@ int sdp_cli_plan_split(const struct sdp_cli_run *cr, const struct sdp_cli_machin
  * (the recipe's ranks; its graph then has one).  @return 0 or a negative errno (logged) */
 int sdp_cli_roundpipe_configure(const struct sdp_recipe *r, int width);
 
-/* AutoPolicy's placements of a decoder layer's activations, the chooser's options in order */
-#define SDP_AUTO_NPLACE 5
+/* AutoPolicy's placements of a decoder layer's activations, the chooser's options in order: the
+ * last two are full recomputation and full recomputation offloaded (the least GPU memory) */
+#define SDP_AUTO_NPLACE 7
 extern const enum sdp_act_place sdp_auto_place_act[SDP_AUTO_NPLACE];
 extern const int sdp_auto_place_off[SDP_AUTO_NPLACE];
 extern const char *const sdp_auto_place_name[SDP_AUTO_NPLACE]; /* keep ... recompute, offload */
+extern const char *const sdp_auto_place_plan[SDP_AUTO_NPLACE]; /* its plan rows' activations */
 
 /** Every decoder layer of p at placement k. */
 void sdp_auto_set_all(struct sdp_plan *p, int k);
