@@ -117,8 +117,7 @@ static int run_reduced(struct sdp_train *t, struct sdp_state *st, int k, int32_t
     sdp_cli_place_norms(1, gc.window);
     rc = sdp_plan_init(&p, st, &gc);
     if (!rc)
-        rc = sdp_plan_set(&p, st, 1, L, "activations",
-                          sdp_auto_place_off[k] ? "recompute" : sdp_auto_place_name[k]);
+        rc = sdp_plan_set(&p, st, 1, L, "activations", sdp_auto_place_plan[k]);
     if (!rc)
         rc = sdp_plan_set(&p, st, 1, L, "offload", sdp_auto_place_off[k] ? "on" : "off");
     if (!rc && !(rc = sdp_plan_check(&p, st, &gc)))

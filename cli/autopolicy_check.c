@@ -22,8 +22,7 @@ int sdp_train_auto_apply(const struct sdp_train *t, struct sdp_plan *p)
     for (int i = 0; !rc && i < a->nrows; i++) {
         const struct sdp_auto_row *w = &a->rows[i];
         rc = sdp_plan_set(p, &t->st, w->first, w->last, "activations",
-                          sdp_auto_place_off[w->place] ? "recompute"
-                                                       : sdp_auto_place_name[w->place]);
+                          sdp_auto_place_plan[w->place]);
         if (!rc)
             rc = sdp_plan_set(p, &t->st, w->first, w->last, "offload",
                               sdp_auto_place_off[w->place] ? "on" : "off");

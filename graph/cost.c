@@ -144,7 +144,7 @@ unsigned long long sdp_plan_layer_bytes(const struct sdp_model_cfg *m, enum sdp_
 {
     const unsigned long long es = sdp_dtype_size(work_dtype),
                              n = (unsigned long long)micro_batch * (unsigned long long)seq_len;
-    int kind = act == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE : SDP_RECOMPUTE_FULL;
+    int kind = sdp_act_saved(act);
     unsigned long long b = 0;
     if (act == SDP_ACT_KEEP)
         return sdp_model_layer_act_bytes(m, micro_batch, seq_len, (int)es, 0);
@@ -174,7 +174,7 @@ unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct
     bytes = 2ull * group_max * (es + 4) + 3ull * n * (unsigned long long)m->hidden_size * es;
     for (int l = 1; l <= p->nlayers; l++) {
         const struct sdp_plan_group *pg = &p->group[l];
-        int kind = pg->act == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE : SDP_RECOMPUTE_FULL;
+        int kind = sdp_act_saved(pg->act);
         bytes += sdp_plan_layer_bytes(m, work_dtype, micro_batch, seq_len, pg->act,
                                       pg->offload && pg->act != SDP_ACT_KEEP);
         nrec += pg->act != SDP_ACT_KEEP;

@@ -205,10 +205,11 @@ int sdp_graph_fill_i32(sdp_rt_tensor_t *t, const int32_t *src, size_t n);
 
 /* a decoder layer's forward and backward (graph/layer.c) */
 int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
-                        sdp_rt_tensor_t *x, sdp_rt_tensor_t *mid, sdp_rt_tensor_t *gu,
-                        struct layer_acts *a, sdp_rt_tensor_t *out, unsigned long long after);
+                        sdp_rt_tensor_t *x, const struct layer_acts *keep, struct layer_acts *a,
+                        sdp_rt_tensor_t *out, unsigned long long after);
 int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t *x,
                         struct layer_acts *a, sdp_rt_tensor_t *dres, unsigned long long *done);
+void sdp_graph_keep_for_recompute(struct layer_acts *a, enum sdp_act_place act);
 int sdp_graph_recomputed(const sdp_graph_t *g, int l);
 unsigned long long sdp_graph_bwd_gate(const sdp_graph_t *g, const unsigned long long *done, int l);
 

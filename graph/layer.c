@@ -40,15 +40,20 @@ static unsigned long long ws_budget(const sdp_graph_t *g)
 
 /* Forward of decoder layer l (group l) on x (N, C).  Fills a with every intermediate; writes the
  * layer output into out (N, C) unless out is NULL (recomputation needs the intermediates only).
- * mid, when given (selective recomputation, keep-mlp), is the layer's mid residual x + attention
- * kept from the forward: a takes it over as its xmid, the attention's output projection is not
- * computed again, and the MLP half, which needs only mid, is submitted first, since the backward
- * starts there.  gu, when given with mid (keep-mlp), is the gate/up projection kept from the
- * forward, taken over as a->gu: the MLP half then only normalises mid and applies the SwiGLU.  The
- * first task of each half, and with gu the SwiGLU, waits for the task tagged `after` (0: none). */
+ * keep (NULL: nothing) holds what the forward kept for a recomputation, taken over by a (even if
+ * a temporary below cannot be made; keep may be a itself):
+ * - xmid (selective recomputation, keep-mlp), the layer's mid residual x + attention: the
+ *   attention's output projection is not computed again, and the MLP half, which needs only mid,
+ *   is submitted first, since the backward starts there;
+ * - gu with xmid (keep-mlp), the gate/up projection: the MLP half then only normalises mid and
+ *   applies the SwiGLU;
+ * - att and lse (keep-attn), the attention's output and log-sum-exp: the attention core is not
+ *   computed again (its inputs are: the backward reads them).
+ * The first task of each half, and with gu the SwiGLU, waits for the task tagged `after` (0:
+ * none). */
 int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase ph,
-                        sdp_rt_tensor_t *x, sdp_rt_tensor_t *mid, sdp_rt_tensor_t *gu,
-                        struct layer_acts *a, sdp_rt_tensor_t *out, unsigned long long after)
+                        sdp_rt_tensor_t *x, const struct layer_acts *keep, struct layer_acts *a,
+                        sdp_rt_tensor_t *out, unsigned long long after)
 {
     struct sdp_state *st = g->st;
     sdp_rt_tensor_t *W = compute_work(g, l, step, rank_of(g, mb));
@@ -57,17 +62,26 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
     float eps = (float)st->cfg.rms_norm_eps;
     struct sdp_task_opts o = opts(g, step, l, mb, ph);
     const struct sdp_attention_host ah = { g->seg_host, ws_budget(g) };
+    struct layer_acts k = { 0 };
+    if (keep)
+        k = *keep;
+    sdp_rt_tensor_t *mid = k.xmid, *gu = k.gu;
+    int att_kept = k.att != NULL;
     memset(a, 0, sizeof(*a));
-    a->xmid = mid; /* taken over even if a temporary below cannot be made */
+    a->xmid = mid;
     a->gu = gu;
+    a->att = k.att;
+    a->lse = k.lse;
     TRY_RET(temp(&a->h1, g->act_dt, (size_t)N * g->C, "h1", mb, l));
     TRY_RET(temp(&a->rstd1, SDP_F32, (size_t)N, "rstd1", mb, l));
     TRY_RET(temp(&a->qkv, g->act_dt, (size_t)N * g->QKV, "qkv", mb, l));
     TRY_RET(temp(&a->qkv2, g->act_dt, (size_t)N * g->QKV, "qkv_rope", mb, l));
     if (qk)
         TRY_RET(temp(&a->rstdqk, SDP_F32, (size_t)N * (g->NH + g->NKV), "rstd_qk", mb, l));
-    TRY_RET(temp(&a->att, g->act_dt, (size_t)N * g->NH * g->HD, "att", mb, l));
-    TRY_RET(temp(&a->lse, SDP_F32, (size_t)B * g->NH * T, "lse", mb, l));
+    if (!att_kept) {
+        TRY_RET(temp(&a->att, g->act_dt, (size_t)N * g->NH * g->HD, "att", mb, l));
+        TRY_RET(temp(&a->lse, SDP_F32, (size_t)B * g->NH * T, "lse", mb, l));
+    }
     if (!mid)
         TRY_RET(temp(&a->xmid, g->act_dt, (size_t)N * g->C, "xmid", mb, l));
     TRY_RET(temp(&a->h2, g->act_dt, (size_t)N * g->C, "h2", mb, l));
@@ -100,8 +114,9 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
         &o, a->qkv2, a->rstdqk, a->qkv, W, qk ? sdp_state_off(st, l, SDP_PT_QNORM) : (size_t)-1,
         qk ? sdp_state_off(st, l, SDP_PT_KNORM) : (size_t)-1, &g->rope,
         g->c.doc_positions ? g->seg_mb : NULL, N, T, g->NH, g->NKV, g->HD, eps));
-    TRY_RET(sdp_task_attention_fwd_seg(&o, a->att, a->lse, a->qkv2, g->seg_mb, &ah, B, T, g->NH,
-                                       g->NKV, g->HD));
+    if (!att_kept)
+        TRY_RET(sdp_task_attention_fwd_seg(&o, a->att, a->lse, a->qkv2, g->seg_mb, &ah, B, T, g->NH,
+                                           g->NKV, g->HD));
     if (mid)
         return 0;
     TRY_RET(sdp_task_matmul_fwd(&o, a->xmid, x, a->att, W, sdp_state_off(st, l, SDP_PT_O), N,
@@ -222,6 +237,25 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
         *done = o.tag;
     sdp_rt_tensor_release(dh1);
     return 0;
+}
+
+/* What a recomputed layer keeps of its forward's intermediates a (the rest released): selective
+ * its mid residual; keep-mlp the mid residual and the gate/up projection; keep-attn the
+ * attention's output and LSE; recompute nothing (its input is kept by the caller). */
+void sdp_graph_keep_for_recompute(struct layer_acts *a, enum sdp_act_place act)
+{
+    struct layer_acts k = { 0 };
+    int km = act == SDP_ACT_KEEP_MLP, ka = act == SDP_ACT_KEEP_ATTN;
+    if (act == SDP_ACT_SELECTIVE || km)
+        k.xmid = a->xmid, a->xmid = NULL;
+    if (km)
+        k.gu = a->gu, a->gu = NULL;
+    if (ka) {
+        k.att = a->att, a->att = NULL;
+        k.lse = a->lse, a->lse = NULL;
+    }
+    sdp_graph_release_acts(a);
+    *a = k;
 }
 
 /* Whether the backward recomputes layer l's activations (the plan's act). */

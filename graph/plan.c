@@ -70,7 +70,9 @@ static enum sdp_act_place act_of(const struct sdp_graph_conf *c, int L, int l)
         return SDP_ACT_KEEP;
     if (l > L - c->keep_last - c->keep_mlp)
         return SDP_ACT_KEEP_MLP;
-    return c->recompute == SDP_RECOMPUTE_SELECTIVE ? SDP_ACT_SELECTIVE : SDP_ACT_RECOMPUTE;
+    return c->recompute == SDP_RECOMPUTE_SELECTIVE ? SDP_ACT_SELECTIVE
+           : c->recompute == SDP_RECOMPUTE_ATTN    ? SDP_ACT_KEEP_ATTN
+                                                   : SDP_ACT_RECOMPUTE;
 }
 
 static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
@@ -199,7 +201,8 @@ static int pick(const char *value, const char *const *names, int n)
     return -1;
 }
 
-static const char *const act_names[] = { "keep", "recompute", "selective", "keep-mlp" };
+static const char *const act_names[] = { "keep", "recompute", "selective", "keep-mlp",
+                                         "keep-attn" };
 static const char *const onoff[] = { "off", "on" };
 
 /* Set key to value on group gi (checked by the caller: known key and value). */
@@ -235,8 +238,8 @@ int sdp_plan_set(struct sdp_plan *p, const struct sdp_state *st, int first, int 
 {
     static const char *const keys[] = { "activations", "offload", "grad_route", "update",
                                         "mlp_early" };
-    static const char *const allowed[] = { "keep, recompute, selective or keep-mlp", "on or off",
-                                           "cpu or gpu", "host or gpu", "on or off" };
+    static const char *const allowed[] = { "keep, recompute, selective, keep-mlp or keep-attn",
+                                           "on or off", "cpu or gpu", "host or gpu", "on or off" };
     static const char *const routes[] = { "cpu", "gpu" }, *const homes[] = { "host", "gpu" };
     int k = pick(key, keys, 5), v, L = p->nlayers;
     if (k < 0)
@@ -244,7 +247,7 @@ int sdp_plan_set(struct sdp_plan *p, const struct sdp_state *st, int first, int 
                        "plan: unknown key '%s' (activations, offload, grad_route, update, "
                        "mlp_early)",
                        key);
-    v = k == 0   ? pick(value, act_names, 4)
+    v = k == 0   ? pick(value, act_names, 5)
         : k == 2 ? pick(value, routes, 2)
         : k == 3 ? pick(value, homes, 2)
                  : pick(value, onoff, 2);

@@ -30,15 +30,28 @@ enum sdp_act_place {
     SDP_ACT_RECOMPUTE, /* only the input kept; the backward recomputes the layer's forward */
     SDP_ACT_SELECTIVE, /* the input and the mid residual kept: the recomputation skips the
                           attention's output projection */
-    SDP_ACT_KEEP_MLP   /* the input, the mid residual and the gate/up projection kept: the
+    SDP_ACT_KEEP_MLP,  /* the input, the mid residual and the gate/up projection kept: the
                           recomputation skips the output and gate/up projections */
+    SDP_ACT_KEEP_ATTN  /* the input and the attention's output and LSE kept: the recomputation
+                          skips the attention core (long sequences) */
 };
+
+/* What a placement saves from the forward, as the model's enum sdp_recompute counts it (keep-mlp:
+ * its input; its mid residual and gate/up projection are counted beside). */
+static inline int sdp_act_saved(enum sdp_act_place a)
+{
+    return a == SDP_ACT_KEEP        ? SDP_RECOMPUTE_NONE
+           : a == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE
+           : a == SDP_ACT_KEEP_ATTN ? SDP_RECOMPUTE_ATTN
+                                    : SDP_RECOMPUTE_FULL;
+}
 
 /* One parameter group's row of the plan. */
 struct sdp_plan_group {
     enum sdp_act_place act; /* decoder layers; SDP_ACT_KEEP for the embedding and the head */
-    int offload;            /* the saved input (and a selective mid residual) leaves the GPU after
-                               the forward and comes back for the recomputation */
+    int offload;            /* the saved input (and a selective mid residual, keep-attn's output
+                               and LSE) leaves the GPU after the forward and comes back for the
+                               recomputation */
     int work_gpu;           /* the working copy's home is the GPU (staged: train.work_home or
                                embed_home gpu); 0: the host */
     int work_chunks;        /* one rank, the working copy on the host and chunked: each chunk
@@ -102,7 +115,7 @@ static inline int sdp_plan_one_rank(const struct sdp_plan *p)
 int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct sdp_graph_conf *c);
 
 /** Set field `key` of groups first..last (inclusive; 0: embedding, L + 1: head) to `value`:
- *   activations  keep | recompute | selective | keep-mlp   (decoder layers)
+ *   activations  keep | recompute | selective | keep-mlp | keep-attn   (decoder layers)
  *   offload      on | off                                   (recomputed decoder layers)
  *   grad_route   cpu | gpu                                  (with ranks)
  *   update       host | gpu                                 (decoder layers, see sdp_plan_check)

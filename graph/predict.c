@@ -118,6 +118,8 @@ static double layer_compute_s(const struct sdp_model_cfg *m, int B, int T,
         rg = gemm - o, ra = attn;
     else if (act == SDP_ACT_KEEP_MLP)
         rg = gemm - o - gu, ra = attn;
+    else if (act == SDP_ACT_KEEP_ATTN)
+        rg = gemm;
     return (3.0 * gemm + rg) / mc->gpu_flops + (3.5 * attn + ra) / mc->gpu_attn_flops;
 }
 
@@ -218,9 +220,7 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
     if (frozen)
         host *= twice ? 2 : 0, twice = 0;
     if (layer && pg->offload && pg->act != SDP_ACT_KEEP) /* out after the forward, back later */
-        act = (double)sdp_model_layer_act_bytes(
-            m, B, T, r->es,
-            pg->act == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE : SDP_RECOMPUTE_FULL);
+        act = (double)sdp_model_layer_act_bytes(m, B, T, r->es, sdp_act_saved(pg->act));
     if (layer) {
         cf = nr * layer_fwd_s(m, B, T, mc);
         ct = nr *
@@ -253,13 +253,15 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
     else
         a->adamw += nt * adamw_bpp(gb, r->es);
     /* a layer's GPU tasks: forward 9 (two norms, four matmuls, RoPE, attention, SwiGLU), as many
-     * again recomputed (selective: the output projection not; keep-mlp: the gate/up not either),
+     * again recomputed (selective: the output projection not; keep-mlp: the gate/up not either;
+     * keep-attn: the attention not),
      * backward 13 (eight matmuls, two norms, RoPE, attention, SwiGLU); the gradient's zeroing
      * and packing */
     a->tasks += layer ? nr * (9 + 13 +
                               (pg->act == SDP_ACT_RECOMPUTE   ? 9
                                : pg->act == SDP_ACT_SELECTIVE ? 8
                                : pg->act == SDP_ACT_KEEP_MLP  ? 6
+                               : pg->act == SDP_ACT_KEEP_ATTN ? 8
                                                               : 0)) +
                             2
                       : 2 * nr + 2;
@@ -546,6 +548,7 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
         if (gi >= 1 && gi <= L && c->recompute && gi <= L - c->keep_last)
             act = gi > L - c->keep_last - c->keep_mlp       ? SDP_ACT_KEEP_MLP
                   : c->recompute == SDP_RECOMPUTE_SELECTIVE ? SDP_ACT_SELECTIVE
+                  : c->recompute == SDP_RECOMPUTE_ATTN      ? SDP_ACT_KEEP_ATTN
                                                             : SDP_ACT_RECOMPUTE;
         pg->act = act;
         pg->offload = act != SDP_ACT_KEEP && c->offload_inputs;

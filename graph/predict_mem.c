@@ -111,8 +111,7 @@ void sdp_predict_host_peak(const struct sdp_predict_run *run, const struct sdp_p
             b += n * 4ull * (p->nranks > 1 && !pg->grad_gpu ? (unsigned)p->nranks : 1u);
         if (gi >= 1 && gi <= p->nlayers && pg->offload && pg->act != SDP_ACT_KEEP)
             b += sdp_model_layer_act_bytes(run->m, run->micro_batch, run->seq_len, (int)es,
-                                           pg->act == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE
-                                                                        : SDP_RECOMPUTE_FULL);
+                                           sdp_act_saved(pg->act));
     }
     if (run->work_staged)
         b += (unsigned long long)(run->stage_buffers > 0 ? run->stage_buffers : p->ngroups) *

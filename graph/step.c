@@ -48,27 +48,19 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     for (l = 1; l <= L; l++) {
         TRY_GOTO(temp(&xs[l], g->act_dt, (size_t)N * g->C, "x", mb, l));
         TRY_GOTO(sdp_graph_dispatch(g, step, mb, l));
-        TRY_GOTO(sdp_graph_layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], NULL, NULL, &kept[l],
-                                     xs[l], 0));
+        TRY_GOTO(
+            sdp_graph_layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], NULL, &kept[l], xs[l], 0));
         enum sdp_act_place act = g->plan.group[l].act;
-        if (act != SDP_ACT_KEEP) { /* else kept whole for the backward */
-            /* selective: only the mid residual stays for the recomputation; keep-mlp: the mid
-             * residual and the gate/up projection */
-            int km = act == SDP_ACT_KEEP_MLP;
-            sdp_rt_tensor_t *mid = act == SDP_ACT_SELECTIVE || km ? kept[l].xmid : NULL;
-            sdp_rt_tensor_t *gu = km ? kept[l].gu : NULL;
-            if (mid)
-                kept[l].xmid = NULL;
-            if (gu)
-                kept[l].gu = NULL;
-            sdp_graph_release_acts(&kept[l]);
-            kept[l].xmid = mid;
-            kept[l].gu = gu;
-        }
+        if (act != SDP_ACT_KEEP) /* else kept whole for the backward */
+            sdp_graph_keep_for_recompute(&kept[l], act);
         if (g->plan.group[l].offload) { /* back for layer l's recomputation */
             sdp_rt_tensor_offload(xs[l - 1]);
             if (kept[l].xmid && act != SDP_ACT_KEEP_MLP) /* keep-mlp's tensors stay on the GPU */
                 sdp_rt_tensor_offload(kept[l].xmid);
+            if (kept[l].att) {
+                sdp_rt_tensor_offload(kept[l].att);
+                sdp_rt_tensor_offload(kept[l].lse);
+            }
         }
         if (last && l <= L - g->plan.window && !g->rwork)
             sdp_graph_window_let_go(g, step, l, r);
@@ -123,9 +115,8 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
                                      sdp_graph_recomputed(g, l) ? SDP_PH_RECOMPUTE : SDP_PH_BWD,
                                      sdp_graph_bwd_gate(g, done, l), r));
         if (sdp_graph_recomputed(g, l)) /* kept[l] holds the mid residual, if any, and fills up */
-            TRY_GOTO(sdp_graph_layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], kept[l].xmid,
-                                         kept[l].gu, &kept[l], NULL,
-                                         sdp_graph_bwd_gate(g, done, l)));
+            TRY_GOTO(sdp_graph_layer_fwd(g, step, mb, l, SDP_PH_RECOMPUTE, xs[l - 1], &kept[l],
+                                         &kept[l], NULL, sdp_graph_bwd_gate(g, done, l)));
         TRY_GOTO(sdp_graph_zero_grad(g, step, mb, l, sdp_graph_bwd_gate(g, done, l)));
         TRY_GOTO(sdp_graph_layer_bwd(g, step, mb, l, xs[l - 1], &kept[l], dres,
                                      g->plan.bwd_lookahead >= 0 ? &done[l] : NULL));
@@ -342,7 +333,7 @@ int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits
                                     sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
     for (l = 1; l <= g->L; l++) {
         TRY_GOTO(temp(&y, g->act_dt, (size_t)N * g->C, "x", 0, l));
-        rc = sdp_graph_layer_fwd(g, -1, 0, l, SDP_PH_FWD, x, NULL, NULL, &a, y, 0);
+        rc = sdp_graph_layer_fwd(g, -1, 0, l, SDP_PH_FWD, x, NULL, &a, y, 0);
         sdp_graph_release_acts(&a);
         if (rc)
             goto fail;

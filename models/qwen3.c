@@ -382,6 +382,8 @@ size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, 
     const size_t I = (size_t)cfg->intermediate_size, HD = (size_t)cfg->head_dim;
     const size_t NH = (size_t)cfg->num_heads, NKV = (size_t)cfg->num_kv_heads;
     const size_t eb = (size_t)elem_bytes;
+    if (recompute == SDP_RECOMPUTE_ATTN) /* the input, the attention's output, its fp32 LSE */
+        return N * ((C + NH * HD) * eb + NH * 4);
     if (recompute)
         return N * C * eb * (recompute == SDP_RECOMPUTE_SELECTIVE ? 2 : 1);
     size_t mlp = 3 * I, f32 = 2 + NH + (cfg->qk_norm ? NH + NKV : 0);

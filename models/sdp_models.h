@@ -186,14 +186,21 @@ double sdp_model_layer_fwd_flops(const struct sdp_model_cfg *cfg, int B, int T);
 double sdp_model_train_flops_per_token(const struct sdp_model_cfg *cfg, int T);
 
 /* What the backward does with a layer's activations (sdp_graph_conf.recompute, the recipe's
- * train.activations): keep them all from the forward, recompute them from the layer's input, or
- * recompute them from the input and the mid residual (input + attention) kept too. */
-enum sdp_recompute { SDP_RECOMPUTE_NONE = 0, SDP_RECOMPUTE_FULL = 1, SDP_RECOMPUTE_SELECTIVE = 2 };
+ * train.activations): keep them all from the forward, recompute them from the layer's input,
+ * recompute them from the input and the mid residual (input + attention) kept too, or recompute
+ * them from the input and the attention's output and log-sum-exp kept too (ATTN: the
+ * recomputation skips the attention core, whose cost grows with the sequence's square). */
+enum sdp_recompute {
+    SDP_RECOMPUTE_NONE = 0,
+    SDP_RECOMPUTE_FULL = 1,
+    SDP_RECOMPUTE_SELECTIVE = 2,
+    SDP_RECOMPUTE_ATTN = 3
+};
 
 /** Bytes of the activations one decoder layer keeps between forward and backward for B*T tokens
  * (recompute: enum sdp_recompute): its input when it is recomputed, its input and its mid
- * residual when selectively, every intermediate when it is kept whole; in elements of
- * elem_bytes. */
+ * residual when selectively, its input and the attention's output and LSE with ATTN, every
+ * intermediate when it is kept whole; in elements of elem_bytes. */
 size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, int elem_bytes,
                                  int recompute);
 

@@ -118,6 +118,12 @@ static void mixed(struct sdp_plan *p, const struct sdp_state *st)
     CHECK(sdp_plan_set(p, st, 4, 4, "activations", "recompute") == 0, "set layer 4 recompute");
 }
 
+static void attn_kept(struct sdp_plan *p, const struct sdp_state *st)
+{
+    CHECK(sdp_plan_set(p, st, 2, 3, "activations", "keep-attn") == 0, "set layers 2-3 keep-attn");
+    CHECK(sdp_plan_set(p, st, 3, 3, "offload", "on") == 0, "offload layer 3");
+}
+
 static void mlp_early2(struct sdp_plan *p, const struct sdp_state *st)
 {
     CHECK(sdp_plan_set(p, st, 2, 2, "mlp_early", "on") == 0, "set layer 2 mlp_early");
@@ -174,6 +180,11 @@ static void check_counts(const struct evs *x, const struct sdp_plan *p, const st
                   rec, want_rec, pc->what);
             CHECK(count(x, "attention_bwd", "bwd", l, mb) == 1, "layer %d mb %d: attention_bwd", l,
                   mb);
+            /* keep-attn recomputes all but the attention core */
+            int want_att = p->group[l].act != SDP_ACT_KEEP && p->group[l].act != SDP_ACT_KEEP_ATTN;
+            CHECK(count(x, "attention_fwd", "recompute", l, mb) == want_att,
+                  "layer %d mb %d: %d recomputed attention_fwd, want %d", l, mb,
+                  count(x, "attention_fwd", "recompute", l, mb), want_att);
         }
         CHECK((rec_any > 0) == (p->group[l].act != SDP_ACT_KEEP),
               "layer %d: %d recompute tasks for activation %d", l, rec_any, (int)p->group[l].act);
@@ -206,9 +217,10 @@ static void check_counts(const struct evs *x, const struct sdp_plan *p, const st
     }
 }
 
-/* One step of a plan case; its loss into *loss.  @return 0 or 1 (setup failed) */
+/* One step of a plan case; its loss and gradient norm (the backward's bits) into out.  @return 0
+ * or 1 (setup failed) */
 static int run_case(const struct sdp_model_cfg *cfg, const struct plan_case *pc, const char *tmp,
-                    double *loss)
+                    double out[2])
 {
     struct sdp_state st;
     struct sdp_graph_conf gc = { .micro_batch = B,
@@ -254,8 +266,9 @@ static int run_case(const struct sdp_model_cfg *cfg, const struct plan_case *pc,
         return 1;
     }
     sdp_trace_stop();
-    printf("  %d task events, loss %.9g\n", x.n, res.loss);
-    *loss = res.loss;
+    printf("  %d task events, loss %.9g, gradient norm %.9g\n", x.n, res.loss, res.grad_norm);
+    out[0] = res.loss;
+    out[1] = res.grad_norm;
     check_counts(&x, &p, pc);
     check_order(&x, &p);
     free(x.v);
@@ -327,6 +340,13 @@ int main(void)
           mixed,
           { 0, 0, 2, 1, 3 },
           { 0 } },
+        { "per layer: keep-attn, keep-attn offloaded, recompute",
+          SDP_RECOMPUTE_FULL,
+          1,
+          0,
+          attn_kept,
+          { 0, 3, 3, 3, 0 },
+          { 0 } },
         { "bf16 return, early embedding rows, layer 2's MLP early",
           SDP_RECOMPUTE_FULL,
           1,
@@ -338,7 +358,7 @@ int main(void)
     const char *top = getenv("top_srcdir");
     struct sdp_rt_conf rc = { 0 };
     struct sdp_model_cfg cfg;
-    double loss[4];
+    double loss[5][2];
     char dir[4096], tmp[] = "/tmp/sdp_graph_tasks.XXXXXX";
     snprintf(dir, sizeof(dir), "%s/tests/ref/data/qwen3-tiny", top ? top : ".");
     if (sdp_hfconfig_load(dir, &cfg) || !mkdtemp(tmp)) {
@@ -355,12 +375,14 @@ int main(void)
         printf("---- %s ----\n", dry ? "dry run: no kernels" : "CPU kernels");
         sdp_cl_dry_run(dry);
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-            if (run_case(&cfg, &cases[i], tmp, &loss[i]))
+            if (run_case(&cfg, &cases[i], tmp, loss[i]))
                 sdp_test_nfail++;
     }
     /* where activations live changes no bits */
-    CHECK(loss[0] == loss[1] && loss[0] == loss[2], "losses %.17g %.17g %.17g differ", loss[0],
-          loss[1], loss[2]);
+    for (int i = 1; i <= 3; i++)
+        for (int k = 0; k < 2; k++)
+            CHECK(loss[i][k] == loss[0][k], "case %d: %s %.17g, case 0: %.17g", i,
+                  k ? "gradient norm" : "loss", loss[i][k], loss[0][k]);
     check_api(&cfg);
     rmdir(tmp);
     sdp_tasks_shutdown();
