@@ -335,7 +335,8 @@ static void print_summary(const struct sdp_train *t, double seconds)
 static int run(struct sdp_train *t)
 {
     const struct sdp_recipe *r = t->r;
-    size_t n = (size_t)r->global_batch * r->seq_len;
+    int first;
+    size_t n = (size_t)sdp_train_nodes_rows(r, &first) * r->seq_len; /* this node's rows */
     double t0;
     int rc;
 

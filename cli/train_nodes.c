@@ -173,3 +173,16 @@ int sdp_train_nodes_stop(int mine, int *stop)
 {
     return sdp_rt_nodes_max(mine, stop) ? SDP_EXIT_FAILURE : SDP_EXIT_OK;
 }
+
+int sdp_train_nodes_rows(const struct sdp_recipe *r, int *first)
+{
+    /* sdp_train_nodes_setup checked that the micro-batches divide among the nodes */
+    int n = r->nodes > 1 ? r->nodes : 1, count = r->global_batch / n;
+    *first = count * (n > 1 ? r->node : 0);
+    return count;
+}
+
+int sdp_train_nodes_any(long long mine, int *any)
+{
+    return sdp_rt_nodes_max(mine > 0, any) ? -EIO : 0;
+}

@@ -80,6 +80,24 @@ int sdp_graph_reduce_nodes(sdp_graph_t *g, int step, int gi, struct sdp_task_opt
     return 0;
 }
 
+/* The step's count of targets over every node's micro-batches: each node's, gathered as doubles
+ * (exact: a count below 2^53) and added. */
+int sdp_graph_nodes_valid(sdp_graph_t *g, long long *valid)
+{
+    double mine = (double)*valid, *all = malloc((size_t)g->P * sizeof(*all));
+    if (!all)
+        return sdp_err(-ENOMEM, "target counts of %d nodes", g->P);
+    if (!g->c.allgather || g->c.allgather(&mine, all, 1) != 0) {
+        free(all);
+        return g->c.allgather ? -EIO : sdp_err(-EINVAL, "graph: %d nodes but no exchange", g->P);
+    }
+    *valid = 0;
+    for (int n = 0; n < g->P; n++)
+        *valid += (long long)all[n];
+    free(all);
+    return 0;
+}
+
 /* The step's mean loss over every node's micro-batches: each node's per-micro-batch sums,
  * gathered and added in the run's micro-batch order (the bits of one node). */
 int sdp_graph_nodes_loss(sdp_graph_t *g, const double *mine, double *sum)
