@@ -109,6 +109,7 @@ int sdp_tasks_use_node_nccl(int node, int nnodes, int workerid, int (*bcast)(voi
 {
     struct id_msg m = { 0 };
     ncclResult_t r = ncclSuccess;
+    int prev = 0;
     if (comm_nodes)
         return sdp_err(-EINVAL, "NCCL between the nodes is already set up (%d)", comm_nodes);
     if (workerid < 0 || starpu_worker_get_type(workerid) != STARPU_CUDA_WORKER)
@@ -122,10 +123,17 @@ int sdp_tasks_use_node_nccl(int node, int nnodes, int workerid, int (*bcast)(voi
         return node == 0 ? sdp_err(-EIO, "ncclGetUniqueId failed: %s", ncclGetErrorString(r))
                          : -EIO; /* reported on node 0 */
     comm_dev = starpu_worker_get_devid(workerid);
+    SDP_CUDA_CHECK(cudaGetDevice(&prev)); /* this thread's device, as it was */
     SDP_CUDA_CHECK(cudaSetDevice(comm_dev));
-    if ((r = ncclCommInitRank(&comm, nnodes, m.id, node)) != ncclSuccess)
-        return sdp_err(-EIO, "node %d: ncclCommInitRank over %d nodes (GPU %d) failed: %s", node,
-                       nnodes, comm_dev, ncclGetErrorString(r));
+    r = ncclCommInitRank(&comm, nnodes, m.id, node);
+    SDP_CUDA_CHECK(cudaSetDevice(prev));
+    if (r != ncclSuccess) {
+        sdp_err(-EIO, "node %d: ncclCommInitRank over %d nodes (GPU %d) failed: %s", node, nnodes,
+                comm_dev, ncclGetErrorString(r));
+        sdp_hint("NCCL_DEBUG=INFO says why; train.grad_route: cpu sends the gradient through "
+                 "StarPU-MPI instead");
+        return -EIO;
+    }
     if (sdp_rt_tensor_temp(&order, SDP_F32, 1, "node_nccl_order")) {
         ncclCommDestroy(comm);
         return -ENOMEM;
