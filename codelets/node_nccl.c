@@ -46,7 +46,7 @@ static void node_send_nccl_cuda(void *buffers[], void *cl_arg)
                a->key.d[2], ncclGetErrorString(r));
 }
 
-/* buffers: the vector (W), order (W) */
+/* buffers: the vector (W), order (W), and the tensor it waits for (R, not read) where given */
 static void node_recv_nccl_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_node_nccl_args *a = cl_arg;
@@ -94,8 +94,7 @@ struct starpu_codelet sdp_cl_node_recv_nccl = {
     .cuda_funcs = { node_recv_nccl_cuda },
     .cuda_flags = { STARPU_CUDA_ASYNC },
     .can_execute = on_comm_gpu,
-    .nbuffers = 2,
-    .modes = { STARPU_W, STARPU_W },
+    .nbuffers = STARPU_VARIABLE_NBUFFERS, /* the modes with each task */
     .model = &sdp_pm_node_recv_nccl,
 };
 
@@ -150,9 +149,9 @@ int sdp_tasks_node_nccl(void)
 }
 
 static int submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, sdp_rt_tensor_t *t,
-                  int node, enum starpu_data_access_mode mode)
+                  int node, enum starpu_data_access_mode mode, sdp_rt_tensor_t *wait)
 {
-    struct sdp_cl_buf b[2] = { { t, mode }, { order, STARPU_W } };
+    struct sdp_cl_buf b[3] = { { t, mode }, { order, STARPU_W }, { wait, STARPU_R } };
     struct sdp_node_nccl_args *a;
     size_t nbytes = sdp_rt_tensor_nelems(t) * sdp_dtype_size(sdp_rt_tensor_dtype(t));
     if (!comm_nodes || node < 0 || node >= comm_nodes)
@@ -162,17 +161,19 @@ static int submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, sdp_
     a->key.d[0] = (int)(nbytes & 0x7fffffff);
     a->key.d[1] = (int)(nbytes >> 31);
     a->key.d[2] = node;
-    return sdp_cl_submit(cl, o, a, sizeof(*a), 0.0, b, 2);
+    return sdp_cl_submit(cl, o, a, sizeof(*a), 0.0, b, wait ? 3 : 2);
 }
 
 int sdp_task_node_send_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node)
 {
-    return submit(&sdp_cl_node_send_nccl, o, t, node, STARPU_R);
+    return submit(&sdp_cl_node_send_nccl, o, t, node, STARPU_R, NULL);
 }
 
-int sdp_task_node_recv_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node)
+int sdp_task_node_recv_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node,
+                            sdp_rt_tensor_t *wait)
 {
-    return submit(&sdp_cl_node_recv_nccl, o, t, node, STARPU_W);
+    /* a receive holds the GPU's stream until its message comes: posted once wait is written */
+    return submit(&sdp_cl_node_recv_nccl, o, t, node, STARPU_W, wait);
 }
 
 void sdp_tasks_node_nccl_shutdown(void)
@@ -209,9 +210,11 @@ int sdp_task_node_send_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, i
                    sdp_rt_tensor_name(t), node);
 }
 
-int sdp_task_node_recv_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node)
+int sdp_task_node_recv_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node,
+                            sdp_rt_tensor_t *wait)
 {
     (void)o;
+    (void)wait;
     return sdp_err(-ENODEV, "NCCL receive of %s from node %d: this build has no NCCL",
                    sdp_rt_tensor_name(t), node);
 }

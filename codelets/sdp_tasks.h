@@ -289,7 +289,10 @@ int sdp_tasks_use_node_nccl(int node, int nnodes, int workerid, int (*bcast)(voi
 /** 1 once sdp_tasks_use_node_nccl() succeeded. */
 int sdp_tasks_node_nccl(void);
 int sdp_task_node_send_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node);
-int sdp_task_node_recv_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node);
+/** wait: NULL, or a tensor the receive waits for (R, never read): a receive holds its GPU's
+ * stream until the message comes, so it is best posted once this node's part is ready. */
+int sdp_task_node_recv_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node,
+                            sdp_rt_tensor_t *wait);
 
 /** The bf16 gradient return of one group: grad (n) f32 R, read whole (its partition plan gives
  * the chunks' bounds); for each chunk c: sumsq[c] (1) f64 W = its squared norm (the bits of

@@ -34,11 +34,14 @@ static sdp_rt_tensor_t *piece(const sdp_graph_t *g, int gi, int r, int c)
 
 /* One transfer of the exchange (recv: into t, else from t): on the GPU route through NCCL where
  * it is set up (codelets/node_nccl.c: rank 0's GPU to the other node's, in the order submitted,
- * which the graph keeps the same on every node), else as StarPU-MPI's requests. */
-static int xfer(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node, int64_t tag, int recv)
+ * which the graph keeps the same on every node; a receive posted once `wait`, this node's part,
+ * is written), else as StarPU-MPI's requests. */
+static int xfer(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node, int64_t tag, int recv,
+                sdp_rt_tensor_t *wait)
 {
     if (o->on_rank && sdp_tasks_node_nccl())
-        return recv ? sdp_task_node_recv_nccl(o, t, node) : sdp_task_node_send_nccl(o, t, node);
+        return recv ? sdp_task_node_recv_nccl(o, t, node, wait)
+                    : sdp_task_node_send_nccl(o, t, node);
     return recv ? sdp_task_node_recv(t, node, tag) : sdp_task_node_send(t, node, tag);
 }
 
@@ -51,7 +54,7 @@ static int chain(sdp_graph_t *g, struct sdp_task_opts o, int step, int gi, int c
         char name[64];
         snprintf(name, sizeof(name), "g%d.grad_from_node%d.%d", gi, n - 1, c);
         TRY_RET(sdp_rt_tensor_temp(&before, SDP_F32, sdp_rt_tensor_nelems(dst), name));
-        rc = xfer(&o, before, n - 1, tag_of(g, step, gi, c, 0), 1);
+        rc = xfer(&o, before, n - 1, tag_of(g, step, gi, c, 0), 1, dst);
         in[k++] = before;
     }
     for (int r = 1; r < g->R && !rc; r++)
@@ -63,13 +66,13 @@ static int chain(sdp_graph_t *g, struct sdp_task_opts o, int step, int gi, int c
     if (rc)
         return rc;
     if (n < last)
-        TRY_RET(xfer(&o, dst, n + 1, tag_of(g, step, gi, c, 0), 0));
+        TRY_RET(xfer(&o, dst, n + 1, tag_of(g, step, gi, c, 0), 0, NULL));
     /* the run's sum around the ring: last -> 0 -> 1 -> ... -> last - 1 */
     if (n == last)
-        return xfer(&o, dst, 0, tag_of(g, step, gi, c, 1), 0);
-    TRY_RET(xfer(&o, dst, n == 0 ? last : n - 1, tag_of(g, step, gi, c, 1), 1));
+        return xfer(&o, dst, 0, tag_of(g, step, gi, c, 1), 0, NULL);
+    TRY_RET(xfer(&o, dst, n == 0 ? last : n - 1, tag_of(g, step, gi, c, 1), 1, NULL));
     if (n + 1 < last)
-        TRY_RET(xfer(&o, dst, n + 1, tag_of(g, step, gi, c, 1), 0));
+        TRY_RET(xfer(&o, dst, n + 1, tag_of(g, step, gi, c, 1), 0, NULL));
     return 0;
 }
 
