@@ -62,6 +62,8 @@ const struct sdp_env_var sdp_env_vars[] = {
     { "STARPU_NCPU", "CPU workers (StarPU's; overrides train.cpus)",
       "capped at the cores the process may use, with a warning" },
     { "SLURM_JOB_ID", "set by Slurm", "the run's log names the job" },
+    { "OMPI_MPI_THREAD_LEVEL", "0-3 (Open MPI's; unset: 3, MPI_THREAD_MULTIPLE)",
+      "over several nodes: the MPI thread level asked for; below 3 the run is refused" },
     { "SLURM_CPUS_PER_TASK", "set by Slurm", "the CPU workers default to the job's cores" },
     { "PATH", "the shell's", "slidedp plot looks for gnuplot on it" },
     { "SDP_CACHE_DIR", "a directory (default $XDG_CACHE_HOME/slidedp, else ~/.cache/slidedp)",

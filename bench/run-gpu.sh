@@ -79,6 +79,11 @@
 #            (--collectives nccl) and through StarPU; RANKS="R PARAM GRAD COLL; ..." runs another
 #            list (R = all: every GPU); then PyTorch FSDP2 (PEER_SYSTEMS, default GPU-resident and
 #            CPU offload) on one GPU and on every GPU, MODEL/BATCH per GPU
+#   nodes    tests/e2e/test_e2e_nodes_nccl.sh: two processes on this host (two GPUs or more), one
+#            GPU each, standing in for two nodes: the GPU route's gradient between them through
+#            NCCL against one process of 2 ranks, and a process with another GPU count refused
+#            (OpenMPI on the host and a build with StarPU-MPI as RUN_BUNDLE, e.g. the source
+#            tree's own: tools/gpu-bundle.sh builds without it, and the test then says SKIP)
 #   correct  100 steps of recipes/qwen3-0.6b-compare.yaml at 16 sequences per step (micro-batches of
 #            4) on 1 GPU, on 2 (replicated, CPU reduction) and on every GPU with each of the four
 #            route combinations; the largest loss difference of each run against one GPU
@@ -445,6 +450,10 @@ PYEOF
             2> "$out/compare.log"
         log "compare: exit $? $(tail -n 1 "$out/compare.json")"
         rm -rf "$out/compare/init"
+        ;;
+    nodes)
+        PYTHON3=python3 timeout 500 tests/e2e/test_e2e_nodes_nccl.sh > "$out/nodes_nccl.log" 2>&1
+        log "test_e2e_nodes_nccl.sh: exit $? $(tail -n 1 "$out/nodes_nccl.log")"
         ;;
     ranks)
         PYTHON3=python3 timeout 300 tests/e2e/test_e2e_nccl.sh > "$out/nccl.log" 2>&1

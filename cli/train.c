@@ -270,10 +270,8 @@ static int build(struct sdp_train *t)
     if (r->param_delay)
         SDP_WARN("train.param_delay = 1: every step computes with weights one update old "
                  "(asynchronous optimizer); SlideDP's invariant 3 does not hold");
-    if (r->nodes > 1)
-        SDP_INFO("%d nodes (one process each) of %d rank%s: the gradient across the nodes in rank "
-                 "order, on the host",
-                 r->nodes, r->ranks > 1 ? r->ranks : 1, r->ranks > 1 ? "s" : "");
+    if (sdp_train_nodes_exchange(r) != SDP_EXIT_OK)
+        return SDP_EXIT_FAILURE;
     if (r->ranks > 1) {
         int wid[SDP_MAX_RANKS];
         if (sdp_rt_rank_workers(r->ranks, wid) || sdp_tasks_set_ranks(r->ranks, wid))
@@ -335,7 +333,8 @@ static void print_summary(const struct sdp_train *t, double seconds)
 static int run(struct sdp_train *t)
 {
     const struct sdp_recipe *r = t->r;
-    size_t n = (size_t)r->global_batch * r->seq_len;
+    int first;
+    size_t n = (size_t)sdp_train_nodes_rows(r, &first) * r->seq_len; /* this node's rows */
     double t0;
     int rc;
 

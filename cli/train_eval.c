@@ -208,8 +208,8 @@ void sdp_train_eval_resume(struct sdp_train *t)
 int sdp_train_eval(struct sdp_train *t, int s, struct sdp_step_extra *x)
 {
     const struct sdp_recipe *r = t->r;
-    int gb = r->global_batch, T = r->seq_len;
-    size_t n = (size_t)gb * T;
+    int gb = r->global_batch, T = r->seq_len, first, rows = sdp_train_nodes_rows(r, &first), any;
+    size_t n = (size_t)rows * T;
     uint64_t left = t->val.nseq;
     double sum = 0.0;
     long long tokens = 0;
@@ -220,15 +220,19 @@ int sdp_train_eval(struct sdp_train *t, int s, struct sdp_step_extra *x)
     while (left > 0) {
         struct sdp_step_result res;
         int k = left < (uint64_t)gb ? (int)left : gb;
-        sdp_data_next(&t->val, k, t->val_ids, t->val_targets, t->val_segs);
-        for (size_t i = (size_t)k * T; i < n; i++) { /* the last batch's padding: no target */
+        /* this node's rows of the batch, those past the last batch's k padded */
+        int real = k - first < 0 ? 0 : k - first < rows ? k - first : rows;
+        sdp_data_next_rows(&t->val, k, first, real, t->val_ids, t->val_targets, t->val_segs);
+        for (size_t i = (size_t)real * T; i < n; i++) { /* the last batch's padding: no target */
             t->val_ids[i] = 0;
             t->val_targets[i] = -100;
             if (t->val_segs)
                 t->val_segs[i] = 0; /* one document a padding row */
         }
         left -= (uint64_t)k;
-        if (sdp_train_count_targets(t->val_targets, n) == 0)
+        if (sdp_train_nodes_any(sdp_train_count_targets(t->val_targets, n), &any))
+            return SDP_EXIT_FAILURE;
+        if (!any)
             continue;
         /* numbered as the next step: the weights it reads are those the next step will read */
         if (sdp_graph_step_docs(t->g, s + 1, t->val_ids, t->val_targets, t->val_segs, 0.0, 0, &res))

@@ -145,8 +145,18 @@ int sdp_train_nodes_gpus(void);
 /** The trace of a run over several nodes on node 0's clock, with the run's ranks (after
  * sdp_trace_start).  @return an exit status */
 int sdp_train_nodes_trace(int ranks);
+/** The gradient's exchange between the nodes, said in the log: on the GPU route with rank 0 on a
+ * GPU through NCCL where the build has it, else StarPU-MPI's messages (after StarPU starts).
+ * @return an exit status */
+int sdp_train_nodes_exchange(const struct sdp_recipe *r);
 /** Whether any node was asked to stop (mine: this one).  @return an exit status */
 int sdp_train_nodes_stop(int mine, int *stop);
+/** This node's rows of a batch of batch.global sequences, [*first, *first + count): its
+ * micro-batches, dealt node after node.  @return count (batch.global on one node) */
+int sdp_train_nodes_rows(const struct sdp_recipe *r, int *first);
+/** Whether some node's rows of a batch have a target (mine: this node's count; the nodes agree,
+ * so that they pass over the same batches).  @return 0 or -EIO (logged) */
+int sdp_train_nodes_any(long long mine, int *any);
 
 /* cli/train_metrics.c */
 /** Open the metrics file (a resumed run drops the lines after its checkpoint and appends).

@@ -90,16 +90,19 @@ static int stopped(struct sdp_train *t, int done)
 /* The next batch with a target into ids/targets: a batch whose every target is masked (-100: a
  * long prompt in instruction data and a small batch) could not train, so it is passed over and
  * counted in *skipped.  Data without any target is refused up front (sdp_train_check_targets);
- * the bound here only keeps a bug from looping.  @return 0 or -EINVAL (logged) */
+ * the bound here only keeps a bug from looping.  @return 0, -EINVAL or -EIO (logged) */
 static int draw(struct sdp_train *t, int32_t *ids, int32_t *targets, int32_t *segs, int *skipped)
 {
     const struct sdp_recipe *r = t->r;
-    size_t n = (size_t)r->global_batch * r->seq_len;
+    int first, rows = sdp_train_nodes_rows(r, &first), any;
+    size_t n = (size_t)rows * r->seq_len;
     uint64_t bound = 2 * (t->data.nseq / (uint64_t)r->global_batch + 2);
     *skipped = 0;
-    for (;;) {
-        sdp_data_next(&t->data, r->global_batch, ids, targets, segs);
-        if (sdp_train_count_targets(targets, n) > 0)
+    for (;;) { /* over several nodes each reads its rows, and they agree on a pass-over */
+        sdp_data_next_rows(&t->data, r->global_batch, first, rows, ids, targets, segs);
+        if (sdp_train_nodes_any(sdp_train_count_targets(targets, n), &any))
+            return -EIO;
+        if (any)
             return 0;
         if ((uint64_t)++ * skipped > bound)
             return sdp_err(-EINVAL, "data %s: %d batches in a row without a target", r->data_train,

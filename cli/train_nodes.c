@@ -14,6 +14,7 @@
 
 #include "base/crc32c.h"
 #include "base/sdp_log.h"
+#include "codelets/sdp_tasks.h"
 #include "cli/cli.h"
 #include "cli/train_internal.h"
 #include "runtime/init.h"
@@ -172,4 +173,37 @@ int sdp_train_nodes_trace(int ranks)
 int sdp_train_nodes_stop(int mine, int *stop)
 {
     return sdp_rt_nodes_max(mine, stop) ? SDP_EXIT_FAILURE : SDP_EXIT_OK;
+}
+
+int sdp_train_nodes_exchange(const struct sdp_recipe *r)
+{
+    int wid[1], rc = -ENODEV, R = r->ranks > 1 ? r->ranks : 1;
+    if (r->nodes <= 1)
+        return SDP_EXIT_OK;
+    if (r->grad_route_gpu && sdp_rt_ncuda() > 0) { /* rank 0's GPU to the next node's */
+        if (sdp_rt_rank_workers(1, wid))
+            return SDP_EXIT_FAILURE;
+        rc = sdp_tasks_use_node_nccl(r->node, r->nodes, wid[0], sdp_rt_nodes_bcast);
+        if (rc && rc != -ENODEV)
+            return SDP_EXIT_FAILURE;
+    }
+    SDP_INFO("%d nodes (one process each) of %d rank%s: the gradient across the nodes in rank "
+             "order, added %s, %s",
+             r->nodes, R, R > 1 ? "s" : "",
+             r->grad_route_gpu ? "on rank 0's worker" : "on the host",
+             rc == 0 ? "sent by NCCL from GPU to GPU" : "sent by StarPU-MPI through host memory");
+    return SDP_EXIT_OK;
+}
+
+int sdp_train_nodes_rows(const struct sdp_recipe *r, int *first)
+{
+    /* sdp_train_nodes_setup checked that the micro-batches divide among the nodes */
+    int n = r->nodes > 1 ? r->nodes : 1, count = r->global_batch / n;
+    *first = count * (n > 1 ? r->node : 0);
+    return count;
+}
+
+int sdp_train_nodes_any(long long mine, int *any)
+{
+    return sdp_rt_nodes_max(mine > 0, any) ? -EIO : 0;
 }

@@ -47,8 +47,10 @@ void sdp_cl_sim_models(void);
 /** The row of a codelet, or NULL for one not in the table. */
 const struct sdp_op *sdp_op_of(const struct starpu_codelet *cl);
 
-/* codelets/nccl.c: communicators and streams of sdp_tasks_use_nccl(), released */
+/* codelets/nccl.c: communicators and streams of sdp_tasks_use_nccl(), released; the same of
+ * sdp_tasks_use_node_nccl() (codelets/node_nccl.c) */
 void sdp_tasks_nccl_shutdown(void);
+void sdp_tasks_node_nccl_shutdown(void);
 /* The NCCL reduction itself (sdp_task_grad_reduce() calls it when NCCL is set up). */
 int sdp_task_grad_reduce_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                               sdp_rt_tensor_t *const *in, int nin);

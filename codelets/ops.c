@@ -75,7 +75,9 @@
 #if defined(SDP_HAVE_CUDA) && defined(SDP_HAVE_NCCL)
 #define SDP_OPS_NCCL(X)                                                                            \
     X(sdp_cl_grad_reduce_nccl, "grad_reduce_nccl", GRAD_REDUCE, FIXED, "")                         \
-    X(sdp_cl_param_bcast_nccl, "param_bcast_nccl", PARAM_H2D, FIXED, "")
+    X(sdp_cl_param_bcast_nccl, "param_bcast_nccl", PARAM_H2D, FIXED, "")                           \
+    X(sdp_cl_node_send_nccl, "node_send_nccl", GRAD_REDUCE, FIXED, "")                             \
+    X(sdp_cl_node_recv_nccl, "node_recv_nccl", GRAD_REDUCE, FIXED, "")
 #else
 #define SDP_OPS_NCCL(X)
 #endif

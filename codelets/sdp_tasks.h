@@ -291,6 +291,19 @@ int sdp_task_grad_reduce(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
  * without StarPU-MPI) or -EIO */
 int sdp_task_node_send(sdp_rt_tensor_t *t, int node, int64_t tag);
 int sdp_task_node_recv(sdp_rt_tensor_t *t, int node, int64_t tag);
+/** The same through NCCL, GPU to GPU (codelets/node_nccl.c), once sdp_tasks_use_node_nccl() set
+ * up one communicator over the nodes' rank-0 GPUs (worker workerid here; node 0's id sent by
+ * bcast, the driver's broadcast).  The transfers run on that GPU, in the order submitted (the
+ * same on every node, as NCCL needs).  @return 0, -ENODEV (no NCCL in this build: not logged;
+ * or the worker is no GPU's), -EIO (NCCL could not start; logged) */
+int sdp_tasks_use_node_nccl(int node, int nnodes, int workerid, int (*bcast)(void *buf, size_t n));
+/** 1 once sdp_tasks_use_node_nccl() succeeded. */
+int sdp_tasks_node_nccl(void);
+int sdp_task_node_send_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node);
+/** wait: NULL, or a tensor the receive waits for (R, never read): a receive holds its GPU's
+ * stream until the message comes, so it is best posted once this node's part is ready. */
+int sdp_task_node_recv_nccl(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node,
+                            sdp_rt_tensor_t *wait);
 
 /** The bf16 gradient return of one group: grad (n) f32 R, read whole (its partition plan gives
  * the chunks' bounds); for each chunk c: sumsq[c] (1) f64 W = its squared norm (the bits of

@@ -116,6 +116,7 @@ int sdp_tasks_check_gpu_model(const struct sdp_model_cfg *m)
 
 void sdp_tasks_shutdown(void)
 {
+    sdp_tasks_node_nccl_shutdown();
     sdp_tasks_nccl_shutdown();
 #ifdef SDP_HAVE_CUDA
     if (cublaslt_started) {

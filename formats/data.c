@@ -160,8 +160,25 @@ int sdp_data_set_docs(struct sdp_data *d, int on)
     return 0;
 }
 
-/* ids, targets, segs: (nseq_out, T) int32 row-major. */
+/* The next window's position.  Kept canonical (index < nseq) so that a saved position never
+ * points past an epoch. */
+static void advance(struct sdp_data *d)
+{
+    if (++d->index == d->nseq) {
+        d->index = 0;
+        d->epoch++;
+        build_order(d);
+    }
+}
+
 void sdp_data_next(struct sdp_data *d, int nseq_out, int32_t *ids, int32_t *targets, int32_t *segs)
+{
+    sdp_data_next_rows(d, nseq_out, 0, nseq_out, ids, targets, segs);
+}
+
+/* ids, targets, segs: (count, T) int32 row-major, rows [first, first + count) of the nseq_out. */
+void sdp_data_next_rows(struct sdp_data *d, int nseq_out, int first, int count, int32_t *ids,
+                        int32_t *targets, int32_t *segs)
 {
     const uint32_t *tok = d->shard.tokens;
     const uint8_t *mask = d->shard.mask;
@@ -169,7 +186,15 @@ void sdp_data_next(struct sdp_data *d, int nseq_out, int32_t *ids, int32_t *targ
     size_t T = (size_t)d->T;
 
     SDP_ASSERT(d->order != NULL, "sdp_data_next called on a closed or failed sdp_data");
-    for (int b = 0; b < nseq_out; b++) {
+    SDP_ASSERT(count <= 0 || (first >= 0 && first + count <= nseq_out),
+               "rows [%d, %d) are not among the %d read: pass rows within the batch", first,
+               first + count, nseq_out);
+    for (int i = 0; i < nseq_out; i++) {
+        int b = i - first; /* the row's place in the output, when it is one of count */
+        if (b < 0 || b >= count) {
+            advance(d); /* the window is another node's: its position only */
+            continue;
+        }
         uint64_t start = d->order[d->index] * T;
         const uint32_t *w = tok + start; /* T+1 tokens */
         int32_t doc = 0;                 /* where the document of token t starts in the row */
@@ -184,13 +209,7 @@ void sdp_data_next(struct sdp_data *d, int nseq_out, int32_t *ids, int32_t *targ
             if (ends)
                 doc = (int32_t)t + 1;
         }
-        /* Keep the position canonical (index < nseq) so a saved position never points past an
-         * epoch. */
-        if (++d->index == d->nseq) {
-            d->index = 0;
-            d->epoch++;
-            build_order(d);
-        }
+        advance(d);
     }
 }
 

@@ -41,6 +41,13 @@ int sdp_data_set_docs(struct sdp_data *d, int on);
  * row of the first token of each token's document (0 throughout without document masking). */
 void sdp_data_next(struct sdp_data *d, int nseq_out, int32_t *ids, int32_t *targets, int32_t *segs);
 
+/** The same position's advance over nseq_out sequences, but only rows [first, first + count) of
+ * them are read, into ids, targets and segs (count, T): a node's share of a global batch (the
+ * windows of the other rows are never touched).  count 0 reads none; else first + count <=
+ * nseq_out. */
+void sdp_data_next_rows(struct sdp_data *d, int nseq_out, int first, int count, int32_t *ids,
+                        int32_t *targets, int32_t *segs);
+
 /** Every token id of d's shard below vocab (for a shard whose header gives no vocabulary).
  * @return 0, or -EINVAL naming path, the position and the id (logged). */
 int sdp_data_check_vocab(const struct sdp_data *d, const char *path, uint32_t vocab);

@@ -213,9 +213,11 @@ void sdp_graph_keep_for_recompute(struct layer_acts *a, enum sdp_act_place act);
 int sdp_graph_recomputed(const sdp_graph_t *g, int l);
 unsigned long long sdp_graph_bwd_gate(const sdp_graph_t *g, const unsigned long long *done, int l);
 
-/* graph/nodes.c: group gi's gradient across the nodes (the ranks' sum of this node included), and
- * the step's loss sum over every node's micro-batches (mine: this node's, per micro-batch). */
+/* graph/nodes.c: group gi's gradient across the nodes (the ranks' sum of this node included), the
+ * step's count of targets (*valid: this node's, then the run's) and its loss sum over every node's
+ * micro-batches (mine: this node's, per micro-batch). */
 int sdp_graph_reduce_nodes(sdp_graph_t *g, int step, int gi, struct sdp_task_opts o);
+int sdp_graph_nodes_valid(sdp_graph_t *g, long long *valid);
 int sdp_graph_nodes_loss(sdp_graph_t *g, const double *mine, double *sum);
 /* parameter dispatch, gradient zeroing, norms and rank reduction (graph/routes.c) */
 int sdp_graph_owner_of(const sdp_graph_t *g, int gi, int c);

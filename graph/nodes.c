@@ -7,8 +7,9 @@
  * on, into every node's rank-0 gradient, where each node's norms and updates read it.  Chunk by
  * chunk, a chunk's sum travels while the next one is added; every link carries the gradient once
  * each way.  The adds run where the route puts them: the host route on the node's CPU workers,
- * chunk by chunk; the GPU route on its rank 0's GPU, group by group (the vectors then cross
- * between the processes through host memory, as StarPU-MPI moves them). */
+ * chunk by chunk; the GPU route on its rank 0's GPU, group by group, the vectors crossing GPU to
+ * GPU through NCCL where it is set up (sdp_tasks_use_node_nccl), else through host memory, as
+ * StarPU-MPI moves them. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -31,6 +32,19 @@ static sdp_rt_tensor_t *piece(const sdp_graph_t *g, int gi, int r, int c)
     return c < 0 ? t : sdp_rt_tensor_part(t, c);
 }
 
+/* One transfer of the exchange (recv: into t, else from t): on the GPU route through NCCL where
+ * it is set up (codelets/node_nccl.c: rank 0's GPU to the other node's, in the order submitted,
+ * which the graph keeps the same on every node; a receive posted once `wait`, this node's part,
+ * is written), else as StarPU-MPI's requests. */
+static int xfer(const struct sdp_task_opts *o, sdp_rt_tensor_t *t, int node, int64_t tag, int recv,
+                sdp_rt_tensor_t *wait)
+{
+    if (o->on_rank && sdp_tasks_node_nccl())
+        return recv ? sdp_task_node_recv_nccl(o, t, node, wait)
+                    : sdp_task_node_send_nccl(o, t, node);
+    return recv ? sdp_task_node_recv(t, node, tag) : sdp_task_node_send(t, node, tag);
+}
+
 /* One chunk's chain and ring (see above). */
 static int chain(sdp_graph_t *g, struct sdp_task_opts o, int step, int gi, int c)
 {
@@ -40,7 +54,7 @@ static int chain(sdp_graph_t *g, struct sdp_task_opts o, int step, int gi, int c
         char name[64];
         snprintf(name, sizeof(name), "g%d.grad_from_node%d.%d", gi, n - 1, c);
         TRY_RET(sdp_rt_tensor_temp(&before, SDP_F32, sdp_rt_tensor_nelems(dst), name));
-        rc = sdp_task_node_recv(before, n - 1, tag_of(g, step, gi, c, 0));
+        rc = xfer(&o, before, n - 1, tag_of(g, step, gi, c, 0), 1, dst);
         in[k++] = before;
     }
     for (int r = 1; r < g->R && !rc; r++)
@@ -52,13 +66,13 @@ static int chain(sdp_graph_t *g, struct sdp_task_opts o, int step, int gi, int c
     if (rc)
         return rc;
     if (n < last)
-        TRY_RET(sdp_task_node_send(dst, n + 1, tag_of(g, step, gi, c, 0)));
+        TRY_RET(xfer(&o, dst, n + 1, tag_of(g, step, gi, c, 0), 0, NULL));
     /* the run's sum around the ring: last -> 0 -> 1 -> ... -> last - 1 */
     if (n == last)
-        return sdp_task_node_send(dst, 0, tag_of(g, step, gi, c, 1));
-    TRY_RET(sdp_task_node_recv(dst, n == 0 ? last : n - 1, tag_of(g, step, gi, c, 1)));
+        return xfer(&o, dst, 0, tag_of(g, step, gi, c, 1), 0, NULL);
+    TRY_RET(xfer(&o, dst, n == 0 ? last : n - 1, tag_of(g, step, gi, c, 1), 1, NULL));
     if (n + 1 < last)
-        TRY_RET(sdp_task_node_send(dst, n + 1, tag_of(g, step, gi, c, 1)));
+        TRY_RET(xfer(&o, dst, n + 1, tag_of(g, step, gi, c, 1), 0, NULL));
     return 0;
 }
 
@@ -77,6 +91,24 @@ int sdp_graph_reduce_nodes(sdp_graph_t *g, int step, int gi, struct sdp_task_opt
         o.hint.chunk = c;
         TRY_RET(chain(g, o, step, gi, c));
     }
+    return 0;
+}
+
+/* The step's count of targets over every node's micro-batches: each node's, gathered as doubles
+ * (exact: a count below 2^53) and added. */
+int sdp_graph_nodes_valid(sdp_graph_t *g, long long *valid)
+{
+    double mine = (double)*valid, *all = malloc((size_t)g->P * sizeof(*all));
+    if (!all)
+        return sdp_err(-ENOMEM, "target counts of %d nodes", g->P);
+    if (!g->c.allgather || g->c.allgather(&mine, all, 1) != 0) {
+        free(all);
+        return g->c.allgather ? -EIO : sdp_err(-EINVAL, "graph: %d nodes but no exchange", g->P);
+    }
+    *valid = 0;
+    for (int n = 0; n < g->P; n++)
+        *valid += (long long)all[n];
+    free(all);
     return 0;
 }
 

@@ -176,25 +176,23 @@ int sdp_graph_step_docs(sdp_graph_t *g, int step, const int32_t *ids, const int3
     double loss_sum = 0.0;
     int set = step & 1, rc;
 
-    /* over every node's micro-batches (the mean's count), then this node's */
-    for (size_t i = 0; i < total * g->P; i++) {
+    /* this node's micro-batches (from position total * node), then the count of every node's */
+    for (size_t i = 0; i < total; i++) {
         if (ids[i] < 0 || ids[i] >= g->V)
             return sdp_err(-EINVAL,
                            "step %d: token id %d at position %zu is outside the vocabulary (V=%d)",
-                           step + 1, ids[i], i, g->V);
+                           step + 1, ids[i], i + total * g->node, g->V);
         if (targets[i] >= g->V)
             return sdp_err(-EINVAL,
                            "step %d: target id %d at position %zu is outside the vocabulary (V=%d)",
-                           step + 1, targets[i], i, g->V);
+                           step + 1, targets[i], i + total * g->node, g->V);
         valid += targets[i] >= 0;
     }
+    if (g->P > 1 && (rc = sdp_graph_nodes_valid(g, &valid)) != 0)
+        return rc;
     if (valid == 0)
         return sdp_err(-EINVAL, "step %d: every target is ignored; nothing to learn from",
                        step + 1);
-    ids += total * g->node;
-    targets += total * g->node;
-    if (segs)
-        segs += total * g->node;
     if (g->segs && (rc = sdp_graph_docs_check(g, step, segs)) != 0)
         return rc;
 

@@ -106,12 +106,12 @@ struct sdp_graph_conf {
                               lookup_host_create);
                               0: the lookup runs where the compute runs */
     int nodes, node; /* a run over several nodes (runtime/nodes.h): their number (0 or 1: one) and
-                        this one's index.  nranks and n_micro are this node's; the step's ids,
-                        targets and documents are the run's, node after node, of which this node
-                        computes its n_micro micro-batches; the gradient goes across the nodes
-                        after this node's ranks' sum (graph/nodes.c, the host route) */
+                        this one's index.  nranks and n_micro are this node's, and so are the
+                        step's ids, targets and documents: its n_micro micro-batches of the run's,
+                        which are dealt node after node; the gradient goes across the nodes
+                        after this node's ranks' sum (graph/nodes.c) */
     int (*allgather)(const double *mine, double *all, size_t n); /* with nodes: every node's n
-                        values in node order (the losses) */
+                        values in node order (the target counts, the losses) */
     struct sdp_lora_cfg lora; /* LoRA adapters on the decoder layers' linears, the base frozen
                                  (the recipe's lora:; rank 0, the zeroed default: none) */
     unsigned long long seed;  /* the run's seed: LoRA's dropout masks (graph/lora.c) */

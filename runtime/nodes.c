@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/sdp_log.h"
 #include "runtime/nodes.h"
 
@@ -93,13 +94,23 @@ static const char *level_name(int level)
     }
 }
 
+/* The thread level asked of MPI: MPI_THREAD_MULTIPLE, or the lower one a site pins with Open MPI's
+ * OMPI_MPI_THREAD_LEVEL (0-3, the level its MPI_Init asks for), which is asked the same way: the
+ * library's answer is then checked as any other MPI's (Open MPI gives the level asked). */
+static int thread_level(void)
+{
+    const char *v = sdp_env("OMPI_MPI_THREAD_LEVEL");
+    int level = v && *v ? atoi(v) : MPI_THREAD_MULTIPLE;
+    return level >= MPI_THREAD_SINGLE && level < MPI_THREAD_MULTIPLE ? level : MPI_THREAD_MULTIPLE;
+}
+
 int sdp_rt_nodes_init(int *argc, char ***argv)
 {
     int provided = 0;
     sdp_rt_node_host();
     if (!sdp_rt_nodes_launched())
         return 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(argc, argv, thread_level(), &provided) != MPI_SUCCESS)
         return sdp_err(-EIO, "%s: MPI_Init_thread failed", host);
     mpi_started = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &node_idx);
@@ -110,7 +121,8 @@ int sdp_rt_nodes_init(int *argc, char ***argv)
                 "process %d of %d (%s): the MPI library gives %s; a run over several nodes "
                 "needs MPI_THREAD_MULTIPLE (its driver exchanges beside StarPU-MPI's thread)",
                 node_idx, node_n, host, level_name(provided));
-        sdp_hint("use an MPI built with thread support (Debian's OpenMPI has it)");
+        sdp_hint("use an MPI built with thread support (Debian's OpenMPI has it)%s",
+                 sdp_env("OMPI_MPI_THREAD_LEVEL") ? ", and unset OMPI_MPI_THREAD_LEVEL" : "");
         return -ENOTSUP;
     }
     if (MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS)

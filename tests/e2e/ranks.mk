@@ -46,6 +46,10 @@ EXTRA_DIST += tests/e2e/test_e2e_chunks.sh
 # another node count, a killed process, the start's refusals (skipped without StarPU-MPI)
 TESTS += tests/e2e/test_e2e_nodes.sh
 EXTRA_DIST += tests/e2e/test_e2e_nodes.sh
+# two processes on one host of two GPUs: the GPU route's gradient between them through NCCL, the
+# bits of one process of 2 ranks; a process with another GPU count refused (exit 77 without)
+TESTS += tests/e2e/test_e2e_nodes_nccl.sh
+EXTRA_DIST += tests/e2e/test_e2e_nodes_nccl.sh
 # slidedp calibrate under mpirun -np 2: the link between the nodes in the machine file
 TESTS += tests/e2e/test_e2e_calibrate_nodes.sh
 EXTRA_DIST += tests/e2e/test_e2e_calibrate_nodes.sh

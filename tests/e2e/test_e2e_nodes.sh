@@ -8,7 +8,9 @@
 # 3 processes with the uninterrupted run's bits; a kill of one process ends the others with the
 # launcher naming it, and its last checkpoint loads.  Refused at the start, exit 2, nothing
 # written: processes with different recipes or arguments, different binaries, micro-batches that
-# do not divide among the nodes' ranks, a command other than train or calibrate.
+# do not divide among the nodes' ranks, a command other than train or calibrate, an MPI thread
+# level below MPI_THREAD_MULTIPLE (a node with another GPU count: test_e2e_nodes_nccl.sh, on GPUs).
+# Each node reads only its rows of the batches, and the bits above are one process's.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 need_mpi
@@ -175,4 +177,10 @@ refused binary "process 1 of 2 \\(on .*\\) runs with another slidedp binary" -- 
 refused divide "6 micro-batches a step .* do not divide among 4 nodes of 1 rank" -- \
     mpi 4 "$bin" train "$tmp/r.yaml" $args --output "$tmp/divide"
 refused plot "slidedp plot runs as one process" -- mpi 2 "$bin" plot "$tmp/ref.jsonl" -o "$tmp/plot"
+# an MPI without MPI_THREAD_MULTIPLE: Open MPI gives every level asked of it, so the level a site
+# pins with OMPI_MPI_THREAD_LEVEL (1: MPI_THREAD_FUNNELED), which slidedp asks for, is the one
+# the library then provides; each process names itself and its host
+host=$(uname -n)
+refused thread "process [01] of 2 \\($host\\): the MPI library gives MPI_THREAD_FUNNELED" -- \
+    mpi 2 -x OMPI_MPI_THREAD_LEVEL=1 "$bin" train "$tmp/r.yaml" $args --ranks 3 --output "$tmp/thread"
 finish

@@ -2,7 +2,8 @@
 # Instruction data with long prompts, in which some batches hold no target (every target masked):
 # the run passes over them and finishes (exit 0), warns once and counts them at the end and in the
 # metrics (skipped_batches); a run resumed from a checkpoint before such a batch gives the same
-# losses and counts as the uninterrupted run.  Data in which no sequence has a target is refused
+# losses and counts as the uninterrupted run; two processes (several nodes), each reading its
+# rows, those of one process of 2 ranks.  Data in which no sequence has a target is refused
 # before StarPU starts, and nothing is written.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
@@ -54,6 +55,26 @@ if cmp -s "$tmp/ref.f" "$tmp/res.f" && cmp -s "$tmp/ref/COMPLETE" "$tmp/res/COMP
     echo "resumed from step 3: losses and skipped_batches bit-identical"
 else
     echo "resumed run differs from the uninterrupted one"; diff "$tmp/ref.f" "$tmp/res.f"; fail=1
+fi
+
+# two processes of one rank (mpirun; where slidedp has StarPU-MPI), each reading its rows of the
+# batches: a batch may hold targets on one node's rows alone, and the nodes must pass over the same
+# batches (they agree on each) for the losses, norms and counts of one process of 2 ranks
+if grep -q '^#define SDP_HAVE_MPI 1' "$build/config.h" 2> /dev/null; then
+    need_mpi
+    nargs="--steps 10 --sched eager -q"
+    "$bin" train "$tmp/sft.yaml" $nargs --ranks 2 --metrics "$tmp/r2.jsonl" 2> "$tmp/r2.err" ||
+        { echo "1 process of 2 ranks failed"; tail -3 "$tmp/r2.err"; fail=1; }
+    timeout 300 mpirun -np 2 "$bin" train "$tmp/sft.yaml" $nargs --ranks 1 \
+        --metrics "$tmp/n2.jsonl" 2> "$tmp/n2.err" ||
+        { echo "2 processes of 1 rank failed"; tail -3 "$tmp/n2.err"; fail=1; }
+    grep -o '"loss":[^,]*\|"grad_norm":[^,]*\|"skipped_batches":[0-9]*' "$tmp/r2.jsonl" > "$tmp/r2.f"
+    grep -o '"loss":[^,]*\|"grad_norm":[^,]*\|"skipped_batches":[0-9]*' "$tmp/n2.jsonl" > "$tmp/n2.f"
+    if [ -s "$tmp/r2.f" ] && cmp -s "$tmp/r2.f" "$tmp/n2.f"; then
+        echo "2 processes: the losses, norms and passed-over batches of 1 process of 2 ranks"
+    else
+        echo "2 processes differ from 1 process of 2 ranks"; diff "$tmp/r2.f" "$tmp/n2.f"; fail=1
+    fi
 fi
 
 # one conversation whose only targets lie past the last whole sequence: refused up front

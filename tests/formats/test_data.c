@@ -7,7 +7,8 @@
  * vocabulary, is rejected with -EINVAL.  A version 2 shard with a loss mask: every target is the
  * next token when that token's mask byte is 1 and -100 when it is 0 (checked against the mask
  * array that was written, over two shuffled epochs); the inputs are never masked.  Document
- * masking: each token's document start and the end-of-document targets (test_docs). */
+ * masking: each token's document start and the end-of-document targets (test_docs).  A node's
+ * share of each batch: the rows of whole batches (test_rows). */
 #include "config.h"
 
 #include <errno.h>
@@ -143,6 +144,42 @@ static void test_masked(const char *path)
     printf("unmasked shard: %ld targets ignored (expected 0)\n", ignored);
     CHECK(ignored == 0, "unmasked shard has ignored targets");
     sdp_data_close(&d);
+}
+
+/* A node's share (sdp_data_next_rows): three readers of the same seed, each reading rows
+ * [2k, 2k + 2) of every batch of 6, give the rows of one reader of whole batches, across an
+ * epoch's end (a reshuffle), and end at its position; count 0 reads nothing and advances alike. */
+static void test_rows(const char *path)
+{
+    enum { GB = 6, PARTS = 3, BATCHES = 2 * NSEQ / GB };
+    struct sdp_data whole, part[PARTS + 1];
+    int32_t ids[GB * T], tg[GB * T], pids[GB * T], ptg[GB * T], none = -7;
+    long bad = 0;
+    int rc = sdp_data_open(&whole, path, T, 99, 1);
+    for (int k = 0; k <= PARTS && rc == 0; k++)
+        rc = sdp_data_open(&part[k], path, T, 99, 1);
+    CHECK(rc == 0, "open returned %d", rc);
+    if (rc != 0)
+        return;
+    for (int b = 0; b < BATCHES; b++) {
+        sdp_data_next(&whole, GB, ids, tg, NULL);
+        for (int k = 0; k < PARTS; k++) {
+            size_t off = (size_t)k * 2 * T;
+            sdp_data_next_rows(&part[k], GB, 2 * k, 2, pids + off, ptg + off, NULL);
+        }
+        sdp_data_next_rows(&part[PARTS], GB, GB, 0, &none, &none, NULL);
+        bad += memcmp(ids, pids, sizeof(ids)) != 0 || memcmp(tg, ptg, sizeof(tg)) != 0;
+    }
+    for (int k = 0; k <= PARTS; k++)
+        bad += part[k].epoch != whole.epoch || part[k].index != whole.index;
+    printf("%d batches of %d read in %d shares: %ld differences from whole batches (epoch %llu "
+           "at the end), the 0-row reader's buffer %s\n",
+           BATCHES, GB, PARTS, bad, (unsigned long long)whole.epoch,
+           none == -7 ? "untouched" : "written");
+    CHECK(bad == 0 && whole.epoch >= 1 && none == -7, "a node's share of the batch");
+    for (int k = 0; k <= PARTS; k++)
+        sdp_data_close(&part[k]);
+    sdp_data_close(&whole);
 }
 
 /* Document masking: a shard whose end-of-document id EOD sits at every 7th token and at a few
@@ -327,6 +364,7 @@ int main(void)
     if (rc == 0)
         sdp_data_close(&d);
 
+    test_rows(path);
     test_masked(shortp);
     test_docs(shortp);
 
