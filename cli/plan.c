@@ -341,7 +341,8 @@ static void fit_activations(struct sdp_recipe *r, double limit)
                                  .recompute = r->recompute,
                                  .offload_inputs = r->act_offload,
                                  .keep_last = r->keep_last,
-                                 .keep_mlp = r->keep_mlp };
+                                 .keep_mlp = r->keep_mlp,
+                                 .residual_f32 = r->residual_f32 };
     sdp_cli_fit_activations(r, &r->model, r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32, &gc,
                             (unsigned long long)limit);
     r->act_offload = gc.offload_inputs;

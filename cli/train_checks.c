@@ -62,7 +62,8 @@ static int gpu_fits(struct sdp_recipe *r, enum sdp_dtype work_dt, unsigned long 
                                  .recompute = r->recompute,
                                  .offload_inputs = r->act_offload,
                                  .keep_last = r->keep_last,
-                                 .keep_mlp = r->keep_mlp };
+                                 .keep_mlp = r->keep_mlp,
+                                 .residual_f32 = r->residual_f32 };
     unsigned long long total = sdp_rt_gpu_mem_total(0);
     unsigned long long limit =
         r->gpu_memory_gib > 0 ? (unsigned long long)(r->gpu_memory_gib * 1073741824.0) : total;
