@@ -20,7 +20,8 @@ struct sdp_matmul_args {
     size_t off;               /* weight (or weight-gradient) offset in its group vector */
 };
 
-/* buffers: out (M, N) act W, [resid (M, N) act R], x (M, K) act R, wg R */
+/* buffers: out (M, N) act W, [resid (M, N) act R], x (M, K) act R, wg R; out and resid f32 under
+ * bf16 x with residual_dtype fp32 */
 static void matmul_fwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_matmul_args *a = cl_arg;
@@ -68,9 +69,13 @@ static void matmul_fwd_cuda(void *buffers[], void *cl_arg)
     void *ws = sdp_cl_cublaslt_ws(&wsb);
     const void *resid = a->key.d[3] ? SDP_VEC(buffers[i++]) : NULL;
     const void *x = SDP_VEC(buffers[i++]);
-    sdp_cuda_matmul_fwd(starpu_cublasLt_get_local_handle(), SDP_VEC(buffers[0]), resid, x,
-                        wptr(buffers[i], a->off), a->key.d[0], a->key.d[1], a->key.d[2],
-                        SDP_CL_DT(buffers[0]), ws, wsb, starpu_cuda_get_local_stream());
+    /* out and resid may be fp32 under bf16 x and w: the fp32 residual stream */
+    SDP_ASSERT(!resid || SDP_CL_DT(buffers[1]) == SDP_CL_DT(buffers[0]),
+               "matmul_fwd: the residual's dtype is not the output's");
+    sdp_cuda_matmul_fwd_res(starpu_cublasLt_get_local_handle(), SDP_VEC(buffers[0]), resid, x,
+                            wptr(buffers[i], a->off), a->key.d[0], a->key.d[1], a->key.d[2],
+                            SDP_CL_DT(buffers[i - 1]), SDP_CL_DT(buffers[0]), ws, wsb,
+                            starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -79,6 +84,9 @@ static void matmul_bwd_data_cuda(void *buffers[], void *cl_arg)
     const struct sdp_matmul_args *a = cl_arg;
     size_t wsb;
     void *ws = sdp_cl_cublaslt_ws(&wsb);
+    /* an fp32 residual gradient reaches the matmuls through cast_act (graph/layer.c) */
+    SDP_ASSERT(SDP_CL_DT(buffers[1]) == SDP_CL_DT(buffers[0]),
+               "matmul_bwd_data: dout's dtype is not dx's (hint: sdp_task_cast_act)");
     sdp_cuda_matmul_bwd_data(starpu_cublasLt_get_local_handle(), SDP_VEC(buffers[0]),
                              SDP_VEC(buffers[1]), wptr(buffers[2], a->off), a->key.d[0],
                              a->key.d[1], a->key.d[2], SDP_CL_DT(buffers[0]), ws, wsb,
@@ -91,6 +99,8 @@ static void matmul_bwd_weight_cuda(void *buffers[], void *cl_arg)
     const struct sdp_matmul_args *a = cl_arg;
     size_t wsb;
     void *ws = sdp_cl_cublaslt_ws(&wsb);
+    SDP_ASSERT(SDP_CL_DT(buffers[1]) == SDP_CL_DT(buffers[2]),
+               "matmul_bwd_weight: dout's dtype is not x's (hint: sdp_task_cast_act)");
     sdp_cuda_matmul_bwd_weight(starpu_cublasLt_get_local_handle(), SDP_VECF(buffers[0]) + a->off,
                                SDP_VEC(buffers[1]), SDP_VEC(buffers[2]), a->key.d[0], a->key.d[1],
                                a->key.d[2], SDP_CL_DT(buffers[1]), ws, wsb,
