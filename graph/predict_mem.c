@@ -49,8 +49,9 @@ unsigned long long sdp_predict_gpu_peak(const struct sdp_predict_run *run, doubl
     int ahead = p->bwd_lookahead < 0 ? L : p->bwd_lookahead;
     if (ahead > 1 && rec)
         extra += (unsigned long long)(ahead - 1) *
-                 (lmax * 4ull + sdp_model_layer_act_bytes(m, run->micro_batch, run->seq_len, es,
-                                                          SDP_RECOMPUTE_NONE));
+                 (lmax * 4ull + sdp_model_layer_act_bytes_res(m, run->micro_batch, run->seq_len, es,
+                                                              p->residual_f32 ? 4 : es,
+                                                              SDP_RECOMPUTE_NONE));
     return min + extra;
 }
 
@@ -79,9 +80,9 @@ void sdp_predict_host_peak(const struct sdp_predict_run *run, const struct sdp_p
         if (!pg->grad_bf16 && p->lora.rank <= 0)
             b += n * 4ull * (p->nranks > 1 && !pg->grad_gpu ? (unsigned)p->nranks : 1u);
         if (gi >= 1 && gi <= p->nlayers && pg->offload && pg->act != SDP_ACT_KEEP)
-            b += sdp_model_layer_act_bytes(run->m, run->micro_batch, run->seq_len, (int)es,
-                                           pg->act == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE
-                                                                        : SDP_RECOMPUTE_FULL);
+            b += sdp_model_layer_act_bytes_res(
+                run->m, run->micro_batch, run->seq_len, (int)es, p->residual_f32 ? 4 : (int)es,
+                pg->act == SDP_ACT_SELECTIVE ? SDP_RECOMPUTE_SELECTIVE : SDP_RECOMPUTE_FULL);
     }
     if (run->work_staged)
         b += (unsigned long long)(run->stage_buffers > 0 ? run->stage_buffers : p->ngroups) *
