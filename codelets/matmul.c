@@ -16,7 +16,8 @@
 #endif
 
 struct sdp_matmul_args {
-    struct sdp_shape_key key; /* M, K, N, has_resid */
+    struct sdp_shape_key key; /* M, K, N, has_resid, 1 for an fp32 output under bf16 x (a
+                                 footprint of its own; 0 leaves the others' unchanged) */
     size_t off;               /* weight (or weight-gradient) offset in its group vector */
 };
 
@@ -180,8 +181,10 @@ int sdp_task_matmul_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp
         b[n++] = (struct sdp_cl_buf){ resid, STARPU_R };
     b[n++] = (struct sdp_cl_buf){ x, STARPU_R };
     b[n++] = (struct sdp_cl_buf){ wg, STARPU_R };
-    return sdp_cl_submit(&sdp_cl_matmul_fwd, o, matmul_args(M, K, N, resid != NULL, w_off),
-                         sizeof(struct sdp_matmul_args), 2.0 * M * K * N, b, n);
+    struct sdp_matmul_args *a = matmul_args(M, K, N, resid != NULL, w_off);
+    a->key.d[4] = sdp_rt_tensor_dtype(out) != sdp_rt_tensor_dtype(x);
+    return sdp_cl_submit(&sdp_cl_matmul_fwd, o, a, sizeof(struct sdp_matmul_args), 2.0 * M * K * N,
+                         b, n);
 }
 
 int sdp_task_matmul_bwd_data(const struct sdp_task_opts *o, sdp_rt_tensor_t *dx,

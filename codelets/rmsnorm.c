@@ -13,7 +13,8 @@
 #endif
 
 struct sdp_rmsnorm_args {
-    struct sdp_shape_key key; /* R, D, accumulate */
+    struct sdp_shape_key key; /* R, D, accumulate, 1 for an fp32 residual under bf16 (a
+                                 footprint of its own; 0 leaves the others' unchanged) */
     size_t w_off, g_off;
     float eps;
 };
@@ -138,6 +139,7 @@ int sdp_task_rmsnorm_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sd
     };
     a->key.d[0] = R;
     a->key.d[1] = D;
+    a->key.d[3] = sdp_rt_tensor_dtype(x) != sdp_rt_tensor_dtype(out);
     a->w_off = w_off;
     a->eps = eps;
     return sdp_cl_submit(&sdp_cl_rmsnorm_fwd, o, a, sizeof(*a), 4.0 * R * D, b, 4);
@@ -158,6 +160,7 @@ int sdp_task_rmsnorm_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dx, int
     a->key.d[0] = R;
     a->key.d[1] = D;
     a->key.d[2] = accumulate;
+    a->key.d[3] = sdp_rt_tensor_dtype(x) != sdp_rt_tensor_dtype(dout);
     a->w_off = w_off;
     a->g_off = g_off;
     return sdp_cl_submit(&sdp_cl_rmsnorm_bwd, o, a, sizeof(*a), 8.0 * R * D, b, 6);
