@@ -26,6 +26,11 @@ initial weights on the same token batches with the same optimizer.
    warmup + cosine/linear/constant schedule (cli/recipe.c, sdp_recipe_lr_at).
 5. DIR/compare.jsonl: one line per step (step, ours, hf, abs_diff, rel_diff, grad norms, lr); one
    summary JSON line on stdout (max and mean |dloss|, final losses, wall times).
+--residual-dtype fp32 trains ours with train.residual_dtype fp32 (the residual stream in fp32 under
+bf16, autocast's numerics).  --hf-peer-attn ATTN runs transformers a second time with that
+attention backend (eager against the default sdpa) and reports the largest |dloss| between its
+two runs (hf_self_max_abs_diff): the spread transformers shows against itself, from which a
+tolerance for ours can be derived.
 Exit status: 0 (within --tolerance when given), 1 over the tolerance or a failed check, 2 usage.
 --hf-seq-offset K feeds transformers the sequences K positions later in the sampler's order: a
 negative control, which must fail (tests/e2e/test_e2e_loss_compare.sh).
@@ -386,6 +391,10 @@ def main():
                     "`slidedp train` run of the same recipe and weights instead of training")
     ap.add_argument("--sched", help="StarPU policy for our trainer (default: the recipe's)")
     ap.add_argument("--attn", default="sdpa", help="transformers attention (sdpa, eager)")
+    ap.add_argument("--hf-peer-attn", help="also run transformers with this attention and report "
+                    "the largest |dloss| between its two runs")
+    ap.add_argument("--residual-dtype", choices=("bf16", "fp32"),
+                    help="ours: train.residual_dtype (default: the recipe's)")
     ap.add_argument("--clip-norm", choices=("fp64", "torch"), default="fp64",
                     help="transformers' clipping norm: accumulated in fp64 as ours (default), or "
                     "torch.nn.utils.clip_grad_norm_ as is (fp32 accumulation)")
@@ -479,6 +488,8 @@ def compare(args):
         raw["model"] = {"path": init_dir}
         raw["data"] = dict(raw.get("data") or {}, train=r["data"])
         raw["train"] = dict(raw.get("train") or {}, steps=args.steps)
+        if args.residual_dtype:
+            raw["train"]["residual_dtype"] = args.residual_dtype
         raw.pop("output", None)  # no run directory: nothing to resume from
         recipe_path = os.path.join(out, "recipe.yaml")
         with open(recipe_path, "w") as f:
@@ -492,6 +503,15 @@ def compare(args):
     log("transformers %s, torch %s on %s, %s" % (transformers.__version__, torch.__version__,
                                                  args.device, args.dtype))
     hf, hf_wall, hf_train = run_hf(args, r, init_dir, sampler)
+    self_diff = None
+    if args.hf_peer_attn:  # transformers against itself: only the attention backend differs
+        main_attn, args.attn = args.attn, args.hf_peer_attn
+        log("transformers again with attention %s" % args.attn)
+        peer, _, _ = run_hf(args, r, init_dir, sampler)
+        args.attn = main_attn
+        self_diff = max(abs(a["loss"] - b["loss"]) for a, b in zip(hf, peer))
+        log("transformers %s against %s: max |dloss| %.3g" % (args.attn, args.hf_peer_attn,
+                                                              self_diff))
 
     # 5. compare
     diffs = []
@@ -526,6 +546,9 @@ def compare(args):
         "transformers": transformers.__version__, "torch": torch.__version__,
         "clip_norm": args.clip_norm, "attn": args.attn, "tolerance": args.tolerance,
         "hf_seq_offset": args.hf_seq_offset,
+        "residual_dtype": (args.residual_dtype or
+                           (r["raw"].get("train") or {}).get("residual_dtype", "bf16")),
+        "hf_peer_attn": args.hf_peer_attn, "hf_self_max_abs_diff": self_diff,
     }
     ok = args.tolerance is None or diffs[worst] <= args.tolerance
     summary["pass"] = ok

@@ -74,6 +74,10 @@
 #            steps 1, 50, 100, 150, 200, the mean of the last 20 and the largest difference from
 #            sdp-slidedp's (bench/curves.py) into results.jsonl and rpcurves.md
 #   compare  200 steps of recipes/qwen3-0.6b-compare.yaml against transformers (bench/hf_loss_compare.py)
+#            for each train.residual_dtype of COMPARE_RESIDUAL (default "bf16 fp32"); the first
+#            run also runs transformers against itself with eager attention (--hf-peer-attn): the
+#            largest |dloss| of each, from which the comparison's tolerance is derived, into
+#            results.jsonl (compare-<dtype>.json the summaries)
 #   ranks    tests/e2e/test_e2e_nccl.sh, then slidedp bench on one GPU and with --ranks over every
 #            GPU in every route combination (MODEL/BATCH per GPU), the GPU reduction through NCCL
 #            (--collectives nccl) and through StarPU; RANKS="R PARAM GRAD COLL; ..." runs another
@@ -445,11 +449,17 @@ PYEOF
         [ -f "$out/rpcurves.md" ] && tee -a "$out/summary.log" < "$out/rpcurves.md"
         ;;
     compare)
-        timeout 560 python3 bench/hf_loss_compare.py recipes/qwen3-0.6b-compare.yaml --steps 200 \
-            --device cuda --out "$out/compare" --slidedp "$b/slidedp" > "$out/compare.json" \
-            2> "$out/compare.log"
-        log "compare: exit $? $(tail -n 1 "$out/compare.json")"
-        rm -rf "$out/compare/init"
+        peer="--hf-peer-attn eager"
+        for rd in ${COMPARE_RESIDUAL:-bf16 fp32}; do
+            # shellcheck disable=SC2086 # $peer: the option and its value, or nothing
+            timeout 900 python3 bench/hf_loss_compare.py recipes/qwen3-0.6b-compare.yaml \
+                --steps 200 --device cuda --out "$out/compare-$rd" --slidedp "$b/slidedp" \
+                --residual-dtype "$rd" $peer > "$out/compare-$rd.json" 2> "$out/compare-$rd.log"
+            log "compare residual $rd: exit $? $(tail -n 2 "$out/compare-$rd.json" | head -n 1)"
+            grep '^{' "$out/compare-$rd.json" >> "$out/results.jsonl"
+            rm -rf "$out/compare-$rd/init"
+            peer=
+        done
         ;;
     nodes)
         PYTHON3=python3 timeout 500 tests/e2e/test_e2e_nodes_nccl.sh > "$out/nodes_nccl.log" 2>&1

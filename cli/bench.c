@@ -34,6 +34,7 @@ struct bench_opts {
     int batch, micro, seq, steps, warmup, gpus, cpus, window, ranks, grad_route_gpu, sharded;
     int embed_early_off, mlp_early_opt, work_on_gpu, embed_on_gpu, lookup_host;
     int lookahead, staging_depth, prefetch_groups, nccl, barrier, keep_last, keep_mlp, gpu_update;
+    int residual_f32;
     int pipe; /* sdp-roundpipe: the stage workers (--ranks; the graph has one rank) */
     double chunk_mib, gpu_memory_gib, max_grad_norm;
     unsigned long long seed;
@@ -305,6 +306,7 @@ static int run(const struct bench_opts *b)
     gc.keep_mlp = b->keep_mlp;
     gc.gpu_limit_bytes =
         b->gpu_memory_gib > 0 ? (unsigned long long)(b->gpu_memory_gib * 1073741824.0) : 0;
+    gc.residual_f32 = b->residual_f32;
     if (sdp_rt_ncuda() > 0) { /* the saved inputs on the host where the GPU limit binds */
         sdp_cli_fit_activations(b->r, &cfg, dt, &gc,
                                 b->gpu_memory_gib > 0
@@ -424,6 +426,8 @@ static int run(const struct bench_opts *b)
         /* as asked: 0 / -1 = the policy's default (its log line says which it used) */
         json_object_set_new(settings, "keep_last", json_integer(b->keep_last));
         json_object_set_new(settings, "keep_mlp", json_integer(b->keep_mlp));
+        json_object_set_new(settings, "residual_dtype",
+                            json_string(b->residual_f32 ? "fp32" : "bf16"));
         json_object_set_new(settings, "gpu_update", json_integer(gc.gpu_update));
         if (b->pipe > 0) { /* sdp-roundpipe's stage workers, micro-batches in flight, LPT */
             json_object_set_new(settings, "stage_workers", json_integer(b->pipe));
@@ -533,6 +537,7 @@ static void from_recipe(struct sdp_recipe *r, struct bench_opts *b)
     b->barrier = r->barrier;
     b->keep_last = r->keep_last;
     b->keep_mlp = r->keep_mlp;
+    b->residual_f32 = r->residual_f32;
     b->gpu_update = r->gpu_update;
     b->chunk_mib = r->chunk_mib;
     b->gpu_memory_gib = r->gpu_memory_gib;

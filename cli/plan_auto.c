@@ -126,7 +126,8 @@ int sdp_cli_auto_choose(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm
                                                  run->work_dtype, &cm->mc, sdp_auto_place_act[k]) +
                         (adjust ? adjust[k] : 0.0);
             c->bytes = sdp_plan_layer_bytes(run->m, run->work_dtype, run->micro_batch, run->seq_len,
-                                            sdp_auto_place_act[k], sdp_auto_place_off[k]);
+                                            sdp_auto_place_act[k], sdp_auto_place_off[k],
+                                            run->plan->residual_f32);
         }
     /* each offloaded placement as the floor in turn (its pool held), the least time kept */
     double best = 0;

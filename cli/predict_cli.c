@@ -187,6 +187,7 @@ void sdp_recipe_graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc
     gc->bwd_lookahead = r->bwd_lookahead;
     gc->keep_last = r->keep_last;
     gc->keep_mlp = r->keep_mlp;
+    gc->residual_f32 = r->residual_f32;
     gc->beta1 = r->beta1;
     gc->beta2 = r->beta2;
     gc->eps = r->eps;

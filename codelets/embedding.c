@@ -29,9 +29,13 @@ static void embedding_fwd_cpu(void *buffers[], void *cl_arg)
     if (STARPU_VECTOR_GET_ELEMSIZE(wg) == 2) {
         /* bf16 table and bf16 activations: gather the rows' bits */
         const uint16_t *w = (const uint16_t *)STARPU_VECTOR_GET_PTR(wg) + a->off;
+        if (STARPU_VECTOR_GET_ELEMSIZE(buffers[0]) == 4) { /* fp32 residual stream: widened */
+            float *out = SDP_VECF(buffers[0]);
+            for (int n = 0; n < N; n++)
+                sdp_cpu_bf16_to_f32_ref(out + (size_t)n * C, w + (size_t)ids[n] * C, (size_t)C);
+            return;
+        }
         uint16_t *out = SDP_VEC(buffers[0]);
-        SDP_ASSERT(STARPU_VECTOR_GET_ELEMSIZE(buffers[0]) == 2,
-                   "bf16 embedding into an fp32 output");
         for (int n = 0; n < N; n++)
             memcpy(out + (size_t)n * C, w + (size_t)ids[n] * C, (size_t)C * sizeof(*w));
     } else {
@@ -54,6 +58,14 @@ static void embedding_fwd_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_embedding_args *a = cl_arg;
     size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[2]);
+    if (es == 2 && STARPU_VECTOR_GET_ELEMSIZE(buffers[0]) == 4) { /* the fp32 residual stream */
+        sdp_cuda_embedding_fwd_f32(SDP_VECF(buffers[0]),
+                                   (const int32_t *)SDP_VEC(buffers[1]) + a->ids_off,
+                                   (const uint16_t *)SDP_VEC(buffers[2]) + a->off, a->key.d[0],
+                                   a->key.d[1], starpu_cuda_get_local_stream());
+        SDP_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     sdp_cuda_embedding_fwd(SDP_VEC(buffers[0]), (const int32_t *)SDP_VEC(buffers[1]) + a->ids_off,
                            (const char *)SDP_VEC(buffers[2]) + a->off * es, a->key.d[0],
                            a->key.d[1], SDP_CL_DT(buffers[2]), starpu_cuda_get_local_stream());

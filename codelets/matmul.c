@@ -16,11 +16,13 @@
 #endif
 
 struct sdp_matmul_args {
-    struct sdp_shape_key key; /* M, K, N, has_resid */
+    struct sdp_shape_key key; /* M, K, N, has_resid, 1 for an fp32 output under bf16 x (a
+                                 footprint of its own; 0 leaves the others' unchanged) */
     size_t off;               /* weight (or weight-gradient) offset in its group vector */
 };
 
-/* buffers: out (M, N) act W, [resid (M, N) act R], x (M, K) act R, wg R */
+/* buffers: out (M, N) act W, [resid (M, N) act R], x (M, K) act R, wg R; out and resid f32 under
+ * bf16 x with residual_dtype fp32 */
 static void matmul_fwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_matmul_args *a = cl_arg;
@@ -68,9 +70,13 @@ static void matmul_fwd_cuda(void *buffers[], void *cl_arg)
     void *ws = sdp_cl_cublaslt_ws(&wsb);
     const void *resid = a->key.d[3] ? SDP_VEC(buffers[i++]) : NULL;
     const void *x = SDP_VEC(buffers[i++]);
-    sdp_cuda_matmul_fwd(starpu_cublasLt_get_local_handle(), SDP_VEC(buffers[0]), resid, x,
-                        wptr(buffers[i], a->off), a->key.d[0], a->key.d[1], a->key.d[2],
-                        SDP_CL_DT(buffers[0]), ws, wsb, starpu_cuda_get_local_stream());
+    /* out and resid may be fp32 under bf16 x and w: the fp32 residual stream */
+    SDP_ASSERT(!resid || SDP_CL_DT(buffers[1]) == SDP_CL_DT(buffers[0]),
+               "matmul_fwd: the residual's dtype is not the output's");
+    sdp_cuda_matmul_fwd_res(starpu_cublasLt_get_local_handle(), SDP_VEC(buffers[0]), resid, x,
+                            wptr(buffers[i], a->off), a->key.d[0], a->key.d[1], a->key.d[2],
+                            SDP_CL_DT(buffers[i - 1]), SDP_CL_DT(buffers[0]), ws, wsb,
+                            starpu_cuda_get_local_stream());
     SDP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -79,6 +85,9 @@ static void matmul_bwd_data_cuda(void *buffers[], void *cl_arg)
     const struct sdp_matmul_args *a = cl_arg;
     size_t wsb;
     void *ws = sdp_cl_cublaslt_ws(&wsb);
+    /* an fp32 residual gradient reaches the matmuls through cast_act (graph/layer.c) */
+    SDP_ASSERT(SDP_CL_DT(buffers[1]) == SDP_CL_DT(buffers[0]),
+               "matmul_bwd_data: dout's dtype is not dx's (hint: sdp_task_cast_act)");
     sdp_cuda_matmul_bwd_data(starpu_cublasLt_get_local_handle(), SDP_VEC(buffers[0]),
                              SDP_VEC(buffers[1]), wptr(buffers[2], a->off), a->key.d[0],
                              a->key.d[1], a->key.d[2], SDP_CL_DT(buffers[0]), ws, wsb,
@@ -91,6 +100,8 @@ static void matmul_bwd_weight_cuda(void *buffers[], void *cl_arg)
     const struct sdp_matmul_args *a = cl_arg;
     size_t wsb;
     void *ws = sdp_cl_cublaslt_ws(&wsb);
+    SDP_ASSERT(SDP_CL_DT(buffers[1]) == SDP_CL_DT(buffers[2]),
+               "matmul_bwd_weight: dout's dtype is not x's (hint: sdp_task_cast_act)");
     sdp_cuda_matmul_bwd_weight(starpu_cublasLt_get_local_handle(), SDP_VECF(buffers[0]) + a->off,
                                SDP_VEC(buffers[1]), SDP_VEC(buffers[2]), a->key.d[0], a->key.d[1],
                                a->key.d[2], SDP_CL_DT(buffers[1]), ws, wsb,
@@ -170,8 +181,10 @@ int sdp_task_matmul_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp
         b[n++] = (struct sdp_cl_buf){ resid, STARPU_R };
     b[n++] = (struct sdp_cl_buf){ x, STARPU_R };
     b[n++] = (struct sdp_cl_buf){ wg, STARPU_R };
-    return sdp_cl_submit(&sdp_cl_matmul_fwd, o, matmul_args(M, K, N, resid != NULL, w_off),
-                         sizeof(struct sdp_matmul_args), 2.0 * M * K * N, b, n);
+    struct sdp_matmul_args *a = matmul_args(M, K, N, resid != NULL, w_off);
+    a->key.d[4] = sdp_rt_tensor_dtype(out) != sdp_rt_tensor_dtype(x);
+    return sdp_cl_submit(&sdp_cl_matmul_fwd, o, a, sizeof(struct sdp_matmul_args), 2.0 * M * K * N,
+                         b, n);
 }
 
 int sdp_task_matmul_bwd_data(const struct sdp_task_opts *o, sdp_rt_tensor_t *dx,

@@ -33,6 +33,7 @@
     X(sdp_cl_embedding_fwd, "embedding_fwd", GPU_COMPUTE, COMPUTE, "lookup")                       \
     X(sdp_cl_embedding_fwd_host, "embedding_fwd", GPU_COMPUTE, ANY, "lookup")                      \
     X(sdp_cl_embedding_bwd, "embedding_bwd", GPU_COMPUTE, COMPUTE, "no_params rows_of_tokens")     \
+    X(sdp_cl_cast_act, "cast_act", GPU_COMPUTE, COMPUTE, "no_params")                              \
     X(sdp_cl_matmul_fwd, "matmul_fwd", GPU_COMPUTE, COMPUTE, "")                                   \
     X(sdp_cl_matmul_bwd_data, "matmul_bwd_data", GPU_COMPUTE, COMPUTE, "")                         \
     X(sdp_cl_matmul_bwd_weight, "matmul_bwd_weight", GPU_COMPUTE, COMPUTE, "")                     \

@@ -13,12 +13,13 @@
 #endif
 
 struct sdp_rmsnorm_args {
-    struct sdp_shape_key key; /* R, D, accumulate */
+    struct sdp_shape_key key; /* R, D, accumulate, 1 for an fp32 residual under bf16 (a
+                                 footprint of its own; 0 leaves the others' unchanged) */
     size_t w_off, g_off;
     float eps;
 };
 
-/* buffers: out (R, D) act W, rstd (R) f32 W, x (R, D) act R, wg R */
+/* buffers: out (R, D) act W, rstd (R) f32 W, x (R, D) act or f32 (residual_dtype fp32) R, wg R */
 static void rmsnorm_fwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_rmsnorm_args *a = cl_arg;
@@ -29,8 +30,8 @@ static void rmsnorm_fwd_cpu(void *buffers[], void *cl_arg)
     sdp_cl_out_done(buffers[0], out);
 }
 
-/* buffers: dx (R, D) act W|RW, gg f32 RW, dout (R, D) act R, x (R, D) act R, wg R, rstd (R) f32 R
- */
+/* buffers: dx (R, D) act W|RW, gg f32 RW, dout (R, D) act R, x (R, D) act R, wg R, rstd (R) f32 R;
+ * dx and x f32 under bf16 dout with residual_dtype fp32 */
 static void rmsnorm_bwd_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_rmsnorm_args *a = cl_arg;
@@ -44,10 +45,25 @@ static void rmsnorm_bwd_cpu(void *buffers[], void *cl_arg)
 }
 
 #ifdef SDP_HAVE_CUDA
+/* x (and in the backward dx) fp32 under bf16 out (dout): the residual stream in fp32
+ * (train.residual_dtype fp32), rmsnorm_res.cu's kernels */
+static int res_f32(void *x, void *act)
+{
+    return STARPU_VECTOR_GET_ELEMSIZE(x) == 4 && STARPU_VECTOR_GET_ELEMSIZE(act) == 2;
+}
+
 static void rmsnorm_fwd_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_rmsnorm_args *a = cl_arg;
     size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[3]);
+    if (res_f32(buffers[2], buffers[0])) {
+        sdp_cuda_rmsnorm_fwd_res(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VECF(buffers[2]),
+                                 (const char *)SDP_VEC(buffers[3]) + a->w_off * es, a->key.d[0],
+                                 a->key.d[1], a->eps, SDP_CL_DT(buffers[0]),
+                                 starpu_cuda_get_local_stream());
+        SDP_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     sdp_cuda_rmsnorm_fwd(SDP_VEC(buffers[0]), SDP_VECF(buffers[1]), SDP_VEC(buffers[2]),
                          (const char *)SDP_VEC(buffers[3]) + a->w_off * es, a->key.d[0],
                          a->key.d[1], a->eps, SDP_CL_DT(buffers[0]),
@@ -61,6 +77,15 @@ static void rmsnorm_bwd_cuda(void *buffers[], void *cl_arg)
     int R = a->key.d[0], D = a->key.d[1];
     size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[4]);
     void *dx = SDP_VEC(buffers[0]);
+    if (res_f32(buffers[0], buffers[2])) {
+        sdp_cuda_rmsnorm_bwd_res(
+            dx, SDP_VECF(buffers[1]) + a->g_off, a->key.d[2] ? dx : NULL, SDP_VEC(buffers[2]),
+            SDP_VECF(buffers[3]), (const char *)SDP_VEC(buffers[4]) + a->w_off * es,
+            SDP_VECF(buffers[5]), R, D, SDP_CL_DT(buffers[2]),
+            sdp_cl_cuda_ws(0, sdp_cuda_rmsnorm_bwd_res_ws(R, D)), starpu_cuda_get_local_stream());
+        SDP_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     sdp_cuda_rmsnorm_bwd(dx, SDP_VECF(buffers[1]) + a->g_off, a->key.d[2] ? dx : NULL,
                          SDP_VEC(buffers[2]), SDP_VEC(buffers[3]),
                          (const char *)SDP_VEC(buffers[4]) + a->w_off * es, SDP_VECF(buffers[5]), R,
@@ -114,6 +139,7 @@ int sdp_task_rmsnorm_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sd
     };
     a->key.d[0] = R;
     a->key.d[1] = D;
+    a->key.d[3] = sdp_rt_tensor_dtype(x) != sdp_rt_tensor_dtype(out);
     a->w_off = w_off;
     a->eps = eps;
     return sdp_cl_submit(&sdp_cl_rmsnorm_fwd, o, a, sizeof(*a), 4.0 * R * D, b, 4);
@@ -134,6 +160,7 @@ int sdp_task_rmsnorm_bwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *dx, int
     a->key.d[0] = R;
     a->key.d[1] = D;
     a->key.d[2] = accumulate;
+    a->key.d[3] = sdp_rt_tensor_dtype(x) != sdp_rt_tensor_dtype(dout);
     a->w_off = w_off;
     a->g_off = g_off;
     return sdp_cl_submit(&sdp_cl_rmsnorm_bwd, o, a, sizeof(*a), 8.0 * R * D, b, 6);

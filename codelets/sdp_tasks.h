@@ -41,6 +41,10 @@ void sdp_task_tag_forget(unsigned long long tag);
 int sdp_task_cast(const struct sdp_task_opts *o, sdp_rt_tensor_t *work, sdp_rt_tensor_t *master);
 
 /* ---- forward / backward ops ---- */
+/** out (n) bf16 W  <-  in (n) f32 R, rounded to nearest even where the compute runs: the fp32
+ * residual gradient as the bf16 input of the matmuls' backward (train.residual_dtype fp32, as
+ * autocast casts it).  @return starpu_task_insert's code */
+int sdp_task_cast_act(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *in);
 /** out (N, C) f32 W = w[ids]   (w: embedding (V, C) at w_off of group tensor wg) */
 int sdp_task_embedding_fwd(const struct sdp_task_opts *o, sdp_rt_tensor_t *out,
                            sdp_rt_tensor_t *ids, sdp_rt_tensor_t *wg, size_t w_off, int N, int C);

@@ -69,18 +69,22 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
                                            const struct sdp_graph_conf *c)
 {
     size_t es = sdp_dtype_size(work_dtype), group_max = 0;
+    /* the residual stream's element (train.residual_dtype fp32: 4 under bf16) */
+    size_t rb = c->residual_f32 ? 4 : es;
     unsigned long long n = (unsigned long long)c->micro_batch * c->seq_len, bytes, nfull;
     for (int g = 0; g < sdp_model_num_groups(m); g++) {
         size_t ne = sdp_model_group_nelems(m, g);
         group_max = ne > group_max ? ne : group_max;
     }
-    bytes = 2ull * group_max * (es + 4);                      /* work + fp32 grad */
-    bytes += 3 * n * (unsigned long long)m->hidden_size * es; /* d_x, h */
+    bytes = 2ull * group_max * (es + 4); /* work + fp32 grad */
+    /* d_x (with an fp32 residual, its bf16 cast too), h, d_h */
+    bytes += n * (unsigned long long)m->hidden_size * (2 * es + rb + (rb != es ? es : 0));
     /* recomputing, what each layer saves (its input; selective, its mid residual too) for every
      * layer or, offloaded, the few around the layer at work */
     if (c->recompute)
         bytes += (c->offload_inputs ? 4ull : (unsigned long long)m->num_layers) *
-                 sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, c->recompute);
+                 sdp_model_layer_act_bytes_res(m, c->micro_batch, c->seq_len, (int)es, (int)rb,
+                                               c->recompute);
     /* keep_mlp: each chosen layer's gate/up projection and, unless selective without offload
      * counted it above, its mid residual, kept on the GPU (at most the L - keep_last recomputed
      * layers) */
@@ -89,18 +93,17 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
         unsigned long long k =
             (unsigned long long)(c->keep_mlp < nrec ? c->keep_mlp : (nrec > 0 ? nrec : 0));
         unsigned long long per;
-        per = n *
-              (2ull * (unsigned long long)m->intermediate_size +
-               (c->recompute == SDP_RECOMPUTE_SELECTIVE && !c->offload_inputs
-                    ? 0ull
-                    : (unsigned long long)m->hidden_size)) *
-              es;
+        per = n * (2ull * (unsigned long long)m->intermediate_size * es +
+                   (c->recompute == SDP_RECOMPUTE_SELECTIVE && !c->offload_inputs
+                        ? 0ull
+                        : (unsigned long long)m->hidden_size * rb));
         bytes += k * per;
     }
     /* every intermediate of the layers at work (two), of those that keep theirs from the forward
      * (keep_last; all of them without recomputation) */
     nfull = c->recompute ? 2u + (unsigned)c->keep_last : (unsigned)m->num_layers + 1u;
-    bytes += nfull * sdp_model_layer_act_bytes(m, c->micro_batch, c->seq_len, (int)es, 0);
+    bytes +=
+        nfull * sdp_model_layer_act_bytes_res(m, c->micro_batch, c->seq_len, (int)es, (int)rb, 0);
     return bytes + sdp_graph_ws_bytes(m, work_dtype, c->micro_batch, c->seq_len, c->gpu_limit_bytes,
                                       bytes, NULL);
 }
@@ -140,21 +143,19 @@ unsigned long long sdp_graph_ws_bytes(const struct sdp_model_cfg *m, enum sdp_dt
 
 unsigned long long sdp_plan_layer_bytes(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
                                         int micro_batch, int seq_len, enum sdp_act_place act,
-                                        int offload)
+                                        int offload, int residual_f32)
 {
-    const unsigned long long es = sdp_dtype_size(work_dtype),
+    const unsigned long long es = sdp_dtype_size(work_dtype), rb = residual_f32 ? 4 : es,
                              n = (unsigned long long)micro_batch * (unsigned long long)seq_len;
     int kind = sdp_act_saved(act);
     unsigned long long b = 0;
     if (act == SDP_ACT_KEEP)
-        return sdp_model_layer_act_bytes(m, micro_batch, seq_len, (int)es, 0);
+        return sdp_model_layer_act_bytes_res(m, micro_batch, seq_len, (int)es, (int)rb, 0);
     if (!offload) /* offloaded: on the host but for the few around the layer at work */
-        b += sdp_model_layer_act_bytes(m, micro_batch, seq_len, (int)es, kind);
+        b += sdp_model_layer_act_bytes_res(m, micro_batch, seq_len, (int)es, (int)rb, kind);
     if (act == SDP_ACT_KEEP_MLP) /* the mid residual and the gate/up projection */
-        b +=
-            n *
-            (2ull * (unsigned long long)m->intermediate_size + (unsigned long long)m->hidden_size) *
-            es;
+        b += n * (2ull * (unsigned long long)m->intermediate_size * es +
+                  (unsigned long long)m->hidden_size * rb);
     return b;
 }
 
@@ -162,25 +163,27 @@ unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct
                                           enum sdp_dtype work_dtype, int micro_batch, int seq_len,
                                           unsigned long long gpu_limit, unsigned long long *budget)
 {
-    const unsigned long long es = sdp_dtype_size(work_dtype),
+    const unsigned long long es = sdp_dtype_size(work_dtype), rb = p->residual_f32 ? 4 : es,
                              n = (unsigned long long)micro_batch * (unsigned long long)seq_len;
-    const unsigned long long full = sdp_model_layer_act_bytes(m, micro_batch, seq_len, (int)es, 0);
+    const unsigned long long full =
+        sdp_model_layer_act_bytes_res(m, micro_batch, seq_len, (int)es, (int)rb, 0);
     unsigned long long bytes, group_max = 0, pool = 0;
     int nrec = 0;
     for (int g = 0; g < sdp_model_num_groups(m); g++) {
         unsigned long long ne = sdp_model_group_nelems(m, g);
         group_max = ne > group_max ? ne : group_max;
     }
-    bytes = 2ull * group_max * (es + 4) + 3ull * n * (unsigned long long)m->hidden_size * es;
+    bytes = 2ull * group_max * (es + 4) +
+            n * (unsigned long long)m->hidden_size * (2 * es + rb + (rb != es ? es : 0));
     for (int l = 1; l <= p->nlayers; l++) {
         const struct sdp_plan_group *pg = &p->group[l];
         int kind = sdp_act_saved(pg->act);
         bytes += sdp_plan_layer_bytes(m, work_dtype, micro_batch, seq_len, pg->act,
-                                      pg->offload && pg->act != SDP_ACT_KEEP);
+                                      pg->offload && pg->act != SDP_ACT_KEEP, p->residual_f32);
         nrec += pg->act != SDP_ACT_KEEP;
         if (pg->offload && pg->act != SDP_ACT_KEEP) {
             unsigned long long saved =
-                sdp_model_layer_act_bytes(m, micro_batch, seq_len, (int)es, kind);
+                sdp_model_layer_act_bytes_res(m, micro_batch, seq_len, (int)es, (int)rb, kind);
             pool = saved > pool ? saved : pool;
         }
     }

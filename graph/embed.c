@@ -263,7 +263,7 @@ int sdp_graph_lookup_host_create(sdp_graph_t *g)
         rc = sdp_err(-ENOMEM, "the next step's ids (%d x %d tokens)", c->n_micro, B * T);
     for (int i = 0; i < c->n_micro && !rc; i++) {
         snprintf(name, sizeof(name), "x0.mb%d", i);
-        rc = sdp_rt_tensor_create(&g->x0[i], g->act_dt, (size_t)B * T * g->C, name);
+        rc = sdp_rt_tensor_create(&g->x0[i], g->res_dt, (size_t)B * T * g->C, name);
         if (!rc)
             rc = sdp_rt_tensor_partition(g->x0[i], nparts, parts);
     }

@@ -44,6 +44,8 @@ struct sdp_graph {
     int C, I, NH, NKV, HD, QKV, V, L;
     int head_group, lm_group;
     enum sdp_dtype act_dt; /* activations: the working copy's dtype (bf16 or f32) */
+    enum sdp_dtype res_dt; /* the residual stream and its gradient: act_dt, or f32 under bf16
+                              (train.residual_dtype fp32, plan.residual_f32) */
     size_t lm_off, norm_off, embed_off;
     unsigned char *row_mark;     /* [V] (tied embedding): 1 for the rows the step's tokens select */
     struct rows_put {            /* (early_embed, group 0 staged) the stages of the step's rows */

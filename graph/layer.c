@@ -83,7 +83,7 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
         TRY_RET(temp(&a->lse, SDP_F32, (size_t)B * g->NH * T, "lse", mb, l));
     }
     if (!mid)
-        TRY_RET(temp(&a->xmid, g->act_dt, (size_t)N * g->C, "xmid", mb, l));
+        TRY_RET(temp(&a->xmid, g->res_dt, (size_t)N * g->C, "xmid", mb, l));
     TRY_RET(temp(&a->h2, g->act_dt, (size_t)N * g->C, "h2", mb, l));
     TRY_RET(temp(&a->rstd2, SDP_F32, (size_t)N, "rstd2", mb, l));
     if (sdp_graph_sparse(g, l)) { /* the block's kept vector in place of gate/up and SwiGLU */
@@ -131,6 +131,24 @@ int sdp_graph_layer_fwd(sdp_graph_t *g, int step, int mb, int l, enum sdp_phase 
     return 0;
 }
 
+/* dres as the matmuls' backward reads it: itself, or with the fp32 residual stream its bf16 cast
+ * into *lo (a temporary), as autocast casts the gradient of a bf16 matmul's output. */
+static int dres_lo(sdp_graph_t *g, const struct sdp_task_opts *o, int mb, int l,
+                   sdp_rt_tensor_t *dres, sdp_rt_tensor_t **lo)
+{
+    *lo = dres;
+    if (g->res_dt == g->act_dt)
+        return 0;
+    TRY_RET(temp(lo, g->act_dt, sdp_rt_tensor_nelems(dres), "d_x_cast", mb, l));
+    return sdp_task_cast_act(o, *lo, dres);
+}
+
+static void dres_lo_release(sdp_rt_tensor_t *lo, sdp_rt_tensor_t *dres)
+{
+    if (lo != dres)
+        sdp_rt_tensor_release(lo);
+}
+
 /* The dense MLP's backward of layer l: *dh2 (made here) from dres; with the early MLP update the
  * chunks of its weights are packed once their last gradient is in, its tasks that write no
  * gradient are marked so, and so are (through o) the tasks after that pack. */
@@ -139,7 +157,7 @@ static int mlp_bwd(sdp_graph_t *g, struct sdp_task_opts *o, int mb, int l, sdp_r
                    sdp_rt_tensor_t **dh2)
 {
     struct sdp_state *st = g->st;
-    sdp_rt_tensor_t *dact, *dgu;
+    sdp_rt_tensor_t *dact, *dgu, *dlo;
     int N = g->c.micro_batch * g->c.seq_len, step = o->hint.step;
     size_t off_down = sdp_state_off(st, l, SDP_PT_DOWN),
            off_gate = sdp_state_off(st, l, SDP_PT_GATE);
@@ -147,11 +165,13 @@ static int mlp_bwd(sdp_graph_t *g, struct sdp_task_opts *o, int mb, int l, sdp_r
     struct sdp_task_opts od = *o;
     if (c_mlp > 0)
         od.hint.grad_lim = c_mlp;
+    TRY_RET(dres_lo(g, &od, mb, l, dres, &dlo));
     TRY_RET(temp(&dact, g->act_dt, (size_t)N * g->I, "d_swiglu", mb, l));
-    TRY_RET(sdp_task_matmul_bwd_data(&od, dact, dres, W, off_down, N, g->I, g->C));
+    TRY_RET(sdp_task_matmul_bwd_data(&od, dact, dlo, W, off_down, N, g->I, g->C));
     if (G)
-        TRY_RET(sdp_task_matmul_bwd_weight(o, G, off_down, dres, a->act, N, g->I, g->C));
-    TRY_RET(sdp_graph_lora_bwd(g, o, l, SDP_PT_DOWN, dact, dres, g->C, 0, a->act, N));
+        TRY_RET(sdp_task_matmul_bwd_weight(o, G, off_down, dlo, a->act, N, g->I, g->C));
+    TRY_RET(sdp_graph_lora_bwd(g, o, l, SDP_PT_DOWN, dact, dlo, g->C, 0, a->act, N));
+    dres_lo_release(dlo, dres);
     TRY_RET(temp(&dgu, g->act_dt, (size_t)N * 2 * g->I, "d_gate_up", mb, l));
     TRY_RET(sdp_task_swiglu_bwd(&od, dgu, dact, a->gu, N, g->I));
     sdp_rt_tensor_release(dact);
@@ -182,7 +202,7 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
     struct sdp_state *st = g->st;
     sdp_rt_tensor_t *W = compute_work(g, l, step, rank_of(g, mb));
     sdp_rt_tensor_t *G = grad_of(g, l, rank_of(g, mb));
-    sdp_rt_tensor_t *dh2, *datt, *dqkv2, *dqkv, *dh1;
+    sdp_rt_tensor_t *dh2, *datt, *dqkv2, *dqkv, *dh1, *dlo;
     /* a frozen base (LoRA): no weight gradient; the norms' go to the sink, from its start */
     sdp_rt_tensor_t *GN = G ? G : g->lora_sink;
     int B = g->c.micro_batch, T = g->c.seq_len, N = B * T;
@@ -208,11 +228,13 @@ int sdp_graph_layer_bwd(sdp_graph_t *g, int step, int mb, int l, sdp_rt_tensor_t
     sdp_rt_tensor_release(dh2);
 
     /* attention */
+    TRY_RET(dres_lo(g, &o, mb, l, dres, &dlo));
     TRY_RET(temp(&datt, g->act_dt, (size_t)N * g->NH * g->HD, "d_att", mb, l));
-    TRY_RET(sdp_task_matmul_bwd_data(&o, datt, dres, W, off_o, N, g->NH * g->HD, g->C));
+    TRY_RET(sdp_task_matmul_bwd_data(&o, datt, dlo, W, off_o, N, g->NH * g->HD, g->C));
     if (G)
-        TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_o, dres, a->att, N, g->NH * g->HD, g->C));
-    TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_O, datt, dres, g->C, 0, a->att, N));
+        TRY_RET(sdp_task_matmul_bwd_weight(&o, G, off_o, dlo, a->att, N, g->NH * g->HD, g->C));
+    TRY_RET(sdp_graph_lora_bwd(g, &o, l, SDP_PT_O, datt, dlo, g->C, 0, a->att, N));
+    dres_lo_release(dlo, dres);
     TRY_RET(temp(&dqkv2, g->act_dt, (size_t)N * g->QKV, "d_qkv_rope", mb, l));
     TRY_RET(sdp_task_attention_bwd_seg(&o, dqkv2, datt, a->qkv2, a->att, a->lse, g->seg_mb, &ah, B,
                                        T, g->NH, g->NKV, g->HD));

@@ -168,6 +168,15 @@ int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct s
     p->param_delay = c->param_delay;
     p->clip = c->max_grad_norm > 0 || c->skip_nonfinite;
     p->lora = c->lora;
+    p->residual_f32 = c->residual_f32 && st->work_dtype == SDP_BF16;
+    if (p->residual_f32 && (c->lora.rank > 0 || sdp_model_num_sparse_layers(m) > 0)) {
+        free(p->group);
+        p->group = NULL;
+        sdp_err(-EINVAL, "graph: train.residual_dtype fp32 with %s",
+                c->lora.rank > 0 ? "LoRA adapters" : "sparse (MoE) layers");
+        sdp_hint("train.residual_dtype fp32 covers dense full training; set it to bf16 here");
+        return -EINVAL;
+    }
     for (int gi = 0; gi < p->ngroups; gi++)
         fill_group(p, st, c, gi);
     if (c->embed_lookup_host && (!sdp_plan_one_rank(p) || st->groups[0].staged))

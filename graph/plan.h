@@ -97,6 +97,8 @@ struct sdp_plan {
                           next ids (sdp_graph_set_next; SDP_EMBED_DEFER not off) */
     int gpu_writeback; /* SDP_GPU_UPDATE_WRITEBACK: GPU updates write the state back when idle */
     int clip;          /* the updates wait for the global norm (clipping or skip_nonfinite) */
+    int residual_f32; /* the residual stream and its gradient in fp32 (sdp_graph_conf.residual_f32):
+                         each saved input and mid residual takes 4 bytes an element */
     struct sdp_lora_cfg lora; /* LoRA (rank 0: none): every base weight is frozen, only the
                                  adapters of the groups with lora_targets train, their output
                                  scaled by alpha / rank (sdp_lora_scale) */
@@ -151,10 +153,10 @@ unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct
                                           enum sdp_dtype work_dtype, int micro_batch, int seq_len,
                                           unsigned long long gpu_limit, unsigned long long *budget);
 /** What decoder layer placement act (offloaded or not) keeps on one GPU for one micro-batch: its
- * term in sdp_plan_gpu_bytes_min. */
+ * term in sdp_plan_gpu_bytes_min; residual_f32: the saved input and mid residual in fp32. */
 unsigned long long sdp_plan_layer_bytes(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
                                         int micro_batch, int seq_len, enum sdp_act_place act,
-                                        int offload);
+                                        int offload, int residual_f32);
 
 /** sdp_graph_create with a plan (checked, then copied): the graph builds p's tasks.
  * @return 0, -ENOMEM, -EINVAL */

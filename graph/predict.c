@@ -220,7 +220,8 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
     if (frozen)
         host *= twice ? 2 : 0, twice = 0;
     if (layer && pg->offload && pg->act != SDP_ACT_KEEP) /* out after the forward, back later */
-        act = (double)sdp_model_layer_act_bytes(m, B, T, r->es, sdp_act_saved(pg->act));
+        act = (double)sdp_model_layer_act_bytes_res(m, B, T, r->es, p->residual_f32 ? 4 : r->es,
+                                                    sdp_act_saved(pg->act));
     if (layer) {
         cf = nr * layer_fwd_s(m, B, T, mc);
         ct = nr *
@@ -539,6 +540,7 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
     p->param_route = c->param_route, p->window = c->window, p->bwd_lookahead = c->bwd_lookahead;
     p->param_delay = c->param_delay, p->clip = c->max_grad_norm > 0 || c->skip_nonfinite;
     p->lora = c->lora;
+    p->residual_f32 = c->residual_f32;
     for (int gi = 0; gi < p->ngroups; gi++) {
         struct sdp_plan_group *pg = &p->group[gi];
         if (gi >= 1 && gi <= L && c->lora.rank > 0 && sdp_lora_layer_on(&c->lora, gi))

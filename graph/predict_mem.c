@@ -41,7 +41,8 @@ static unsigned long long gpu_extra(const struct sdp_plan *p, const struct sdp_m
     int ahead = p->bwd_lookahead < 0 ? L : p->bwd_lookahead;
     if (ahead > 1 && rec)
         extra += (unsigned long long)(ahead - 1) *
-                 (lmax * 4ull + sdp_model_layer_act_bytes(m, B, T, es, SDP_RECOMPUTE_NONE));
+                 (lmax * 4ull + sdp_model_layer_act_bytes_res(m, B, T, es, p->residual_f32 ? 4 : es,
+                                                              SDP_RECOMPUTE_NONE));
     return extra;
 }
 
@@ -110,8 +111,9 @@ void sdp_predict_host_peak(const struct sdp_predict_run *run, const struct sdp_p
         if (!pg->grad_bf16 && p->lora.rank <= 0)
             b += n * 4ull * (p->nranks > 1 && !pg->grad_gpu ? (unsigned)p->nranks : 1u);
         if (gi >= 1 && gi <= p->nlayers && pg->offload && pg->act != SDP_ACT_KEEP)
-            b += sdp_model_layer_act_bytes(run->m, run->micro_batch, run->seq_len, (int)es,
-                                           sdp_act_saved(pg->act));
+            b += sdp_model_layer_act_bytes_res(run->m, run->micro_batch, run->seq_len, (int)es,
+                                               p->residual_f32 ? 4 : (int)es,
+                                               sdp_act_saved(pg->act));
     }
     if (run->work_staged)
         b += (unsigned long long)(run->stage_buffers > 0 ? run->stage_buffers : p->ngroups) *

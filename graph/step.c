@@ -40,13 +40,13 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
         if (g->looked_up != step)
             TRY_GOTO(sdp_graph_lookup_host(g, step, mb, ids));
     } else {
-        TRY_GOTO(temp(&xs[0], g->act_dt, (size_t)N * g->C, "x", mb, 0));
+        TRY_GOTO(temp(&xs[0], g->res_dt, (size_t)N * g->C, "x", mb, 0));
         TRY_GOTO(sdp_graph_dispatch(g, step, mb, 0));
         TRY_GOTO(sdp_task_embedding_fwd(&o, xs[0], ids, compute_work(g, 0, step, r),
                                         sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
     }
     for (l = 1; l <= L; l++) {
-        TRY_GOTO(temp(&xs[l], g->act_dt, (size_t)N * g->C, "x", mb, l));
+        TRY_GOTO(temp(&xs[l], g->res_dt, (size_t)N * g->C, "x", mb, l));
         TRY_GOTO(sdp_graph_dispatch(g, step, mb, l));
         TRY_GOTO(
             sdp_graph_layer_fwd(g, step, mb, l, SDP_PH_FWD, xs[l - 1], NULL, &kept[l], xs[l], 0));
@@ -71,7 +71,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
     TRY_GOTO(temp(&hN, g->act_dt, (size_t)N * g->C, "h_final", mb, L + 1));
     TRY_GOTO(temp(&rstdN, SDP_F32, (size_t)N, "rstd_final", mb, L + 1));
     TRY_GOTO(temp(&dh, g->act_dt, (size_t)N * g->C, "d_h_final", mb, L + 1));
-    TRY_GOTO(temp(&dres, g->act_dt, (size_t)N * g->C, "d_x", mb, L + 1));
+    TRY_GOTO(temp(&dres, g->res_dt, (size_t)N * g->C, "d_x", mb, L + 1));
     TRY_GOTO(sdp_graph_zero_grad(g, step, mb, g->lm_group, 0));
     if (g->lm_group != g->head_group)
         TRY_GOTO(sdp_graph_zero_grad(g, step, mb, g->head_group, 0));
@@ -326,11 +326,11 @@ int sdp_graph_logits(sdp_graph_t *g, const int32_t *ids, int nseq, float *logits
     if (rc)
         goto done;
     memcpy(sdp_rt_tensor_data(tid), ids, (size_t)N * sizeof(int32_t));
-    TRY_GOTO(temp(&x, g->act_dt, (size_t)N * g->C, "x", 0, 0));
+    TRY_GOTO(temp(&x, g->res_dt, (size_t)N * g->C, "x", 0, 0));
     TRY_GOTO(sdp_task_embedding_fwd(&o, x, tid, work_of(g, 0, -1),
                                     sdp_state_off(st, 0, SDP_PT_EMBED), N, g->C));
     for (l = 1; l <= g->L; l++) {
-        TRY_GOTO(temp(&y, g->act_dt, (size_t)N * g->C, "x", 0, l));
+        TRY_GOTO(temp(&y, g->res_dt, (size_t)N * g->C, "x", 0, l));
         rc = sdp_graph_layer_fwd(g, -1, 0, l, SDP_PH_FWD, x, NULL, &a, y, 0);
         sdp_graph_release_acts(&a);
         if (rc)
@@ -410,6 +410,7 @@ int sdp_graph_create_plan(sdp_graph_t **out, struct sdp_state *st, const struct 
     g->V = m->vocab_size;
     g->L = m->num_layers;
     g->act_dt = st->work_dtype;
+    g->res_dt = p->residual_f32 ? SDP_F32 : g->act_dt;
     g->head_group = g->L + 1;
     g->norm_off = sdp_state_off(st, g->head_group, SDP_PT_NORM);
     g->lm_group = m->tie_word_embeddings ? 0 : g->head_group;

@@ -374,18 +374,27 @@ double sdp_model_train_flops_per_token(const struct sdp_model_cfg *cfg, int T)
  * silu(gate)*up (I); and in fp32: the rstd of ln1 and ln2 (2), the rstd of q/k norm (NH+NKV, Qwen3)
  * and the attention log-sum-exp (NH).  A model with sparse layers counts, in place of gate, up and
  * SwiGLU, what a sparse layer keeps where that is larger.  Recomputed, it saves its input x only.
+ * The residual stream, x and the residual after attention, may take res_bytes instead
+ * (train.residual_dtype fp32: 4 under bf16 activations).
  */
 size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, int elem_bytes,
                                  int recompute)
 {
+    return sdp_model_layer_act_bytes_res(cfg, B, T, elem_bytes, elem_bytes, recompute);
+}
+
+/* x and the mid residual take res_bytes an element, the rest as above */
+size_t sdp_model_layer_act_bytes_res(const struct sdp_model_cfg *cfg, int B, int T, int elem_bytes,
+                                     int res_bytes, int recompute)
+{
     const size_t N = (size_t)B * (size_t)T, C = (size_t)cfg->hidden_size;
     const size_t I = (size_t)cfg->intermediate_size, HD = (size_t)cfg->head_dim;
     const size_t NH = (size_t)cfg->num_heads, NKV = (size_t)cfg->num_kv_heads;
-    const size_t eb = (size_t)elem_bytes;
+    const size_t eb = (size_t)elem_bytes, rb = (size_t)res_bytes;
     if (recompute == SDP_RECOMPUTE_ATTN) /* the input, the attention's output, its fp32 LSE */
-        return N * ((C + NH * HD) * eb + NH * 4);
+        return N * (C * rb + NH * HD * eb + NH * 4);
     if (recompute)
-        return N * C * eb * (recompute == SDP_RECOMPUTE_SELECTIVE ? 2 : 1);
+        return N * C * rb * (recompute == SDP_RECOMPUTE_SELECTIVE ? 2 : 1);
     size_t mlp = 3 * I, f32 = 2 + NH + (cfg->qk_norm ? NH + NKV : 0);
     if (sdp_model_num_sparse_layers(cfg) > 0) { /* the larger of a dense and a sparse layer's */
         /* per token, in fp32 (codelets/moe.c): E probabilities, K routing slots (id, weight,
@@ -398,8 +407,8 @@ size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, 
             mlp = 0;
         }
     }
-    size_t elems = 4 * C + (NH + 2 * NKV) * HD + (NH + NKV) * HD + NH * HD + mlp;
-    return N * (elems * eb + f32 * 4);
+    size_t elems = 2 * C + (NH + 2 * NKV) * HD + (NH + NKV) * HD + NH * HD + mlp;
+    return N * (elems * eb + 2 * C * rb + f32 * 4);
 }
 
 size_t sdp_model_state_bytes(const struct sdp_model_cfg *cfg, int work_elem_bytes)

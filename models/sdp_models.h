@@ -203,6 +203,10 @@ enum sdp_recompute {
  * intermediate when it is kept whole; in elements of elem_bytes. */
 size_t sdp_model_layer_act_bytes(const struct sdp_model_cfg *cfg, int B, int T, int elem_bytes,
                                  int recompute);
+/** The same with the residual stream (the layer's input and its mid residual) in elements of
+ * res_bytes (train.residual_dtype fp32: 4 under bf16 activations). */
+size_t sdp_model_layer_act_bytes_res(const struct sdp_model_cfg *cfg, int B, int T, int elem_bytes,
+                                     int res_bytes, int recompute);
 
 /** Host bytes of the training state: fp32 master + Adam m, v + fp32 gradient + working copy of
  * work_elem_bytes per parameter. */

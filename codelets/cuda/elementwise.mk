@@ -2,6 +2,7 @@
 # Elementwise and row-wise ops (cast, embedding, RMSNorm, q/k norm + RoPE, SwiGLU, sumsq) and
 # their tests against the CPU _ref kernels (exit 77 without a GPU).
 libsdp_a_SOURCES += codelets/cuda/storage.cuh codelets/cuda/cast.cu codelets/cuda/embedding.cu codelets/cuda/rmsnorm.cu \
+	codelets/cuda/rmsnorm_res.cu \
 	codelets/cuda/qknorm_rope_internal.cuh codelets/cuda/qknorm_rope_fwd.cu codelets/cuda/qknorm_rope_bwd.cu \
 	codelets/cuda/swiglu.cu codelets/cuda/sumsq.cu codelets/cuda/reduce.cu \
 	codelets/cuda/scatter.cu codelets/cuda/adamw.cu
@@ -16,6 +17,11 @@ tests_kernels_test_cuda_embedding_SOURCES = tests/kernels/test_cuda_embedding.c 
 check_PROGRAMS += tests/kernels/test_cuda_rmsnorm
 TESTS += tests/kernels/test_cuda_rmsnorm
 tests_kernels_test_cuda_rmsnorm_SOURCES = tests/kernels/test_cuda_rmsnorm.c tests/lib/sdp_test.h tests/lib/sdp_test_cuda.h
+# the fp32 residual stream's kernels (rmsnorm_res.cu, matmul.cu, embedding.cu) vs fp64 oracles
+check_PROGRAMS += tests/kernels/test_cuda_residual
+TESTS += tests/kernels/test_cuda_residual
+tests_kernels_test_cuda_residual_SOURCES = tests/kernels/test_cuda_residual.c \
+	tests/lib/sdp_test.h tests/lib/sdp_test_cuda.h
 check_PROGRAMS += tests/kernels/test_cuda_qknorm_rope
 TESTS += tests/kernels/test_cuda_qknorm_rope
 tests_kernels_test_cuda_qknorm_rope_SOURCES = tests/kernels/test_cuda_qknorm_rope.c \

@@ -26,6 +26,17 @@ static __device__ __forceinline__ float bf2f(uint16_t b)
     return __uint_as_float((uint32_t)b << 16);
 }
 
+/* out (N, C) f32 = wte[ids] (V, C) bf16, widened (exact) */
+static __global__ void embedding_fwd_f32_kernel(float *__restrict__ out,
+                                                const int32_t *__restrict__ ids,
+                                                const uint16_t *__restrict__ wte, int C)
+{
+    const int n = blockIdx.x;
+    const uint16_t *src = wte + (size_t)ids[n] * C;
+    for (int j = threadIdx.x; j < C; j += blockDim.x)
+        out[(size_t)n * C + j] = bf2f(src[j]);
+}
+
 /* dwte (V, C) f32 += dout (N, C) scattered by ids, deterministic: the positions sorted by id
  * (sid, spos: a stable radix sort, so each id's positions stay in increasing order), one block per
  * run of equal ids adds that id's rows in position order, as the CPU reference does: the same bits
@@ -77,6 +88,15 @@ extern "C" void sdp_cuda_embedding_fwd(void *out, const int32_t *ids, const void
     } else {
         embedding_fwd_kernel<float><<<N, 256, 0, s>>>((float *)out, ids, (const float *)wte, C);
     }
+}
+
+extern "C" void sdp_cuda_embedding_fwd_f32(float *out, const int32_t *ids, const uint16_t *wte,
+                                           int N, int C, cudaStream_t s)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    const int threads = C < 256 ? (C + 31) / 32 * 32 : 256;
+    embedding_fwd_f32_kernel<<<N, threads, 0, s>>>(out, ids, wte, C);
 }
 
 extern "C" void sdp_cuda_embedding_bwd(float *dwte, const void *dout, const int32_t *ids, int N,

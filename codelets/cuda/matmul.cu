@@ -229,10 +229,19 @@ void sdp_cuda_matmul_fwd(cublasLtHandle_t lt, void *out, const void *resid, cons
                          const void *w, int M, int K, int N, int dt, void *ws, size_t ws_bytes,
                          cudaStream_t s)
 {
+    sdp_cuda_matmul_fwd_res(lt, out, resid, x, w, M, K, N, dt, dt, ws, ws_bytes, s);
+}
+
+/* x and w in dt, out and resid in out_dt: cuBLASLt takes C/D of another type than A/B (bf16 A/B
+ * with fp32 C/D and fp32 compute), so the fp32 residual add happens in the GEMM's epilogue */
+void sdp_cuda_matmul_fwd_res(cublasLtHandle_t lt, void *out, const void *resid, const void *x,
+                             const void *w, int M, int K, int N, int dt, int out_dt, void *ws,
+                             size_t ws_bytes, cudaStream_t s)
+{
     if (M <= 0 || N <= 0)
         return;
     if (K <= 0) { /* empty sum: out = resid or 0 */
-        const size_t nbytes = (size_t)M * N * dt_size(dt);
+        const size_t nbytes = (size_t)M * N * dt_size(out_dt);
         if (!resid)
             cudaMemsetAsync(out, 0, nbytes, s);
         else if (resid != out)
@@ -240,8 +249,8 @@ void sdp_cuda_matmul_fwd(cublasLtHandle_t lt, void *out, const void *resid, cons
         return;
     }
     /* out^T (N, M) = w (K, N)^T . x^T (K, M) [+ resid^T], all column-major */
-    sdp_cuda_gemm_lt(lt, 1, 0, N, M, K, w, K, x, K, resid ? 1.0f : 0.0f, resid, out, N, dt, dt, ws,
-                     ws_bytes, s);
+    sdp_cuda_gemm_lt(lt, 1, 0, N, M, K, w, K, x, K, resid ? 1.0f : 0.0f, resid, out, N, dt, out_dt,
+                     ws, ws_bytes, s);
 }
 
 void sdp_cuda_matmul_bwd_data(cublasLtHandle_t lt, void *dx, const void *dout, const void *w, int M,

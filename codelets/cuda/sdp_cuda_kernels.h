@@ -91,6 +91,10 @@ void sdp_cuda_scatter16(uint16_t *dst, const uint16_t *src, const size_t *tab, i
 void sdp_cuda_matmul_fwd(cublasLtHandle_t lt, void *out, const void *resid, const void *x,
                          const void *w, int M, int K, int N, int dt, void *ws, size_t ws_bytes,
                          cudaStream_t s);
+/** The same with out and resid in out_dt (fp32 residual stream: out_dt f32, x and w bf16). */
+void sdp_cuda_matmul_fwd_res(cublasLtHandle_t lt, void *out, const void *resid, const void *x,
+                             const void *w, int M, int K, int N, int dt, int out_dt, void *ws,
+                             size_t ws_bytes, cudaStream_t s);
 /** dx (M, K) dt = dout (M, N) dt . w (N, K) dt */
 void sdp_cuda_matmul_bwd_data(cublasLtHandle_t lt, void *dx, const void *dout, const void *w, int M,
                               int K, int N, int dt, void *ws, size_t ws_bytes, cudaStream_t s);
@@ -129,6 +133,9 @@ void sdp_cuda_lora_bwd(cublasLtHandle_t lt, void *dx, const void *dy, int ldy, c
 /** out (N, C) dt = wte[ids] (wte (V, C) dt) */
 void sdp_cuda_embedding_fwd(void *out, const int32_t *ids, const void *wte, int N, int C, int dt,
                             cudaStream_t s);
+/** out (N, C) f32 = wte[ids] (wte (V, C) bf16), widened exactly (fp32 residual stream) */
+void sdp_cuda_embedding_fwd_f32(float *out, const int32_t *ids, const uint16_t *wte, int N, int C,
+                                cudaStream_t s);
 /** dwte (V, C) f32 += scatter of dout (N, C) dt by ids (atomics: not bit-reproducible) */
 void sdp_cuda_embedding_bwd(float *dwte, const void *dout, const int32_t *ids, int N, int C, int dt,
                             cudaStream_t s);
@@ -143,6 +150,15 @@ size_t sdp_cuda_rmsnorm_bwd_ws(int R, int D);
 void sdp_cuda_rmsnorm_bwd(void *dx, float *dw, const void *dres, const void *dout, const void *x,
                           const void *w, const float *rstd, int R, int D, int dt, void *ws,
                           cudaStream_t s);
+
+/* With the residual stream in fp32 (train.residual_dtype fp32): x, dres and dx fp32, out, dout
+ * and w in dt (codelets/cuda/rmsnorm_res.cu); otherwise as above.  dx may alias dres. */
+void sdp_cuda_rmsnorm_fwd_res(void *out, float *rstd, const float *x, const void *w, int R, int D,
+                              float eps, int dt, cudaStream_t s);
+size_t sdp_cuda_rmsnorm_bwd_res_ws(int R, int D);
+void sdp_cuda_rmsnorm_bwd_res(float *dx, float *dw, const float *dres, const void *dout,
+                              const float *x, const void *w, const float *rstd, int R, int D,
+                              int dt, void *ws, cudaStream_t s);
 
 /* ---- per-head q/k RMSNorm + RoPE on the fused qkv (N, QKV) ---- */
 /** out (N, QKV) dt; rstd (N, NH+NKV) f32 written when qnorm_w != NULL (then knorm_w != NULL too).

@@ -73,3 +73,6 @@ EXTRA_DIST += tests/e2e/test_e2e_moe_train.sh tests/e2e/moe_train.py
 # the same model trained on one GPU against CPU workers (test_e2e_moe_gpu.sh; 77 without a GPU)
 TESTS += tests/e2e/test_e2e_moe_gpu.sh
 EXTRA_DIST += tests/e2e/test_e2e_moe_gpu.sh
+# the fp32 residual stream (train.residual_dtype) on CPU workers with bf16 working copies
+TESTS += tests/e2e/test_e2e_residual.sh
+EXTRA_DIST += tests/e2e/test_e2e_residual.sh

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* sdp_graph_gpu_bytes_min, the GPU memory a run needs at least (the train command refuses a GPU
  * limit below it): each activation setting against the parts it adds, computed here from the
- * model's shapes, the benchmarks' qwen3-4b configurations under the limits they run with, and the
- * workspaces at length within the budget a limit leaves (sdp_graph_ws_bytes). */
+ * model's shapes, the benchmarks' qwen3-4b configurations under the limits they run with, the
+ * workspaces at length within the budget a limit leaves (sdp_graph_ws_bytes), and the fp32
+ * residual stream (train.residual_dtype fp32) against the bytes it doubles. */
 #include "config.h"
 
 #include <stdio.h>
@@ -117,6 +118,46 @@ static void workspaces(const struct sdp_model_cfg *m)
           "16 GiB, nothing left: the LM head's block of 256 MiB, one row");
 }
 
+/* train.residual_dtype fp32 under bf16: each saved input (selective: and mid residual) and each
+ * kept layer's input and mid residual take 4 bytes an element instead of 2; d_x too, and its bf16
+ * cast for the matmuls' backward is one more (N, C) bf16 tensor.  With fp32 working copies nothing
+ * changes.  The plan's account follows, layer by layer. */
+static void residual_bytes(const struct sdp_model_cfg *m)
+{
+    const unsigned long long L = (unsigned long long)m->num_layers;
+    const unsigned long long nc2 = 16ull * 1024 * m->hidden_size * 2; /* an (N, C) bf16 tensor */
+    static const int recs[] = { NONE, FULL, SEL };
+    for (int ri = 0; ri < 3; ri++)
+        for (int off = 0; off <= 1; off++) {
+            struct sdp_graph_conf c = { .micro_batch = 16,
+                                        .seq_len = 1024,
+                                        .recompute = recs[ri],
+                                        .offload_inputs = off,
+                                        .keep_last = 1 };
+            unsigned long long b16 = sdp_graph_gpu_bytes_min(m, SDP_BF16, &c);
+            unsigned long long f32 = sdp_graph_gpu_bytes_min(m, SDP_F32, &c), pb16, pr32;
+            unsigned long long saved = recs[ri] == SEL ? 2 * nc2 : recs[ri] ? nc2 : 0;
+            unsigned long long nfull = recs[ri] ? 3 : L + 1; /* 2 at work + keep_last */
+            struct sdp_plan p;
+            CHECK(sdp_predict_plan_from_conf(&p, m, &c, 16u << 20, 1) == 0, "plan");
+            pb16 = sdp_plan_gpu_bytes_min(&p, m, SDP_BF16, 16, 1024, 0, NULL);
+            sdp_plan_free(&p);
+            c.residual_f32 = 1;
+            CHECK(sdp_predict_plan_from_conf(&p, m, &c, 16u << 20, 1) == 0, "plan");
+            pr32 = sdp_plan_gpu_bytes_min(&p, m, SDP_BF16, 16, 1024, 0, NULL);
+            sdp_plan_free(&p);
+            unsigned long long r32 = sdp_graph_gpu_bytes_min(m, SDP_BF16, &c);
+            unsigned long long want = b16 + (off ? 4 : L) * saved + 2 * nc2 + nfull * 2 * nc2;
+            CHECK(r32 == want, "residual fp32 (recompute %d, offload %d): %llu, want %llu",
+                  recs[ri], off, r32, want);
+            CHECK(sdp_graph_gpu_bytes_min(m, SDP_F32, &c) == f32,
+                  "residual fp32 with fp32 working copies changes nothing");
+            CHECK(pr32 - pb16 == r32 - b16 - (off || !recs[ri] ? 0 : saved),
+                  "the plan's account (recompute %d, offload %d): +%llu, knobs +%llu", recs[ri],
+                  off, pr32 - pb16, r32 - b16);
+        }
+}
+
 int main(void)
 {
     struct sdp_model_cfg m;
@@ -169,5 +210,6 @@ int main(void)
           "qwen3-4b/32 keeping every activation needs > 80 GiB");
     plan_bytes(&m);
     workspaces(&m);
+    residual_bytes(&m);
     return sdp_test_finish(sdp_test_nfail);
 }

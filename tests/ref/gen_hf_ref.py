@@ -10,6 +10,12 @@ linear RoPE scaling, at twice the original context) this writes into <out>/<name
                                    grad_norm, hyperparameters in the metadata
 Everything runs in fp32 on the CPU from a fixed seed. The runtime's parity tests load
 these files and compare their own forward, backward and optimizer steps against them.
+For the models of AUTOCAST it also writes ref.autocast.safetensors: the same AdamW steps with
+fp32 master weights under torch.autocast(bfloat16) (loss, losses, grad_norm), once with the
+model's attention and once with the other (eager / sdpa: losses_peer), the spread transformers
+shows against itself, and once with bf16 norm weights and fp32 logits (losses_wc, as a run on
+bf16 working copies computes them); the parity test checks train.residual_dtype fp32 against
+it.
 See tests/ref/README.md. Usage: gen_hf_ref.py [--out DIR] [--only NAME]
 """
 
@@ -66,6 +72,7 @@ MODELS["qwen3-8k"] = (Qwen3Config, Qwen3ForCausalLM,
                       dict(tie_word_embeddings=True, max_position_embeddings=8192,
                            attn_implementation="sdpa"))
 LONG = {"qwen3-8k": {"B": 1, "steps": 2}}
+AUTOCAST = ("qwen3-tiny", "llama-tiny")
 SEQ = {"qwen3-yarn": 64, "qwen3-linear": 64, "qwen3-docs": 32, "qwen3-docs-pos": 32,
        "qwen3-8k": 8192}
 
@@ -311,6 +318,70 @@ def generate(name, outroot):
     return outdir
 
 
+def autocast_losses(name, attn, wc=False):
+    """The losses and gradient norms of generate()'s AdamW steps under bf16 autocast; wc: with the
+    two differences a run on bf16 working copies keeps by design (train.residual_dtype fp32): the
+    norms' weights rounded to bf16, and fp32 logits from the bf16 head weight."""
+    cfg, model = build(name)
+    if attn:
+        model.set_attn_implementation(attn)
+    if wc:
+        head = model.lm_head
+
+        def fp32_logits(x):
+            with torch.autocast(device_type="cpu", enabled=False):
+                return torch.nn.functional.linear(x.float(), head.weight.to(torch.bfloat16).float())
+        head.forward = fp32_logits
+    ids, labels, _ = make_batch(cfg, SEQ.get(name, T))
+    params = [p for _, p in model.named_parameters()]
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2],
+                              "weight_decay": HP["weight_decay"]},
+                             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
+                            lr=HP["lr"], betas=(HP["beta1"], HP["beta2"]), eps=HP["eps"],
+                            foreach=False)
+    model.train()
+    losses, norms = [], []
+    for _ in range(HP["steps"]):
+        opt.zero_grad(set_to_none=True)
+        if wc:
+            with torch.no_grad():
+                for p in params:
+                    if p.ndim == 1:
+                        p.copy_(p.to(torch.bfloat16).float())
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.float().backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(params, HP["max_grad_norm"])))
+        losses.append(loss.float().item())
+        opt.step()
+    return losses, norms
+
+
+def generate_autocast(name, outroot):
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    outdir = os.path.join(outroot, name)
+    main_attn = COMMON["attn_implementation"]
+    peer_attn = "sdpa" if main_attn == "eager" else "eager"
+    losses, norms = autocast_losses(name, None)
+    peer, _ = autocast_losses(name, peer_attn)
+    wc, _ = autocast_losses(name, None, wc=True)
+    out = {"loss": torch.tensor([losses[0]], dtype=torch.float32),
+           "losses": torch.tensor(losses, dtype=torch.float32),
+           "grad_norm": torch.tensor(norms, dtype=torch.float32),
+           "losses_peer": torch.tensor(peer, dtype=torch.float32),
+           "losses_wc": torch.tensor(wc, dtype=torch.float32)}
+    meta = {"model": name, "autocast": "bfloat16", "attn": main_attn, "peer_attn": peer_attn,
+            "steps": str(HP["steps"]), "torch": torch.__version__,
+            "transformers": transformers.__version__}
+    path = os.path.join(outdir, "ref.autocast.safetensors")
+    save_file(out, path, metadata=meta)
+    os.chmod(path, 0o644)
+    log("  %s autocast: loss %.7f, last %.7f; %s against %s: max |dloss| %.3g"
+        % (name, losses[0], losses[-1], main_attn, peer_attn,
+           max(abs(a - b) for a, b in zip(losses, peer))))
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -323,6 +394,8 @@ def main():
     for name in MODELS:
         if args.only in (None, name):
             generate(name, args.out)
+            if name in AUTOCAST:
+                generate_autocast(name, args.out)
     return 0
 
 
