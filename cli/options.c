@@ -19,8 +19,7 @@ static const char *const precision_names[] = { "fp32", "bf16", NULL };
 static const char *const grad_dtype_names[] = { "auto", "fp32", "bf16", NULL };
 static const char *const residual_dtype_names[] = { "bf16", "fp32", NULL };
 static const char *const activation_names[] = { "recompute", "keep",      "offload",
-                                                "selective", "keep-attn", "keep-attn-offload",
-                                                NULL };
+                                                "selective", "keep-attn", NULL };
 static const char *const on_nan_names[] = { "stop", "skip", NULL };
 static const char *const grad_route_names[] = { "cpu", "gpu", NULL };
 static const char *const param_route_names[] = { "replicated", "sharded", NULL };
@@ -194,8 +193,7 @@ const struct sdp_option sdp_options[] = {
       .def = "recompute",
       .help = "offload: recompute, the saved inputs wait on the host; selective: recompute, "
               "the mid residuals kept; keep-attn: recompute but the attention core, its output "
-              "kept (-offload: these wait on the host); unset, offload where recompute passes "
-              "the GPU limit" },
+              "kept on the GPU; unset, offload where recompute passes the GPU limit" },
     { "train.on_nan", INDEX(on_nan_names, skip_nonfinite), .def = "stop",
       .help = "a non-finite loss or gradient stops the run, or its update is skipped" },
     { "train.sched", "sched", BOTH_P, .type = SDP_OPT_STR, RF(sched), .arg = "NAME",

@@ -104,6 +104,11 @@ static int changes(const struct sdp_recipe *r, int ngpus, struct sdp_recipe *out
                 SDP_RECOMPUTE_SELECTIVE;
         if (!r->act_offload)
             add(r, out, what, &n, "train.activations", "offload")->act_offload = 1;
+        if (r->recompute != SDP_RECOMPUTE_ATTN) { /* on the GPU: not offloaded */
+            struct sdp_recipe *a = add(r, out, what, &n, "train.activations", "keep-attn");
+            a->recompute = SDP_RECOMPUTE_ATTN;
+            a->act_offload = 0;
+        }
         if (r->keep_last + band <= L)
             add(r, out, what, &n, "train.keep_last", num(b, r->keep_last + band))->keep_last +=
                 band;

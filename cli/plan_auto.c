@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* `slidedp plan --auto`: the activation placement of every decoder layer chosen by the step-time
  * model within the GPU budget (AutoPolicy's assignment stage on the model's costs): per layer and
- * placement (keep, keep-mlp, selective, keep-attn and recompute, each also offloaded), the GPU time
+ * placement (keep, keep-mlp, selective, keep-attn, recompute, recompute offloaded), the GPU time
  * (sdp_predict_layer_s) and bytes (sdp_plan_layer_bytes); the least time within what the budget
  * leaves beside the rest of the run (graph/choose.h); the choice priced whole against the recipe's
  * plan and printed with the recipe rows that give it.  Test: tests/e2e/test_e2e_plan_predict.sh. */
@@ -17,16 +17,14 @@
 #include "graph/choose.h"
 
 const enum sdp_act_place sdp_auto_place_act[SDP_AUTO_NPLACE] = {
-    SDP_ACT_KEEP,      SDP_ACT_KEEP_MLP,  SDP_ACT_SELECTIVE, SDP_ACT_KEEP_ATTN,
+    SDP_ACT_KEEP,      SDP_ACT_KEEP_MLP,  SDP_ACT_SELECTIVE,
     SDP_ACT_KEEP_ATTN, SDP_ACT_RECOMPUTE, SDP_ACT_RECOMPUTE
 };
-const int sdp_auto_place_off[SDP_AUTO_NPLACE] = { 0, 0, 0, 0, 1, 0, 1 };
-const char *const sdp_auto_place_name[SDP_AUTO_NPLACE] = {
-    "keep", "keep-mlp", "selective", "keep-attn", "keep-attn-offload", "recompute", "offload"
-};
+const int sdp_auto_place_off[SDP_AUTO_NPLACE] = { 0, 0, 0, 0, 0, 1 };
+const char *const sdp_auto_place_name[SDP_AUTO_NPLACE] = { "keep",      "keep-mlp",  "selective",
+                                                           "keep-attn", "recompute", "offload" };
 const char *const sdp_auto_place_plan[SDP_AUTO_NPLACE] = { "keep",      "keep-mlp",  "selective",
-                                                           "keep-attn", "keep-attn", "recompute",
-                                                           "recompute" };
+                                                           "keep-attn", "recompute", "recompute" };
 
 void sdp_auto_set_all(struct sdp_plan *p, int k)
 {

@@ -309,43 +309,6 @@ static int plan_names(const struct sdp_recipe *r, const char *key)
     return 0;
 }
 
-/* The attention core's share of a layer's forward FLOPs from which the plan keeps its output
- * rather than recompute it: skipping the core saves about share / 4.5 of the layer's GPU time
- * (forward, recomputation, backward at 3.5 times the forward), 5.6% at a quarter; below, the
- * saving is smaller than the spread of a step's time, and the output's bytes are the same at any
- * length for the same tokens. */
-#define ATTN_KEEP_SHARE 0.25
-
-/* With full recomputation at length, keep the attention outputs (keep-attn): on the GPU where the
- * least GPU bytes fit limit (0: no limit), else with the saved inputs on the host; gc unchanged
- * and 0 if neither fits or the core is a small share.  @return the least GPU bytes chosen */
-static unsigned long long fit_attn(const struct sdp_model_cfg *m, enum sdp_dtype dt,
-                                   struct sdp_graph_conf *gc, unsigned long long limit)
-{
-    const double gib = 1073741824.0;
-    double attn = 2.0 * gc->micro_batch * (double)m->num_heads * (double)gc->seq_len *
-                  (double)gc->seq_len * (double)m->head_dim,
-           share = attn / sdp_model_layer_fwd_flops(m, gc->micro_batch, gc->seq_len);
-    if (share < ATTN_KEEP_SHARE)
-        return 0;
-    gc->recompute = SDP_RECOMPUTE_ATTN;
-    for (int off = 0; off <= 1; off++) {
-        gc->offload_inputs = off;
-        unsigned long long b = sdp_graph_gpu_bytes_min(m, dt, gc);
-        if (limit == 0 || b <= limit) {
-            SDP_INFO("the attention outputs stay from the forward%s (train.activations: "
-                     "keep-attn%s): the attention core is %.0f%% of a layer's forward, not "
-                     "recomputed; least GPU memory %.2f GiB",
-                     off ? ", with the saved inputs, on the host" : "", off ? "-offload" : "",
-                     100.0 * share, b / gib);
-            return b;
-        }
-    }
-    gc->recompute = SDP_RECOMPUTE_FULL;
-    gc->offload_inputs = 0;
-    return 0;
-}
-
 unsigned long long sdp_cli_fit_activations(struct sdp_recipe *r, const struct sdp_model_cfg *m,
                                            enum sdp_dtype dt, struct sdp_graph_conf *gc,
                                            unsigned long long limit)
@@ -360,9 +323,7 @@ unsigned long long sdp_cli_fit_activations(struct sdp_recipe *r, const struct sd
     need = sdp_graph_gpu_bytes_min(m, dt, gc);
     if (!r->act_given && !plan_names(r, "activations") && gc->recompute == SDP_RECOMPUTE_FULL &&
         !gc->offload_inputs) {
-        if ((off = fit_attn(m, dt, gc, limit)) > 0) {
-            need = off;
-        } else if (limit > 0 && need > limit) {
+        if (limit > 0 && need > limit) {
             gc->offload_inputs = 1;
             off = sdp_graph_gpu_bytes_min(m, dt, gc);
             gc->offload_inputs = off <= limit;

@@ -80,7 +80,7 @@ int sdp_cli_roundpipe_configure(const struct sdp_recipe *r, int width);
 
 /* AutoPolicy's placements of a decoder layer's activations, the chooser's options in order: the
  * last two are full recomputation and full recomputation offloaded (the least GPU memory) */
-#define SDP_AUTO_NPLACE 7
+#define SDP_AUTO_NPLACE 6
 extern const enum sdp_act_place sdp_auto_place_act[SDP_AUTO_NPLACE];
 extern const int sdp_auto_place_off[SDP_AUTO_NPLACE];
 extern const char *const sdp_auto_place_name[SDP_AUTO_NPLACE]; /* keep ... recompute, offload */
@@ -107,12 +107,10 @@ int sdp_cli_auto_choose(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm
 void sdp_cli_predict_line(const struct sdp_predict *p, const struct sdp_cli_machine *cm, char *out,
                           size_t len);
 
-/** The plan's own placement of the activations: unless the recipe or the command line chose them
- * (train.activations, or a plan row of them), a run of full recomputation whose attention core is
- * a quarter or more of a layer's forward keeps the attention outputs (gc->recompute
- * SDP_RECOMPUTE_ATTN), with the saved inputs on the host if only so it fits `limit` (0: none);
- * else, if its least GPU bytes pass `limit` (> 0), its saved inputs wait on the host
- * (gc->offload_inputs set) when that fits; logs the choice.  gc NULL: the recipe's own
+/** The plan's own placement of the saved layer inputs: unless the recipe or the command line chose
+ * the activations (train.activations, or a plan row of them), a run of full recomputation whose
+ * least GPU bytes pass `limit` (> 0) has its saved inputs wait on the host (gc->offload_inputs set)
+ * when that fits; logs the choice.  gc NULL: the recipe's own
  * configuration (sdp_recipe_graph_conf), the choice written back to r->recompute and
  * r->act_offload; a caller with a configuration of its own (bench) passes it.
  * @return the run's least GPU bytes (sdp_graph_gpu_bytes_min) */

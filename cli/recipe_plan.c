@@ -19,11 +19,11 @@
 static const struct {
     const char *name;
     int recompute, offload;
-} activation_modes[] = {
-    { "recompute", SDP_RECOMPUTE_FULL, 0 }, { "keep", SDP_RECOMPUTE_NONE, 0 },
-    { "offload", SDP_RECOMPUTE_FULL, 1 },   { "selective", SDP_RECOMPUTE_SELECTIVE, 0 },
-    { "keep-attn", SDP_RECOMPUTE_ATTN, 0 }, { "keep-attn-offload", SDP_RECOMPUTE_ATTN, 1 }
-};
+} activation_modes[] = { { "recompute", SDP_RECOMPUTE_FULL, 0 },
+                         { "keep", SDP_RECOMPUTE_NONE, 0 },
+                         { "offload", SDP_RECOMPUTE_FULL, 1 },
+                         { "selective", SDP_RECOMPUTE_SELECTIVE, 0 },
+                         { "keep-attn", SDP_RECOMPUTE_ATTN, 0 } };
 
 int sdp_recipe_activations(const char *name, int *recompute, int *offload)
 {

@@ -340,6 +340,11 @@ static int check_group(const struct sdp_plan *p, const struct sdp_state *st, int
                        "plan: group %d (%s) keeps its activations and updates on the "
                        "host",
                        gi, gi ? "head" : "embedding");
+    if (pg->offload && pg->act == SDP_ACT_KEEP_ATTN) /* bench/results/2026-12-07-h100-long.md */
+        return sdp_err(-EINVAL,
+                       "plan: layer %d keeps its attention output and offloads: not built (the "
+                       "host's copies grew without bound on a GPU); keep-attn stays on the GPU",
+                       gi);
     if (pg->offload && pg->act == SDP_ACT_KEEP)
         return sdp_err(-EINVAL,
                        "plan: layer %d offloads its input but keeps its activations "

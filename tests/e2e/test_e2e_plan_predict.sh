@@ -87,13 +87,11 @@ expect 1 "does not fit the GPU: [0-9.]+ GiB a device, [0-9.]+ GiB over the train
 grep -qE "\[hint\] train.activations: recompute fits \(GPU [0-9.]+ GiB" "$tmp.err" || {
     echo "the change that fits not named"; cat "$tmp.err"; fail=1; }
 
-# 4b. at length: the plan places the activations itself (the run's choice,
-# sdp_cli_fit_activations) and prices that; not where the recipe chose (this host's memory may not
-# hold the run: only the GPU's verdict counts here).  At 65536 tokens the attention core is most of
-# a layer's forward: its outputs stay from the forward, on the host with the saved inputs, as only
-# that fits 23 GiB; at 1024 tokens it is not, and the saved inputs alone go to the host where the
-# limit binds.
-for run in "65536 1 keep-attn-offload" "1024 64 offload"; do
+# 4b. at length: where the saved layer inputs pass the GPU limit, the plan keeps them on the host
+# itself (the run's choice, sdp_cli_fit_activations) and prices that; not where the recipe chose
+# (this host's memory may not hold the run: only the GPU's verdict counts here); the same at 1024
+# tokens with as many tokens a micro-batch
+for run in "65536 1 offload" "1024 64 offload"; do
     set -- $run
     s=$1 b=$2 want=$3
     "$bin" plan --model qwen3-1.7b --seq "$s" --batch "$b" --gpus 1 --gpu-memory-gib 23 --json \

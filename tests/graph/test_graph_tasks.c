@@ -121,7 +121,6 @@ static void mixed(struct sdp_plan *p, const struct sdp_state *st)
 static void attn_kept(struct sdp_plan *p, const struct sdp_state *st)
 {
     CHECK(sdp_plan_set(p, st, 2, 3, "activations", "keep-attn") == 0, "set layers 2-3 keep-attn");
-    CHECK(sdp_plan_set(p, st, 3, 3, "offload", "on") == 0, "offload layer 3");
 }
 
 static void mlp_early2(struct sdp_plan *p, const struct sdp_state *st)
@@ -307,6 +306,13 @@ static void check_api(const struct sdp_model_cfg *cfg)
     p.group[NLAYERS].offload = 1; /* the last layer keeps its activations */
     CHECK(sdp_plan_check(&p, &st, &gc) == -EINVAL, "offload of a kept layer taken");
     p.group[NLAYERS].offload = 0;
+    CHECK(sdp_plan_set(&p, &st, 2, 2, "activations", "keep-attn") == 0, "keep-attn set");
+    CHECK(sdp_plan_check(&p, &st, &gc) == -EINVAL, "keep-attn offloaded taken");
+    CHECK(sdp_plan_set(&p, &st, 2, 3, "offload", "off") == 0 && sdp_plan_check(&p, &st, &gc) == 0,
+          "keep-attn on the GPU refused");
+    CHECK(sdp_plan_set(&p, &st, 2, 2, "activations", "recompute") == 0 &&
+              sdp_plan_set(&p, &st, 2, 3, "offload", "on") == 0,
+          "layers 2-3 back to recompute offloaded");
     CHECK(sdp_plan_set(&p, &st, 1, 1, "update", "gpu") == 0, "update gpu set");
     CHECK(sdp_plan_check(&p, &st, &gc) == -EINVAL, "GPU update without a GPU taken");
     CHECK(sdp_plan_set(&p, &st, 1, 1, "update", "host") == 0, "update host set");
