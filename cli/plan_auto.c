@@ -65,56 +65,17 @@ static void print_rows(const int *pick, int L)
     }
 }
 
-/* One pass of the choice: the rest of the run held as with every layer at placement `floor` (an
- * offloaded one: the pool of its saved tensors on the GPU), the offloaded options that save more
- * a layer (a larger pool) left out.  *held: that floor's bytes.
- * @return 0, -ENOSPC, or an error (logged) */
-static int choose_pass(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, double limit,
-                       const struct sdp_choice *all, int floor, struct sdp_plan *trial, int *pick,
-                       struct sdp_choose_result *res, double *held)
-{
-    int L = cr->plan.nlayers, gpu = cm->mc.ngpus > 0, rc;
-    struct sdp_choice *cost = malloc((size_t)L * SDP_AUTO_NPLACE * sizeof(*cost));
-    struct sdp_predict fl;
-    if (!cost)
-        return sdp_err(-ENOMEM, "auto: the cost table of %d layers", L);
-    memcpy(cost, all, (size_t)L * SDP_AUTO_NPLACE * sizeof(*cost));
-    const struct sdp_predict_run *run = &cr->run;
-    int es = (int)sdp_dtype_size(run->work_dtype);
-    size_t pool = sdp_model_layer_act_bytes(run->m, run->micro_batch, run->seq_len, es,
-                                            sdp_act_saved(sdp_auto_place_act[floor]));
-    for (int k = 0; k < SDP_AUTO_NPLACE; k++)
-        if (sdp_auto_place_off[k] &&
-            sdp_model_layer_act_bytes(run->m, run->micro_batch, run->seq_len, es,
-                                      sdp_act_saved(sdp_auto_place_act[k])) > pool)
-            for (int l = 0; l < L; l++)
-                cost[l * SDP_AUTO_NPLACE + k].bytes = SDP_CHOICE_NO;
-    sdp_auto_set_all(trial, floor);
-    cr->run.plan = trial;
-    rc = sdp_predict_step(&cr->run, &cm->mc, &fl);
-    cr->run.plan = &cr->plan;
-    /* on CPU workers the activations are host memory: the host's peak */
-    *held = gpu ? (double)fl.gpu_need_bytes : (double)fl.host_bytes;
-    if (!rc && *held > limit)
-        rc = -ENOSPC;
-    if (!rc)
-        rc = sdp_choose(L, SDP_AUTO_NPLACE, cost, (unsigned long long)(limit - *held), 16ull << 20,
-                        pick, res);
-    free(cost);
-    return rc;
-}
-
 int sdp_cli_auto_choose(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, double limit,
                         const double *adjust, int *pick, struct sdp_predict *chosen, double *least)
 {
     const struct sdp_predict_run *run = &cr->run;
-    int L = cr->plan.nlayers, nr = run->n_micro / cr->plan.nranks, rc = -ENOSPC;
+    int L = cr->plan.nlayers, nr = run->n_micro / cr->plan.nranks, gpu = cm->mc.ngpus > 0, rc;
     struct sdp_choice *cost = calloc((size_t)L * SDP_AUTO_NPLACE, sizeof(*cost));
-    int *alt = calloc((size_t)L, sizeof(int));
     struct sdp_plan trial;
-    if (!cost || !alt || sdp_plan_copy(&trial, &cr->plan)) {
+    struct sdp_predict floor;
+    struct sdp_choose_result res = { 0 };
+    if (!cost || sdp_plan_copy(&trial, &cr->plan)) {
         free(cost);
-        free(alt);
         return sdp_err(-ENOMEM, "auto: the cost table of %d layers", L);
     }
     for (int l = 0; l < L; l++)
@@ -127,37 +88,26 @@ int sdp_cli_auto_choose(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm
                                             sdp_auto_place_act[k], sdp_auto_place_off[k],
                                             run->plan->residual_f32);
         }
-    /* each offloaded placement as the floor in turn (its pool held), the least time kept */
-    double best = 0;
-    *least = -1;
-    for (int floor = 0; floor < SDP_AUTO_NPLACE; floor++) {
-        struct sdp_choose_result res = { 0 };
-        double held = 0;
-        if (!sdp_auto_place_off[floor])
-            continue;
-        int prc = choose_pass(cr, cm, limit, cost, floor, &trial, alt, &res, &held);
-        if (prc && prc != -ENOSPC) {
-            rc = prc;
-            break;
-        }
-        double need = held + (double)res.min_bytes;
-        *least = *least < 0 || need < *least ? need : *least;
-        if (!prc && (rc || res.time_s < best)) {
-            best = res.time_s, rc = 0;
-            memcpy(pick, alt, (size_t)L * sizeof(int));
-        }
-    }
+    /* what the rest of the run holds: the peak with every layer recomputed and offloaded (on
+     * CPU workers the activations are host memory: the host's peak) */
+    sdp_auto_set_all(&trial, SDP_AUTO_NPLACE - 1);
+    cr->run.plan = &trial;
+    rc = sdp_predict_step(&cr->run, &cm->mc, &floor);
+    double held = gpu ? (double)floor.gpu_need_bytes : (double)floor.host_bytes;
+    if (!rc && held > limit)
+        rc = -ENOSPC;
+    if (!rc)
+        rc = sdp_choose(L, SDP_AUTO_NPLACE, cost, (unsigned long long)(limit - held), 16ull << 20,
+                        pick, &res);
+    *least = held + (double)res.min_bytes;
     for (int l = 0; !rc && l < L; l++)
         trial.group[l + 1].act = sdp_auto_place_act[pick[l]],
                         trial.group[l + 1].offload = sdp_auto_place_off[pick[l]];
-    if (!rc) {
-        cr->run.plan = &trial;
+    if (!rc)
         rc = sdp_predict_step(&cr->run, &cm->mc, chosen);
-        cr->run.plan = &cr->plan;
-    }
+    cr->run.plan = &cr->plan;
     sdp_plan_free(&trial);
     free(cost);
-    free(alt);
     return rc;
 }
 

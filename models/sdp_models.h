@@ -253,8 +253,8 @@ void sdp_model_defaults(struct sdp_model_cfg *cfg, enum sdp_arch arch);
  * (bwd 1) two fp32 (bs, NH, T, HD) accumulators and the fp32 (bs, NH, T) softmax sums, the
  * forward none. */
 unsigned long long sdp_model_attention_ws_bytes(int bwd, int bs, int T, int NH, int HD);
-/* What cuDNN may ask beyond that model, its buffers' rounding: a few KiB on an H100 (cuDNN
- * 9, bench/results/2026-12-07-h100-long.md), within the 64 MiB the plan counts for the kernels'
+/* What cuDNN may ask beyond that model, its buffers' rounding: under 0.05 MiB on an H100
+ * (bench/results/2026-12-07-h100-long.md), within the 64 MiB the plan counts for the kernels'
  * own workspaces (sdp_graph_ws_bytes); a call asking more is reported. */
 #define SDP_CUDNN_WS_SLACK (1ull << 20)
 /** Bytes of the project's own attention backward kernels' workspace for B rows of T tokens (one
