@@ -17,12 +17,11 @@ int sdp_graph_owner_of(const sdp_graph_t *g, int gi, int c)
 }
 
 /* work_chunks: chunk c of group gi's working copy on the host into rank r's compute copy of the
- * group (param_chunk, on the rank's worker), for every chunk, each as soon as its update (or
- * cast) has written it, so that chunk c crosses PCIe while chunk c + 1 is being written.  The
+ * group (param_chunk, a CPU worker's copy over PCIe), for every chunk, each as soon as its update
+ * (or cast) has written it, so that chunk c crosses PCIe while chunk c + 1 is being written.  The
  * compute copy has no partition plan: a task on a chunk of it would make StarPU split it on the
  * host and gather it there again before the compute reads it whole (two more copies of the group
- * over PCIe); the puts write their ranges of the whole instead, their accesses commuting.  The host
- * chunk's copy on the GPU is not read again: it goes first when StarPU needs the room. */
+ * over PCIe); the copies write their ranges of the whole instead, their accesses commuting. */
 static int fetch_chunks(sdp_graph_t *g, int step, int gi, enum sdp_phase ph,
                         unsigned long long after, int r)
 {
@@ -31,10 +30,8 @@ static int fetch_chunks(sdp_graph_t *g, int step, int gi, enum sdp_phase ph,
         struct sdp_task_opts o = gated(g, opts(g, step, gi, -1, ph), after);
         o.hint.chunk = c;
         o.hint.rank = r;
-        o.on_rank = g->R > 1;
         TRY_RET(sdp_task_param_chunk(&o, dst, sdp_rt_tensor_part_offset(src, c),
                                      sdp_rt_tensor_part(src, c), c == 0));
-        sdp_rt_tensor_wont_use(sdp_rt_tensor_part(src, c));
     }
     return 0;
 }
@@ -66,9 +63,10 @@ void sdp_graph_window_let_go(sdp_graph_t *g, int step, int gi, int r)
 }
 
 /* Sharded route: before the first forward of the step uses group gi (micro-batch 0), chunk c goes
- * from the host's working copy to its owner rank (owner_of), then from the owner to every other
- * rank: one NCCL broadcast when NCCL is set up for the ranks, else a copy on each receiving rank's
- * worker, for which StarPU moves the source. */
+ * from the host's working copy to its owner rank (owner_of: a transfer task, param_chunk, whose
+ * window is the owner's), then from the owner to every other rank: one NCCL broadcast when NCCL is
+ * set up for the ranks, else a copy on each receiving rank's worker, for which StarPU moves the
+ * source. */
 int sdp_graph_dispatch(sdp_graph_t *g, int step, int mb, int gi)
 {
     sdp_rt_tensor_t *src = work_of(g, gi, step);
@@ -86,9 +84,9 @@ int sdp_graph_dispatch(sdp_graph_t *g, int step, int mb, int gi)
         o.hint.chunk = c;
         o.hint.rank = owner;
         o.on_rank = 1;
-        TRY_RET(sdp_task_param_copy(&o, own, sdp_rt_tensor_part(src, c)));
-        /* the owner's GPU copy of the host chunk is not read again: let it go first */
-        sdp_rt_tensor_wont_use(sdp_rt_tensor_part(src, c));
+        /* the owner's from the host: a transfer task (param_chunk), no GPU copy of the host chunk
+         */
+        TRY_RET(sdp_task_param_chunk(&o, own, 0, sdp_rt_tensor_part(src, c), 1));
         if (sdp_tasks_nccl_ranks() == g->R) { /* one NCCL broadcast from the owner */
             sdp_rt_tensor_t *reps[SDP_MAX_RANKS];
             for (int r = 0; r < g->R; r++)
