@@ -33,7 +33,7 @@ int sdp_graph_grad_chunks(sdp_graph_t *g, int step, int gi)
 {
     sdp_rt_tensor_t **out = sdp_graph_grad_out(g, gi);
     struct sdp_group_state *gs = &g->st->groups[gi];
-    if (!out)
+    if (!out || host_return(g, gi)) /* the host route's came down before its sum */
         return 0;
     for (int c = 0; c < gs->nchunks; c++) {
         struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);

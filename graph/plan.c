@@ -135,14 +135,15 @@ static int work_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, 
 
 /* Whether group gi's fp32 gradient returns chunk by chunk (grad_chunks): more than one chunk, not
  * frozen (nor LoRA's adapters), where the gradient is on a GPU when final (one rank with the norms
- * there, or the ranks' sum on rank 0's GPU), or anywhere with SDP_CHUNK_PIPELINE=on. */
+ * there) or the ranks sum (on rank 0's GPU, or on one node's host: each rank's chunks come down on
+ * their own), or anywhere with SDP_CHUNK_PIPELINE=on. */
 static int grad_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, int gi)
 {
     const struct sdp_group_state *gs = &st->groups[gi];
     const struct sdp_plan_group *pg = &p->group[gi];
     int wanted = pipeline_wanted();
     return wanted && !pg->grad_bf16 && !gs->frozen && p->lora.rank == 0 && gs->nchunks > 1 &&
-           (wanted == 2 || (sdp_plan_one_rank(p) ? pg->norms_gpu : pg->grad_gpu));
+           (wanted == 2 || (sdp_plan_one_rank(p) ? pg->norms_gpu : pg->grad_gpu || p->nodes == 1));
 }
 
 int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct sdp_graph_conf *c)

@@ -141,7 +141,8 @@ int sdp_graph_norms(sdp_graph_t *g, int step, int gi)
     for (int c = 0; c < g->st->groups[gi].nchunks; c++) {
         o.hint.chunk = c;
         TRY_RET(sdp_task_sumsq(&o, g->sumsq[g->chunk0[gi] + c],
-                               sdp_rt_tensor_part(g->st->groups[gi].grad, c)));
+                               host_return(g, gi) ? g->gret[gi][c]
+                                                  : sdp_rt_tensor_part(g->st->groups[gi].grad, c)));
     }
     return 0;
 }
@@ -160,6 +161,35 @@ static int reduce_chunks(sdp_graph_t *g, struct sdp_task_opts o, int gi)
         TRY_RET(
             sdp_task_grad_reduce(&o, sdp_rt_tensor_part(train_grad(g, gi, 0), c), in, g->R - 1));
     }
+    return 0;
+}
+
+/* The host route's sum of group gi with the fp32 return chunk by chunk (host_return): for each
+ * chunk, every rank's range of its gradient comes down on its own (grad_chunk, a transfer task
+ * from the rank's GPU) into a host vector, and one task adds ranks 1..R-1's into rank 0's, which
+ * the norms and AdamW read: the order of reduce_chunks, the same bits, without any rank's whole
+ * gradient on the host.  Each rank's accumulator is then discarded, unsplit. */
+static int return_chunks(sdp_graph_t *g, struct sdp_task_opts o, int gi)
+{
+    sdp_rt_tensor_t **out = g->gret[gi], *in[SDP_MAX_RANKS];
+    int n = g->st->groups[gi].nchunks;
+    for (int c = 0; c < n; c++) {
+        for (int r = 0; r < g->R; r++) {
+            struct sdp_task_opts oc = o;
+            sdp_rt_tensor_t *grad = train_grad(g, gi, r);
+            oc.hint.chunk = c;
+            oc.hint.rank = r; /* where the rank's gradient is */
+            oc.on_host = 0;
+            TRY_RET(
+                sdp_task_grad_chunk(&oc, out[r * n + c], grad, sdp_rt_tensor_part_offset(grad, c)));
+            if (r > 0)
+                in[r - 1] = out[r * n + c];
+        }
+        o.hint.chunk = c;
+        TRY_RET(sdp_task_grad_reduce(&o, out[c], in, g->R - 1));
+    }
+    for (int r = 0; r < g->R; r++)
+        sdp_rt_tensor_discard(train_grad(g, gi, r));
     return 0;
 }
 
@@ -192,6 +222,10 @@ int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
             TRY_RET(sdp_graph_reduce_nodes(g, step, gi, o));
             continue;
         }
+        if (host_return(g, gi)) {
+            TRY_RET(return_chunks(g, o, gi));
+            continue;
+        }
         if (o.on_host && chunked_alike(g, gi)) {
             TRY_RET(reduce_chunks(g, o, gi));
             continue;
@@ -219,8 +253,8 @@ void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r)
 }
 
 /* The chunk pipeline's tensors of the plan's groups: each grad_chunks group's chunk copies of its
- * fp32 gradient (temporaries), and each rank's compute copy of each work_chunks group (device
- * memory only, written chunk by chunk).  @return 0 or -ENOMEM */
+ * fp32 gradient (temporaries; with host_return, each rank's), and each rank's compute copy of each
+ * work_chunks group (device memory only, written chunk by chunk).  @return 0 or -ENOMEM */
 int sdp_graph_chunks_create(sdp_graph_t *g)
 {
     struct sdp_state *st = g->st;
@@ -231,13 +265,14 @@ int sdp_graph_chunks_create(sdp_graph_t *g)
             continue;
         if (!g->gret && !(g->gret = calloc((size_t)st->ngroups, sizeof(*g->gret))))
             return sdp_err(-ENOMEM, "gradient chunks of %d groups", st->ngroups);
-        if (!(g->gret[gi] = calloc((size_t)st->groups[gi].nchunks, sizeof(**g->gret))))
+        int nc = st->groups[gi].nchunks, nr = host_return(g, gi) ? g->R : 1;
+        if (!(g->gret[gi] = calloc((size_t)nr * nc + 1, sizeof(**g->gret)))) /* NULL-ended */
             return sdp_err(-ENOMEM, "gradient chunks of group %d", gi);
-        for (int c = 0; c < st->groups[gi].nchunks && !rc; c++) {
-            snprintf(name, sizeof(name), "g%d.grad_out.%d", gi, c);
+        for (int i = 0; i < nr * nc && !rc; i++) {
+            snprintf(name, sizeof(name), "g%d.grad_out.%d.r%d", gi, i % nc, i / nc);
             rc = sdp_rt_tensor_temp(
-                &g->gret[gi][c], SDP_F32,
-                sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].grad, c)), name);
+                &g->gret[gi][i], SDP_F32,
+                sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].grad, i % nc)), name);
         }
     }
     for (int gi = 0; gi < st->ngroups && !rc; gi++) {
@@ -257,8 +292,8 @@ int sdp_graph_chunks_create(sdp_graph_t *g)
 void sdp_graph_chunks_destroy(sdp_graph_t *g)
 {
     for (int gi = 0; g->gret && gi < g->st->ngroups; gi++) {
-        for (int c = 0; g->gret[gi] && c < g->st->groups[gi].nchunks; c++)
-            sdp_rt_tensor_release(g->gret[gi][c]);
+        for (int i = 0; g->gret[gi] && g->gret[gi][i]; i++) /* the plan is gone already */
+            sdp_rt_tensor_release(g->gret[gi][i]);
         free(g->gret[gi]);
     }
     free(g->gret);

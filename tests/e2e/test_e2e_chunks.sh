@@ -89,8 +89,8 @@ if "$py" "$top/tools/check_invariants.py" "$tmp/bad.ev" > "$tmp/check" 2>&1; the
 fi
 grep -q "^invariant 4 violated" "$tmp/check" || { echo "invariant 4 not reported"; tail -3 "$tmp/check"; fail=1; }
 # ranks (2; replicated and sharded on the GPU route, replicated on the CPU route): the fp32
-# gradient copied out chunk by chunk (grad_chunk, one per chunk after the ranks' sum, where the
-# route summed) and, replicated, each rank's compute copy filled chunk by chunk (param_chunk;
+# gradient copied out chunk by chunk (grad_chunk: on the GPU route one per chunk after the ranks'
+# sum; on the CPU route one per chunk and rank, before the sum of each chunk) and, replicated, each rank's compute copy filled chunk by chunk (param_chunk;
 # sharded, each chunk's owner's replica, with or without the pipeline) give the unchunked route's
 # bits
 for rg in replicated:gpu sharded:gpu replicated:cpu; do
@@ -104,8 +104,10 @@ for rg in replicated:gpu sharded:gpu replicated:cpu; do
     done
     cmp -s "$tmp/r${k}on.loss" "$tmp/r${k}off.loss" ||
         { echo "2 ranks, $rg: the chunked gradient return changes the losses"; fail=1; }
-    [ "$(grep -c '"grad_chunk"' "$tmp/r${k}on.ev")" -eq $((4 * 2 * 297)) ] ||
-        { echo "2 ranks, $rg: not one grad_chunk a chunk and step"; fail=1; }
+    # the GPU route: one a chunk, from the ranks' sum; the CPU route: one a chunk and rank
+    n=$([ "${rg#*:}" = cpu ] && echo $((4 * 2 * 297 * 2)) || echo $((4 * 2 * 297)))
+    [ "$(grep -c '"grad_chunk"' "$tmp/r${k}on.ev")" -eq "$n" ] ||
+        { echo "2 ranks, $rg: not $n grad_chunk"; fail=1; }
     # replicated: each rank's of the embedding and the head; sharded: every chunk's owner's (the
     # 4 layers' single chunks too)
     n=$([ "$route" = replicated ] && echo $((4 * 2 * 2 * 297)) || echo $((4 * (2 * 297 + 4))))
