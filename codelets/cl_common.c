@@ -14,6 +14,7 @@
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #include "base/env.h"
 #include "base/sdp_log.h"
+#include "runtime/init.h"
 #include "runtime/trace.h"
 
 #define NSLOTS 8
@@ -71,6 +72,12 @@ int sdp_cl_rank_node(int r)
     if (w < 0 && sdp_tasks_compute_on_gpu() && starpu_cuda_worker_get_count() > 0)
         w = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
     return w < 0 ? STARPU_MAIN_RAM : (int)starpu_worker_get_memory_node((unsigned)w);
+}
+
+void sdp_cl_xfer_count(int node, int to_node, size_t nbytes)
+{
+    if (sdp_cl_node_device(node) >= 0)
+        sdp_rt_bus_count_task(node, to_node, nbytes);
 }
 
 int sdp_cl_node_device(int node)

@@ -112,6 +112,9 @@ int sdp_cl_node_device(int node);
  * set to node.  From the submitting thread. */
 struct starpu_codelet *sdp_cl_xfer_of(struct starpu_codelet *tmpl, struct starpu_codelet *copies,
                                       int r, int buf, int node);
+/** Count a transfer task's nbytes with StarPU's bus counters (sdp_rt_bus_count_task) when
+ * node is a GPU's: to_node 1, host to node. */
+void sdp_cl_xfer_count(int node, int to_node, size_t nbytes);
 /** Copy nbytes from src to dst, one of them on CUDA device dev (to_dev: dst is; dev -1: both on
  * the host), waiting for the copy's end.  From a CPU worker. */
 void sdp_cl_xfer_copy(void *dst, const void *src, size_t nbytes, int dev, int to_dev);

@@ -443,5 +443,6 @@ int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp
     a->key.d[1] = (int)((n * es) >> 31);
     a->off_bytes = off * es;
     a->dev = sdp_cl_node_device(node);
+    sdp_cl_xfer_count(node, 0, n * es);
     return sdp_cl_submit(cl, &op, a, sizeof(*a), 0.0, b, 2);
 }

@@ -216,6 +216,7 @@ int sdp_task_param_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, si
     a->key.d[1] = (int)((n * es) >> 31);
     a->off_bytes = off * es;
     a->dev = sdp_cl_node_device(node);
+    sdp_cl_xfer_count(node, 1, n * es);
     return sdp_cl_submit(cl, &op, a, sizeof(*a), 0.0, b, 2);
 }
 

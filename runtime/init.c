@@ -251,10 +251,22 @@ int sdp_rt_bus_totals(unsigned long long *bytes, unsigned long long *transfers)
     return nbus;
 }
 
+/* the transfer tasks' bytes per memory node since the last read: [node][1] to it, [0] from it */
+static unsigned long long task_bytes[STARPU_MAXNODES][2];
+
+void sdp_rt_bus_count_task(int node, int to_node, unsigned long long bytes)
+{
+    if (node >= 0 && node < STARPU_MAXNODES)
+        __atomic_fetch_add(&task_bytes[node][to_node != 0], bytes, __ATOMIC_RELAXED);
+}
+
 void sdp_rt_bus_count_start(void)
 {
     starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
     sdp_rt_bus_totals(count_base, NULL);
+    for (int n = 0; n < STARPU_MAXNODES; n++)
+        for (int d = 0; d < 2; d++)
+            __atomic_store_n(&task_bytes[n][d], 0, __ATOMIC_RELAXED);
 }
 
 void sdp_rt_bus_count_read(int R, const int *workers, struct sdp_rank_bytes *out)
@@ -262,6 +274,13 @@ void sdp_rt_bus_count_read(int R, const int *workers, struct sdp_rank_bytes *out
     unsigned long long now[SDP_RT_MAX_BUSES];
     int nbus = sdp_rt_bus_totals(now, NULL);
     memset(out, 0, (size_t)R * sizeof(*out));
+    for (int r = 0; r < R; r++) { /* ranks on one node share its transfer tasks' bytes: once */
+        int node = (int)starpu_worker_get_memory_node((unsigned)workers[r]);
+        if (starpu_node_get_kind((unsigned)node) == STARPU_CPU_RAM || node >= STARPU_MAXNODES)
+            continue;
+        out[r].h2d += __atomic_exchange_n(&task_bytes[node][1], 0, __ATOMIC_RELAXED);
+        out[r].d2h += __atomic_exchange_n(&task_bytes[node][0], 0, __ATOMIC_RELAXED);
+    }
     for (int b = 0; b < nbus; b++) {
         int src = starpu_bus_get_src(b), dst = starpu_bus_get_dst(b);
         unsigned long long n = now[b] - count_base[b];
