@@ -71,6 +71,24 @@ static int cap_cpus(const struct sdp_rt_conf *c)
     return limit;
 }
 
+/* The clean-buffer targets of StarPU's memory manager: 0 (no write-back ahead of need) when
+ * none_ahead, else StarPU's defaults; never a value the user set. */
+static void clean_buffers(int none_ahead)
+{
+    static const char *const var[] = { "STARPU_MINIMUM_CLEAN_BUFFERS",
+                                       "STARPU_TARGET_CLEAN_BUFFERS" };
+    static int ours[2]; /* var[i] holds this function's 0 */
+    for (int i = 0; i < 2; i++) {
+        if (none_ahead && !ours[i] && !sdp_env(var[i])) {
+            setenv(var[i], "0", 1);
+            ours[i] = 1;
+        } else if (!none_ahead && ours[i]) {
+            unsetenv(var[i]);
+            ours[i] = 0;
+        }
+    }
+}
+
 /* STARPU_NCPU overrides train.cpus inside StarPU: the same cap, applied to the variable. */
 static void cap_env_cpus(const struct sdp_rt_conf *c)
 {
@@ -125,6 +143,11 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
         snprintf(mib, sizeof(mib), "%.0f", c->gpu_memory_gib * 1024.0);
         setenv("STARPU_LIMIT_CUDA_MEM", mib, 1);
     }
+    /* StarPU writes dirty buffers back to their home node while a device idles, to keep some
+     * clean for eviction; without a GPU limit nothing is evicted, and the dirty buffers are
+     * gradients that tasks sum or copy out where they are, so those writes only take the bus
+     * (a user's setting wins) */
+    clean_buffers(!gpu_capped);
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(1);
 #endif
