@@ -271,8 +271,7 @@ int sdp_cli_run_make(const struct sdp_recipe *r, int ngpus, struct sdp_cli_run *
     for (int gi = 0; gi < cr->plan.ngroups;
          gi++) { /* the chunk pipeline as graph/plan.c takes it */
         struct sdp_plan_group *pg = &cr->plan.group[gi];
-        int off =
-            !sdp_env_is("SDP_CHUNK_PIPELINE", "on") && !sdp_env_is("SDP_CHUNK_PIPELINE", "auto");
+        int off = sdp_env_is("SDP_CHUNK_PIPELINE", "off");
         pg->work_chunks = pg->work_chunks && !off && !pg->update_gpu;
         pg->grad_chunks = pg->grad_chunks && !off;
     }

@@ -50,6 +50,8 @@ int sdp_cli_tasks_init(const char *machine_path, int ngpus)
                                      c.mc.elem_bps, c.mc.task_s };
     r.adamw_core_bps = g.mc.adamw_core_bps;
     r.cast_core_bps = g.mc.cast_core_bps;
+    r.h2d_bps = g.mc.h2d_bps;
+    r.d2h_bps = g.mc.d2h_bps;
     sdp_tasks_sim_rates(&r);
     SDP_INFO("simulation: the codelets' times from %s", g.source);
 #else

@@ -14,6 +14,7 @@
 #include "codelets/cpu/sdp_cpu_kernels.h"
 #include "base/env.h"
 #include "base/sdp_log.h"
+#include "runtime/init.h"
 #include "runtime/trace.h"
 
 #define NSLOTS 8
@@ -61,6 +62,62 @@ int sdp_tasks_set_ranks(int nranks, const int *workerids)
 int sdp_tasks_rank_worker(int r)
 {
     return r >= 0 && r < nranks_pinned ? rank_workers[r] : -1;
+}
+
+/* The memory node where rank r computes: its pinned worker's; unpinned (one rank), a CUDA
+ * worker's where the compute runs on the GPUs, else the host's. */
+int sdp_cl_rank_node(int r)
+{
+    int w = sdp_tasks_rank_worker(r);
+    if (w < 0 && sdp_tasks_compute_on_gpu() && starpu_cuda_worker_get_count() > 0)
+        w = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
+    return w < 0 ? STARPU_MAIN_RAM : (int)starpu_worker_get_memory_node((unsigned)w);
+}
+
+void sdp_cl_xfer_count(int node, int to_node, size_t nbytes)
+{
+    if (sdp_cl_node_device(node) >= 0)
+        sdp_rt_bus_count_task(node, to_node, nbytes);
+}
+
+int sdp_cl_node_device(int node)
+{
+    if (node < 0 || starpu_node_get_kind((unsigned)node) != STARPU_CUDA_RAM)
+        return -1;
+    return starpu_memory_node_get_devid((unsigned)node);
+}
+
+struct starpu_codelet *sdp_cl_xfer_of(struct starpu_codelet *tmpl, struct starpu_codelet *copies,
+                                      int r, int buf, int node)
+{
+    struct starpu_codelet *cl = r == 0 ? tmpl : &copies[r - 1];
+    SDP_ASSERT(r >= 0 && r < MAX_RANKS, "%s for rank %d", tmpl->name, r);
+    if (r > 0 && !cl->name) /* first use: a copy of the template, the nodes set below */
+        *cl = *tmpl;
+    if (r > 0 && cl->cpu_funcs[0] != tmpl->cpu_funcs[0]) /* sdp_cl_dry_run() swapped them */
+        cl->cpu_funcs[0] = tmpl->cpu_funcs[0];
+    if (cl->nodes[buf] != node) /* a new run's placement: no task of it is in flight */
+        cl->nodes[buf] = node;
+    return cl;
+}
+
+void sdp_cl_xfer_copy(void *dst, const void *src, size_t nbytes, int dev, int to_dev)
+{
+    if (dev < 0) {
+        memcpy(dst, src, nbytes);
+        return;
+    }
+#ifdef SDP_HAVE_CUDA
+    /* the thread's own stream, synchronous with no other: the copy overlaps the GPU's kernels */
+    SDP_CUDA_CHECK(cudaSetDevice(dev));
+    SDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes,
+                                   to_dev ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                   cudaStreamPerThread));
+    SDP_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+#else
+    (void)to_dev;
+    SDP_ASSERT(0, "a copy to or from CUDA device %d in a build without CUDA", dev);
+#endif
 }
 
 /* The phases a rank runs on its own worker. */
@@ -199,7 +256,8 @@ int sdp_cl_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o, void
     task->synchronous = (unsigned)sync_mode;
     if (o) {
         task->priority = o->priority;
-        if (nranks_pinned > 0 && (rank_phase(o->hint.phase) || o->on_rank)) {
+        /* on_host wins: a rank's transfer task runs on a CPU worker, the rank's own computes */
+        if (nranks_pinned > 0 && !o->on_host && (rank_phase(o->hint.phase) || o->on_rank)) {
             SDP_ASSERT(o->hint.rank >= 0 && o->hint.rank < nranks_pinned,
                        "task %s of rank %d with %d ranks", cl->name, o->hint.rank, nranks_pinned);
             task->execute_on_a_specific_worker = 1;

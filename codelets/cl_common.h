@@ -100,6 +100,25 @@ void *sdp_cl_cublaslt_ws(size_t *nbytes);
     } while (0)
 #endif
 
+/* Transfer tasks (param_chunk, grad_chunk): a CPU worker copies a chunk between the host and the
+ * memory where a rank computes, so that the task's start and end bound the transfer while the
+ * GPU's own stream goes on computing.  A codelet names its buffers' nodes (specific_nodes), and
+ * StarPU knows them per codelet only: rank r > 0 gets a copy of the rank-0 codelet. */
+/** The memory node where rank r computes (the host's on CPU workers). */
+int sdp_cl_rank_node(int r);
+/** The CUDA device of memory node node, or -1 for the host's. */
+int sdp_cl_node_device(int node);
+/** tmpl for rank 0, else copies[r - 1] (a copy of tmpl made on first use), with buffer buf's node
+ * set to node.  From the submitting thread. */
+struct starpu_codelet *sdp_cl_xfer_of(struct starpu_codelet *tmpl, struct starpu_codelet *copies,
+                                      int r, int buf, int node);
+/** Count a transfer task's nbytes with StarPU's bus counters (sdp_rt_bus_count_task) when
+ * node is a GPU's: to_node 1, host to node. */
+void sdp_cl_xfer_count(int node, int to_node, size_t nbytes);
+/** Copy nbytes from src to dst, one of them on CUDA device dev (to_dev: dst is; dev -1: both on
+ * the host), waiting for the copy's end.  From a CPU worker. */
+void sdp_cl_xfer_copy(void *dst, const void *src, size_t nbytes, int dev, int to_dev);
+
 /** Allocate a zeroed argument struct (aborts on out-of-memory: there is no way to return from here
  * usefully inside task construction). */
 void *sdp_cl_args_alloc(size_t nbytes);

@@ -15,9 +15,10 @@
  * vector into chunks on its home node (the host), so the whole gradient would go down to the host
  * and each chunk come back up to the GPU for its sum (bench/results/2026-11-30-h200-session4.md).
  * grad_chunk: the fp32 return chunk by chunk: chunk c's range of a group's final gradient, read
- * whole where it was made (the same reason), copied into a vector of its own, which AdamW reads
- * (StarPU brings it to the host then, one chunk at a time, while earlier chunks are updated); the
- * accumulator is then discarded, unsplit.
+ * whole where it was made (the same reason), copied into a vector of its own on the host
+ * (specific_nodes), which AdamW reads there: on a GPU the task's copy is the chunk's GPU-to-host
+ * transfer, one chunk at a time while earlier chunks are updated, and its start and end bound
+ * that transfer in the trace; the accumulator is then discarded, unsplit.
  * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_grad_dtype.sh,
  * tests/e2e/test_e2e_chunks.sh. */
 #include "config.h"
@@ -387,47 +388,39 @@ int sdp_task_grad_pack_rows(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad
 struct sdp_grad_chunk_args {
     struct sdp_shape_key key; /* bytes (low 31 bits, high bits) */
     size_t off_bytes;
+    int dev; /* grad's CUDA device, -1: the host */
 };
 
-/* buffers: out (n) f32 W, grad (N) f32 R; out = grad[off, off + n) */
+/* A transfer task (cl_common.h), on a CPU worker: buffers out (n) f32 W on the host, grad (N) f32
+ * R where it was made; out = grad[off, off + n), over PCIe where grad is on a GPU. */
 static void grad_chunk_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_grad_chunk_args *a = cl_arg;
     size_t nbytes =
         (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
-    memcpy(SDP_VEC(buffers[0]), (const char *)SDP_VEC(buffers[1]) + a->off_bytes, nbytes);
+    sdp_cl_xfer_copy(SDP_VEC(buffers[0]), (const char *)SDP_VEC(buffers[1]) + a->off_bytes, nbytes,
+                     a->dev, 0);
 }
-
-#ifdef SDP_HAVE_CUDA
-static void grad_chunk_cuda(void *buffers[], void *cl_arg)
-{
-    const struct sdp_grad_chunk_args *a = cl_arg;
-    size_t nbytes =
-        (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
-    SDP_CUDA_CHECK(cudaMemcpyAsync(SDP_VEC(buffers[0]),
-                                   (const char *)SDP_VEC(buffers[1]) + a->off_bytes, nbytes,
-                                   cudaMemcpyDeviceToDevice, starpu_cuda_get_local_stream()));
-}
-#endif
 
 static struct starpu_perfmodel sdp_pm_grad_chunk = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_grad_chunk_v1",
+    .symbol = "sdp_grad_chunk_v2", /* v1 timed a GPU-to-GPU copy before StarPU's transfer */
     .footprint = sdp_cl_footprint,
 };
 
+/* grad's node is the rank's (sdp_cl_xfer_of) */
 struct starpu_codelet sdp_cl_grad_chunk = {
     .name = "grad_chunk",
+    .where = STARPU_CPU,
     .cpu_funcs = { grad_chunk_cpu },
     .cpu_funcs_name = { "grad_chunk_cpu" },
-#ifdef SDP_CUDA_CODELETS
-    .cuda_funcs = { SDP_CUDA(grad_chunk_cuda) },
-    .cuda_flags = { STARPU_CUDA_ASYNC },
-#endif
     .nbuffers = 2,
     .modes = { STARPU_W, STARPU_R },
+    .specific_nodes = 1,
+    .nodes = { STARPU_SPECIFIC_NODE_CPU, STARPU_MAIN_RAM },
     .model = &sdp_pm_grad_chunk,
 };
+static struct starpu_codelet grad_chunk_ranks[SDP_MAX_RANKS - 1];
 
 int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *grad,
                         size_t off)
@@ -435,14 +428,21 @@ int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp
     struct sdp_grad_chunk_args *a;
     size_t n = sdp_rt_tensor_nelems(out), es = sdp_dtype_size(SDP_F32);
     struct sdp_cl_buf b[] = { { out, STARPU_W }, { grad, STARPU_R } };
+    struct sdp_task_opts op = *o;
+    int r = o->hint.rank, node = o->on_host ? STARPU_MAIN_RAM : sdp_cl_rank_node(r);
+    struct starpu_codelet *cl = sdp_cl_xfer_of(&sdp_cl_grad_chunk, grad_chunk_ranks, r, 1, node);
     if (sdp_rt_tensor_dtype(out) != SDP_F32 || sdp_rt_tensor_dtype(grad) != SDP_F32 ||
         off > sdp_rt_tensor_nelems(grad) || n > sdp_rt_tensor_nelems(grad) - off)
         return sdp_err(-EINVAL, "grad_chunk: %s (%zu) is not a range of %s (%zu) at %zu",
                        sdp_rt_tensor_name(out), n, sdp_rt_tensor_name(grad),
                        sdp_rt_tensor_nelems(grad), off);
+    op.on_rank = 0; /* a CPU worker's: the rank's own goes on computing */
+    op.on_host = 1;
     a = sdp_cl_args_alloc(sizeof(*a));
     a->key.d[0] = (int)((n * es) & 0x7fffffff);
     a->key.d[1] = (int)((n * es) >> 31);
     a->off_bytes = off * es;
-    return sdp_cl_submit(&sdp_cl_grad_chunk, o, a, sizeof(*a), 0.0, b, 2);
+    a->dev = sdp_cl_node_device(node);
+    sdp_cl_xfer_count(node, 0, n * es);
+    return sdp_cl_submit(cl, &op, a, sizeof(*a), 0.0, b, 2);
 }

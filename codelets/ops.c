@@ -14,6 +14,8 @@
  *      (none for a plain compute op). */
 #include "config.h"
 
+#include <string.h>
+
 #include "codelets/codelets_internal.h"
 
 /* X(codelet, name, lane, place, traits): the codelet's variable and its .name (the op's name in the
@@ -25,8 +27,8 @@
     X(sdp_cl_param_copy, "param_copy", PARAM_H2D, ANY, "")                                         \
     X(sdp_cl_param_fetch, "param_fetch", PARAM_H2D, COMPUTE, "unstaged")                           \
     X(sdp_cl_param_put, "param_put", PARAM_H2D, COMPUTE, "put unstaged")                           \
-    X(sdp_cl_param_chunk, "param_chunk", PARAM_H2D, COMPUTE, "unstaged chunk_fetch")               \
-    X(sdp_cl_param_chunk0, "param_chunk", PARAM_H2D, COMPUTE, "unstaged chunk_fetch")              \
+    X(sdp_cl_param_chunk, "param_chunk", PARAM_H2D, FIXED, "unstaged chunk_fetch")                 \
+    X(sdp_cl_param_chunk0, "param_chunk", PARAM_H2D, FIXED, "unstaged chunk_fetch")                \
     X(sdp_cl_param_put_rows, "param_put_rows", PARAM_H2D, COMPUTE, "put unstaged")                 \
     X(sdp_cl_param_put_early, "param_put_early", PARAM_H2D, COMPUTE, "put unstaged early")         \
     X(sdp_cl_act_fetch, "act_fetch", ACT_OFFLOAD, COMPUTE, "no_params")                            \
@@ -60,7 +62,7 @@
     X(sdp_cl_grad_pack_mlp, "grad_pack_mlp", GRAD_REDUCE, NORMS, "")                               \
     X(sdp_cl_grad_pack_rows, "grad_pack_rows", GRAD_REDUCE, NORMS, "")                             \
     X(sdp_cl_grad_sumsq, "grad_sumsq", GRAD_REDUCE, NORMS_GPU, "")                                 \
-    X(sdp_cl_grad_chunk, "grad_chunk", GRAD_D2H, NORMS_GPU, "")                                    \
+    X(sdp_cl_grad_chunk, "grad_chunk", GRAD_D2H, FIXED, "")                                        \
     X(sdp_cl_adamw, "adamw", CPU_ADAMW, ANY, "stage_writer")                                       \
     X(sdp_cl_adamw_early, "adamw_early", CPU_ADAMW, ANY, "stage_writer early")                     \
     X(sdp_cl_adamw_late, "adamw_late", CPU_ADAMW, ANY, "stage_writer late")                        \
@@ -98,6 +100,9 @@ const struct sdp_op *sdp_op_of(const struct starpu_codelet *cl)
 {
     for (int i = 0; i < sdp_nops; i++)
         if (sdp_ops[i].cl == cl)
+            return &sdp_ops[i];
+    for (int i = 0; cl && cl->name && i < sdp_nops; i++) /* a rank's copy (sdp_cl_xfer_of) */
+        if (!strcmp(sdp_ops[i].name, cl->name))
             return &sdp_ops[i];
     return NULL;
 }

@@ -16,10 +16,13 @@
  * soon as its stage is written, whatever the order the stages were written in; sdp-slidedp's
  * bound on the stages alive relies on it (a put held behind an earlier chunk's unwritten stage
  * would keep its own stage alive, and a full bound would then wait for itself).
- * param_chunk: param_put from chunk c of a working copy on the host into the compute copy, a
- * vector of the group's size without a partition plan (one rank, train.chunk_mib > 0): each
- * chunk crosses PCIe as soon as its update or cast has written it, while the next chunk is being
- * written, and the compute's first reader waits for every chunk's put.
+ * param_chunk: chunk c of a working copy on the host into its range of the compute copy, a vector
+ * of the group's size without a partition plan (train.chunk_mib > 0): each chunk crosses PCIe as
+ * soon as its update or cast has written it, while the next chunk is being written, and the
+ * compute's first reader waits for every chunk's.  The chunk is read where it is, on the host
+ * (specific_nodes): the task's CUDA side is the host-to-GPU copy itself, so its start and end
+ * bound the transfer in the trace, and no GPU copy of the host chunk is made beside the compute
+ * copy.
  * param_put_rows and param_put_early: param_put of a packed stage, the segments an AdamW wrote
  * back to back, scattered into their places (the tied embedding's rows, train.embed_home: gpu).
  * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_lookahead.sh,
@@ -121,43 +124,46 @@ struct starpu_codelet sdp_cl_param_put = {
     .model = &sdp_pm_param_put,
 };
 
-/* param_chunk: param_put's kernels under a name of its own, for the chunks of a working copy on
- * the host going to the compute copy (a fetch, not the put of a stage).  The first chunk's writes
- * the copy (W): the copy was dropped after its last reader, and StarPU refuses to read a dropped
- * vector; the others' accesses commute after it. */
+/* param_chunk: a transfer task (cl_common.h), on a CPU worker: buffers dst (the compute copy, on
+ * the node where the rank computes) and src (a chunk of the host's working copy, on the host);
+ * dst[off, off + n) = src (n), over PCIe where dst is on a GPU. */
+struct sdp_param_chunk_args {
+    struct sdp_shape_key key; /* bytes (low 31 bits, high bits) */
+    size_t off_bytes;
+    int dev; /* dst's CUDA device, -1: the host */
+};
+
+static void param_chunk_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_param_chunk_args *a = cl_arg;
+    sdp_cl_xfer_copy((char *)SDP_VEC(buffers[0]) + a->off_bytes, SDP_VEC(buffers[1]),
+                     nbytes_of(buffers[1]), a->dev, 1);
+}
+
 static struct starpu_perfmodel sdp_pm_param_chunk = {
     .type = STARPU_HISTORY_BASED,
-    .symbol = "sdp_param_chunk_v1",
+    .symbol = "sdp_param_chunk_v2", /* v1 timed a GPU-to-GPU copy after StarPU's transfer */
     .footprint = sdp_cl_footprint,
 };
 
-struct starpu_codelet sdp_cl_param_chunk = {
-    .name = "param_chunk",
-    .cpu_funcs = { param_put_cpu },
-    .cpu_funcs_name = { "param_put_cpu" },
-#ifdef SDP_CUDA_CODELETS
-    .cuda_funcs = { SDP_CUDA(param_put_cuda) },
-    .cuda_flags = { STARPU_CUDA_ASYNC },
-#endif
-    .nbuffers = 2,
-    .modes = { STARPU_RW | STARPU_COMMUTE, STARPU_R },
-    .model = &sdp_pm_param_chunk,
-};
+/* The first chunk's task writes the compute copy (W): the copy was dropped after its last reader,
+ * and StarPU refuses to read a dropped vector; the others' accesses commute after it.  dst's node
+ * is the rank's (sdp_cl_xfer_of). */
+#define CHUNK_CODELET(var, dst_mode)                                                               \
+    struct starpu_codelet var = { .name = "param_chunk",                                           \
+                                  .where = STARPU_CPU,                                             \
+                                  .cpu_funcs = { param_chunk_cpu },                                \
+                                  .cpu_funcs_name = { "param_chunk_cpu" },                         \
+                                  .nbuffers = 2,                                                   \
+                                  .modes = { dst_mode, STARPU_R },                                 \
+                                  .specific_nodes = 1,                                             \
+                                  .nodes = { STARPU_MAIN_RAM, STARPU_SPECIFIC_NODE_CPU },          \
+                                  .model = &sdp_pm_param_chunk }
+CHUNK_CODELET(sdp_cl_param_chunk, STARPU_RW | STARPU_COMMUTE);
+CHUNK_CODELET(sdp_cl_param_chunk0, STARPU_W);
+static struct starpu_codelet chunk_ranks[SDP_MAX_RANKS - 1], chunk0_ranks[SDP_MAX_RANKS - 1];
 
-struct starpu_codelet sdp_cl_param_chunk0 = {
-    .name = "param_chunk",
-    .cpu_funcs = { param_put_cpu },
-    .cpu_funcs_name = { "param_put_cpu" },
-#ifdef SDP_CUDA_CODELETS
-    .cuda_funcs = { SDP_CUDA(param_put_cuda) },
-    .cuda_flags = { STARPU_CUDA_ASYNC },
-#endif
-    .nbuffers = 2,
-    .modes = { STARPU_W, STARPU_R },
-    .model = &sdp_pm_param_chunk,
-};
-
-/* param_put's and param_chunk's submission: dst[off, off + n) = src (n); move goes in the hint. */
+/* param_put's submission: dst[off, off + n) = src (n); move goes in the hint. */
 static int put_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,
                       sdp_rt_tensor_t *dst, size_t off, sdp_rt_tensor_t *src, enum sdp_move move)
 {
@@ -187,9 +193,31 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
 int sdp_task_param_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
                          sdp_rt_tensor_t *src, int first)
 {
-    /* it brings weights where the compute runs, ahead of it: the policy's window gates it */
-    return put_submit(first ? &sdp_cl_param_chunk0 : &sdp_cl_param_chunk, o, dst, off, src,
-                      SDP_MOVE_FETCH);
+    struct sdp_param_chunk_args *a;
+    int node = sdp_cl_rank_node(o->hint.rank);
+    struct starpu_codelet *cl =
+        first ? sdp_cl_xfer_of(&sdp_cl_param_chunk0, chunk0_ranks, o->hint.rank, 0, node)
+              : sdp_cl_xfer_of(&sdp_cl_param_chunk, chunk_ranks, o->hint.rank, 0, node);
+    size_t n = sdp_rt_tensor_nelems(src), es = sdp_dtype_size(sdp_rt_tensor_dtype(dst));
+    struct sdp_cl_buf b[] = { { dst, cl->modes[0] }, { src, STARPU_R } };
+    struct sdp_task_opts op = *o;
+    /* it brings weights where the compute runs, ahead of it: the policy's window gates it; a CPU
+     * worker's, whatever the rank (the rank's own worker computes meanwhile) */
+    op.hint.move = SDP_MOVE_FETCH;
+    op.on_rank = 0;
+    op.on_host = 1;
+    if (sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst) || off > sdp_rt_tensor_nelems(dst) ||
+        n > sdp_rt_tensor_nelems(dst) - off)
+        return sdp_err(-EINVAL, "param_chunk: %s (%zu) does not fit %s (%zu) at %zu",
+                       sdp_rt_tensor_name(src), n, sdp_rt_tensor_name(dst),
+                       sdp_rt_tensor_nelems(dst), off);
+    a = sdp_cl_args_alloc(sizeof(*a));
+    a->key.d[0] = (int)((n * es) & 0x7fffffff);
+    a->key.d[1] = (int)((n * es) >> 31);
+    a->off_bytes = off * es;
+    a->dev = sdp_cl_node_device(node);
+    sdp_cl_xfer_count(node, 1, n * es);
+    return sdp_cl_submit(cl, &op, a, sizeof(*a), 0.0, b, 2);
 }
 
 /* param_put_rows / param_put_early: the puts of packed stages (sdp_task_param_put_segs), the

@@ -19,8 +19,9 @@ struct sdp_task_opts {
     int priority;
     struct sdp_hint hint;
     int on_rank; /* 1: run on hint.rank's worker whatever the phase (see sdp_tasks_set_ranks) */
-    int on_host; /* 1: on a CPU worker only (a codelet with a CUDA side the scheduler must not
-                    pick: the ranks' reduction on the host route) */
+    int on_host; /* 1: on a CPU worker only, any (a codelet with a CUDA side the scheduler must
+                    not pick: the ranks' reduction on the host route; the transfer tasks), even
+                    in a rank's phase or with on_rank */
     int version; /* parameter version the task reads (an update: writes), for the trace */
     unsigned long long tag;   /* nonzero: the task's tag (from sdp_task_tag_new), for `after` */
     unsigned long long after; /* nonzero: the task starts only once the task tagged so has ended
@@ -348,9 +349,10 @@ int sdp_task_grad_pack_mlp(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
 int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                         sdp_rt_tensor_t *const *sumsq);
 
-/** out (n) f32 W = grad[off, off + n), grad (N) f32 R read whole where it is (the fp32 gradient
- * return chunk by chunk: out is a chunk's copy, which AdamW reads; a chunk's own access would make
- * StarPU split grad on its home node first). */
+/** out (n) f32 W on the host = grad[off, off + n), grad (N) f32 R read whole where hint.rank
+ * computes, or on the host with o->on_host (the fp32 gradient return chunk by chunk: out is a
+ * chunk's copy, which AdamW reads; a chunk's own access would make StarPU split grad on its home
+ * node first).  A CPU worker's task: its copy is the chunk's transfer. */
 int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *grad,
                         size_t off);
 
@@ -361,10 +363,12 @@ int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp
 int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
                        sdp_rt_tensor_t *src);
 
-/** sdp_task_param_put under the codelet param_chunk, whose hint says SDP_MOVE_FETCH: chunk src of a
- * working copy on the host into dst, the compute copy of its group (one rank, a chunked group),
- * as soon as src is written; sdp-slidedp gates it like a param_fetch.  first: the group's first
- * chunk, which writes dst (W: dst may have been dropped) where the others' accesses commute. */
+/** dst[off, off + n) = src (n): chunk src of a working copy on the host into dst, hint.rank's
+ * compute copy of its group (or its replica of the chunk: the sharded route), as soon as src is
+ * written, by a CPU worker's task whose copy is the
+ * chunk's transfer; its hint says SDP_MOVE_FETCH: sdp-slidedp gates it by the window of the GPU
+ * that dst is on.  first: the group's first chunk, which writes dst (W: dst may have been
+ * dropped) where the others' accesses commute. */
 int sdp_task_param_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
                          sdp_rt_tensor_t *src, int first);
 
@@ -457,13 +461,15 @@ void sdp_cl_dry_run(int on);
 
 /* The simulation's rates (a simulation build: codelets/sim.c), from the step-time model's machine:
  * per kind of worker, GEMM, attention and LM-head FLOP/s, the element-wise ops' bytes/s and a
- * task's launch overhead; one host thread's AdamW and cast bytes/s. */
+ * task's launch overhead; one host thread's AdamW and cast bytes/s; pinned host-to-GPU and
+ * GPU-to-host bytes/s (the chunk copies that are transfers: param_chunk, grad_chunk). */
 struct sdp_sim_device {
     double gemm_flops, attn_flops, head_flops, elem_bps, launch_s;
 };
 struct sdp_sim_rates {
     struct sdp_sim_device gpu, cpu;
     double adamw_core_bps, cast_core_bps;
+    double h2d_bps, d2h_bps;
 };
 /** Set the rates the simulated codelets take (before the first task). */
 void sdp_tasks_sim_rates(const struct sdp_sim_rates *r);

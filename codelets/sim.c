@@ -7,8 +7,10 @@
  * model's figures): the matmuls, attention and the LM head by their FLOPs (task->flops, as
  * sdp_cl_submit sets it) at the compute rates, the other compute ops by the bytes of their
  * buffers at the element-wise rate, AdamW and the cast by their bytes at one host thread's rate,
- * the fetches as bare tasks (their transfers are StarPU's, simulated on the buses), plus a launch
- * or task overhead.  The CUDA implementations are sdp_cl_sim_cuda, which StarPU never calls. */
+ * the fetches as bare tasks (their transfers are StarPU's, simulated on the buses), the transfer
+ * tasks (param_chunk, grad_chunk: a CPU worker's copy between the host and a GPU, no transfer of
+ * StarPU's) by their chunk's bytes at the PCIe rates, plus a launch or task overhead.  The CUDA
+ * implementations are sdp_cl_sim_cuda, which StarPU never calls. */
 #include "config.h"
 
 #include <string.h>
@@ -18,7 +20,17 @@
 #include "codelets/codelets_internal.h"
 #include "codelets/sdp_tasks.h"
 
-enum sim_class { SIM_GEMM, SIM_ATTN, SIM_HEAD, SIM_ELEM, SIM_HOST_ADAMW, SIM_HOST_CAST, SIM_BARE };
+enum sim_class {
+    SIM_GEMM,
+    SIM_ATTN,
+    SIM_HEAD,
+    SIM_ELEM,
+    SIM_HOST_ADAMW,
+    SIM_HOST_CAST,
+    SIM_BARE,
+    SIM_H2D, /* param_chunk: a host chunk into the compute copy */
+    SIM_D2H  /* grad_chunk: a range of the gradient into a host chunk */
+};
 
 static struct sdp_sim_rates rates;
 
@@ -39,6 +51,10 @@ static enum sim_class class_of(const char *name)
     for (size_t i = 0; i < sizeof(bare) / sizeof(bare[0]); i++)
         if (!strcmp(name, bare[i]))
             return SIM_BARE;
+    if (!strcmp(name, "param_chunk"))
+        return SIM_H2D;
+    if (!strcmp(name, "grad_chunk"))
+        return SIM_D2H;
     if (!strncmp(name, "attention_", 10))
         return SIM_ATTN;
     if (!strcmp(name, "lmhead_ce"))
@@ -56,6 +72,21 @@ static double task_bytes(struct starpu_task *task)
     for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); i++)
         b += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
     return b;
+}
+
+/* the bytes a chunk copy moves: its smaller buffer (the chunk; the other is the whole vector) */
+static double chunk_bytes(struct starpu_task *task)
+{
+    double b0 = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, 0));
+    double b1 = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, 1));
+    return b0 < b1 ? b0 : b1;
+}
+
+/* whether the codelet puts buffer i of task on a GPU (the transfer tasks name their nodes) */
+static int on_gpu(struct starpu_task *task, int i)
+{
+    int node = task->cl->specific_nodes ? STARPU_CODELET_GET_NODE(task->cl, i) : -1;
+    return node >= 0 && starpu_node_get_kind((unsigned)node) == STARPU_CUDA_RAM;
 }
 
 static double over(double work, double rate)
@@ -88,6 +119,12 @@ static double sim_cost(struct starpu_task *task, struct starpu_perfmodel_arch *a
         break;
     case SIM_BARE:
         s = 0.0;
+        break;
+    case SIM_H2D: /* a CPU worker's copy into the compute copy, on a GPU or the host */
+        s = over(chunk_bytes(task), on_gpu(task, 0) ? rates.h2d_bps : d->elem_bps);
+        break;
+    case SIM_D2H: /* a CPU worker's copy out of the gradient, on a GPU or the host */
+        s = over(chunk_bytes(task), on_gpu(task, 1) ? rates.d2h_bps : d->elem_bps);
         break;
     default:
         s = over(task_bytes(task), d->elem_bps);

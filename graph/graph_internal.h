@@ -31,7 +31,8 @@ struct sdp_graph {
     sdp_rt_tensor_t **work2;          /* [ngroups]: second working copies (param_delay 1) */
     sdp_rt_tensor_t **rwork;          /* [R * ngroups]: each rank's replica (sharded route) */
     sdp_rt_tensor_t ***gret;          /* [ngroups] (grad_chunks): each chunk's copy of the fp32
-                                         gradient, from its grad_chunk to its update; else NULL */
+                                         gradient, from its grad_chunk to its update (the host
+                                         route's sum: [r * nchunks + c], rank r's); else NULL */
     sdp_rt_tensor_t **cwork;          /* [R * ngroups]: each rank's compute copy of each group
                                          with work_chunks, written chunk by chunk; else NULL */
     int *chunk0;                      /* [ngroups]: index of the group's first chunk in the model */
@@ -129,6 +130,14 @@ static inline sdp_rt_tensor_t *train_grad(const sdp_graph_t *g, int gi, int r)
     if (r > 0)
         return g->rgrad[(size_t)(r - 1) * g->st->ngroups + gi];
     return gs->frozen ? (gs->lora ? gs->lora->grad : NULL) : gs->grad;
+}
+
+/* Whether group gi's ranks sum on the host chunk by chunk with the fp32 return chunk by chunk
+ * (grad_chunks, the host route of one node): each rank's chunk comes down on its own, into
+ * gret[gi][r * nchunks + c], and the sum goes into rank 0's (graph/routes.c). */
+static inline int host_return(const sdp_graph_t *g, int gi)
+{
+    return g->R > 1 && g->P == 1 && g->plan.group[gi].grad_chunks && !g->plan.group[gi].grad_gpu;
 }
 
 /* The gradient of group gi's parameters that rank r accumulates into; NULL when they are frozen

@@ -24,20 +24,21 @@ sdp_rt_tensor_t **sdp_graph_grad_out(const sdp_graph_t *g, int gi)
 }
 
 /* The fp32 return of group gi chunk by chunk (grad_chunks), once its norms are submitted: one
- * grad_chunk per chunk copies the chunk's range of the final gradient where it is (rank 0's GPU),
- * so that each chunk crosses PCIe on its own when its AdamW needs it, while earlier chunks are
- * updated, instead of the whole group before the first update (a task on a chunk of the gradient
- * would make StarPU split it on the host first); the accumulator is then discarded, unsplit. */
+ * grad_chunk per chunk copies the chunk's range of the final gradient where it is (rank 0's GPU;
+ * the host after the host route's sum) to the host, so that each chunk crosses PCIe on its own,
+ * as a task of its own, while earlier chunks are updated, instead of the whole group before the
+ * first update (a task on a chunk of the gradient would make StarPU split it on the host first);
+ * the accumulator is then discarded, unsplit. */
 int sdp_graph_grad_chunks(sdp_graph_t *g, int step, int gi)
 {
     sdp_rt_tensor_t **out = sdp_graph_grad_out(g, gi);
     struct sdp_group_state *gs = &g->st->groups[gi];
-    if (!out)
+    if (!out || host_return(g, gi)) /* the host route's came down before its sum */
         return 0;
     for (int c = 0; c < gs->nchunks; c++) {
         struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
         o.hint.chunk = c;
-        o.on_rank = reduces(g) && g->plan.group[gi].grad_gpu; /* where the ranks' sum is */
+        o.on_host = reduces(g) && !g->plan.group[gi].grad_gpu; /* where the ranks' sum is */
         TRY_RET(sdp_task_grad_chunk(&o, out[c], gs->grad, sdp_rt_tensor_part_offset(gs->grad, c)));
     }
     sdp_rt_tensor_discard(gs->grad);

@@ -111,14 +111,16 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     }
 }
 
-/* The chunk pipeline (work_chunks, grad_chunks): off by default (slower, and more GPU memory than
- * the whole-group fetch: bench/results/2026-12-06-h100-predict3.md); SDP_CHUNK_PIPELINE=auto on a
- * GPU (on CPU workers the compute reads the host's copies themselves), on everywhere (2). */
+/* The chunk pipeline (work_chunks, grad_chunks): by default (SDP_CHUNK_PIPELINE=auto) where the
+ * compute runs on a GPU (on CPU workers the compute reads the host's copies themselves); on:
+ * everywhere (2); off: whole groups (the ablation).  Its copies are the transfers themselves
+ * (codelets/cl_common.h), not a GPU copy after StarPU's transfer, the form that measured slower
+ * and bigger on a GPU than the whole-group fetch (bench/results/2026-12-06-h100-predict3.md). */
 static int pipeline_wanted(void)
 {
     if (sdp_env_is("SDP_CHUNK_PIPELINE", "on"))
         return 2;
-    return sdp_env_is("SDP_CHUNK_PIPELINE", "auto") && sdp_tasks_compute_on_gpu();
+    return !sdp_env_is("SDP_CHUNK_PIPELINE", "off") && sdp_tasks_compute_on_gpu();
 }
 
 /* Whether group gi's working copy goes to the compute chunk by chunk (work_chunks): one rank or
@@ -135,14 +137,15 @@ static int work_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, 
 
 /* Whether group gi's fp32 gradient returns chunk by chunk (grad_chunks): more than one chunk, not
  * frozen (nor LoRA's adapters), where the gradient is on a GPU when final (one rank with the norms
- * there, or the ranks' sum on rank 0's GPU), or anywhere with SDP_CHUNK_PIPELINE=on. */
+ * there) or the ranks sum (on rank 0's GPU, or on one node's host: each rank's chunks come down on
+ * their own), or anywhere with SDP_CHUNK_PIPELINE=on. */
 static int grad_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, int gi)
 {
     const struct sdp_group_state *gs = &st->groups[gi];
     const struct sdp_plan_group *pg = &p->group[gi];
     int wanted = pipeline_wanted();
     return wanted && !pg->grad_bf16 && !gs->frozen && p->lora.rank == 0 && gs->nchunks > 1 &&
-           (wanted == 2 || (sdp_plan_one_rank(p) ? pg->norms_gpu : pg->grad_gpu));
+           (wanted == 2 || (sdp_plan_one_rank(p) ? pg->norms_gpu : pg->grad_gpu || p->nodes == 1));
 }
 
 int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct sdp_graph_conf *c)

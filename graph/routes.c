@@ -17,12 +17,11 @@ int sdp_graph_owner_of(const sdp_graph_t *g, int gi, int c)
 }
 
 /* work_chunks: chunk c of group gi's working copy on the host into rank r's compute copy of the
- * group (param_chunk, on the rank's worker), for every chunk, each as soon as its update (or
- * cast) has written it, so that chunk c crosses PCIe while chunk c + 1 is being written.  The
+ * group (param_chunk, a CPU worker's copy over PCIe), for every chunk, each as soon as its update
+ * (or cast) has written it, so that chunk c crosses PCIe while chunk c + 1 is being written.  The
  * compute copy has no partition plan: a task on a chunk of it would make StarPU split it on the
  * host and gather it there again before the compute reads it whole (two more copies of the group
- * over PCIe); the puts write their ranges of the whole instead, their accesses commuting.  The host
- * chunk's copy on the GPU is not read again: it goes first when StarPU needs the room. */
+ * over PCIe); the copies write their ranges of the whole instead, their accesses commuting. */
 static int fetch_chunks(sdp_graph_t *g, int step, int gi, enum sdp_phase ph,
                         unsigned long long after, int r)
 {
@@ -31,10 +30,8 @@ static int fetch_chunks(sdp_graph_t *g, int step, int gi, enum sdp_phase ph,
         struct sdp_task_opts o = gated(g, opts(g, step, gi, -1, ph), after);
         o.hint.chunk = c;
         o.hint.rank = r;
-        o.on_rank = g->R > 1;
         TRY_RET(sdp_task_param_chunk(&o, dst, sdp_rt_tensor_part_offset(src, c),
                                      sdp_rt_tensor_part(src, c), c == 0));
-        sdp_rt_tensor_wont_use(sdp_rt_tensor_part(src, c));
     }
     return 0;
 }
@@ -66,9 +63,10 @@ void sdp_graph_window_let_go(sdp_graph_t *g, int step, int gi, int r)
 }
 
 /* Sharded route: before the first forward of the step uses group gi (micro-batch 0), chunk c goes
- * from the host's working copy to its owner rank (owner_of), then from the owner to every other
- * rank: one NCCL broadcast when NCCL is set up for the ranks, else a copy on each receiving rank's
- * worker, for which StarPU moves the source. */
+ * from the host's working copy to its owner rank (owner_of: a transfer task, param_chunk, whose
+ * window is the owner's), then from the owner to every other rank: one NCCL broadcast when NCCL is
+ * set up for the ranks, else a copy on each receiving rank's worker, for which StarPU moves the
+ * source. */
 int sdp_graph_dispatch(sdp_graph_t *g, int step, int mb, int gi)
 {
     sdp_rt_tensor_t *src = work_of(g, gi, step);
@@ -86,9 +84,9 @@ int sdp_graph_dispatch(sdp_graph_t *g, int step, int mb, int gi)
         o.hint.chunk = c;
         o.hint.rank = owner;
         o.on_rank = 1;
-        TRY_RET(sdp_task_param_copy(&o, own, sdp_rt_tensor_part(src, c)));
-        /* the owner's GPU copy of the host chunk is not read again: let it go first */
-        sdp_rt_tensor_wont_use(sdp_rt_tensor_part(src, c));
+        /* the owner's from the host: a transfer task (param_chunk), no GPU copy of the host chunk
+         */
+        TRY_RET(sdp_task_param_chunk(&o, own, 0, sdp_rt_tensor_part(src, c), 1));
         if (sdp_tasks_nccl_ranks() == g->R) { /* one NCCL broadcast from the owner */
             sdp_rt_tensor_t *reps[SDP_MAX_RANKS];
             for (int r = 0; r < g->R; r++)
@@ -143,7 +141,8 @@ int sdp_graph_norms(sdp_graph_t *g, int step, int gi)
     for (int c = 0; c < g->st->groups[gi].nchunks; c++) {
         o.hint.chunk = c;
         TRY_RET(sdp_task_sumsq(&o, g->sumsq[g->chunk0[gi] + c],
-                               sdp_rt_tensor_part(g->st->groups[gi].grad, c)));
+                               host_return(g, gi) ? g->gret[gi][c]
+                                                  : sdp_rt_tensor_part(g->st->groups[gi].grad, c)));
     }
     return 0;
 }
@@ -162,6 +161,35 @@ static int reduce_chunks(sdp_graph_t *g, struct sdp_task_opts o, int gi)
         TRY_RET(
             sdp_task_grad_reduce(&o, sdp_rt_tensor_part(train_grad(g, gi, 0), c), in, g->R - 1));
     }
+    return 0;
+}
+
+/* The host route's sum of group gi with the fp32 return chunk by chunk (host_return): for each
+ * chunk, every rank's range of its gradient comes down on its own (grad_chunk, a transfer task
+ * from the rank's GPU) into a host vector, and one task adds ranks 1..R-1's into rank 0's, which
+ * the norms and AdamW read: the order of reduce_chunks, the same bits, without any rank's whole
+ * gradient on the host.  Each rank's accumulator is then discarded, unsplit. */
+static int return_chunks(sdp_graph_t *g, struct sdp_task_opts o, int gi)
+{
+    sdp_rt_tensor_t **out = g->gret[gi], *in[SDP_MAX_RANKS];
+    int n = g->st->groups[gi].nchunks;
+    for (int c = 0; c < n; c++) {
+        for (int r = 0; r < g->R; r++) {
+            struct sdp_task_opts oc = o;
+            sdp_rt_tensor_t *grad = train_grad(g, gi, r);
+            oc.hint.chunk = c;
+            oc.hint.rank = r; /* where the rank's gradient is */
+            oc.on_host = 0;
+            TRY_RET(
+                sdp_task_grad_chunk(&oc, out[r * n + c], grad, sdp_rt_tensor_part_offset(grad, c)));
+            if (r > 0)
+                in[r - 1] = out[r * n + c];
+        }
+        o.hint.chunk = c;
+        TRY_RET(sdp_task_grad_reduce(&o, out[c], in, g->R - 1));
+    }
+    for (int r = 0; r < g->R; r++)
+        sdp_rt_tensor_discard(train_grad(g, gi, r));
     return 0;
 }
 
@@ -194,6 +222,10 @@ int sdp_graph_reduce_ranks(sdp_graph_t *g, int step)
             TRY_RET(sdp_graph_reduce_nodes(g, step, gi, o));
             continue;
         }
+        if (host_return(g, gi)) {
+            TRY_RET(return_chunks(g, o, gi));
+            continue;
+        }
         if (o.on_host && chunked_alike(g, gi)) {
             TRY_RET(reduce_chunks(g, o, gi));
             continue;
@@ -221,8 +253,8 @@ void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r)
 }
 
 /* The chunk pipeline's tensors of the plan's groups: each grad_chunks group's chunk copies of its
- * fp32 gradient (temporaries), and each rank's compute copy of each work_chunks group (device
- * memory only, written chunk by chunk).  @return 0 or -ENOMEM */
+ * fp32 gradient (temporaries; with host_return, each rank's), and each rank's compute copy of each
+ * work_chunks group (device memory only, written chunk by chunk).  @return 0 or -ENOMEM */
 int sdp_graph_chunks_create(sdp_graph_t *g)
 {
     struct sdp_state *st = g->st;
@@ -233,13 +265,14 @@ int sdp_graph_chunks_create(sdp_graph_t *g)
             continue;
         if (!g->gret && !(g->gret = calloc((size_t)st->ngroups, sizeof(*g->gret))))
             return sdp_err(-ENOMEM, "gradient chunks of %d groups", st->ngroups);
-        if (!(g->gret[gi] = calloc((size_t)st->groups[gi].nchunks, sizeof(**g->gret))))
+        int nc = st->groups[gi].nchunks, nr = host_return(g, gi) ? g->R : 1;
+        if (!(g->gret[gi] = calloc((size_t)nr * nc + 1, sizeof(**g->gret)))) /* NULL-ended */
             return sdp_err(-ENOMEM, "gradient chunks of group %d", gi);
-        for (int c = 0; c < st->groups[gi].nchunks && !rc; c++) {
-            snprintf(name, sizeof(name), "g%d.grad_out.%d", gi, c);
+        for (int i = 0; i < nr * nc && !rc; i++) {
+            snprintf(name, sizeof(name), "g%d.grad_out.%d.r%d", gi, i % nc, i / nc);
             rc = sdp_rt_tensor_temp(
-                &g->gret[gi][c], SDP_F32,
-                sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].grad, c)), name);
+                &g->gret[gi][i], SDP_F32,
+                sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].grad, i % nc)), name);
         }
     }
     for (int gi = 0; gi < st->ngroups && !rc; gi++) {
@@ -259,8 +292,8 @@ int sdp_graph_chunks_create(sdp_graph_t *g)
 void sdp_graph_chunks_destroy(sdp_graph_t *g)
 {
     for (int gi = 0; g->gret && gi < g->st->ngroups; gi++) {
-        for (int c = 0; g->gret[gi] && c < g->st->groups[gi].nchunks; c++)
-            sdp_rt_tensor_release(g->gret[gi][c]);
+        for (int i = 0; g->gret[gi] && g->gret[gi][i]; i++) /* the plan is gone already */
+            sdp_rt_tensor_release(g->gret[gi][i]);
         free(g->gret[gi]);
     }
     free(g->gret);

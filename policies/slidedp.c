@@ -11,6 +11,7 @@
  * param_fetch's at once when it is queued, with SDP_FETCH_EAGER=1), and runs a param_fetch only
  * within window - 1 groups, so that its weights have arrived (or when it has been idle for
  * FETCH_IDLE_US, a fetch within `window` groups; after SDP_FETCH_IDLE_ANY_MS, 50 by default, any);
+ * a CPU worker runs a transfer into a GPU's memory (param_chunk) within that GPU's `window`;
  * the end of a step's backward counts as the next step's start there (sdp_slidedp_cur_pos).  An
  * update that only a CUDA worker runs (train.gpu_update) gets its inputs prefetched when it is
  * queued, whatever the window; one that only CPU workers run gets its inputs (the gradient chunk)
@@ -72,8 +73,10 @@ struct sched {
 
 /* Under the lock: whether worker w may run e now (the hooks' admission holds it back, as does a
  * CUDA worker a param_fetch that lies beyond its window unless it has idled long enough: idle_us,
- * sdp_slidedp_idle_may_fetch), and, with check, whether e's codelet can run on w; *gated is set
- * when the window alone refused it.  A held task waits from the first refusal. */
+ * sdp_slidedp_idle_may_fetch, and a CPU worker a transfer into a GPU's memory beyond that GPU's
+ * window, unless the GPU has started nothing for idle_any_us), and, with check, whether e's
+ * codelet can run on w; *gated is set when a window alone refused it.  A held task waits from the
+ * first refusal. */
 static int may_run(const struct sched *s, int w, struct entry *e, int check, double idle_us,
                    int *gated)
 {
@@ -88,6 +91,15 @@ static int may_run(const struct sched *s, int w, struct entry *e, int check, dou
                                     s->idle_any_us)) {
         *gated = 1;
         return 0;
+    }
+    if (s->typebit[w] == 1 && e->gpu >= 0 && !s->eager &&
+        !sdp_slidedp_xfer_may_run(e->pos, s->cur_pos[e->gpu], s->window)) {
+        double gpu_start;
+        __atomic_load(&s->last_start_us[e->gpu], &gpu_start, __ATOMIC_RELAXED);
+        if (starpu_timing_now() - gpu_start < s->idle_any_us) {
+            *gated = 1;
+            return 0;
+        }
     }
     return !check || starpu_worker_can_execute_task_first_impl((unsigned)w, e->task, NULL);
 }
@@ -299,6 +311,21 @@ void sdp_slidedp_remove_workers(unsigned ctx, int *ids, unsigned n)
     starpu_pthread_mutex_unlock(&s->lock);
 }
 
+/* Under the lock: the CUDA worker whose memory a fetch that CPU workers run fills (a transfer
+ * task names its buffers' nodes: the first is the one it fills), or -1. */
+static int fill_worker(const struct sched *s, const struct starpu_task *task)
+{
+    int node;
+    if (!task->cl || !task->cl->specific_nodes || task->cl->where != STARPU_CPU)
+        return -1;
+    node = STARPU_CODELET_GET_NODE(task->cl, 0);
+    for (int i = 0; node >= 0 && i < s->nworkers; i++)
+        if (s->typebit[s->workers[i]] == 2 &&
+            (int)starpu_worker_get_memory_node((unsigned)s->workers[i]) == node)
+            return s->workers[i];
+    return -1;
+}
+
 int sdp_slidedp_push(struct starpu_task *task)
 {
     struct sched *s = starpu_sched_ctx_get_policy_data(task->sched_ctx);
@@ -318,6 +345,7 @@ int sdp_slidedp_push(struct starpu_task *task)
     if (e->has_hint && e->hint.group + 1 > s->ngroups)
         __atomic_store_n(&s->ngroups, e->hint.group + 1, __ATOMIC_RELAXED);
     e->pos = sdp_slidedp_pass_pos(e->has_hint ? &e->hint : NULL, s->ngroups);
+    e->gpu = e->has_hint && e->hint.move == SDP_MOVE_FETCH ? fill_worker(s, task) : -1;
 
     /* StarPU hands tasks pinned with execute_on_a_specific_worker to the worker's own queue
      * without calling push; one that comes here anyway goes to that worker */
@@ -474,7 +502,9 @@ void sdp_slidedp_pre_exec(struct starpu_task *task, unsigned ctx)
     long pos;
     if (w < 0 || s->typebit[w] != 2)
         return;
-    s->last_start_us[w] = starpu_timing_now(); /* worker w's own: read by its pops only */
+    double now = starpu_timing_now();
+    /* worker w's own, read by its pops and by CPU workers' gating of transfers (may_run) */
+    __atomic_store(&s->last_start_us[w], &now, __ATOMIC_RELAXED);
     if (!read_hint(task, &h) || sdp_slidedp_moves_only(&h))
         return;
     /* cur_pos[w] is written by worker w only: no lock to read it here */

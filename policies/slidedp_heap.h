@@ -19,6 +19,7 @@ struct entry {
     double held_since_us; /* first refusal by the staging bound (starpu_timing_now), or 0 */
     const char *held_why; /* which bound refused it first: WAIT_STAGING or WAIT_STAGES */
     int staged, fills, prefetched, idx;
+    int gpu; /* a fetch that CPU workers run into a GPU's memory: that GPU's worker, else -1 */
     struct sdp_hint hint; /* valid when has_hint */
     int has_hint;
     struct heap *heap;

@@ -221,6 +221,14 @@ static inline int sdp_slidedp_gpu_may_run(const struct sdp_hint *h, long pos, lo
     return pos - cur <= (long)(window > 1 ? window - 1 : 0);
 }
 
+/* 1 when a CPU worker may run a transfer task at pos (a fetch whose copy is the transfer,
+ * param_chunk) into the memory of a GPU computing at cur: within `window` groups ahead, where the
+ * window prefetches a param_fetch's input, or the GPU has computed nothing yet (cur < 0). */
+static inline int sdp_slidedp_xfer_may_run(long pos, long cur, int window)
+{
+    return cur < 0 || pos < 0 || pos - cur <= (long)window;
+}
+
 /* Whether a CUDA worker that has started no task for idle_us may run a fetch that
  * sdp_slidedp_gpu_may_run holds back: after idle_fetch_us one whose inputs its window prefetches
  * (within `window` groups), whose weights are coming anyway; after idle_any_us any, so that a

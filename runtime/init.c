@@ -71,6 +71,24 @@ static int cap_cpus(const struct sdp_rt_conf *c)
     return limit;
 }
 
+/* The clean-buffer targets of StarPU's memory manager: 0 (no write-back ahead of need) when
+ * none_ahead, else StarPU's defaults; never a value the user set. */
+static void clean_buffers(int none_ahead)
+{
+    static const char *const var[] = { "STARPU_MINIMUM_CLEAN_BUFFERS",
+                                       "STARPU_TARGET_CLEAN_BUFFERS" };
+    static int ours[2]; /* var[i] holds this function's 0 */
+    for (int i = 0; i < 2; i++) {
+        if (none_ahead && !ours[i] && !sdp_env(var[i])) {
+            setenv(var[i], "0", 1);
+            ours[i] = 1;
+        } else if (!none_ahead && ours[i]) {
+            unsetenv(var[i]);
+            ours[i] = 0;
+        }
+    }
+}
+
 /* STARPU_NCPU overrides train.cpus inside StarPU: the same cap, applied to the variable. */
 static void cap_env_cpus(const struct sdp_rt_conf *c)
 {
@@ -125,6 +143,11 @@ int sdp_rt_init(const struct sdp_rt_conf *c)
         snprintf(mib, sizeof(mib), "%.0f", c->gpu_memory_gib * 1024.0);
         setenv("STARPU_LIMIT_CUDA_MEM", mib, 1);
     }
+    /* StarPU writes dirty buffers back to their home node while a device idles, to keep some
+     * clean for eviction; without a GPU limit nothing is evicted, and the dirty buffers are
+     * gradients that tasks sum or copy out where they are, so those writes only take the bus
+     * (a user's setting wins) */
+    clean_buffers(!gpu_capped);
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(1);
 #endif
@@ -251,10 +274,22 @@ int sdp_rt_bus_totals(unsigned long long *bytes, unsigned long long *transfers)
     return nbus;
 }
 
+/* the transfer tasks' bytes per memory node since the last read: [node][1] to it, [0] from it */
+static unsigned long long task_bytes[STARPU_MAXNODES][2];
+
+void sdp_rt_bus_count_task(int node, int to_node, unsigned long long bytes)
+{
+    if (node >= 0 && node < STARPU_MAXNODES)
+        __atomic_fetch_add(&task_bytes[node][to_node != 0], bytes, __ATOMIC_RELAXED);
+}
+
 void sdp_rt_bus_count_start(void)
 {
     starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
     sdp_rt_bus_totals(count_base, NULL);
+    for (int n = 0; n < STARPU_MAXNODES; n++)
+        for (int d = 0; d < 2; d++)
+            __atomic_store_n(&task_bytes[n][d], 0, __ATOMIC_RELAXED);
 }
 
 void sdp_rt_bus_count_read(int R, const int *workers, struct sdp_rank_bytes *out)
@@ -262,6 +297,13 @@ void sdp_rt_bus_count_read(int R, const int *workers, struct sdp_rank_bytes *out
     unsigned long long now[SDP_RT_MAX_BUSES];
     int nbus = sdp_rt_bus_totals(now, NULL);
     memset(out, 0, (size_t)R * sizeof(*out));
+    for (int r = 0; r < R; r++) { /* ranks on one node share its transfer tasks' bytes: once */
+        int node = (int)starpu_worker_get_memory_node((unsigned)workers[r]);
+        if (starpu_node_get_kind((unsigned)node) == STARPU_CPU_RAM || node >= STARPU_MAXNODES)
+            continue;
+        out[r].h2d += __atomic_exchange_n(&task_bytes[node][1], 0, __ATOMIC_RELAXED);
+        out[r].d2h += __atomic_exchange_n(&task_bytes[node][0], 0, __ATOMIC_RELAXED);
+    }
     for (int b = 0; b < nbus; b++) {
         int src = starpu_bus_get_src(b), dst = starpu_bus_get_dst(b);
         unsigned long long n = now[b] - count_base[b];

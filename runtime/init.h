@@ -45,8 +45,13 @@ struct sdp_rank_bytes {
 int sdp_rt_bus_totals(unsigned long long *bytes, unsigned long long *transfers);
 /** Start counting the bytes StarPU moves between memory nodes (enables StarPU's profiling). */
 void sdp_rt_bus_count_start(void);
+/** Bytes a task copies itself between the host and memory node `node` (a transfer task,
+ * codelets/cl_common.h, counted when submitted: StarPU's bus counters never see them), for
+ * sdp_rt_bus_count_read: to_node 1, host to node; 0, node to host. */
+void sdp_rt_bus_count_task(int node, int to_node, unsigned long long bytes);
 /** Bytes moved since sdp_rt_bus_count_start() or the previous call (which reset the counters),
- * for the memory nodes of R ranks' workers (CPU-worker ranks share the host's node: zeros). */
+ * StarPU's and the transfer tasks', for the memory nodes of R ranks' workers (CPU-worker ranks
+ * share the host's node: zeros). */
 void sdp_rt_bus_count_read(int R, const int *workers, struct sdp_rank_bytes *out);
 /** Bytes of GPU memory in use on CUDA device dev (cudaMemGetInfo: StarPU keeps what it allocated
  * cached, so after a step this is the step's peak reservation); 0 without CUDA. */

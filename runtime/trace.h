@@ -10,7 +10,9 @@
  * worker goes to CPU compute, an update that ran on a GPU (train.gpu_update) to GPU compute.
  * StarPU's own data transfers are not tasks, so no task callback sees them: the transfer lanes
  * hold the tasks that move data (param_fetch, param_chunk, param_put, act_fetch, grad_chunk, with
- * the bytes they move) and, per step, StarPU's bus counters (sdp_trace_bus).
+ * the bytes they move) and, per step, StarPU's bus counters (sdp_trace_bus).  param_chunk and
+ * grad_chunk are transfer tasks (codelets/cl_common.h): their start and end are a chunk's copy
+ * over PCIe; the others' transfers are StarPU's, before the task starts.
  * Parameter version: the number of updates applied to the weights an event reads.  Compute and
  * reduction tasks of step s read version s; the adamw of step s produces version s + 1.
  * Waits (sdp_trace_wait) are events too: time that ready work spent held back by a policy.

@@ -38,9 +38,10 @@ use only the times, so they hold on any log, from any number of ranks:
      chunks follow grad_pack_mlp; the layer's other updates follow its grad_pack.
   3. No compute event of group g at step s+1 starts before every update of group g at step s has
      ended.
-  4. A chunk's fetch into a rank's compute copy (param_chunk, trait chunk_fetch: the working copy
-     on the host in chunks) is no compute event for 1 and 3; it starts after the writers of its
-     chunk's version have ended (the chunk's updates of the step before, its cast of the step),
+  4. A chunk's fetch into a rank's compute copy or replica (param_chunk, trait chunk_fetch: the
+     working copy on the host in chunks, or the sharded route's) is no compute event for 1 and 3;
+     it starts after the writers of its chunk's version have ended (the chunk's updates or puts of
+     the step before, its cast of the step),
      and no compute event of its step, group and rank overlaps it; a fetch of the forward ends
      before the rank's first compute event of the group in the step starts.
 A late update (adamw_late, graph/step.c defer_rows) takes the tied embedding's rows of step s's
@@ -498,10 +499,12 @@ def check_chunk_fetches(ev, compute, rep):
     fetches of the forward end before the rank's first compute event of the group and step."""
     fetches = [e for e in ev if has(e, "chunk_fetch")]
     writers = defaultdict(list)  # (version, group, chunk) -> events
-    for e in ev:
-        if e["phase"] == "update" and e.get("chunk", -1) >= 0:
+    for e in ev:  # the working copy's writers (casts, updates, puts), not the sharded route's copies
+        if not (has(e, "stage_writer") or has(e, "put")) or e.get("chunk", -1) < 0:
+            continue
+        if e["phase"] == "update":
             writers[(e["step"] + 1, e["group"], e["chunk"])].append(e)
-        elif e["phase"] == "cast" and e.get("chunk", -1) >= 0:
+        elif e["phase"] == "cast":
             writers[(e["step"], e["group"], e["chunk"])].append(e)
     readers = defaultdict(list)  # (step, group, rank) -> compute events (each rank has its copy)
     for e in compute:

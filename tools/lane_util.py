@@ -14,7 +14,10 @@ of the selected steps' task events:
          CPU workers run AdamW chunks at once, so this exceeds 1 where busy cannot);
   waits  time ready work of the lane was held back by the policy (wait events), as a fraction;
   MB/step the bytes the lane's tasks moved (their "bytes": the fetches, puts and copies of the
-         transfer lanes), per selected step.
+         transfer lanes), per selected step.  The transfer tasks (param_chunk, grad_chunk) copy
+         their chunk over PCIe themselves: their busy time is the transfer's, and the bus
+         samples below do not count their bytes; a fetch's bytes are StarPU's transfer, which
+         those samples count.
 Then StarPU's own transfers, which no task event shows: the bus samples of the log ("event":
 "bus", one per direction and GPU after each step returns, runtime/trace.h), in MB per step.
 The lane that is busy for most of the window bounds the step.  --steps keeps the events of those

@@ -88,25 +88,32 @@ if "$py" "$top/tools/check_invariants.py" "$tmp/bad.ev" > "$tmp/check" 2>&1; the
     echo "a chunk's fetch before its update passes the invariants"; fail=1
 fi
 grep -q "^invariant 4 violated" "$tmp/check" || { echo "invariant 4 not reported"; tail -3 "$tmp/check"; fail=1; }
-# ranks (2, the GPU route, replicated and sharded): the fp32 gradient copied out chunk by chunk
-# (grad_chunk, one per chunk after the ranks' sum) and, replicated, each rank's compute copy
-# filled chunk by chunk (param_chunk) give the unchunked route's bits
-for route in replicated sharded; do
+# ranks (2; replicated and sharded on the GPU route, replicated on the CPU route): the fp32
+# gradient copied out chunk by chunk (grad_chunk: on the GPU route one per chunk after the ranks'
+# sum; on the CPU route one per chunk and rank, before the sum of each chunk) and, replicated, each rank's compute copy filled chunk by chunk (param_chunk;
+# sharded, each chunk's owner's replica, with or without the pipeline) give the unchunked route's
+# bits
+for rg in replicated:gpu sharded:gpu replicated:cpu; do
+    route=${rg%:*} k=$(echo "$rg" | tr : -)
     for m in off on; do
         SDP_CHUNK_PIPELINE=$m "$bin" train "$tmp/c0.0625.yaml" --cpus 2 --steps 4 --ranks 2 \
-            --grad-route gpu --param-route "$route" --metrics "$tmp/r$route$m.jsonl" \
-            --events "$tmp/r$route$m.ev" > /dev/null 2> "$tmp/r$route$m.err" ||
-            { echo "2 ranks, $route, SDP_CHUNK_PIPELINE=$m failed"; cat "$tmp/r$route$m.err"; fail=1; }
-        losses "$tmp/r$route$m.jsonl" > "$tmp/r$route$m.loss"
+            --grad-route "${rg#*:}" --param-route "$route" --metrics "$tmp/r$k$m.jsonl" \
+            --events "$tmp/r$k$m.ev" > /dev/null 2> "$tmp/r$k$m.err" ||
+            { echo "2 ranks, $rg, SDP_CHUNK_PIPELINE=$m failed"; cat "$tmp/r$k$m.err"; fail=1; }
+        losses "$tmp/r$k$m.jsonl" > "$tmp/r$k$m.loss"
     done
-    cmp -s "$tmp/r${route}on.loss" "$tmp/r${route}off.loss" ||
-        { echo "2 ranks, $route: the chunked gradient return changes the losses"; fail=1; }
-    [ "$(grep -c '"grad_chunk"' "$tmp/r${route}on.ev")" -eq $((4 * 2 * 297)) ] ||
-        { echo "2 ranks, $route: not one grad_chunk a chunk and step"; fail=1; }
-    n=$([ "$route" = replicated ] && echo $((4 * 2 * 2 * 297)) || echo 0)
-    [ "$(grep -c '"param_chunk"' "$tmp/r${route}on.ev")" -eq "$n" ] ||
-        { echo "2 ranks, $route: not $n param_chunk"; fail=1; }
-    "$py" "$top/tools/check_invariants.py" "$tmp/r${route}on.ev" > "$tmp/check" 2>&1 ||
-        { echo "2 ranks, $route: invariants"; tail -5 "$tmp/check"; fail=1; }
+    cmp -s "$tmp/r${k}on.loss" "$tmp/r${k}off.loss" ||
+        { echo "2 ranks, $rg: the chunked gradient return changes the losses"; fail=1; }
+    # the GPU route: one a chunk, from the ranks' sum; the CPU route: one a chunk and rank
+    n=$([ "${rg#*:}" = cpu ] && echo $((4 * 2 * 297 * 2)) || echo $((4 * 2 * 297)))
+    [ "$(grep -c '"grad_chunk"' "$tmp/r${k}on.ev")" -eq "$n" ] ||
+        { echo "2 ranks, $rg: not $n grad_chunk"; fail=1; }
+    # replicated: each rank's of the embedding and the head; sharded: every chunk's owner's (the
+    # 4 layers' single chunks too)
+    n=$([ "$route" = replicated ] && echo $((4 * 2 * 2 * 297)) || echo $((4 * (2 * 297 + 4))))
+    [ "$(grep -c '"param_chunk"' "$tmp/r${k}on.ev")" -eq "$n" ] ||
+        { echo "2 ranks, $rg: not $n param_chunk"; fail=1; }
+    "$py" "$top/tools/check_invariants.py" "$tmp/r${k}on.ev" > "$tmp/check" 2>&1 ||
+        { echo "2 ranks, $rg: invariants"; tail -5 "$tmp/check"; fail=1; }
 done
 finish

@@ -57,8 +57,8 @@ for pair in r2:r2gpu r2:r2mixed r2:r2sharded r4:r4sharded; do
         echo "$b: the routes give different losses than $a"; fail=1
     fi
 done
-# the sharded route: every chunk reaches every rank (one copy from the host per chunk, then one
-# per other rank), and the log still passes the checker
+# the sharded route: every chunk reaches every rank (one copy from the host per chunk, a transfer
+# task to its owner, then one per other rank), and the log still passes the checker
 if have "$tmp/r2sharded.events.jsonl"; then
     "$py" "$top/tools/check_invariants.py" "$tmp/r2sharded.events.jsonl" > "$tmp/checks.out" 2>&1 ||
         { echo "invariant checker failed on the sharded log:"; cat "$tmp/checks.out"; fail=1; }
@@ -67,7 +67,7 @@ import json, sys
 copies = {}
 for line in open(sys.argv[1]):
     e = json.loads(line)
-    if e["name"] == "param_copy":
+    if e["name"] in ("param_copy", "param_chunk"):
         copies.setdefault((e["step"], e["group"], e["chunk"]), []).append(e["rank"])
 ok = bool(copies) and all(sorted(r) == [0, 1] for r in copies.values())
 print("sharded: %d chunk dispatches, each to ranks %s" % (len(copies), sorted(set(

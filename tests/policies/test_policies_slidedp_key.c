@@ -289,6 +289,12 @@ int main(void)
                    "elsewhere the worker is at its task's position");
             expect(sdp_slidedp_cur_pos(NULL, G) < 0, "no hint, no position");
         }
+        /* a CPU worker's transfer into a GPU's memory: within the GPU's window, or before it
+         * computed anything */
+        expect(sdp_slidedp_xfer_may_run(p0 + 2, p0, 2) && !sdp_slidedp_xfer_may_run(p0 + 3, p0, 2),
+               "a transfer runs two groups ahead of its GPU (window 2), not three");
+        expect(sdp_slidedp_xfer_may_run(p0 + 9, -1, 2) && sdp_slidedp_xfer_may_run(p0, p0 + 4, 2),
+               "a transfer runs before its GPU computes, and behind it");
         /* an idle worker's fetches: within the window after 5 ms, any after 50 */
         expect(!sdp_slidedp_idle_may_fetch(p0 + 2, p0, 2, 4999.0, 5000.0, 50000.0) &&
                    sdp_slidedp_idle_may_fetch(p0 + 2, p0, 2, 5000.0, 5000.0, 50000.0),
