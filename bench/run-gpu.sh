@@ -34,9 +34,10 @@
 #   predict  slidedp calibrate, then the step-time model's workloads (PREDICT, as TARGETS) benched
 #            with the prediction beside the measurement (--machine) and priced by slidedp plan
 #   auto     train.policy auto against the fixed default (the recipe's plan), each a short
-#            `slidedp train` of a preset on the KJV text at seq 1024, in the order of AUTO="MODEL
-#            BATCH GPU_GIB HOST_GIB; ..." (default: qwen3-4b/32 under 24 GiB, qwen3-4b/16 under 16
-#            GiB, qwen3-8b/16 with the host's 90 GiB): the selection's log, the chosen plans (the
+#            `slidedp train` of a preset on the KJV text, in the order of AUTO="MODEL BATCH GPU_GIB
+#            HOST_GIB [SEQ]; ..." (SEQ 1024 unless given; default: qwen3-4b/32 under 24 GiB,
+#            qwen3-4b/16 under 16 GiB, qwen3-8b/16 with the host's 90 GiB): the selection's log,
+#            the chosen plans (the
 #            cache's files, auto-plans/) and both runs' metrics (step times after the validation)
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   long     training at length (docs/long-sequences.md): each of LONG="MODEL SEQ BATCH GIB
@@ -296,11 +297,11 @@ for stage in $stages; do
         IFS=';' read -r -a specs <<< "$(tr '\n' ' ' <<< "${AUTO:-qwen3-4b 32 24 0; qwen3-4b 16 16 60;
             qwen3-8b 16 0 90}")"
         for spec in "${specs[@]}"; do
-            read -r am ab ag ah <<< "$spec"
+            read -r am ab ag ah aseq <<< "$spec"
             [ -n "$am" ] || continue
-            name="$am-b$ab-gib$ag-host$ah"
-            printf 'model: {preset: %s}\ndata: {train: %s/data/kjv/train.tok, seq_len: 1024}\n' \
-                "$am" "$top" > "$out/$name.yaml"
+            name="$am-b$ab-gib$ag-host$ah$( [ "${aseq:-1024}" = 1024 ] || echo "-s$aseq")"
+            printf 'model: {preset: %s}\ndata: {train: %s/data/kjv/train.tok, seq_len: %s}\n' \
+                "$am" "$top" "${aseq:-1024}" > "$out/$name.yaml"
             printf 'batch: {global: %s, micro: %s}\noptimizer: {lr: 1.0e-5}\n' "$ab" "$ab" \
                 >> "$out/$name.yaml"
             printf 'train: {steps: 20, gpus: 1, gpu_memory_gib: %s, host_memory_gib: %s}\n' \
