@@ -69,8 +69,11 @@
  * step 7 (3.75 against 2.85; transformers itself spikes so with those two changes), so the steps
  * are compared with losses_wc: autocast with bf16 norm weights and fp32 logits, what a run on bf16
  * working copies computes.  Transformers' own spread is the reference's losses with the other
- * attention (losses_peer, eager against sdpa).  Each step's bound is the larger of STEPS_RTOL_BF16
- * and twice that spread up to the step, relative to the loss.  Measured on CPU workers when added:
+ * attention (losses_peer, eager against sdpa) and its losses with and without the two changes
+ * (losses_wc against losses): whether the spike comes is decided by roundings of that size, and
+ * the GPU's kernels round in other orders than the CPU's (on an H100 our run did not spike:
+ * 2.55 at step 7).  Each step's bound is the larger of STEPS_RTOL_BF16 and twice that spread up
+ * to the step, relative to the loss.  Measured on CPU workers when added:
  * step 0 2.2e-5 (qwen3-tiny) and 6.2e-6 (llama-tiny) off autocast's loss; steps 2.6e-2 and 3.2e-2
  * off losses_wc (transformers 5.25, torch 2.15). */
 #define LOSS_RTOL_AUTOCAST 1e-2
@@ -392,6 +395,7 @@ static int run_case(const char *dir, const struct ref *r, const struct sdp_model
             double e, b = r->losses_tol[k] > tol ? r->losses_tol[k] : tol;
             if (ac) { /* twice transformers' own spread so far (LOSS_RTOL_AUTOCAST's note) */
                 spread = fmax(spread, fabs(r->ac_peer[k] - r->ac_losses[k]) / fabs(want[k]));
+                spread = fmax(spread, fabs(r->ac_wc[k] - r->ac_losses[k]) / fabs(want[k]));
                 b = fmax(tol, 2.0 * spread);
             }
             if (sdp_graph_step_docs(g, k, r->ids, r->targets, r->segs, r->lr, 1, &res))
