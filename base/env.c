@@ -31,7 +31,7 @@ const struct sdp_env_var sdp_env_vars[] = {
       "the tied embedding's late rows deferred past the next step's lookups" },
     { "SDP_ROWS_PACK", "on (default) | off",
       "the embedding's gradient packed by the rows the step selects (off: the whole group)" },
-    { "SDP_CHUNK_PIPELINE", "auto (default) | off | on",
+    { "SDP_CHUNK_PIPELINE", "off (default) | auto | on",
       "the chunk pipeline: working copies to the compute and fp32 gradients back chunk by chunk "
       "(auto: when the compute runs on a GPU; on: CPU workers too; off: whole groups)" },
     { "SDP_GPU_UPDATE_WRITEBACK", "0 (default) | 1",

@@ -111,16 +111,22 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     }
 }
 
-/* The chunk pipeline (work_chunks, grad_chunks): by default (SDP_CHUNK_PIPELINE=auto) where the
- * compute runs on a GPU (on CPU workers the compute reads the host's copies themselves); on:
- * everywhere (2); off: whole groups (the ablation).  Its copies are the transfers themselves
+/* The chunk pipeline (work_chunks, grad_chunks): off by default, where the whole-group fetch
+ * measured faster on the GPU-bound default workload (bench/results/2026-12-07-h100-lanes.md);
+ * auto: where the compute runs on a GPU (on CPU workers the compute reads the host's copies
+ * themselves); on: everywhere (2).  Its copies are the transfers themselves
  * (codelets/cl_common.h), not a GPU copy after StarPU's transfer, the form that measured slower
  * and bigger on a GPU than the whole-group fetch (bench/results/2026-12-06-h100-predict3.md). */
-static int pipeline_wanted(void)
+int sdp_plan_chunk_pipeline(int on_gpu)
 {
     if (sdp_env_is("SDP_CHUNK_PIPELINE", "on"))
         return 2;
-    return !sdp_env_is("SDP_CHUNK_PIPELINE", "off") && sdp_tasks_compute_on_gpu();
+    return sdp_env_is("SDP_CHUNK_PIPELINE", "auto") && on_gpu;
+}
+
+static int pipeline_wanted(void)
+{
+    return sdp_plan_chunk_pipeline(sdp_tasks_compute_on_gpu());
 }
 
 /* Whether group gi's working copy goes to the compute chunk by chunk (work_chunks): one rank or

@@ -112,6 +112,11 @@ static inline int sdp_plan_one_rank(const struct sdp_plan *p)
 /* The group index of the final norm and LM head in a plan. */
 #define SDP_PLAN_HEAD(p) ((p)->nlayers + 1)
 
+/** The chunk pipeline that SDP_CHUNK_PIPELINE asks for (work_chunks, grad_chunks): 0 off (the
+ * default), 1 where the compute runs on a GPU (auto), 2 everywhere (on).  on_gpu: whether the
+ * compute runs on a GPU. */
+int sdp_plan_chunk_pipeline(int on_gpu);
+
 /** Fill p with today's behaviour for st and c (the knobs of sdp_graph_conf).
  * @return 0, -ENOMEM, -EINVAL (a knob outside its range, logged) */
 int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct sdp_graph_conf *c);

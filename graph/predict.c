@@ -526,7 +526,7 @@ double sdp_predict_layer_s(const struct sdp_model_cfg *m, int B, int T, enum sdp
 int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m,
                                const struct sdp_graph_conf *c, size_t chunk_bytes, int grad_bf16)
 {
-    int L = m->num_layers;
+    int L = m->num_layers, pipe = sdp_plan_chunk_pipeline(1) > 0; /* priced on a GPU */
     memset(p, 0, sizeof(*p));
     if (c->keep_last < 0 || c->keep_last > L || c->keep_mlp < 0 || c->keep_mlp > L ||
         chunk_bytes < 4)
@@ -564,10 +564,10 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
                           c->embed_early >= 0 && !p->clip; /* as plan.c, the host's copies */
         /* the chunk pipeline where plan.c would take it on a GPU (sdp_predict_step applies it
          * only there); the host lookup's embedding and GPU updates aside */
-        pg->work_chunks = pg->nchunks > 1 && !p->param_delay && c->lora.rank <= 0 &&
+        pg->work_chunks = pipe && pg->nchunks > 1 && !p->param_delay && c->lora.rank <= 0 &&
                           (p->nranks == 1 || p->param_route != SDP_ROUTE_SHARDED) &&
                           !(gi == 0 && c->embed_lookup_host);
-        pg->grad_chunks = pg->nchunks > 1 && !grad_bf16 && c->lora.rank <= 0 &&
+        pg->grad_chunks = pipe && pg->nchunks > 1 && !grad_bf16 && c->lora.rank <= 0 &&
                           (sdp_plan_one_rank(p) || pg->grad_gpu);
     }
     return 0;
