@@ -92,6 +92,9 @@
 #   correct  100 steps of recipes/qwen3-0.6b-compare.yaml at 16 sequences per step (micro-batches of
 #            4) on 1 GPU, on 2 (replicated, CPU reduction) and on every GPU with each of the four
 #            route combinations; the largest loss difference of each run against one GPU
+#   longtrain slidedp train at length on the KJV text (LONGTRAIN="MODEL SEQ GIB; ...", default
+#            qwen3-0.6b at 32768 with no GPU limit), with and without document masking, each with
+#            cuDNN's attention and the project's kernels; per-step losses and gradient norms
 #   sweep    slidedp sweep on MODEL: one layer's cast+H2D and D2H+update per chunk size, 8-256 MiB
 #   finetune recipes/qwen3-0.6b-pretrain.yaml (random init, KJV text), then
 #            recipes/qwen3-0.6b-sft.yaml from its result on the Jargon File instructions; metrics
@@ -522,6 +525,31 @@ for p in sys.argv[2:]:
         p.rsplit("/", 1)[1], n, run[n - 1], ref[n - 1], max(d), d.index(max(d)) + 1, sum(d) / n))
 PYEOF
             tee -a "$out/summary.log"
+        ;;
+    longtrain)
+        # slidedp train at length on the KJV text (its 9 documents make rows with boundaries):
+        # LONGTRAIN="MODEL SEQ GIB; ..." (default qwen3-0.6b at 32768, no limit), LONGTRAIN_STEPS
+        # (6) steps each with cuDNN's masked attention, the project's kernels (SDP_ATTENTION=own),
+        # and without document masking (data.doc_mask: false) on both; the losses and gradient
+        # norms of every step into longtrain-*.jsonl (a non-finite norm stops a run, exit 1)
+        IFS=';' read -r -a specs <<< "${LONGTRAIN:-qwen3-0.6b 32768 0}"
+        for spec in "${specs[@]}"; do
+            read -r tm ts tg <<< "$spec"
+            [ -n "${tm:-}" ] || continue
+            for mask in true false; do
+                name=$tm-s$ts-gib$tg-mask$mask
+                printf 'model: {preset: %s}\ndata: {train: %s/data/kjv/train.tok, seq_len: %s, doc_mask: %s}\n' \
+                    "$tm" "$top" "$ts" "$mask" > "$out/longtrain-$name.yaml"
+                printf 'batch: {global: 1, micro: 1}\noptimizer: {lr: 1.0e-5}\ntrain: {steps: %s, gpus: 1, gpu_memory_gib: %s}\n' \
+                    "${LONGTRAIN_STEPS:-6}" "$tg" >> "$out/longtrain-$name.yaml"
+                for att in cudnn own; do
+                    SDP_ATTENTION=$att timeout 300 "$b/slidedp" train "$out/longtrain-$name.yaml" -q \
+                        --metrics "$out/longtrain-$name-$att.jsonl" > /dev/null \
+                        2> "$out/longtrain-$name-$att.log"
+                    log "longtrain $name $att: exit $? $(grep -h -m 1 'error' "$out/longtrain-$name-$att.log" | cut -c1-200)"
+                done
+            done
+        done
         ;;
     sweep)
         timeout 400 "$b/slidedp" sweep --model "$model" >> "$out/results.jsonl" 2> "$out/sweep.log"
