@@ -74,17 +74,23 @@ int sdp_cl_rank_node(int r)
     return w < 0 ? STARPU_MAIN_RAM : (int)starpu_worker_get_memory_node((unsigned)w);
 }
 
-void sdp_cl_xfer_count(int node, int to_node, size_t nbytes)
-{
-    if (sdp_cl_node_device(node) >= 0)
-        sdp_rt_bus_count_task(node, to_node, nbytes);
-}
-
-int sdp_cl_node_device(int node)
+static int node_device(int node)
 {
     if (node < 0 || starpu_node_get_kind((unsigned)node) != STARPU_CUDA_RAM)
         return -1;
     return starpu_memory_node_get_devid((unsigned)node);
+}
+
+struct sdp_cl_xfer_args *sdp_cl_xfer_args(int node, int to_node, size_t nbytes, size_t off_bytes)
+{
+    struct sdp_cl_xfer_args *a = sdp_cl_args_alloc(sizeof(*a));
+    a->key.d[0] = (int)(nbytes & 0x7fffffff);
+    a->key.d[1] = (int)(nbytes >> 31);
+    a->off_bytes = off_bytes;
+    a->dev = node_device(node);
+    if (a->dev >= 0)
+        sdp_rt_bus_count_task(node, to_node, nbytes);
+    return a;
 }
 
 struct starpu_codelet *sdp_cl_xfer_of(struct starpu_codelet *tmpl, struct starpu_codelet *copies,

@@ -106,15 +106,22 @@ void *sdp_cl_cublaslt_ws(size_t *nbytes);
  * StarPU knows them per codelet only: rank r > 0 gets a copy of the rank-0 codelet. */
 /** The memory node where rank r computes (the host's on CPU workers). */
 int sdp_cl_rank_node(int r);
-/** The CUDA device of memory node node, or -1 for the host's. */
-int sdp_cl_node_device(int node);
+/** A transfer task's arguments: its bytes (the footprint's key: low 31 bits, high bits), the
+ * offset into the whole vector, and the CUDA device of the node it copies to or from (-1: the
+ * host's). */
+struct sdp_cl_xfer_args {
+    struct sdp_shape_key key;
+    size_t off_bytes;
+    int dev;
+};
 /** tmpl for rank 0, else copies[r - 1] (a copy of tmpl made on first use), with buffer buf's node
  * set to node.  From the submitting thread. */
 struct starpu_codelet *sdp_cl_xfer_of(struct starpu_codelet *tmpl, struct starpu_codelet *copies,
                                       int r, int buf, int node);
-/** Count a transfer task's nbytes with StarPU's bus counters (sdp_rt_bus_count_task) when
- * node is a GPU's: to_node 1, host to node. */
-void sdp_cl_xfer_count(int node, int to_node, size_t nbytes);
+/** The arguments of a transfer of nbytes at off_bytes between the host and node (to_node: host to
+ * node), its bytes counted with StarPU's bus counters (sdp_rt_bus_count_task) when node is a
+ * GPU's.  Allocated as sdp_cl_args_alloc. */
+struct sdp_cl_xfer_args *sdp_cl_xfer_args(int node, int to_node, size_t nbytes, size_t off_bytes);
 /** Copy nbytes from src to dst, one of them on CUDA device dev (to_dev: dst is; dev -1: both on
  * the host), waiting for the copy's end.  From a CPU worker. */
 void sdp_cl_xfer_copy(void *dst, const void *src, size_t nbytes, int dev, int to_dev);

@@ -385,17 +385,11 @@ int sdp_task_grad_pack_rows(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad
 }
 
 /* ---- grad_chunk ---- */
-struct sdp_grad_chunk_args {
-    struct sdp_shape_key key; /* bytes (low 31 bits, high bits) */
-    size_t off_bytes;
-    int dev; /* grad's CUDA device, -1: the host */
-};
-
 /* A transfer task (cl_common.h), on a CPU worker: buffers out (n) f32 W on the host, grad (N) f32
  * R where it was made; out = grad[off, off + n), over PCIe where grad is on a GPU. */
 static void grad_chunk_cpu(void *buffers[], void *cl_arg)
 {
-    const struct sdp_grad_chunk_args *a = cl_arg;
+    const struct sdp_cl_xfer_args *a = cl_arg; /* dev: grad's */
     size_t nbytes =
         (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
     sdp_cl_xfer_copy(SDP_VEC(buffers[0]), (const char *)SDP_VEC(buffers[1]) + a->off_bytes, nbytes,
@@ -425,7 +419,6 @@ static struct starpu_codelet grad_chunk_ranks[SDP_MAX_RANKS - 1];
 int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *grad,
                         size_t off)
 {
-    struct sdp_grad_chunk_args *a;
     size_t n = sdp_rt_tensor_nelems(out), es = sdp_dtype_size(SDP_F32);
     struct sdp_cl_buf b[] = { { out, STARPU_W }, { grad, STARPU_R } };
     struct sdp_task_opts op = *o;
@@ -438,11 +431,6 @@ int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp
                        sdp_rt_tensor_nelems(grad), off);
     op.on_rank = 0; /* a CPU worker's: the rank's own goes on computing */
     op.on_host = 1;
-    a = sdp_cl_args_alloc(sizeof(*a));
-    a->key.d[0] = (int)((n * es) & 0x7fffffff);
-    a->key.d[1] = (int)((n * es) >> 31);
-    a->off_bytes = off * es;
-    a->dev = sdp_cl_node_device(node);
-    sdp_cl_xfer_count(node, 0, n * es);
+    struct sdp_cl_xfer_args *a = sdp_cl_xfer_args(node, 0, n * es, off * es);
     return sdp_cl_submit(cl, &op, a, sizeof(*a), 0.0, b, 2);
 }

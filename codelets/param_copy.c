@@ -127,15 +127,9 @@ struct starpu_codelet sdp_cl_param_put = {
 /* param_chunk: a transfer task (cl_common.h), on a CPU worker: buffers dst (the compute copy, on
  * the node where the rank computes) and src (a chunk of the host's working copy, on the host);
  * dst[off, off + n) = src (n), over PCIe where dst is on a GPU. */
-struct sdp_param_chunk_args {
-    struct sdp_shape_key key; /* bytes (low 31 bits, high bits) */
-    size_t off_bytes;
-    int dev; /* dst's CUDA device, -1: the host */
-};
-
 static void param_chunk_cpu(void *buffers[], void *cl_arg)
 {
-    const struct sdp_param_chunk_args *a = cl_arg;
+    const struct sdp_cl_xfer_args *a = cl_arg; /* dev: dst's */
     sdp_cl_xfer_copy((char *)SDP_VEC(buffers[0]) + a->off_bytes, SDP_VEC(buffers[1]),
                      nbytes_of(buffers[1]), a->dev, 1);
 }
@@ -163,6 +157,19 @@ CHUNK_CODELET(sdp_cl_param_chunk, STARPU_RW | STARPU_COMMUTE);
 CHUNK_CODELET(sdp_cl_param_chunk0, STARPU_W);
 static struct starpu_codelet chunk_ranks[SDP_MAX_RANKS - 1], chunk0_ranks[SDP_MAX_RANKS - 1];
 
+/* Whether src fits dst at off with dst's dtype (logged, naming the task, when not).
+ * @return 0 or -EINVAL */
+static int fits(const char *name, sdp_rt_tensor_t *dst, size_t off, sdp_rt_tensor_t *src)
+{
+    size_t n = sdp_rt_tensor_nelems(src);
+    if (sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst) || off > sdp_rt_tensor_nelems(dst) ||
+        n > sdp_rt_tensor_nelems(dst) - off)
+        return sdp_err(-EINVAL, "%s: %s (%zu) does not fit %s (%zu) at %zu", name,
+                       sdp_rt_tensor_name(src), n, sdp_rt_tensor_name(dst),
+                       sdp_rt_tensor_nelems(dst), off);
+    return 0;
+}
+
 /* param_put's submission: dst[off, off + n) = src (n); move goes in the hint. */
 static int put_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,
                       sdp_rt_tensor_t *dst, size_t off, sdp_rt_tensor_t *src, enum sdp_move move)
@@ -172,11 +179,8 @@ static int put_submit(struct starpu_codelet *cl, const struct sdp_task_opts *o,
     struct sdp_cl_buf b[] = { { dst, cl->modes[0] }, { src, STARPU_R } };
     struct sdp_task_opts op = *o;
     op.hint.move = move;
-    if (sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst) || off > sdp_rt_tensor_nelems(dst) ||
-        n > sdp_rt_tensor_nelems(dst) - off)
-        return sdp_err(-EINVAL, "%s: %s (%zu) does not fit %s (%zu) at %zu", cl->name,
-                       sdp_rt_tensor_name(src), n, sdp_rt_tensor_name(dst),
-                       sdp_rt_tensor_nelems(dst), off);
+    if (fits(cl->name, dst, off, src))
+        return -EINVAL;
     a = sdp_cl_args_alloc(sizeof(*a));
     a->key.d[0] = (int)((n * es) & 0x7fffffff);
     a->key.d[1] = (int)((n * es) >> 31);
@@ -193,12 +197,11 @@ int sdp_task_param_put(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size
 int sdp_task_param_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, size_t off,
                          sdp_rt_tensor_t *src, int first)
 {
-    struct sdp_param_chunk_args *a;
     int node = sdp_cl_rank_node(o->hint.rank);
     struct starpu_codelet *cl =
         first ? sdp_cl_xfer_of(&sdp_cl_param_chunk0, chunk0_ranks, o->hint.rank, 0, node)
               : sdp_cl_xfer_of(&sdp_cl_param_chunk, chunk_ranks, o->hint.rank, 0, node);
-    size_t n = sdp_rt_tensor_nelems(src), es = sdp_dtype_size(sdp_rt_tensor_dtype(dst));
+    size_t es = sdp_dtype_size(sdp_rt_tensor_dtype(dst));
     struct sdp_cl_buf b[] = { { dst, cl->modes[0] }, { src, STARPU_R } };
     struct sdp_task_opts op = *o;
     /* it brings weights where the compute runs, ahead of it: the policy's window gates it; a CPU
@@ -206,17 +209,10 @@ int sdp_task_param_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, si
     op.hint.move = SDP_MOVE_FETCH;
     op.on_rank = 0;
     op.on_host = 1;
-    if (sdp_rt_tensor_dtype(src) != sdp_rt_tensor_dtype(dst) || off > sdp_rt_tensor_nelems(dst) ||
-        n > sdp_rt_tensor_nelems(dst) - off)
-        return sdp_err(-EINVAL, "param_chunk: %s (%zu) does not fit %s (%zu) at %zu",
-                       sdp_rt_tensor_name(src), n, sdp_rt_tensor_name(dst),
-                       sdp_rt_tensor_nelems(dst), off);
-    a = sdp_cl_args_alloc(sizeof(*a));
-    a->key.d[0] = (int)((n * es) & 0x7fffffff);
-    a->key.d[1] = (int)((n * es) >> 31);
-    a->off_bytes = off * es;
-    a->dev = sdp_cl_node_device(node);
-    sdp_cl_xfer_count(node, 1, n * es);
+    if (fits("param_chunk", dst, off, src))
+        return -EINVAL;
+    struct sdp_cl_xfer_args *a =
+        sdp_cl_xfer_args(node, 1, sdp_rt_tensor_nelems(src) * es, off * es);
     return sdp_cl_submit(cl, &op, a, sizeof(*a), 0.0, b, 2);
 }
 
