@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* The bf16 attention at T = 32768 (one sequence, GQA 4, HD 128: qwen3-4b's head shape with 8 query
- * heads) against an fp64 oracle on sampled rows: causal over the whole row, and document masking
- * with six documents (one of a single token, so that cuDNN's variable-length call has empty slots),
- * forward (out, lse) and backward (dq, dk, dv), on cuDNN's graphs when built with cudnn_frontend
- * and on the project's kernels.  First, on the host, the document slots of a variable-length call
+/* The bf16 attention at T = 32768 (one sequence, GQA 4, HD 128) against an fp64 oracle on sampled
+ * rows, forward (out, lse) and backward (dq, dk, dv), on cuDNN's graphs when built with
+ * cudnn_frontend and on the project's kernels: with 8 query heads, causal over the whole row and
+ * document masking with six documents (one of a single token, so that cuDNN's variable-length call
+ * has empty slots); with qwen3-4b's 32 heads, the rows of the bundled text at seq 32768 that have
+ * two and three documents (training at that shape once ended in a non-finite gradient).  First, on the host, the document slots of a variable-length call
  * (sdp_cuda_attention_docs).  Exit 77 without a CUDA device (after the host part). */
 #include "config.h"
 
@@ -19,7 +20,9 @@
 #include "tests/lib/sdp_test.h"
 #include "tests/lib/sdp_test_cuda.h"
 
-enum { T = 32768, NH = 8, NKV = 2, HD = 128, G = NH / NKV, W = 16 /* rows a sampled window */ };
+enum { T = 32768, HD = 128, NH_MAX = 32, W = 16 /* rows a sampled window */ };
+static int NH, NKV; /* the head shape of the case running */
+#define G   (NH / NKV)
 #define QKV ((size_t)(NH + 2 * NKV) * HD)
 #define C   ((size_t)NH * HD)
 
@@ -205,7 +208,7 @@ static int check_window(struct oracle *r, const float *qkv, const float *dout, c
     for (int t = w.w0; t < w.w1; t++)
         for (int h = 0; h < NH; h++)
             oracle_row(r, qkv, dout, seg, w, t, h);
-    double tf[W * NH], tb[W * NH], sa_max = 0.0;
+    double tf[W * NH_MAX], tb[W * NH_MAX], sa_max = 0.0;
     int nbad = 0;
     for (int k = 0; k < nr * NH; k++) {
         tf[k] = tol_terms(0, r->sa[k]);
@@ -423,17 +426,27 @@ static int windows(struct window *ws, const int32_t *seg)
     return n;
 }
 
-int main(void)
+/* Documents of the given lengths (summing to T at most; the rest one more document) as starts */
+static int32_t *docs_of(const int *lens, int n)
 {
-    int nfail = check_docs_layout(), ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("no CUDA device: SKIP\n");
-        return nfail ? 1 : 77;
+    int32_t *seg = sdp_test_alloc((size_t)T * sizeof(*seg));
+    for (int t = 0, i = 0, a = 0; t < T; t++) {
+        if (i < n && t == a + lens[i])
+            a += lens[i++];
+        seg[t] = a;
     }
-    struct sdp_rng rng = { 20261206u };
+    return seg;
+}
+
+/* Every case of one head shape (nh query heads, nkv key-value heads) on inputs drawn from rng:
+ * causal when asked, then each layout of documents (nd[i] lengths from lens[i]) */
+static int run_shape(int nh, int nkv, struct sdp_rng *rng, int causal, const int *const *lens,
+                     const int *nd, int nlayouts)
+{
+    NH = nh, NKV = nkv;
     float *qkv = sdp_test_alloc((size_t)T * QKV * 4), *dout = sdp_test_alloc((size_t)T * C * 4);
-    sdp_fill_normal(&rng, qkv, (size_t)T * QKV, 1.0f);
-    sdp_fill_normal(&rng, dout, (size_t)T * C, 1.0f);
+    sdp_fill_normal(rng, qkv, (size_t)T * QKV, 1.0f);
+    sdp_fill_normal(rng, dout, (size_t)T * C, 1.0f);
     struct dev d = { to_dev_bf16(qkv, (size_t)T * QKV),
                      to_dev_bf16(dout, (size_t)T * C),
                      NULL,
@@ -446,23 +459,40 @@ int main(void)
     CK(cudaMalloc(&d.out, (size_t)T * C * 2));
     CK(cudaMalloc(&d.dqkv, (size_t)T * QKV * 2));
     CK(cudaMalloc((void **)&d.lse, (size_t)NH * T * 4));
-
-    /* six documents, one of a single token: 8 slots, two of them empty */
-    static const int lens[] = { 1, 6999, 129, 20000, 3 };
-    int32_t *seg = sdp_test_alloc((size_t)T * sizeof(*seg));
-    for (int t = 0, i = 0, a = 0; t < T; t++) {
-        if (i < 5 && t == a + lens[i])
-            a += lens[i++];
-        seg[t] = a;
-    }
     struct window ws[32];
-    int nw = windows(ws, NULL);
-    nfail += run_case("causal", qkv, dout, NULL, &d, ws, nw);
-    nw = windows(ws, seg);
-    nfail += run_case("documents", qkv, dout, seg, &d, ws, nw);
-    free(seg), free(qkv), free(dout);
-    void *bufs[] = { d.qkv, d.dout, d.out, d.dqkv, d.lse, ws_buf };
-    for (int i = 0; i < 6; i++)
+    int nfail = 0;
+    if (causal)
+        nfail += run_case("causal", qkv, dout, NULL, &d, ws, windows(ws, NULL));
+    for (int i = 0; i < nlayouts; i++) {
+        int32_t *seg = docs_of(lens[i], nd[i]);
+        char name[32];
+        snprintf(name, sizeof(name), "documents (layout %d)", i + 1);
+        nfail += run_case(name, qkv, dout, seg, &d, ws, windows(ws, seg));
+        free(seg);
+    }
+    free(qkv), free(dout);
+    void *bufs[] = { d.qkv, d.dout, d.out, d.dqkv, d.lse };
+    for (int i = 0; i < 5; i++)
         CK(cudaFree(bufs[i]));
+    return nfail;
+}
+
+int main(void)
+{
+    int nfail = check_docs_layout(), ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no CUDA device: SKIP\n");
+        return nfail ? 1 : 77;
+    }
+    struct sdp_rng rng = { 20261206u };
+    /* six documents, one of a single token: 8 slots, two of them empty */
+    static const int six[] = { 1, 6999, 129, 20000, 3 };
+    /* data/kjv/train.tok at seq 32768, seed 1234: the rows of steps 4 and 5 (2 and 3 documents) */
+    static const int kjv4[] = { 23641 }, kjv5[] = { 14831, 3266 };
+    const int *small[] = { six }, *qwen[] = { kjv4, kjv5 };
+    const int nsmall[] = { 5 }, nqwen[] = { 1, 2 };
+    nfail += run_shape(8, 2, &rng, 1, small, nsmall, 1);
+    nfail += run_shape(32, 8, &rng, 0, qwen, nqwen, 2);
+    CK(cudaFree(ws_buf));
     return sdp_test_finish(nfail);
 }
