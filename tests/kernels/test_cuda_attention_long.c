@@ -4,8 +4,9 @@
  * cudnn_frontend and on the project's kernels: with 8 query heads, causal over the whole row and
  * document masking with six documents (one of a single token, so that cuDNN's variable-length call
  * has empty slots); with qwen3-4b's 32 heads, the rows of the bundled text at seq 32768 that have
- * two and three documents (training at that shape once ended in a non-finite gradient).  First, on the host, the document slots of a variable-length call
- * (sdp_cuda_attention_docs).  Exit 77 without a CUDA device (after the host part). */
+ * two and three documents (training at that shape once ended in a non-finite gradient).  First,
+ * on the host, the document slots of a variable-length call (sdp_cuda_attention_docs).  Exit 77
+ * without a CUDA device (after the host part). */
 #include "config.h"
 
 #include <math.h>
