@@ -20,8 +20,9 @@ static unsigned long long up256(unsigned long long n)
  * softmax sums (cudnn_frontend's sdpa_backward: dQ_accum_size, softmax_sum_size); the forward
  * needs none.  It is what cuDNN 9 asked at 1024 tokens, HD 128, linear in the sequences: 32.1 MiB
  * a sequence at 32 heads (qwen3-4b, bench/results/2026-12-02-h200-lmhead-logits), 40.2 at 40
- * (qwen3-14b, 2026-12-06-h100-predict3).  Document masking's calls (ragged, D slots a row) ask
- * more and are not modelled: the plan counts whole rows. */
+ * (qwen3-14b, 2026-12-06-h100-predict3).  Document masking's calls ask the same for bs D S rows
+ * (D slots a row, S the longest document, each rounded up to a power of two: at least bs T, the
+ * plan's count, and up to D times it; bench/results/2026-12-07-h100-masked-attention.md). */
 unsigned long long sdp_model_attention_ws_bytes(int bwd, int bs, int T, int NH, int HD)
 {
     const unsigned long long rows = (unsigned long long)bs * T * NH;
