@@ -70,7 +70,7 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
 {
     size_t es = sdp_dtype_size(work_dtype), group_max = 0;
     /* the residual stream's element (train.residual_dtype fp32: 4 under bf16) */
-    size_t rb = c->residual_f32 ? 4 : es;
+    size_t rb = sdp_plan_residual_f32(c, m, work_dtype) ? 4 : es;
     unsigned long long n = (unsigned long long)c->micro_batch * c->seq_len, bytes, nfull;
     for (int g = 0; g < sdp_model_num_groups(m); g++) {
         size_t ne = sdp_model_group_nelems(m, g);

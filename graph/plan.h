@@ -117,6 +117,12 @@ static inline int sdp_plan_one_rank(const struct sdp_plan *p)
  * compute runs on a GPU. */
 int sdp_plan_chunk_pipeline(int on_gpu);
 
+/** Whether the residual stream is fp32 (train.residual_dtype, sdp_graph_conf.residual_f32: -1
+ * auto, 0 bf16, 1 fp32): never with fp32 working copies (nothing to widen); auto: for dense full
+ * training (no LoRA, no sparse layers), the only kind that has it. */
+int sdp_plan_residual_f32(const struct sdp_graph_conf *c, const struct sdp_model_cfg *m,
+                          enum sdp_dtype work_dtype);
+
 /** Fill p with today's behaviour for st and c (the knobs of sdp_graph_conf).
  * @return 0, -ENOMEM, -EINVAL (a knob outside its range, logged) */
 int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct sdp_graph_conf *c);

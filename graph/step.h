@@ -74,7 +74,7 @@ struct sdp_graph_conf {
     int offload_inputs; /* with recompute: each layer's saved input leaves the GPU once the forward
                            has read it (StarPU moves it to the host) and comes back for that
                            layer's recomputation: the activation offload/reload lane */
-    int residual_f32;   /* 1: with bf16 working copies the residual stream (each layer's input and
+    int residual_f32;   /* -1 auto (sdp_plan_residual_f32), 1: with bf16 working copies the residual stream (each layer's input and
                            output, its mid residual, the final norm's input) and its gradient are
                            fp32, as under PyTorch's autocast: the norms read fp32 and write bf16,
                            the residual adds are fp32 (graph/layer.c); 0: the working copies'
