@@ -74,11 +74,11 @@ struct sdp_graph_conf {
     int offload_inputs; /* with recompute: each layer's saved input leaves the GPU once the forward
                            has read it (StarPU moves it to the host) and comes back for that
                            layer's recomputation: the activation offload/reload lane */
-    int residual_f32;   /* -1 auto (sdp_plan_residual_f32), 1: with bf16 working copies the residual stream (each layer's input and
+    int residual_f32;   /* 1: with bf16 working copies the residual stream (each layer's input and
                            output, its mid residual, the final norm's input) and its gradient are
                            fp32, as under PyTorch's autocast: the norms read fp32 and write bf16,
                            the residual adds are fp32 (graph/layer.c); 0: the working copies'
-                           dtype throughout */
+                           dtype throughout; -1: auto (sdp_plan_residual_f32) */
     int bwd_lookahead;  /* how far the backward's preparations may run ahead of it: layer l's
                            recomputation and gradient zeroing wait for the backward of layer
                            l + 1 + bwd_lookahead to end (the final norm counts as layer L + 1), so
