@@ -547,7 +547,7 @@ def compare(args):
         "clip_norm": args.clip_norm, "attn": args.attn, "tolerance": args.tolerance,
         "hf_seq_offset": args.hf_seq_offset,
         "residual_dtype": (args.residual_dtype or
-                           (r["raw"].get("train") or {}).get("residual_dtype", "auto")),
+                           (r["raw"].get("train") or {}).get("residual_dtype", "bf16")),
         "hf_peer_attn": args.hf_peer_attn, "hf_self_max_abs_diff": self_diff,
     }
     ok = args.tolerance is None or diffs[worst] <= args.tolerance

@@ -427,7 +427,7 @@ static int run(const struct bench_opts *b)
         json_object_set_new(settings, "keep_last", json_integer(b->keep_last));
         json_object_set_new(settings, "keep_mlp", json_integer(b->keep_mlp));
         json_object_set_new(settings, "residual_dtype",
-                            json_string(sdp_plan_residual_f32(&gc, &cfg, dt) ? "fp32" : "bf16"));
+                            json_string(sdp_plan_residual_f32(&gc, dt) ? "fp32" : "bf16"));
         json_object_set_new(settings, "gpu_update", json_integer(gc.gpu_update));
         if (b->pipe > 0) { /* sdp-roundpipe's stage workers, micro-batches in flight, LPT */
             json_object_set_new(settings, "stage_workers", json_integer(b->pipe));

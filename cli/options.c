@@ -17,7 +17,7 @@
 
 static const char *const precision_names[] = { "fp32", "bf16", NULL };
 static const char *const grad_dtype_names[] = { "auto", "fp32", "bf16", NULL };
-static const char *const residual_dtype_names[] = { "auto", "bf16", "fp32", NULL };
+static const char *const residual_dtype_names[] = { "bf16", "fp32", NULL };
 static const char *const activation_names[] = { "recompute", "keep",      "offload",
                                                 "selective", "keep-attn", NULL };
 static const char *const on_nan_names[] = { "stop", "skip", NULL };
@@ -41,11 +41,6 @@ static void set_precision(struct sdp_recipe *r, int i)
 static void set_grad_dtype(struct sdp_recipe *r, int i)
 {
     r->grad_bf16 = i - 1; /* auto -1, fp32 0, bf16 1 */
-}
-
-static void set_residual_dtype(struct sdp_recipe *r, int i)
-{
-    r->residual_f32 = i - 1; /* auto -1, bf16 0, fp32 1 */
 }
 
 static void set_activations(struct sdp_recipe *r, int i)
@@ -234,10 +229,10 @@ const struct sdp_option sdp_options[] = {
               "LoRA: their adapters'); -1: a LoRA run's adapters where they fit, else none" },
     { "train.grad_dtype", "grad-dtype", BOTH_P, CHOICE(grad_dtype_names, set_grad_dtype),
       .def = "auto", .help = "the gradient AdamW reads (auto: bf16 for one rank on a GPU)" },
-    { "train.residual_dtype", "residual-dtype", BOTH_P,
-      CHOICE(residual_dtype_names, set_residual_dtype), .def = "auto",
+    { "train.residual_dtype", "residual-dtype", BOTH_P, INDEX(residual_dtype_names, residual_f32),
+      .def = "bf16",
       .help = "the residual stream, the norms' inputs and its gradient with bf16 working copies "
-              "(fp32: autocast's numerics; auto: fp32 for dense full training, else bf16)" },
+              "(fp32: autocast's numerics, for dense full training)" },
     { "train.work_home", "work-home", BOTH_P, INDEX(home_names, work_on_gpu), .def = "host",
       .help = "where the bf16 working copies live" },
     { "train.embed_home", "embed-home", BOTH_P, INDEX(home_names, embed_on_gpu), .def = "host",

@@ -188,6 +188,7 @@ void sdp_recipe_graph_conf(const struct sdp_recipe *r, struct sdp_graph_conf *gc
     gc->keep_last = r->keep_last;
     gc->keep_mlp = r->keep_mlp;
     gc->residual_f32 = r->residual_f32;
+    gc->attn_row_tokens = r->doc_mask ? r->attn_row_tokens : 0;
     gc->beta1 = r->beta1;
     gc->beta2 = r->beta2;
     gc->eps = r->eps;

@@ -532,7 +532,6 @@ void sdp_recipe_defaults(struct sdp_recipe *r)
     r->bwd_lookahead = 1;
     r->keep_last = 1;
     r->grad_bf16 = -1;
-    r->residual_f32 = -1;
     r->prefetch_groups = -1;
     r->node_latency_us = -1;
 }

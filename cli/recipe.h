@@ -37,6 +37,9 @@ struct sdp_recipe {
     int shuffle;
     int doc_mask;      /* attention within each document of a packed row, no target across */
     int doc_positions; /* with doc_mask: RoPE positions restart at every document */
+    long long attn_row_tokens; /* derived, with doc_mask: the tokens a row of the masked attention
+                                  lays out (sdp_graph_conf.attn_row_tokens; 0 until the data is
+                                  read: seq_len) */
 
     /* batch */
     int global_batch; /* sequences per optimizer step */
@@ -82,7 +85,7 @@ struct sdp_recipe {
     int keep_mlp;                /* sdp_graph_conf.keep_mlp (default 0) */
     int gpu_update;              /* sdp_graph_conf.gpu_update; -1: auto (sdp_cli_gpu_update) */
     int grad_bf16;               /* train.grad_dtype: -1 auto (default), 0 fp32, 1 bf16 */
-    int residual_f32;            /* train.residual_dtype: -1 auto (default), 0 bf16, 1 fp32
+    int residual_f32;            /* train.residual_dtype: 0 bf16 (default), 1 fp32
                                     (sdp_graph_conf.residual_f32) */
     int work_on_gpu;             /* train.work_home: 0 host (default), 1 gpu (sdp_state's
                                     work_staged: the working copies off the host) */

@@ -53,7 +53,7 @@ int sdp_recipe_validate(const struct sdp_recipe *r)
     if (r->residual_f32 > 0 && r->lora.rank > 0) {
         sdp_err(-EINVAL, "recipe %s: train.residual_dtype fp32 with LoRA adapters", r->file);
         sdp_hint("the fp32 residual stream covers dense full training: set train.residual_dtype "
-                 "to bf16 or auto");
+                 "to bf16");
         return -EINVAL;
     }
     if (r->seq_len < 1 || r->steps < 1 || r->global_batch < 1 || r->micro_batch < 1)

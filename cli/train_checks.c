@@ -157,6 +157,20 @@ static int check_host_memory(struct sdp_train *t)
     return SDP_EXIT_OK;
 }
 
+/* The masked attention's tokens a row (sdp_graph_conf.attn_row_tokens): a micro-batch's call
+ * takes the most documents and the longest of its rows, so with several rows a row may count the
+ * data's most documents and longest apart; with one, the largest product of one window. */
+static void docs_extent(struct sdp_recipe *r, const struct sdp_data *d)
+{
+    struct sdp_data_docs x;
+    sdp_data_docs_extent(d, &x);
+    r->attn_row_tokens = r->micro_batch > 1 ? (long long)x.slots * x.longest : x.row_tokens;
+    if (r->attn_row_tokens > r->seq_len && sdp_cli_may_use_gpu(r->gpus))
+        SDP_INFO("document masking: rows in up to %d document slots of up to %d tokens; the "
+                 "attention's workspace counts %lld tokens a row",
+                 x.slots, x.longest, r->attn_row_tokens);
+}
+
 int sdp_train_check(struct sdp_train *t)
 {
     struct sdp_recipe *r = t->r;
@@ -216,6 +230,8 @@ int sdp_train_check(struct sdp_train *t)
         return SDP_EXIT_FAILURE;
     if (sdp_data_set_docs(&t->data, r->doc_mask))
         return SDP_EXIT_USAGE;
+    if (r->doc_mask)
+        docs_extent(r, &t->data);
     if (sdp_train_check_targets(t, &t->data, "data.train") || sdp_train_eval_open(t))
         return SDP_EXIT_FAILURE;
     t->work_dt = r->precision == SDP_PREC_BF16 ? SDP_BF16 : SDP_F32;

@@ -213,6 +213,37 @@ void sdp_data_next_rows(struct sdp_data *d, int nseq_out, int first, int count, 
     }
 }
 
+static int pow2_at_least(int n)
+{
+    int p = 1;
+    while (p < n)
+        p *= 2;
+    return p;
+}
+
+void sdp_data_docs_extent(const struct sdp_data *d, struct sdp_data_docs *x)
+{
+    const uint32_t eod = (uint32_t)d->shard.eos_id;
+    const int T = d->T;
+    memset(x, 0, sizeof(*x));
+    for (uint64_t i = 0; i < d->nseq; i++) {
+        const uint32_t *w = d->shard.tokens + i * (uint64_t)T;
+        int count = 1, start = 0, longest = 0;
+        for (int t = 0; t + 1 < T; t++) /* a document ending at the row's end starts none */
+            if (d->shard.eos_id >= 0 && w[t] == eod) {
+                longest = t + 1 - start > longest ? t + 1 - start : longest;
+                start = t + 1;
+                count++;
+            }
+        longest = T - start > longest ? T - start : longest;
+        const int D = pow2_at_least(count),
+                  S = pow2_at_least(longest) < T ? pow2_at_least(longest) : T;
+        x->slots = D > x->slots ? D : x->slots;
+        x->longest = S > x->longest ? S : x->longest;
+        x->row_tokens = (long long)D * S > x->row_tokens ? (long long)D * S : x->row_tokens;
+    }
+}
+
 void sdp_data_seek(struct sdp_data *d, uint64_t epoch, uint64_t index)
 {
     SDP_ASSERT(d->order != NULL, "sdp_data_seek called on a closed or failed sdp_data");

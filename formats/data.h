@@ -52,6 +52,16 @@ void sdp_data_next_rows(struct sdp_data *d, int nseq_out, int first, int count, 
  * @return 0, or -EINVAL naming path, the position and the id (logged). */
 int sdp_data_check_vocab(const struct sdp_data *d, const char *path, uint32_t vocab);
 
+/** With document masking, the slots cuDNN's variable-length attention lays a row out in
+ * (codelets/cuda/attention_cudnn.cu): D, the row's documents, and S, its longest document, each
+ * rounded up to a power of two (S at most T), over every window of the shard.  slots: the largest
+ * D, longest: the largest S, row_tokens: the largest D x S of one row.  Reads every token once. */
+struct sdp_data_docs {
+    int slots, longest;
+    long long row_tokens;
+};
+void sdp_data_docs_extent(const struct sdp_data *d, struct sdp_data_docs *x);
+
 /** Move to a saved position. */
 void sdp_data_seek(struct sdp_data *d, uint64_t epoch, uint64_t index);
 

@@ -70,7 +70,7 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
 {
     size_t es = sdp_dtype_size(work_dtype), group_max = 0;
     /* the residual stream's element (train.residual_dtype fp32: 4 under bf16) */
-    size_t rb = sdp_plan_residual_f32(c, m, work_dtype) ? 4 : es;
+    size_t rb = sdp_plan_residual_f32(c, work_dtype) ? 4 : es;
     unsigned long long n = (unsigned long long)c->micro_batch * c->seq_len, bytes, nfull;
     for (int g = 0; g < sdp_model_num_groups(m); g++) {
         size_t ne = sdp_model_group_nelems(m, g);
@@ -104,8 +104,8 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
     nfull = c->recompute ? 2u + (unsigned)c->keep_last : (unsigned)m->num_layers + 1u;
     bytes +=
         nfull * sdp_model_layer_act_bytes_res(m, c->micro_batch, c->seq_len, (int)es, (int)rb, 0);
-    return bytes + sdp_graph_ws_bytes(m, work_dtype, c->micro_batch, c->seq_len, c->gpu_limit_bytes,
-                                      bytes, NULL);
+    return bytes + sdp_graph_ws_bytes(m, work_dtype, c->micro_batch, c->seq_len, c->attn_row_tokens,
+                                      c->gpu_limit_bytes, bytes, NULL);
 }
 
 /* The attention's budget without a known limit: cuDNN's backward of 32 sequences of 1024 tokens
@@ -114,7 +114,7 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
 #define ATTN_DEFAULT_BUDGET (1ull << 30)
 
 unsigned long long sdp_graph_ws_bytes(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
-                                      int B, int T, unsigned long long gpu_limit,
+                                      int B, int T, long long attn_T, unsigned long long gpu_limit,
                                       unsigned long long rest, unsigned long long *budget)
 {
     const int N = B * T, V = m->vocab_size;
@@ -136,8 +136,11 @@ unsigned long long sdp_graph_ws_bytes(const struct sdp_model_cfg *m, enum sdp_dt
         *budget = b;
     if (work_dtype != SDP_BF16 || sdp_env_is("SDP_ATTENTION", "own")) /* not through cuDNN */
         return ws + sdp_model_attention_own_ws_bytes(B, T, m->num_heads, m->head_dim);
+    /* a masked row's slots (attn_T tokens), as one long row; never fewer than T (int: at most
+     * 2^30 tokens, D slots of at most T) */
+    const int at = attn_T > T ? (int)(attn_T < (1ll << 30) ? attn_T : 1ll << 30) : T;
     return ws + sdp_model_attention_ws_bytes(
-                    1, sdp_model_attention_batch(1, B, T, m->num_heads, m->head_dim, b), T,
+                    1, sdp_model_attention_batch(1, B, at, m->num_heads, m->head_dim, b), at,
                     m->num_heads, m->head_dim);
 }
 
@@ -189,6 +192,6 @@ unsigned long long sdp_plan_gpu_bytes_min(const struct sdp_plan *p, const struct
     }
     bytes += 4 * pool;
     bytes += (nrec ? 2ull : 1ull) * full; /* the layers at work */
-    return bytes +
-           sdp_graph_ws_bytes(m, work_dtype, micro_batch, seq_len, gpu_limit, bytes, budget);
+    return bytes + sdp_graph_ws_bytes(m, work_dtype, micro_batch, seq_len, p->attn_row_tokens,
+                                      gpu_limit, bytes, budget);
 }

@@ -124,17 +124,11 @@ int sdp_plan_chunk_pipeline(int on_gpu)
     return sdp_env_is("SDP_CHUNK_PIPELINE", "auto") && on_gpu;
 }
 
-/* The residual stream in fp32 (train.residual_dtype): only with bf16 working copies; auto (< 0)
- * where it is built, dense full training: within transformers' own spread over 200 steps of
- * qwen3-0.6b where bf16 is not, for 1.4% of tokens/s (bench/results/2026-12-07-h100-compare.md). */
-int sdp_plan_residual_f32(const struct sdp_graph_conf *c, const struct sdp_model_cfg *m,
-                          enum sdp_dtype work_dtype)
+/* The residual stream in fp32 (train.residual_dtype), asked and with bf16 working copies: the
+ * fp32 ones have nothing to widen. */
+int sdp_plan_residual_f32(const struct sdp_graph_conf *c, enum sdp_dtype work_dtype)
 {
-    if (work_dtype != SDP_BF16 || c->residual_f32 == 0)
-        return 0;
-    if (c->residual_f32 > 0)
-        return 1;
-    return c->lora.rank == 0 && sdp_model_num_sparse_layers(m) == 0;
+    return c->residual_f32 > 0 && work_dtype == SDP_BF16;
 }
 
 static int pipeline_wanted(void)
@@ -190,7 +184,8 @@ int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct s
     p->param_delay = c->param_delay;
     p->clip = c->max_grad_norm > 0 || c->skip_nonfinite;
     p->lora = c->lora;
-    p->residual_f32 = sdp_plan_residual_f32(c, m, st->work_dtype);
+    p->residual_f32 = sdp_plan_residual_f32(c, st->work_dtype);
+    p->attn_row_tokens = c->doc_mask ? c->attn_row_tokens : 0;
     if (p->residual_f32 && (c->lora.rank > 0 || sdp_model_num_sparse_layers(m) > 0)) {
         free(p->group);
         p->group = NULL;

@@ -97,6 +97,8 @@ struct sdp_plan {
                           next ids (sdp_graph_set_next; SDP_EMBED_DEFER not off) */
     int gpu_writeback; /* SDP_GPU_UPDATE_WRITEBACK: GPU updates write the state back when idle */
     int clip;          /* the updates wait for the global norm (clipping or skip_nonfinite) */
+    long long attn_row_tokens; /* sdp_graph_conf.attn_row_tokens: the masked attention's tokens
+                                  a row (0: seq_len), for its workspace */
     int residual_f32; /* the residual stream and its gradient in fp32 (sdp_graph_conf.residual_f32):
                          each saved input and mid residual takes 4 bytes an element */
     struct sdp_lora_cfg lora; /* LoRA (rank 0: none): every base weight is frozen, only the
@@ -117,11 +119,9 @@ static inline int sdp_plan_one_rank(const struct sdp_plan *p)
  * compute runs on a GPU. */
 int sdp_plan_chunk_pipeline(int on_gpu);
 
-/** Whether the residual stream is fp32 (train.residual_dtype, sdp_graph_conf.residual_f32: -1
- * auto, 0 bf16, 1 fp32): never with fp32 working copies (nothing to widen); auto: for dense full
- * training (no LoRA, no sparse layers), the only kind that has it. */
-int sdp_plan_residual_f32(const struct sdp_graph_conf *c, const struct sdp_model_cfg *m,
-                          enum sdp_dtype work_dtype);
+/** Whether the residual stream is fp32 (train.residual_dtype, sdp_graph_conf.residual_f32: 0
+ * bf16, 1 fp32): never with fp32 working copies (nothing to widen). */
+int sdp_plan_residual_f32(const struct sdp_graph_conf *c, enum sdp_dtype work_dtype);
 
 /** Fill p with today's behaviour for st and c (the knobs of sdp_graph_conf).
  * @return 0, -ENOMEM, -EINVAL (a knob outside its range, logged) */

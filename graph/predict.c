@@ -540,7 +540,8 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
     p->param_route = c->param_route, p->window = c->window, p->bwd_lookahead = c->bwd_lookahead;
     p->param_delay = c->param_delay, p->clip = c->max_grad_norm > 0 || c->skip_nonfinite;
     p->lora = c->lora;
-    p->residual_f32 = sdp_plan_residual_f32(c, m, SDP_BF16); /* fp32 copies: 4 bytes either way */
+    p->residual_f32 = sdp_plan_residual_f32(c, SDP_BF16); /* fp32 copies: 4 bytes either way */
+    p->attn_row_tokens = c->doc_mask ? c->attn_row_tokens : 0;
     for (int gi = 0; gi < p->ngroups; gi++) {
         struct sdp_plan_group *pg = &p->group[gi];
         if (gi >= 1 && gi <= L && c->lora.rank > 0 && sdp_lora_layer_on(&c->lora, gi))

@@ -57,6 +57,9 @@ struct sdp_graph_conf {
     int doc_mask;    /* 1: the rows are packed documents: a token attends only within its own
                         (sdp_graph_step_docs gives each token's document start) */
     int doc_positions; /* with doc_mask: RoPE positions restart at 0 at every document start */
+    long long attn_row_tokens; /* with doc_mask: the most tokens cuDNN's masked attention lays a
+                                  row out in, D slots of S (sdp_data_docs_extent; 0: seq_len),
+                                  which its backward's workspace grows with */
     /* the GPU limit (bytes, train.gpu_memory_gib; 0: none): what the rest of the plan leaves of
      * it is the attention's workspace budget (sdp_graph_ws_bytes) */
     unsigned long long gpu_limit_bytes;
@@ -78,7 +81,7 @@ struct sdp_graph_conf {
                            output, its mid residual, the final norm's input) and its gradient are
                            fp32, as under PyTorch's autocast: the norms read fp32 and write bf16,
                            the residual adds are fp32 (graph/layer.c); 0: the working copies'
-                           dtype throughout; -1: auto (sdp_plan_residual_f32) */
+                           dtype throughout (sdp_plan_residual_f32) */
     int bwd_lookahead;  /* how far the backward's preparations may run ahead of it: layer l's
                            recomputation and gradient zeroing wait for the backward of layer
                            l + 1 + bwd_lookahead to end (the final norm counts as layer L + 1), so
@@ -161,12 +164,13 @@ unsigned long long sdp_graph_gpu_bytes_min(const struct sdp_model_cfg *m, enum s
 /** The workspaces of one GPU's tasks (models/workspace.c), given `rest`, the bytes the plan counts
  * besides them: 64 MiB of cuBLASLt and kernel workspaces, the LM head's logits block of B*T tokens
  * (SDP_LMHEAD_BLOCK_MIB, SDP_LMHEAD_LOGITS as the codelet reads them) and the attention backward's
- * cuDNN call of the rows its budget allows (the own kernels' one call of all rows for f32 or
- * SDP_ATTENTION=own).  *budget: the attention's budget, SDP_ATTENTION_WS_MIB if
+ * cuDNN call of the rows its budget allows, attn_T tokens a row (T; with document masking D x S,
+ * sdp_graph_conf.attn_row_tokens; the own kernels' one call of all rows for f32 or
+ * SDP_ATTENTION=own takes T).  *budget: the attention's budget, SDP_ATTENTION_WS_MIB if
  * set, else what gpu_limit leaves after rest and the other workspaces (1 GiB when gpu_limit is
  * 0), which the graph gives its attention tasks.  @return the bytes */
 unsigned long long sdp_graph_ws_bytes(const struct sdp_model_cfg *m, enum sdp_dtype work_dtype,
-                                      int B, int T, unsigned long long gpu_limit,
+                                      int B, int T, long long attn_T, unsigned long long gpu_limit,
                                       unsigned long long rest, unsigned long long *budget);
 
 /** @return 0, -ENOMEM, -EINVAL (bad configuration, logged) */

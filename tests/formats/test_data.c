@@ -193,7 +193,7 @@ static void test_docs(const char *path)
     static uint32_t dt[COUNT];
     struct sdp_data d;
     int32_t ids[T], tg[T], sg[T];
-    long bad = 0, eods = 0, docs = 0;
+    long bad = 0, eods = 0, docs = 0, maxd = 0, maxs = 0, maxds = 0;
     for (int i = 0; i < COUNT; i++)
         dt[i] = i % 7 == 6 || i % 61 == 0 || i % 97 == 1 ? EOD : 10 + tok[i] % 1000;
     if (sdp_shard_write(path, dt, COUNT, VOCAB, EOD) != 0 || sdp_data_open(&d, path, T, 5, 0)) {
@@ -213,7 +213,26 @@ static void test_docs(const char *path)
             eods += dt[i] == EOD;
             docs += sg[t] == t;
         }
+        long nd = 0, longest = 0, D = 1, S = 1; /* the row's slots, from its document starts */
+        for (int t = 0; t < T; t++) {
+            nd += sg[t] == t;
+            longest = t - sg[t] + 1 > longest ? t - sg[t] + 1 : longest;
+        }
+        while (D < nd)
+            D *= 2;
+        while (S < longest)
+            S *= 2;
+        S = S < T ? S : T;
+        maxd = D > maxd ? D : maxd, maxs = S > maxs ? S : maxs;
+        maxds = D * S > maxds ? D * S : maxds;
     }
+    struct sdp_data_docs x;
+    sdp_data_docs_extent(&d, &x);
+    printf("document slots: at most %d a row, the longest %d tokens, %lld tokens a row (the rows: "
+           "%ld, %ld, %ld)\n",
+           x.slots, x.longest, x.row_tokens, maxd, maxs, maxds);
+    CHECK(x.slots == maxd && x.longest == maxs && x.row_tokens == maxds && maxds > T,
+          "the slots of the rows' documents");
     printf("document masking: %ld rows, %ld documents, %ld end-of-document targets ignored, %ld "
            "mismatches\n",
            (long)NSEQ, docs, eods, bad);

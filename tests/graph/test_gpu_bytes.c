@@ -95,7 +95,7 @@ static void workspaces(const struct sdp_model_cfg *m)
     unsigned long long none = sdp_graph_gpu_bytes_min(m, SDP_BF16, &c);
     /* the rest: all but the attention's 2 rows; the LM head's 1 GiB block: 3533 rows of V bf16 */
     unsigned long long rest = none - 2 * row;
-    CHECK(sdp_graph_ws_bytes(m, SDP_BF16, 4, (int)T, 0, 0, &budget) ==
+    CHECK(sdp_graph_ws_bytes(m, SDP_BF16, 4, (int)T, 0, 0, 0, &budget) ==
               (64ull << 20) + 3533 * V * 2 + 2 * 4 * T * 8 + 2 * row,
           "no limit: 64 MiB, the LM head's block, 2 rows of attention");
     CHECK(budget == 1ull << 30, "no limit: a 1 GiB budget (%llu)", budget);
@@ -112,10 +112,21 @@ static void workspaces(const struct sdp_model_cfg *m)
     CHECK(sdp_graph_gpu_bytes_min(m, SDP_BF16, &c) == rest + row, "nothing left: 1 row");
     unsetenv("SDP_LMHEAD_BLOCK_MIB");
     /* below 20 GiB: a 256 MiB block, 883 rows; a rest of the whole limit leaves nothing */
-    CHECK(sdp_graph_ws_bytes(m, SDP_BF16, 4, (int)T, 16ull << 30, 16ull << 30, &budget) ==
+    CHECK(sdp_graph_ws_bytes(m, SDP_BF16, 4, (int)T, 0, 16ull << 30, 16ull << 30, &budget) ==
                   (64ull << 20) + 883 * V * 2 + 2 * 4 * T * 8 + row &&
               budget == 0,
           "16 GiB, nothing left: the LM head's block of 256 MiB, one row");
+    /* document masking: rows laid out in 4 slots of T tokens take 4 rows' bytes, one row a call
+     * (the budget fits 2 unmasked rows); fewer tokens than T count T */
+    CHECK(sdp_graph_ws_bytes(m, SDP_BF16, 4, (int)T, 4 * (long long)T, 0, 0, &budget) ==
+              (64ull << 20) + 3533 * V * 2 + 2 * 4 * T * 8 + 4 * row,
+          "masked rows of 4 T tokens: one a call, 4 rows' bytes");
+    CHECK(sdp_graph_ws_bytes(m, SDP_BF16, 4, (int)T, (long long)T / 2, 0, 0, &budget) ==
+              (64ull << 20) + 3533 * V * 2 + 2 * 4 * T * 8 + 2 * row,
+          "masked rows of T / 2 tokens count T");
+    c.gpu_limit_bytes = 0, c.attn_row_tokens = 4 * (long long)T;
+    CHECK(sdp_graph_gpu_bytes_min(m, SDP_BF16, &c) == none + 2 * row,
+          "the conf's masked rows of 4 T tokens: 2 rows' bytes more than unmasked");
 }
 
 /* train.residual_dtype fp32 under bf16: each saved input (selective: and mid residual) and each
