@@ -385,7 +385,7 @@ static void train_free(struct sdp_train *t)
         sdp_tasks_shutdown();
         sdp_rt_shutdown();
     }
-    sdp_train_metrics_commit(t, 0); /* never committed: the old metrics file stays */
+    sdp_train_metrics_commit(t, 0); /* a failed run: the old file stays, else its steps are kept */
     if (t->mf)
         fclose(t->mf);
     free(t->ids);

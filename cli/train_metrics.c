@@ -2,7 +2,8 @@
 /* `slidedp train`: the metrics file, one JSON object per step (docs/recipes-and-options.md), and
  * the check of every path the run writes against what it reads, made before StarPU starts.  A fresh
  * metrics file is written as FILE.tmp and renamed over FILE just before the first checkpoint (or at
- * the end), so a run that fails before leaves the old file.  Tests: tests/e2e/test_e2e_paths.sh. */
+ * the end), so a run that fails before leaves the old file; where there was none, it keeps the
+ * lines of the steps that ran.  Tests: tests/e2e/test_e2e_paths.sh. */
 #include "config.h"
 
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/fsutil.h"
@@ -114,7 +116,9 @@ int sdp_train_metrics_commit(struct sdp_train *t, int ok)
     const char *path = t->r->metrics;
     if (!t->mf || !metrics_tmp[0])
         return SDP_EXIT_OK;
-    if (!ok) { /* the old file stays */
+    /* a failed run: an older file stays; with none, the steps that ran are kept, if any */
+    struct stat sb;
+    if (!ok && (stat(path, &sb) == 0 || errno != ENOENT || ftell(t->mf) <= 0)) {
         fclose(t->mf);
         t->mf = NULL;
         unlink(metrics_tmp);

@@ -4,8 +4,8 @@
 # paths) an output that is one of their inputs (by name, symlink or hard link) or replaces one, an
 # output they could not write (a directory, a missing directory) before any work, and change
 # nothing on disk; a data file whose header gives no vocabulary is scanned up front; a run that
-# fails keeps the old metrics file; export refuses a used directory without --force; plot's PNG
-# may not replace its metrics file; bench checks its --trace up front.
+# fails keeps the old metrics file (with none, the steps it ran); export refuses a used directory
+# without --force; plot's PNG may not replace its metrics file; bench checks its --trace up front.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 w=$tmp/w # what the refused commands must leave as it is
@@ -73,6 +73,13 @@ expect 2 "output file .*vocab.json would replace a file of the tokenizer" -- "$b
 sed -e 's/lr: 1.0e-2/lr: 1.0e+30/' -e 's/max_grad_norm: 1.0/max_grad_norm: 0/' -e 's/steps: 1/steps: 4/' "$w/r.yaml" > "$w/nan.yaml"
 echo '{"step": 1, "loss": 1.0}' > "$w/old.jsonl"
 expect 1 "diverged" -- "$bin" train "$w/nan.yaml" --metrics "$w/old.jsonl"
+# ... and with no file before, the steps that ran stay: step 1, then the diverged step
+"$bin" train "$w/nan.yaml" --metrics "$tmp.fresh.jsonl" > /dev/null 2>&1
+if ! head -n 1 "$tmp.fresh.jsonl" 2> /dev/null | grep -q '^{"step": *1,' ||
+    [ -e "$tmp.fresh.jsonl.tmp" ]; then
+    echo "a failed run with no metrics file before kept no steps"; fail=1
+fi
+rm -f "$tmp.fresh.jsonl"
 # plot: its PNG over the metrics file it reads
 expect 2 "output file .*old.jsonl $same the metrics file" -- "$bin" plot "$w/old.jsonl" -o "$w/old.jsonl"
 
