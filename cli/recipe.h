@@ -39,7 +39,7 @@ struct sdp_recipe {
     int doc_positions; /* with doc_mask: RoPE positions restart at every document */
     long long attn_row_tokens; /* derived, with doc_mask: the tokens a row of the masked attention
                                   lays out (sdp_graph_conf.attn_row_tokens; 0 until the data is
-                                  read: seq_len) */
+                                  read, and without a GPU: seq_len) */
 
     /* batch */
     int global_batch; /* sequences per optimizer step */

@@ -165,7 +165,7 @@ static void docs_extent(struct sdp_recipe *r, const struct sdp_data *d)
     struct sdp_data_docs x;
     sdp_data_docs_extent(d, &x);
     r->attn_row_tokens = r->micro_batch > 1 ? (long long)x.slots * x.longest : x.row_tokens;
-    if (r->attn_row_tokens > r->seq_len && sdp_cli_may_use_gpu(r->gpus))
+    if (r->attn_row_tokens > r->seq_len)
         SDP_INFO("document masking: rows in up to %d document slots of up to %d tokens; the "
                  "attention's workspace counts %lld tokens a row",
                  x.slots, x.longest, r->attn_row_tokens);
@@ -230,7 +230,7 @@ int sdp_train_check(struct sdp_train *t)
         return SDP_EXIT_FAILURE;
     if (sdp_data_set_docs(&t->data, r->doc_mask))
         return SDP_EXIT_USAGE;
-    if (r->doc_mask)
+    if (r->doc_mask && sdp_cli_may_use_gpu(r->gpus)) /* only cuDNN's calls lay rows out in slots */
         docs_extent(r, &t->data);
     if (sdp_train_check_targets(t, &t->data, "data.train") || sdp_train_eval_open(t))
         return SDP_EXIT_FAILURE;

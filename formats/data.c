@@ -229,15 +229,14 @@ void sdp_data_docs_extent(const struct sdp_data *d, struct sdp_data_docs *x)
     for (uint64_t i = 0; i < d->nseq; i++) {
         const uint32_t *w = d->shard.tokens + i * (uint64_t)T;
         int count = 1, start = 0, longest = 0;
-        for (int t = 0; t + 1 < T; t++) /* a document ending at the row's end starts none */
-            if (d->shard.eos_id >= 0 && w[t] == eod) {
+        for (int t = 0; d->shard.eos_id >= 0 && t + 1 < T; t++) /* none starts at the row's end */
+            if (w[t] == eod) {
                 longest = t + 1 - start > longest ? t + 1 - start : longest;
                 start = t + 1;
                 count++;
             }
         longest = T - start > longest ? T - start : longest;
-        const int D = pow2_at_least(count),
-                  S = pow2_at_least(longest) < T ? pow2_at_least(longest) : T;
+        const int D = pow2_at_least(count), S2 = pow2_at_least(longest), S = S2 < T ? S2 : T;
         x->slots = D > x->slots ? D : x->slots;
         x->longest = S > x->longest ? S : x->longest;
         x->row_tokens = (long long)D * S > x->row_tokens ? (long long)D * S : x->row_tokens;
