@@ -34,6 +34,12 @@ const struct sdp_env_var sdp_env_vars[] = {
     { "SDP_CHUNK_PIPELINE", "off (default) | auto | on",
       "the chunk pipeline: working copies to the compute and fp32 gradients back chunk by chunk "
       "(auto: when the compute runs on a GPU; on: CPU workers too; off: whole groups)" },
+    { "SDP_MOE_ROUTED", "on (default) | off",
+      "routed streaming: a sparse layer's experts cross to the GPU only when routed (off: every "
+      "expert, the ablation; on CPU workers with SDP_CHUNK_PIPELINE=on)" },
+    { "SDP_POISON_COMPUTE_COPY", "0 (default) | 1",
+      "a compute copy's fetch (the chunk pipeline's) first fills the whole copy with NaN, so that "
+      "a read of a range no fetch or copy wrote shows in the losses (tests)" },
     { "SDP_GPU_UPDATE_WRITEBACK", "0 (default) | 1",
       "masters and moments of GPU updates written back to the host after each update" },
     { "SDP_STAGING_DEPTH", "chunks (default: one per CPU worker)",

@@ -58,10 +58,12 @@
 #            `slidedp plan` puts its host state at 106 GiB with the bf16 gradient return, 136 with
 #            the fp32 one, so bf16) at seq 1024, batch 16 and batch 2 (one micro-batch each; fewer
 #            tokens, more idle experts), MOE_STEPS (3) timed steps after 2 of warm-up, on one GPU,
-#            each with its event log and memory log; MODEL/BATCH are ignored.  moe.md (and the
-#            summary) gives tokens/s and the bytes moved per step (StarPU's bus counters) beside
-#            the "all experts" figure (graph/cost.c's formula, every expert's working copy and
-#            gradient crossing PCIe; routed streaming would move only the routed experts)
+#            each with routed streaming and without (SDP_MOE_ROUTED=off; MOE_ROUTED="on off",
+#            MOE_BATCHES="16 2" choose), each with its event log and memory log; MODEL/BATCH are
+#            ignored.  moe.md (and the summary) gives tokens/s and the bytes moved per step
+#            (StarPU's bus counters and the copies of the transfer and MoE tasks) beside the "all
+#            experts" figure (graph/cost.c's formula, every expert's working copy and gradient
+#            crossing PCIe)
 #   roundpipe sdp-roundpipe against sdp-slidedp on one GPU and with every GPU as a stage worker
 #            (RP_MODELS, default qwen3-1.7b and qwen3-4b at 16 sequences of 1024), with event logs;
 #            sdp-roundpipe with a stage's uploads longest first and group by group (RP_LPT,
@@ -367,28 +369,35 @@ for stage in $stages; do
         lanes
         ;;
     moe)
+        # each batch with routed streaming (default) and without (SDP_MOE_ROUTED=off: every
+        # expert's working copy crosses, the ablation), each run's result line kept by its name
         mm=${MOE_MODEL:-qwen3-30b-a3b-l12}
-        for mb in 16 2; do
-            name=moe-$(basename "$mm" .json)-b$mb
-            bench "$name" 280 --model "$mm" --batch "$mb" --seq 1024 --steps "${MOE_STEPS:-3}" \
-                --warmup 2 --grad-dtype bf16 --events "$out/events-$name.jsonl" \
-                --mem-log "$out/mem-$name.jsonl"
+        for mb in ${MOE_BATCHES:-16 2}; do
+            for routed in ${MOE_ROUTED:-on off}; do
+                name=moe-$(basename "$mm" .json)-b$mb-routed-$routed
+                bench_env=(SDP_MOE_ROUTED=$routed)
+                bench "$name" 280 --model "$mm" --batch "$mb" --seq 1024 --steps "${MOE_STEPS:-3}" \
+                    --warmup 2 --grad-dtype bf16 --events "$out/events-$name.jsonl" \
+                    --mem-log "$out/mem-$name.jsonl"
+                bench_env=()
+                tail -n 1 "$out/results.jsonl" > "$out/$name.json"
+            done
         done
-        python3 - "$out/results.jsonl" "$mm" <<'PYEOF' > "$out/moe.md" 2>> "$out/moe-summary.log"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print("| batch | tokens/s | H2D GB/step | all experts GB | D2H GB/step | all experts GB | GPU peak GiB | host peak GiB |")
-print("|---|---|---|---|---|---|---|---|")
-for b in (16, 2):
-    r = [x for x in rows if x.get("system") == "slidedp" and x.get("model") == sys.argv[2]
-         and x.get("batch") == b and x.get("seq") == 1024 and x.get("lora_rank", 0) == 0]
-    if not r:
-        print("| %d | (no result) | | | | | | |" % b)
+        python3 - "$out" "$mm" <<'PYEOF' > "$out/moe.md" 2>> "$out/moe-summary.log"
+import glob, json, os, sys
+print("| batch | experts | tokens/s | H2D GB/step | all experts (formula) GB | D2H GB/step | formula GB | GPU peak GiB | host peak GiB |")
+print("|---|---|---|---|---|---|---|---|---|")
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "moe-*-routed-*.json"))):
+    b, routed = f.split("-b")[-1].split("-routed-")
+    x = json.loads(open(f).read() or "{}")
+    if x.get("model") != sys.argv[2] or "tokens_per_s" not in x:
+        print("| %s | %s | (no result) | | | | | | |" % (b, routed[:-5]))
         continue
-    x, m = r[-1], r[-1]["bytes_per_rank_per_step"][0]
-    print("| %d | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f |" % (
-        b, x["tokens_per_s"], m["h2d_gb"], m["param_h2d_gb_pred"], m["d2h_gb"],
-        m["grad_d2h_gb_pred"], x["gpu_peak_gib"], x["host_peak_gib"]))
+    m = x["bytes_per_rank_per_step"][0]
+    print("| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f |" % (
+        b, "routed" if routed[:-5] == "on" else "all", x["tokens_per_s"], m["h2d_gb"],
+        m["param_h2d_gb_pred"], m["d2h_gb"], m["grad_d2h_gb_pred"], x["gpu_peak_gib"],
+        x["host_peak_gib"]))
 PYEOF
         log "moe summary: exit $?"
         tee -a "$out/summary.log" < "$out/moe.md"

@@ -126,6 +126,21 @@ void sdp_cl_xfer_copy(void *dst, const void *src, size_t nbytes, int dev, int to
 #endif
 }
 
+void sdp_cl_xfer_poison(void *dst, size_t nbytes, int dev)
+{
+    if (dev < 0) {
+        memset(dst, 0xff, nbytes);
+        return;
+    }
+#ifdef SDP_HAVE_CUDA
+    SDP_CUDA_CHECK(cudaSetDevice(dev));
+    SDP_CUDA_CHECK(cudaMemsetAsync(dst, 0xff, nbytes, cudaStreamPerThread));
+    SDP_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+#else
+    SDP_ASSERT(0, "a fill on CUDA device %d in a build without CUDA", dev);
+#endif
+}
+
 /* The phases a rank runs on its own worker. */
 static int rank_phase(enum sdp_phase ph)
 {

@@ -113,6 +113,8 @@ struct sdp_cl_xfer_args {
     struct sdp_shape_key key;
     size_t off_bytes;
     int dev;
+    int poison; /* param_chunk's first chunk: fill the whole destination with bytes 0xff first
+                   (SDP_POISON_COMPUTE_COPY) */
 };
 /** tmpl for rank 0, else copies[r - 1] (a copy of tmpl made on first use), with buffer buf's node
  * set to node.  From the submitting thread. */
@@ -125,6 +127,9 @@ struct sdp_cl_xfer_args *sdp_cl_xfer_args(int node, int to_node, size_t nbytes, 
 /** Copy nbytes from src to dst, one of them on CUDA device dev (to_dev: dst is; dev -1: both on
  * the host), waiting for the copy's end.  From a CPU worker. */
 void sdp_cl_xfer_copy(void *dst, const void *src, size_t nbytes, int dev, int to_dev);
+/** Fill nbytes at dst (on CUDA device dev; -1: the host) with bytes 0xff (NaN in f32 and bf16),
+ * waiting for the end.  From a CPU worker. */
+void sdp_cl_xfer_poison(void *dst, size_t nbytes, int dev);
 
 /** Allocate a zeroed argument struct (aborts on out-of-memory: there is no way to return from here
  * usefully inside task construction). */

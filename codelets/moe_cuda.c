@@ -14,6 +14,7 @@
 #include "codelets/cl_common.h"
 #include "codelets/cuda/sdp_cuda_kernels.h"
 #include "codelets/moe_internal.h"
+#include "runtime/init.h"
 
 static struct sdp_cuda_moe_routing dev_routing(const struct sdp_moe_routing *r)
 {
@@ -73,8 +74,31 @@ static void weights_of(struct moe_io *io, void *W, const struct sdp_moe_shape *s
     }
 }
 
-/* buffers: acts W, h2 (N, C) act R, W R, [out (N, C) act W, xmid (N, C) act R],
- * [stats (2E) f64 RW, used (2E) i32 RW] */
+/* Routed streaming (MOE_ROUTED): the experts with rows (off, on the host) from the host's working
+ * copy Wh (main memory) into the compute copy W on this GPU, on stream st, counted with the bus's
+ * bytes (StarPU's counters do not see them). */
+static void routed_copy(void *W, const void *Wh, const struct sdp_moe_shape *s, const int32_t *off,
+                        cudaStream_t st)
+{
+    const size_t es = STARPU_VECTOR_GET_ELEMSIZE(W);
+    unsigned long long bytes = 0;
+    for (int e = 0; e < s->E; e++) {
+        size_t at[2], n[2];
+        if (off[e + 1] == off[e])
+            continue;
+        sdp_cl_moe_expert_slices(s, e, at, n);
+        for (int i = 0; i < 2; i++) {
+            SDP_CUDA_CHECK(cudaMemcpyAsync((char *)SDP_VEC(W) + at[i] * es,
+                                           (const char *)SDP_VEC(Wh) + at[i] * es, n[i] * es,
+                                           cudaMemcpyHostToDevice, st));
+            bytes += n[i] * es;
+        }
+    }
+    sdp_rt_bus_count_task((int)starpu_worker_get_local_memory_node(), 1, bytes);
+}
+
+/* buffers: acts W, h2 (N, C) act R, W R (RW routed), [Wh R in main memory: routed],
+ * [out (N, C) act W, xmid (N, C) act R], [stats (2E) f64 RW, used (2E) i32 RW] */
 void sdp_cl_moe_fwd_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_moe_args *a = cl_arg;
@@ -87,7 +111,7 @@ void sdp_cl_moe_fwd_cuda(void *buffers[], void *cl_arg)
     struct moe_io io;
     struct carve c = { NULL, 0 };
     float *logits, *xw, *outw, *xmidw;
-    int b = 3;
+    int b = fl & MOE_ROUTED ? 4 : 3;
     sdp_cl_moe_layout(&k, SDP_VECF(buffers[0]), s);
     io.r = dev_routing(&k.r);
     for (int pass = 0; pass < 2; pass++) { /* sizes, then pointers into the workspace */
@@ -104,6 +128,8 @@ void sdp_cl_moe_fwd_cuda(void *buffers[], void *cl_arg)
     sdp_cuda_moe_router_fwd(h, logits, k.probs, &io.r, x, io.wr, C, s->norm_topk, st);
     sdp_cuda_moe_permute(&io.r, st);
     sdp_cuda_moe_offsets_host(io.off, &io.r, st);
+    if (fl & MOE_ROUTED)
+        routed_copy(buffers[2], buffers[3], s, io.off, st);
     sdp_cuda_moe_gather(k.xp, x, &io.r, C, st);
     sdp_cuda_moe_experts_fwd(h, k.y, k.gu, k.h, k.xp, io.wgu, io.wdn, io.wdt, io.wtmp, io.off, E, C,
                              IM, st);
@@ -148,8 +174,8 @@ static void bwd_carve(struct moe_bwd_ws *w, struct carve *c, const struct sdp_mo
     w->xw = take(c, NC);
 }
 
-/* buffers: dh2 (N, C) act W, dres (N, C) act R, h2 (N, C) act R, W R, acts R, [G f32 RW],
- * [stats (2E) f64 R] */
+/* buffers: dh2 (N, C) act W, dres (N, C) act R, h2 (N, C) act R, W R (RW routed), [Wh R in
+ * main memory: routed], acts R, [G f32 RW], [stats (2E) f64 R] */
 void sdp_cl_moe_bwd_cuda(void *buffers[], void *cl_arg)
 {
     const struct sdp_moe_args *a = cl_arg;
@@ -162,8 +188,9 @@ void sdp_cl_moe_bwd_cuda(void *buffers[], void *cl_arg)
     struct moe_bwd_ws w;
     struct moe_io io;
     struct carve c = { NULL, 0 };
-    float *G = fl & MOE_GRAD ? SDP_VECF(buffers[5]) : NULL;
-    sdp_cl_moe_layout(&k, SDP_VECF(buffers[4]), s);
+    const int ia = fl & MOE_ROUTED ? 5 : 4; /* acts, then [G], [stats] */
+    float *G = fl & MOE_GRAD ? SDP_VECF(buffers[ia + 1]) : NULL;
+    sdp_cl_moe_layout(&k, SDP_VECF(buffers[ia]), s);
     io.r = dev_routing(&k.r);
     for (int pass = 0; pass < 2; pass++) {
         bwd_carve(&w, &c, s);
@@ -173,6 +200,8 @@ void sdp_cl_moe_bwd_cuda(void *buffers[], void *cl_arg)
     }
     io.off = sdp_cl_scratch(0, ((size_t)E + 1) * sizeof(int32_t));
     sdp_cuda_moe_offsets_host(io.off, &io.r, st); /* first: the stream holds little yet */
+    if (fl & MOE_ROUTED)
+        routed_copy(buffers[3], buffers[4], s, io.off, st);
     void *dh2 = buffers[0];
     float *dx = SDP_CL_DT(dh2) == SDP_CUDA_F32 ? SDP_VECF(dh2) : w.dxw;
     const float *dout = f32_of(buffers[1], w.doutw, st), *x = f32_of(buffers[2], w.xw, st);
@@ -184,7 +213,7 @@ void sdp_cl_moe_bwd_cuda(void *buffers[], void *cl_arg)
     sdp_cuda_moe_scatter_bwd(dx, w.dxp, &io.r, C, st);
     sdp_cuda_moe_topk_bwd(w.dprobs, w.dwts, k.probs, &io.r, s->norm_topk, st);
     if (fl & MOE_AUX) {
-        const double *stats = (const double *)STARPU_VECTOR_GET_PTR(buffers[G ? 6 : 5]);
+        const double *stats = (const double *)STARPU_VECTOR_GET_PTR(buffers[G ? ia + 2 : ia + 1]);
         sdp_cuda_moe_aux_bwd(w.dprobs, stats, a->rows, N, E, a->aux_scale, st);
     }
     sdp_cuda_moe_softmax_bwd(w.dlogits, w.dprobs, k.probs, N, E, st);

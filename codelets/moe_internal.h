@@ -26,6 +26,19 @@ struct sdp_moe_args {
 /* moe_bwd flags */
 #define MOE_GRAD 1 /* weight gradients (not a frozen base) */
 #define MOE_AUX  2 /* the load-balancing loss's gradient */
+/* both: routed streaming, buffer Wh (the host's working copy) after W (the compute copy, RW): the
+ * task first copies the experts its tokens route to from Wh into W */
+#define MOE_ROUTED 32
+
+/* Expert e's two slices in its layer's working copy (elements): gate_up's, then down's. */
+static inline void sdp_cl_moe_expert_slices(const struct sdp_moe_shape *s, int e, size_t at[2],
+                                            size_t n[2])
+{
+    n[0] = (size_t)2 * s->IM * s->C;
+    n[1] = (size_t)s->C * s->IM;
+    at[0] = s->off_gu + (size_t)e * n[0];
+    at[1] = s->off_down + (size_t)e * n[1];
+}
 
 /* The pieces of the kept vector: probabilities, routing (int32 arrays stored in place), permuted
  * rows, the experts' intermediates. */

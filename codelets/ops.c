@@ -51,6 +51,8 @@
     X(sdp_cl_swiglu_bwd, "swiglu_bwd", GPU_COMPUTE, COMPUTE, "")                                   \
     X(sdp_cl_moe_fwd, "moe_fwd", GPU_COMPUTE, COMPUTE, "")                                         \
     X(sdp_cl_moe_bwd, "moe_bwd", GPU_COMPUTE, COMPUTE, "")                                         \
+    X(sdp_cl_moe_fwd_routed, "moe_fwd", GPU_COMPUTE, COMPUTE, "")                                  \
+    X(sdp_cl_moe_bwd_routed, "moe_bwd", GPU_COMPUTE, COMPUTE, "")                                  \
     X(sdp_cl_moe_aux, "moe_aux", GPU_COMPUTE, COMPUTE, "no_params")                                \
     X(sdp_cl_lmhead_ce, "lmhead_ce", GPU_COMPUTE, COMPUTE, "")                                     \
     X(sdp_cl_zero, "zero", GPU_COMPUTE, COMPUTE, "unstaged no_params")                             \

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #ifdef SDP_HAVE_CUDA
@@ -130,6 +131,8 @@ struct starpu_codelet sdp_cl_param_put = {
 static void param_chunk_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_cl_xfer_args *a = cl_arg; /* dev: dst's */
+    if (a->poison)
+        sdp_cl_xfer_poison(SDP_VEC(buffers[0]), nbytes_of(buffers[0]), a->dev);
     sdp_cl_xfer_copy((char *)SDP_VEC(buffers[0]) + a->off_bytes, SDP_VEC(buffers[1]),
                      nbytes_of(buffers[1]), a->dev, 1);
 }
@@ -213,6 +216,8 @@ int sdp_task_param_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *dst, si
         return -EINVAL;
     struct sdp_cl_xfer_args *a =
         sdp_cl_xfer_args(node, 1, sdp_rt_tensor_nelems(src) * es, off * es);
+    /* a test's aid: a range of the compute copy that no fetch or copy wrote reads as NaN */
+    a->poison = first && sdp_env_long("SDP_POISON_COMPUTE_COPY", 0) > 0;
     return sdp_cl_submit(cl, &op, a, sizeof(*a), 0.0, b, 2);
 }
 

@@ -182,19 +182,22 @@ size_t sdp_task_moe_acts_elems(const struct sdp_moe_shape *s);
  * probability sums (from zero at the micro-batch's first sparse layer, first_layer), and used
  * (2E) i32 RW marks in used[e] the experts that received a token (from none at the step's first
  * micro-batch, first_mb) and, at its last (last_mb), adds those marks to the experts' step counts
- * used[E + e].  A recomputation passes neither out nor stats. */
+ * used[E + e].  A recomputation passes neither out nor stats.  With Wh (routed streaming: the
+ * host's working copy, read in main memory), the task first copies the experts its tokens route
+ * to from Wh into W, then RW (W holds no other expert's current weights). */
 int sdp_task_moe_fwd(const struct sdp_task_opts *o, const struct sdp_moe_shape *s,
                      sdp_rt_tensor_t *acts, sdp_rt_tensor_t *h2, sdp_rt_tensor_t *W,
-                     sdp_rt_tensor_t *out, sdp_rt_tensor_t *xmid, sdp_rt_tensor_t *stats,
-                     sdp_rt_tensor_t *used, int first_layer, int first_mb, int last_mb);
+                     sdp_rt_tensor_t *Wh, sdp_rt_tensor_t *out, sdp_rt_tensor_t *xmid,
+                     sdp_rt_tensor_t *stats, sdp_rt_tensor_t *used, int first_layer, int first_mb,
+                     int last_mb);
 /** Its backward: dh2 (N, C) act W from dres (N, C) act R, the gradient of the block's output; G
  * (NULL: a frozen base) RW += the router's and the routed experts' weight gradients (an expert
  * without a token gets none); with stats, the gradient of aux_scale times the load-balancing loss
- * of `rows` rows too. */
+ * of `rows` rows too.  Wh as for the forward (the routing read from acts). */
 int sdp_task_moe_bwd(const struct sdp_task_opts *o, const struct sdp_moe_shape *s,
                      sdp_rt_tensor_t *dh2, sdp_rt_tensor_t *dres, sdp_rt_tensor_t *h2,
-                     sdp_rt_tensor_t *W, sdp_rt_tensor_t *acts, sdp_rt_tensor_t *G,
-                     sdp_rt_tensor_t *stats, float aux_scale, double rows);
+                     sdp_rt_tensor_t *W, sdp_rt_tensor_t *Wh, sdp_rt_tensor_t *acts,
+                     sdp_rt_tensor_t *G, sdp_rt_tensor_t *stats, float aux_scale, double rows);
 /** aux (1) f64 W = the load-balancing loss of the statistics stats (2E) f64 R over `rows` rows. */
 int sdp_task_moe_aux(const struct sdp_task_opts *o, sdp_rt_tensor_t *aux, sdp_rt_tensor_t *stats,
                      int E, double rows);

@@ -178,6 +178,15 @@ static inline int chunked_fetch(const sdp_graph_t *g, int gi)
     return g->cwork && g->cwork[gi];
 }
 
+/* Whether the forward of micro-batch mb lets group gi's weights go after its last use, the
+ * backward fetching them again: a bounded window, the rank's last micro-batch, a layer outside the
+ * window's last groups, no replicas (graph/step.c). */
+static inline int window_drops(const sdp_graph_t *g, int mb, int gi)
+{
+    return g->plan.window > 0 && (mb + 1) % g->nm_rank == 0 && gi <= g->L - g->plan.window &&
+           !g->rwork;
+}
+
 /* The parameter version (updates applied) the compute of `step` reads. */
 static inline int version_read(const sdp_graph_t *g, int step)
 {

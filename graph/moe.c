@@ -51,6 +51,24 @@ static double aux_rows(const sdp_graph_t *g)
     return (double)g->c.micro_batch * g->c.seq_len * sdp_model_num_sparse_layers(&g->st->cfg);
 }
 
+/* Routed streaming (docs/moe.md): the host's working copy, from which the layer's MoE task of
+ * phase ph copies the experts its tokens route to into the compute copy W, where it must; NULL
+ * where it need not.  The forward always does; the recomputation and the backward only where the
+ * window let the compute copy go after the forward (the fetch again brings no expert), the
+ * backward only where no recomputation of the block came before it (keep, keep-mlp). */
+static sdp_rt_tensor_t *routed_src(const sdp_graph_t *g, int gi, int step, int mb,
+                                   enum sdp_phase ph)
+{
+    const struct sdp_plan_group *pg = &g->plan.group[gi];
+    if (step < 0 || !pg->moe_routed || !chunked_fetch(g, gi))
+        return NULL;
+    if (ph != SDP_PH_FWD && !window_drops(g, mb, gi))
+        return NULL;
+    if (ph == SDP_PH_BWD && pg->act != SDP_ACT_KEEP && pg->act != SDP_ACT_KEEP_MLP)
+        return NULL;
+    return work_of(g, gi, step);
+}
+
 int sdp_graph_moe_fwd(sdp_graph_t *g, const struct sdp_task_opts *o, int gi, sdp_rt_tensor_t *W,
                       struct layer_acts *a, sdp_rt_tensor_t *out)
 {
@@ -58,7 +76,8 @@ int sdp_graph_moe_fwd(sdp_graph_t *g, const struct sdp_task_opts *o, int gi, sdp
     struct sdp_moe_shape s = shape(g, gi, N);
     /* the step's forward counts the routing; a recomputation (the same bits) and logits do not */
     int track = o->hint.phase == SDP_PH_FWD && step >= 0 && out;
-    TRY_RET(sdp_task_moe_fwd(o, &s, a->gu, a->h2, W, out, out ? a->xmid : NULL,
+    sdp_rt_tensor_t *Wh = routed_src(g, gi, step, mb, o->hint.phase);
+    TRY_RET(sdp_task_moe_fwd(o, &s, a->gu, a->h2, W, Wh, out, out ? a->xmid : NULL,
                              track ? g->moe_stats[mb] : NULL, track ? g->moe_used[gi] : NULL,
                              gi == g->moe_first, mb == 0, mb == g->c.n_micro - 1 && g->updating));
     if (track && gi == g->moe_last && aux_on(g)) /* the micro-batch's statistics are complete */
@@ -74,7 +93,8 @@ int sdp_graph_moe_bwd(sdp_graph_t *g, const struct sdp_task_opts *o, int gi, sdp
     struct sdp_moe_shape s = shape(g, gi, N);
     /* the step's loss adds coef times the mean over its micro-batches of each one's loss */
     float scale = (float)(g->st->cfg.router_aux_loss_coef / g->c.n_micro);
-    return sdp_task_moe_bwd(o, &s, dh2, dres, a->h2, W, a->gu, G,
+    sdp_rt_tensor_t *Wh = routed_src(g, gi, o->hint.step, o->hint.mb, SDP_PH_BWD);
+    return sdp_task_moe_bwd(o, &s, dh2, dres, a->h2, W, Wh, a->gu, G,
                             aux_on(g) ? g->moe_stats[o->hint.mb] : NULL, scale, aux_rows(g));
 }
 

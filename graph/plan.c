@@ -136,6 +136,18 @@ static int pipeline_wanted(void)
     return sdp_plan_chunk_pipeline(sdp_tasks_compute_on_gpu());
 }
 
+/* Routed streaming (docs/moe.md) of sparse layer gi: its working copy reaches the compute chunk by
+ * chunk, less the chunks holding only experts, and its MoE tasks copy the experts their tokens
+ * route to.  Where the compute runs on a GPU, unless SDP_MOE_ROUTED=off (every expert crosses: the
+ * ablation); on CPU workers where the chunk pipeline is on everywhere (the tests' way to run it).
+ */
+static int moe_routed_wanted(const struct sdp_state *st, int gi)
+{
+    return gi >= 1 && gi <= st->cfg.num_layers && sdp_model_layer_sparse(&st->cfg, gi - 1) &&
+           !sdp_env_is("SDP_MOE_ROUTED", "off") &&
+           (sdp_tasks_compute_on_gpu() || sdp_plan_chunk_pipeline(0) == 2);
+}
+
 /* Whether group gi's working copy goes to the compute chunk by chunk (work_chunks): one rank or
  * the replicated route (the sharded one sends chunks already), the copy on the host in more than
  * one chunk, written by host updates (not the GPU's, not frozen), one copy (param_delay 0), not
@@ -143,9 +155,10 @@ static int pipeline_wanted(void)
 static int work_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, int gi)
 {
     const struct sdp_group_state *gs = &st->groups[gi];
-    return pipeline_wanted() && (p->nranks == 1 || p->param_route != SDP_ROUTE_SHARDED) &&
-           !p->param_delay && !gs->staged && !gs->frozen && gs->nchunks > 1 &&
-           !p->group[gi].update_gpu && !(gi == 0 && p->lookup_host);
+    return (pipeline_wanted() || moe_routed_wanted(st, gi)) &&
+           (p->nranks == 1 || p->param_route != SDP_ROUTE_SHARDED) && !p->param_delay &&
+           !gs->staged && !gs->frozen && gs->nchunks > 1 && !p->group[gi].update_gpu &&
+           !(gi == 0 && p->lookup_host);
 }
 
 /* Whether group gi's fp32 gradient returns chunk by chunk (grad_chunks): more than one chunk, not
@@ -208,6 +221,7 @@ int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct s
     for (int gi = 0; gi < p->ngroups; gi++) {
         p->group[gi].work_chunks = work_chunks_of(p, st, gi);
         p->group[gi].grad_chunks = grad_chunks_of(p, st, gi);
+        p->group[gi].moe_routed = p->group[gi].work_chunks && moe_routed_wanted(st, gi);
     }
     if (c->gpu_update > 0 && !gpu_update_applies(p, st))
         SDP_WARN("train.gpu_update %d does not apply here (it needs one rank, compute on a GPU, "
@@ -252,6 +266,7 @@ static void set_one(struct sdp_plan *p, const struct sdp_state *st, int gi, int 
         pg->update_gpu = v;
         pg->mlp_early = v ? -1 : pg->mlp_early;
         pg->work_chunks = v ? 0 : st && work_chunks_of(p, st, gi); /* the GPU's update puts */
+        pg->moe_routed = pg->work_chunks && moe_routed_wanted(st, gi);
         break;
     default:                                                   /* mlp_early */
         pg->mlp_early = !v ? -1 : st ? mlp_chunk0(st, gi) : 1; /* no state: as asked */
@@ -411,11 +426,11 @@ static int same_row(const struct sdp_plan_group *a, const struct sdp_plan_group 
 {
     return a->act == b->act && a->offload == b->offload && a->work_gpu == b->work_gpu &&
            a->work_chunks == b->work_chunks && a->grad_chunks == b->grad_chunks &&
-           a->grad_gpu == b->grad_gpu && a->grad_bf16 == b->grad_bf16 &&
-           a->norms_gpu == b->norms_gpu && a->nchunks == b->nchunks &&
-           a->update_gpu == b->update_gpu && a->mlp_early == b->mlp_early &&
-           a->embed_early == b->embed_early && a->lora_targets == b->lora_targets &&
-           a->lora_rank == b->lora_rank;
+           a->moe_routed == b->moe_routed && a->grad_gpu == b->grad_gpu &&
+           a->grad_bf16 == b->grad_bf16 && a->norms_gpu == b->norms_gpu &&
+           a->nchunks == b->nchunks && a->update_gpu == b->update_gpu &&
+           a->mlp_early == b->mlp_early && a->embed_early == b->embed_early &&
+           a->lora_targets == b->lora_targets && a->lora_rank == b->lora_rank;
 }
 
 /* " q_proj,v_proj": the adapted linears of a row */
@@ -455,6 +470,7 @@ static void print_row(const struct sdp_plan *p, FILE *f, int g0, int g1)
     fprintf(f, "%-10s %-10s %-8s %-6s %-6s %-5s %-6s %4d x %-10zu %s", name, act_names[pg->act],
             onoff[pg->offload],
             pg->work_gpu      ? "gpu"
+            : pg->moe_routed  ? "host/r"
             : pg->work_chunks ? "host/c"
                               : "host",
             pg->grad_gpu ? "gpu" : "cpu",

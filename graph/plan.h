@@ -57,6 +57,9 @@ struct sdp_plan_group {
     int work_chunks;        /* one rank, the working copy on the host and chunked: each chunk
                                goes to the compute copy once written (graph/routes.c); 0: the
                                compute reads the working copy whole (train.chunk_mib 0) */
+    int moe_routed;         /* a sparse layer with work_chunks: its chunks holding only experts
+                               are not fetched; its MoE tasks copy the routed experts
+                               (docs/moe.md, routed streaming) */
     int grad_gpu;           /* with ranks: the ranks' gradients meet on rank 0's GPU; 0: host */
     int grad_bf16;          /* the gradient returns to the host in bf16 (packed); 0: fp32 */
     int grad_chunks;        /* the fp32 return chunk by chunk: each chunk copied out of the

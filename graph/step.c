@@ -62,7 +62,7 @@ static int micro_batch(sdp_graph_t *g, int step, int mb, sdp_rt_tensor_t *ids,
                 sdp_rt_tensor_offload(kept[l].lse);
             }
         }
-        if (last && l <= L - g->plan.window && !g->rwork)
+        if (window_drops(g, mb, l))
             sdp_graph_window_let_go(g, step, l, r);
     }
 

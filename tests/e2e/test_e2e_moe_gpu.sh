@@ -16,6 +16,10 @@
 #     test_e2e_gpu_update_gpu.sh), and its log holds the dense layer's (group 2) updates on the
 #     GPU, the sparse layers' (groups 1 and 3) on the host, whose AdamW skips the experts without
 #     token (graph/plan.c);
+#   - routed streaming (chunks of 8 KiB, so that the sparse layers' experts fill chunks of their
+#     own): the GPU run fetches fewer chunks of the sparse layers than the same run with
+#     SDP_MOE_ROUTED=off, with the same losses bit for bit; every compute copy starts as NaN
+#     (SDP_POISON_COMPUTE_COPY), so that a routed expert left uncopied would show;
 #   - tools/check_invariants.py passes the GPU runs' logs.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
@@ -37,7 +41,10 @@ optimizer:
 train:
   steps: 8
   precision: fp32
+  chunk_mib: 0.0078125
 EOF
+SDP_POISON_COMPUTE_COPY=1
+export SDP_POISON_COMPUTE_COPY
 run() { # NAME GPUS ARGS...
     name=$1 gpus=$2
     shift 2
@@ -50,6 +57,10 @@ run cpu 0
 run gpu 1
 run up0 1 --grad-dtype bf16 --gpu-update 0
 run up3 1 --grad-dtype bf16 --gpu-update 3
+SDP_MOE_ROUTED=off
+export SDP_MOE_ROUTED
+run all 1
+unset SDP_MOE_ROUTED
 [ $fail = 0 ] || finish
 
 # The tolerances.  fp32 on both sides: the GPU path keeps fp32 weights and activations here
@@ -123,9 +134,23 @@ if on_gpu != {2} or not all((g, "CPU AdamW") in ups for g in (1, 3)):
     print("gpu-update 3: expected the dense layer's updates on the GPU, the sparse layers' on "
           "the host")
     ok = False
+fetched = {}
+for n in ("gpu", "all"):
+    ev = [json.loads(l) for l in open("%s/%s.ev" % (tmp, n))]
+    fetched[n] = Counter(e["group"] for e in ev if e.get("name") == "param_chunk"
+                         and e.get("step") == 1 and e.get("group") in (1, 3))
+print("chunks of the sparse layers fetched at step 2: routed %s, every expert %s"
+      % (dict(sorted(fetched["gpu"].items())), dict(sorted(fetched["all"].items()))))
+if not all(0 < fetched["gpu"][g] < fetched["all"][g] for g in (1, 3)):
+    print("routed streaming: expected fewer chunks of each sparse layer than with every expert")
+    ok = False
+routed_all = [json.loads(l)["loss"] for l in open("%s/all.jsonl" % tmp)]
+if routed_all != loss["gpu"]:
+    print("SDP_MOE_ROUTED=off changes the GPU's losses: %s against %s" % (routed_all, loss["gpu"]))
+    ok = False
 sys.exit(0 if ok else 1)
 PYEOF
-for n in gpu up3; do
+for n in gpu up3 all; do
     "$py" "$top/tools/check_invariants.py" "$tmp/$n.ev" > "$tmp/$n.check" 2>&1 ||
         { echo "the checker fails the $n run's log"; cat "$tmp/$n.check"; fail=1; }
 done

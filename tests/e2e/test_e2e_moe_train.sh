@@ -9,8 +9,8 @@
 # counting its own steps), with one micro-batch recomputed and kept (the same bits) and with two;
 # then the exports of the loaded and the trained weights load in transformers with the same tensors
 # and logits; and `slidedp train` of a Qwen3-MoE stopped and resumed gives the losses of an
-# uninterrupted run; several ranks and LoRA are refused, naming why.  Skips (77) without torch,
-# transformers or safetensors.
+# uninterrupted run, also with routed streaming (below); several ranks and LoRA are refused,
+# naming why.  Skips (77) without torch, transformers or safetensors.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 prog=$build/tests/e2e/test_e2e_hf_parity
@@ -65,6 +65,53 @@ else
     diff "$tmp/ref.jsonl" "$d.jsonl" | head
     fail=1
 fi
+# routed streaming, on CPU workers with the chunk pipeline (on a GPU by default): the sparse
+# layers' (1 and 3) working copies reach the compute copy without their chunks of experts alone,
+# each MoE task copies the experts its tokens route to, and the losses are the uninterrupted
+# run's, bit for bit; every compute copy starts as NaN (SDP_POISON_COMPUTE_COPY), so a routed
+# expert left uncopied makes the step non-finite.  The same with a window of 1, whose forward lets
+# layer 1's compute copy go, the recomputation fetching it again: recomputed, the recomputation
+# copies the routed experts again; kept (activations: keep), the backward does.  The fetches keep
+# the event log's invariants; SDP_MOE_ROUTED=off sends every chunk
+sed -e 's/^  precision: fp32$/&\n  chunk_mib: 0.0078125/' "$tmp/moe.yaml" > "$tmp/routed.yaml"
+sed -e 's/^train:$/&\n  window: 1/' "$tmp/routed.yaml" > "$tmp/routed-w1.yaml"
+sed -e 's/^train:$/&\n  activations: keep/' "$tmp/routed-w1.yaml" > "$tmp/routed-w1-keep.yaml"
+for r in routed routed-w1 routed-w1-keep; do
+    SDP_POISON_COMPUTE_COPY=1 SDP_CHUNK_PIPELINE=on "$bin" train "$tmp/$r.yaml" $args \
+        --output "$tmp/$r" --metrics "$tmp/$r.jsonl" --events "$tmp/$r.ev" 2> "$tmp/$r.err" ||
+        { echo "$r run failed"; tail -3 "$tmp/$r.err"; fail=1; }
+    if [ -s "$tmp/$r.jsonl" ] && [ "$(losses "$tmp/ref.jsonl")" = "$(losses "$tmp/$r.jsonl")" ]; then
+        echo "$r streaming: 12 losses bit-identical"
+    else
+        echo "$r streaming changes the losses"
+        fail=1
+    fi
+done
+"$py" - "$tmp/routed.ev" << 'EOF' || fail=1
+import collections, json, sys
+n = collections.Counter()
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("name") == "param_chunk" and e.get("step") == 1:
+        n[e["group"]] += 1
+print("chunks fetched at step 1 by group (1, 3 sparse; 8 chunks each):", dict(sorted(n.items())))
+if not (0 < n[1] < 8 and 0 < n[3] < 8 and n[2] == 5):
+    sys.exit("the sparse layers' expert chunks were fetched, or a dense layer's were not")
+EOF
+for r in routed routed-w1; do
+    "$py" "$top/tools/check_invariants.py" "$tmp/$r.ev" > "$tmp/$r.check" 2>&1 ||
+        { echo "$r streaming: invariants"; tail -5 "$tmp/$r.check"; fail=1; }
+    rm -f "$tmp/$r.ev"
+done
+for m in on off; do
+    SDP_MOE_ROUTED=$m SDP_CHUNK_PIPELINE=on "$bin" train "$tmp/routed.yaml" --gpus 0 --cpus 2 \
+        --print-plan > "$tmp/plan-$m" 2> /dev/null
+done
+p=' +recompute +off +host/%s '
+grep -Eq "^1$(printf "$p" r)" "$tmp/plan-on" && grep -Eq "^2$(printf "$p" c)" "$tmp/plan-on" &&
+    grep -Eq "^1$(printf "$p" c)" "$tmp/plan-off" ||
+    { echo "--print-plan: host/r on the sparse layers only, and not with SDP_MOE_ROUTED=off"
+        cat "$tmp/plan-on" "$tmp/plan-off"; fail=1; }
 # refused, naming the reason, the model's directory unchanged: several ranks (the experts' usage
 # is marked per rank) and LoRA (no adapters on the experts and the router)
 expect_dir=$tmp/cli
