@@ -385,17 +385,18 @@ for stage in $stages; do
         done
         python3 - "$out" "$mm" <<'PYEOF' > "$out/moe.md" 2>> "$out/moe-summary.log"
 import glob, json, os, sys
-print("| batch | experts | tokens/s | H2D GB/step | all experts (formula) GB | D2H GB/step | formula GB | GPU peak GiB | host peak GiB |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| batch | experts | routed share | tokens/s | H2D GB/step | all experts (formula) GB | D2H GB/step | formula GB | GPU peak GiB | host peak GiB |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "moe-*-routed-*.json"))):
     b, routed = f.split("-b")[-1].split("-routed-")
     x = json.loads(open(f).read() or "{}")
     if x.get("model") != sys.argv[2] or "tokens_per_s" not in x:
-        print("| %s | %s | (no result) | | | | | | |" % (b, routed[:-5]))
+        print("| %s | %s | | (no result) | | | | | | |" % (b, routed[:-5]))
         continue
     m = x["bytes_per_rank_per_step"][0]
-    print("| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f |" % (
-        b, "routed" if routed[:-5] == "on" else "all", x["tokens_per_s"], m["h2d_gb"],
+    print("| %s | %s | %.3f | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f |" % (
+        b, "routed" if routed[:-5] == "on" else "all", x.get("experts_routed_share", -1),
+        x["tokens_per_s"], m["h2d_gb"],
         m["param_h2d_gb_pred"], m["d2h_gb"], m["grad_d2h_gb_pred"], x["gpu_peak_gib"],
         x["host_peak_gib"]))
 PYEOF

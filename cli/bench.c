@@ -195,6 +195,7 @@ static int run(const struct bench_opts *b)
     size_t ntok = (size_t)b->batch * b->seq;
     int32_t *ids = NULL, *targets = NULL, *next_ids = NULL, *next_targets = NULL;
     double *step_s = NULL, gpu_peak = 0.0, t_init, t_start = 0.0, t_prev, span, loss = 0.0;
+    long long routed = 0, experts = 0; /* Qwen3-MoE: over the timed steps */
     double t_go = sdp_cli_now_s(), t_rt = 0.0, t_state = 0.0, t_graph = 0.0, t_end;
     int rc = SDP_EXIT_FAILURE, state_made = 0, total = b->warmup + b->steps, gbf16;
     int wid[SDP_MAX_RANKS] = { 0 };
@@ -381,6 +382,8 @@ static int run(const struct bench_opts *b)
         sdp_trace_bus(s); /* the bus bytes since the previous step's return, when tracing */
         step_s[s] = sdp_cli_now_s() - t_prev;
         loss = res.loss;
+        routed += s >= b->warmup ? res.experts_routed : 0;
+        experts += s >= b->warmup ? res.experts_total : 0;
         t_prev += step_s[s];
         for (int d = 0; d < sdp_rt_ncuda(); d++) {
             double used = sdp_rt_gpu_mem_used(d) / 1073741824.0;
@@ -460,6 +463,8 @@ static int run(const struct bench_opts *b)
                       settings);
         json_object_set_new(o, "loss", json_real(loss)); /* of the last step */
         json_object_set_new(o, "lora_rank", json_integer(b->lora.rank));
+        if (experts > 0) /* the share of the sparse layers' experts a timed step routed to */
+            json_object_set_new(o, "experts_routed_share", json_real((double)routed / experts));
         if (b->lora.rank > 0)
             json_object_set_new(settings, "lora", lora_json(&b->lora));
         json_object_set_new(o, "bytes_per_rank_per_step", routes);

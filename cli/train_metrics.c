@@ -156,6 +156,10 @@ int sdp_train_metrics_write(FILE *mf, int step, const struct sdp_step_result *r,
     /* only where they apply: a step after batches without a target, a step with a validation */
     if (x->skipped_batches)
         json_object_set_new(o, "skipped_batches", json_integer(x->skipped_batches));
+    if (r->experts_total > 0) { /* Qwen3-MoE: how much routed streaming can leave behind */
+        json_object_set_new(o, "experts_routed", json_integer(r->experts_routed));
+        json_object_set_new(o, "experts", json_integer(r->experts_total));
+    }
     if (x->evaluated) {
         json_object_set_new(o, "val_loss", num(x->val_loss));
         json_object_set_new(o, "val_tokens", json_integer(x->val_tokens));

@@ -299,7 +299,7 @@ int sdp_graph_moe_bwd(sdp_graph_t *g, const struct sdp_task_opts *o, int gi, sdp
                       sdp_rt_tensor_t *dh2);
 sdp_rt_tensor_t *sdp_graph_moe_used(const sdp_graph_t *g, int gi);
 int sdp_graph_moe_loss(const sdp_graph_t *g, double *aux);
-int sdp_graph_moe_sync(sdp_graph_t *g);
+int sdp_graph_moe_sync(sdp_graph_t *g, struct sdp_step_result *res);
 int sdp_graph_moe_create(sdp_graph_t *g);
 void sdp_graph_moe_destroy(sdp_graph_t *g);
 

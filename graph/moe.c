@@ -120,18 +120,21 @@ int sdp_graph_moe_loss(const sdp_graph_t *g, double *aux)
     return 0;
 }
 
-int sdp_graph_moe_sync(sdp_graph_t *g)
+int sdp_graph_moe_sync(sdp_graph_t *g, struct sdp_step_result *res)
 {
     const int E = g->st->cfg.num_experts;
+    res->experts_routed = res->experts_total = 0;
     for (int gi = g->moe_first; g->moe_used && gi <= g->moe_last; gi++) {
         if (!g->moe_used[gi])
             continue;
         int rc = sdp_rt_tensor_acquire(g->moe_used[gi], 0);
         if (rc)
             return rc;
-        memcpy(g->st->groups[gi].expert_steps,
-               (const int32_t *)sdp_rt_tensor_data(g->moe_used[gi]) + E,
-               (size_t)E * sizeof(int32_t));
+        const int32_t *used = (const int32_t *)sdp_rt_tensor_data(g->moe_used[gi]);
+        memcpy(g->st->groups[gi].expert_steps, used + E, (size_t)E * sizeof(int32_t));
+        for (int e = 0; e < E; e++) /* the marks of the step's micro-batches */
+            res->experts_routed += used[e] != 0;
+        res->experts_total += E;
         sdp_rt_tensor_release_acquire(g->moe_used[gi]);
     }
     return 0;

@@ -139,10 +139,15 @@ static int pipeline_wanted(void)
 /* Routed streaming (docs/moe.md) of sparse layer gi: its working copy reaches the compute chunk by
  * chunk, less the chunks holding only experts, and its MoE tasks copy the experts their tokens
  * route to.  Where the compute runs on a GPU, unless SDP_MOE_ROUTED=off (every expert crosses: the
- * ablation); on CPU workers where the chunk pipeline is on everywhere (the tests' way to run it).
- */
+ * ablation) or simulated; on CPU workers where the chunk pipeline is on everywhere (the tests' way
+ * to run it). */
 static int moe_routed_wanted(const struct sdp_state *st, int gi)
 {
+#ifdef SDP_SIMGRID /* its tasks copy the routed experts themselves: the simulation would see none  \
+                    */
+    if (sdp_tasks_compute_on_gpu())
+        return 0;
+#endif
     return gi >= 1 && gi <= st->cfg.num_layers && sdp_model_layer_sparse(&st->cfg, gi - 1) &&
            !sdp_env_is("SDP_MOE_ROUTED", "off") &&
            (sdp_tasks_compute_on_gpu() || sdp_plan_chunk_pipeline(0) == 2);

@@ -281,7 +281,7 @@ int sdp_graph_step_docs(sdp_graph_t *g, int step, const int32_t *ids, const int3
             }
     }
     /* the loss and, into the state (checkpoints), the experts' step counts */
-    if ((rc = sdp_graph_moe_loss(g, &res->aux_loss)) != 0 || (rc = sdp_graph_moe_sync(g)) != 0)
+    if ((rc = sdp_graph_moe_loss(g, &res->aux_loss)) != 0 || (rc = sdp_graph_moe_sync(g, res)) != 0)
         return rc;
     res->loss = loss_sum / (double)valid + res->aux_loss;
     res->tokens = (long long)(total * g->P);

@@ -133,6 +133,8 @@ struct sdp_step_result {
     long long tokens; /* input tokens processed (B * n_micro * T) */
     long long valid_targets;
     int bad_group; /* first parameter group whose gradient is not finite, or -1 */
+    int experts_routed, experts_total; /* Qwen3-MoE: the experts of the sparse layers that
+                          received a token in the step, of all (both 0 for a dense model) */
 };
 
 typedef struct sdp_graph sdp_graph_t;

@@ -56,10 +56,16 @@ wait $pid
 grep -q "resuming from" "$d.err2" || { echo "the second run did not resume"; fail=1; }
 if [ -s "$tmp/ref.jsonl" ] && [ "$(losses "$tmp/ref.jsonl")" = "$(losses "$d.jsonl")" ]; then
     echo "resumed $(grep -o 'resuming from.*' "$d.err2" | sed 's|.*/||'): 12 losses bit-identical"
+    # the metrics' experts_routed (each step's routed experts) add up to the experts' step counts
     "$py" -c 'import glob, json, struct, sys
 f = open(sorted(glob.glob(sys.argv[1] + "/*.sdpckpt"))[-1], "rb").read()
 h = json.loads(f[64:64 + struct.unpack("<Q", f[16:24])[0]])
-print("experts step counts after step %d: %s" % (h["step"], h["expert_steps"]))' "$tmp/ref/checkpoints"
+print("experts step counts after step %d: %s" % (h["step"], h["expert_steps"]))
+m = [json.loads(l) for l in open(sys.argv[2])]
+routed, counts = sum(x["experts_routed"] for x in m), sum(map(sum, h["expert_steps"].values()))
+print("metrics: %d routed experts in %d steps, of 16 a step; step counts: %d" % (routed, len(m), counts))
+sys.exit(0 if routed == counts and all(x["experts"] == 16 for x in m) else 1)' \
+        "$tmp/ref/checkpoints" "$tmp/ref.jsonl" || fail=1
 else
     echo "resumed run: losses differ from the uninterrupted run"
     diff "$tmp/ref.jsonl" "$d.jsonl" | head
