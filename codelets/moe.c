@@ -55,20 +55,31 @@ size_t sdp_task_moe_acts_elems(const struct sdp_moe_shape *s)
 }
 
 /* Routed streaming (MOE_ROUTED): the experts with rows (counts) from the host's working copy Wh
- * into the compute copy W, both in main memory here. */
+ * into the compute copy W, both in main memory here, but those an earlier micro-batch of the step
+ * copied already (had: its marks; NULL: none). */
 static void routed_copy_cpu(void *W, const void *Wh, const struct sdp_moe_shape *s,
-                            const int32_t *counts)
+                            const int32_t *counts, const int32_t *had)
 {
     const size_t es = STARPU_VECTOR_GET_ELEMSIZE(W);
     for (int e = 0; e < s->E; e++) {
         size_t at[2], n[2];
-        if (counts[e] == 0)
+        if (counts[e] == 0 || (had && had[e]))
             continue;
         sdp_cl_moe_expert_slices(s, e, at, n);
         for (int i = 0; i < 2; i++)
             memcpy((char *)SDP_VEC(W) + at[i] * es, (const char *)SDP_VEC(Wh) + at[i] * es,
                    n[i] * es);
     }
+}
+
+/* The experts the step's earlier micro-batches routed to (used's marks, which this step's forward
+ * of a later micro-batch finds set), whose copies are in W already: the forward's buffers from b
+ * (out's place); NULL where there is none. */
+static const int32_t *moe_had(void *buffers[], int b, int fl)
+{
+    if (!(fl & MOE_TRACK) || (fl & MOE_FIRST_M))
+        return NULL;
+    return (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[b + (fl & MOE_OUT ? 3 : 1)]);
 }
 
 /* buffers: acts W, h2 (N, C) act R, W R (RW routed), [Wh R on the host: routed],
@@ -87,7 +98,7 @@ static void moe_fwd_cpu(void *buffers[], void *cl_arg)
     sdp_cpu_moe_router_fwd(logits, k.probs, &k.r, x, wr, C, s->norm_topk);
     sdp_cpu_moe_permute(&k.r);
     if (fl & MOE_ROUTED)
-        routed_copy_cpu(buffers[2], buffers[3], s, k.r.counts);
+        routed_copy_cpu(buffers[2], buffers[3], s, k.r.counts, moe_had(buffers, b, fl));
     const float *wgu = sdp_cl_f32_view(buffers[2], s->off_gu, (size_t)E * 2 * IM * C, 2);
     const float *wdn = sdp_cl_f32_view(buffers[2], s->off_down, (size_t)E * C * IM, 3);
     sdp_cpu_moe_gather(k.xp, x, &k.r, C);
@@ -127,7 +138,7 @@ static void moe_bwd_cpu(void *buffers[], void *cl_arg)
     struct sdp_moe_acts k;
     sdp_cl_moe_layout(&k, SDP_VECF(buffers[ia]), s);
     if (fl & MOE_ROUTED)
-        routed_copy_cpu(buffers[3], buffers[4], s, k.r.counts);
+        routed_copy_cpu(buffers[3], buffers[4], s, k.r.counts, NULL);
     float *dx = sdp_cl_out(buffers[0], 0);
     const float *dout = sdp_cl_in(buffers[1], 1), *x = sdp_cl_in(buffers[2], 2);
     const float *wr = sdp_cl_f32_view(buffers[3], s->off_router, (size_t)E * C, 3);

@@ -75,16 +75,17 @@ static void weights_of(struct moe_io *io, void *W, const struct sdp_moe_shape *s
 }
 
 /* Routed streaming (MOE_ROUTED): the experts with rows (off, on the host) from the host's working
- * copy Wh (main memory) into the compute copy W on this GPU, on stream st, counted with the bus's
+ * copy Wh (main memory) into the compute copy W on this GPU, on stream st, but those an earlier
+ * micro-batch of the step copied already (had, on the host; NULL: none), counted with the bus's
  * bytes (StarPU's counters do not see them). */
 static void routed_copy(void *W, const void *Wh, const struct sdp_moe_shape *s, const int32_t *off,
-                        cudaStream_t st)
+                        const int32_t *had, cudaStream_t st)
 {
     const size_t es = STARPU_VECTOR_GET_ELEMSIZE(W);
     unsigned long long bytes = 0;
     for (int e = 0; e < s->E; e++) {
         size_t at[2], n[2];
-        if (off[e + 1] == off[e])
+        if (off[e + 1] == off[e] || (had && had[e]))
             continue;
         sdp_cl_moe_expert_slices(s, e, at, n);
         for (int i = 0; i < 2; i++) {
@@ -124,12 +125,19 @@ void sdp_cl_moe_fwd_cuda(void *buffers[], void *cl_arg)
             c = (struct carve){ sdp_cl_cuda_ws(0, c.at * sizeof(float)), 0 };
     }
     io.off = sdp_cl_scratch(0, ((size_t)E + 1) * sizeof(int32_t));
+    int32_t *had = NULL; /* a later micro-batch: the experts the step's earlier ones copied */
+    if ((fl & MOE_ROUTED) && (fl & MOE_TRACK) && !(fl & MOE_FIRST_M)) {
+        had = sdp_cl_scratch(1, (size_t)E * sizeof(int32_t));
+        const void *used = (const void *)STARPU_VECTOR_GET_PTR(buffers[b + (fl & MOE_OUT ? 3 : 1)]);
+        SDP_CUDA_CHECK(
+            cudaMemcpyAsync(had, used, (size_t)E * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+    }
     const float *x = f32_of(buffers[1], xw, st);
     sdp_cuda_moe_router_fwd(h, logits, k.probs, &io.r, x, io.wr, C, s->norm_topk, st);
     sdp_cuda_moe_permute(&io.r, st);
-    sdp_cuda_moe_offsets_host(io.off, &io.r, st);
+    sdp_cuda_moe_offsets_host(io.off, &io.r, st); /* waits for the stream: had is in too */
     if (fl & MOE_ROUTED)
-        routed_copy(buffers[2], buffers[3], s, io.off, st);
+        routed_copy(buffers[2], buffers[3], s, io.off, had, st);
     sdp_cuda_moe_gather(k.xp, x, &io.r, C, st);
     sdp_cuda_moe_experts_fwd(h, k.y, k.gu, k.h, k.xp, io.wgu, io.wdn, io.wdt, io.wtmp, io.off, E, C,
                              IM, st);
@@ -201,7 +209,7 @@ void sdp_cl_moe_bwd_cuda(void *buffers[], void *cl_arg)
     io.off = sdp_cl_scratch(0, ((size_t)E + 1) * sizeof(int32_t));
     sdp_cuda_moe_offsets_host(io.off, &io.r, st); /* first: the stream holds little yet */
     if (fl & MOE_ROUTED)
-        routed_copy(buffers[3], buffers[4], s, io.off, st);
+        routed_copy(buffers[3], buffers[4], s, io.off, NULL, st);
     void *dh2 = buffers[0];
     float *dx = SDP_CL_DT(dh2) == SDP_CUDA_F32 ? SDP_VECF(dh2) : w.dxw;
     const float *dout = f32_of(buffers[1], w.doutw, st), *x = f32_of(buffers[2], w.xw, st);

@@ -77,16 +77,23 @@ fi
 # run's, bit for bit; every compute copy starts as NaN (SDP_POISON_COMPUTE_COPY), so a routed
 # expert left uncopied makes the step non-finite.  The same with a window of 1, whose forward lets
 # layer 1's compute copy go, the recomputation fetching it again: recomputed, the recomputation
-# copies the routed experts again; kept (activations: keep), the backward does.  The fetches keep
-# the event log's invariants; SDP_MOE_ROUTED=off sends every chunk
+# copies the routed experts again; kept (activations: keep), the backward does.  With two
+# micro-batches a step, the second copies only the experts the first did not, against the same
+# run unrouted.  The fetches keep the event log's invariants; SDP_MOE_ROUTED=off sends every chunk
 sed -e 's/^  precision: fp32$/&\n  chunk_mib: 0.0078125/' "$tmp/moe.yaml" > "$tmp/routed.yaml"
 sed -e 's/^train:$/&\n  window: 1/' "$tmp/routed.yaml" > "$tmp/routed-w1.yaml"
 sed -e 's/^train:$/&\n  activations: keep/' "$tmp/routed-w1.yaml" > "$tmp/routed-w1-keep.yaml"
-for r in routed routed-w1 routed-w1-keep; do
+sed -e 's/^  global: 1$/  global: 2/' "$tmp/moe.yaml" > "$tmp/ref2.yaml"
+sed -e 's/^  global: 1$/  global: 2/' "$tmp/routed-w1.yaml" > "$tmp/routed-m2.yaml"
+"$bin" train "$tmp/ref2.yaml" $args --output "$tmp/ref2" --metrics "$tmp/ref2.jsonl" \
+    2> "$tmp/ref2.err" || { echo "2 micro-batches, unrouted: failed"; tail -3 "$tmp/ref2.err"; fail=1; }
+for r in routed routed-w1 routed-w1-keep routed-m2; do
+    ref=ref
+    [ $r = routed-m2 ] && ref=ref2
     SDP_POISON_COMPUTE_COPY=1 SDP_CHUNK_PIPELINE=on "$bin" train "$tmp/$r.yaml" $args \
         --output "$tmp/$r" --metrics "$tmp/$r.jsonl" --events "$tmp/$r.ev" 2> "$tmp/$r.err" ||
         { echo "$r run failed"; tail -3 "$tmp/$r.err"; fail=1; }
-    if [ -s "$tmp/$r.jsonl" ] && [ "$(losses "$tmp/ref.jsonl")" = "$(losses "$tmp/$r.jsonl")" ]; then
+    if [ -s "$tmp/$r.jsonl" ] && [ "$(losses "$tmp/$ref.jsonl")" = "$(losses "$tmp/$r.jsonl")" ]; then
         echo "$r streaming: 12 losses bit-identical"
     else
         echo "$r streaming changes the losses"
