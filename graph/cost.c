@@ -7,6 +7,26 @@
 #include "graph/graph_internal.h"
 #include "base/env.h"
 
+/* Routed streaming (graph/moe.c): what sparse layer gi's copy brings a step, expected of a router
+ * that spreads tokens evenly: the chunks fetched (those before the experts, and the one they start
+ * in), the experts the step's tokens route to (each once), and with the window's second fetch
+ * (twice) those chunks and the last micro-batch's experts again. */
+static unsigned long long routed_bytes(const sdp_graph_t *g, int gi, int twice)
+{
+    const struct sdp_state *st = g->st;
+    size_t es = sdp_dtype_size(st->work_dtype), off = sdp_state_off(st, gi, SDP_PT_EXP_GU);
+    double ex = (double)sdp_model_group_expert_elems(&st->cfg, gi) * es, tok, dense = 0;
+    for (int c = 0; c < st->groups[gi].nchunks; c++) {
+        if (c > 0 && sdp_rt_tensor_part_offset(st->groups[gi].work, c) >= off)
+            break;
+        dense += (double)sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].work, c)) * es;
+    }
+    tok = (double)g->c.micro_batch * g->c.seq_len;
+    double first = dense + ex * sdp_model_moe_routed_share(&st->cfg, tok * g->nm_rank);
+    double again = dense + ex * sdp_model_moe_routed_share(&st->cfg, tok);
+    return (unsigned long long)(first + (twice ? again : 0.0) + 0.5);
+}
+
 void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_bytes *rb)
 {
     const struct sdp_state *st = g->st;
@@ -45,6 +65,8 @@ void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_byte
                 *(own ? &rb->param_h2d : &rb->param_peer) += nb;
                 rb->param_out += own ? nb * (unsigned long long)(g->R - 1) : 0;
             }
+        } else if (g->plan.group[gi].moe_routed) {
+            rb->param_h2d += routed_bytes(g, gi, twice);
         } else {
             rb->param_h2d += n * es * (twice ? 2u : 1u);
         }

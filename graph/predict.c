@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/sdp_log.h"
 #include "graph/predict.h"
 #include "graph/predict_internal.h"
@@ -238,7 +239,13 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
         a->top_s += ct;
     else
         a->fwd_below_s += cf;
-    a->h2d += host * (1 + twice) + nr * act;
+    double again = host; /* what the backward brings again where the window let the copy go */
+    if (pg->moe_routed && mc->ngpus > 0) { /* routed streaming: the experts the tokens route to */
+        double ex = (double)sdp_model_group_expert_elems(m, gi) * r->es;
+        host -= ex * (1.0 - sdp_model_moe_routed_share(m, (double)B * T * nr));
+        again -= ex * (1.0 - sdp_model_moe_routed_share(m, (double)B * T));
+    }
+    a->h2d += host + twice * again + nr * act;
     a->peer += peer * (1 + twice);
     a->d2h += nt * gb + nr * act; /* rank 0's */
     a->d2h_all += p->nranks * nr * act + nt * gb * (pg->grad_gpu ? 1 : p->nranks);
@@ -568,6 +575,11 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
         pg->work_chunks = pipe && pg->nchunks > 1 && !p->param_delay && c->lora.rank <= 0 &&
                           (p->nranks == 1 || p->param_route != SDP_ROUTE_SHARDED) &&
                           !(gi == 0 && c->embed_lookup_host);
+        /* routed streaming where plan.c takes it on a GPU (priced only there: add_group) */
+        pg->moe_routed = gi >= 1 && gi <= p->nlayers && sdp_model_layer_sparse(m, gi - 1) &&
+                         pg->nchunks > 1 && !p->param_delay && c->lora.rank <= 0 &&
+                         p->nranks == 1 && !sdp_env_is("SDP_MOE_ROUTED", "off");
+        pg->work_chunks = pg->work_chunks || pg->moe_routed;
         pg->grad_chunks = pipe && pg->nchunks > 1 && !grad_bf16 && c->lora.rank <= 0 &&
                           (sdp_plan_one_rank(p) || pg->grad_gpu);
     }

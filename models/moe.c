@@ -77,6 +77,20 @@ int sdp_model_num_sparse_layers(const struct sdp_model_cfg *cfg)
     return n;
 }
 
+size_t sdp_model_group_expert_elems(const struct sdp_model_cfg *cfg, int g)
+{
+    if (!sdp_model_layer_sparse(cfg, g - 1))
+        return 0;
+    return (size_t)cfg->num_experts * 3 * cfg->moe_intermediate_size * cfg->hidden_size;
+}
+
+double sdp_model_moe_routed_share(const struct sdp_model_cfg *cfg, double tokens)
+{
+    if (!cfg->moe || cfg->num_experts <= 0 || tokens <= 0)
+        return 0.0;
+    return 1.0 - pow(1.0 - (double)cfg->num_experts_per_tok / cfg->num_experts, tokens);
+}
+
 /* Qwen3-30B-A3B's config.json (Qwen/Qwen3-30B-A3B): 48 layers, every one sparse, 128 experts of
  * which 8 per token, renormalised.  The reduced-depth variant keeps its first 12 layers: full
  * fine-tuning holds 14 bytes a parameter on the host (fp32 master, Adam m and v, the bf16 working

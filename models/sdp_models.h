@@ -153,6 +153,15 @@ int sdp_model_expert_slices(const struct sdp_model_cfg *cfg, const struct sdp_pa
 /** Number of sparse decoder layers (0 for dense models). */
 int sdp_model_num_sparse_layers(const struct sdp_model_cfg *cfg);
 
+/** Elements of group g's experts (its stacked gate_up and down: E 3 IM C) where g is a sparse
+ * layer's group, else 0. */
+size_t sdp_model_group_expert_elems(const struct sdp_model_cfg *cfg, int g);
+
+/** The share of a sparse layer's experts that `tokens` tokens route to, expected of a router
+ * that spreads tokens evenly: each token picks K of E, so an expert gets none of them with
+ * probability (1 - K/E)^tokens (routed streaming's bytes, docs/moe.md).  0 for dense models. */
+double sdp_model_moe_routed_share(const struct sdp_model_cfg *cfg, double tokens);
+
 /** Number of streamed groups: L + 2. */
 int sdp_model_num_groups(const struct sdp_model_cfg *cfg);
 

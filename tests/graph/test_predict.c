@@ -554,6 +554,51 @@ static void chunk_pipeline(void)
     CHECK(fabs(whole - piped - 3) < 1e-9, "the chunked upload saves 3 s of the step");
 }
 
+/* Routed streaming (docs/moe.md): qwen3-30b-a3b-l12 at 16 tokens a step moves, of each sparse
+ * layer's experts (E 3 IM C bf16 elements), the share the tokens route to, 1 - (1 - K/E)^16 =
+ * 1 - (120/128)^16 = 0.644, and with SDP_MOE_ROUTED=off all of them. */
+static void moe_routed(void)
+{
+    struct sdp_model_cfg keep = model;
+    struct sdp_graph_conf c = { .micro_batch = 1,
+                                .seq_len = 16,
+                                .n_micro = 1,
+                                .nranks = 1,
+                                .recompute = SDP_RECOMPUTE_FULL,
+                                .bwd_lookahead = 1 };
+    struct sdp_predict_machine mc;
+    struct sdp_predict o[2];
+    CHECK(sdp_model_preset("qwen3-30b-a3b-l12", &model) == 0, "qwen3-30b-a3b-l12 preset");
+    machine_fast(&mc);
+    for (int off = 0; off < 2; off++) {
+        struct sdp_plan p;
+        struct sdp_predict_run run = { .m = &model,
+                                       .plan = &p,
+                                       .micro_batch = 1,
+                                       .seq_len = 16,
+                                       .n_micro = 1,
+                                       .work_dtype = SDP_BF16 };
+        setenv("SDP_MOE_ROUTED", off ? "off" : "on", 1);
+        CHECK(sdp_predict_plan_from_conf(&p, &model, &c, 16u << 20, 1) == 0, "plan");
+        CHECK(p.group[1].moe_routed == !off, "layer 1 routed: %d", p.group[1].moe_routed);
+        CHECK(sdp_predict_step(&run, &mc, &o[off]) == 0, "predict");
+        sdp_plan_free(&p);
+    }
+    unsetenv("SDP_MOE_ROUTED");
+    double ex = 2.0 * 128 * 3 * 768 * 2048, idle = pow(120.0 / 128.0, 16);
+    double want = 12 * ex * idle; /* 12 sparse layers */
+    printf("routed streaming: %.3f GB a step against %.3f GB with every expert (%.3f saved, want "
+           "%.3f)\n",
+           o[0].h2d_bytes / 1e9, o[1].h2d_bytes / 1e9, (o[1].h2d_bytes - o[0].h2d_bytes) / 1e9,
+           want / 1e9);
+    CHECK(NEAR(o[1].h2d_bytes - o[0].h2d_bytes, want), "the idle experts' bytes are not priced");
+    CHECK(NEAR(sdp_model_moe_routed_share(&model, 16), 1 - idle), "the routed share");
+    CHECK(sdp_model_group_expert_elems(&model, 1) == (size_t)128 * 3 * 768 * 2048 &&
+              sdp_model_group_expert_elems(&model, 0) == 0,
+          "a sparse layer's expert elements, none for the embedding");
+    model = keep;
+}
+
 int main(void)
 {
     /* a toy Qwen3: 8 layers, C 256, I 768, 4 heads of 64, 2 KV heads, V 1000 */
@@ -572,5 +617,6 @@ int main(void)
     measured();
     lora();
     lora_ranks();
+    moe_routed();
     return sdp_test_finish(sdp_test_nfail);
 }
