@@ -72,16 +72,6 @@ static void routed_copy_cpu(void *W, const void *Wh, const struct sdp_moe_shape 
     }
 }
 
-/* The experts the step's earlier micro-batches routed to (used's marks, which this step's forward
- * of a later micro-batch finds set), whose copies are in W already: the forward's buffers from b
- * (out's place); NULL where there is none. */
-static const int32_t *moe_had(void *buffers[], int b, int fl)
-{
-    if (!(fl & MOE_TRACK) || (fl & MOE_FIRST_M))
-        return NULL;
-    return (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[b + (fl & MOE_OUT ? 3 : 1)]);
-}
-
 /* buffers: acts W, h2 (N, C) act R, W R (RW routed), [Wh R on the host: routed],
  * [out (N, C) act W, xmid (N, C) act R], [stats (2E) f64 RW, used (2E) i32 RW] */
 static void moe_fwd_cpu(void *buffers[], void *cl_arg)
@@ -97,8 +87,11 @@ static void moe_fwd_cpu(void *buffers[], void *cl_arg)
     int b = fl & MOE_ROUTED ? 4 : 3;
     sdp_cpu_moe_router_fwd(logits, k.probs, &k.r, x, wr, C, s->norm_topk);
     sdp_cpu_moe_permute(&k.r);
-    if (fl & MOE_ROUTED)
-        routed_copy_cpu(buffers[2], buffers[3], s, k.r.counts, moe_had(buffers, b, fl));
+    if (fl & MOE_ROUTED) {
+        const int ih = sdp_cl_moe_had_buf(b, fl);
+        routed_copy_cpu(buffers[2], buffers[3], s, k.r.counts,
+                        ih < 0 ? NULL : (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[ih]));
+    }
     const float *wgu = sdp_cl_f32_view(buffers[2], s->off_gu, (size_t)E * 2 * IM * C, 2);
     const float *wdn = sdp_cl_f32_view(buffers[2], s->off_down, (size_t)E * C * IM, 3);
     sdp_cpu_moe_gather(k.xp, x, &k.r, C);

@@ -126,9 +126,10 @@ void sdp_cl_moe_fwd_cuda(void *buffers[], void *cl_arg)
     }
     io.off = sdp_cl_scratch(0, ((size_t)E + 1) * sizeof(int32_t));
     int32_t *had = NULL; /* a later micro-batch: the experts the step's earlier ones copied */
-    if ((fl & MOE_ROUTED) && (fl & MOE_TRACK) && !(fl & MOE_FIRST_M)) {
+    const int ih = sdp_cl_moe_had_buf(b, fl);
+    if (ih >= 0) {
         had = sdp_cl_scratch(1, (size_t)E * sizeof(int32_t));
-        const void *used = (const void *)STARPU_VECTOR_GET_PTR(buffers[b + (fl & MOE_OUT ? 3 : 1)]);
+        const void *used = (const void *)STARPU_VECTOR_GET_PTR(buffers[ih]);
         SDP_CUDA_CHECK(
             cudaMemcpyAsync(had, used, (size_t)E * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
     }

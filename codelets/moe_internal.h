@@ -30,6 +30,16 @@ struct sdp_moe_args {
  * task first copies the experts its tokens route to from Wh into W */
 #define MOE_ROUTED 32
 
+/* A routed forward of a later micro-batch of the step (fl): the index of its buffer `used`, whose
+ * marks name the experts the step's earlier micro-batches copied into W already, the task's
+ * optional buffers starting at b (out's place); -1 where there is none to skip. */
+static inline int sdp_cl_moe_had_buf(int b, int fl)
+{
+    if (!(fl & MOE_ROUTED) || !(fl & MOE_TRACK) || (fl & MOE_FIRST_M))
+        return -1;
+    return b + (fl & MOE_OUT ? 3 : 1);
+}
+
 /* Expert e's two slices in its layer's working copy (elements): gate_up's, then down's. */
 static inline void sdp_cl_moe_expert_slices(const struct sdp_moe_shape *s, int e, size_t at[2],
                                             size_t n[2])

@@ -14,13 +14,10 @@
 static unsigned long long routed_bytes(const sdp_graph_t *g, int gi, int twice)
 {
     const struct sdp_state *st = g->st;
-    size_t es = sdp_dtype_size(st->work_dtype), off = sdp_state_off(st, gi, SDP_PT_EXP_GU);
+    size_t es = sdp_dtype_size(st->work_dtype);
     double ex = (double)sdp_model_group_expert_elems(&st->cfg, gi) * es, tok, dense = 0;
-    for (int c = 0; c < st->groups[gi].nchunks; c++) {
-        if (c > 0 && sdp_rt_tensor_part_offset(st->groups[gi].work, c) >= off)
-            break;
+    for (int c = 0, nc = fetched_chunks(g, gi); c < nc; c++)
         dense += (double)sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].work, c)) * es;
-    }
     tok = (double)g->c.micro_batch * g->c.seq_len;
     double first = dense + ex * sdp_model_moe_routed_share(&st->cfg, tok * g->nm_rank);
     double again = dense + ex * sdp_model_moe_routed_share(&st->cfg, tok);

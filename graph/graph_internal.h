@@ -178,6 +178,21 @@ static inline int chunked_fetch(const sdp_graph_t *g, int gi)
     return g->cwork && g->cwork[gi];
 }
 
+/* The chunks of group gi's working copy that its fetch into a compute copy sends (graph/routes.c):
+ * every one, or with routed streaming those before the experts, which end the group, and the one
+ * they start in (the MoE tasks copy the routed experts themselves, graph/moe.c). */
+static inline int fetched_chunks(const sdp_graph_t *g, int gi)
+{
+    const struct sdp_group_state *gs = &g->st->groups[gi];
+    if (!g->plan.group[gi].moe_routed)
+        return gs->nchunks;
+    size_t experts = sdp_state_off(g->st, gi, SDP_PT_EXP_GU);
+    int c = 1;
+    while (c < gs->nchunks && sdp_rt_tensor_part_offset(gs->work, c) < experts)
+        c++;
+    return c;
+}
+
 /* Whether the forward of micro-batch mb lets group gi's weights go after its last use, the
  * backward fetching them again: a bounded window, the rank's last micro-batch, a layer outside the
  * window's last groups, no replicas (graph/step.c). */

@@ -143,8 +143,7 @@ static int pipeline_wanted(void)
  * to run it). */
 static int moe_routed_wanted(const struct sdp_state *st, int gi)
 {
-#ifdef SDP_SIMGRID /* its tasks copy the routed experts themselves: the simulation would see none  \
-                    */
+#ifdef SDP_SIMGRID /* the tasks' own copies, which the simulation would not see */
     if (sdp_tasks_compute_on_gpu())
         return 0;
 #endif

@@ -26,13 +26,7 @@ static int fetch_chunks(sdp_graph_t *g, int step, int gi, enum sdp_phase ph,
                         unsigned long long after, int r)
 {
     sdp_rt_tensor_t *src = work_of(g, gi, step), *dst = compute_work(g, gi, step, r);
-    /* routed streaming: the experts, the group's last tensors, come with the MoE tasks that use
-     * them (graph/moe.c) */
-    size_t experts =
-        g->plan.group[gi].moe_routed ? sdp_state_off(g->st, gi, SDP_PT_EXP_GU) : (size_t)-1;
-    for (int c = 0; c < g->st->groups[gi].nchunks; c++) {
-        if (c > 0 && sdp_rt_tensor_part_offset(src, c) >= experts)
-            break;
+    for (int c = 0, nc = fetched_chunks(g, gi); c < nc; c++) {
         struct sdp_task_opts o = gated(g, opts(g, step, gi, -1, ph), after);
         o.hint.chunk = c;
         o.hint.rank = r;
