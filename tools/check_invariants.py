@@ -17,7 +17,9 @@ use only the times, so they hold on any log, from any number of ranks:
      agree with the derived one.  An AdamW whose chunk has a put (param_put with the working
      copies off the host, param_put_rows and param_put_early with the embedding's, stage_put for
      the early MLP update) wrote a stage: the put wrote the copy the compute reads, and it is the
-     writer that counts here.
+     writer that counts here.  With routed streaming (graph/moe.c) a sparse layer's tasks other
+     than the MoE ones read only the chunks the step fetched (param_chunk): only those chunks'
+     updates count for them.
   2. The update of group g at step s starts after every backward (and loss) event of group g at
      step s, on every rank, has ended: it consumes the final, aggregated gradient.
      With the bf16 gradient return, the group's grad_pack event (its final gradient packed) must
@@ -292,6 +294,26 @@ def report_waits(events):
               % (lane, why, len(durs), sum(durs), max(durs)))
 
 
+def routed_reads(ev):
+    """Routed streaming (graph/moe.c): a sparse layer's tasks other than the MoE ones read only
+    the chunks its step fetched (param_chunk, the chunks that are not an expert's alone); the
+    experts' chunks reach the GPU inside the MoE tasks, which read every chunk's host copy.
+    Returns f(event, updates): the updates whose chunks the event reads."""
+    fetched, sparse = defaultdict(set), set()
+    for e in ev:
+        if e["name"] == "param_chunk":
+            fetched[(e["step"], e["group"])].add(e.get("chunk", -1))
+        elif e["name"].startswith("moe_"):
+            sparse.add((e["step"], e["group"]))
+
+    def f(e, us):
+        key = (e["step"], e["group"])
+        if not us or key not in sparse or key not in fetched or e["name"].startswith("moe_"):
+            return us
+        return [u for u in us if u.get("chunk", -1) in fetched[key]]
+    return f
+
+
 def check(events, rep=None):
     rep = rep or Report()
     ev = [e for e in events if e["step"] >= 0 and e["group"] >= 0 and not is_wait(e)]
@@ -317,6 +339,7 @@ def check(events, rep=None):
     for e in ev:
         g = e["group"]
         first_step[g] = min(first_step.get(g, e["step"]), e["step"])
+    reads = routed_reads(ev)
 
     # ---- invariant 1: one version per (step, group), derived from the times ----
     derived = defaultdict(list)  # (step, group) -> [(version, event)]
@@ -329,6 +352,7 @@ def check(events, rep=None):
             us = ups.get(s2)
             if us and has(e, "lookup"):
                 us = [u for u in us if not has(u, "late")]
+            us = reads(e, us)
             if not us:
                 continue
             # an AdamW whose chunk has a put (param_put, stage_put) wrote a stage, and the put
@@ -447,6 +471,7 @@ def check(events, rep=None):
         us = updates.get(g, {}).get(s - 1)
         if us and has(e, "lookup"):
             us = [u for u in us if not has(u, "late")]
+        us = reads(e, us or [])
         if not us:
             continue
         last = max(us, key=lambda u: u["end_us"])

@@ -18,7 +18,8 @@
 #     token (graph/plan.c);
 #   - routed streaming (chunks of 8 KiB, so that the sparse layers' experts fill chunks of their
 #     own): the GPU run fetches fewer chunks of the sparse layers than the same run with
-#     SDP_MOE_ROUTED=off, with the same losses bit for bit; every compute copy starts as NaN
+#     SDP_MOE_ROUTED=off and every group's chunks fetched one by one (SDP_CHUNK_PIPELINE=on),
+#     with the same losses bit for bit; every compute copy starts as NaN
 #     (SDP_POISON_COMPUTE_COPY), so that a routed expert left uncopied would show;
 #   - tools/check_invariants.py passes the GPU runs' logs.
 set -u
@@ -57,10 +58,10 @@ run cpu 0
 run gpu 1
 run up0 1 --grad-dtype bf16 --gpu-update 0
 run up3 1 --grad-dtype bf16 --gpu-update 3
-SDP_MOE_ROUTED=off
-export SDP_MOE_ROUTED
+SDP_MOE_ROUTED=off SDP_CHUNK_PIPELINE=on # every chunk fetched on its own (param_chunk)
+export SDP_MOE_ROUTED SDP_CHUNK_PIPELINE
 run all 1
-unset SDP_MOE_ROUTED
+unset SDP_MOE_ROUTED SDP_CHUNK_PIPELINE
 [ $fail = 0 ] || finish
 
 # The tolerances.  fp32 on both sides: the GPU path keeps fp32 weights and activations here

@@ -15,3 +15,5 @@ check_PROGRAMS += tests/policies/test_policies_lpt
 TESTS += tests/policies/test_policies_lpt
 tests_policies_test_policies_lpt_SOURCES = tests/policies/test_policies_lpt.c \
 	policies/roundpipe_lpt.h policies/slidedp_internal.h
+TESTS += tests/policies/test_policies_routed_check.sh
+EXTRA_DIST += tests/policies/test_policies_routed_check.sh
