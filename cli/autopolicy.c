@@ -49,6 +49,8 @@ void sdp_train_auto_print(const struct sdp_auto *a, const char *what)
                               sdp_auto_place_name[w->place]);
     }
     SDP_INFO("auto: %s: %s", what, a->nrows ? line : "the recipe's plan");
+    if (a->gpu_update > 0 && strcmp(what, "layers")) /* choose() says it with the budget */
+        SDP_INFO("auto: %s: layers 1-%d updated on the GPU", what, a->gpu_update);
 }
 
 /* The choice pick[] as rows into a->rows.  @return 0 or -ENOSPC (logged) */
@@ -70,22 +72,29 @@ static int choose(struct sdp_train *t, const char *stage)
     struct sdp_cli_machine cm;
     struct sdp_cli_run cr;
     struct sdp_predict base, chosen;
-    int ngpus = sdp_cli_run_gpus(r, r->machine), rc, *pick;
-    double least = 0, limit;
+    int ngpus = sdp_cli_run_gpus(r, r->machine), rc, *pick, short_host = 0;
+    double least = 0;
+    struct sdp_auto_budget b;
     sdp_cli_machine_get(r->machine, ngpus, 0, &cm);
     if ((rc = sdp_cli_run_make(r, ngpus, &cr)) != 0)
         return rc;
-    limit = budget_of(r, &cm);
+    b.limit = budget_of(r, &cm);
+    b.host = cm.mc.ngpus > 0 && r->host_memory_gib > 0 ? r->host_memory_gib * 1073741824.0 : 0;
     pick = calloc((size_t)cr.plan.nlayers, sizeof(*pick));
     rc = pick ? sdp_predict_step(&cr.run, &cm.mc, &base) : -ENOMEM;
     if (!rc)
-        rc = sdp_cli_auto_choose(&cr, &cm, limit, a->measured ? a->adjust : NULL, pick, &chosen,
-                                 &least);
-    if (rc == -ENOSPC) {
+        rc = sdp_cli_auto_choose(&cr, &cm, &b, a->measured ? a->adjust : NULL, pick, &a->gpu_update,
+                                 &chosen, &least, &short_host);
+    if (rc == -ENOSPC && short_host) {
+        SDP_ERROR("%s: train.policy auto: the host's peak is %.2f GiB with every layer that can "
+                  "updated on the GPU, above train.host_memory_gib %.2f",
+                  r->file[0] ? r->file : "train", least / 1073741824.0, b.host / 1073741824.0);
+        sdp_hint("raise train.host_memory_gib to %.2f or more", least / 1073741824.0 + 0.01);
+    } else if (rc == -ENOSPC) {
         SDP_ERROR("%s: train.policy auto: no activation placement fits the %s of %.2f GiB; the "
                   "least needs %.2f GiB",
                   r->file[0] ? r->file : "train", ngpus > 0 ? "GPU budget" : "host budget",
-                  limit / 1073741824.0, least / 1073741824.0);
+                  b.limit / 1073741824.0, least / 1073741824.0);
         sdp_hint("raise train.%s to %.2f or more, or lower batch.micro",
                  ngpus > 0 ? "gpu_memory_gib" : "host_memory_gib", least / 1073741824.0 + 0.01);
     }
@@ -94,6 +103,10 @@ static int choose(struct sdp_train *t, const char *stage)
         SDP_INFO("auto: %s: predicted %.3f s a step against %.3f s for the recipe's plan (%+.1f%%)",
                  stage, chosen.step_s, base.step_s, 100.0 * (base.step_s / chosen.step_s - 1.0));
         sdp_train_auto_print(a, "layers");
+        if (b.host > 0)
+            SDP_INFO("auto: %s: layers 1-%d updated on the GPU, the host's peak %.2f GiB "
+                     "predicted within its %.2f GiB",
+                     stage, a->gpu_update, chosen.host_bytes / 1073741824.0, b.host / 1073741824.0);
     }
     free(pick);
     sdp_cli_run_free(&cr);

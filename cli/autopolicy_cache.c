@@ -34,7 +34,7 @@ void sdp_train_auto_key(struct sdp_train *t)
     memset(&here, 0, sizeof(here));
     sdp_machine_identify(&here);
     snprintf(a->key, sizeof(a->key),
-             "v1 arch %d L %d C %d I %d NH %d NKV %d HD %d V %d tie %d | B %d T %d global %d | "
+             "v2 arch %d L %d C %d I %d NH %d NKV %d HD %d V %d tie %d | B %d T %d global %d | "
              "ranks %d gpus %d prec %d grad %d chunk %g | gpu %g host %g | %s | %s | %d cores | "
              "%d GPUs %s",
              (int)m->arch, m->num_layers, m->hidden_size, m->intermediate_size, m->num_heads,
@@ -92,9 +92,13 @@ static int load(struct sdp_train *t, const char *path, const char *key)
              w->last <= t->r->model.num_layers;
         n += ok;
     }
-    if (ok)
-        a->nrows = n;
-    else
+    if (ok) { /* layers updated on the GPU (absent: none) */
+        json_t *u = json_object_get(o, "gpu_update");
+        int nu = json_is_integer(u) ? (int)json_integer_value(u) : 0;
+        ok = nu >= 0 && nu <= t->r->model.num_layers;
+        a->nrows = ok ? n : 0, a->gpu_update = ok ? nu : 0;
+    }
+    if (!ok)
         SDP_WARN("auto plan %s: not a plan of this run (%s): choosing again", path,
                  key && k && strcmp(k, key) ? "another key" : "malformed");
     json_decref(o);
@@ -130,11 +134,11 @@ static char *text_of(const struct sdp_auto *a)
         json_array_append_new(rows, json_pack("{s:i, s:i, s:s}", "first", a->rows[i].first, "last",
                                               a->rows[i].last, "placement",
                                               sdp_auto_place_name[a->rows[i].place]));
-    o = json_pack("{s:s, s:i, s:s, s:o, s:f, s:f, s:f, s:s, s:f, s:f}", "format", FORMAT, "version",
-                  1, "key", a->key, "rows", rows, "predicted_s", a->pred_chosen_s,
-                  "default_predicted_s", a->pred_default_s, "selection_s", a->select_s, "validated",
-                  a->verdict[0] ? a->verdict : "not yet", "measured_s", a->meas_s[0],
-                  "default_measured_s", a->meas_s[1]);
+    o = json_pack("{s:s, s:i, s:s, s:o, s:i, s:f, s:f, s:f, s:s, s:f, s:f}", "format", FORMAT,
+                  "version", 1, "key", a->key, "rows", rows, "gpu_update", a->gpu_update,
+                  "predicted_s", a->pred_chosen_s, "default_predicted_s", a->pred_default_s,
+                  "selection_s", a->select_s, "validated", a->verdict[0] ? a->verdict : "not yet",
+                  "measured_s", a->meas_s[0], "default_measured_s", a->meas_s[1]);
     s = o ? json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) : NULL;
     json_decref(o);
     return s;

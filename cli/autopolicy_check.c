@@ -15,6 +15,12 @@
 #include "cli/train_internal.h"
 #include "graph/choose.h"
 
+int sdp_train_auto_budget(const struct sdp_train *t, struct sdp_plan *p)
+{
+    const struct sdp_auto *a = &t->autop;
+    return a->gpu_update > 0 ? sdp_plan_set(p, &t->st, 1, a->gpu_update, "update", "gpu") : 0;
+}
+
 int sdp_train_auto_apply(const struct sdp_train *t, struct sdp_plan *p)
 {
     const struct sdp_auto *a = &t->autop;

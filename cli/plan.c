@@ -380,8 +380,12 @@ static int plan_run(struct sdp_recipe *r)
         print_text(r, &cr, &cm, &p, &l, w, nw > 0 ? nw : 0);
     if (!ok)
         refuse(r, &p, &l, ngpus, w, nw > 0 ? nw : 0);
-    if ((r->plan_auto || r->policy_auto) && sdp_cli_plan_auto(&cr, &cm, l.gpu, &p) != 0)
-        ok = 0;
+    if (r->plan_auto || r->policy_auto) {
+        /* the host's budget when the recipe gives one (the layers' updates may move to the GPU) */
+        struct sdp_auto_budget b = { l.gpu, ngpus > 0 && r->host_memory_gib > 0 ? l.host : 0 };
+        if (sdp_cli_plan_auto(&cr, &cm, &b, &p) != 0)
+            ok = 0;
+    }
     if (!r->json && width > 0 && sdp_cli_plan_split(&cr, &cm, width) != 0)
         ok = 0;
     sdp_cli_run_free(&cr);

@@ -63,12 +63,18 @@ int sdp_cli_predict_plan(const struct sdp_recipe *r, const struct sdp_model_cfg 
                          const struct sdp_plan *plan, int ngpus, const struct sdp_cli_machine *cm,
                          struct sdp_predict *out);
 
+/** AutoPolicy's budgets: limit, a GPU's (on CPU workers the host's); host, the host's beside a
+ * GPU (0: none). */
+struct sdp_auto_budget {
+    double limit, host;
+};
+
 /** `slidedp plan --auto` (cli/plan_auto.c): every decoder layer's activation placement chosen
- * within gpu_limit bytes a GPU, printed with its predicted gain over base (cr's own plan) and the
- * recipe rows that give it.  @return 0, -ENOSPC (no placement fits: logged with the least that
- * does), -ENOMEM */
-int sdp_cli_plan_auto(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, double gpu_limit,
-                      const struct sdp_predict *base);
+ * within b's budgets (sdp_cli_auto_choose), printed with its predicted gain over base (cr's own
+ * plan) and the recipe rows that give it.  @return 0, -ENOSPC (no placement fits: logged with the
+ * least that does), -ENOMEM */
+int sdp_cli_plan_auto(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm,
+                      const struct sdp_auto_budget *b, const struct sdp_predict *base);
 
 /** `slidedp plan --sched sdp-roundpipe` (cli/plan_split.c): RoundPipe's stage split of cr's step
  * on cm, the dynamic program's and the greedy split's, the chosen one stage by stage.
@@ -96,12 +102,16 @@ struct sdp_auto_row {
 /** pick (a placement per layer) as runs of equal layers.  @return the rows, or -ENOSPC (max) */
 int sdp_auto_rows(const int *pick, int L, struct sdp_auto_row *rows, int max);
 
-/** AutoPolicy's assignment: pick[l] for every layer, the least predicted GPU time whose bytes fit
- * limit (a GPU's; on CPU workers the host's) beside the rest of the run; adjust[k] (NULL: none)
- * adds a measured correction to placement k's time per layer.  chosen: the choice priced whole;
- * *least: the least any choice needs.  @return 0, -ENOSPC (none fits), -ENOMEM */
-int sdp_cli_auto_choose(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm, double limit,
-                        const double *adjust, int *pick, struct sdp_predict *chosen, double *least);
+/** AutoPolicy's assignment: on a GPU with a host budget, first the fewest decoder layers, from the
+ * first, whose AdamW runs on the GPU (*gpu_update, their moments off the host) for the host's peak
+ * to fit it; then pick[l] for every layer, the least predicted GPU time whose bytes fit the limit
+ * beside the rest of the run; adjust[k] (NULL: none) adds a measured correction to placement k's
+ * time per layer.  chosen: the choice priced whole; *least: the least any choice needs (of the
+ * host when *host_short, of the limit otherwise).  @return 0, -ENOSPC (none fits), -ENOMEM */
+int sdp_cli_auto_choose(struct sdp_cli_run *cr, const struct sdp_cli_machine *cm,
+                        const struct sdp_auto_budget *b, const double *adjust, int *pick,
+                        int *gpu_update, struct sdp_predict *chosen, double *least,
+                        int *host_short);
 
 /** One line: the predicted step, tokens/s, bound and peaks, and the machine's source. */
 void sdp_cli_predict_line(const struct sdp_predict *p, const struct sdp_cli_machine *cm, char *out,

@@ -233,7 +233,11 @@ static int graph_make(struct sdp_train *t, int with_auto, int first)
     gc.grad_route_gpu = t->routes;
     if (plan_make(r, &t->st, &gc, &plan))
         return r->nplan ? SDP_EXIT_USAGE : SDP_EXIT_FAILURE;
-    if (with_auto && (sdp_train_auto_apply(t, &plan) || sdp_plan_check(&plan, &t->st, &gc))) {
+    /* the layers updated on the GPU for the host's budget hold for the recipe's plan too (the
+     * validation's other side) */
+    if ((with_auto || t->autop.gpu_update > 0) &&
+        (sdp_train_auto_budget(t, &plan) || (with_auto && sdp_train_auto_apply(t, &plan)) ||
+         sdp_plan_check(&plan, &t->st, &gc))) {
         sdp_plan_free(&plan);
         return SDP_EXIT_FAILURE;
     }

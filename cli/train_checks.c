@@ -125,6 +125,22 @@ static unsigned long long host_act_bytes(const struct sdp_recipe *r)
                                : 0));
 }
 
+/* The moments that get no host pages: those of the layers updated on the GPU (train.gpu_update,
+ * full fine-tuning on one GPU; graph/predict_mem.c), or with train.policy auto under a host
+ * budget, of every layer it may move there (its stage 1 then checks the budget exactly). */
+static unsigned long long gpu_moment_bytes(const struct sdp_recipe *r, enum sdp_dtype grad_dt)
+{
+    int n = r->policy_auto && r->host_memory_gib > 0 ? r->model.num_layers : r->gpu_update;
+    unsigned long long b = 0;
+    if (r->lora.rank > 0 || !sdp_cli_may_use_gpu(r->gpus) || r->ranks > 1 || r->work_on_gpu ||
+        grad_dt != SDP_BF16)
+        return 0;
+    for (int g = 1; g <= n && g <= r->model.num_layers; g++)
+        b +=
+            sdp_model_layer_sparse(&r->model, g - 1) ? 0 : sdp_model_group_nelems(&r->model, g) * 8;
+    return b;
+}
+
 /* The host memory of the run: its state and the activations of one step that live there, within
  * what the recipe or the host allows. */
 static int check_host_memory(struct sdp_train *t)
@@ -138,6 +154,7 @@ static int check_host_memory(struct sdp_train *t)
                                              (sdp_cli_may_use_gpu(r->gpus) ? SDP_STATE_ON_GPU : 0) |
                                                  (r->work_on_gpu ? SDP_STATE_WORK_STAGED : 0) |
                                                  (r->embed_on_gpu ? SDP_STATE_EMBED_STAGED : 0));
+    state_bytes -= gpu_moment_bytes(r, t->grad_dt);
     need = state_bytes + host_act_bytes(r);
     avail = r->host_memory_gib > 0 ? (unsigned long long)(r->host_memory_gib * 1073741824.0)
                                    : sdp_rt_host_mem_available();

@@ -21,9 +21,10 @@
 #define SDP_AUTO_VSTEPS   2 /* the validation's timed steps per plan */
 enum { SDP_AUTO_SELECTED = 1, SDP_AUTO_FROM_CACHE, SDP_AUTO_FROM_RUN };
 struct sdp_auto {
-    int from;     /* SDP_AUTO_*; 0: no selection */
-    int measured; /* stage 2 ran: adjust[] holds its corrections */
-    int nrows;    /* the chosen placements (0: the recipe's plan) */
+    int from;       /* SDP_AUTO_*; 0: no selection */
+    int measured;   /* stage 2 ran: adjust[] holds its corrections */
+    int nrows;      /* the chosen placements (0: the recipe's plan) */
+    int gpu_update; /* layers 1..gpu_update updated on the GPU (the host's budget), 0: none */
     struct sdp_auto_row rows[SDP_AUTO_MAX_ROWS];
     double adjust[SDP_AUTO_NPLACE];       /* s a step per layer, measured - predicted */
     double pred_chosen_s, pred_default_s; /* the model's steps */
@@ -107,6 +108,9 @@ int sdp_train_auto_measure(struct sdp_train *t);
 void sdp_train_auto_print(const struct sdp_auto *a, const char *what);
 /** The chosen rows onto plan p.  @return 0 or -EINVAL (logged) */
 int sdp_train_auto_apply(const struct sdp_train *t, struct sdp_plan *p);
+/** The layers the host's budget updates on the GPU onto plan p, whether p takes the chosen rows
+ * or is the recipe's own (the validation's other side).  @return 0 or -EINVAL (logged) */
+int sdp_train_auto_budget(const struct sdp_train *t, struct sdp_plan *p);
 /** Before the first step: stage 4 planned, or the choice saved as it stands. */
 void sdp_train_auto_start(struct sdp_train *t);
 /** Whether step s must not learn of step s + 1 (the graph may change after it). */

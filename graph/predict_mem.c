@@ -88,7 +88,9 @@ unsigned long long sdp_predict_gpu_peak(const struct sdp_predict_run *run, doubl
 
 /* The host: fp32 masters and moments (12 bytes a parameter), the working copy unless staged (a
  * second one with delayed weights), fp32 gradients where the return is fp32 (one per rank when
- * the host sums them), the stages, one micro-batch's offloaded activations. */
+ * the host sums them), the stages, one micro-batch's offloaded activations.  The moments of a
+ * group updated on the GPU (update_gpu) get address space but no pages: they are zero until the
+ * GPU's AdamW writes them there, and come to the host only for a checkpoint or an eviction. */
 void sdp_predict_host_peak(const struct sdp_predict_run *run, const struct sdp_predict_machine *mc,
                            struct sdp_predict *o)
 {
@@ -110,6 +112,8 @@ void sdp_predict_host_peak(const struct sdp_predict_run *run, const struct sdp_p
         unsigned long long n = sdp_model_group_nelems(run->m, gi);
         if (!pg->grad_bf16 && p->lora.rank <= 0)
             b += n * 4ull * (p->nranks > 1 && !pg->grad_gpu ? (unsigned)p->nranks : 1u);
+        if (pg->update_gpu)
+            b -= (unsigned long long)sdp_predict_trained_elems(p, run->m, gi) * 8ull;
         if (gi >= 1 && gi <= p->nlayers && pg->offload && pg->act != SDP_ACT_KEEP)
             b += sdp_model_layer_act_bytes_res(run->m, run->micro_batch, run->seq_len, (int)es,
                                                p->residual_f32 ? 4 : (int)es,

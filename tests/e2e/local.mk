@@ -43,6 +43,9 @@ EXTRA_DIST += tests/e2e/test_e2e_plan_predict.sh
 # train.policy auto: selection, validation, cache, resume (test_e2e_policy_auto.sh)
 TESTS += tests/e2e/test_e2e_policy_auto.sh
 EXTRA_DIST += tests/e2e/test_e2e_policy_auto.sh
+# train.policy auto under a host budget: layers updated on the GPU (exit 77 without a GPU)
+TESTS += tests/e2e/test_e2e_policy_auto_host_gpu.sh
+EXTRA_DIST += tests/e2e/test_e2e_policy_auto_host_gpu.sh
 # the recipe's lora: section in the plan, and its refusals (test_e2e_lora_plan.sh)
 TESTS += tests/e2e/test_e2e_lora_plan.sh
 EXTRA_DIST += tests/e2e/test_e2e_lora_plan.sh

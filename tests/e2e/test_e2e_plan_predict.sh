@@ -154,6 +154,49 @@ expect 1 "no placement fits 1.00 GiB a GPU: the least needs [0-9.]+ GiB" -- \
     "$bin" plan --model qwen3-0.6b --batch 16 --gpus 1 --gpu-memory-gib 1 --auto
 expect 2 "drop --json" -- "$bin" plan --model qwen3-0.6b --gpus 1 --auto --json
 
+# 5b. --auto under a host budget on a GPU (train.host_memory_gib): qwen3-8b's fp32 master and
+# moments alone are 91.5 GiB; the first layers' AdamW moves to the GPU (their moments get no host
+# pages) until the host's peak fits 90 GiB.  The rows give a plan the model prices within both
+# budgets, and one layer fewer on the GPU would not fit; a budget no plan fits is refused
+host8() { # GIB [PLAN ROWS FILE]
+    printf 'model: {preset: qwen3-8b}\ndata: {train: %s/data/kjv/val.tok}\n' "$top"
+    printf 'batch: {global: 32, micro: 32}\n'
+    printf 'train: {gpus: 1, grad_dtype: bf16, gpu_memory_gib: 120, host_memory_gib: %s}\n' "$1"
+    [ $# -lt 2 ] || cat "$2"
+}
+host8 90 > "$tmp/h90.yaml"
+"$bin" plan "$tmp/h90.yaml" --auto > "$tmp.out" 2> "$tmp.err"
+nu=$(sed -n 's/^  - {layers: 1-\([0-9]*\), update: gpu}$/\1/p' "$tmp.out")
+if [ -z "$nu" ]; then
+    echo "plan --auto under 90 GiB of host moved no update to the GPU"; cat "$tmp.out"; fail=1
+else
+    sed -n '/^plan:$/,$p' "$tmp.out" > "$tmp/rows"
+    sed -e "s/layers: 1-$nu, update/layers: 1-$((nu - 1)), update/" "$tmp/rows" > "$tmp/rows1"
+    host8 90 "$tmp/rows" > "$tmp/h90-auto.yaml"
+    host8 90 "$tmp/rows1" > "$tmp/h90-less.yaml"
+    "$bin" plan "$tmp/h90-auto.yaml" --json 2> /dev/null > "$tmp/h.json"
+    "$bin" plan "$tmp/h90-less.yaml" --json 2> /dev/null > "$tmp/h1.json"
+    "$py" - "$tmp/h.json" "$tmp/h1.json" "$nu" << 'PYEOF' || fail=1
+import json, sys
+p = json.load(open(sys.argv[1]))["predicted"]
+q = json.load(open(sys.argv[2]))["predicted"]
+G = 2**30
+print("auto under 90 GiB of host: layers 1-%s updated on the GPU, host %.2f GiB, GPU %.2f GiB; "
+      "one layer fewer: host %.2f GiB" % (sys.argv[3], p["host_bytes"] / G, p["gpu_need_bytes"] / G,
+                                          q["host_bytes"] / G))
+# a layer's moments: 8 bytes for each of its 192,946,432 parameters (q, k, v, o, the MLP's three
+# projections and the four norms of qwen3-8b)
+layer = 8 * (4096 * (4096 + 1024) * 2 + 3 * 4096 * 12288 + 2 * 4096 + 2 * 128)
+print("one layer's moments: %d bytes on the host, %d predicted" % (layer,
+                                                                 q["host_bytes"] - p["host_bytes"]))
+sys.exit(0 if p["host_bytes"] <= 90 * G < q["host_bytes"] and p["gpu_need_bytes"] <= 120 * G and
+         q["host_bytes"] - p["host_bytes"] == layer else 1)
+PYEOF
+fi
+host8 30 > "$tmp/h30.yaml"
+expect 1 "the host's peak is [0-9.]+ GiB with every layer that can updated on the GPU, above the budget of 30.00 GiB" -- \
+    "$bin" plan "$tmp/h30.yaml" --auto
+
 # 6. usage errors
 expect 2 "give one recipe file, or --model" -- "$bin" plan
 expect 2 "unknown model preset 'qwen9'" -- "$bin" plan --model qwen9
