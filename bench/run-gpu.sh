@@ -36,9 +36,10 @@
 #   auto     train.policy auto against the fixed default (the recipe's plan), each a short
 #            `slidedp train` of a preset on the KJV text, in the order of AUTO="MODEL BATCH GPU_GIB
 #            HOST_GIB [SEQ]; ..." (SEQ 1024 unless given; default: qwen3-4b/32 under 24 GiB,
-#            qwen3-4b/16 under 16 GiB, qwen3-8b/16 with the host's 90 GiB): the selection's log,
-#            the chosen plans (the
-#            cache's files, auto-plans/) and both runs' metrics (step times after the validation)
+#            qwen3-4b/16 under 16 GiB, qwen3-8b/16 with the host's 90 GiB; the fixed default
+#            without the host budget): the selection's log, the chosen plans (the cache's files,
+#            auto-plans/), both runs' metrics (step times after the validation) and their
+#            sampled peaks of host and GPU memory (peaks-*.txt)
 #   peers    PyTorch GPU-resident and FSDP2 with CPU offload (bench/peers.py) on MODEL/BATCH
 #   long     training at length (docs/long-sequences.md): each of LONG="MODEL SEQ BATCH GIB
 #            [BENCH_ARGS...]; ..." (default qwen3-4b at 8192/4, 16384/2, 32768/1 under 23 GiB,
@@ -128,6 +129,26 @@ ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 log() { echo "$*" | tee -a "$out/summary.log"; }
 bench_env=() # StarPU variables for the next bench alone (the targets stage sets them)
 bench_bin=$b/slidedp # the slidedp of the next bench (the targets stage's BUNDLE=DIR)
+# peaks FILE COMMAND...: runs COMMAND, sampling each second the peak resident memory of its
+# process tree's newest process (VmHWM) and the GPU's used memory; writes both to FILE
+peaks() {
+    local f=$1 pid hwm=0 gpu=0 v c
+    shift
+    "$@" &
+    pid=$!
+    while kill -0 "$pid" 2> /dev/null; do
+        c=$(pgrep -n -P "$pid" || echo "$pid")
+        v=$(awk '/^VmHWM/ { print $2 }' "/proc/$c/status" 2> /dev/null)
+        [ -n "$v" ] && [ "$v" -gt "$hwm" ] && hwm=$v
+        v=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2> /dev/null | head -n 1)
+        [ -n "$v" ] && [ "$v" -gt "$gpu" ] && gpu=$v
+        sleep 1
+    done
+    wait "$pid"
+    v=$?
+    awk -v h="$hwm" -v g="$gpu" 'BEGIN { printf "host_peak_gib %.2f gpu_used_peak_gib %.2f\n", h / 1048576, g / 1024 }' > "$f"
+    return $v
+}
 bench() { # NAME TIMEOUT ARGS...
     local name=$1 t=$2; shift 2
     # COMPACT=1: the kernel's free memory compacted first, so that each run finds huge pages as
@@ -311,11 +332,18 @@ for stage in $stages; do
                 >> "$out/$name.yaml"
             printf 'train: {steps: 20, gpus: 1, gpu_memory_gib: %s, host_memory_gib: %s}\n' \
                 "$ag" "$ah" >> "$out/$name.yaml"
+            # the fixed default has no host budget (its plan may not meet it: the measured peak
+            # says by how much)
+            sed -e 's/host_memory_gib: [0-9.]*/host_memory_gib: 0/' "$out/$name.yaml" > "$out/$name-fixed.yaml"
             for pol in fixed auto; do
-                SDP_CACHE_DIR=$out/cache timeout 420 "$b/slidedp" train "$out/$name.yaml" -q \
-                    --policy "$pol" --metrics "$out/metrics-$name-$pol.jsonl" > /dev/null 2> "$out/train-$name-$pol.log"
-                log "train $name $pol: exit $? $(grep -E 'auto: (validation|layers|stage 3|sel)|done:' \
-                    "$out/train-$name-$pol.log" | tr '\n' ' ' | cut -c1-600)"
+                yaml=$out/$name.yaml
+                [ "$pol" = fixed ] && yaml=$out/$name-fixed.yaml
+                SDP_CACHE_DIR=$out/cache peaks "$out/peaks-$name-$pol.txt" timeout 420 "$b/slidedp" \
+                    train "$yaml" -q --policy "$pol" --metrics "$out/metrics-$name-$pol.jsonl" \
+                    > /dev/null 2> "$out/train-$name-$pol.log"
+                log "train $name $pol: exit $? $(cat "$out/peaks-$name-$pol.txt") $(grep -E \
+                    'auto: (validation|layers|stage 3|sel)|done:' "$out/train-$name-$pol.log" |
+                    tr '\n' ' ' | cut -c1-700)"
             done
         done
         cp -r "$out/cache/plans" "$out/auto-plans" 2> /dev/null

@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/predict_cli.h"
 #include "formats/machine.h"
+#include "runtime/init.h"
 
 /* the largest rate of a per-thread-count table, and its one-thread rate */
 static void lane_of(const double *bps, int n, double *core, double *max)
@@ -126,8 +127,14 @@ void sdp_cli_machine_get(const char *path, int ngpus, int elsewhere, struct sdp_
     defaults(ngpus, &out->mc);
     snprintf(out->link, sizeof(out->link), "the model's defaults");
     if (!path || !path[0]) {
-        snprintf(out->source, sizeof(out->source), "defaults (%s; no train.machine file)",
-                 ngpus > 0 ? "the reference node: one H200, 16 cores" : "CPU workers");
+        /* on a GPU host, its GPUs' memory rather than the reference node's: a budget taken from
+         * the defaults would otherwise be the H200's on any card */
+        unsigned long long dev = ngpus > 0 && !elsewhere ? sdp_rt_gpu_mem_total(0) : 0;
+        if (dev > 0)
+            out->mc.gpu_mem_bytes = dev;
+        snprintf(out->source, sizeof(out->source), "defaults (%s%s; no train.machine file)",
+                 ngpus > 0 ? "the reference node: one H200, 16 cores" : "CPU workers",
+                 dev > 0 ? ", with this host's GPU memory" : "");
         return;
     }
     memset(&here, 0, sizeof(here));
