@@ -26,13 +26,13 @@
 #define REDUCED_LAYERS  6
 #define REDUCED_STEPS   3 /* its steps per placement: the first fills the pipeline */
 
-/* The chooser's budget: the GPU's limit (the recipe's, else the device's), or on CPU workers the
- * host's (the recipe's, else what is available). */
+/* The chooser's budget: the GPU's limit (the recipe's, else the share of the device StarPU
+ * allocates from), or on CPU workers the host's (the recipe's, else what is available). */
 static double budget_of(const struct sdp_recipe *r, const struct sdp_cli_machine *cm)
 {
     if (cm->mc.ngpus > 0)
         return r->gpu_memory_gib > 0 ? r->gpu_memory_gib * 1073741824.0
-                                     : (double)cm->mc.gpu_mem_bytes;
+                                     : (double)cm->mc.gpu_mem_bytes * SDP_RT_GPU_SHARE;
     return r->host_memory_gib > 0 ? r->host_memory_gib * 1073741824.0
                                   : (double)sdp_rt_host_mem_available();
 }

@@ -382,7 +382,9 @@ static int plan_run(struct sdp_recipe *r)
         refuse(r, &p, &l, ngpus, w, nw > 0 ? nw : 0);
     if (r->plan_auto || r->policy_auto) {
         /* the host's budget when the recipe gives one (the layers' updates may move to the GPU) */
-        struct sdp_auto_budget b = { l.gpu, ngpus > 0 && r->host_memory_gib > 0 ? l.host : 0 };
+        /* without a limit, the share of the device StarPU allocates from */
+        struct sdp_auto_budget b = { r->gpu_memory_gib > 0 ? l.gpu : l.gpu * SDP_RT_GPU_SHARE,
+                                     ngpus > 0 && r->host_memory_gib > 0 ? l.host : 0 };
         if (sdp_cli_plan_auto(&cr, &cm, &b, &p) != 0)
             ok = 0;
     }

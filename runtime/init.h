@@ -58,6 +58,9 @@ void sdp_rt_bus_count_read(int R, const int *workers, struct sdp_rank_bytes *out
 unsigned long long sdp_rt_gpu_mem_used(int dev);
 /** Total memory of CUDA device dev in bytes; 0 without CUDA. */
 unsigned long long sdp_rt_gpu_mem_total(int dev);
+/** The share of a CUDA device's memory StarPU allocates from when no limit is set
+ * (train.gpu_memory_gib 0, no STARPU_LIMIT_CUDA_MEM): its CUDA driver's FREE_MARGIN. */
+#define SDP_RT_GPU_SHARE 0.9
 /** Host memory available to this process in bytes: min(MemAvailable, cgroup limit - usage); 0 if
  * unknown. */
 unsigned long long sdp_rt_host_mem_available(void);

@@ -153,6 +153,13 @@ sys.exit(0 if p['gpu_need_bytes'] <= 8 * 2**30 <= p['gpu_bytes'] else 1)" "$tmp/
 expect 1 "no placement fits 1.00 GiB a GPU: the least needs [0-9.]+ GiB" -- \
     "$bin" plan --model qwen3-0.6b --batch 16 --gpus 1 --gpu-memory-gib 1 --auto
 expect 2 "drop --json" -- "$bin" plan --model qwen3-0.6b --gpus 1 --auto --json
+# without a limit the budget is the share of the device StarPU allocates from: 0.9 of the
+# reference H200's 143771 MiB (no machine file: the defaults; on a GPU host, its GPU's memory)
+if [ "$(ngpus)" = 0 ]; then
+    "$bin" plan --model qwen3-0.6b --batch 16 --gpus 1 --auto 2> /dev/null |
+        grep -q "^auto: per-layer activation placements chosen within 126.36 GiB a GPU" ||
+        { echo "plan --auto without a limit: not 0.9 of the device's memory"; fail=1; }
+fi
 
 # 5b. --auto under a host budget on a GPU (train.host_memory_gib): qwen3-8b's fp32 master and
 # moments alone are 91.5 GiB; the first layers' AdamW moves to the GPU (their moments get no host
