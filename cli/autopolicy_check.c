@@ -36,13 +36,16 @@ int sdp_train_auto_apply(const struct sdp_train *t, struct sdp_plan *p)
     return rc;
 }
 
-/* The validation's steps, from the run's first: [v0, v0 + SDP_AUTO_VSTEPS] chosen, then [.., v0 + 2
- * SDP_AUTO_VSTEPS
- * + 1] the recipe's; 0 when there is none (the plan came from a file, no step to spare). */
+/* The validation's steps: [v0, v0 + SDP_AUTO_VSTEPS] chosen, then [.., v0 + 2 SDP_AUTO_VSTEPS + 1]
+ * the recipe's, each plan's first step filling its pipeline; v0 is the run's second step, since
+ * the first two steps of a run on a GPU are slow whatever the plan (StarPU allocating: 6.8-9.1 s
+ * against 2.8-3.0 for qwen3-8b/16, bench/results/2026-12-07-h100-auto-host.md), and the first
+ * timed ones would count that against the chosen plan.  -1000 when there is none (the plan came
+ * from a file, no step to spare). */
 static int v0_of(const struct sdp_train *t)
 {
     const struct sdp_auto *a = &t->autop;
-    return a->validate ? t->first : -1000;
+    return a->validate ? t->first + 1 : -1000;
 }
 
 int sdp_train_auto_hold_next(const struct sdp_train *t, int s)
@@ -55,7 +58,7 @@ int sdp_train_auto_hold_next(const struct sdp_train *t, int s)
 void sdp_train_auto_start(struct sdp_train *t)
 {
     struct sdp_auto *a = &t->autop;
-    const int need = 2 * (SDP_AUTO_VSTEPS + 1) + 1;
+    const int need = 2 * (SDP_AUTO_VSTEPS + 1) + 2;
     if (!t->r->policy_auto || a->from != SDP_AUTO_SELECTED)
         return;
     a->validate = a->nrows > 0 && t->r->steps - t->first >= need;
