@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 struct sdp_model_cfg;
+struct sdp_moe_profile;
 
 #define SDP_EXIT_OK      0
 #define SDP_EXIT_FAILURE 1
@@ -22,6 +23,11 @@ int sdp_cli_sweep(int argc, char **argv);
 int sdp_cli_options(int argc, char **argv);
 int sdp_cli_calibrate(int argc, char **argv);
 int sdp_cli_plan(int argc, char **argv);
+/** A run's measured routing file (cli/moe_routing.c) into *out, checked against model m's experts
+ * and sparse layers, and m->routing set to it; *hits holds its counts (the caller frees it).
+ * @return 0 or -EINVAL, -ENOMEM (reported: the file and why) */
+int sdp_cli_moe_routing_load(const char *path, struct sdp_model_cfg *m, struct sdp_moe_profile *out,
+                             int **hits);
 int sdp_cli_simulate(int argc, char **argv);
 
 /** Seconds on the monotonic clock. */

@@ -8,5 +8,5 @@ slidedp_SOURCES = cli/cli.h cli/main.c cli/train.c cli/train_internal.h cli/trai
 	cli/policies.c cli/bench.c cli/bench_lora.c cli/export.c cli/tokenize.c cli/plot.c cli/sweep.c cli/util.c \
 	cli/options_cli.c
 slidedp_SOURCES += cli/calibrate.c cli/calibrate.h cli/calibrate_compute.c cli/calibrate_update.c cli/simulate.h cli/simulate.c cli/sim_platform.c cli/plan.c \
-	cli/predict_cli.h cli/predict_cli.c cli/plan_auto.c cli/plan_split.c cli/autopolicy.c cli/autopolicy_cache.c \
+	cli/predict_cli.h cli/predict_cli.c cli/plan_auto.c cli/plan_split.c cli/autopolicy.c cli/autopolicy_cache.c cli/moe_routing.c \
 	cli/autopolicy_check.c

@@ -317,6 +317,10 @@ const struct sdp_option sdp_options[] = {
       .def = "the machine file's node_link, else 10", .help = "the link's latency a message" },
     { NULL, "auto", 0, SDP_CMD_PLAN, .type = SDP_OPT_FLAG, RF(plan_auto), .def = "off",
       .help = "choose each layer's activation placement within the GPU budget (text only)" },
+    { NULL, "moe-routing", 0, SDP_CMD_PLAN, .type = SDP_OPT_PATH, RF(moe_routing), .arg = "FILE",
+      .def = "an even router",
+      .help = "a Qwen3-MoE run's measured routing (RUN/moe-routing.json) "
+              "to price routed streaming's bytes" },
     { NULL, "quiet", 'q', TRAIN, .type = SDP_OPT_FLAG, RF(quiet), .def = "off",
       .help = "no progress lines" },
     { NULL, "verbose", 'v', TRAIN, .type = SDP_OPT_FLAG, RF(verbose), .def = "off",

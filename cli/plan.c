@@ -226,15 +226,16 @@ static json_t *pred_json(const struct sdp_predict *p)
         json_object_set_new(b, sdp_predict_res_name((enum sdp_predict_res)i),
                             json_real(p->busy[i]));
     }
-    return json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o, s:I, s:I, s:I, "
-                     "s:I}",
-                     "step_s", p->step_s, "tokens_per_s", p->tokens_per_s, "bound",
-                     sdp_predict_res_name(p->bound), "chain_s", p->chain_s, "boundary_s",
-                     p->boundary_s, "host_chain_s", p->host_chain_s, "node_chain_s",
-                     p->node_chain_s, "node_tail_s", p->node_tail_s, "node_bytes", p->node_bytes,
-                     "demand_s", d, "busy", b, "gpu_bytes", (json_int_t)p->gpu_bytes,
-                     "gpu_need_bytes", (json_int_t)p->gpu_need_bytes, "host_bytes",
-                     (json_int_t)p->host_bytes, "pinned_bytes", (json_int_t)p->pinned_bytes);
+    return json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o, s:I, s:I, "
+                     "s:I, s:I}",
+                     "h2d_bytes", p->h2d_bytes, "d2h_bytes", p->d2h_bytes, "step_s", p->step_s,
+                     "tokens_per_s", p->tokens_per_s, "bound", sdp_predict_res_name(p->bound),
+                     "chain_s", p->chain_s, "boundary_s", p->boundary_s, "host_chain_s",
+                     p->host_chain_s, "node_chain_s", p->node_chain_s, "node_tail_s",
+                     p->node_tail_s, "node_bytes", p->node_bytes, "demand_s", d, "busy", b,
+                     "gpu_bytes", (json_int_t)p->gpu_bytes, "gpu_need_bytes",
+                     (json_int_t)p->gpu_need_bytes, "host_bytes", (json_int_t)p->host_bytes,
+                     "pinned_bytes", (json_int_t)p->pinned_bytes);
 }
 
 static void print_json(const struct sdp_recipe *r, const struct sdp_cli_run *cr,
@@ -337,6 +338,10 @@ static int nodes_split(const struct sdp_recipe *r)
     return -EINVAL;
 }
 
+/* --moe-routing's measured routing, which r->model points to while the command runs */
+static struct sdp_moe_profile routing;
+static int *routing_hits;
+
 static int plan_run(struct sdp_recipe *r)
 {
     struct sdp_cli_machine cm;
@@ -352,6 +357,14 @@ static int plan_run(struct sdp_recipe *r)
     ngpus = sdp_cli_run_gpus(r, r->machine);
     if (model_of(r))
         return SDP_EXIT_USAGE;
+    if (r->moe_routing[0] &&
+        sdp_cli_moe_routing_load(r->moe_routing, &r->model, &routing, &routing_hits))
+        return SDP_EXIT_USAGE;
+    if (r->model.routing)
+        SDP_INFO("routing: measured (%s: %d steps of %.0f tokens), %.3f of the experts routed "
+                 "a step",
+                 r->moe_routing, routing.steps, routing.tokens,
+                 sdp_model_moe_routed_share(&r->model, (double)r->global_batch * r->seq_len));
     sdp_cli_machine_get(r->machine, ngpus, 1, &cm);
     sdp_cli_machine_link(r, &cm);
     if (nodes_split(r))
@@ -440,5 +453,9 @@ int sdp_cli_plan(int argc, char **argv)
                 r.chunk_mib);
         return SDP_EXIT_USAGE;
     }
-    return plan_run(&r);
+    rc = plan_run(&r);
+    r.model.routing = NULL;
+    free(routing_hits);
+    routing_hits = NULL;
+    return rc;
 }

@@ -128,6 +128,7 @@ struct sdp_recipe {
     int print_plan;                 /* train: print the plan and exit */
     int json;                       /* plan: the prediction as JSON */
     int plan_auto;                  /* plan: choose each layer's activation placement */
+    char moe_routing[SDP_PATH_MAX]; /* plan: a run's measured routing ("" = an even router) */
     int warmup, barrier;            /* bench: untimed steps first, a barrier after each step */
     const char *trace, *events;     /* Chrome/Perfetto timeline, task event log ("" = none) */
     const char *mem_log;            /* bench: memory samples (JSONL) */

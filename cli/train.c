@@ -373,6 +373,9 @@ static int run(struct sdp_train *t)
         rc = SDP_EXIT_FAILURE;
     if (rc == SDP_EXIT_OK && !t->stopped && r->node == 0) /* node 0 writes for the run */
         rc = sdp_train_rundir_finish(t);
+    if (rc == SDP_EXIT_OK && r->node == 0 &&
+        sdp_train_moe_routing_save(t, t->stopped ? t->done : r->steps))
+        rc = SDP_EXIT_FAILURE;
     if (rc == SDP_EXIT_OK)
         print_summary(t, t0);
     return rc;

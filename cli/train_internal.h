@@ -106,6 +106,9 @@ int sdp_train_auto_plan(struct sdp_train *t);
 int sdp_train_auto_measure(struct sdp_train *t);
 /** The chosen rows as one log line: "auto: what: 1-13 offload, 14 selective, ...". */
 void sdp_train_auto_print(const struct sdp_auto *a, const char *what);
+/** A Qwen3-MoE run's routing so far, `steps` steps, into RUN/moe-routing.json (cli/moe_routing.c;
+ * nothing for a dense model or without a run directory).  @return 0 or -EIO (logged) */
+int sdp_train_moe_routing_save(const struct sdp_train *t, int steps);
 /** The chosen rows onto plan p.  @return 0 or -EINVAL (logged) */
 int sdp_train_auto_apply(const struct sdp_train *t, struct sdp_plan *p);
 /** The layers the host's budget updates on the GPU onto plan p, whether p takes the chosen rows

@@ -28,7 +28,8 @@
 #include "runtime/peft.h"
 
 /* What a run leaves in its directory, moved together by --force-new. */
-static const char *const run_files[] = { "checkpoints", "final", "COMPLETE", "run.json", "best" };
+static const char *const run_files[] = { "checkpoints",      "final", "COMPLETE", "run.json",
+                                         "moe-routing.json", "best" };
 #define N_RUN_FILES (sizeof(run_files) / sizeof(run_files[0]))
 
 /* The recipe fields a resumed run must share with the checkpoint's run: they decide the data order

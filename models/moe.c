@@ -86,9 +86,15 @@ size_t sdp_model_group_expert_elems(const struct sdp_model_cfg *cfg, int g)
 
 double sdp_model_moe_routed_share(const struct sdp_model_cfg *cfg, double tokens)
 {
+    const struct sdp_moe_profile *r = cfg->routing;
+    double idle = 0.0;
     if (!cfg->moe || cfg->num_experts <= 0 || tokens <= 0)
         return 0.0;
-    return 1.0 - pow(1.0 - (double)cfg->num_experts_per_tok / cfg->num_experts, tokens);
+    if (!r || r->steps <= 0 || r->tokens <= 0 || r->nlayers <= 0 || r->experts <= 0)
+        return 1.0 - pow(1.0 - (double)cfg->num_experts_per_tok / cfg->num_experts, tokens);
+    for (int i = 0; i < r->nlayers * r->experts; i++)
+        idle += pow(1.0 - (double)r->hits[i] / r->steps, tokens / r->tokens);
+    return 1.0 - idle / (r->nlayers * r->experts);
 }
 
 /* Qwen3-30B-A3B's config.json (Qwen/Qwen3-30B-A3B): 48 layers, every one sparse, 128 experts of

@@ -78,6 +78,16 @@ struct sdp_model_cfg {
     int mlp_only_layers[SDP_MOE_MAX_MLP_ONLY];
     double router_aux_loss_coef; /* the loss adds coef * load-balancing loss ... */
     int output_router_logits;    /* ... when this is 1 (transformers' default: 0, no aux loss) */
+    const struct sdp_moe_profile *routing; /* a run's measured routing (NULL: an even router) */
+};
+
+/* A run's measured routing (`slidedp train`'s DIR/moe-routing.json, `slidedp plan --moe-routing`):
+ * over `steps` steps of `tokens` tokens each, in how many steps expert e of the n-th sparse layer
+ * received a token: hits[n * experts + e]. */
+struct sdp_moe_profile {
+    double tokens;
+    int steps, nlayers, experts;
+    const int *hits;
 };
 
 /* Streamed parameter groups: group 0 is the token embedding, groups 1..L the decoder layers, group
@@ -157,9 +167,12 @@ int sdp_model_num_sparse_layers(const struct sdp_model_cfg *cfg);
  * layer's group, else 0. */
 size_t sdp_model_group_expert_elems(const struct sdp_model_cfg *cfg, int g);
 
-/** The share of a sparse layer's experts that `tokens` tokens route to, expected of a router
- * that spreads tokens evenly: each token picks K of E, so an expert gets none of them with
- * probability (1 - K/E)^tokens (routed streaming's bytes, docs/moe.md).  0 for dense models. */
+/** The share of a sparse layer's experts that `tokens` tokens route to (routed streaming's bytes,
+ * docs/moe.md).  Expected of a router that spreads tokens evenly: each token picks K of E, so an
+ * expert gets none of them with probability (1 - K/E)^tokens.  With cfg->routing, measured: an
+ * expert that received a token in a share f of the measured steps of N tokens gets none of
+ * `tokens` with probability (1 - f)^(tokens / N) (tokens routed independently), averaged over
+ * the sparse layers' experts.  0 for dense models. */
 double sdp_model_moe_routed_share(const struct sdp_model_cfg *cfg, double tokens);
 
 /** Number of streamed groups: L + 2. */

@@ -71,6 +71,41 @@ else
     diff "$tmp/ref.jsonl" "$d.jsonl" | head
     fail=1
 fi
+# the run's measured routing (RUN/moe-routing.json): the checkpoint's step counts, in both runs;
+# `slidedp plan --moe-routing` prices routed streaming's experts with it: the plan's bytes up a
+# step fall from the even router's share to the measured one's, for each sparse layer's experts
+for a in "" "--moe-routing $tmp/ref/moe-routing.json"; do
+    # shellcheck disable=SC2086 # $a: none or one option and its file
+    "$bin" plan "$tmp/moe.yaml" --gpus 1 --chunk-mib 0.0078125 $a --json 2> /dev/null
+done > "$tmp/plans.json"
+"$py" - "$tmp/ref" "$d" "$tmp/cli/config.json" "$tmp/plans.json" << 'PYEOF' || fail=1
+import glob, json, struct, sys
+f = open(sorted(glob.glob(sys.argv[1] + "/checkpoints/*.sdpckpt"))[-1], "rb").read()
+h = json.loads(f[64:64 + struct.unpack("<Q", f[16:24])[0]])["expert_steps"]
+ok = True
+for run in sys.argv[1:3]:
+    r = json.load(open(run + "/moe-routing.json"))
+    got = {str(x["layer"]): x["steps_routed"] for x in r["layers"]}
+    print("moe-routing.json of %s: %d steps of %g tokens, %s" % (run.split("/")[-1], r["steps"],
+                                                                  r["tokens_per_step"], got))
+    ok &= r["steps"] == 12 and r["tokens_per_step"] == 8 and \
+        sorted(got.values()) == sorted(h.values())
+c = json.load(open(sys.argv[3]))
+E, K = c.get("num_experts", c.get("num_local_experts")), c["num_experts_per_tok"]
+IM, C = c["moe_intermediate_size"], c["hidden_size"]
+even, meas = [json.loads(l)["predicted"]["h2d_bytes"] for l in open(sys.argv[4])]
+hits = [v for x in r["layers"] for v in x["steps_routed"]]
+share_even = 1 - (1 - K / E) ** 8
+share_meas = 1 - sum((1 - v / 12) ** (8 / 8) for v in hits) / len(hits)
+want = len(r["layers"]) * E * 3 * IM * C * 4 * (share_even - share_meas)
+print("plan: %.1f bytes up a step with an even router (share %.4f), %.1f measured (%.4f): "
+      "%.1f less, %.1f computed" % (even, share_even, meas, share_meas, even - meas, want))
+sys.exit(0 if ok and abs((even - meas) - want) < 1e-6 * even else 1)
+PYEOF
+"$bin" plan "$tmp/moe.yaml" --gpus 1 --moe-routing "$top/tests/e2e/data/micro-qwen3.yaml" \
+    > /dev/null 2> "$tmp/bad.err"
+[ $? = 2 ] && grep -q "micro-qwen3.yaml: line" "$tmp/bad.err" ||
+    { echo "--moe-routing with a file that is not one: expected exit 2 naming it"; cat "$tmp/bad.err"; fail=1; }
 # routed streaming, on CPU workers with the chunk pipeline (on a GPU by default): the sparse
 # layers' (1 and 3) working copies reach the compute copy without their chunks of experts alone,
 # each MoE task copies the experts its tokens route to, and the losses are the uninterrupted
