@@ -226,7 +226,7 @@ static json_t *pred_json(const struct sdp_predict *p)
         json_object_set_new(b, sdp_predict_res_name((enum sdp_predict_res)i),
                             json_real(p->busy[i]));
     }
-    return json_pack("{s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o, s:I, s:I, "
+    return json_pack("{s:f, s:f, s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o, s:I, s:I, "
                      "s:I, s:I}",
                      "h2d_bytes", p->h2d_bytes, "d2h_bytes", p->d2h_bytes, "step_s", p->step_s,
                      "tokens_per_s", p->tokens_per_s, "bound", sdp_predict_res_name(p->bound),
