@@ -38,10 +38,10 @@ int sdp_train_auto_apply(const struct sdp_train *t, struct sdp_plan *p)
 
 /* The validation's steps: [v0, v0 + SDP_AUTO_VSTEPS] chosen, then [.., v0 + 2 SDP_AUTO_VSTEPS + 1]
  * the recipe's, each plan's first step filling its pipeline; v0 is the run's second step, since
- * the first two steps of a run on a GPU are slow whatever the plan (StarPU allocating: 6.8-9.1 s
- * against 2.8-3.0 for qwen3-8b/16, bench/results/2026-12-07-h100-auto-host.md), and the first
- * timed ones would count that against the chosen plan.  -1000 when there is none (the plan came
- * from a file, no step to spare). */
+ * the first two steps of a run on a GPU are slow whatever the plan
+ * (bench/results/2026-12-07-h100-auto-host.md), and the first timed ones would count that
+ * against the chosen plan.  -1000 when there is none (the plan came from a file, no step to
+ * spare). */
 static int v0_of(const struct sdp_train *t)
 {
     const struct sdp_auto *a = &t->autop;
