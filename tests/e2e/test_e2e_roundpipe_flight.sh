@@ -1,7 +1,8 @@
 #!/bin/sh
 # sdp-roundpipe's micro-batches in flight (train.in_flight, --in-flight) on CPU workers standing in
-# for GPUs: the micro recipe with 4 micro-batches a step, 2 stage workers, a machine file whose LM
-# head is fast (this machine's calibration, the head's rate raised) so that the split has 3 stages:
+# for GPUs: the micro recipe with 4 micro-batches a step, 2 stage workers, a machine file whose
+# split prices are fixed with an LM head as cheap as the layers (split_machine, tests/lib/e2e.sh)
+# so that the split has 3 stages:
 #   - with 1, 2 and 3 micro-batches in flight the losses are sdp-slidedp's bit for bit;
 #   - in the event log, at no time have more than in_flight micro-batches started (their first
 #     task's start) and not finished (their last task's end); below the step's 4 micro-batches the
@@ -16,13 +17,7 @@ set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 micro_recipe | sed -e 's/^  micro: 2/  micro: 1/' > "$tmp/r.yaml"
 losses() { grep -o '"loss":[^,]*' "$1" | tr '\n' ' '; }
-"$bin" calibrate -o "$tmp/m0.json" 2> "$tmp/cal.err" || { echo "calibrate failed"; cat "$tmp/cal.err"; finish; }
-"$py" - "$tmp/m0.json" "$tmp/m.json" <<'PY' || fail=1
-import json, sys
-m = json.load(open(sys.argv[1]))
-m["cpu_head_flops"] *= 1000  # a head as cheap as the layers make it: several stages
-json.dump(m, open(sys.argv[2], "w"))
-PY
+split_machine "$tmp/m.json" || { fail=1; finish; }
 "$bin" train "$tmp/r.yaml" --steps 3 --cpus 2 -q --sched sdp-slidedp --in-flight 2 \
     --metrics "$tmp/ref.jsonl" --output "$tmp/ref" 2> "$tmp/ref.err" ||
     { echo "sdp-slidedp failed"; cat "$tmp/ref.err"; fail=1; }
