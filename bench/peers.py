@@ -21,7 +21,8 @@ preset.  Model FLOPs counted as in BENCH.md: 6 x matmul params + 6 x L x NH x HD
 recomputation not counted.
 
 peft-lora: the whole model in bf16 on one GPU (frozen), PEFT LoRA adapters of rank --lora-rank
-(scaling --lora-alpha / rank) on every linear of every layer (q, k, v, o, gate, up, down), kept in
+(scaling --lora-alpha / rank) on every linear of every layer (q, k, v, o, gate, up, down; of
+qwen3-30b-a3b, whose layers are sparse, q, k, v and o as slidedp's LoRA on an MoE), kept in
 fp32 by PEFT (autocast_adapter_dtype), bf16 autocast, gradient checkpointing per layer (with
 enable_input_require_grads, as PEFT needs for a frozen base), AdamW on the adapters (fused on the
 GPU); --device cpu runs it on the CPU for the tests.  Its model FLOPs are slidedp bench
@@ -70,6 +71,14 @@ PRESETS = {
                       tie_word_embeddings=False),
     "qwen3-32b": dict(hidden_size=5120, intermediate_size=25600, num_hidden_layers=64, num_attention_heads=64,
                       tie_word_embeddings=False),
+    "tiny-moe": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
+                     head_dim=32, num_key_value_heads=2, tie_word_embeddings=False, num_experts=8,
+                     num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True),
+    # Qwen3-30B-A3B (models/moe.c): every layer sparse, 128 experts, 8 a token
+    "qwen3-30b-a3b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=48, num_attention_heads=32,
+                          num_key_value_heads=4, tie_word_embeddings=False, num_experts=128,
+                          num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=True,
+                          router_aux_loss_coef=0.001),
 }
 
 
@@ -77,10 +86,18 @@ def shape(model):
     return {**QWEN3, **PRESETS[model]}
 
 
+def is_moe(p):
+    return "num_experts" in p
+
+
 def matmul_params(p):
+    """Linear-layer parameters a token passes through: of a sparse layer, the router and the K
+    experts it routes to (models/qwen3.c)."""
     C, I, L, NH = p["hidden_size"], p["intermediate_size"], p["num_hidden_layers"], p["num_attention_heads"]
     HD, NKV, V = p["head_dim"], p["num_key_value_heads"], p["vocab_size"]
-    per_layer = C * (NH * HD) + 2 * C * (NKV * HD) + (NH * HD) * C + 3 * C * I
+    mlp = (p["num_experts"] * C + p["num_experts_per_tok"] * 3 * C * p["moe_intermediate_size"]
+           if is_moe(p) else 3 * C * I)
+    per_layer = C * (NH * HD) + 2 * C * (NKV * HD) + (NH * HD) * C + mlp
     return L * per_layer + V * C  # linear layers + LM head (embedding lookup excluded)
 
 
@@ -95,11 +112,18 @@ def flops_per_token(p, seq):
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+def lora_targets(p):
+    """Every linear of a layer; of a Qwen3-MoE's sparse layers the attention's (slidedp refuses the
+    MLP's there, whose stacked experts PEFT would adapt as target_parameters)."""
+    return LORA_TARGETS[:4] if is_moe(p) else LORA_TARGETS
+
+
 def adapter_params(p, rank):
-    """Parameters of rank-`rank` adapters on every linear of every layer: r x (in + out) each."""
+    """Parameters of rank-`rank` adapters on lora_targets(p) of every layer: r x (in + out) each."""
     C, I, L, NH = p["hidden_size"], p["intermediate_size"], p["num_hidden_layers"], p["num_attention_heads"]
     Q, KV = NH * p["head_dim"], p["num_key_value_heads"] * p["head_dim"]
-    return L * rank * ((C + Q) + 2 * (C + KV) + (Q + C) + 2 * (C + I) + (I + C))
+    attn = (C + Q) + 2 * (C + KV) + (Q + C)
+    return L * rank * (attn if is_moe(p) else attn + 2 * (C + I) + (I + C))
 
 
 def lora_flops_per_token(p, seq, rank):
@@ -107,9 +131,14 @@ def lora_flops_per_token(p, seq, rank):
 
 
 def qwen3_config(p):
-    from transformers import Qwen3Config
-    return Qwen3Config(rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=40960,
-                       attn_implementation="sdpa", **p)
+    from transformers import Qwen3Config, Qwen3MoeConfig
+    return (Qwen3MoeConfig if is_moe(p) else Qwen3Config)(
+        rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=40960, attn_implementation="sdpa", **p)
+
+
+def model_class(p):
+    from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
+    return Qwen3MoeForCausalLM if is_moe(p) else Qwen3ForCausalLM
 
 
 def result(args, R, fpt, times, loss, gpu_peak, host, settings):
@@ -131,18 +160,18 @@ def peft_lora(cfg, dev, args, settings):
     """The frozen bf16 base on dev with PEFT's adapters: (model, optimizer)."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import Qwen3ForCausalLM
+    p = shape(args.model)
     torch.set_default_dtype(torch.bfloat16)  # the base's weights drawn in bf16 where they live
     try:
         with torch.device(dev):
-            model = Qwen3ForCausalLM(cfg)
+            model = model_class(p)(cfg)
     finally:
         torch.set_default_dtype(torch.float32)
     model.config.use_cache = False
     model.gradient_checkpointing_enable()
     model.enable_input_require_grads()
     lcfg = LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=0.0,
-                      target_modules=LORA_TARGETS, bias="none", task_type="CAUSAL_LM")
+                      target_modules=lora_targets(p), bias="none", task_type="CAUSAL_LM")
     model = get_peft_model(model, lcfg)  # the adapters in fp32 (autocast_adapter_dtype)
     model.train()
     trainable = [q for q in model.parameters() if q.requires_grad]
@@ -155,7 +184,7 @@ def peft_lora(cfg, dev, args, settings):
     settings.update({"params": "bf16 base on the %s, frozen" % ("CPU" if dev.type == "cpu" else "GPU"),
                      "adapters": "fp32", "autocast": "bf16", "checkpointing": True,
                      "optimizer": "AdamW on the adapters" + (" (fused)" if dev.type == "cuda" else ""),
-                     "lora": {"rank": args.lora_rank, "alpha": args.lora_alpha, "targets": LORA_TARGETS},
+                     "lora": {"rank": args.lora_rank, "alpha": args.lora_alpha, "targets": lora_targets(p)},
                      "adapter_params": n})
     return model, opt
 
@@ -164,10 +193,10 @@ def run(rank, args, out_q):
     """One process: the whole run with one rank (pytorch-gpu, or FSDP2 with --ranks 1), or rank
     `rank` of an FSDP2 run.  Rank 0 puts the JSON object on out_q (or prints it)."""
     import torch
-    from transformers import Qwen3ForCausalLM
 
     R, cpu = args.ranks, args.device == "cpu"
     p = shape(args.model)
+    cls = model_class(p)
     cfg = qwen3_config(p)
     torch.manual_seed(0)
     dev = torch.device("cpu") if cpu else torch.device("cuda", rank)
@@ -180,7 +209,7 @@ def run(rank, args, out_q):
         model, opt = peft_lora(cfg, dev, args, settings)
     elif not fsdp:
         with torch.device(dev):
-            model = Qwen3ForCausalLM(cfg)
+            model = cls(cfg)
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
@@ -196,10 +225,10 @@ def run(rank, args, out_q):
         mesh = init_device_mesh(args.device, (R,))
         offload = args.system == "fsdp2-offload"
         if offload or cpu:
-            model = Qwen3ForCausalLM(cfg)  # on the CPU: FSDP2 offload keeps parameters there
+            model = cls(cfg)  # on the CPU: FSDP2 offload keeps parameters there
         else:
             with torch.device(dev):
-                model = Qwen3ForCausalLM(cfg)
+                model = cls(cfg)
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

@@ -83,8 +83,7 @@ int sdp_cli_gpu_update(int requested, const struct sdp_lora_cfg *lora,
         return requested;
     if (lora->rank <= 0 || ranks != 1 || sdp_rt_ncuda() == 0 || !sdp_tasks_compute_on_gpu())
         return 0;
-    for (int l = 1; l <= m->num_layers; l++)
-        bytes += sdp_lora_layer_on(lora, l) ? sdp_lora_layer_elems(lora, m) * 16ull : 0;
+    bytes = sdp_lora_elems(lora, m) * 16ull;
     if (limit > 0 && need + bytes > limit) {
         SDP_INFO("LoRA: the adapters' AdamW on the host: their %.2f GiB of state do not fit beside "
                  "the run's %.2f GiB within %.2f GiB of GPU memory",

@@ -143,10 +143,9 @@ static void moe_bwd_cpu(void *buffers[], void *cl_arg)
     float *dy = sdp_cl_scratch(6, n6 * sizeof(float)), *dxp = dy + S * C, *dgu = dxp + S * C;
     float *dh = dgu + S * 2 * IM, *dwts = dh + S * IM, *dprobs = dwts + S;
     float *dlogits = dprobs + (size_t)N * E;
-    /* the weight gradients of a frozen base go to a scratch that is never read */
-    float *sink = G ? NULL : sdp_cl_scratch(7, (size_t)E * C * (1 + 3 * (size_t)IM) * 4);
-    float *gr = G ? G + s->off_router : sink, *ggu = G ? G + s->off_gu : sink + (size_t)E * C;
-    float *gdn = G ? G + s->off_down : ggu + (size_t)E * 2 * IM * C;
+    /* a frozen base (LoRA) has no weight gradient */
+    float *gr = G ? G + s->off_router : NULL, *ggu = G ? G + s->off_gu : NULL;
+    float *gdn = G ? G + s->off_down : NULL;
     sdp_cpu_moe_combine_bwd(dy, dwts, dout, k.y, &k.r, C);
     sdp_cpu_moe_experts_bwd(dxp, ggu, gdn, dgu, dh, dy, k.xp, k.gu, k.h, wgu, wdn, &k.r, C, IM);
     memset(dx, 0, (size_t)N * C * sizeof(float));

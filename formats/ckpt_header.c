@@ -433,9 +433,7 @@ static uint64_t group_nelems(const struct sdp_ckpt_header *h, int g)
 {
     if (h->lora.rank < 1)
         return sdp_model_group_nelems(&h->cfg, g);
-    return g >= 1 && g <= h->cfg.num_layers && sdp_lora_layer_on(&h->lora, g)
-               ? sdp_lora_layer_elems(&h->lora, &h->cfg)
-               : 0;
+    return g >= 1 && g <= h->cfg.num_layers ? sdp_lora_layer_elems(&h->lora, &h->cfg, g) : 0;
 }
 
 /* num_groups and the tensor table, checked against the model and the fixed header. */

@@ -143,19 +143,15 @@ int sdp_graph_moe_sync(sdp_graph_t *g, struct sdp_step_result *res)
 /* What the sparse layers do not run with yet, named; 0 when the graph can run them. */
 static int refused(const sdp_graph_t *g)
 {
-    const char *why = NULL;
-    if (g->R > 1 || g->P > 1) /* each rank's moe_used marks its own routing only */
-        why = "several ranks or nodes: the experts' usage is marked per rank, and AdamW would "
-              "skip an expert that another rank's tokens used (no reduction of the marks yet)";
-    else if (g->plan.lora.rank > 0) /* models/lora.c puts adapters on the dense projections */
-        why = "LoRA has no adapters for the stacked experts and the router yet";
-    else if (!g->st->groups[g->moe_first].expert_steps)
-        why = "the state has no expert step counts (a frozen base)";
-    if (!why)
+    if (g->R == 1 && g->P == 1)
         return 0;
-    int rc = sdp_err(-ENOTSUP, "graph: %d Qwen3-MoE sparse layers: %s",
-                     sdp_model_num_sparse_layers(&g->st->cfg), why);
-    sdp_hint("train MoE models on one rank (CPU workers or one GPU), full fine-tuning");
+    /* each rank's moe_used marks its own routing only */
+    int rc = sdp_err(-ENOTSUP,
+                     "graph: %d Qwen3-MoE sparse layers: several ranks or nodes: the experts' "
+                     "usage is marked per rank, and AdamW would skip an expert that another "
+                     "rank's tokens used (no reduction of the marks yet)",
+                     sdp_model_num_sparse_layers(&g->st->cfg));
+    sdp_hint("train MoE models on one rank (CPU workers or one GPU)");
     return rc;
 }
 

@@ -92,10 +92,11 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     pg->nchunks = gs->nchunks;
     pg->chunk_elems = st->chunk_elems;
     /* LoRA: the adapters' master and moments move to the GPU with their update (graph/lora.c);
-     * a sparse layer's update stays on the host, whose AdamW skips the experts without token */
+     * a sparse layer's full update stays on the host, whose AdamW skips the experts without token
+     */
     pg->update_gpu = layer && gi <= c->gpu_update && gpu_update_applies(p, st) &&
-                     !sdp_model_layer_sparse(&st->cfg, gi - 1) &&
-                     (!c->lora.rank || sdp_lora_layer_on(&c->lora, gi));
+                     (c->lora.rank > 0 ? sdp_lora_layer_targets(&c->lora, &st->cfg, gi) != 0
+                                       : !sdp_model_layer_sparse(&st->cfg, gi - 1));
     /* with the working copies on the host, only layer 1's update ends the step early enough to
      * pay for the stage it then takes (graph/optim.c, mlp_early) */
     pg->mlp_early = c->mlp_early >= 0 && mlp_early_applies(p, gi) &&
@@ -105,8 +106,8 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     pg->embed_early = gi == 0 && st->cfg.tie_word_embeddings && pg->grad_bf16 &&
                       sdp_plan_one_rank(p) && c->embed_early >= 0 && !p->clip &&
                       (!st->work_staged || st->embed_staged);
-    if (layer && sdp_lora_layer_on(&c->lora, gi)) {
-        pg->lora_targets = c->lora.targets;
+    if (layer && sdp_lora_layer_targets(&c->lora, &st->cfg, gi)) {
+        pg->lora_targets = sdp_lora_layer_targets(&c->lora, &st->cfg, gi);
         pg->lora_rank = c->lora.rank;
     }
 }
@@ -154,14 +155,14 @@ static int moe_routed_wanted(const struct sdp_state *st, int gi)
 
 /* Whether group gi's working copy goes to the compute chunk by chunk (work_chunks): one rank or
  * the replicated route (the sharded one sends chunks already), the copy on the host in more than
- * one chunk, written by host updates (not the GPU's, not frozen), one copy (param_delay 0), not
- * the embedding that the host lookup reads there. */
+ * one chunk, written by host updates (not the GPU's), one copy (param_delay 0), not the embedding
+ * that the host lookup reads there; a frozen group (LoRA's base) only for routed streaming. */
 static int work_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, int gi)
 {
     const struct sdp_group_state *gs = &st->groups[gi];
-    return (pipeline_wanted() || moe_routed_wanted(st, gi)) &&
+    return ((pipeline_wanted() && !gs->frozen) || moe_routed_wanted(st, gi)) &&
            (p->nranks == 1 || p->param_route != SDP_ROUTE_SHARDED) && !p->param_delay &&
-           !gs->staged && !gs->frozen && gs->nchunks > 1 && !p->group[gi].update_gpu &&
+           !gs->staged && gs->nchunks > 1 && (!p->group[gi].update_gpu || gs->frozen) &&
            !(gi == 0 && p->lookup_host);
 }
 

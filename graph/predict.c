@@ -551,8 +551,9 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
     p->attn_row_tokens = c->doc_mask ? c->attn_row_tokens : 0;
     for (int gi = 0; gi < p->ngroups; gi++) {
         struct sdp_plan_group *pg = &p->group[gi];
-        if (gi >= 1 && gi <= L && c->lora.rank > 0 && sdp_lora_layer_on(&c->lora, gi))
-            pg->lora_targets = c->lora.targets, pg->lora_rank = c->lora.rank; /* as plan.c */
+        if (gi >= 1 && gi <= L && c->lora.rank > 0 && sdp_lora_layer_targets(&c->lora, m, gi))
+            pg->lora_targets = sdp_lora_layer_targets(&c->lora, m, gi),
+            pg->lora_rank = c->lora.rank; /* as plan.c */
         size_t n = sdp_model_group_nelems(m, gi);
         enum sdp_act_place act = SDP_ACT_KEEP; /* as plan.c's act_of */
         if (gi >= 1 && gi <= L && c->recompute && gi <= L - c->keep_last)
@@ -577,8 +578,8 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
                           !(gi == 0 && c->embed_lookup_host);
         /* routed streaming where plan.c takes it on a GPU (priced only there: add_group) */
         pg->moe_routed = gi >= 1 && gi <= p->nlayers && sdp_model_layer_sparse(m, gi - 1) &&
-                         pg->nchunks > 1 && !p->param_delay && c->lora.rank <= 0 &&
-                         p->nranks == 1 && !sdp_env_is("SDP_MOE_ROUTED", "off");
+                         pg->nchunks > 1 && !p->param_delay && p->nranks == 1 &&
+                         !sdp_env_is("SDP_MOE_ROUTED", "off");
         pg->work_chunks = pg->work_chunks || pg->moe_routed;
         pg->grad_chunks = pipe && pg->nchunks > 1 && !grad_bf16 && c->lora.rank <= 0 &&
                           (sdp_plan_one_rank(p) || pg->grad_gpu);

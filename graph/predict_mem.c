@@ -12,7 +12,7 @@ double sdp_predict_trained_elems(const struct sdp_plan *p, const struct sdp_mode
 {
     if (p->lora.rank <= 0)
         return (double)sdp_model_group_nelems(m, gi);
-    return p->group[gi].lora_targets ? (double)sdp_lora_layer_elems(&p->lora, m) : 0.0;
+    return p->group[gi].lora_targets ? (double)sdp_lora_layer_elems(&p->lora, m, gi) : 0.0;
 }
 
 /* What stays on one GPU beyond the plan's own account (sdp_plan_gpu_bytes_min): the working

@@ -7,6 +7,10 @@
 
 #include "models/sdp_lora.h"
 
+/* the MLP's linears, which a sparse layer has not */
+#define MLP_TARGETS                                                                                \
+    (SDP_LORA_BIT(SDP_PT_GATE) | SDP_LORA_BIT(SDP_PT_UP) | SDP_LORA_BIT(SDP_PT_DOWN))
+
 const enum sdp_ptensor sdp_lora_kinds[SDP_LORA_NTARGETS] = { SDP_PT_Q,   SDP_PT_K,    SDP_PT_V,
                                                              SDP_PT_O,   SDP_PT_GATE, SDP_PT_UP,
                                                              SDP_PT_DOWN };
@@ -66,6 +70,13 @@ int sdp_lora_layer_on(const struct sdp_lora_cfg *c, int gi)
     return c->first == 0 || (gi >= c->first && gi <= c->last);
 }
 
+unsigned sdp_lora_layer_targets(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m, int gi)
+{
+    if (!sdp_lora_layer_on(c, gi) || gi > m->num_layers)
+        return 0;
+    return sdp_model_layer_sparse(m, gi - 1) ? c->targets & ~MLP_TARGETS : c->targets;
+}
+
 double sdp_lora_scale(const struct sdp_lora_cfg *c)
 {
     return c->rank > 0 ? c->alpha / c->rank : 0.0;
@@ -86,6 +97,16 @@ int sdp_lora_validate(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *
         return snprintf(why, whylen, "lora.layers %d-%d: outside the model's layers 1-%d", c->first,
                         c->last, m->num_layers),
                -1;
+    for (int g = 1; g <= m->num_layers; g++)
+        if (sdp_lora_layer_on(c, g) && sdp_model_layer_sparse(m, g - 1) &&
+            (c->targets & MLP_TARGETS))
+            return snprintf(why, whylen,
+                            "lora.targets: gate_proj, up_proj and down_proj of layer %d, a sparse "
+                            "(MoE) layer, are its stacked experts, which take no adapter here "
+                            "(PEFT adapts them as target_parameters); name q_proj, k_proj, v_proj "
+                            "and o_proj, or set lora.layers to dense layers",
+                            g),
+                   -1;
     for (int i = 0; i < SDP_LORA_NTARGETS; i++) {
         int in, out, lim;
         if (!(c->targets & SDP_LORA_BIT(sdp_lora_kinds[i])))
@@ -103,23 +124,29 @@ int sdp_lora_validate(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *
 double sdp_lora_train_flops_per_token(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m,
                                       int T)
 {
-    double adapters = 0.0;
-    for (int g = 1; g <= m->num_layers; g++)
-        if (sdp_lora_layer_on(c, g))
-            adapters += (double)sdp_lora_layer_elems(c, m);
+    double adapters = (double)sdp_lora_elems(c, m);
     return 4.0 * (double)sdp_model_matmul_params(m) +
            6.0 * (double)m->num_layers * m->num_heads * m->head_dim * (double)T + 6.0 * adapters;
 }
 
-size_t sdp_lora_layer_elems(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m)
+size_t sdp_lora_layer_elems(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m, int gi)
 {
+    const unsigned targets = sdp_lora_layer_targets(c, m, gi);
     size_t n = 0;
     for (int i = 0; i < SDP_LORA_NTARGETS; i++) {
         int in, out;
-        if (!(c->targets & SDP_LORA_BIT(sdp_lora_kinds[i])))
+        if (!(targets & SDP_LORA_BIT(sdp_lora_kinds[i])))
             continue;
         sdp_lora_dims(m, sdp_lora_kinds[i], &in, &out);
         n += (size_t)c->rank * ((size_t)in + (size_t)out);
     }
+    return n;
+}
+
+size_t sdp_lora_elems(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m)
+{
+    size_t n = 0;
+    for (int g = 1; g <= m->num_layers; g++)
+        n += sdp_lora_layer_elems(c, m, g);
     return n;
 }

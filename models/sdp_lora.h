@@ -37,20 +37,31 @@ int sdp_lora_target_parse(const char *name, enum sdp_ptensor *k);
  * (rank, in), B is (out, rank).  Kind k must be adaptable. */
 void sdp_lora_dims(const struct sdp_model_cfg *m, enum sdp_ptensor k, int *in, int *out);
 
-/** Whether decoder layer group gi (1..L) carries adapters under c. */
+/** Whether decoder layer group gi (1..L) is in c's layers. */
 int sdp_lora_layer_on(const struct sdp_lora_cfg *c, int gi);
+
+/** The targets (sdp_lora_cfg.targets' bits) of decoder layer group gi (1..L): c's targets in c's
+ * layers, 0 elsewhere; of a sparse layer (Qwen3-MoE), the attention's only (sdp_lora_validate
+ * refuses MLP targets there: PEFT would adapt its stacked experts). */
+unsigned sdp_lora_layer_targets(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m,
+                                int gi);
 
 /** alpha / rank, PEFT's scaling without rsLoRA. */
 double sdp_lora_scale(const struct sdp_lora_cfg *c);
 
 /** Check c against model m: rank at least 1 and at most every adapted linear's smaller width,
- * alpha > 0, dropout in [0, 1), at least one target, layers inside 1..L.  why names the recipe key
- * at fault (lora.rank, ...) and the bound.  @return 0, or -1 with why filled */
+ * alpha > 0, dropout in [0, 1), at least one target, layers inside 1..L, no gate, up or down
+ * target on a sparse layer (PEFT adapts its stacked experts: target_parameters, not supported). why
+ * names the recipe key at fault (lora.rank, ...) and the bound.  @return 0, or -1 with why filled
+ */
 int sdp_lora_validate(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m, char *why,
                       size_t whylen);
 
-/** Elements of one layer's adapters (A and B of every target) under c. */
-size_t sdp_lora_layer_elems(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m);
+/** Elements of decoder layer group gi's adapters (A and B of each of its targets) under c. */
+size_t sdp_lora_layer_elems(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m, int gi);
+
+/** Elements of every layer's adapters under c. */
+size_t sdp_lora_elems(const struct sdp_lora_cfg *c, const struct sdp_model_cfg *m);
 
 /** Model FLOPs per token of a LoRA training step at sequence length T: the frozen base's forward
  * and its backward through the activations (2 + 2 per matmul parameter, no weight gradient), the

@@ -136,7 +136,7 @@ static int fill_header(struct sdp_ckpt_header *h, const struct sdp_state *st,
     h->t = calloc((size_t)h->ntensors, sizeof(*h->t));
     if (!h->t)
         return sdp_err(-ENOMEM, "checkpoint of %d tensors", h->ntensors);
-    if (st->lora.rank == 0 && sdp_model_num_sparse_layers(&st->cfg) > 0) {
+    if (sdp_model_num_sparse_layers(&st->cfg) > 0) { /* LoRA too: the routing profile */
         const size_t E = (size_t)st->cfg.num_experts;
         if (!(h->expert_steps = calloc((size_t)st->ngroups * E, sizeof(*h->expert_steps))))
             return sdp_err(-ENOMEM, "checkpoint: expert steps");

@@ -26,7 +26,7 @@ static int make_group(struct sdp_group_state *gs, const struct sdp_model_cfg *cf
     int rc = 0, c;
     gs->ntensors = sdp_model_group_tensors(cfg, g, gs->tensors);
     gs->nelems = sdp_model_group_nelems(cfg, g);
-    if (sdp_model_layer_sparse(cfg, g - 1) && g <= cfg->num_layers && !frozen &&
+    if (sdp_model_layer_sparse(cfg, g - 1) && g <= cfg->num_layers &&
         !(gs->expert_steps = calloc((size_t)cfg->num_experts, sizeof(*gs->expert_steps))))
         return sdp_err(-ENOMEM, "group %d: %d experts", g, cfg->num_experts);
     gs->nchunks = (int)((gs->nelems + chunk_elems - 1) / chunk_elems);
@@ -172,7 +172,7 @@ static int create(struct sdp_state *st, const struct sdp_model_cfg *cfg, enum sd
         rc = make_group(&st->groups[g], cfg, g, work_dtype, st->chunk_elems,
                         grad_dtype == SDP_BF16 && on_gpu && !tied_grad_pinned(cfg, g),
                         st->groups[g].staged, frozen);
-        if (!rc && frozen && sdp_lora_layer_on(lora, g) && g <= cfg->num_layers)
+        if (!rc && frozen && sdp_lora_layer_targets(lora, cfg, g))
             rc = sdp_state_lora_make(st, g);
         if (!rc && grad_dtype == SDP_BF16)
             rc = make_grad_ret(&st->groups[g], g);

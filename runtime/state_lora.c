@@ -16,12 +16,13 @@
 static size_t describe(struct sdp_lora_state *ls, const struct sdp_state *st, int g)
 {
     const struct sdp_group_state *gs = &st->groups[g];
+    const unsigned targets = sdp_lora_layer_targets(&st->lora, &st->cfg, g);
     size_t off = 0;
     ls->ntensors = 0;
     for (int i = 0; i < gs->ntensors; i++) {
         const struct sdp_param_desc *d = &gs->tensors[i];
         size_t stem = strlen(d->hf_name) - strlen(".weight");
-        if (!sdp_lora_target_name(d->kind) || !(st->lora.targets & SDP_LORA_BIT(d->kind)))
+        if (!sdp_lora_target_name(d->kind) || !(targets & SDP_LORA_BIT(d->kind)))
             continue;
         for (int b = 0; b < 2; b++) {
             struct sdp_lora_tensor *t = &ls->tensors[ls->ntensors++];
@@ -135,8 +136,6 @@ void sdp_state_lora_init(struct sdp_state *st, unsigned long long seed)
 size_t sdp_state_lora_host_bytes(const struct sdp_model_cfg *cfg, const struct sdp_lora_cfg *lora,
                                  enum sdp_dtype work_dtype)
 {
-    size_t w = sdp_dtype_size(work_dtype), layers = 0;
-    for (int g = 1; g <= cfg->num_layers; g++)
-        layers += sdp_lora_layer_on(lora, g) != 0;
-    return sdp_model_num_params(cfg) * w + layers * sdp_lora_layer_elems(lora, cfg) * (16 + w);
+    size_t w = sdp_dtype_size(work_dtype);
+    return sdp_model_num_params(cfg) * w + sdp_lora_elems(lora, cfg) * (16 + w);
 }

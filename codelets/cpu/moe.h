@@ -42,7 +42,7 @@ void sdp_cpu_moe_topk_bwd(float *dprobs, const float *dwts, const float *probs,
 /** dlogits (N, E) = softmax backward: p * (dp - sum_e p dp), the sum in double. */
 void sdp_cpu_moe_softmax_bwd(float *dlogits, const float *dprobs, const float *probs, int N, int E);
 
-/** dx (N, C) += dlogits . wr; dwr (E, C) += dlogits^T . x. */
+/** dx (N, C) += dlogits . wr; dwr (E, C) += dlogits^T . x (dwr NULL: a frozen router). */
 void sdp_cpu_moe_router_bwd(float *dx, float *dwr, const float *dlogits, const float *x,
                             const float *wr, int N, int C, int E);
 
@@ -87,8 +87,8 @@ void sdp_cpu_moe_combine_bwd(float *dy, float *dwts, const float *dout, const fl
                              const struct sdp_moe_routing *r, int C);
 
 /** Backward of the experts: dxp (N*K, C) written; dwgu (E, 2IM, C), dwdown (E, C, IM) += for the
- * experts with counts[e] > 0 only (the others get no gradient, as in PyTorch); dgu (N*K, 2IM) and
- * dh (N*K, IM) scratch. */
+ * experts with counts[e] > 0 only (the others get no gradient, as in PyTorch), NULL for frozen
+ * experts; dgu (N*K, 2IM) and dh (N*K, IM) scratch. */
 void sdp_cpu_moe_experts_bwd(float *dxp, float *dwgu, float *dwdown, float *dgu, float *dh,
                              const float *dy, const float *xp, const float *gu, const float *h,
                              const float *wgu, const float *wdown, const struct sdp_moe_routing *r,

@@ -97,11 +97,13 @@ void sdp_cpu_moe_experts_bwd(float *dxp, float *dwgu, float *dwdown, float *dgu,
             continue;
         /* y = h . wdown^T: dh = dy . wdown, dwdown += dy^T . h */
         sdp_cpu_matmul_bwd_data(dh + r0 * IM, dy + r0 * C, wdown + odn, n, IM, C);
-        sdp_cpu_matmul_bwd_weight(dwdown + odn, dy + r0 * C, h + r0 * IM, n, IM, C);
+        if (dwdown)
+            sdp_cpu_matmul_bwd_weight(dwdown + odn, dy + r0 * C, h + r0 * IM, n, IM, C);
         sdp_cpu_swiglu_bwd_ref(dgu + r0 * 2 * IM, dh + r0 * IM, gu + r0 * 2 * IM, n, IM);
         /* gu = xp . wgu^T: dxp = dgu . wgu, dwgu += dgu^T . xp */
         sdp_cpu_matmul_bwd_data(dxp + r0 * C, dgu + r0 * 2 * IM, wgu + ogu, n, C, 2 * IM);
-        sdp_cpu_matmul_bwd_weight(dwgu + ogu, dgu + r0 * 2 * IM, xp + r0 * C, n, C, 2 * IM);
+        if (dwgu)
+            sdp_cpu_matmul_bwd_weight(dwgu + ogu, dgu + r0 * 2 * IM, xp + r0 * C, n, C, 2 * IM);
     }
 }
 

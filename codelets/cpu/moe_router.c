@@ -123,7 +123,8 @@ void sdp_cpu_moe_router_bwd(float *dx, float *dwr, const float *dlogits, const f
     /* dx (N, C) += dlogits (N, E) . wr (E, C) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, E, 1.0f, dlogits, E, wr, C, 1.0f,
                 dx, C);
-    sdp_cpu_matmul_bwd_weight(dwr, dlogits, x, N, C, E);
+    if (dwr)
+        sdp_cpu_matmul_bwd_weight(dwr, dlogits, x, N, C, E);
 }
 
 void sdp_cpu_moe_aux_stats(double *count, double *psum, const float *probs,

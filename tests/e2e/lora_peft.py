@@ -2,12 +2,17 @@
 # SPDX-License-Identifier: MIT
 """LoRA adapters between slidedp and PEFT (run by test_e2e_lora_peft.sh).
 
-  lora_peft.py make OUT ARCH  ARCH qwen3: a tiny Qwen3 (the tiny recipe's shapes, tied), or llama:
-                             a tiny Llama (untied, llama3 RoPE scaling, 3 layers), fp32, seed 0,
+  lora_peft.py make OUT ARCH  ARCH qwen3: a tiny Qwen3 (the tiny recipe's shapes, tied), llama:
+                             a tiny Llama (untied, llama3 RoPE scaling, 3 layers), or qwen3_moe:
+                             a tiny Qwen3-MoE (the Qwen3's shapes, layer 1 of 0-3 dense by
+                             mlp_only_layers, 8 experts of 32, top-2, the load-balancing loss on,
+                             adapters on q, k, v and o: PEFT would adapt a sparse layer's stacked
+                             experts for the MLP's targets, which we refuse), fp32, seed 0,
                              in OUT/base, and a PEFT LoRA adapter of it in OUT/adapter: r 4,
                              alpha 8, the seven projections of the layers after the first, B drawn
                              non-zero so that the adapter changes the model; OUT/layers holds
-                             their range in the recipe's numbering (2-4, 2-3)
+                             their range in the recipe's numbering (2-4, 2-3), OUT/targets the
+                             recipe's lora.targets
   lora_peft.py check OUT     after `slidedp export` wrote OUT/rewritten (the adapter read and
                              written again) and OUT/merged (--merge):
     1. OUT/rewritten holds PEFT's tensors bit for bit, and PeftModel.from_pretrained loads it;
@@ -57,6 +62,19 @@ LOGIT_RTOL = 1e-5
 
 
 def tiny_model(arch):
+    if arch == "qwen3_moe":
+        m = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+            vocab_size=151936, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            max_position_embeddings=1024, rope_theta=1000000.0, tie_word_embeddings=False,
+            rms_norm_eps=1e-6, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+            mlp_only_layers=[1], norm_topk_prob=True, output_router_logits=True,
+            router_aux_loss_coef=0.02))
+        with torch.no_grad():  # decisive routing (moe_train.py's ROUTER_STD): no near-tie to flip
+            for layer in m.model.layers:
+                if hasattr(layer.mlp, "gate"):
+                    layer.mlp.gate.weight.normal_(0.0, 0.3)
+        return m
     if arch == "qwen3":
         return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
             vocab_size=151936, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
@@ -76,9 +94,12 @@ def make(out, arch):
     model = tiny_model(arch).float()
     model.save_pretrained(os.path.join(out, "base"))
     layers = list(range(1, model.config.num_hidden_layers))
+    targets = TARGETS[:4] if arch == "qwen3_moe" else TARGETS
     with open(os.path.join(out, "layers"), "w") as f:
         f.write("%d-%d\n" % (layers[0] + 1, layers[-1] + 1))
-    cfg = LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, layers_to_transform=layers,
+    with open(os.path.join(out, "targets"), "w") as f:
+        f.write("[%s]\n" % ", ".join(targets) if arch == "qwen3_moe" else "all-linear\n")
+    cfg = LoraConfig(r=R, lora_alpha=ALPHA, target_modules=targets, layers_to_transform=layers,
                      lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
     peft_model = get_peft_model(model, cfg)
     with torch.no_grad():
@@ -125,7 +146,9 @@ def check_weights(out):
     peft = PeftModel.from_pretrained(base_model(out), os.path.join(out, "adapter"))
     adapters = {k: v.detach() for k, v in peft.named_parameters() if "lora_" in k}
     merged_ref = peft.merge_and_unload().state_dict()
-    ours = load_file(os.path.join(out, "merged", "model.safetensors"))
+    # our export's tensors as transformers names them in memory (a Qwen3-MoE's stacked experts)
+    ours = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.join(out, "merged"), dtype=torch.float32).state_dict()
     worst, ok, s = 0.0, True, ALPHA / R
     for k, w in merged_ref.items():
         if k not in ours:
@@ -275,18 +298,26 @@ def train(out, data, run, metrics, steps, dropout=0.0, seed=0):
     opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, foreach=False,
                             fused=False)
     V = model.config.vocab_size
+    # a Qwen3-MoE adds router_aux_loss_coef times each micro-batch's load-balancing loss divided by
+    # the micro-batches (moe_train.py's step_loss); its gradient reaches the adapters through x
+    aux_coef = getattr(model.config, "router_aux_loss_coef", 0.0)
+    aux_on = bool(getattr(model.config, "output_router_logits", False)) and aux_coef > 0
     ours = [json.loads(l) for l in open(metrics) if '"loss"' in l]
     ok, worst = len(ours) == steps, 0.0
     for s, (ids, tg) in enumerate(batches(data, steps)):
-        loss_sum = 0.0
-        for mb in range(GLOBAL // MICRO):
+        loss_sum = aux_sum = 0.0
+        nmicro = GLOBAL // MICRO
+        for mb in range(nmicro):
             x, y = ids[mb * MICRO:(mb + 1) * MICRO], tg[mb * MICRO:(mb + 1) * MICRO]
             MaskDropout.at = (s, mb)
-            logits = model(input_ids=x, use_cache=False).logits
-            ce = torch.nn.functional.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1),
+            o = model(input_ids=x, use_cache=False, **({"output_router_logits": True}
+                                                        if aux_on else {}))
+            ce = torch.nn.functional.cross_entropy(o.logits.float().reshape(-1, V), y.reshape(-1),
                                                    reduction="sum")
-            (ce / tg.numel()).backward()
+            aux = aux_coef * o.aux_loss / nmicro if aux_on else torch.zeros(())
+            (ce / tg.numel() + aux).backward()
             loss_sum += ce.item()
+            aux_sum += aux.item()
         # the global norm in fp64 and clip_grad_norm_'s coefficient, as ours (codelets/adamw.c)
         gnorm = math.sqrt(sum(float(torch.linalg.vector_norm(p.grad, dtype=torch.float64)) ** 2
                               for p in params))
@@ -295,7 +326,7 @@ def train(out, data, run, metrics, steps, dropout=0.0, seed=0):
             p.grad.mul_(coef)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        loss = loss_sum / tg.numel()
+        loss = loss_sum / tg.numel() + aux_sum
         if s < len(ours):
             el = abs(ours[s]["loss"] - loss) / abs(loss)
             eg = abs(ours[s]["grad_norm"] - gnorm) / gnorm

@@ -1,9 +1,11 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # LoRA adapters in PEFT's format (runtime/peft.c, formats/peftconfig.c) against PEFT itself:
-# lora_peft.py makes a tiny Qwen3 (the tiny recipe's shapes, tied) or a tiny Llama (untied, llama3
-# RoPE scaling), fp32, and a PEFT adapter of it with a non-zero B; `slidedp export ADAPTER OUT --base BASE` reads it and writes it again, and with
-# --merge writes the merged model.  lora_peft.py then checks that the rewritten adapter is PEFT's
+# lora_peft.py makes a tiny Qwen3 (the tiny recipe's shapes, tied), a tiny Llama (untied, llama3
+# RoPE scaling) and a tiny Qwen3-MoE (one dense layer; adapters on q, k, v and o, the experts and
+# the router frozen, the load-balancing loss's gradient reaching the adapters), fp32, and a PEFT
+# adapter of each with a non-zero B; `slidedp export ADAPTER OUT --base BASE` reads it and writes
+# it again, and with --merge writes the merged model.  lora_peft.py then checks that the rewritten adapter is PEFT's
 # bit for bit and loads with PeftModel.from_pretrained, that every merged weight is PEFT's
 # merge_and_unload() within a derived rounding bound, and that the merged model's logits
 # (transformers' and our own forward, dump_logits) and our forward of the frozen base with the
@@ -13,7 +15,9 @@
 # without --base; a recipe whose lora.init_from adapter is not its lora: is refused (exit 2).
 # For each model, training too: 10 steps from the PEFT adapter against PEFT's own training of it
 # (losses, gradient norms, the final adapter in RUN/final, which PeftModel.from_pretrained loads),
-# and for the Qwen3 with lora.dropout 0.1 against PEFT whose lora_dropout draws the same masks.  Skips (77) without torch, transformers, peft or safetensors.
+# for the Qwen3 with lora.dropout 0.1 against PEFT whose lora_dropout draws the same masks, and
+# for the Qwen3-MoE with routed streaming of its frozen experts (below).  Skips (77) without torch,
+# transformers, peft or safetensors.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 dump=$build/tests/e2e/dump_logits
@@ -30,8 +34,8 @@ train_against_peft() {
         printf 'batch: {global: 4, micro: 2}\nschedule: {name: constant, warmup_steps: 0}\n'
         printf 'optimizer: {lr: 1.0e-3, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1, max_grad_norm: 1.0}\n'
         printf 'train: {steps: 10, precision: fp32, seed: 7}\n'
-        printf 'lora: {rank: 4, alpha: 8, dropout: %s, targets: all-linear, layers: %s, init_from: %s}\n' \
-            "$3" "$(cat "$1/layers")" "$1/adapter"
+        printf 'lora: {rank: 4, alpha: 8, dropout: %s, targets: %s, layers: %s, init_from: %s}\n' \
+            "$3" "$(cat "$1/targets")" "$(cat "$1/layers")" "$1/adapter"
     } > "$1/$2.yaml"
     if ! "$bin" train "$1/$2.yaml" --cpus 2 --output "$1/$2" --metrics "$1/$2.jsonl" -q 2> "$1/$2.err"; then
         echo "LoRA training ($2) failed"; cat "$1/$2.err"; fail=1; return
@@ -65,6 +69,27 @@ peft.PeftModel.from_pretrained(m, sys.argv[2]); print('PeftModel.from_pretrained
 }
 against_peft qwen3
 against_peft llama
+against_peft qwen3_moe
+# the Qwen3-MoE's frozen experts by routed streaming (on CPU workers where the chunk pipeline is
+# on), in 8 KiB chunks: the plan says so for the sparse layers (the dense one, frozen, is fetched
+# whole), every compute copy starts as NaN
+# (a routed expert left uncopied makes the step non-finite), and the losses are bit for bit those
+# of the same run with every expert sent (SDP_MOE_ROUTED=off)
+w=$tmp/qwen3_moe
+sed -e 's/seed: 7}/seed: 7, chunk_mib: 0.0078125}/' "$w/run.yaml" > "$w/chunked.yaml"
+SDP_CHUNK_PIPELINE=on "$bin" train "$w/chunked.yaml" --cpus 2 --print-plan > "$w/routed.plan" 2>&1
+grep -Eq "^3 .* host/r " "$w/routed.plan" && grep -Eq "^4 .* host/r " "$w/routed.plan" &&
+    grep -Eq "^2 +[a-z]+ +off +host " "$w/routed.plan" ||
+    { echo "LoRA on the MoE: routed streaming for the sparse layers 3-4 only"; cat "$w/routed.plan"; fail=1; }
+for m in on off; do
+    SDP_POISON_COMPUTE_COPY=1 SDP_MOE_ROUTED=$m SDP_CHUNK_PIPELINE=on "$bin" train \
+        "$w/chunked.yaml" --cpus 2 --output "$w/routed-$m" --metrics "$w/routed-$m.jsonl" -q \
+        2> "$w/routed-$m.err" || { echo "LoRA on the MoE, routed $m: failed"; cat "$w/routed-$m.err"; fail=1; }
+done
+loss_of() { grep -o '"loss": *[^,]*' "$1"; }
+[ -s "$w/routed-on.jsonl" ] && [ "$(loss_of "$w/routed-on.jsonl")" = "$(loss_of "$w/routed-off.jsonl")" ] &&
+    echo "LoRA on the MoE, routed streaming: the 10 losses of every expert sent, bit for bit" ||
+    { echo "routed streaming changed the losses"; fail=1; }
 w=$tmp/qwen3
 # lora.dropout 0.1: the same 10 steps with the adapters' inputs dropped; a run without the masks
 # (dropout 0) differs from it by more than 10x the comparison's loss tolerance (1e-5), so the

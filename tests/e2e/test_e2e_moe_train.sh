@@ -9,8 +9,8 @@
 # counting its own steps), with one micro-batch recomputed and kept (the same bits) and with two;
 # then the exports of the loaded and the trained weights load in transformers with the same tensors
 # and logits; and `slidedp train` of a Qwen3-MoE stopped and resumed gives the losses of an
-# uninterrupted run, also with routed streaming (below); several ranks and LoRA are refused,
-# naming why.  Skips (77) without torch, transformers or safetensors.
+# uninterrupted run, also with routed streaming (below); several ranks and LoRA on the experts
+# are refused, naming why.  Skips (77) without torch, transformers or safetensors.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
 prog=$build/tests/e2e/test_e2e_hf_parity
@@ -161,12 +161,12 @@ grep -Eq "^1$(printf "$p" r)" "$tmp/plan-on" && grep -Eq "^2$(printf "$p" c)" "$
     { echo "--print-plan: host/r on the sparse layers only, and not with SDP_MOE_ROUTED=off"
         cat "$tmp/plan-on" "$tmp/plan-off"; fail=1; }
 # refused, naming the reason, the model's directory unchanged: several ranks (the experts' usage
-# is marked per rank) and LoRA (no adapters on the experts and the router)
+# is marked per rank) and LoRA on a sparse layer's gate_proj (its stacked experts, exit 2)
 expect_dir=$tmp/cli
 sed -e 's/^  global: 1$/  global: 2/' "$tmp/moe.yaml" > "$tmp/ranks.yaml"
 expect 1 "several ranks or nodes: the experts' usage is marked per rank" -- \
     "$bin" train "$tmp/ranks.yaml" --steps 1 --gpus 0 --cpus 2 -q --ranks 2 --output "$tmp/ranks2"
-printf 'lora:\n  rank: 4\n' | cat "$tmp/moe.yaml" - > "$tmp/lora.yaml"
-expect 1 "LoRA has no adapters for the stacked experts and the router" -- \
+printf 'lora:\n  rank: 4\n  targets: [q_proj, gate_proj]\n' | cat "$tmp/moe.yaml" - > "$tmp/lora.yaml"
+expect 2 "gate_proj, up_proj and down_proj of layer 1, a sparse \\(MoE\\) layer" -- \
     "$bin" train "$tmp/lora.yaml" --steps 1 --gpus 0 --cpus 2 -q --output "$tmp/lora"
 finish

@@ -8,7 +8,8 @@
 #     peft-lora, lora_rank 4, the adapters' count PEFT made (settings.adapter_params) and
 #     model_tflops = tokens/s x LoRA's FLOPs of a token (4 x matmul params + 6 x L x NH x HD x T
 #     + 6 x adapter params, as slidedp bench --lora-rank counts them), both from the tiny preset's
-#     shapes written out here, a finite loss;
+#     shapes written out here, a finite loss; on the tiny-moe preset (a Qwen3-MoE) the adapters on
+#     q, k, v and o only and the FLOPs of the experts a token routes to;
 #   - --ranks 0, pytorch-gpu with two ranks or on the CPU, an unknown system, peft-lora with two
 #     ranks or rank 0 or a rank above the narrowest linear's 64 (k_proj's rows), and --lora-rank for another system are
 #     refused with exit code 2;
@@ -31,6 +32,26 @@ done
 if ! timeout 300 "$py" "$top/bench/peers.py" --system peft-lora --model tiny --device cpu \
     --batch 2 --seq 64 --steps 1 --warmup 1 --lora-rank 4 > "$tmp/lora.json" 2> "$tmp/lora.err"; then
     echo "peft-lora on the CPU failed"; cat "$tmp/lora.err"; fail=1
+fi
+# a Qwen3-MoE (the tiny-moe preset): adapters on q, k, v and o only, FLOPs of the routed experts
+if timeout 300 "$py" "$top/bench/peers.py" --system peft-lora --model tiny-moe --device cpu \
+    --batch 2 --seq 64 --steps 1 --warmup 1 --lora-rank 4 > "$tmp/moe.json" 2> "$tmp/moe.err"; then
+    "$py" - "$tmp/moe.json" <<'PYEOF' || fail=1
+import json, math, sys
+o = json.loads(open(sys.argv[1]).read())
+# tiny-moe: C 128, 2 sparse layers of 8 experts (32 wide), 2 a token, 4 heads of 32, 2 KV heads
+C, L, NH, HD, NKV, V, T, r, E, K, IM = 128, 2, 4, 32, 2, 151936, 64, 4, 8, 2, 32
+matmul = L * (C * NH * HD + 2 * C * NKV * HD + NH * HD * C + E * C + K * 3 * C * IM) + V * C
+adapters = L * r * ((C + NH * HD) + 2 * (C + NKV * HD) + (NH * HD + C))
+flops = 4 * matmul + 6 * L * NH * HD * T + 6 * adapters
+ok = o["settings"]["adapter_params"] == adapters and math.isfinite(o["loss"])
+ok = ok and o["settings"]["lora"]["targets"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+ok = ok and abs(o["model_tflops"] * 1e12 - o["tokens_per_s"] * flops) <= 1e-9 * o["tokens_per_s"] * flops
+print("peft-lora, tiny-moe: %s (adapters %d, %d FLOPs/token)" % ("ok" if ok else "FAIL", adapters, flops))
+sys.exit(0 if ok else 1)
+PYEOF
+else
+    echo "peft-lora on the tiny Qwen3-MoE failed"; cat "$tmp/moe.err"; fail=1
 fi
 "$py" - "$tmp" <<'PYEOF' || fail=1
 import json, math, os, sys

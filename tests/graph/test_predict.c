@@ -451,7 +451,7 @@ static void lora(void)
     double gemm = (double)sdp_model_layer_fwd_flops(&model, 4, 256) - attn;
     double head = 2.0 * N * model.hidden_size * model.vocab_size;
     double saved = (model.num_layers * gemm + head) / mc.gpu_flops;
-    double A = (double)sdp_lora_layer_elems(&c.lora, &model);
+    double A = (double)sdp_lora_layer_elems(&c.lora, &model, 1);
     double host = 2.0 * sdp_model_num_params(&model) + model.num_layers * A * 18.0;
     printf("LoRA: GPU %.6f s against %.6f (%.6f saved), host %.0f bytes, AdamW %.0f bytes\n",
            l.demand_s[SDP_PRES_GPU], f.demand_s[SDP_PRES_GPU], saved, (double)l.host_bytes,
@@ -497,7 +497,7 @@ static void lora_ranks(void)
     machine_fast(&mc);
     struct sdp_predict a = run_on(&cpu, &mc, 2), b = run_on(&gpu, &mc, 2),
                        s = run_on(&sharded, &mc, 2);
-    double A = (double)sdp_lora_layer_elems(&c.lora, &model), L = model.num_layers;
+    double A = (double)sdp_lora_layer_elems(&c.lora, &model, 1), L = model.num_layers;
     double base = 2.0 * sdp_model_num_params(&model);
     printf("LoRA at 2 ranks: reduce %.0f bytes, peer %.0f (GPU route), %.0f (sharded); host %.0f "
            "and %.0f bytes\n",

@@ -37,8 +37,8 @@ static void check_layout(const char *label, const struct sdp_model_cfg *m)
         sum += 3 * (size_t)(d[i].rows + d[i].cols);
     }
     CHECK(found == SDP_LORA_NTARGETS, "%s: %d adaptable weights in a layer", label, found);
-    CHECK(sdp_lora_layer_elems(&all, m) == sum, "%s: %zu adapter elements, layout says %zu", label,
-          sdp_lora_layer_elems(&all, m), sum);
+    CHECK(sdp_lora_layer_elems(&all, m, 1) == sum, "%s: %zu adapter elements, layout says %zu",
+          label, sdp_lora_layer_elems(&all, m, 1), sum);
     printf("%s: %d targets, %zu adapter elements a layer at rank 3\n", label, found, sum);
 }
 
@@ -77,6 +77,45 @@ static void check_flops(void)
     got = sdp_lora_train_flops_per_token(&c, &m, 1024);
     want = 4 * base + attn + 6 * 8 * 16 * (C + Q);
     CHECK(got == want, "q_proj of layers 3-10: %.17g FLOPs/token, closed form %.17g", got, want);
+}
+
+/* Qwen3-30B-A3B (C 2048, 32 heads x 128, 4 KV heads, 48 sparse layers, moe_intermediate 768) with
+ * layers 1-4 dense by mlp_only_layers (intermediate 6144): gate, up and down on a sparse layer are
+ * refused (PEFT would adapt its stacked experts); q, k, v and o adapt every layer, and all seven
+ * the dense layers alone. */
+static void check_sparse(void)
+{
+    struct sdp_model_cfg m;
+    struct sdp_lora_cfg c = { .rank = 8, .alpha = 16 };
+    const unsigned attn = SDP_LORA_BIT(SDP_PT_Q) | SDP_LORA_BIT(SDP_PT_K) | SDP_LORA_BIT(SDP_PT_V) |
+                          SDP_LORA_BIT(SDP_PT_O);
+    const size_t C = 2048, Q = 32 * 128, KV = 4 * 128, I = 6144, r = 8;
+    const size_t a = r * ((C + Q) + 2 * (C + KV) + (Q + C)), mlp = r * (2 * (C + I) + (I + C));
+    char why[256];
+    sdp_model_preset("qwen3-30b-a3b", &m);
+    m.num_mlp_only = 4;
+    for (int i = 0; i < 4; i++)
+        m.mlp_only_layers[i] = i;
+    m.intermediate_size = (int)I;
+    for (int i = 0; i < SDP_LORA_NTARGETS; i++)
+        c.targets |= SDP_LORA_BIT(sdp_lora_kinds[i]);
+    refused("all seven on every layer", &c, &m, "layer 5, a sparse (MoE) layer");
+    c.first = 1, c.last = 4;
+    CHECK(sdp_lora_validate(&c, &m, why, sizeof(why)) == 0, "dense layers 1-4 refused: %s", why);
+    CHECK(sdp_lora_layer_targets(&c, &m, 4) == c.targets && sdp_lora_layer_targets(&c, &m, 5) == 0,
+          "layers 1-4: targets %#x, %#x", sdp_lora_layer_targets(&c, &m, 4),
+          sdp_lora_layer_targets(&c, &m, 5));
+    CHECK(sdp_lora_elems(&c, &m) == 4 * (a + mlp), "layers 1-4: %zu adapter elements",
+          sdp_lora_elems(&c, &m));
+    c.targets = attn, c.first = c.last = 0;
+    CHECK(sdp_lora_validate(&c, &m, why, sizeof(why)) == 0, "attention refused: %s", why);
+    CHECK(sdp_lora_layer_targets(&c, &m, 5) == attn && sdp_lora_layer_elems(&c, &m, 5) == a &&
+              sdp_lora_layer_elems(&c, &m, 4) == a,
+          "attention: %zu, %zu adapter elements (closed form %zu)", sdp_lora_layer_elems(&c, &m, 4),
+          sdp_lora_layer_elems(&c, &m, 5), a);
+    CHECK(sdp_lora_elems(&c, &m) == 48 * a, "attention: %zu adapter elements",
+          sdp_lora_elems(&c, &m));
+    printf("qwen3-30b-a3b, r8 on q, k, v and o: %zu adapter elements\n", sdp_lora_elems(&c, &m));
 }
 
 int main(void)
@@ -121,5 +160,6 @@ int main(void)
     c.targets = SDP_LORA_BIT(SDP_PT_Q), c.rank = 0;
     refused("rank 0", &c, &m, "lora.rank");
     check_flops();
+    check_sparse();
     return sdp_test_finish(sdp_test_nfail);
 }

@@ -94,7 +94,7 @@ static void check_layout(struct sdp_state *st, const struct sdp_lora_cfg *lc)
             CHECK(!strcmp(t->peft_name, want), "name %s, PEFT's %s", t->peft_name, want);
             off += (size_t)t->rows * t->cols;
         }
-        CHECK(off == ls->nelems && ls->nelems == sdp_lora_layer_elems(lc, &st->cfg),
+        CHECK(off == ls->nelems && ls->nelems == sdp_lora_layer_elems(lc, &st->cfg, g),
               "group %d: %zu adapter elements", g, ls->nelems);
     }
 }
@@ -179,7 +179,7 @@ int main(void)
                  sdp_rt_tensor_data(again.groups[2].lora->master), 64),
           "another seed drew the same adapters");
     CHECK(sdp_state_lora_host_bytes(&cfg, &lc, SDP_BF16) ==
-              sdp_model_num_params(&cfg) * 2 + 2 * sdp_lora_layer_elems(&lc, &cfg) * 18,
+              sdp_model_num_params(&cfg) * 2 + 2 * sdp_lora_layer_elems(&lc, &cfg, 2) * 18,
           "host bytes");
 
     struct sdp_state bad;
