@@ -65,6 +65,13 @@
 #            (StarPU's bus counters and the copies of the transfer and MoE tasks) beside the "all
 #            experts" figure (graph/cost.c's formula, every expert's working copy and gradient
 #            crossing PCIe)
+#   moe-lora LoRA rank 16 on q, k, v and o (the experts and the router frozen) of the whole
+#            MOE_LORA_MODEL (default qwen3-30b-a3b) at seq 1024 under a GPU limit of LORA_GIB
+#            (default 23), for each of MOE_LORA_BATCHES (default "16 2") in one micro-batch, with
+#            routed streaming, each with its event and memory logs; then PEFT LoRA with the whole
+#            bf16 model on the GPU (bench/peers.py --system peft-lora) at batch 16, or 8 where 16
+#            does not fit; moe-lora.md (and the summary) gives tokens/s, the bytes moved and the
+#            peaks beside PEFT's
 #   roundpipe sdp-roundpipe against sdp-slidedp on one GPU and with every GPU as a stage worker
 #            (RP_MODELS, default qwen3-1.7b and qwen3-4b at 16 sequences of 1024), with event logs;
 #            sdp-roundpipe with a stage's uploads longest first and group by group (RP_LPT,
@@ -430,6 +437,46 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "moe-*-routed-*.json"))):
 PYEOF
         log "moe summary: exit $?"
         tee -a "$out/summary.log" < "$out/moe.md"
+        lanes
+        ;;
+    moe-lora)
+        ml=${MOE_LORA_MODEL:-qwen3-30b-a3b}
+        for mb in ${MOE_LORA_BATCHES:-16 2}; do
+            name=moe-lora-$ml-b$mb-r16-gib${LORA_GIB:-23}
+            bench "$name" 500 --model "$ml" --batch "$mb" --seq 1024 --steps "${MOE_STEPS:-3}" \
+                --warmup 2 --lora-rank 16 --lora-targets q_proj,k_proj,v_proj,o_proj \
+                --gpu-memory-gib "${LORA_GIB:-23}" --events "$out/events-$name.jsonl" \
+                --mem-log "$out/mem-$name.jsonl"
+            tail -n 1 "$out/results.jsonl" > "$out/$name.json"
+        done
+        for pb in 16 8; do
+            timeout 500 python3 bench/peers.py --system peft-lora --model "$ml" --batch "$pb" \
+                --seq 1024 --steps 3 --warmup 1 --lora-rank 16 > "$out/peft-lora-$ml-b$pb.json" \
+                2> "$out/bench-peft-lora-$ml-b$pb.log"
+            rc=$?
+            log "peft-lora $ml/$pb: exit $rc $(cut -c1-300 "$out/peft-lora-$ml-b$pb.json")"
+            cat "$out/peft-lora-$ml-b$pb.json" >> "$out/results.jsonl"
+            [ $rc = 0 ] && break
+        done
+        python3 - "$out" "$ml" <<'PYEOF' > "$out/moe-lora.md" 2>> "$out/moe-summary.log"
+import glob, json, os, sys
+print("| system | batch | tokens/s | model TFLOP/s | routed share | H2D GB/step | GPU peak GiB | host peak GiB |")
+print("|---|---|---|---|---|---|---|---|")
+rows = sorted(glob.glob(os.path.join(sys.argv[1], "moe-lora-*.json")))
+rows += sorted(glob.glob(os.path.join(sys.argv[1], "peft-lora-%s-b*.json" % sys.argv[2])))
+for f in rows:
+    x = json.loads(open(f).read() or "{}")
+    if "tokens_per_s" not in x:
+        print("| %s | | (no result) | | | | | |" % os.path.basename(f))
+        continue
+    m = (x.get("bytes_per_rank_per_step") or [{}])[0]
+    print("| %s | %d | %.0f | %.1f | %s | %s | %.1f | %.1f |" % (
+        x["system"], x["batch"], x["tokens_per_s"], x["model_tflops"],
+        "%.3f" % x["experts_routed_share"] if "experts_routed_share" in x else "",
+        "%.2f" % m["h2d_gb"] if "h2d_gb" in m else "", x["gpu_peak_gib"], x["host_peak_gib"]))
+PYEOF
+        log "moe-lora summary: exit $?"
+        tee -a "$out/summary.log" < "$out/moe-lora.md"
         lanes
         ;;
     roundpipe)

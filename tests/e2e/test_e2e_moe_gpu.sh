@@ -21,6 +21,9 @@
 #     SDP_MOE_ROUTED=off and every group's chunks fetched one by one (SDP_CHUNK_PIPELINE=on),
 #     with the same losses bit for bit; every compute copy starts as NaN
 #     (SDP_POISON_COMPUTE_COPY), so that a routed expert left uncopied would show;
+#   - LoRA (rank 4 on q, k, v and o, the experts and the router frozen): the GPU's losses are the
+#     CPU workers' within the same bounds, its MoE tasks ran on the CUDA worker, and routed
+#     streaming fetched fewer chunks of the sparse layers than there are;
 #   - tools/check_invariants.py passes the GPU runs' logs.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
@@ -49,7 +52,7 @@ export SDP_POISON_COMPUTE_COPY
 run() { # NAME GPUS ARGS...
     name=$1 gpus=$2
     shift 2
-    if ! timeout 300 "$bin" train "$tmp/moe.yaml" --gpus "$gpus" --cpus 2 -q --output "$tmp/$name" \
+    if ! timeout 300 "$bin" train "${recipe:-$tmp/moe.yaml}" --gpus "$gpus" --cpus 2 -q --output "$tmp/$name" \
         --metrics "$tmp/$name.jsonl" --events "$tmp/$name.ev" "$@" 2> "$tmp/$name.err"; then
         echo "$name: training failed"; cat "$tmp/$name.err"; fail=1
     fi
@@ -62,6 +65,12 @@ SDP_MOE_ROUTED=off SDP_CHUNK_PIPELINE=on # every chunk fetched on its own (param
 export SDP_MOE_ROUTED SDP_CHUNK_PIPELINE
 run all 1
 unset SDP_MOE_ROUTED SDP_CHUNK_PIPELINE
+printf 'lora:\n  rank: 4\n  alpha: 8\n  targets: [q_proj, k_proj, v_proj, o_proj]\n' |
+    cat "$tmp/moe.yaml" - > "$tmp/lora.yaml"
+recipe=$tmp/lora.yaml
+run lcpu 0
+run lgpu 1
+recipe=
 [ $fail = 0 ] || finish
 
 # The tolerances.  fp32 on both sides: the GPU path keeps fp32 weights and activations here
@@ -89,22 +98,25 @@ tmp = sys.argv[1]
 STEPS, MICRO, SPARSE = 8, 2, 2  # steps, micro-batches a step, sparse layers (0 and 2)
 FIRST_RTOL, STEPS_RTOL = 1e-5, 1e-4
 ok = True
-loss = {n: [json.loads(l)["loss"] for l in open("%s/%s.jsonl" % (tmp, n))] for n in ("cpu", "gpu")}
-if len(loss["cpu"]) != STEPS or len(loss["gpu"]) != STEPS:
-    print("expected %d steps, got %d (cpu) and %d (gpu)"
-          % (STEPS, len(loss["cpu"]), len(loss["gpu"])))
-    sys.exit(1)
-worst = 0.0
-for s, (c, g) in enumerate(zip(loss["cpu"], loss["gpu"])):
-    rel = abs(g - c) / abs(c)
-    tol = FIRST_RTOL if s == 0 else STEPS_RTOL
-    worst = max(worst, rel)
-    print("step %d: cpu %.8f gpu %.8f relative %.2e (bound %.0e)" % (s + 1, c, g, rel, tol))
-    if not rel <= tol:
-        print("  step %d: the GPU's loss is outside the bound" % (s + 1))
-        ok = False
-print("largest relative difference of the losses: %.2e" % worst)
-for n, kind in (("gpu", "CUDA"), ("cpu", "CPU")):
+loss = {n: [json.loads(l)["loss"] for l in open("%s/%s.jsonl" % (tmp, n))]
+        for n in ("cpu", "gpu", "lcpu", "lgpu")}
+for c_run, g_run in (("cpu", "gpu"), ("lcpu", "lgpu")):
+    if len(loss[c_run]) != STEPS or len(loss[g_run]) != STEPS:
+        print("expected %d steps, got %d (%s) and %d (%s)"
+              % (STEPS, len(loss[c_run]), c_run, len(loss[g_run]), g_run))
+        sys.exit(1)
+    worst = 0.0
+    for s, (c, g) in enumerate(zip(loss[c_run], loss[g_run])):
+        rel = abs(g - c) / abs(c)
+        tol = FIRST_RTOL if s == 0 else STEPS_RTOL
+        worst = max(worst, rel)
+        print("%s step %d: cpu %.8f gpu %.8f relative %.2e (bound %.0e)"
+              % (g_run, s + 1, c, g, rel, tol))
+        if not rel <= tol:
+            print("  step %d: the GPU's loss is outside the bound" % (s + 1))
+            ok = False
+    print("%s: largest relative difference of the losses: %.2e" % (g_run, worst))
+for n, kind in (("gpu", "CUDA"), ("cpu", "CPU"), ("lgpu", "CUDA")):
     ev = [json.loads(l) for l in open("%s/%s.ev" % (tmp, n))]
     moe = [e for e in ev if e.get("name") in ("moe_fwd", "moe_bwd", "moe_aux")]
     where = Counter((e["name"], e["kind"]) for e in moe)
@@ -136,13 +148,14 @@ if on_gpu != {2} or not all((g, "CPU AdamW") in ups for g in (1, 3)):
           "the host")
     ok = False
 fetched = {}
-for n in ("gpu", "all"):
+for n in ("gpu", "all", "lgpu"):
     ev = [json.loads(l) for l in open("%s/%s.ev" % (tmp, n))]
     fetched[n] = Counter(e["group"] for e in ev if e.get("name") == "param_chunk"
                          and e.get("step") == 1 and e.get("group") in (1, 3))
 print("chunks of the sparse layers fetched at step 2: routed %s, every expert %s"
       % (dict(sorted(fetched["gpu"].items())), dict(sorted(fetched["all"].items()))))
-if not all(0 < fetched["gpu"][g] < fetched["all"][g] for g in (1, 3)):
+print("LoRA: chunks of the sparse layers fetched at step 2: %s" % dict(sorted(fetched["lgpu"].items())))
+if not all(0 < fetched[n][g] < fetched["all"][g] for g in (1, 3) for n in ("gpu", "lgpu")):
     print("routed streaming: expected fewer chunks of each sparse layer than with every expert")
     ok = False
 routed_all = [json.loads(l)["loss"] for l in open("%s/all.jsonl" % tmp)]
@@ -151,7 +164,7 @@ if routed_all != loss["gpu"]:
     ok = False
 sys.exit(0 if ok else 1)
 PYEOF
-for n in gpu up3 all; do
+for n in gpu up3 all lgpu; do
     "$py" "$top/tools/check_invariants.py" "$tmp/$n.ev" > "$tmp/$n.check" 2>&1 ||
         { echo "the checker fails the $n run's log"; cat "$tmp/$n.check"; fail=1; }
 done
