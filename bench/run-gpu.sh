@@ -410,7 +410,7 @@ for stage in $stages; do
         for mb in ${MOE_BATCHES:-16 2}; do
             for routed in ${MOE_ROUTED:-on off}; do
                 name=moe-$(basename "$mm" .json)-b$mb-routed-$routed
-                bench_env=(SDP_MOE_ROUTED=$routed)
+                bench_env=("SDP_MOE_ROUTED=$routed")
                 bench "$name" 280 --model "$mm" --batch "$mb" --seq 1024 --steps "${MOE_STEPS:-3}" \
                     --warmup 2 --grad-dtype bf16 --events "$out/events-$name.jsonl" \
                     --mem-log "$out/mem-$name.jsonl"

@@ -43,14 +43,7 @@ args="--steps 12 --checkpoint-every 2 --gpus 0 --cpus 2 -q"
     { echo "uninterrupted run failed"; cat "$tmp/ref.err"; fail=1; }
 d=$tmp/stopped
 "$bin" train "$tmp/moe.yaml" $args --output "$d" --metrics "$d.jsonl" 2> "$d.err1" &
-pid=$!
-i=0
-while [ "$(cat "$d.jsonl" 2> /dev/null | wc -l)" -lt 5 ] && [ $i -lt 600 ]; do
-    sleep 0.1
-    i=$((i + 1))
-done
-kill -s USR1 $pid
-wait $pid
+stop_at_line $! "$d.jsonl" 5
 "$bin" train "$tmp/moe.yaml" $args --output "$d" --metrics "$d.jsonl" 2> "$d.err2" ||
     { echo "resumed run failed"; cat "$d.err2"; fail=1; }
 grep -q "resuming from" "$d.err2" || { echo "the second run did not resume"; fail=1; }

@@ -49,13 +49,7 @@ losses "$tmp/a.jsonl" | cmp -s - "$tmp/fixed.loss" ||
 rm -rf "$tmp/cache"
 "$bin" train "$tmp/r.yaml" $args --policy auto --output "$tmp/s" --metrics "$tmp/s.jsonl" \
     2> "$tmp/s.err1" &
-pid=$!
-i=0
-while [ "$(cat "$tmp/s.jsonl" 2> /dev/null | wc -l)" -lt 5 ] && [ $i -lt 1800 ]; do
-    sleep 0.1; i=$((i + 1))
-done
-kill -s USR1 $pid
-wait $pid || { echo "the stopped run failed"; cat "$tmp/s.err1"; fail=1; }
+stop_at_line $! "$tmp/s.jsonl" 5 1800 || { echo "the stopped run failed"; cat "$tmp/s.err1"; fail=1; }
 rm -rf "$tmp/cache"
 "$bin" train "$tmp/r.yaml" $args --policy auto --output "$tmp/s" --metrics "$tmp/s2.jsonl" \
     2> "$tmp/s.err2" || { echo "the resumed run failed"; cat "$tmp/s.err2"; fail=1; }

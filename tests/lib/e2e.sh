@@ -78,6 +78,19 @@ tiny_recipe() {
 # may redefine, runs before each case.  Cases are numbered in $n; returns 0 when the case passed.
 n=0
 expect_dir=
+# stop_at_line PID FILE N [TENTHS]: once FILE (a run's metrics) holds N lines, or after TENTHS
+# tenths of a second (600), stop run PID by SIGUSR1 (a checkpoint at the step boundary) and wait
+# for it; its exit status
+stop_at_line() {
+    _i=0
+    while [ "$(cat "$2" 2> /dev/null | wc -l)" -lt "$3" ] && [ $_i -lt "${4:-600}" ]; do
+        sleep 0.1
+        _i=$((_i + 1))
+    done
+    kill -s USR1 "$1"
+    wait "$1"
+}
+
 # split_machine OUT: this machine's calibration with the rates that price RoundPipe's split set to
 # fixed figures (an LM head as cheap as the layers make it), so the tiny models' split has several
 # stages on any machine and under any load
