@@ -70,7 +70,7 @@
 #            (default 23), for each of MOE_LORA_BATCHES (default "16 2") in one micro-batch, with
 #            routed streaming, each with its event and memory logs; then PEFT LoRA with the whole
 #            bf16 model on the GPU (bench/peers.py --system peft-lora) at batch 16, or 8 where 16
-#            does not fit; moe-lora.md (and the summary) gives tokens/s, the bytes moved and the
+#            does not fit (MOE_LORA_PEFT_BATCHES, default "16 8"; empty: none); moe-lora.md (and the summary) gives tokens/s, the bytes moved and the
 #            peaks beside PEFT's
 #   roundpipe sdp-roundpipe against sdp-slidedp on one GPU and with every GPU as a stage worker
 #            (RP_MODELS, default qwen3-1.7b and qwen3-4b at 16 sequences of 1024), with event logs;
@@ -449,7 +449,7 @@ PYEOF
                 --mem-log "$out/mem-$name.jsonl"
             tail -n 1 "$out/results.jsonl" > "$out/$name.json"
         done
-        for pb in 16 8; do
+        for pb in ${MOE_LORA_PEFT_BATCHES-16 8}; do
             timeout 500 python3 bench/peers.py --system peft-lora --model "$ml" --batch "$pb" \
                 --seq 1024 --steps 3 --warmup 1 --lora-rank 16 > "$out/peft-lora-$ml-b$pb.json" \
                 2> "$out/bench-peft-lora-$ml-b$pb.log"
