@@ -156,11 +156,13 @@ static int moe_routed_wanted(const struct sdp_state *st, int gi)
 /* Whether group gi's working copy goes to the compute chunk by chunk (work_chunks): one rank or
  * the replicated route (the sharded one sends chunks already), the copy on the host in more than
  * one chunk, written by host updates (not the GPU's), one copy (param_delay 0), not the embedding
- * that the host lookup reads there; a frozen group (LoRA's base) only for routed streaming. */
+ * that the host lookup reads there; a frozen group (LoRA's base) only for routed streaming under a
+ * bounded window (without one, its copy stays on the GPU and crosses once). */
 static int work_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, int gi)
 {
     const struct sdp_group_state *gs = &st->groups[gi];
-    return ((pipeline_wanted() && !gs->frozen) || moe_routed_wanted(st, gi)) &&
+    return ((pipeline_wanted() && !gs->frozen) ||
+            (moe_routed_wanted(st, gi) && (!gs->frozen || p->window > 0))) &&
            (p->nranks == 1 || p->param_route != SDP_ROUTE_SHARDED) && !p->param_delay &&
            !gs->staged && gs->nchunks > 1 && (!p->group[gi].update_gpu || gs->frozen) &&
            !(gi == 0 && p->lookup_host);

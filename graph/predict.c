@@ -217,8 +217,9 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
     double nt = sdp_predict_trained_elems(p, m, gi), host, peer, act = 0, cf = 0, ct = 0;
     param_bytes(p, m, gi, r->es, &host, &peer, &twice);
     /* a frozen copy never changes: on the GPU it stays, unless the window drops it; the sharded
-     * route's replicas, dropped after each step, get the other ranks' chunks again (peer) */
-    if (frozen)
+     * route's replicas, dropped after each step, get the other ranks' chunks again (peer); routed
+     * streaming copies a frozen layer's routed experts each step as a trained layer's */
+    if (frozen && !pg->moe_routed)
         host *= twice ? 2 : 0, twice = 0;
     if (layer && pg->offload && pg->act != SDP_ACT_KEEP) /* out after the forward, back later */
         act = (double)sdp_model_layer_act_bytes_res(m, B, T, r->es, p->residual_f32 ? 4 : r->es,
@@ -578,7 +579,8 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
                           !(gi == 0 && c->embed_lookup_host);
         /* routed streaming where plan.c takes it on a GPU (priced only there: add_group) */
         pg->moe_routed = gi >= 1 && gi <= p->nlayers && sdp_model_layer_sparse(m, gi - 1) &&
-                         pg->nchunks > 1 && !p->param_delay && p->nranks == 1 &&
+                         pg->nchunks > 1 && !p->param_delay &&
+                         (c->lora.rank <= 0 || c->window > 0) && p->nranks == 1 &&
                          !sdp_env_is("SDP_MOE_ROUTED", "off");
         pg->work_chunks = pg->work_chunks || pg->moe_routed;
         pg->grad_chunks = pipe && pg->nchunks > 1 && !grad_bf16 && c->lora.rank <= 0 &&

@@ -71,12 +71,13 @@ against_peft qwen3
 against_peft llama
 against_peft qwen3_moe
 # the Qwen3-MoE's frozen experts by routed streaming (on CPU workers where the chunk pipeline is
-# on), in 8 KiB chunks: the plan says so for the sparse layers (the dense one, frozen, is fetched
+# on), in 8 KiB chunks under a window of 1 (unbounded, the frozen copies stay where the compute
+# is): the plan says so for the sparse layers (the dense one, frozen, is fetched
 # whole), every compute copy starts as NaN
 # (a routed expert left uncopied makes the step non-finite), and the losses are bit for bit those
 # of the same run with every expert sent (SDP_MOE_ROUTED=off)
 w=$tmp/qwen3_moe
-sed -e 's/seed: 7}/seed: 7, chunk_mib: 0.0078125}/' "$w/run.yaml" > "$w/chunked.yaml"
+sed -e 's/seed: 7}/seed: 7, chunk_mib: 0.0078125, window: 1}/' "$w/run.yaml" > "$w/chunked.yaml"
 SDP_CHUNK_PIPELINE=on "$bin" train "$w/chunked.yaml" --cpus 2 --print-plan > "$w/routed.plan" 2>&1
 grep -Eq "^3 .* host/r " "$w/routed.plan" && grep -Eq "^4 .* host/r " "$w/routed.plan" &&
     grep -Eq "^2 +[a-z]+ +off +host " "$w/routed.plan" ||

@@ -556,7 +556,9 @@ static void chunk_pipeline(void)
 
 /* Routed streaming (docs/moe.md): qwen3-30b-a3b-l12 at 16 tokens a step moves, of each sparse
  * layer's experts (E 3 IM C bf16 elements), the share the tokens route to, 1 - (1 - K/E)^16 =
- * 1 - (120/128)^16 = 0.644, and with SDP_MOE_ROUTED=off all of them. */
+ * 1 - (120/128)^16 = 0.644, and with SDP_MOE_ROUTED=off all of them.  The same with LoRA on q, k,
+ * v and o under a window of 2 (the experts frozen, fetched the same way, twice below the window),
+ * whose only gradient down is the adapters' (fp32, 4 bytes an element). */
 static void moe_routed(void)
 {
     struct sdp_model_cfg keep = model;
@@ -567,31 +569,59 @@ static void moe_routed(void)
                                 .recompute = SDP_RECOMPUTE_FULL,
                                 .bwd_lookahead = 1 };
     struct sdp_predict_machine mc;
-    struct sdp_predict o[2];
+    struct sdp_predict o[2][2];
     CHECK(sdp_model_preset("qwen3-30b-a3b-l12", &model) == 0, "qwen3-30b-a3b-l12 preset");
     machine_fast(&mc);
-    for (int off = 0; off < 2; off++) {
-        struct sdp_plan p;
-        struct sdp_predict_run run = { .m = &model,
-                                       .plan = &p,
-                                       .micro_batch = 1,
-                                       .seq_len = 16,
-                                       .n_micro = 1,
-                                       .work_dtype = SDP_BF16 };
-        setenv("SDP_MOE_ROUTED", off ? "off" : "on", 1);
-        CHECK(sdp_predict_plan_from_conf(&p, &model, &c, 16u << 20, 1) == 0, "plan");
-        CHECK(p.group[1].moe_routed == !off, "layer 1 routed: %d", p.group[1].moe_routed);
-        CHECK(sdp_predict_step(&run, &mc, &o[off]) == 0, "predict");
-        sdp_plan_free(&p);
-    }
-    unsetenv("SDP_MOE_ROUTED");
     double ex = 2.0 * 128 * 3 * 768 * 2048, idle = pow(120.0 / 128.0, 16);
-    double want = 12 * ex * idle; /* 12 sparse layers */
-    printf("routed streaming: %.3f GB a step against %.3f GB with every expert (%.3f saved, want "
-           "%.3f)\n",
-           o[0].h2d_bytes / 1e9, o[1].h2d_bytes / 1e9, (o[1].h2d_bytes - o[0].h2d_bytes) / 1e9,
-           want / 1e9);
-    CHECK(NEAR(o[1].h2d_bytes - o[0].h2d_bytes, want), "the idle experts' bytes are not priced");
+    double want = 12 * ex * idle, want_lora[2] = { 0, 0 }; /* 12 sparse layers */
+    for (int lora = 0; lora < 2; lora++) {
+        if (lora) /* under a bounded window: without one the frozen experts stay on the GPU */
+            c.window = 2,
+            c.lora =
+                (struct sdp_lora_cfg){ .rank = 16,
+                                       .alpha = 32,
+                                       .targets = SDP_LORA_BIT(SDP_PT_Q) | SDP_LORA_BIT(SDP_PT_K) |
+                                                  SDP_LORA_BIT(SDP_PT_V) | SDP_LORA_BIT(SDP_PT_O) };
+        for (int off = 0; off < 2; off++) {
+            struct sdp_plan p;
+            struct sdp_predict_run run = { .m = &model,
+                                           .plan = &p,
+                                           .micro_batch = 1,
+                                           .seq_len = 16,
+                                           .n_micro = 1,
+                                           .work_dtype = SDP_BF16 };
+            setenv("SDP_MOE_ROUTED", off ? "off" : "on", 1);
+            CHECK(sdp_predict_plan_from_conf(&p, &model, &c, 16u << 20, 1) == 0, "plan");
+            CHECK(p.group[1].moe_routed == !off, "layer 1 routed: %d", p.group[1].moe_routed);
+            CHECK(sdp_predict_step(&run, &mc, &o[lora][off]) == 0, "predict");
+            for (int gi = 1; lora && gi <= 12; gi++) { /* below the window: fetched again */
+                int again = gi <= 12 - c.window && p.group[gi].act != SDP_ACT_KEEP;
+                double nb = 2.0 * sdp_model_group_nelems(&model, gi);
+                want_lora[off] += off ? 2.0 * again * nb : (nb - ex * idle) * (1 + again);
+            }
+            sdp_plan_free(&p);
+        }
+        unsetenv("SDP_MOE_ROUTED");
+        if (lora)
+            continue;
+        printf("routed streaming: %.3f GB a step against %.3f GB with every expert (%.3f saved, "
+               "want %.3f)\n",
+               o[0][0].h2d_bytes / 1e9, o[0][1].h2d_bytes / 1e9,
+               (o[0][1].h2d_bytes - o[0][0].h2d_bytes) / 1e9, want / 1e9);
+        CHECK(NEAR(o[0][1].h2d_bytes - o[0][0].h2d_bytes, want),
+              "the idle experts' bytes are not priced");
+    }
+    /* LoRA: a routed frozen layer's non-expert bytes and routed experts each step, again below
+     * the window; unrouted, a frozen layer stays on the GPU unless the window drops it */
+    printf("routed streaming, LoRA: %.3f GB a step (want %.3f), %.3f GB unrouted (want %.3f); "
+           "%.4f GB down\n",
+           o[1][0].h2d_bytes / 1e9, want_lora[0] / 1e9, o[1][1].h2d_bytes / 1e9, want_lora[1] / 1e9,
+           o[1][0].d2h_bytes / 1e9);
+    CHECK(NEAR(o[1][0].h2d_bytes, want_lora[0]) && NEAR(o[1][1].h2d_bytes, want_lora[1]),
+          "LoRA: the frozen experts' bytes");
+    CHECK(o[1][0].d2h_bytes <= 4.0 * sdp_lora_elems(&c.lora, &model),
+          "LoRA: %.0f bytes down a step, more than the adapters' gradient (%.0f)",
+          o[1][0].d2h_bytes, 4.0 * sdp_lora_elems(&c.lora, &model));
     CHECK(NEAR(sdp_model_moe_routed_share(&model, 16), 1 - idle), "the routed share");
     CHECK(sdp_model_group_expert_elems(&model, 1) == (size_t)128 * 3 * 768 * 2048 &&
               sdp_model_group_expert_elems(&model, 0) == 0,
