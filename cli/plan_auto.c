@@ -70,12 +70,12 @@ static void print_rows(const int *pick, int L, int nu)
 
 /* Whether decoder layer gi's AdamW can run on the GPU in the predicted run (graph/plan.c's rule:
  * one rank on a GPU, the bf16 return and the working copies on the host, or LoRA; not a sparse
- * layer, whose update skips the experts without token on the host). */
+ * layer's full update, which skips the experts without token on the host). */
 static int update_gpu_ok(const struct sdp_cli_run *cr, const struct sdp_plan *p, int gi)
 {
     return sdp_plan_one_rank(p) &&
-           (p->lora.rank > 0 || (p->group[gi].grad_bf16 && !cr->run.work_staged)) &&
-           !sdp_model_layer_sparse(cr->run.m, gi - 1);
+           (p->lora.rank > 0 || (p->group[gi].grad_bf16 && !cr->run.work_staged &&
+                                 !sdp_model_layer_sparse(cr->run.m, gi - 1)));
 }
 
 /* Decoder layer n + 1's update moved to the GPU, if it can.  @return 0, -ENOSPC (it cannot) */

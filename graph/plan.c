@@ -272,7 +272,8 @@ static void set_one(struct sdp_plan *p, const struct sdp_state *st, int gi, int 
     case 3: /* update */
         pg->update_gpu = v;
         pg->mlp_early = v ? -1 : pg->mlp_early;
-        pg->work_chunks = v ? 0 : st && work_chunks_of(p, st, gi); /* the GPU's update puts */
+        pg->work_chunks =
+            st && work_chunks_of(p, st, gi); /* the GPU's update puts, unless frozen */
         pg->moe_routed = pg->work_chunks && moe_routed_wanted(st, gi);
         break;
     default:                                                   /* mlp_early */
@@ -389,10 +390,11 @@ static int check_group(const struct sdp_plan *p, const struct sdp_state *st, int
                        "plan: layer %d offloads its input but keeps its activations "
                        "(offload is for recomputed layers)",
                        gi);
-    if (pg->update_gpu && sdp_model_layer_sparse(&st->cfg, gi - 1))
+    if (pg->update_gpu && sdp_model_layer_sparse(&st->cfg, gi - 1) && p->lora.rank <= 0)
         return sdp_err(-EINVAL,
                        "plan: layer %d is a Qwen3-MoE sparse layer, whose update runs on the host "
-                       "(the GPU's AdamW does not skip the experts without token)",
+                       "(the GPU's AdamW does not skip the experts without token; LoRA's adapters "
+                       "may update on the GPU)",
                        gi);
     if (pg->update_gpu && !gpu_update_applies(p, st))
         return sdp_err(-EINVAL,
