@@ -21,9 +21,9 @@
 #     SDP_MOE_ROUTED=off and every group's chunks fetched one by one (SDP_CHUNK_PIPELINE=on),
 #     with the same losses bit for bit; every compute copy starts as NaN
 #     (SDP_POISON_COMPUTE_COPY), so that a routed expert left uncopied would show;
-#   - LoRA (rank 4 on q, k, v and o, the experts and the router frozen): the GPU's losses are the
-#     CPU workers' within the same bounds, its MoE tasks ran on the CUDA worker, and routed
-#     streaming fetched fewer chunks of the sparse layers than there are;
+#   - LoRA (rank 4 on q, k, v and o, the experts and the router frozen, a window of 1): the
+#     GPU's losses are the CPU workers' within the same bounds, its MoE tasks ran on the CUDA
+#     worker, and routed streaming fetched fewer chunks of the sparse layers than there are;
 #   - tools/check_invariants.py passes the GPU runs' logs.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
@@ -65,8 +65,9 @@ SDP_MOE_ROUTED=off SDP_CHUNK_PIPELINE=on # every chunk fetched on its own (param
 export SDP_MOE_ROUTED SDP_CHUNK_PIPELINE
 run all 1
 unset SDP_MOE_ROUTED SDP_CHUNK_PIPELINE
+# LoRA under a window of 1: without a bounded window the frozen experts stay on the GPU, unrouted
 printf 'lora:\n  rank: 4\n  alpha: 8\n  targets: [q_proj, k_proj, v_proj, o_proj]\n' |
-    cat "$tmp/moe.yaml" - > "$tmp/lora.yaml"
+    cat "$tmp/moe.yaml" - | sed -e 's/^train:$/&\n  window: 1/' > "$tmp/lora.yaml"
 recipe=$tmp/lora.yaml
 run lcpu 0
 run lgpu 1
