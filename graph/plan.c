@@ -81,6 +81,7 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     struct sdp_plan_group *pg = &p->group[gi];
     const struct sdp_group_state *gs = &st->groups[gi];
     int L = p->nlayers, layer = gi >= 1 && gi <= L;
+    const unsigned lora_targets = sdp_lora_layer_targets(&c->lora, &st->cfg, gi); /* 0: none */
     pg->act = layer ? act_of(c, L, gi) : SDP_ACT_KEEP;
     pg->offload = pg->act != SDP_ACT_KEEP && c->offload_inputs;
     pg->work_gpu = gs->staged;
@@ -94,9 +95,9 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     /* LoRA: the adapters' master and moments move to the GPU with their update (graph/lora.c);
      * a sparse layer's full update stays on the host, whose AdamW skips the experts without token
      */
-    pg->update_gpu = layer && gi <= c->gpu_update && gpu_update_applies(p, st) &&
-                     (c->lora.rank > 0 ? sdp_lora_layer_targets(&c->lora, &st->cfg, gi) != 0
-                                       : !sdp_model_layer_sparse(&st->cfg, gi - 1));
+    pg->update_gpu =
+        layer && gi <= c->gpu_update && gpu_update_applies(p, st) &&
+        (c->lora.rank > 0 ? lora_targets != 0 : !sdp_model_layer_sparse(&st->cfg, gi - 1));
     /* with the working copies on the host, only layer 1's update ends the step early enough to
      * pay for the stage it then takes (graph/optim.c, mlp_early) */
     pg->mlp_early = c->mlp_early >= 0 && mlp_early_applies(p, gi) &&
@@ -106,8 +107,8 @@ static void fill_group(struct sdp_plan *p, const struct sdp_state *st,
     pg->embed_early = gi == 0 && st->cfg.tie_word_embeddings && pg->grad_bf16 &&
                       sdp_plan_one_rank(p) && c->embed_early >= 0 && !p->clip &&
                       (!st->work_staged || st->embed_staged);
-    if (layer && sdp_lora_layer_targets(&c->lora, &st->cfg, gi)) {
-        pg->lora_targets = sdp_lora_layer_targets(&c->lora, &st->cfg, gi);
+    if (layer && lora_targets) {
+        pg->lora_targets = lora_targets;
         pg->lora_rank = c->lora.rank;
     }
 }

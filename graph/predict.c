@@ -552,9 +552,8 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
     p->attn_row_tokens = c->doc_mask ? c->attn_row_tokens : 0;
     for (int gi = 0; gi < p->ngroups; gi++) {
         struct sdp_plan_group *pg = &p->group[gi];
-        if (gi >= 1 && gi <= L && c->lora.rank > 0 && sdp_lora_layer_targets(&c->lora, m, gi))
-            pg->lora_targets = sdp_lora_layer_targets(&c->lora, m, gi),
-            pg->lora_rank = c->lora.rank; /* as plan.c */
+        pg->lora_targets = c->lora.rank > 0 ? sdp_lora_layer_targets(&c->lora, m, gi) : 0;
+        pg->lora_rank = pg->lora_targets ? c->lora.rank : 0; /* as plan.c */
         size_t n = sdp_model_group_nelems(m, gi);
         enum sdp_act_place act = SDP_ACT_KEEP; /* as plan.c's act_of */
         if (gi >= 1 && gi <= L && c->recompute && gi <= L - c->keep_last)

@@ -71,13 +71,6 @@ tiny_recipe() {
     sed -e "s#\.\./data#$top/data#" "$top/recipes/tiny-qwen3.yaml"
 }
 
-# finish: print PASS or FAIL from $fail and exit with it.
-# expect CODE PATTERN -- command...: the command exits CODE, a stderr line matches PATTERN (ERE),
-# and nothing under $expect_dir (default $tmp) changes.  Its output goes beside $tmp ($tmp.out,
-# $tmp.err), so that $tmp holds only what a case must not change.  expect_prepare, which a test
-# may redefine, runs before each case.  Cases are numbered in $n; returns 0 when the case passed.
-n=0
-expect_dir=
 # stop_at_line PID FILE N [TENTHS]: once FILE (a run's metrics) holds N lines, or after TENTHS
 # tenths of a second (600), stop run PID by SIGUSR1 (a checkpoint at the step boundary) and wait
 # for it; its exit status
@@ -109,6 +102,13 @@ for g in m["gemm"]:
 json.dump(m, open(sys.argv[2], "w"))
 PY
 }
+# finish: print PASS or FAIL from $fail and exit with it.
+# expect CODE PATTERN -- command...: the command exits CODE, a stderr line matches PATTERN (ERE),
+# and nothing under $expect_dir (default $tmp) changes.  Its output goes beside $tmp ($tmp.out,
+# $tmp.err), so that $tmp holds only what a case must not change.  expect_prepare, which a test
+# may redefine, runs before each case.  Cases are numbered in $n; returns 0 when the case passed.
+n=0
+expect_dir=
 expect_prepare() { :; }
 expect_snapshot() {
     (cd "${expect_dir:-$tmp}" && find . -type d -print -o -type f -exec sha256sum {} + | sort)
