@@ -18,7 +18,9 @@
  * whole where it was made (the same reason), copied into a vector of its own on the host
  * (specific_nodes), which AdamW reads there: on a GPU the task's copy is the chunk's GPU-to-host
  * transfer, one chunk at a time while earlier chunks are updated, and its start and end bound
- * that transfer in the trace; the accumulator is then discarded, unsplit.
+ * that transfer in the trace; the accumulator is then discarded, unsplit.  Of a sparse layer's
+ * experts (routed, docs/moe.md) it copies only the experts that received a token in the step, the
+ * gradient AdamW reads; the bf16 return's packed chunks come down the same way.
  * Tests: tests/e2e/test_e2e_ranks.sh, tests/e2e/test_e2e_grad_dtype.sh,
  * tests/e2e/test_e2e_chunks.sh. */
 #include "config.h"
@@ -26,9 +28,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "codelets/cl_common.h"
 #include "codelets/codelets_internal.h"
 #include "codelets/cpu/sdp_cpu_kernels.h"
+#include "runtime/init.h"
 #ifdef SDP_HAVE_CUDA
 #include "codelets/cuda/sdp_cuda_kernels.h"
 #endif
@@ -385,8 +389,9 @@ int sdp_task_grad_pack_rows(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad
 }
 
 /* ---- grad_chunk ---- */
-/* A transfer task (cl_common.h), on a CPU worker: buffers out (n) f32 W on the host, grad (N) f32
- * R where it was made; out = grad[off, off + n), over PCIe where grad is on a GPU. */
+/* A transfer task (cl_common.h), on a CPU worker: buffers out (n) W on the host, grad (N) R where
+ * it was made, both f32 or both bf16; out = grad[off, off + n), over PCIe where grad is on a GPU.
+ */
 static void grad_chunk_cpu(void *buffers[], void *cl_arg)
 {
     const struct sdp_cl_xfer_args *a = cl_arg; /* dev: grad's */
@@ -416,21 +421,109 @@ struct starpu_codelet sdp_cl_grad_chunk = {
 };
 static struct starpu_codelet grad_chunk_ranks[SDP_MAX_RANKS - 1];
 
-int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *grad,
-                        size_t off)
+/* ---- grad_chunk, routed (a sparse layer's experts, docs/moe.md) ---- */
+struct sdp_grad_chunk_args {
+    struct sdp_cl_xfer_args x; /* key: the whole chunk's bytes */
+    int node, nsegs, poison;   /* the gradient's node (bus counter); poison: idle ranges 0xff */
+    struct sdp_adamw_segment segs[];
+};
+
+/* Whether segment s holds an expert that received no token this step (used: sdp_task_adamw's). */
+static int idle(const struct sdp_adamw_segment *s, const int32_t *used)
 {
-    size_t n = sdp_rt_tensor_nelems(out), es = sdp_dtype_size(SDP_F32);
-    struct sdp_cl_buf b[] = { { out, STARPU_W }, { grad, STARPU_R } };
+    return s->expert1 > 0 && !used[s->expert1 - 1];
+}
+
+/* buffers: out (n) W on the host, grad (N) R where it was made, used (2E) i32 R on the host: the
+ * segments of out whose expert received a token, copied in runs of adjacent segments; the others
+ * are left as they are (AdamW skips them), or filled with 0xff (NaN) under poison. */
+static void grad_chunk_routed_cpu(void *buffers[], void *cl_arg)
+{
+    const struct sdp_grad_chunk_args *a = cl_arg;
+    const size_t es = STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
+    const int32_t *used = (const int32_t *)STARPU_VECTOR_GET_PTR(buffers[2]);
+    char *dst = SDP_VEC(buffers[0]);
+    const char *src = (const char *)SDP_VEC(buffers[1]) + a->x.off_bytes;
+    unsigned long long bytes = 0;
+    for (int s = 0; s < a->nsegs;) {
+        size_t o0 = a->segs[s].offset, o1 = o0 + a->segs[s].nelems;
+        if (idle(&a->segs[s++], used)) {
+            if (a->poison)
+                memset(dst + o0 * es, 0xff, (o1 - o0) * es);
+            continue;
+        }
+        for (; s < a->nsegs && a->segs[s].offset == o1 && !idle(&a->segs[s], used); s++)
+            o1 += a->segs[s].nelems;
+        sdp_cl_xfer_copy(dst + o0 * es, src + o0 * es, (o1 - o0) * es, a->x.dev, 0);
+        bytes += (o1 - o0) * es;
+    }
+    if (a->x.dev >= 0)
+        sdp_rt_bus_count_task(a->node, 0, bytes);
+}
+
+/* grad_chunk with the experts' marks: its own codelet (three buffers), the same name and model */
+struct starpu_codelet sdp_cl_grad_chunk_routed = {
+    .name = "grad_chunk",
+    .where = STARPU_CPU,
+    .cpu_funcs = { grad_chunk_routed_cpu },
+    .cpu_funcs_name = { "grad_chunk_routed_cpu" },
+    .nbuffers = 3,
+    .modes = { STARPU_W, STARPU_R, STARPU_R },
+    .specific_nodes = 1,
+    .nodes = { STARPU_SPECIFIC_NODE_CPU, STARPU_MAIN_RAM, STARPU_SPECIFIC_NODE_CPU },
+    .model = &sdp_pm_grad_chunk,
+};
+static struct starpu_codelet grad_chunk_routed_ranks[SDP_MAX_RANKS - 1];
+
+/* The routed task: segs (offsets in out) say which expert each range is of; only the ranges of
+ * the experts used marks are copied and counted on the bus when they run. */
+static int grad_chunk_routed(struct sdp_task_opts *op, struct sdp_cl_buf *b, int node, size_t off,
+                             const struct sdp_adamw_segment *segs, int nsegs)
+{
+    struct starpu_codelet *cl =
+        sdp_cl_xfer_of(&sdp_cl_grad_chunk_routed, grad_chunk_routed_ranks, op->hint.rank, 1, node);
+    size_t n = sdp_rt_tensor_nelems(b[0].t), es = sdp_dtype_size(sdp_rt_tensor_dtype(b[0].t));
+    size_t argsize = sizeof(struct sdp_grad_chunk_args) + (size_t)nsegs * sizeof(*segs);
+    struct sdp_grad_chunk_args *a = sdp_cl_args_alloc(argsize);
+    struct sdp_cl_xfer_args *x = sdp_cl_xfer_args(node, 0, 0, off * es); /* counted when run */
+    for (int s = 0; s < nsegs; s++)
+        if (segs[s].offset + segs[s].nelems > n) {
+            free(x);
+            free(a);
+            return sdp_err(-EINVAL, "grad_chunk: segment %d ends past %s (%zu)", s,
+                           sdp_rt_tensor_name(b[0].t), n);
+        }
+    a->x = *x;
+    free(x);
+    a->x.key.d[0] = (int)((n * es) & 0x7fffffff);
+    a->x.key.d[1] = (int)((n * es) >> 31);
+    a->node = node;
+    a->nsegs = nsegs;
+    a->poison = sdp_env_long("SDP_POISON_COMPUTE_COPY", 0) > 0;
+    memcpy(a->segs, segs, (size_t)nsegs * sizeof(*segs));
+    return sdp_cl_submit(cl, op, a, argsize, 0.0, b, 3);
+}
+
+int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *grad,
+                        size_t off, const struct sdp_adamw_segment *segs, int nsegs,
+                        sdp_rt_tensor_t *used)
+{
+    size_t n = sdp_rt_tensor_nelems(out);
+    enum sdp_dtype dt = sdp_rt_tensor_dtype(out);
+    struct sdp_cl_buf b[] = { { out, STARPU_W }, { grad, STARPU_R }, { used, STARPU_R } };
     struct sdp_task_opts op = *o;
     int r = o->hint.rank, node = o->on_host ? STARPU_MAIN_RAM : sdp_cl_rank_node(r);
-    struct starpu_codelet *cl = sdp_cl_xfer_of(&sdp_cl_grad_chunk, grad_chunk_ranks, r, 1, node);
-    if (sdp_rt_tensor_dtype(out) != SDP_F32 || sdp_rt_tensor_dtype(grad) != SDP_F32 ||
+    if ((dt != SDP_F32 && dt != SDP_BF16) || sdp_rt_tensor_dtype(grad) != dt ||
         off > sdp_rt_tensor_nelems(grad) || n > sdp_rt_tensor_nelems(grad) - off)
         return sdp_err(-EINVAL, "grad_chunk: %s (%zu) is not a range of %s (%zu) at %zu",
                        sdp_rt_tensor_name(out), n, sdp_rt_tensor_name(grad),
                        sdp_rt_tensor_nelems(grad), off);
     op.on_rank = 0; /* a CPU worker's: the rank's own goes on computing */
     op.on_host = 1;
-    struct sdp_cl_xfer_args *a = sdp_cl_xfer_args(node, 0, n * es, off * es);
+    if (used)
+        return grad_chunk_routed(&op, b, node, off, segs, nsegs);
+    struct starpu_codelet *cl = sdp_cl_xfer_of(&sdp_cl_grad_chunk, grad_chunk_ranks, r, 1, node);
+    struct sdp_cl_xfer_args *a =
+        sdp_cl_xfer_args(node, 0, n * sdp_dtype_size(dt), off * sdp_dtype_size(dt));
     return sdp_cl_submit(cl, &op, a, sizeof(*a), 0.0, b, 2);
 }

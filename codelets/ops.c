@@ -65,6 +65,7 @@
     X(sdp_cl_grad_pack_rows, "grad_pack_rows", GRAD_REDUCE, NORMS, "")                             \
     X(sdp_cl_grad_sumsq, "grad_sumsq", GRAD_REDUCE, NORMS_GPU, "")                                 \
     X(sdp_cl_grad_chunk, "grad_chunk", GRAD_D2H, FIXED, "")                                        \
+    X(sdp_cl_grad_chunk_routed, "grad_chunk", GRAD_D2H, FIXED, "")                                 \
     X(sdp_cl_adamw, "adamw", CPU_ADAMW, ANY, "stage_writer")                                       \
     X(sdp_cl_adamw_early, "adamw_early", CPU_ADAMW, ANY, "stage_writer early")                     \
     X(sdp_cl_adamw_late, "adamw_late", CPU_ADAMW, ANY, "stage_writer late")                        \

@@ -352,12 +352,15 @@ int sdp_task_grad_pack_mlp(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
 int sdp_task_grad_sumsq(const struct sdp_task_opts *o, sdp_rt_tensor_t *grad,
                         sdp_rt_tensor_t *const *sumsq);
 
-/** out (n) f32 W on the host = grad[off, off + n), grad (N) f32 R read whole where hint.rank
- * computes, or on the host with o->on_host (the fp32 gradient return chunk by chunk: out is a
+/** out (n) W on the host = grad[off, off + n), grad (N) R read whole where hint.rank computes, or
+ * on the host with o->on_host, both f32 or both bf16 (the gradient return chunk by chunk: out is a
  * chunk's copy, which AdamW reads; a chunk's own access would make StarPU split grad on its home
- * node first).  A CPU worker's task: its copy is the chunk's transfer. */
+ * node first).  A CPU worker's task: its copy is the chunk's transfer.  With used (2E) i32 (a
+ * sparse layer's marks, sdp_task_adamw_experts), only out's segments segs (AdamW's of the chunk)
+ * whose expert received a token, or of no expert, are copied; the others are left unwritten. */
 int sdp_task_grad_chunk(const struct sdp_task_opts *o, sdp_rt_tensor_t *out, sdp_rt_tensor_t *grad,
-                        size_t off);
+                        size_t off, const struct sdp_adamw_segment *segs, int nsegs,
+                        sdp_rt_tensor_t *used);
 
 /** dst (N) RW: elements [off, off + n) = src (n) R, same dtype, on the worker's node (a GPU where
  * the compute runs).  The working copy off the host (sdp_state.work_staged) takes a chunk.  dst's

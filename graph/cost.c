@@ -77,6 +77,12 @@ void sdp_graph_route_bytes(const sdp_graph_t *g, int rank, struct sdp_route_byte
         } else if (gi == 0 && sdp_graph_early_embed(g)) {
             again = n; /* packed twice */
         }
+        if (g->plan.group[gi].grad_routed) /* the experts the step's tokens route to */
+            n -= (unsigned long long)(sdp_model_group_expert_elems(&st->cfg, gi) *
+                                          (1.0 - sdp_model_moe_routed_share(
+                                                     &st->cfg, (double)g->c.micro_batch *
+                                                                   g->c.seq_len * g->nm_rank)) +
+                                      0.5);
         if (rank == 0 || !g->plan.group[gi].grad_gpu)
             rb->grad_d2h += (n + again) * gb;
         else

@@ -23,6 +23,23 @@ sdp_rt_tensor_t **sdp_graph_grad_out(const sdp_graph_t *g, int gi)
     return g->updating && g->gret && g->gret[gi] ? g->gret[gi] : NULL;
 }
 
+/* Chunk c of group gi's return: its copy out of src from element off (grad_chunk), less the
+ * experts without token where the plan routes the group's gradient (grad_routed). */
+static int grad_chunk(sdp_graph_t *g, int step, int gi, int c, sdp_rt_tensor_t *src, size_t off)
+{
+    struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
+    struct sdp_adamw_segment *segs = NULL;
+    int nsegs = 0, rc;
+    o.hint.chunk = c;
+    o.on_host = reduces(g) && !g->plan.group[gi].grad_gpu; /* where the ranks' sum is */
+    if (g->plan.group[gi].grad_routed && (nsegs = sdp_graph_chunk_segs(g, gi, c, 0, &segs)) < 0)
+        return sdp_err(nsegs, "graph: the segments of chunk %d of group %d", c, gi);
+    rc = sdp_task_grad_chunk(&o, g->gret[gi][c], src, off, segs, nsegs,
+                             segs ? sdp_graph_moe_used(g, gi) : NULL);
+    free(segs);
+    return rc;
+}
+
 /* The fp32 return of group gi chunk by chunk (grad_chunks), once its norms are submitted: one
  * grad_chunk per chunk copies the chunk's range of the final gradient where it is (rank 0's GPU;
  * the host after the host route's sum) to the host, so that each chunk crosses PCIe on its own,
@@ -35,12 +52,8 @@ int sdp_graph_grad_chunks(sdp_graph_t *g, int step, int gi)
     struct sdp_group_state *gs = &g->st->groups[gi];
     if (!out || host_return(g, gi)) /* the host route's came down before its sum */
         return 0;
-    for (int c = 0; c < gs->nchunks; c++) {
-        struct sdp_task_opts o = opts(g, step, gi, -1, SDP_PH_NORM);
-        o.hint.chunk = c;
-        o.on_host = reduces(g) && !g->plan.group[gi].grad_gpu; /* where the ranks' sum is */
-        TRY_RET(sdp_task_grad_chunk(&o, out[c], gs->grad, sdp_rt_tensor_part_offset(gs->grad, c)));
-    }
+    for (int c = 0; c < gs->nchunks; c++)
+        TRY_RET(grad_chunk(g, step, gi, c, gs->grad, sdp_rt_tensor_part_offset(gs->grad, c)));
     sdp_rt_tensor_discard(gs->grad);
     return 0;
 }
@@ -87,7 +100,8 @@ size_t sdp_graph_packed_len(size_t covered, size_t n)
 /* The bf16 gradient return of group gi (one rank): one task reads the final fp32 gradient whole
  * where it was made and writes each chunk's squared norm and bf16 copy; the accumulator is then
  * discarded, unsplit, so nothing of it comes back to the host and the next step's zeroing waits
- * for the pack through the accumulator's own dependencies. */
+ * for the pack through the accumulator's own dependencies.  A routed group's chunks then come
+ * down by grad_chunk, less the experts without token (AdamW reads those copies). */
 static int pack(sdp_graph_t *g, int step, int mb, int gi)
 {
     struct sdp_group_state *gs = &g->st->groups[gi];
@@ -99,6 +113,10 @@ static int pack(sdp_graph_t *g, int step, int mb, int gi)
                 ? sdp_task_grad_pack_head(&o, gs->grad, gs->grad_ret, &g->sumsq[g->chunk0[gi]], c1)
                 : sdp_task_grad_pack(&o, gs->grad, gs->grad_ret, &g->sumsq[g->chunk0[gi]]));
     sdp_rt_tensor_discard(gs->grad);
+    for (int c = 0; g->plan.group[gi].grad_routed && c < gs->nchunks; c++) {
+        TRY_RET(grad_chunk(g, step, gi, c, gs->grad_ret[c], 0)); /* less the idle experts */
+        sdp_rt_tensor_discard(gs->grad_ret[c]);
+    }
     return 0;
 }
 
@@ -286,8 +304,8 @@ int sdp_graph_update_chunk(sdp_graph_t *g, int step, int gi, int c, int rows)
     sdp_rt_tensor_t *rows_grad = gi == 0 && rows >= 2 && g->rows_grad ? g->rows_grad[c] : NULL;
     sdp_rt_tensor_t **out = sdp_graph_grad_out(g, gi); /* the fp32 return's chunks */
     sdp_rt_tensor_t *grad = rows_grad      ? rows_grad
-                            : gs->grad_ret ? gs->grad_ret[c]
                             : out          ? out[c]
+                            : gs->grad_ret ? gs->grad_ret[c]
                                            : sdp_rt_tensor_part(gs->grad, c);
     sdp_rt_tensor_t *p = sdp_rt_tensor_part(gs->master, c), *m = sdp_rt_tensor_part(gs->m, c),
                     *v = sdp_rt_tensor_part(gs->v, c), *w = work_chunk(g, gi, c, step);

@@ -169,6 +169,15 @@ static int work_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, 
            !(gi == 0 && p->lookup_host);
 }
 
+/* Whether sparse layer gi's gradient returns only the experts that received a token (grad_routed):
+ * trained (not LoRA's frozen base), one rank, the update on the host, where routed streaming
+ * applies. */
+static int grad_routed_of(const struct sdp_plan *p, const struct sdp_state *st, int gi)
+{
+    return moe_routed_wanted(st, gi) && !st->groups[gi].frozen && sdp_plan_one_rank(p) &&
+           !p->group[gi].update_gpu;
+}
+
 /* Whether group gi's fp32 gradient returns chunk by chunk (grad_chunks): more than one chunk, not
  * frozen (nor LoRA's adapters), where the gradient is on a GPU when final (one rank with the norms
  * there) or the ranks sum (on rank 0's GPU, or on one node's host: each rank's chunks come down on
@@ -177,9 +186,16 @@ static int grad_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, 
 {
     const struct sdp_group_state *gs = &st->groups[gi];
     const struct sdp_plan_group *pg = &p->group[gi];
-    int wanted = pipeline_wanted();
+    int wanted = pipeline_wanted() ? pipeline_wanted() : grad_routed_of(p, st, gi);
     return wanted && !pg->grad_bf16 && !gs->frozen && p->lora.rank == 0 && gs->nchunks > 1 &&
            (wanted == 2 || (sdp_plan_one_rank(p) ? pg->norms_gpu : pg->grad_gpu || p->nodes == 1));
+}
+
+/* The plan's grad_routed: routing applies, and the return comes down chunk by chunk. */
+static int grad_routed(const struct sdp_plan *p, const struct sdp_state *st, int gi)
+{
+    const struct sdp_plan_group *pg = &p->group[gi];
+    return (pg->grad_bf16 || pg->grad_chunks) && grad_routed_of(p, st, gi);
 }
 
 int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct sdp_graph_conf *c)
@@ -230,6 +246,7 @@ int sdp_plan_init(struct sdp_plan *p, const struct sdp_state *st, const struct s
         p->group[gi].work_chunks = work_chunks_of(p, st, gi);
         p->group[gi].grad_chunks = grad_chunks_of(p, st, gi);
         p->group[gi].moe_routed = p->group[gi].work_chunks && moe_routed_wanted(st, gi);
+        p->group[gi].grad_routed = grad_routed(p, st, gi);
     }
     if (c->gpu_update > 0 && !gpu_update_applies(p, st))
         SDP_WARN("train.gpu_update %d does not apply here (it needs one rank, compute on a GPU, "
@@ -269,6 +286,7 @@ static void set_one(struct sdp_plan *p, const struct sdp_state *st, int gi, int 
         pg->grad_gpu = v;
         pg->norms_gpu = !sdp_plan_one_rank(p) ? v : pg->norms_gpu;
         pg->grad_chunks = st && grad_chunks_of(p, st, gi);
+        pg->grad_routed = st && grad_routed(p, st, gi);
         break;
     case 3: /* update */
         pg->update_gpu = v;
@@ -276,6 +294,8 @@ static void set_one(struct sdp_plan *p, const struct sdp_state *st, int gi, int 
         pg->work_chunks =
             st && work_chunks_of(p, st, gi); /* the GPU's update puts, unless frozen */
         pg->moe_routed = pg->work_chunks && moe_routed_wanted(st, gi);
+        pg->grad_chunks = st && grad_chunks_of(p, st, gi);
+        pg->grad_routed = st && grad_routed(p, st, gi);
         break;
     default:                                                   /* mlp_early */
         pg->mlp_early = !v ? -1 : st ? mlp_chunk0(st, gi) : 1; /* no state: as asked */
@@ -436,11 +456,12 @@ static int same_row(const struct sdp_plan_group *a, const struct sdp_plan_group 
 {
     return a->act == b->act && a->offload == b->offload && a->work_gpu == b->work_gpu &&
            a->work_chunks == b->work_chunks && a->grad_chunks == b->grad_chunks &&
-           a->moe_routed == b->moe_routed && a->grad_gpu == b->grad_gpu &&
-           a->grad_bf16 == b->grad_bf16 && a->norms_gpu == b->norms_gpu &&
-           a->nchunks == b->nchunks && a->update_gpu == b->update_gpu &&
-           a->mlp_early == b->mlp_early && a->embed_early == b->embed_early &&
-           a->lora_targets == b->lora_targets && a->lora_rank == b->lora_rank;
+           a->moe_routed == b->moe_routed && a->grad_routed == b->grad_routed &&
+           a->grad_gpu == b->grad_gpu && a->grad_bf16 == b->grad_bf16 &&
+           a->norms_gpu == b->norms_gpu && a->nchunks == b->nchunks &&
+           a->update_gpu == b->update_gpu && a->mlp_early == b->mlp_early &&
+           a->embed_early == b->embed_early && a->lora_targets == b->lora_targets &&
+           a->lora_rank == b->lora_rank;
 }
 
 /* " q_proj,v_proj": the adapted linears of a row */
@@ -477,16 +498,18 @@ static void print_row(const struct sdp_plan *p, FILE *f, int g0, int g1)
         snprintf(update, sizeof(update), "host, MLP early from chunk %d", pg->mlp_early);
     else
         snprintf(update, sizeof(update), "%s", pg->update_gpu ? "gpu" : "host");
-    fprintf(f, "%-10s %-10s %-8s %-6s %-6s %-5s %-6s %4d x %-10zu %s", name, act_names[pg->act],
+    fprintf(f, "%-10s %-10s %-8s %-6s %-6s %-6s %-6s %4d x %-10zu %s", name, act_names[pg->act],
             onoff[pg->offload],
             pg->work_gpu      ? "gpu"
             : pg->moe_routed  ? "host/r"
             : pg->work_chunks ? "host/c"
                               : "host",
             pg->grad_gpu ? "gpu" : "cpu",
-            pg->grad_bf16     ? "bf16"
-            : pg->grad_chunks ? "f32/c"
-                              : "fp32",
+            pg->grad_routed && pg->grad_bf16 ? "bf16/r"
+            : pg->grad_routed                ? "f32/r"
+            : pg->grad_bf16                  ? "bf16"
+            : pg->grad_chunks                ? "f32/c"
+                                             : "fp32",
             pg->norms_gpu ? "gpu" : "host", pg->nchunks, pg->chunk_elems, update);
     if (p->lora.rank > 0 && pg->lora_targets)
         lora_targets_print(f, pg->lora_targets);
@@ -507,7 +530,7 @@ void sdp_plan_print(const struct sdp_plan *p, FILE *f)
                 "lora: rank %d, alpha %g (scale %g), dropout %g; the base is frozen, the "
                 "adapters train (fp32 masters and moments)\n",
                 p->lora.rank, p->lora.alpha, sdp_lora_scale(&p->lora), p->lora.dropout);
-    fprintf(f, "%-10s %-10s %-8s %-6s %-6s %-5s %-6s %-17s %s\n", "group", "activation", "offload",
+    fprintf(f, "%-10s %-10s %-8s %-6s %-6s %-6s %-6s %-17s %s\n", "group", "activation", "offload",
             "params", "reduce", "grad", "norms", "chunks x elems", "update");
     for (int g0 = 0; g0 < p->ngroups;) {
         int g1 = g0;

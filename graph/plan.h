@@ -64,6 +64,9 @@ struct sdp_plan_group {
     int grad_bf16;          /* the gradient returns to the host in bf16 (packed); 0: fp32 */
     int grad_chunks;        /* the fp32 return chunk by chunk: each chunk copied out of the
                                gradient where it was made (grad_chunk), the accumulator dropped */
+    int grad_routed;        /* a sparse layer's trained experts, one rank: each chunk of the
+                               return (fp32 grad_chunks, or the bf16 packs) comes down less the
+                               experts without token in the step (docs/moe.md) */
     int norms_gpu;          /* the squared norms read the gradient on the GPU, whole */
     int nchunks;            /* chunks of the group (the update's unit) */
     size_t chunk_elems;     /* elements of a chunk (the last may be shorter) */

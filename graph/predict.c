@@ -246,10 +246,15 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
         host -= ex * (1.0 - sdp_model_moe_routed_share(m, (double)B * T * nr));
         again -= ex * (1.0 - sdp_model_moe_routed_share(m, (double)B * T));
     }
+    /* the routed return: the gradient of the experts without token neither returns nor updates */
+    double up = nt; /* the elements whose gradient returns and whose AdamW runs */
+    if (pg->grad_routed && mc->ngpus > 0)
+        up -= (double)sdp_model_group_expert_elems(m, gi) *
+              (1.0 - sdp_model_moe_routed_share(m, (double)B * T * nr));
     a->h2d += host + twice * again + nr * act;
     a->peer += peer * (1 + twice);
-    a->d2h += nt * gb + nr * act; /* rank 0's */
-    a->d2h_all += p->nranks * nr * act + nt * gb * (pg->grad_gpu ? 1 : p->nranks);
+    a->d2h += up * gb + nr * act; /* rank 0's */
+    a->d2h_all += p->nranks * nr * act + up * gb * (pg->grad_gpu ? 1 : p->nranks);
     if (p->nranks > 1 && pg->grad_gpu) /* rank 0 receives the others' fp32 gradients */
         a->peer += (p->nranks - 1) * nt * 4.0;
     else if (p->nranks > 1) /* the host sums R gradients into one */
@@ -260,7 +265,7 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
     if (pg->update_gpu)
         a->gpu_update_s += nt * adamw_bpp(gb, r->es) / mc->gpu_mem_bps;
     else
-        a->adamw += nt * adamw_bpp(gb, r->es);
+        a->adamw += up * adamw_bpp(gb, r->es);
     /* a layer's GPU tasks: forward 9 (two norms, four matmuls, RoPE, attention, SwiGLU), as many
      * again recomputed (selective: the output projection not; keep-mlp: the gate/up not either;
      * keep-attn: the attention not),
@@ -282,7 +287,7 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
      * it feeds shows; without a window every copy may prefetch, and transfers hide.  With no
      * lookahead a layer's backward waits for its own parameters (no overlap) */
     double fwd_x = xfer_s(host, r->h2d), bwd_in = xfer_s(host * twice + nr * act, r->h2d);
-    double bwd_out = xfer_s(nt * gb + nr * act, r->d2h), cb = ct - cf;
+    double bwd_out = xfer_s(up * gb + nr * act, r->d2h), cb = ct - cf;
     if (p->window <= 0) {
         a->chain_s += ct;
     } else {
@@ -582,8 +587,12 @@ int sdp_predict_plan_from_conf(struct sdp_plan *p, const struct sdp_model_cfg *m
                          (c->lora.rank <= 0 || c->window > 0) && p->nranks == 1 &&
                          !sdp_env_is("SDP_MOE_ROUTED", "off");
         pg->work_chunks = pg->work_chunks || pg->moe_routed;
-        pg->grad_chunks = pipe && pg->nchunks > 1 && !grad_bf16 && c->lora.rank <= 0 &&
-                          (sdp_plan_one_rank(p) || pg->grad_gpu);
+        /* the routed return (plan.c's grad_routed: chunk by chunk in fp32) */
+        pg->grad_routed = gi >= 1 && gi <= p->nlayers && sdp_model_layer_sparse(m, gi - 1) &&
+                          c->lora.rank <= 0 && p->nranks == 1 &&
+                          !sdp_env_is("SDP_MOE_ROUTED", "off");
+        pg->grad_chunks = (pipe || pg->grad_routed) && pg->nchunks > 1 && !grad_bf16 &&
+                          c->lora.rank <= 0 && (sdp_plan_one_rank(p) || pg->grad_gpu);
     }
     return 0;
 }

@@ -180,8 +180,8 @@ static int return_chunks(sdp_graph_t *g, struct sdp_task_opts o, int gi)
             oc.hint.chunk = c;
             oc.hint.rank = r; /* where the rank's gradient is */
             oc.on_host = 0;
-            TRY_RET(
-                sdp_task_grad_chunk(&oc, out[r * n + c], grad, sdp_rt_tensor_part_offset(grad, c)));
+            TRY_RET(sdp_task_grad_chunk(&oc, out[r * n + c], grad,
+                                        sdp_rt_tensor_part_offset(grad, c), NULL, 0, NULL));
             if (r > 0)
                 in[r - 1] = out[r * n + c];
         }
@@ -253,7 +253,8 @@ void sdp_graph_window_release(sdp_graph_t *g, int step, int gi, int r)
 }
 
 /* The chunk pipeline's tensors of the plan's groups: each grad_chunks group's chunk copies of its
- * fp32 gradient (temporaries; with host_return, each rank's), and each rank's compute copy of each
+ * fp32 gradient (temporaries; with host_return, each rank's), a grad_routed group's of its bf16
+ * packs where it packs, and each rank's compute copy of each
  * work_chunks group (device memory only, written chunk by chunk).  @return 0 or -ENOMEM */
 int sdp_graph_chunks_create(sdp_graph_t *g)
 {
@@ -261,7 +262,8 @@ int sdp_graph_chunks_create(sdp_graph_t *g)
     char name[64];
     int rc = 0;
     for (int gi = 0; gi < st->ngroups && !rc; gi++) {
-        if (!g->plan.group[gi].grad_chunks)
+        const struct sdp_plan_group *pg = &g->plan.group[gi];
+        if (!pg->grad_chunks && !pg->grad_routed)
             continue;
         if (!g->gret && !(g->gret = calloc((size_t)st->ngroups, sizeof(*g->gret))))
             return sdp_err(-ENOMEM, "gradient chunks of %d groups", st->ngroups);
@@ -271,7 +273,7 @@ int sdp_graph_chunks_create(sdp_graph_t *g)
         for (int i = 0; i < nr * nc && !rc; i++) {
             snprintf(name, sizeof(name), "g%d.grad_out.%d.r%d", gi, i % nc, i / nc);
             rc = sdp_rt_tensor_temp(
-                &g->gret[gi][i], SDP_F32,
+                &g->gret[gi][i], pg->grad_bf16 ? SDP_BF16 : SDP_F32,
                 sdp_rt_tensor_nelems(sdp_rt_tensor_part(st->groups[gi].grad, i % nc)), name);
         }
     }

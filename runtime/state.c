@@ -260,25 +260,26 @@ uint64_t sdp_state_hash_name(const char *s)
 }
 
 /* Element i of a tensor is a function of (seed, tensor name, i) only: a Box-Muller normal from two
- * counter-based uniforms. */
-static void fill_normal(float *dst, size_t begin, size_t end, double std, uint64_t key)
+ * counter-based uniforms.  out[i - begin] for i in [begin, end). */
+static void fill_normal(float *out, size_t begin, size_t end, double std, uint64_t key)
 {
     const double two_pi = 6.283185307179586;
     for (size_t i = begin; i < end; i++) {
         uint64_t a = sdp_state_splitmix64(key + 2 * i), b = sdp_state_splitmix64(key + 2 * i + 1);
         double u1 = ((a >> 11) + 1.0) * (1.0 / 9007199254740993.0); /* (0, 1] */
         double u2 = (b >> 11) * (1.0 / 9007199254740992.0);         /* [0, 1) */
-        dst[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(two_pi * u2));
+        out[i - begin] = (float)(std * sqrt(-2.0 * log(u1)) * cos(two_pi * u2));
     }
 }
 
-/* One slice of the initialisation: elements [begin, end) of one tensor. */
+/* One slice of the initialisation: elements [begin, end) of one tensor, whose element 0 is at dst
+ * (f32, or bf16 rounded from the f32 values: a LoRA's frozen base). */
 struct init_job {
-    float *dst;
+    void *dst;
     size_t begin, end;
     double std;
     uint64_t key;
-    int normal;
+    int normal, bf16;
 };
 
 struct init_work {
@@ -287,6 +288,31 @@ struct init_work {
     int next;
     pthread_mutex_t lock;
 };
+
+static void fill_f32(float *out, const struct init_job *jb, size_t begin, size_t end)
+{
+    if (jb->normal) {
+        fill_normal(out, begin, end, jb->std, jb->key);
+    } else {
+        for (size_t i = begin; i < end; i++)
+            out[i - begin] = 1.0f;
+    }
+}
+
+static void run_job(const struct init_job *jb)
+{
+    enum { piece = 4096 };
+    float buf[piece];
+    if (!jb->bf16) {
+        fill_f32((float *)jb->dst + jb->begin, jb, jb->begin, jb->end);
+        return;
+    }
+    for (size_t b = jb->begin; b < jb->end; b += piece) {
+        size_t e = b + piece < jb->end ? b + piece : jb->end;
+        fill_f32(buf, jb, b, e);
+        sdp_state_lora_round((uint16_t *)jb->dst + b, buf, e - b);
+    }
+}
 
 static void *init_worker(void *arg)
 {
@@ -298,21 +324,14 @@ static void *init_worker(void *arg)
         pthread_mutex_unlock(&w->lock);
         if (j >= w->njobs)
             return NULL;
-        struct init_job *jb = &w->jobs[j];
-        if (jb->normal) {
-            fill_normal(jb->dst, jb->begin, jb->end, jb->std, jb->key);
-        } else {
-            for (size_t i = jb->begin; i < jb->end; i++)
-                jb->dst[i] = 1.0f;
-        }
+        run_job(&w->jobs[j]);
     }
 }
 
-/* The initialisation of groups g0..g1 into dst[g - g0] (each a group's fp32 vector). */
-static void init_groups(struct sdp_state *st, unsigned long long seed, int g0, int g1,
-                        float *const *dst)
+/* The initialisation of every group into dst[g] (its fp32 vector, or bf16 with bf16). */
+static void init_groups(struct sdp_state *st, unsigned long long seed, void *const *dst, int bf16)
 {
-    const size_t slice = (size_t)1 << 22; /* elements per job */
+    const size_t slice = (size_t)1 << 22, es = bf16 ? 2 : 4; /* elements per job */
     double std = st->cfg.initializer_range > 0 ? st->cfg.initializer_range : 0.02;
     struct init_work w = { 0 };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -323,21 +342,21 @@ static void init_groups(struct sdp_state *st, unsigned long long seed, int g0, i
     /* element i of a tensor depends on (seed, name, i) only: any slicing gives the same values */
     for (int pass = 0; pass < 2; pass++) {
         w.njobs = 0;
-        for (int g = g0; g <= g1; g++) {
+        for (int g = 0; g < st->ngroups; g++) {
             struct sdp_group_state *gs = &st->groups[g];
-            float *p = dst[g - g0];
             for (int i = 0; i < gs->ntensors; i++) {
                 const struct sdp_param_desc *d = &gs->tensors[i];
                 size_t n = (size_t)d->rows * d->cols;
                 for (size_t b = 0; b < n; b += slice) {
                     if (pass == 1) {
                         struct init_job *jb = &w.jobs[w.njobs];
-                        jb->dst = p + d->offset;
+                        jb->dst = (char *)dst[g] + d->offset * es;
                         jb->begin = b;
                         jb->end = b + slice < n ? b + slice : n;
                         jb->std = std;
                         jb->key = sdp_state_splitmix64(seed) ^ sdp_state_hash_name(d->hf_name);
                         jb->normal = d->decay;
+                        jb->bf16 = bf16;
                     }
                     w.njobs++;
                 }
@@ -367,22 +386,13 @@ void sdp_state_init_random(struct sdp_state *st, unsigned long long seed)
     (void)st, (void)seed;
     return;
 #endif
-    float **dst = calloc((size_t)st->ngroups, sizeof(*dst));
+    void **dst = calloc((size_t)st->ngroups, sizeof(*dst));
     SDP_ASSERT(dst != NULL, "out of memory for %d groups", st->ngroups);
     for (int g = 0; g < st->ngroups; g++)
         dst[g] =
             sdp_rt_tensor_data(st->groups[g].frozen ? st->groups[g].work : st->groups[g].master);
-    if (!st->lora.rank || st->work_dtype == SDP_F32) {
-        init_groups(st, seed, 0, st->ngroups - 1, dst);
-    } else { /* a bf16 frozen base: a group at a time through an fp32 buffer, rounded */
-        for (int g = 0; g < st->ngroups; g++) {
-            float *tmp = malloc(st->groups[g].nelems * sizeof(float));
-            SDP_ASSERT(tmp != NULL, "out of memory for group %d's initialisation", g);
-            init_groups(st, seed, g, g, &tmp);
-            sdp_state_lora_round(dst[g], tmp, st->groups[g].nelems);
-            free(tmp);
-        }
-    }
+    /* a bf16 frozen base (LoRA): each value rounded from its f32 draw */
+    init_groups(st, seed, dst, st->lora.rank && st->work_dtype != SDP_F32);
     free(dst);
     st->work_valid = 0;
 }

@@ -558,7 +558,8 @@ static void chunk_pipeline(void)
  * layer's experts (E 3 IM C bf16 elements), the share the tokens route to, 1 - (1 - K/E)^16 =
  * 1 - (120/128)^16 = 0.644, and with SDP_MOE_ROUTED=off all of them.  The same with LoRA on q, k,
  * v and o under a window of 2 (the experts frozen, fetched the same way, twice below the window),
- * whose only gradient down is the adapters' (fp32, 4 bytes an element). */
+ * whose only gradient down is the adapters' (fp32, 4 bytes an element).  Full fine-tuning's
+ * gradient returns the routed experts' alone, as many elements less as the idle ones hold. */
 static void moe_routed(void)
 {
     struct sdp_model_cfg keep = model;
@@ -573,7 +574,7 @@ static void moe_routed(void)
     CHECK(sdp_model_preset("qwen3-30b-a3b-l12", &model) == 0, "qwen3-30b-a3b-l12 preset");
     machine_fast(&mc);
     double ex = 2.0 * 128 * 3 * 768 * 2048, idle = pow(120.0 / 128.0, 16);
-    double want = 12 * ex * idle, want_lora[2] = { 0, 0 }; /* 12 sparse layers */
+    double want = 12 * ex * idle, want_lora[2] = { 0, 0 }, gb = 0; /* 12 sparse layers */
     for (int lora = 0; lora < 2; lora++) {
         if (lora) /* under a bounded window: without one the frozen experts stay on the GPU */
             c.window = 2,
@@ -593,6 +594,9 @@ static void moe_routed(void)
             setenv("SDP_MOE_ROUTED", off ? "off" : "on", 1);
             CHECK(sdp_predict_plan_from_conf(&p, &model, &c, 16u << 20, 1) == 0, "plan");
             CHECK(p.group[1].moe_routed == !off, "layer 1 routed: %d", p.group[1].moe_routed);
+            CHECK(p.group[1].grad_routed == (!off && !lora), "layer 1's return routed: %d",
+                  p.group[1].grad_routed);
+            gb = p.group[1].grad_bf16 ? 2.0 : 4.0;
             CHECK(sdp_predict_step(&run, &mc, &o[lora][off]) == 0, "predict");
             for (int gi = 1; lora && gi <= 12; gi++) { /* below the window: fetched again */
                 int again = gi <= 12 - c.window && p.group[gi].act != SDP_ACT_KEEP;
@@ -610,6 +614,11 @@ static void moe_routed(void)
                (o[0][1].h2d_bytes - o[0][0].h2d_bytes) / 1e9, want / 1e9);
         CHECK(NEAR(o[0][1].h2d_bytes - o[0][0].h2d_bytes, want),
               "the idle experts' bytes are not priced");
+        /* the routed return: the idle experts' gradient (gb bytes an element) stays on the GPU */
+        printf("routed return: %.3f GB down a step against %.3f GB (want %.3f less)\n",
+               o[0][0].d2h_bytes / 1e9, o[0][1].d2h_bytes / 1e9, want / 2 * gb / 1e9);
+        CHECK(NEAR(o[0][1].d2h_bytes - o[0][0].d2h_bytes, want / 2 * gb),
+              "the idle experts' gradient is priced");
     }
     /* LoRA: a routed frozen layer's non-expert bytes and routed experts each step, again below
      * the window; unrouted, a frozen layer stays on the GPU unless the window drops it */
