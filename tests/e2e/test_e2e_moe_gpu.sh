@@ -24,6 +24,9 @@
 #   - LoRA (rank 4 on q, k, v and o, the experts and the router frozen, a window of 1): the
 #     GPU's losses are the CPU workers' within the same bounds, its MoE tasks ran on the CUDA
 #     worker, and routed streaming fetched fewer chunks of the sparse layers than there are;
+#   - the routed return (grad_routed, --print-plan's f32/r and bf16/r): the sparse layers'
+#     gradient chunks come down less the experts without token, whose host ranges stay NaN; the
+#     fp32 and the bf16 return give the unrouted runs' losses and norms bit for bit;
 #   - tools/check_invariants.py passes the GPU runs' logs.
 set -u
 . "${top_srcdir:-.}/tests/lib/e2e.sh"
@@ -64,6 +67,22 @@ run up3 1 --grad-dtype bf16 --gpu-update 3
 SDP_MOE_ROUTED=off SDP_CHUNK_PIPELINE=on # every chunk fetched on its own (param_chunk)
 export SDP_MOE_ROUTED SDP_CHUNK_PIPELINE
 run all 1
+run up0all 1 --grad-dtype bf16 --gpu-update 0
+unset SDP_MOE_ROUTED SDP_CHUNK_PIPELINE
+# the routed return (grad_routed): f32/r and bf16/r on the sparse layers (1 and 3); unrouted,
+# f32/c and bf16
+plan() { # NAME WANT ARGS...
+    n=$1 want=$2
+    shift 2
+    "$bin" train "$tmp/moe.yaml" --gpus 1 --cpus 2 --print-plan "$@" > "$tmp/$n.plan" 2> /dev/null
+    grep -Eq "^1 .* cpu +$want " "$tmp/$n.plan" && grep -Eq "^3 .* cpu +$want " "$tmp/$n.plan" ||
+        { echo "$n: --print-plan: expected $want on the sparse layers"; cat "$tmp/$n.plan"; fail=1; }
+}
+plan gpu f32/r
+plan up0 bf16/r --grad-dtype bf16
+export SDP_MOE_ROUTED=off SDP_CHUNK_PIPELINE=on
+plan all f32/c
+plan up0all bf16 --grad-dtype bf16
 unset SDP_MOE_ROUTED SDP_CHUNK_PIPELINE
 # LoRA under a window of 1: without a bounded window the frozen experts stay on the GPU, unrouted
 printf 'lora:\n  rank: 4\n  alpha: 8\n  targets: [q_proj, k_proj, v_proj, o_proj]\n' |
@@ -163,6 +182,10 @@ routed_all = [json.loads(l)["loss"] for l in open("%s/all.jsonl" % tmp)]
 if routed_all != loss["gpu"]:
     print("SDP_MOE_ROUTED=off changes the GPU's losses: %s against %s" % (routed_all, loss["gpu"]))
     ok = False
+up0all = [(x["loss"], x["grad_norm"]) for x in map(json.loads, open("%s/up0all.jsonl" % tmp))]
+print("bf16 return routed: %s the unrouted run's losses and norms"
+      % ("the same bits as" if up0all == up["up0"] else "NOT"))
+ok = ok and up0all == up["up0"]
 sys.exit(0 if ok else 1)
 PYEOF
 for n in gpu up3 all lgpu; do

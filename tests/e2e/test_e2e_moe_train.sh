@@ -107,7 +107,11 @@ PYEOF
 # layer 1's compute copy go, the recomputation fetching it again: recomputed, the recomputation
 # copies the routed experts again; kept (activations: keep), the backward does.  With two
 # micro-batches a step, the second copies only the experts the first did not, against the same
-# run unrouted.  The fetches keep the event log's invariants; SDP_MOE_ROUTED=off sends every chunk
+# run unrouted.  The fetches keep the event log's invariants; SDP_MOE_ROUTED=off sends every chunk.
+# The gradient returns the same way (f32/r): each chunk's copy less the experts without token,
+# whose ranges are NaN there (SDP_POISON_COMPUTE_COPY): AdamW must skip them, or the step that
+# next routes a token to such an expert turns non-finite; the last checkpoint's tensors are the
+# unrouted run's too, bit for bit.
 sed -e 's/^  precision: fp32$/&\n  chunk_mib: 0.0078125/' "$tmp/moe.yaml" > "$tmp/routed.yaml"
 sed -e 's/^train:$/&\n  window: 1/' "$tmp/routed.yaml" > "$tmp/routed-w1.yaml"
 sed -e 's/^train:$/&\n  activations: keep/' "$tmp/routed-w1.yaml" > "$tmp/routed-w1-keep.yaml"
@@ -128,6 +132,16 @@ for r in routed routed-w1 routed-w1-keep routed-m2; do
         fail=1
     fi
 done
+"$py" - "$tmp/ref/checkpoints" "$tmp/routed/checkpoints" << 'EOF' || fail=1
+import glob, json, struct, sys
+def tensors(d):
+    f = open(sorted(glob.glob(d + "/*.sdpckpt"))[-1], "rb").read()
+    n, off, size = struct.unpack("<3Q", f[16:40])  # the header's length, the tensors' place
+    return json.loads(f[64:64 + n])["step"], f[off:off + size]
+(s0, t0), (s1, t1) = tensors(sys.argv[1]), tensors(sys.argv[2])
+print("routed return: last checkpoint (step %d) %s" % (s1, "bit-identical" if t0 == t1 else "differs"))
+sys.exit(0 if s0 == s1 == 12 and t0 == t1 else 1)
+EOF
 "$py" - "$tmp/routed.ev" << 'EOF' || fail=1
 import collections, json, sys
 n = collections.Counter()
@@ -148,10 +162,10 @@ for m in on off; do
     SDP_MOE_ROUTED=$m SDP_CHUNK_PIPELINE=on "$bin" train "$tmp/routed.yaml" --gpus 0 --cpus 2 \
         --print-plan > "$tmp/plan-$m" 2> /dev/null
 done
-p=' +recompute +off +host/%s '
-grep -Eq "^1$(printf "$p" r)" "$tmp/plan-on" && grep -Eq "^2$(printf "$p" c)" "$tmp/plan-on" &&
-    grep -Eq "^1$(printf "$p" c)" "$tmp/plan-off" ||
-    { echo "--print-plan: host/r on the sparse layers only, and not with SDP_MOE_ROUTED=off"
+p=' +recompute +off +host/%s +cpu +f32/%s '
+grep -Eq "^1$(printf "$p" r r)" "$tmp/plan-on" && grep -Eq "^2$(printf "$p" c c)" "$tmp/plan-on" &&
+    grep -Eq "^1$(printf "$p" c c)" "$tmp/plan-off" ||
+    { echo "--print-plan: host/r and f32/r on the sparse layers only, not with SDP_MOE_ROUTED=off"
         cat "$tmp/plan-on" "$tmp/plan-off"; fail=1; }
 # refused, naming the reason, the model's directory unchanged: several ranks (the experts' usage
 # is marked per rank) and LoRA on a sparse layer's gate_proj (its stacked experts, exit 2)
