@@ -67,11 +67,12 @@
 #            crossing PCIe)
 #   moe-lora LoRA rank 16 on q, k, v and o (the experts and the router frozen) of the whole
 #            MOE_LORA_MODEL (default qwen3-30b-a3b) at seq 1024 under a GPU limit of LORA_GIB
-#            (default 23), for each of MOE_LORA_BATCHES (default "16 2") in one micro-batch, with
-#            routed streaming, each with its event and memory logs; then PEFT LoRA with the whole
-#            bf16 model on the GPU (bench/peers.py --system peft-lora) at batch 16, or 8 where 16
-#            does not fit (MOE_LORA_PEFT_BATCHES, default "16 8"; empty: none); moe-lora.md (and the summary) gives tokens/s, the bytes moved and the
-#            peaks beside PEFT's
+#            (default 23), for each of MOE_LORA_BATCHES (default "16 2"; empty: none) in one
+#            micro-batch, with routed streaming, each with its event and memory logs; then PEFT
+#            LoRA with the whole bf16 model on the GPU (bench/peers.py --system peft-lora) at
+#            batch 16, or 8 where 16 does not fit (MOE_LORA_PEFT_BATCHES, default "16 8"; empty:
+#            none); moe-lora.md (and the summary) gives tokens/s, the bytes moved and the peaks
+#            beside PEFT's
 #   roundpipe sdp-roundpipe against sdp-slidedp on one GPU and with every GPU as a stage worker
 #            (RP_MODELS, default qwen3-1.7b and qwen3-4b at 16 sequences of 1024), with event logs;
 #            sdp-roundpipe with a stage's uploads longest first and group by group (RP_LPT,
@@ -441,7 +442,7 @@ PYEOF
         ;;
     moe-lora)
         ml=${MOE_LORA_MODEL:-qwen3-30b-a3b}
-        for mb in ${MOE_LORA_BATCHES:-16 2}; do
+        for mb in ${MOE_LORA_BATCHES-16 2}; do
             name=moe-lora-$ml-b$mb-r16-gib${LORA_GIB:-23}
             bench "$name" 500 --model "$ml" --batch "$mb" --seq 1024 --steps "${MOE_STEPS:-3}" \
                 --warmup 2 --lora-rank 16 --lora-targets q_proj,k_proj,v_proj,o_proj \
