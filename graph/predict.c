@@ -304,10 +304,10 @@ static void add_group(const struct sdp_predict_run *run, const struct sdp_predic
         c->bwd_s = gi == SDP_PLAN_HEAD(p) ? 0 : p->window > 0 && cb < bwd_in ? bwd_in : cb;
         c->up_bytes = host;
         c->down_s = bwd_out;
-        c->update_s = pg->update_gpu ? 0 : nt * adamw_bpp(gb, r->es) / (r->adamw / threads);
+        c->update_s = pg->update_gpu ? 0 : up * adamw_bpp(gb, r->es) / (r->adamw / threads);
         c->nchunks = frozen ? 1 : pg->nchunks;
         c->acc_bytes = nt * 4.0;
-        c->held_bytes = nt * gb;
+        c->held_bytes = nt * gb; /* the host copies are whole, routed or not */
         /* the bf16 chunks, or the fp32 chunks' copies, go as their updates end */
         c->held_chunks = gb == 2 || (pg->grad_chunks && mc->ngpus > 0);
         c->up_chunks = pg->work_chunks && mc->ngpus > 0;
