@@ -484,15 +484,12 @@ static int grad_chunk_routed(struct sdp_task_opts *op, struct sdp_cl_buf *b, int
         sdp_cl_xfer_of(&sdp_cl_grad_chunk_routed, grad_chunk_routed_ranks, op->hint.rank, 1, node);
     size_t n = sdp_rt_tensor_nelems(b[0].t), es = sdp_dtype_size(sdp_rt_tensor_dtype(b[0].t));
     size_t argsize = sizeof(struct sdp_grad_chunk_args) + (size_t)nsegs * sizeof(*segs);
-    struct sdp_grad_chunk_args *a = sdp_cl_args_alloc(argsize);
-    struct sdp_cl_xfer_args *x = sdp_cl_xfer_args(node, 0, 0, off * es); /* counted when run */
     for (int s = 0; s < nsegs; s++)
-        if (segs[s].offset + segs[s].nelems > n) {
-            free(x);
-            free(a);
+        if (segs[s].offset + segs[s].nelems > n)
             return sdp_err(-EINVAL, "grad_chunk: segment %d ends past %s (%zu)", s,
                            sdp_rt_tensor_name(b[0].t), n);
-        }
+    struct sdp_grad_chunk_args *a = sdp_cl_args_alloc(argsize);
+    struct sdp_cl_xfer_args *x = sdp_cl_xfer_args(node, 0, 0, off * es); /* counted when run */
     a->x = *x;
     free(x);
     a->x.key.d[0] = (int)((n * es) & 0x7fffffff);

@@ -186,7 +186,8 @@ static int grad_chunks_of(const struct sdp_plan *p, const struct sdp_state *st, 
 {
     const struct sdp_group_state *gs = &st->groups[gi];
     const struct sdp_plan_group *pg = &p->group[gi];
-    int wanted = pipeline_wanted() ? pipeline_wanted() : grad_routed_of(p, st, gi);
+    int wanted = pipeline_wanted();
+    wanted = wanted ? wanted : grad_routed_of(p, st, gi); /* the routed return takes it */
     return wanted && !pg->grad_bf16 && !gs->frozen && p->lora.rank == 0 && gs->nchunks > 1 &&
            (wanted == 2 || (sdp_plan_one_rank(p) ? pg->norms_gpu : pg->grad_gpu || p->nodes == 1));
 }
